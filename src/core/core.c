@@ -1,0 +1,68 @@
+/* core.c - status strings, version, aligned allocation, error text and the
+ * one internal-invariant failure path.  Deliberately tiny: no globals. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *dsattn_status_str(dsattn_status s)
+{
+    switch (s) {
+    case DSATTN_OK:              return "ok";
+    case DSATTN_ERR_INVALID_ARG: return "invalid argument";
+    case DSATTN_ERR_NOMEM:       return "out of memory";
+    case DSATTN_ERR_UNSUPPORTED: return "unsupported";
+    case DSATTN_ERR_FORMAT:      return "malformed input";
+    case DSATTN_ERR_OVERFLOW:    return "size overflow";
+    case DSATTN_ERR_IO:          return "i/o error";
+    case DSATTN_ERR_NOT_FOUND:   return "not found";
+    }
+    return "unknown status";
+}
+
+const char *dsattn_version(void)
+{
+#define DSATTN_STR2(x) #x
+#define DSATTN_STR(x) DSATTN_STR2(x)
+    return DSATTN_STR(DSATTN_VERSION_MAJOR) "." DSATTN_STR(DSATTN_VERSION_MINOR)
+           "." DSATTN_STR(DSATTN_VERSION_PATCH);
+}
+
+void *dsattn_alloc(size_t n)
+{
+    if (n == 0) n = 1;
+    size_t padded;
+    if (!dsattn_add_size(n, 63, &padded)) return NULL;
+    padded &= ~(size_t)63;
+    void *p = aligned_alloc(64, padded);
+    if (p) memset(p, 0, padded);
+    return p;
+}
+
+void dsattn_free(void *p) { free(p); }
+
+void *dsattn_alloc_array(size_t a, size_t b)
+{
+    size_t n;
+    if (!dsattn_mul_size(a, b, &n)) return NULL;
+    return dsattn_alloc(n);
+}
+
+dsattn_status dsattn_errf(char *err, size_t errlen, dsattn_status st,
+                          const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+void dsattn_assert_fail(const char *expr, const char *file, int line)
+{
+    fprintf(stderr, "dsattn: internal invariant failed: %s (%s:%d)\n", expr,
+            file, line);
+    abort();
+}

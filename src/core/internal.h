@@ -1,0 +1,92 @@
+/* internal.h - what every dsattn source file shares: checked size arithmetic,
+ * aligned allocation, error-text helpers and the context layout.
+ *
+ * Nothing here is public.  Size arithmetic on anything that came from a file,
+ * a config or a caller goes through dsattn_mul_size / dsattn_add_size, which
+ * report overflow instead of wrapping.  Allocation failures are statuses,
+ * never exits.
+ */
+#ifndef DSATTN_INTERNAL_H
+#define DSATTN_INTERNAL_H
+
+#include "dsattn.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+struct dsattn_kernels;
+
+struct dsattn_ctx {
+    dsattn_mode                  mode;
+    dsattn_isa                   isa;     /* resolved, never AUTO          */
+    int                          n_threads;
+    const struct dsattn_kernels *k;       /* kernel table for `isa`        */
+    dsattn_counters              cnt;     /* flops / bytes, see dsattn.h   */
+};
+
+/* ==== Checked size arithmetic ========================================== */
+
+static inline bool dsattn_mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a) return false;
+    *out = a * b;
+    return true;
+}
+
+static inline bool dsattn_add_size(size_t a, size_t b, size_t *out)
+{
+    if (b > SIZE_MAX - a) return false;
+    *out = a + b;
+    return true;
+}
+
+/* a*b*c, false on overflow */
+static inline bool dsattn_mul3_size(size_t a, size_t b, size_t c, size_t *out)
+{
+    size_t t;
+    return dsattn_mul_size(a, b, &t) && dsattn_mul_size(t, c, out);
+}
+
+/* ==== Allocation ======================================================== */
+
+/* 64-byte aligned, zeroed; NULL on failure or n == 0 overflow.  Free with
+ * dsattn_free.  Sizes are checked by the caller with dsattn_mul_size. */
+void *dsattn_alloc(size_t n);
+void  dsattn_free(void *p);
+/* dsattn_alloc(a*b) with the product checked; NULL on overflow or OOM. */
+void *dsattn_alloc_array(size_t a, size_t b);
+
+/* ==== Error text ======================================================== */
+
+/* printf into err[errlen] if err != NULL; returns st so callers can write
+ * `return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "...", ...);`. */
+dsattn_status dsattn_errf(char *err, size_t errlen, dsattn_status st,
+                          const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ==== Misc ============================================================== */
+
+#define DSATTN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define DSATTN_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define DSATTN_MAX(a, b)    ((a) > (b) ? (a) : (b))
+
+/* Internal invariant (never for validating input): always on. */
+void dsattn_assert_fail(const char *expr, const char *file, int line)
+    __attribute__((noreturn));
+#define DSATTN_ASSERT(e) \
+    ((e) ? (void)0 : dsattn_assert_fail(#e, __FILE__, __LINE__))
+
+static inline void dsattn_count(dsattn_ctx *ctx, uint64_t flops, uint64_t bytes)
+{
+    if (ctx) {
+#pragma omp atomic
+        ctx->cnt.flops += flops;
+#pragma omp atomic
+        ctx->cnt.bytes_read += bytes;
+    }
+}
+
+#endif /* DSATTN_INTERNAL_H */

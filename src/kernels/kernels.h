@@ -1,0 +1,60 @@
+/* kernels.h - the ISA-dispatched kernel table.
+ *
+ * Algorithm code (src/ops, src/attn) never contains ISA ifdefs; it calls
+ * through a dsattn_kernels table chosen once per context.  The `ref` table
+ * (kernels_ref.c) is the scalar reference of every entry and is never
+ * deleted: it follows the arithmetic contract of the golden cases - every
+ * product formed exactly, accumulated in double, rounded ONCE to fp32 - so a
+ * context in DSATTN_MODE_REFERENCE is bit-reproducible.  The AVX2 / AVX-512
+ * tables accumulate in fp32 in their own order and are tested against `ref`
+ * (tests/test_kernels.c) with stated relative bounds.
+ *
+ * Shapes: W is row-major [rows, k] (torch Linear layout [out, in]); x is [k];
+ * y is [rows].  Everything is unaligned-safe; k and rows may be any size
+ * (tails are handled inside each kernel).
+ */
+#ifndef DSATTN_KERNELS_H
+#define DSATTN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dsattn_kernels {
+    const char *name;                           /* "ref", "avx2", "avx512"  */
+
+    /* y[r] = sum_i W[r*k + i] * x[i], r < rows */
+    void (*gemv_f32)(const float *W, const float *x, float *y,
+                     size_t rows, size_t k);
+    void (*gemv_bf16)(const uint16_t *W, const float *x, float *y,
+                      size_t rows, size_t k);
+    /* FP8 E4M3 weights with one fp32 scale per bs x bs block.  `scale` points
+     * at the scale row of weight row 0 of this call (the caller passes
+     * W + r0*k and scale + (r0/bs)*ldsc with r0 a multiple of bs), ldsc =
+     * ceil(k/bs) scales per scale row. */
+    void (*gemv_fp8)(const uint8_t *W, const float *scale, size_t bs,
+                     size_t ldsc, const float *x, float *y,
+                     size_t rows, size_t k);
+    /* FP4 E2M1 weights, packed two per byte (even element in the low nibble),
+     * k/2 bytes per row; one UE8M0 byte per 32 values along k (k/32 per
+     * row).  k must be a multiple of 32. */
+    void (*gemv_fp4)(const uint8_t *W, const uint8_t *scale, const float *x,
+                     float *y, size_t rows, size_t k);
+
+    /* dot of two fp32 vectors */
+    float (*dot_f32)(const float *a, const float *b, size_t n);
+    /* out[h] = q[h*ldq .. +n] . v  for h < nh: several heads sharing one
+     * key row (the key is loaded once) */
+    void (*mdot_f32)(const float *q, size_t ldq, size_t nh, const float *v,
+                     size_t n, float *out);
+} dsattn_kernels;
+
+extern const dsattn_kernels dsattn_kernels_ref;
+/* NULL when the build has no such path (non-x86 compilers). */
+extern const dsattn_kernels *const dsattn_kernels_avx2_ptr;
+extern const dsattn_kernels *const dsattn_kernels_avx512_ptr;
+
+/* cpuid: does this CPU (and OS) run the path? */
+int dsattn_cpu_has_avx2(void);     /* avx2 + fma + f16c              */
+int dsattn_cpu_has_avx512(void);   /* avx512f + bw + vl + dq        */
+
+#endif /* DSATTN_KERNELS_H */

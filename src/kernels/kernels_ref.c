@@ -1,0 +1,88 @@
+/* kernels_ref.c - the scalar reference of every kernel in the table.
+ *
+ * Contract (golden-cases.md §4): each product is formed exactly (fp32*fp32
+ * fits a double exactly; FP8/FP4 codes times power-of-two scales do too),
+ * the sum runs in double, and the result is rounded once to fp32.  This
+ * file is compiled with -ffp-contract=off and never gets -m ISA flags.
+ * Never delete a function here: the fast paths are tested against it.
+ */
+#include "kernels.h"
+
+#include "numfmt.h"
+
+static void gemv_f32_ref(const float *W, const float *x, float *y, size_t rows,
+                         size_t k)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *w = W + r * k;
+        double acc = 0.0;
+        for (size_t i = 0; i < k; i++) acc += (double)w[i] * (double)x[i];
+        y[r] = (float)acc;
+    }
+}
+
+static void gemv_bf16_ref(const uint16_t *W, const float *x, float *y,
+                          size_t rows, size_t k)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const uint16_t *w = W + r * k;
+        double acc = 0.0;
+        for (size_t i = 0; i < k; i++)
+            acc += (double)dsattn_bf16_to_f32(w[i]) * (double)x[i];
+        y[r] = (float)acc;
+    }
+}
+
+static void gemv_fp8_ref(const uint8_t *W, const float *scale, size_t bs,
+                         size_t ldsc, const float *x, float *y, size_t rows,
+                         size_t k)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *w = W + r * k;
+        const float *sc = scale + (r / bs) * ldsc;
+        double acc = 0.0;
+        for (size_t i = 0; i < k; i++)
+            acc += (double)dsattn_e4m3_to_f32(w[i]) * (double)sc[i / bs] *
+                   (double)x[i];
+        y[r] = (float)acc;
+    }
+}
+
+static void gemv_fp4_ref(const uint8_t *W, const uint8_t *scale,
+                         const float *x, float *y, size_t rows, size_t k)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *w = W + r * (k / 2);
+        const uint8_t *sc = scale + r * (k / 32);
+        double acc = 0.0;
+        for (size_t i = 0; i < k; i++) {
+            uint8_t c = (i & 1) ? (uint8_t)(w[i / 2] >> 4) : (uint8_t)(w[i / 2] & 15);
+            acc += (double)dsattn_e2m1_to_f32(c) *
+                   (double)dsattn_ue8m0_to_f32(sc[i / 32]) * (double)x[i];
+        }
+        y[r] = (float)acc;
+    }
+}
+
+static float dot_f32_ref(const float *a, const float *b, size_t n)
+{
+    double acc = 0.0;
+    for (size_t i = 0; i < n; i++) acc += (double)a[i] * (double)b[i];
+    return (float)acc;
+}
+
+static void mdot_f32_ref(const float *q, size_t ldq, size_t nh, const float *v,
+                         size_t n, float *out)
+{
+    for (size_t h = 0; h < nh; h++) out[h] = dot_f32_ref(q + h * ldq, v, n);
+}
+
+const dsattn_kernels dsattn_kernels_ref = {
+    .name      = "ref",
+    .gemv_f32  = gemv_f32_ref,
+    .gemv_bf16 = gemv_bf16_ref,
+    .gemv_fp8  = gemv_fp8_ref,
+    .gemv_fp4  = gemv_fp4_ref,
+    .dot_f32   = dot_f32_ref,
+    .mdot_f32  = mdot_f32_ref,
+};

@@ -1,0 +1,164 @@
+/* harness.c - registry, checks and main() of dsattn_test.
+ *
+ *   dsattn_test                 every suite
+ *   dsattn_test --suite NAME    one suite (ctest runs one per entry)
+ *   dsattn_test -p SUBSTR       tests whose "suite.name" contains SUBSTR
+ *   dsattn_test --list          list tests
+ */
+#include "harness.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct { const char *suite, *name; dsattn_test_fn fn; } test_entry;
+
+static test_entry *tests;
+static size_t n_tests, cap_tests;
+static int cur_failed, cur_skipped;
+
+void dsattn_test_register(const char *suite, const char *name, dsattn_test_fn fn)
+{
+    if (n_tests == cap_tests) {
+        cap_tests = cap_tests ? 2 * cap_tests : 64;
+        tests = realloc(tests, cap_tests * sizeof *tests);
+        if (!tests) { fprintf(stderr, "out of memory\n"); exit(2); }
+    }
+    tests[n_tests++] = (test_entry){ suite, name, fn };
+}
+
+void dsattn_test_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    cur_failed++;
+    if (cur_failed > 20) return;          /* keep the log readable */
+    fprintf(stderr, "    %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void dsattn_test_skip(const char *why)
+{
+    cur_skipped = 1;
+    fprintf(stderr, "    skipped: %s\n", why);
+}
+
+int dsattn_test_failed(void) { return cur_failed; }
+
+int dsattn_check_close(const char *file, int line, const char *what,
+                       const float *got, const float *want, size_t n,
+                       double abs_tol, double rel_tol)
+{
+    size_t bad = 0, worst = 0;
+    double worst_ex = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double g = got[i], w = want[i];
+        int ok;
+        if (isnan(w) || isnan(g)) ok = isnan(w) && isnan(g);
+        else if (isinf(w) || isinf(g)) ok = g == w;
+        else {
+            double d = fabs(g - w);
+            double lim = fmax(abs_tol, rel_tol * fabs(w));
+            ok = d <= lim;
+            double ex = lim > 0 ? d / lim : (d > 0 ? INFINITY : 0);
+            if (ex > worst_ex) { worst_ex = ex; worst = i; }
+        }
+        if (!ok) { if (!bad) worst = i; bad++; }
+    }
+    if (bad) {
+        dsattn_test_fail(file, line, "%s: %zu/%zu differ; worst [%zu] got %.9g want %.9g",
+                         what, bad, n, worst, (double)got[worst], (double)want[worst]);
+        return 0;
+    }
+    return 1;
+}
+
+int dsattn_check_bits(const char *file, int line, const char *what,
+                      const float *got, const float *want, size_t n)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        int same = memcmp(&got[i], &want[i], 4) == 0 ||
+                   (got[i] == 0.0f && want[i] == 0.0f) ||
+                   (isnan(got[i]) && isnan(want[i]));
+        if (!same) { if (!bad) first = i; bad++; }
+    }
+    if (bad) {
+        dsattn_test_fail(file, line, "%s: %zu/%zu not bit-equal; first [%zu] got %.9g want %.9g",
+                         what, bad, n, first, (double)got[first], (double)want[first]);
+        return 0;
+    }
+    return 1;
+}
+
+double dsattn_rel_l2(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+double dsattn_cosine(const float *a, const float *b, size_t n)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return (aa > 0 && bb > 0) ? ab / sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
+}
+
+const char *dsattn_test_data(const char *rel)
+{
+    static __thread char buf[4096];
+    const char *root = getenv("DSATTN_TEST_DATA");
+    if (!root) root = DSATTN_TEST_DATA;
+    snprintf(buf, sizeof buf, "%s/%s", root, rel);
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    const char *suite = NULL, *pat = NULL;
+    int list = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--suite") && i + 1 < argc) suite = argv[++i];
+        else if (!strcmp(argv[i], "-p") && i + 1 < argc) pat = argv[++i];
+        else if (!strcmp(argv[i], "--list")) list = 1;
+        else {
+            fprintf(stderr, "usage: %s [--suite NAME] [-p SUBSTR] [--list]\n", argv[0]);
+            return 2;
+        }
+    }
+    size_t passed = 0, failed = 0, skipped = 0, ran = 0;
+    for (size_t i = 0; i < n_tests; i++) {
+        const test_entry *t = &tests[i];
+        char full[256];
+        snprintf(full, sizeof full, "%s.%s", t->suite, t->name);
+        if (suite && strcmp(suite, t->suite)) continue;
+        if (pat && !strstr(full, pat)) continue;
+        if (list) { printf("%s\n", full); continue; }
+        cur_failed = 0;
+        cur_skipped = 0;
+        fprintf(stderr, "[ RUN  ] %s\n", full);
+        t->fn();
+        ran++;
+        if (cur_failed) { failed++; fprintf(stderr, "[ FAIL ] %s (%d check(s))\n", full, cur_failed); }
+        else if (cur_skipped) { skipped++; fprintf(stderr, "[ SKIP ] %s\n", full); }
+        else { passed++; fprintf(stderr, "[  OK  ] %s\n", full); }
+    }
+    if (list) return 0;
+    if (ran == 0) {
+        fprintf(stderr, "no test matched\n");
+        return 2;
+    }
+    printf("%zu passed, %zu failed, %zu skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,98 @@
+/* harness.h - the one test runner's registry and checks.
+ *
+ * A test is `DSATTN_TEST(suite, name) { ... }` in tests/test_<suite>.c; it
+ * registers itself at load time, so adding a file needs no central list.
+ * Checks record file:line and keep going; a test fails if any check failed.
+ * The runner ends with "N passed, N failed" and exits non-zero on failure.
+ */
+#ifndef DSATTN_HARNESS_H
+#define DSATTN_HARNESS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef void (*dsattn_test_fn)(void);
+
+void dsattn_test_register(const char *suite, const char *name, dsattn_test_fn fn);
+void dsattn_test_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Skip the rest of the current test (counted as passed, reported as skip). */
+void dsattn_test_skip(const char *why);
+int  dsattn_test_failed(void);
+
+#define DSATTN_TEST(suite, name)                                            \
+    static void test_##suite##_##name(void);                                \
+    __attribute__((constructor)) static void reg_##suite##_##name(void)     \
+    {                                                                       \
+        dsattn_test_register(#suite, #name, test_##suite##_##name);         \
+    }                                                                       \
+    static void test_##suite##_##name(void)
+
+#define CHECK(c)                                                            \
+    do {                                                                    \
+        if (!(c)) dsattn_test_fail(__FILE__, __LINE__, "CHECK(%s)", #c);    \
+    } while (0)
+
+#define CHECK_MSG(c, ...)                                                   \
+    do {                                                                    \
+        if (!(c)) dsattn_test_fail(__FILE__, __LINE__, __VA_ARGS__);        \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                  \
+    do {                                                                    \
+        long long a_ = (long long)(a), b_ = (long long)(b);                 \
+        if (a_ != b_)                                                       \
+            dsattn_test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld",  \
+                             #a, #b, a_, b_);                               \
+    } while (0)
+
+#define CHECK_OK(st)                                                        \
+    do {                                                                    \
+        int st_ = (int)(st);                                                \
+        if (st_ != 0)                                                       \
+            dsattn_test_fail(__FILE__, __LINE__, "%s returned %d", #st, st_); \
+    } while (0)
+
+/* Compare arrays: NaN/Inf positions must agree; then |a-b| <= abs_tol or
+ * |a-b| <= rel_tol*|b|.  Prints the worst index.  Returns 1 if equal. */
+int dsattn_check_close(const char *file, int line, const char *what,
+                       const float *got, const float *want, size_t n,
+                       double abs_tol, double rel_tol);
+#define CHECK_CLOSE(what, got, want, n, at, rt) \
+    dsattn_check_close(__FILE__, __LINE__, what, got, want, n, at, rt)
+/* Bit-exact float comparison (+0 == -0 unless strict_zero). */
+int dsattn_check_bits(const char *file, int line, const char *what,
+                      const float *got, const float *want, size_t n);
+#define CHECK_BITS(what, got, want, n) \
+    dsattn_check_bits(__FILE__, __LINE__, what, got, want, n)
+
+/* Summary statistics used by the statistical tier. */
+double dsattn_rel_l2(const float *a, const float *b, size_t n);  /* |a-b|/|b| */
+double dsattn_cosine(const float *a, const float *b, size_t n);
+
+/* Seeded xorshift RNG, one per test. */
+typedef struct { uint64_t s; } dsattn_rng;
+static inline uint64_t dsattn_rng_u64(dsattn_rng *r)
+{
+    uint64_t x = r->s ? r->s : 0x9e3779b97f4a7c15ull;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    r->s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+static inline float dsattn_rng_uniform(dsattn_rng *r) /* [-1, 1) */
+{
+    return (float)((double)(dsattn_rng_u64(r) >> 11) * 0x1p-52 - 1.0);
+}
+static inline float dsattn_rng_normal(dsattn_rng *r)
+{
+    double u1 = ((double)(dsattn_rng_u64(r) >> 11) + 1.0) * 0x1p-53;
+    double u2 = (double)(dsattn_rng_u64(r) >> 11) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* Path of a file under tests/data. */
+const char *dsattn_test_data(const char *rel);
+
+#endif /* DSATTN_HARNESS_H */
