@@ -1,0 +1,118 @@
+/* safetensors.h - bounds-checked safetensors reader and a small writer.
+ *
+ * File layout (the format as Hugging Face's safetensors defines it):
+ *   u64 little-endian N | N bytes of JSON header | data section
+ * The header is one JSON object: "name" -> {"dtype", "shape", "data_offsets":
+ * [begin, end]} with offsets relative to the data section, plus an optional
+ * "__metadata__" object of string -> string.
+ *
+ * The reader trusts nothing: every length, offset, shape and dtype is checked
+ * against the bytes actually present before a tensor is handed out, and every
+ * defect comes back as a dsattn_status with text naming the file, the tensor
+ * and the byte offset.  Tensor data is borrowed from the mapping (or the
+ * caller's buffer) and is NOT guaranteed to be aligned: safetensors packs
+ * tensors back to back, so read elements with memcpy or dsattn_st_to_f32.
+ *
+ * The writer lays tensors out back to back in insertion order, with the
+ * header padded by spaces so the data section starts 8-byte aligned, which
+ * is what the reference Python writer does and what its strict reader
+ * (contiguous, no holes) accepts.
+ *
+ * Deliberately not here: shard indexes, name maps and weight formats (see
+ * checkpoint.h), and any writing of data we did not get from the caller.
+ */
+#ifndef DSATTN_SAFETENSORS_H
+#define DSATTN_SAFETENSORS_H
+
+#include "dsattn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    DSATTN_DT_F32,
+    DSATTN_DT_F16,
+    DSATTN_DT_BF16,
+    DSATTN_DT_F8_E4M3,   /* "F8_E4M3": FP8 E4M3fn                       */
+    DSATTN_DT_F8_E8M0,   /* "F8_E8M0": UE8M0 power-of-two scale bytes    */
+    DSATTN_DT_I8,
+    DSATTN_DT_U8,
+    DSATTN_DT_I32,
+    DSATTN_DT_I64,
+} dsattn_dtype;
+
+#define DSATTN_ST_MAX_NDIM 8
+/* Largest header we accept: real checkpoints stay far below a few MB. */
+#define DSATTN_ST_MAX_HEADER ((size_t)100 << 20)
+
+size_t      dsattn_dtype_size(dsattn_dtype dt);   /* bytes per element */
+const char *dsattn_dtype_name(dsattn_dtype dt);   /* "F32", "F8_E4M3", ... */
+/* Parse a safetensors dtype string; DSATTN_ERR_FORMAT if unknown. */
+dsattn_status dsattn_dtype_parse(const char *s, dsattn_dtype *out);
+
+typedef struct {
+    const char  *name;
+    dsattn_dtype dtype;
+    int          ndim;                        /* 0..DSATTN_ST_MAX_NDIM      */
+    int64_t      shape[DSATTN_ST_MAX_NDIM];
+    size_t       numel;                       /* prod(shape); 1 if ndim = 0 */
+    size_t       nbytes;                      /* numel * dtype size         */
+    size_t       offset;                      /* absolute byte offset in file */
+    const void  *data;                        /* borrowed, maybe unaligned  */
+} dsattn_st_tensor;
+
+typedef struct dsattn_st_file dsattn_st_file;
+
+/* mmap `path` read-only and validate it.  The mapping lives until close. */
+dsattn_status dsattn_st_open(dsattn_st_file **out, const char *path,
+                             char *err, size_t errlen);
+/* Validate a caller buffer (borrowed: it must outlive the handle).  Used by
+ * tests and the fuzzer; `name` (may be NULL) is used in error text. */
+dsattn_status dsattn_st_open_buffer(dsattn_st_file **out, const void *buf,
+                                    size_t len, char *err, size_t errlen);
+dsattn_status dsattn_st_open_buffer_named(dsattn_st_file **out, const void *buf,
+                                          size_t len, const char *name,
+                                          char *err, size_t errlen);
+void dsattn_st_close(dsattn_st_file *f);
+
+/* Tensors in file order (order of data offsets). */
+size_t                  dsattn_st_count(const dsattn_st_file *f);
+const dsattn_st_tensor *dsattn_st_at(const dsattn_st_file *f, size_t i);
+/* NULL if absent.  O(log n). */
+const dsattn_st_tensor *dsattn_st_find(const dsattn_st_file *f, const char *name);
+/* __metadata__ value or NULL. */
+const char *dsattn_st_meta(const dsattn_st_file *f, const char *key);
+size_t      dsattn_st_meta_count(const dsattn_st_file *f);
+/* i-th metadata pair (sorted by key); returns key, *value set. */
+const char *dsattn_st_meta_at(const dsattn_st_file *f, size_t i, const char **value);
+const char *dsattn_st_path(const dsattn_st_file *f);
+/* The whole file bytes (for byte-offset arithmetic in callers). */
+const uint8_t *dsattn_st_base(const dsattn_st_file *f);
+size_t         dsattn_st_size(const dsattn_st_file *f);
+
+/* Convert any dtype to fp32 (F8_E8M0 -> 2^(b-127), integers by value).
+ * n must equal t->numel, else DSATTN_ERR_INVALID_ARG. */
+dsattn_status dsattn_st_to_f32(const dsattn_st_tensor *t, float *out, size_t n);
+
+/* IEEE half -> fp32 (exact). */
+float dsattn_f16_to_f32(uint16_t h);
+
+/* ==== Writer ============================================================ */
+
+typedef struct dsattn_st_writer dsattn_st_writer;
+
+dsattn_st_writer *dsattn_st_writer_create(void);          /* NULL on OOM */
+void dsattn_st_writer_destroy(dsattn_st_writer *w);
+/* Copies name and numel*size bytes of data (data may be NULL: zeros).
+ * Rejects duplicate names, ndim > 8, negative dims, size overflow. */
+dsattn_status dsattn_st_writer_add(dsattn_st_writer *w, const char *name,
+                                   dsattn_dtype dtype, int ndim,
+                                   const int64_t *shape, const void *data);
+dsattn_status dsattn_st_writer_meta(dsattn_st_writer *w, const char *key,
+                                    const char *value);
+/* Total bytes the file will take (header + data), for sharding decisions. */
+size_t dsattn_st_writer_data_bytes(const dsattn_st_writer *w);
+dsattn_status dsattn_st_writer_save(dsattn_st_writer *w, const char *path,
+                                    char *err, size_t errlen);
+
+#endif /* DSATTN_SAFETENSORS_H */
