@@ -92,6 +92,120 @@ typedef struct {
 void dsattn_ctx_counters_reset(dsattn_ctx *ctx);
 dsattn_counters dsattn_ctx_counters(const dsattn_ctx *ctx);
 
+/* ==== CSA2: DeepSeek-V4.1 (Flash) ======================================= */
+/*
+ * A dsattn_v41 is the attention part of a V4.1 model: config, layer plan and
+ * weights.  A dsattn_v41_seq is one sequence over it: the packed caches
+ * (window 528 B rows, compressed KV 288 B, index keys 68 B at real size),
+ * the compressor state and the shared attention runtime (compress_kv,
+ * index_k, topk_idxs, candidates).
+ *
+ * Layer modes come from the config (Attention.__init__): ratio 0 -> SWA;
+ * ratio > 0 and a KV source -> FULL; an index source that is not a KV
+ * source -> REINDEX; any other ratio > 0 layer -> REUSE (reads the current
+ * compressed cache and top-k rows of its sources).
+ *
+ * Calling protocol (the reference's): for each chunk, call
+ * dsattn_v41_attn_forward for every layer 0..n_layers-1 in order with that
+ * layer's normalised input, then dsattn_v41_seq_advance.  The first chunk
+ * may be a prefill of n >= 1 tokens at position 0; every later chunk is one
+ * token (the reference supports no chunked prefill).
+ * dsattn_v41_stack_forward runs the golden-case stand-in block
+ * h += attn_l(bf16(RMSNorm_l(h))) over all layers and advances.
+ */
+
+typedef enum {
+    DSATTN_V41_SWA     = 0,
+    DSATTN_V41_FULL    = 1,
+    DSATTN_V41_REINDEX = 2,
+    DSATTN_V41_REUSE   = 3,
+    DSATTN_V41_MTP     = 4,   /* DSpark / MTP layers past n_layers: reported,
+                                 not run by the attention stack            */
+} dsattn_v41_mode;
+
+/* The reference's index_k quirk (reference-semantics.md §13.1): on decode
+ * steps where a ratio-2 group is still filling, the official code's owners
+ * score against whichever index_k was published last (layer 20's).
+ * OWNER (default): each owner always scores and publishes its own keys, as
+ * the code's comment and every serving engine intend.  REFERENCE: replay
+ * the stale-slot behaviour bit for bit. */
+typedef enum {
+    DSATTN_V41_INDEX_K_OWNER     = 0,
+    DSATTN_V41_INDEX_K_REFERENCE = 1,
+} dsattn_v41_index_k;
+
+typedef struct dsattn_v41     dsattn_v41;
+typedef struct dsattn_v41_seq dsattn_v41_seq;
+
+/* Load from a config.json and a safetensors file with the official
+ * inference names (layers.{i}.attn.*, layers.{i}.attn_norm.weight).
+ * The file is memory-mapped; weights are borrowed from the mapping. */
+dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
+                              const char *weights, char *err, size_t errlen);
+/* Random weights from a seed at the config's dims (fp8 != 0: FP8 32x32
+ * blocks as the released checkpoint; else bf16). */
+dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json,
+                                       uint64_t seed, int fp8, char *err,
+                                       size_t errlen);
+void dsattn_v41_destroy(dsattn_v41 *m);
+
+int             dsattn_v41_n_layers(const dsattn_v41 *m);
+int             dsattn_v41_dim(const dsattn_v41 *m);
+dsattn_v41_mode dsattn_v41_layer_mode(const dsattn_v41 *m, int layer);
+int             dsattn_v41_layer_ratio(const dsattn_v41 *m, int layer);
+/* Bytes of weights the stack holds (all layers, as stored). */
+size_t          dsattn_v41_weight_bytes(const dsattn_v41 *m);
+
+dsattn_status dsattn_v41_seq_create(dsattn_v41_seq **out, const dsattn_v41 *m,
+                                    size_t max_seq_len, dsattn_v41_index_k mode);
+void dsattn_v41_seq_destroy(dsattn_v41_seq *s);
+int64_t dsattn_v41_seq_pos(const dsattn_v41_seq *s);
+
+/* x: [n, dim] the layer's normalised input (bf16 values); out: [n, dim]. */
+dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *s,
+                                      int layer, const float *x, size_t n,
+                                      float *out);
+dsattn_status dsattn_v41_seq_advance(dsattn_v41_seq *s, size_t n);
+
+/* Golden-case stand-in stack over all layers; h: [n, dim] fp32 residual,
+ * updated in place.  attn_in/attn_out (optional, [n_layers, n, dim]). */
+dsattn_status dsattn_v41_stack_forward(dsattn_ctx *ctx, dsattn_v41_seq *s,
+                                       float *h, size_t n, float *attn_in,
+                                       float *attn_out);
+
+/* The last chunk's own top-k selection of an index-source layer, as
+ * compressed-entry indices j ascending, -1 padded: rows x width. */
+dsattn_status dsattn_v41_seq_selection(const dsattn_v41_seq *s, int layer,
+                                       const int32_t **rows, size_t *n_rows,
+                                       size_t *width);
+/* Which layer's compressed cache / index keys the layer read last chunk
+ * (-1 if none): Reuse layers must name their source. */
+int dsattn_v41_seq_source_read(const dsattn_v41_seq *s, int layer);
+int dsattn_v41_seq_index_read(const dsattn_v41_seq *s, int layer);
+
+/* Packed cache contents of a layer: which = 0 window ring [w rows],
+ * 1 compressed KV [entries written], 2 index keys [entries written]. */
+dsattn_status dsattn_v41_seq_cache(const dsattn_v41_seq *s, int layer, int which,
+                                   const uint8_t **rows, size_t *n_rows,
+                                   size_t *row_bytes);
+
+/* The bill, measured from the live allocations: global KV bytes per token
+ * (compressed + index caches of every source, / max_seq_len), and the
+ * bounded per-sequence window state in bytes. */
+typedef struct {
+    double global_bytes_per_token;
+    size_t global_bytes_allocated;
+    size_t window_bytes;          /* all layers' rings                     */
+    size_t state_bytes;           /* compressor fp32 state                 */
+} dsattn_v41_kv_bill;
+dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_v41_kv_bill *b);
+
+/* Fill the caches as if `depth` tokens had been consumed, with random valid
+ * packed entries (benchmarks at 1M context).  Sets the position to depth;
+ * the runtime slots are left as a decode step expects them. */
+dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
+                                            uint64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,110 @@
+/* v41.h - internal layout of the DeepSeek-V4.1 (CSA2) attention stack.
+ *
+ * The public face is the "CSA2" section of include/dsattn.h; this header
+ * holds the structures the stack, the trace tool, the bill and the tests
+ * share.  Vocabulary: D = head_dim (512), rd = rope_head_dim (64), H =
+ * n_heads, Di = index_head_dim, Hi = index_n_heads, w = window_size,
+ * m = compress ratio, T = number of compressed entries visible at the end
+ * of the current chunk (end_pos / m).
+ */
+#ifndef DSATTN_V41_H
+#define DSATTN_V41_H
+
+#include "dsattn.h"
+#include "internal.h"
+#include "ops.h"
+#include "weights.h"
+
+#define DSATTN_V41_MAX_LAYERS 256
+
+typedef struct {
+    int64_t dim, n_layers, n_total_layers;     /* total = backbone + DSpark */
+    int64_t n_heads, head_dim, rope_head_dim, q_lora_rank;
+    int64_t o_groups, o_lora_rank, window_size;
+    int64_t compress_ratios[DSATTN_V41_MAX_LAYERS];
+    uint8_t is_kv_source[DSATTN_V41_MAX_LAYERS];
+    uint8_t is_index_source[DSATTN_V41_MAX_LAYERS];
+    int64_t candidate_source_layer;            /* -1: none                  */
+    int64_t candidate_topk_blocks, candidate_block_size;
+    int64_t index_n_heads, index_head_dim, index_topk;
+    double  rope_theta, compress_rope_theta, rope_factor, original_seq_len;
+    double  beta_fast, beta_slow;
+    float   norm_eps;
+    int     fp8;                               /* dtype "fp8"               */
+    int64_t fp8_block;                         /* weight block edge (32)    */
+} dsattn_v41_config;
+
+typedef struct {
+    int64_t         ratio;
+    dsattn_v41_mode mode;
+    int             is_kv_source, is_index_source, owns_k;
+    int             is_candidate_source, uses_candidates;
+    dsattn_rope     rope;
+
+    float          *attn_norm;                 /* [dim]                     */
+    dsattn_weight   wq_a, wq_b, wkv, wo_a, wo_b;
+    float          *q_norm, *kv_norm, *sink;   /* [q_lora], [D], [H]        */
+    dsattn_weight   c_wkv, c_wgate;            /* compressor (KV sources)   */
+    float          *c_norm;
+    dsattn_weight   i_wq_b, i_wproj, i_wk;     /* indexer (index sources)   */
+    float          *i_knorm;
+} dsattn_v41_layer_w;
+
+struct dsattn_v41 {
+    dsattn_v41_config   cfg;
+    dsattn_v41_layer_w  layer[DSATTN_V41_MAX_LAYERS];
+    void               *ckpt;                  /* dsattn_st_file, if mapped */
+    void              **owned;                 /* buffers to free           */
+    size_t              n_owned, cap_owned;
+};
+
+typedef struct {
+    uint8_t *ring;            /* [w, swa_bytes] window rows, slot = pos % w */
+    uint8_t *ckv;             /* KV sources: [cap, kv_bytes] FP4 entries    */
+    uint8_t *kidx;            /* owners: [cap, idx_bytes] FP4 index keys    */
+    size_t   cap;             /* entries ckv/kidx can hold                  */
+    float   *kv_state, *score_state;   /* ratio >= 2 sources: [m, D] fp32  */
+    int32_t *sel;             /* last chunk's own selection [s, sel_w], j's */
+    size_t   sel_rows, sel_w, sel_cap;
+    int      source_read;     /* layer whose compress_kv this layer read    */
+    int      index_read;      /* layer whose index_k this layer scored      */
+} dsattn_v41_layer_s;
+
+struct dsattn_v41_seq {
+    const dsattn_v41   *m;
+    dsattn_v41_index_k  index_k_mode;
+    int64_t             pos;               /* tokens consumed so far        */
+    size_t              max_seq_len;
+    dsattn_v41_layer_s  layer[DSATTN_V41_MAX_LAYERS];
+
+    /* The shared attention runtime: four slots, written and read in layer
+     * order (reference-semantics.md §4.5).  Owned by the sequence. */
+    struct {
+        int      compress_kv;     /* layer whose compressed cache is current */
+        int      index_k;         /* layer whose index-key cache is current  */
+        int32_t *topk;            /* [rows, width] final rows, offset applied */
+        size_t   topk_rows, topk_w, topk_cap;
+        int      topk_valid;
+        int32_t *cand;            /* pool positions per row, ascending       */
+        size_t  *cand_n;          /* [rows] count                            */
+        size_t   cand_rows, cand_stride, cand_cap;
+        int      cand_valid;
+    } rt;
+
+    void   *scratch;                      /* grow-only chunk scratch       */
+    size_t  scratch_size;
+};
+
+/* Derive the plan (modes) from the config.  Errors name the offending key. */
+dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
+                                         size_t errlen);
+/* Parse a config.json (flat inference keys, or HF with text_config). */
+dsattn_status dsattn_v41_config_load(dsattn_v41_config *c, const char *path,
+                                     char *err, size_t errlen);
+
+/* Bytes of one packed row of each cache. */
+size_t dsattn_v41_swa_bytes(const dsattn_v41_config *c);
+size_t dsattn_v41_ckv_bytes(const dsattn_v41_config *c);
+size_t dsattn_v41_kidx_bytes(const dsattn_v41_config *c);
+
+#endif /* DSATTN_V41_H */

@@ -1,0 +1,692 @@
+/* v41_forward.c - one sequence over a V4.1 (CSA2) stack: packed caches, the
+ * shared attention runtime, and the attention forward of every layer mode.
+ *
+ * The order of work inside a layer is the reference's Attention.forward
+ * (reference-semantics.md §4): query path; window KV (FP8 rows, ring slot
+ * pos % w); then, for compressed layers, the compressor (KV sources), the
+ * indexer (index sources: index keys from the pre-RoPE latent, scores in
+ * bf16, candidate pool, top-k) which publishes top-k rows for Reuse layers,
+ * then RoPE + FP4 of the new compressed entries; one sparse_attn over
+ * [window rows ; compressed rows]; inverse RoPE; grouped wo_a; wo_b.
+ *
+ * Caches hold packed bytes only (288 B compressed KV, 68 B index keys, 528 B
+ * window rows at real size); attention and the indexer dequantize rows as
+ * they read them, which gives exactly the reference's quant-dequant values.
+ *
+ * Two places where dsattn computes less than the reference with the same
+ * result: Reindex layers score only the positions of the candidate pool
+ * (the reference scores all and masks the rest to -inf), and every index
+ * source scores only the causally visible entries of a row.  Top-k is then
+ * completed with the -inf picks the reference would make (the lowest
+ * remaining indices), so the selection is identical.
+ */
+#include "v41.h"
+
+#include "numfmt.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ==== Sequence lifetime ================================================= */
+
+dsattn_status dsattn_v41_seq_create(dsattn_v41_seq **out, const dsattn_v41 *m,
+                                    size_t max_seq_len, dsattn_v41_index_k mode)
+{
+    if (!out || !m || max_seq_len == 0) return DSATTN_ERR_INVALID_ARG;
+    if (mode != DSATTN_V41_INDEX_K_OWNER && mode != DSATTN_V41_INDEX_K_REFERENCE)
+        return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    const dsattn_v41_config *c = &m->cfg;
+    dsattn_v41_seq *s = calloc(1, sizeof *s);
+    if (!s) return DSATTN_ERR_NOMEM;
+    s->m = m;
+    s->index_k_mode = mode;
+    s->max_seq_len = max_seq_len;
+    s->rt.compress_kv = s->rt.index_k = -1;
+    size_t D = (size_t)c->head_dim, w = (size_t)c->window_size;
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        const dsattn_v41_layer_w *L = &m->layer[l];
+        dsattn_v41_layer_s *S = &s->layer[l];
+        S->source_read = S->index_read = -1;
+        S->ring = dsattn_alloc_array(w, dsattn_v41_swa_bytes(c));
+        if (!S->ring) goto nomem;
+        if (L->is_kv_source) {
+            S->cap = max_seq_len / (size_t)L->ratio;
+            S->ckv = dsattn_alloc_array(DSATTN_MAX(S->cap, 1), dsattn_v41_ckv_bytes(c));
+            if (!S->ckv) goto nomem;
+            if (L->owns_k) {
+                S->kidx = dsattn_alloc_array(DSATTN_MAX(S->cap, 1), dsattn_v41_kidx_bytes(c));
+                if (!S->kidx) goto nomem;
+            }
+            if (L->ratio > 1) {
+                S->kv_state = dsattn_alloc_array((size_t)L->ratio * D, sizeof(float));
+                S->score_state = dsattn_alloc_array((size_t)L->ratio * D, sizeof(float));
+                if (!S->kv_state || !S->score_state) goto nomem;
+                for (size_t i = 0; i < (size_t)L->ratio * D; i++) S->score_state[i] = -INFINITY;
+            }
+        }
+    }
+    *out = s;
+    return DSATTN_OK;
+nomem:
+    dsattn_v41_seq_destroy(s);
+    return DSATTN_ERR_NOMEM;
+}
+
+void dsattn_v41_seq_destroy(dsattn_v41_seq *s)
+{
+    if (!s) return;
+    for (int l = 0; l < DSATTN_V41_MAX_LAYERS; l++) {
+        dsattn_v41_layer_s *S = &s->layer[l];
+        dsattn_free(S->ring);
+        dsattn_free(S->ckv);
+        dsattn_free(S->kidx);
+        dsattn_free(S->kv_state);
+        dsattn_free(S->score_state);
+        free(S->sel);
+    }
+    free(s->rt.topk);
+    free(s->rt.cand);
+    free(s->rt.cand_n);
+    dsattn_free(s->scratch);
+    free(s);
+}
+
+int64_t dsattn_v41_seq_pos(const dsattn_v41_seq *s) { return s->pos; }
+
+dsattn_status dsattn_v41_seq_advance(dsattn_v41_seq *s, size_t n)
+{
+    if (!s) return DSATTN_ERR_INVALID_ARG;
+    s->pos += (int64_t)n;
+    return DSATTN_OK;
+}
+
+/* Grow-only scratch: decode steps after the first allocate nothing. */
+static void *scratch_get(dsattn_v41_seq *s, size_t bytes)
+{
+    if (bytes > s->scratch_size) {
+        dsattn_free(s->scratch);
+        s->scratch = dsattn_alloc(bytes);
+        s->scratch_size = s->scratch ? bytes : 0;
+    }
+    return s->scratch;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 1;
+    void *np = realloc(*p, need * elem);
+    if (!np) return 0;
+    *p = np;
+    *cap = need;
+    return 1;
+}
+
+/* ==== Helpers =========================================================== */
+
+static dsattn_actq v41_actq(void) { dsattn_actq a = { 32, DSATTN_ACTQ_POW2 }; return a; }
+
+/* A weight seen as the row block [r0, r0+n) x [c0, c0+nc) of a bf16/f32
+ * matrix: used for the block-diagonal wo_a. */
+static dsattn_weight sub_rows(const dsattn_weight *w, size_t r0, size_t n)
+{
+    dsattn_weight v = *w;
+    size_t es = w->kind == DSATTN_W_F32 ? 4 : 2;
+    v.data = (const uint8_t *)w->data + r0 * w->cols * es;
+    v.rows = n;
+    v.owned = NULL;
+    return v;
+}
+
+/* Pool `r` rows of (kv, score) per channel: softmax over the rows in fp32
+ * (e = exp(z - max), p = e / sum), then sum of fp32 products in order. */
+static void pool_group(const float *kv, const float *z, size_t r, size_t D, float *out)
+{
+    for (size_t c = 0; c < D; c++) {
+        float mx = -INFINITY;
+        for (size_t i = 0; i < r; i++) mx = z[i * D + c] > mx ? z[i * D + c] : mx;
+        float e[64];
+        double se = 0.0;
+        for (size_t i = 0; i < r; i++) {
+            e[i] = (float)exp((double)(z[i * D + c] - mx));
+            se += e[i];
+        }
+        float sum = (float)se;
+        double acc = 0.0;
+        for (size_t i = 0; i < r; i++) {
+            float p = e[i] / sum;
+            acc += (double)(kv[i * D + c] * p);
+        }
+        out[c] = (float)acc;
+    }
+}
+
+/* ==== Candidate pool (select_candidate_blocks) ========================== */
+
+/* scores[0..T) already masked (-inf beyond the row's visible count cl).
+ * Writes the pool positions (ascending) and returns their count. */
+static size_t candidate_pool(const float *scores, size_t T, size_t cl, size_t bs,
+                             size_t topk_blocks, float *bscore, int32_t *bidx,
+                             int32_t *pool)
+{
+    size_t nb = (T + bs - 1) / bs;
+    for (size_t b = 0; b < nb; b++) {
+        float mx = -INFINITY;
+        for (size_t j = b * bs; j < DSATTN_MIN(T, (b + 1) * bs); j++)
+            mx = scores[j] > mx ? scores[j] : mx;
+        bscore[b] = mx;
+    }
+    if (cl > 0) {
+        size_t last = (cl - 1) / bs;                  /* newest visible block */
+        if (last < nb) bscore[last] = INFINITY;
+    }
+    size_t kb = DSATTN_MIN(topk_blocks, nb);
+    dsattn_topk(bscore, nb, kb, bidx, NULL);
+    /* keep blocks whose score beats -inf, in ascending block order */
+    size_t nk = 0;
+    for (size_t i = 0; i < kb; i++)
+        if (bscore[bidx[i]] > -INFINITY) bidx[nk++] = bidx[i];
+    dsattn_sort_idx_valid_first(bidx, nk);
+    size_t n = 0;
+    for (size_t i = 0; i < nk; i++)
+        for (size_t j = (size_t)bidx[i] * bs; j < DSATTN_MIN(T, ((size_t)bidx[i] + 1) * bs); j++)
+            pool[n++] = (int32_t)j;
+    return n;
+}
+
+/* Complete a top-k the way torch.topk over the full masked row would:
+ * `fin` holds the finite-score candidates (positions + scores); if fewer
+ * than k, the rest are the lowest positions in [0, T) not among them (all
+ * tied at -inf, lower index first).  Result: k positions, any order. */
+static size_t complete_topk(const int32_t *fpos, const float *fscore, size_t nf,
+                            size_t T, size_t k, int32_t *out, int32_t *tmp)
+{
+    if (nf >= k) {
+        dsattn_topk(fscore, nf, k, tmp, NULL);
+        for (size_t i = 0; i < k; i++) out[i] = fpos[tmp[i]];
+        return k;
+    }
+    for (size_t i = 0; i < nf; i++) out[i] = fpos[i];
+    /* fpos is ascending: walk [0,T) skipping members */
+    size_t n = nf, fi = 0;
+    for (size_t j = 0; j < T && n < k; j++) {
+        while (fi < nf && (size_t)fpos[fi] < j) fi++;
+        if (fi < nf && (size_t)fpos[fi] == j) continue;
+        out[n++] = (int32_t)j;
+    }
+    return n;
+}
+
+/* ==== The layer forward ================================================= */
+
+typedef struct {
+    size_t s;             /* rows in this chunk                             */
+    int64_t start_pos;
+    int prefill;
+} chunk;
+
+/* Index-source work for one layer: publish index keys (owners), score the
+ * visible or pooled entries of each row, build the candidate pool (the
+ * candidate source), pick top-k.  Writes the final rows (offset applied)
+ * into the runtime's topk slot and the layer's own selection into S->sel. */
+static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
+                                 const float *x, const float *qr, const chunk *ck,
+                                 const float *latent, size_t n_new, size_t offset)
+{
+    const dsattn_v41 *m = seq->m;
+    const dsattn_v41_config *c = &m->cfg;
+    const dsattn_v41_layer_w *L = &m->layer[l];
+    dsattn_v41_layer_s *S = &seq->layer[l];
+    const size_t s = ck->s, ratio = (size_t)L->ratio;
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const size_t rd = (size_t)c->rope_head_dim, D = (size_t)c->head_dim;
+    const size_t dim = (size_t)c->dim, QL = (size_t)c->q_lora_rank;
+    const size_t T = ((size_t)ck->start_pos + s) / ratio;
+    const size_t first = (size_t)ck->start_pos / ratio;
+    const size_t kbytes = dsattn_v41_kidx_bytes(c);
+    const size_t kw = DSATTN_MIN((size_t)c->index_topk, T);
+    dsattn_actq aq = v41_actq();
+    dsattn_status st = DSATTN_OK;
+    float cs[64], sn[64];
+
+    /* 1. owners: index keys from the PRE-RoPE latent -> RoPE -> FP4 */
+    if (L->owns_k && n_new > 0) {
+        float *kk = dsattn_alloc_array(n_new * Di, sizeof(float));
+        if (!kk) return DSATTN_ERR_NOMEM;
+        st = dsattn_linear(ctx, &L->i_wk, latent, D, n_new, kk, Di, DSATTN_OUT_BF16, NULL, NULL);
+        for (size_t i = 0; i < n_new && !st; i++) {
+            float *k = kk + i * Di;
+            dsattn_rmsnorm(k, L->i_knorm, Di, c->norm_eps, k, DSATTN_OUT_BF16);
+            dsattn_rope_cs(&L->rope, (int64_t)((first + i) * ratio), cs, sn);
+            dsattn_rope_apply(k + Di - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+            dsattn_fp4_index_pack(k, Di, S->kidx + (first + i) * kbytes, NULL);
+        }
+        dsattn_free(kk);
+        if (st) return st;
+        seq->rt.index_k = l;
+    }
+    /* OWNER mode: an owner always scores (and publishes) its own keys.
+     * REFERENCE mode: publish only when a group completed (above) and read
+     * whatever the slot holds - layer 20's keys on half the decode steps. */
+    if (L->owns_k && seq->index_k_mode == DSATTN_V41_INDEX_K_OWNER) seq->rt.index_k = l;
+    const int kl = seq->rt.index_k;
+    if (kl < 0 || !seq->layer[kl].kidx) return DSATTN_ERR_INVALID_ARG;
+    S->index_read = kl;
+    const dsattn_kv_src ksrc = { DSATTN_KV_FP4_IDX, seq->layer[kl].kidx, kbytes,
+                                 seq->layer[kl].cap, Di, 0 };
+
+    /* 2. queries (RoPE, FP4) and head weights */
+    const size_t nb_max = L->is_candidate_source
+                              ? (T + (size_t)c->candidate_block_size - 1) /
+                                    (size_t)c->candidate_block_size + 1
+                              : 1;
+    float *qi = dsattn_alloc_array(s * (Hi * Di + Hi + QL) + 1, sizeof(float));
+    float *fsc = dsattn_alloc_array(T + 1, sizeof(float));
+    float *score = dsattn_alloc_array(T + 1, sizeof(float));
+    float *bscore = dsattn_alloc_array(nb_max, sizeof(float));
+    int32_t *fpos = dsattn_alloc_array(T + 1, sizeof(int32_t));
+    int32_t *tmp = dsattn_alloc_array(T + nb_max + 1, sizeof(int32_t));
+    int32_t *pick = dsattn_alloc_array(kw + 1, sizeof(int32_t));
+    if (!qi || !fsc || !score || !bscore || !fpos || !tmp || !pick) { st = DSATTN_ERR_NOMEM; goto done; }
+    float *wts = qi + s * Hi * Di, *aqs = wts + s * Hi;
+    if ((st = dsattn_linear(ctx, &L->i_wq_b, qr, QL, s, qi, Hi * Di, DSATTN_OUT_BF16, &aq, aqs)))
+        goto done;
+    if ((st = dsattn_linear(ctx, &L->i_wproj, x, dim, s, wts, Hi, DSATTN_OUT_BF16, NULL, NULL)))
+        goto done;
+    {
+        /* weights_proj(x) * (index_head_dim^-0.5 * index_n_heads^-0.5), bf16 */
+        float wscale = (float)(pow((double)Di, -0.5) * pow((double)Hi, -0.5));
+        for (size_t i = 0; i < s * Hi; i++) wts[i] = dsattn_round_bf16(wts[i] * wscale);
+    }
+    for (size_t t = 0; t < s; t++) {
+        dsattn_rope_cs(&L->rope, ck->start_pos + (int64_t)t, cs, sn);
+        for (size_t h = 0; h < Hi; h++) {
+            float *q = qi + (t * Hi + h) * Di;
+            dsattn_rope_apply(q + Di - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+            dsattn_quant_fp4_ue8m0(q, Di, NULL, NULL, q);
+        }
+    }
+
+    /* 3. slots for this chunk's rows */
+    if (!grow((void **)&seq->rt.topk, &seq->rt.topk_cap, s * kw + 1, sizeof(int32_t)) ||
+        !grow((void **)&S->sel, &S->sel_cap, s * kw + 1, sizeof(int32_t))) {
+        st = DSATTN_ERR_NOMEM;
+        goto done;
+    }
+    if (L->is_candidate_source) {
+        size_t stride = DSATTN_MIN((size_t)c->candidate_topk_blocks, nb_max) *
+                        (size_t)c->candidate_block_size;
+        size_t ncap = 0;
+        if (!grow((void **)&seq->rt.cand, &seq->rt.cand_cap, s * stride + 1, sizeof(int32_t))) {
+            st = DSATTN_ERR_NOMEM;
+            goto done;
+        }
+        size_t *nn = realloc(seq->rt.cand_n, (s + 1) * sizeof *nn);
+        if (!nn) { st = DSATTN_ERR_NOMEM; goto done; }
+        (void)ncap;
+        seq->rt.cand_n = nn;
+        seq->rt.cand_rows = s;
+        seq->rt.cand_stride = stride;
+        seq->rt.cand_valid = 1;
+    }
+    if (L->uses_candidates && (!seq->rt.cand_valid || seq->rt.cand_rows != s)) {
+        st = DSATTN_ERR_INVALID_ARG;
+        goto done;
+    }
+
+    /* 4. rows */
+    for (size_t t = 0; t < s; t++) {
+        const size_t cl = ck->prefill ? (t + 1) / ratio : T;  /* visible entries */
+        const float *q = qi + t * Hi * Di, *w = wts + t * Hi;
+        size_t nf = 0;
+        if (L->uses_candidates) {
+            /* Reindex: only the pool, O(pool) whatever the context length */
+            const int32_t *pool = seq->rt.cand + t * seq->rt.cand_stride;
+            for (size_t i = 0; i < seq->rt.cand_n[t]; i++)
+                if ((size_t)pool[i] < cl) fpos[nf++] = pool[i];
+            dsattn_index_scores_bf16_at(ctx, q, Hi, Di, w, &ksrc, fpos, nf, fsc);
+        } else {
+            for (size_t j = 0; j < cl; j++) fpos[j] = (int32_t)j;
+            nf = cl;
+            dsattn_index_scores_bf16(ctx, q, Hi, Di, w, &ksrc, 0, nf, fsc);
+        }
+        if (L->is_candidate_source) {
+            for (size_t j = 0; j < T; j++) score[j] = j < cl ? fsc[j] : -INFINITY;
+            seq->rt.cand_n[t] = candidate_pool(score, T, cl, (size_t)c->candidate_block_size,
+                                               (size_t)c->candidate_topk_blocks, bscore, tmp,
+                                               seq->rt.cand + t * seq->rt.cand_stride);
+        }
+        complete_topk(fpos, fsc, nf, T, kw, pick, tmp);
+        dsattn_sort_idx_valid_first(pick, kw);
+        int32_t *row = seq->rt.topk + t * kw, *own_row = S->sel + t * kw;
+        for (size_t i = 0; i < kw; i++) {
+            int valid = pick[i] >= 0 && (size_t)pick[i] < cl;
+            own_row[i] = valid ? pick[i] : -1;
+            row[i] = valid ? pick[i] + (int32_t)offset : -1;
+        }
+    }
+    seq->rt.topk_rows = s;
+    seq->rt.topk_w = kw;
+    seq->rt.topk_valid = 1;
+    S->sel_rows = s;
+    S->sel_w = kw;
+done:
+    dsattn_free(qi);
+    dsattn_free(fsc);
+    dsattn_free(score);
+    dsattn_free(bscore);
+    dsattn_free(fpos);
+    dsattn_free(tmp);
+    dsattn_free(pick);
+    return st;
+}
+
+/* The compressor of a KV source: returns the new latents (pre-RoPE, bf16
+ * values) in lat [n_new, D].  Ratio 1: compressor.norm(compressor.wkv(x)).
+ * Ratio m >= 2: fp32 projections, per-channel softmax over each complete
+ * group of m tokens, bf16 cast, then RMSNorm; partial groups wait in the
+ * fp32 state (prefill remainder, decode slot start_pos % m). */
+static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
+                                    const float *x, const chunk *ck, float *lat,
+                                    size_t *n_new)
+{
+    const dsattn_v41_config *c = &seq->m->cfg;
+    const dsattn_v41_layer_w *L = &seq->m->layer[l];
+    dsattn_v41_layer_s *S = &seq->layer[l];
+    const size_t s = ck->s, m = (size_t)L->ratio, D = (size_t)c->head_dim;
+    const size_t dim = (size_t)c->dim;
+    dsattn_status st;
+    *n_new = 0;
+    if (m == 1) {
+        if ((st = dsattn_linear(ctx, &L->c_wkv, x, dim, s, lat, D, DSATTN_OUT_BF16, NULL, NULL)))
+            return st;
+        for (size_t t = 0; t < s; t++)
+            dsattn_rmsnorm(lat + t * D, L->c_norm, D, c->norm_eps, lat + t * D, DSATTN_OUT_BF16);
+        *n_new = s;
+        return DSATTN_OK;
+    }
+    if (m > 64) return DSATTN_ERR_UNSUPPORTED;
+    float *kv = dsattn_alloc_array(2 * s * D, sizeof(float));
+    if (!kv) return DSATTN_ERR_NOMEM;
+    float *z = kv + s * D;
+    st = dsattn_linear(ctx, &L->c_wkv, x, dim, s, kv, D, DSATTN_OUT_F32, NULL, NULL);
+    if (!st) st = dsattn_linear(ctx, &L->c_wgate, x, dim, s, z, D, DSATTN_OUT_F32, NULL, NULL);
+    if (st) { dsattn_free(kv); return st; }
+    size_t n = 0;
+    if (ck->prefill) {
+        size_t cutoff = s - s % m;
+        for (size_t g = 0; g < cutoff / m; g++) pool_group(kv + g * m * D, z + g * m * D, m, D, lat + (n++) * D);
+        for (size_t r = 0; r < s % m; r++) {
+            memcpy(S->kv_state + r * D, kv + (cutoff + r) * D, D * sizeof(float));
+            memcpy(S->score_state + r * D, z + (cutoff + r) * D, D * sizeof(float));
+        }
+    } else {
+        size_t slot = (size_t)ck->start_pos % m;
+        memcpy(S->kv_state + slot * D, kv, D * sizeof(float));
+        memcpy(S->score_state + slot * D, z, D * sizeof(float));
+        if (((size_t)ck->start_pos + 1) % m == 0) pool_group(S->kv_state, S->score_state, m, D, lat + (n++) * D);
+    }
+    dsattn_free(kv);
+    for (size_t i = 0; i < n; i++) {
+        dsattn_round_bf16_n(lat + i * D, D);                   /* kv.to(bf16) */
+        dsattn_rmsnorm(lat + i * D, L->c_norm, D, c->norm_eps, lat + i * D, DSATTN_OUT_BF16);
+    }
+    *n_new = n;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
+                                      int l, const float *x, size_t s, float *out)
+{
+    if (!ctx || !seq || !x || !out || s == 0) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v41 *m = seq->m;
+    const dsattn_v41_config *c = &m->cfg;
+    if (l < 0 || l >= c->n_layers) return DSATTN_ERR_INVALID_ARG;
+    if (seq->pos > 0 && s != 1) return DSATTN_ERR_UNSUPPORTED;   /* no chunked prefill */
+    if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v41_layer_w *L = &m->layer[l];
+    dsattn_v41_layer_s *S = &seq->layer[l];
+    const chunk ck = { s, seq->pos, seq->pos == 0 };
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t rd = (size_t)c->rope_head_dim, QL = (size_t)c->q_lora_rank;
+    const size_t G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank, w = (size_t)c->window_size;
+    const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
+    const size_t wrows = ck.prefill ? s : w;               /* window rows attended */
+    const size_t ww = ck.prefill ? DSATTN_MIN(s, w) : w;   /* window idx width     */
+    const dsattn_actq aq = v41_actq();
+    dsattn_status st;
+
+    /* scratch: qr, q, kv, o, oa, latent, act-quant, window rows, idx, attn ws */
+    size_t maxk = DSATTN_MAX(dim, H * D);
+    size_t att_ws = dsattn_sparse_attn_scratch(H, D);
+    size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R + s * D + s * maxk + att_ws;
+    size_t bytes = nfl * sizeof(float) + s * swab + (ww + (size_t)c->index_topk) * sizeof(int32_t) + 256;
+    float *qr = scratch_get(seq, bytes);
+    if (!qr) return DSATTN_ERR_NOMEM;
+    float *q = qr + s * QL, *kvw = q + s * H * D, *o = kvw + s * D, *oa = o + s * H * D;
+    float *lat = oa + s * G * R, *aqs = lat + s * D, *attws = aqs + s * maxk;
+    uint8_t *wrow = (uint8_t *)(attws + att_ws);
+    int32_t *idx = (int32_t *)(((uintptr_t)(wrow + s * swab) + 3) & ~(uintptr_t)3);
+    float cs[64], sn[64];
+
+    /* ---- query path: q_norm(wq_a x) -> wq_b -> RoPE on each head's tail */
+    if ((st = dsattn_linear(ctx, &L->wq_a, x, dim, s, qr, QL, DSATTN_OUT_BF16, &aq, aqs))) return st;
+    for (size_t t = 0; t < s; t++) dsattn_rmsnorm(qr + t * QL, L->q_norm, QL, c->norm_eps, qr + t * QL, DSATTN_OUT_BF16);
+    if ((st = dsattn_linear(ctx, &L->wq_b, qr, QL, s, q, H * D, DSATTN_OUT_BF16, &aq, aqs))) return st;
+    for (size_t t = 0; t < s; t++) {
+        dsattn_rope_cs(&L->rope, ck.start_pos + (int64_t)t, cs, sn);
+        for (size_t h = 0; h < H; h++)
+            dsattn_rope_apply(q + (t * H + h) * D + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+    }
+
+    /* ---- window KV: kv_norm(wkv x) -> RoPE -> FP8 rows; ring slot pos % w */
+    if ((st = dsattn_linear(ctx, &L->wkv, x, dim, s, kvw, D, DSATTN_OUT_BF16, &aq, aqs))) return st;
+    for (size_t t = 0; t < s; t++) {
+        float *k = kvw + t * D;
+        dsattn_rmsnorm(k, L->kv_norm, D, c->norm_eps, k, DSATTN_OUT_BF16);
+        dsattn_rope_cs(&L->rope, ck.start_pos + (int64_t)t, cs, sn);
+        dsattn_rope_apply(k + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+        dsattn_v41_swa_pack(k, D, wrow + t * swab, NULL);
+    }
+    for (size_t t = s > w ? s - w : 0; t < s; t++)
+        memcpy(S->ring + (((size_t)ck.start_pos + t) % w) * swab, wrow + t * swab, swab);
+    dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA, ck.prefill ? wrow : S->ring, swab, wrows, D, 0 };
+
+    /* ---- compressed branch */
+    dsattn_kv_src csrc = { DSATTN_KV_V41_FP4, NULL, ckvb, 0, D, 0 };
+    const int32_t *cidx = NULL;
+    size_t cw = 0;
+    if (L->ratio > 0) {
+        const size_t ratio = (size_t)L->ratio;
+        const size_t compress_len = ((size_t)ck.start_pos + s) / ratio;
+        size_t n_new = 0;
+        if (L->is_kv_source) {
+            if ((st = run_compressor(ctx, seq, l, x, &ck, lat, &n_new))) return st;
+            seq->rt.compress_kv = l;
+        }
+        if (!L->is_index_source) {
+            if (!seq->rt.topk_valid || seq->rt.topk_rows != s) return DSATTN_ERR_INVALID_ARG;
+        } else if (compress_len == 0) {
+            seq->rt.topk_rows = s;
+            seq->rt.topk_w = 0;
+            seq->rt.topk_valid = 1;
+            S->sel_rows = s;
+            S->sel_w = 0;
+        } else if ((st = run_indexer(ctx, seq, l, x, qr, &ck, lat, n_new, wrows))) {
+            return st;
+        }
+        if (n_new) {
+            const size_t first = (size_t)ck.start_pos / ratio;
+            for (size_t i = 0; i < n_new; i++) {
+                float *v = lat + i * D;
+                dsattn_rope_cs(&L->rope, (int64_t)((first + i) * ratio), cs, sn);
+                dsattn_rope_apply(v + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+                dsattn_v41_kv_pack(v, D, S->ckv + (first + i) * ckvb, NULL);
+            }
+        }
+        int src = seq->rt.compress_kv;
+        if (src < 0) return DSATTN_ERR_INVALID_ARG;
+        S->source_read = src;
+        csrc.base = seq->layer[src].ckv;
+        csrc.n_rows = compress_len;
+        cidx = seq->rt.topk;
+        cw = seq->rt.topk_w;
+    }
+
+    /* ---- one sparse attention over [window rows ; compressed rows] */
+    const float scale = (float)pow((double)D, -0.5);
+    for (size_t t = 0; t < s; t++) {
+        if (ck.prefill) dsattn_window_idx_prefill(w, s, t, idx);
+        else dsattn_window_idx_decode(w, ck.start_pos, idx);
+        if (cw) memcpy(idx + ww, cidx + t * cw, cw * sizeof(int32_t));
+        dsattn_sparse_attn(ctx, q + t * H * D, H, D, &wsrc, cw ? &csrc : NULL, idx, ww + cw,
+                           L->sink, scale, -1e30f, o + t * H * D, attws);
+    }
+
+    /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
+    for (size_t t = 0; t < s; t++) {
+        dsattn_rope_cs(&L->rope, ck.start_pos + (int64_t)t, cs, sn);
+        for (size_t h = 0; h < H; h++)
+            dsattn_rope_apply(o + (t * H + h) * D + D - rd, rd, cs, sn, 1, 1, DSATTN_OUT_BF16);
+    }
+    const size_t gd = H * D / G;
+    for (size_t g = 0; g < G; g++) {
+        dsattn_weight wg = sub_rows(&L->wo_a, g * R, R);
+        if ((st = dsattn_linear(ctx, &wg, o + g * gd, H * D, s, oa + g * R, G * R,
+                                DSATTN_OUT_BF16, NULL, NULL)))
+            return st;
+    }
+    return dsattn_linear(ctx, &L->wo_b, oa, G * R, s, out, dim, DSATTN_OUT_BF16, &aq, aqs);
+}
+
+/* ==== The golden-case stack and accessors =============================== */
+
+dsattn_status dsattn_v41_stack_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
+                                       float *h, size_t n, float *attn_in,
+                                       float *attn_out)
+{
+    if (!ctx || !seq || !h || n == 0) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v41_config *c = &seq->m->cfg;
+    const size_t dim = (size_t)c->dim;
+    float *xin = dsattn_alloc_array(2 * n * dim, sizeof(float));
+    if (!xin) return DSATTN_ERR_NOMEM;
+    float *xout = xin + n * dim;
+    dsattn_status st = DSATTN_OK;
+    for (int64_t l = 0; l < c->n_layers && !st; l++) {
+        const dsattn_v41_layer_w *L = &seq->m->layer[l];
+        for (size_t t = 0; t < n; t++)
+            dsattn_rmsnorm(h + t * dim, L->attn_norm, dim, c->norm_eps, xin + t * dim,
+                           DSATTN_OUT_BF16);
+        st = dsattn_v41_attn_forward(ctx, seq, (int)l, xin, n, xout);
+        if (st) break;
+        for (size_t i = 0; i < n * dim; i++) h[i] = h[i] + xout[i];
+        if (attn_in) memcpy(attn_in + (size_t)l * n * dim, xin, n * dim * sizeof(float));
+        if (attn_out) memcpy(attn_out + (size_t)l * n * dim, xout, n * dim * sizeof(float));
+    }
+    dsattn_free(xin);
+    if (!st) seq->pos += (int64_t)n;
+    return st;
+}
+
+dsattn_status dsattn_v41_seq_selection(const dsattn_v41_seq *s, int layer,
+                                       const int32_t **rows, size_t *n_rows,
+                                       size_t *width)
+{
+    if (!s || layer < 0 || layer >= s->m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
+    if (!s->m->layer[layer].is_index_source) return DSATTN_ERR_NOT_FOUND;
+    *rows = s->layer[layer].sel;
+    *n_rows = s->layer[layer].sel_rows;
+    *width = s->layer[layer].sel_w;
+    return DSATTN_OK;
+}
+
+int dsattn_v41_seq_source_read(const dsattn_v41_seq *s, int layer)
+{
+    return s->layer[layer].source_read;
+}
+
+int dsattn_v41_seq_index_read(const dsattn_v41_seq *s, int layer)
+{
+    return s->layer[layer].index_read;
+}
+
+dsattn_status dsattn_v41_seq_cache(const dsattn_v41_seq *s, int layer, int which,
+                                   const uint8_t **rows, size_t *n_rows,
+                                   size_t *row_bytes)
+{
+    if (!s || layer < 0 || layer >= s->m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v41_config *c = &s->m->cfg;
+    const dsattn_v41_layer_w *L = &s->m->layer[layer];
+    const dsattn_v41_layer_s *S = &s->layer[layer];
+    size_t written = L->ratio > 0 ? (size_t)s->pos / (size_t)L->ratio : 0;
+    switch (which) {
+    case 0:
+        *rows = S->ring; *n_rows = (size_t)c->window_size; *row_bytes = dsattn_v41_swa_bytes(c);
+        return DSATTN_OK;
+    case 1:
+        if (!S->ckv) return DSATTN_ERR_NOT_FOUND;
+        *rows = S->ckv; *n_rows = written; *row_bytes = dsattn_v41_ckv_bytes(c);
+        return DSATTN_OK;
+    case 2:
+        if (!S->kidx) return DSATTN_ERR_NOT_FOUND;
+        *rows = S->kidx; *n_rows = written; *row_bytes = dsattn_v41_kidx_bytes(c);
+        return DSATTN_OK;
+    }
+    return DSATTN_ERR_INVALID_ARG;
+}
+
+dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_v41_kv_bill *b)
+{
+    if (!s || !b) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v41_config *c = &s->m->cfg;
+    memset(b, 0, sizeof *b);
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        const dsattn_v41_layer_w *L = &s->m->layer[l];
+        const dsattn_v41_layer_s *S = &s->layer[l];
+        b->window_bytes += (size_t)c->window_size * dsattn_v41_swa_bytes(c);
+        if (S->ckv) b->global_bytes_allocated += S->cap * dsattn_v41_ckv_bytes(c);
+        if (S->kidx) b->global_bytes_allocated += S->cap * dsattn_v41_kidx_bytes(c);
+        if (S->kv_state) b->state_bytes += 2 * (size_t)L->ratio * (size_t)c->head_dim * sizeof(float);
+    }
+    b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
+                                            uint64_t seed)
+{
+    if (!s || depth < 0 || (size_t)depth >= s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v41_config *c = &s->m->cfg;
+    const size_t D = (size_t)c->head_dim, Di = (size_t)c->index_head_dim;
+    const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
+    const size_t kb = dsattn_v41_kidx_bytes(c);
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        const dsattn_v41_layer_w *L = &s->m->layer[l];
+        dsattn_v41_layer_s *S = &s->layer[l];
+        size_t n = L->ratio > 0 ? (size_t)depth / (size_t)L->ratio : 0;
+#pragma omp parallel
+        {
+            float v[512];
+            uint64_t r = (seed ^ ((uint64_t)l << 40)) | 1;
+#pragma omp for schedule(static)
+            for (size_t i = 0; i < (size_t)c->window_size + (S->ckv ? n : 0); i++) {
+                uint64_t x = r ^ (i * 0x9e3779b97f4a7c15ull);
+                for (size_t k = 0; k < D; k++) {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                    v[k] = dsattn_round_bf16((float)((double)(x >> 11) * 0x1p-53 * 2.0 - 1.0));
+                }
+                if (i < (size_t)c->window_size) {
+                    dsattn_v41_swa_pack(v, D, S->ring + i * swab, NULL);
+                } else {
+                    size_t j = i - (size_t)c->window_size;
+                    dsattn_v41_kv_pack(v, D, S->ckv + j * ckvb, NULL);
+                    if (S->kidx) dsattn_fp4_index_pack(v, Di, S->kidx + j * kb, NULL);
+                }
+            }
+        }
+        if (S->kv_state)   /* a decode step may need a pending group slot */
+            for (size_t i = 0; i < (size_t)L->ratio * D; i++) S->score_state[i] = 0.0f;
+    }
+    s->pos = depth;
+    return DSATTN_OK;
+}

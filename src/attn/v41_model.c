@@ -1,0 +1,622 @@
+/* v41_model.c - the V4.1 (CSA2) model object: config, layer plan, weights.
+ *
+ * Owns: parsing config.json (the flat inference/config.json keys, or an HF
+ * config.json whose text_config carries the same numbers under HF names),
+ * deriving each layer's mode exactly as Attention.__init__ does, binding
+ * the per-layer weights by their official inference names from a mapped
+ * safetensors file (borrowed, never copied unless a conversion is needed),
+ * and making random weights at any config's dims for tests and benchmarks.
+ * Not here: the forward pass and the per-sequence state (v41_forward.c),
+ * sharded checkpoints and HF-name mapping (src/io).
+ */
+#include "v41.h"
+
+#include "jsoncfg.h"
+#include "numfmt.h"
+#include "safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ==== Config ============================================================ */
+
+size_t dsattn_v41_swa_bytes(const dsattn_v41_config *c)
+{
+    return dsattn_v41_swa_row_bytes((size_t)c->head_dim);
+}
+size_t dsattn_v41_ckv_bytes(const dsattn_v41_config *c)
+{
+    return dsattn_v41_kv_row_bytes((size_t)c->head_dim);
+}
+size_t dsattn_v41_kidx_bytes(const dsattn_v41_config *c)
+{
+    return dsattn_fp4_index_row_bytes((size_t)c->index_head_dim);
+}
+
+#define CHECKF(cond, ...)                                                   \
+    do {                                                                    \
+        if (!(cond)) return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, __VA_ARGS__); \
+    } while (0)
+
+dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
+                                         size_t errlen)
+{
+    CHECKF(c->n_layers > 0 && c->n_layers <= c->n_total_layers &&
+               c->n_total_layers <= DSATTN_V41_MAX_LAYERS,
+           "n_layers %lld / compress_ratios length %lld out of range (max %d)",
+           (long long)c->n_layers, (long long)c->n_total_layers, DSATTN_V41_MAX_LAYERS);
+    CHECKF(c->dim > 0 && c->dim <= (1 << 16) && c->dim % 32 == 0,
+           "dim %lld must be a positive multiple of 32", (long long)c->dim);
+    CHECKF(c->n_heads > 0 && c->n_heads <= 512, "n_heads %lld out of range", (long long)c->n_heads);
+    CHECKF(c->head_dim > 0 && c->head_dim <= 512 && c->head_dim % 32 == 0,
+           "head_dim %lld must be a multiple of 32 and <= 512 (FP8 blocks of 32)",
+           (long long)c->head_dim);
+    CHECKF(c->rope_head_dim > 0 && c->rope_head_dim % 2 == 0 &&
+               c->rope_head_dim <= c->head_dim && c->rope_head_dim <= 128 &&
+               c->rope_head_dim <= c->index_head_dim,
+           "rope_head_dim %lld must be even, <= 128, <= head_dim and <= index_head_dim",
+           (long long)c->rope_head_dim);
+    CHECKF(c->q_lora_rank > 0 && c->q_lora_rank % 32 == 0,
+           "q_lora_rank %lld must be a positive multiple of 32", (long long)c->q_lora_rank);
+    CHECKF(c->o_groups > 0 && c->n_heads % c->o_groups == 0,
+           "o_groups %lld must divide n_heads %lld", (long long)c->o_groups, (long long)c->n_heads);
+    CHECKF(c->o_lora_rank > 0 && (c->o_groups * c->o_lora_rank) % 32 == 0,
+           "o_lora_rank %lld out of range", (long long)c->o_lora_rank);
+    CHECKF(c->window_size > 0 && c->window_size <= (1 << 20), "window_size %lld out of range",
+           (long long)c->window_size);
+    CHECKF(c->index_n_heads > 0 && c->index_n_heads <= 256, "index_n_heads %lld out of range",
+           (long long)c->index_n_heads);
+    CHECKF(c->index_head_dim > 0 && c->index_head_dim <= 512 && c->index_head_dim % 32 == 0,
+           "index_head_dim %lld must be a multiple of 32 and <= 512", (long long)c->index_head_dim);
+    CHECKF(c->index_topk > 0, "index_topk must be positive");
+    CHECKF(c->norm_eps >= 0.0f, "norm_eps must be >= 0");
+
+    int any_src = 0, last_kv = -1, last_idx = -1;
+    for (int64_t l = 0; l < c->n_total_layers; l++) {
+        int64_t m = c->compress_ratios[l];
+        CHECKF(m >= 0 && m <= 1024, "compress_ratios[%lld] = %lld out of range",
+               (long long)l, (long long)m);
+        if (l >= c->n_layers) continue;
+        if (c->is_kv_source[l] || c->is_index_source[l])
+            CHECKF(m > 0, "layer %lld is listed as a source but has compress ratio 0",
+                   (long long)l);
+        if (c->is_kv_source[l])
+            CHECKF(c->is_index_source[l],
+                   "KV source layer %lld is not an index source (unsupported plan: its "
+                   "index keys would have no scorer)", (long long)l);
+        if (m > 0) {
+            if (c->is_kv_source[l]) last_kv = (int)l;
+            if (c->is_index_source[l]) last_idx = (int)l;
+            CHECKF(last_kv >= 0, "layer %lld (ratio %lld) has no preceding KV source",
+                   (long long)l, (long long)m);
+            CHECKF(last_idx >= 0, "layer %lld (ratio %lld) has no preceding index source",
+                   (long long)l, (long long)m);
+            CHECKF(c->is_kv_source[l] || c->compress_ratios[last_kv] == m,
+                   "layer %lld (ratio %lld) reads KV source %d of ratio %lld",
+                   (long long)l, (long long)m, last_kv, (long long)c->compress_ratios[last_kv]);
+            any_src = 1;
+        }
+    }
+    (void)any_src;
+    int64_t cs = c->candidate_source_layer;
+    if (cs >= 0) {
+        CHECKF(cs < c->n_layers && c->is_index_source[cs],
+               "candidate_source_layer %lld must be an index source of the backbone",
+               (long long)cs);
+        CHECKF(c->candidate_block_size > 0 && c->candidate_topk_blocks > 0,
+               "candidate_block_size / candidate_topk_blocks must be positive");
+        /* Reindex rows with fewer pool entries than index_topk would keep
+         * -inf picks outside the pool; the reference attends them, other
+         * engines drop them.  dsattn follows the reference (v41_forward.c)
+         * and says so here so it is never silent. */
+    }
+    CHECKF(c->fp8_block == 32 || c->fp8_block == 64 || c->fp8_block == 128,
+           "FP8 weight block %lld unsupported", (long long)c->fp8_block);
+    return DSATTN_OK;
+}
+
+static dsattn_status get_list(const cJSON *o, const char *key, uint8_t *flags,
+                              int64_t n_total, char *err, size_t errlen)
+{
+    int64_t v[DSATTN_V41_MAX_LAYERS];
+    size_t n = 0;
+    dsattn_status st = dsattn_jcfg_int_array(o, key, v, DSATTN_V41_MAX_LAYERS, &n, err, errlen);
+    if (st) return st;
+    for (size_t i = 0; i < n; i++) {
+        CHECKF(v[i] >= 0 && v[i] < n_total, "key '%s': layer %lld out of range",
+               key, (long long)v[i]);
+        flags[v[i]] = 1;
+    }
+    return DSATTN_OK;
+}
+
+/* Read the flat inference/config.json keys. */
+static dsattn_status load_flat(dsattn_v41_config *c, const cJSON *o, char *err,
+                               size_t errlen)
+{
+    dsattn_status st;
+    double eps;
+    size_t n = 0;
+    const char *dtype = "bf16";
+#define GI(k, dst) do { if ((st = dsattn_jcfg_int(o, k, &(dst), err, errlen))) return st; } while (0)
+#define GD(k, dst) do { if ((st = dsattn_jcfg_double(o, k, &(dst), err, errlen))) return st; } while (0)
+    GI("dim", c->dim);
+    GI("n_layers", c->n_layers);
+    GI("n_heads", c->n_heads);
+    GI("head_dim", c->head_dim);
+    GI("rope_head_dim", c->rope_head_dim);
+    GI("q_lora_rank", c->q_lora_rank);
+    GI("o_groups", c->o_groups);
+    GI("o_lora_rank", c->o_lora_rank);
+    GI("window_size", c->window_size);
+    GI("index_n_heads", c->index_n_heads);
+    GI("index_head_dim", c->index_head_dim);
+    GI("index_topk", c->index_topk);
+    GD("rope_theta", c->rope_theta);
+    GD("compress_rope_theta", c->compress_rope_theta);
+    GD("rope_factor", c->rope_factor);
+    GD("original_seq_len", c->original_seq_len);
+    GD("beta_fast", c->beta_fast);
+    GD("beta_slow", c->beta_slow);
+    GD("norm_eps", eps);
+    c->norm_eps = (float)eps;
+    if ((st = dsattn_jcfg_int_array(o, "compress_ratios", c->compress_ratios,
+                                    DSATTN_V41_MAX_LAYERS, &n, err, errlen)))
+        return st;
+    c->n_total_layers = (int64_t)n;
+    int64_t n_mtp = 0;
+    if ((st = dsattn_jcfg_int_opt(o, "n_mtp_layers", 0, &n_mtp, err, errlen))) return st;
+    if (dsattn_jcfg_has(o, "n_mtp_layers"))
+        CHECKF(c->n_total_layers == c->n_layers + n_mtp,
+               "compress_ratios has %lld entries, n_layers + n_mtp_layers = %lld",
+               (long long)c->n_total_layers, (long long)(c->n_layers + n_mtp));
+    else
+        CHECKF(c->n_total_layers >= c->n_layers,
+               "compress_ratios has %lld entries for %lld layers",
+               (long long)c->n_total_layers, (long long)c->n_layers);
+    if ((st = get_list(o, "kv_source_layers", c->is_kv_source, c->n_total_layers, err, errlen)))
+        return st;
+    if ((st = get_list(o, "index_source_layers", c->is_index_source, c->n_total_layers, err, errlen)))
+        return st;
+    if ((st = dsattn_jcfg_int_opt(o, "candidate_source_layer", -1, &c->candidate_source_layer,
+                                  err, errlen)))
+        return st;
+    if ((st = dsattn_jcfg_int_opt(o, "candidate_topk_blocks", 0, &c->candidate_topk_blocks,
+                                  err, errlen)))
+        return st;
+    if ((st = dsattn_jcfg_int_opt(o, "candidate_block_size", 0, &c->candidate_block_size,
+                                  err, errlen)))
+        return st;
+    if ((st = dsattn_jcfg_string_opt(o, "dtype", "bf16", &dtype, err, errlen))) return st;
+    CHECKF(!strcmp(dtype, "bf16") || !strcmp(dtype, "fp8"),
+           "key 'dtype': '%s' is neither \"bf16\" nor \"fp8\"", dtype);
+    c->fp8 = !strcmp(dtype, "fp8");
+    c->fp8_block = 32;
+#undef GI
+#undef GD
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_v41_config_load(dsattn_v41_config *c, const char *path,
+                                     char *err, size_t errlen)
+{
+    cJSON *root = NULL;
+    memset(c, 0, sizeof *c);
+    c->candidate_source_layer = -1;
+    dsattn_status st = dsattn_jcfg_load(&root, path, err, errlen);
+    if (st) return st;
+    const cJSON *o = root;
+    const cJSON *tc = NULL;
+    if (dsattn_jcfg_has(root, "text_config") &&
+        dsattn_jcfg_object(root, "text_config", &tc, err, errlen) == DSATTN_OK && tc &&
+        !dsattn_jcfg_has(root, "dim"))
+        st = dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                         "HF config.json (text_config) is read by the checkpoint loader; "
+                         "pass inference/config.json keys here");
+    else
+        st = load_flat(c, o, err, errlen);
+    if (!st) st = dsattn_v41_config_validate(c, err, errlen);
+    cJSON_Delete(root);
+    if (st && err && errlen) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
+        snprintf(err, errlen, "%s", tmp);
+    }
+    return st;
+}
+
+/* ==== Model object ====================================================== */
+
+static dsattn_status own(dsattn_v41 *m, void *p)
+{
+    if (!p) return DSATTN_ERR_NOMEM;
+    if (m->n_owned == m->cap_owned) {
+        size_t nc = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **nv = realloc(m->owned, nc * sizeof *nv);
+        if (!nv) { dsattn_free(p); return DSATTN_ERR_NOMEM; }
+        m->owned = nv;
+        m->cap_owned = nc;
+    }
+    m->owned[m->n_owned++] = p;
+    return DSATTN_OK;
+}
+
+static void plan_layers(dsattn_v41 *m)
+{
+    const dsattn_v41_config *c = &m->cfg;
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        dsattn_v41_layer_w *L = &m->layer[l];
+        L->ratio = c->compress_ratios[l];
+        L->is_kv_source = L->ratio > 0 && c->is_kv_source[l];
+        L->is_index_source = L->ratio > 0 && c->is_index_source[l];
+        L->owns_k = L->is_kv_source;
+        L->is_candidate_source = L->is_index_source && c->candidate_source_layer == l;
+        L->uses_candidates = L->is_index_source && c->candidate_source_layer >= 0 &&
+                             c->candidate_source_layer < l;
+        if (L->ratio == 0) L->mode = DSATTN_V41_SWA;
+        else if (L->is_kv_source) L->mode = DSATTN_V41_FULL;
+        else if (L->is_index_source) L->mode = DSATTN_V41_REINDEX;
+        else L->mode = DSATTN_V41_REUSE;
+        /* compress_ratio > 0 (not > 1): ratio-1 layers use the long-range
+         * table too (reference-semantics.md §6.1 trap). */
+        if (L->ratio > 0)
+            dsattn_rope_init(&L->rope, (size_t)c->rope_head_dim, c->compress_rope_theta, 1,
+                             c->original_seq_len, c->rope_factor, c->beta_fast, c->beta_slow);
+        else
+            dsattn_rope_init(&L->rope, (size_t)c->rope_head_dim, c->rope_theta, 0, 0, 1, 0, 0);
+    }
+}
+
+void dsattn_v41_destroy(dsattn_v41 *m)
+{
+    if (!m) return;
+    for (size_t i = 0; i < m->n_owned; i++) dsattn_free(m->owned[i]);
+    free(m->owned);
+    if (m->ckpt) dsattn_st_close((dsattn_st_file *)m->ckpt);
+    free(m);
+}
+
+int dsattn_v41_n_layers(const dsattn_v41 *m) { return (int)m->cfg.n_layers; }
+int dsattn_v41_dim(const dsattn_v41 *m) { return (int)m->cfg.dim; }
+dsattn_v41_mode dsattn_v41_layer_mode(const dsattn_v41 *m, int l) { return m->layer[l].mode; }
+int dsattn_v41_layer_ratio(const dsattn_v41 *m, int l) { return (int)m->layer[l].ratio; }
+
+static size_t wbytes(const dsattn_weight *w)
+{
+    if (!w->data) return 0;
+    switch (w->kind) {
+    case DSATTN_W_F32:  return w->rows * w->cols * 4;
+    case DSATTN_W_BF16: return w->rows * w->cols * 2;
+    case DSATTN_W_FP8:
+        return w->rows * w->cols +
+               ((w->rows + w->block - 1) / w->block) * ((w->cols + w->block - 1) / w->block);
+    case DSATTN_W_FP4:  return w->rows * w->cols / 2 + w->rows * w->cols / 32;
+    }
+    return 0;
+}
+
+size_t dsattn_v41_weight_bytes(const dsattn_v41 *m)
+{
+    size_t t = 0;
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        const dsattn_v41_layer_w *L = &m->layer[l];
+        const dsattn_weight *ws[] = { &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
+                                      &L->c_wkv, &L->c_wgate, &L->i_wq_b, &L->i_wproj, &L->i_wk };
+        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) t += wbytes(ws[i]);
+    }
+    return t;
+}
+
+/* ==== Binding weights from a safetensors file =========================== */
+
+typedef struct {
+    dsattn_v41 *m;
+    const dsattn_st_file *f;
+    char *err;
+    size_t errlen;
+} binder;
+
+static dsattn_status bind_vec(binder *b, const char *name, size_t n, float **out)
+{
+    const dsattn_st_tensor *t = dsattn_st_find(b->f, name);
+    if (!t)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND, "%s: missing tensor %s",
+                           dsattn_st_path(b->f), name);
+    if (t->numel != n || t->ndim != 1)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                           "%s: tensor %s has %zu values, expected [%zu]",
+                           dsattn_st_path(b->f), name, t->numel, n);
+    float *v = dsattn_alloc_array(n, sizeof(float));
+    dsattn_status st = own(b->m, v);
+    if (st) return st;
+    if ((st = dsattn_st_to_f32(t, v, n))) return st;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                               "%s: tensor %s has a non-finite value at [%zu]",
+                               dsattn_st_path(b->f), name, i);
+    *out = v;
+    return DSATTN_OK;
+}
+
+/* Borrow (or copy when unaligned) a tensor's bytes. */
+static dsattn_status borrow(binder *b, const dsattn_st_tensor *t, size_t align,
+                            const void **out)
+{
+    if (((uintptr_t)t->data % align) == 0) { *out = t->data; return DSATTN_OK; }
+    void *p = dsattn_alloc(t->nbytes);
+    dsattn_status st = own(b->m, p);
+    if (st) return st;
+    memcpy(p, t->data, t->nbytes);
+    *out = p;
+    return DSATTN_OK;
+}
+
+static dsattn_status bind_mat(binder *b, const char *name, size_t rows, size_t cols,
+                              dsattn_weight *w)
+{
+    const dsattn_st_file *f = b->f;
+    const dsattn_st_tensor *t = dsattn_st_find(f, name);
+    if (!t)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND, "%s: missing tensor %s",
+                           dsattn_st_path(f), name);
+    if (t->ndim != 2 || (size_t)t->shape[0] != rows || (size_t)t->shape[1] != cols)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                           "%s: tensor %s (offset %zu) has shape [%lld, %lld], expected [%zu, %zu]",
+                           dsattn_st_path(f), name, t->offset, (long long)t->shape[0],
+                           t->ndim > 1 ? (long long)t->shape[1] : 0LL, rows, cols);
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    dsattn_status st;
+    switch (t->dtype) {
+    case DSATTN_DT_BF16:
+        w->kind = DSATTN_W_BF16;
+        return borrow(b, t, 2, &w->data);
+    case DSATTN_DT_F32:
+        w->kind = DSATTN_W_F32;
+        return borrow(b, t, 4, &w->data);
+    case DSATTN_DT_F8_E4M3: {
+        char sname[512];
+        size_t bs = (size_t)b->m->cfg.fp8_block;
+        snprintf(sname, sizeof sname, "%.*s.scale", (int)(strlen(name) - strlen(".weight")), name);
+        const dsattn_st_tensor *s = dsattn_st_find(f, sname);
+        if (!s)
+            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND,
+                               "%s: FP8 tensor %s has no scale tensor %s",
+                               dsattn_st_path(f), name, sname);
+        size_t sr = (rows + bs - 1) / bs, sc = (cols + bs - 1) / bs;
+        if (s->ndim != 2 || (size_t)s->shape[0] != sr || (size_t)s->shape[1] != sc)
+            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                               "%s: scale %s (offset %zu) is not [%zu, %zu] for %zux%zu blocks",
+                               dsattn_st_path(f), sname, s->offset, sr, sc, bs, bs);
+        float *sv = dsattn_alloc_array(sr * sc, sizeof(float));
+        if ((st = own(b->m, sv))) return st;
+        if ((st = dsattn_st_to_f32(s, sv, sr * sc))) return st;
+        for (size_t i = 0; i < sr * sc; i++)
+            if (!isfinite(sv[i]) || sv[i] <= 0.0f)
+                return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                                   "%s: scale %s has an invalid value at [%zu] (offset %zu)",
+                                   dsattn_st_path(f), sname, i, s->offset);
+        w->kind = DSATTN_W_FP8;
+        w->block = bs;
+        w->scale = sv;
+        return borrow(b, t, 1, &w->data);
+    }
+    default:
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                           "%s: tensor %s has dtype %s, not a weight format of V4.1",
+                           dsattn_st_path(f), name, dsattn_dtype_name(t->dtype));
+    }
+}
+
+static dsattn_status bind_layer(binder *b, int64_t l)
+{
+    dsattn_v41 *m = b->m;
+    const dsattn_v41_config *c = &m->cfg;
+    dsattn_v41_layer_w *L = &m->layer[l];
+    char n[256];
+    dsattn_status st;
+    size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
+    size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+#define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
+    if ((st = bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
+    if ((st = bind_mat(b, P("attn.wq_a.weight"), QL, dim, &L->wq_a))) return st;
+    if ((st = bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
+    if ((st = bind_mat(b, P("attn.wq_b.weight"), H * D, QL, &L->wq_b))) return st;
+    if ((st = bind_mat(b, P("attn.wkv.weight"), D, dim, &L->wkv))) return st;
+    if ((st = bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
+    if ((st = bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
+    if ((st = bind_mat(b, P("attn.wo_a.weight"), G * R, H * D / G, &L->wo_a))) return st;
+    if ((st = bind_mat(b, P("attn.wo_b.weight"), dim, G * R, &L->wo_b))) return st;
+    if (L->wo_a.kind != DSATTN_W_BF16 && L->wo_a.kind != DSATTN_W_F32)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                           "layer %lld: wo_a must be bf16 (the reference dequantizes it)",
+                           (long long)l);
+    if (L->is_kv_source) {
+        if ((st = bind_mat(b, P("attn.compressor.wkv.weight"), D, dim, &L->c_wkv))) return st;
+        if ((st = bind_vec(b, P("attn.compressor.norm.weight"), D, &L->c_norm))) return st;
+        if (L->ratio > 1 &&
+            (st = bind_mat(b, P("attn.compressor.wgate.weight"), D, dim, &L->c_wgate)))
+            return st;
+        if (L->ratio > 1 && (L->c_wkv.kind == DSATTN_W_FP8 || L->c_wgate.kind == DSATTN_W_FP8))
+            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                               "layer %lld: a pooling compressor runs in fp32; FP8 weights "
+                               "are not a reference format there", (long long)l);
+    }
+    if (L->is_index_source) {
+        if ((st = bind_mat(b, P("attn.indexer.wq_b.weight"), Hi * Di, QL, &L->i_wq_b))) return st;
+        if ((st = bind_mat(b, P("attn.indexer.weights_proj.weight"), Hi, dim, &L->i_wproj)))
+            return st;
+        if (L->owns_k) {
+            if ((st = bind_mat(b, P("attn.indexer.wk.weight"), Di, D, &L->i_wk))) return st;
+            if ((st = bind_vec(b, P("attn.indexer.k_norm.weight"), Di, &L->i_knorm))) return st;
+        }
+    }
+#undef P
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
+                              const char *weights, char *err, size_t errlen)
+{
+    if (!out || !config_json || !weights) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    dsattn_v41 *m = calloc(1, sizeof *m);
+    if (!m) return DSATTN_ERR_NOMEM;
+    dsattn_status st = dsattn_v41_config_load(&m->cfg, config_json, err, errlen);
+    if (st) { dsattn_v41_destroy(m); return st; }
+    plan_layers(m);
+    dsattn_st_file *f = NULL;
+    if ((st = dsattn_st_open(&f, weights, err, errlen))) { dsattn_v41_destroy(m); return st; }
+    m->ckpt = f;
+    binder b = { m, f, err, errlen };
+    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(&b, l);
+    if (st) { dsattn_v41_destroy(m); return st; }
+    *out = m;
+    return DSATTN_OK;
+}
+
+/* ==== Random weights ==================================================== */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    *s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+static float rng_normal(uint64_t *s)
+{
+    double u1 = ((double)(rng_next(s) >> 11) + 1.0) * 0x1p-53;
+    double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* bf16 (or fp32) weight ~ N(0, gain^2/cols). */
+static dsattn_status rand_dense(dsattn_v41 *m, size_t rows, size_t cols, int f32,
+                                float gain, uint64_t seed, dsattn_weight *w)
+{
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    w->kind = f32 ? DSATTN_W_F32 : DSATTN_W_BF16;
+    void *p = dsattn_alloc_array(rows * cols, f32 ? 4 : 2);
+    dsattn_status st = own(m, p);
+    if (st) return st;
+    float sd = gain / sqrtf((float)cols);
+    uint64_t s = seed | 1;
+    for (size_t i = 0; i < rows * cols; i++) {
+        float v = rng_normal(&s) * sd;
+        if (f32) ((float *)p)[i] = dsattn_round_bf16(v);
+        else ((uint16_t *)p)[i] = dsattn_f32_to_bf16(v);
+    }
+    w->data = p;
+    return DSATTN_OK;
+}
+
+/* FP8 weight: random E4M3 codes (NaN excluded) with one power-of-two scale
+ * per block chosen so rows have roughly unit gain.  Generated from raw
+ * random bytes so a 6 GB stack is made in seconds. */
+static dsattn_status rand_fp8(dsattn_v41 *m, size_t rows, size_t cols, size_t bs,
+                              uint64_t seed, dsattn_weight *w)
+{
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    w->kind = DSATTN_W_FP8;
+    w->block = bs;
+    size_t sr = (rows + bs - 1) / bs, sc = (cols + bs - 1) / bs;
+    uint8_t *p = dsattn_alloc_array(rows, cols);
+    float *scale = dsattn_alloc_array(sr * sc, sizeof(float));
+    dsattn_status st = own(m, p);
+    if (!st) st = own(m, scale);
+    if (st) return st;
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        uint64_t s = (seed ^ (r * 0x9e3779b97f4a7c15ull)) | 1;
+        uint8_t *row = p + r * cols;
+        for (size_t i = 0; i < cols; i += 8) {
+            uint64_t v = rng_next(&s);
+            for (size_t j = 0; j < 8 && i + j < cols; j++) {
+                /* exponent field 4..11 keeps magnitudes in [2^-3, 2^5) */
+                uint8_t b = (uint8_t)(v >> (8 * j));
+                uint8_t code = (uint8_t)((b & 0x80) | (((b >> 3) & 7) + 4) << 3 | (b & 7));
+                row[i + j] = code;
+            }
+        }
+    }
+    /* RMS of such codes is ~10: scale to gain 1/sqrt(cols). */
+    float sv = dsattn_pow2_ceil(1.0f / (10.0f * sqrtf((float)cols)));
+    for (size_t i = 0; i < sr * sc; i++) scale[i] = sv;
+    w->data = p;
+    w->scale = scale;
+    return DSATTN_OK;
+}
+
+static dsattn_status rand_vec(dsattn_v41 *m, size_t n, float base, float jitter,
+                              uint64_t seed, float **out)
+{
+    float *v = dsattn_alloc_array(n, sizeof(float));
+    dsattn_status st = own(m, v);
+    if (st) return st;
+    uint64_t s = seed | 1;
+    for (size_t i = 0; i < n; i++) v[i] = dsattn_round_bf16(base + jitter * rng_normal(&s));
+    *out = v;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json,
+                                       uint64_t seed, int fp8, char *err,
+                                       size_t errlen)
+{
+    if (!out || !config_json) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    dsattn_v41 *m = calloc(1, sizeof *m);
+    if (!m) return DSATTN_ERR_NOMEM;
+    dsattn_status st = dsattn_v41_config_load(&m->cfg, config_json, err, errlen);
+    if (st) { dsattn_v41_destroy(m); return st; }
+    m->cfg.fp8 = fp8;
+    plan_layers(m);
+    const dsattn_v41_config *c = &m->cfg;
+    size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
+    size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    size_t bs = (size_t)c->fp8_block;
+    uint64_t k = seed * 1000003ull + 17;
+#define MAT(rows, cols, w) (fp8 ? rand_fp8(m, rows, cols, bs, ++k, w) \
+                                : rand_dense(m, rows, cols, 0, 1.0f, ++k, w))
+    for (int64_t l = 0; l < c->n_layers && !st; l++) {
+        dsattn_v41_layer_w *L = &m->layer[l];
+        if (!st) st = rand_vec(m, dim, 1.0f, 0.1f, ++k, &L->attn_norm);
+        if (!st) st = MAT(QL, dim, &L->wq_a);
+        if (!st) st = rand_vec(m, QL, 1.0f, 0.1f, ++k, &L->q_norm);
+        if (!st) st = MAT(H * D, QL, &L->wq_b);
+        if (!st) st = MAT(D, dim, &L->wkv);
+        if (!st) st = rand_vec(m, D, 1.0f, 0.1f, ++k, &L->kv_norm);
+        if (!st) st = rand_vec(m, H, 0.0f, 1.0f, ++k, &L->sink);
+        if (!st) st = rand_dense(m, G * R, H * D / G, 0, 1.0f, ++k, &L->wo_a);
+        if (!st) st = MAT(dim, G * R, &L->wo_b);
+        if (L->is_kv_source) {
+            int f32 = L->ratio > 1;
+            if (!st) st = rand_dense(m, D, dim, f32, 1.0f, ++k, &L->c_wkv);
+            if (!st && L->ratio > 1) st = rand_dense(m, D, dim, 1, 1.0f, ++k, &L->c_wgate);
+            if (!st) st = rand_vec(m, D, 1.0f, 0.1f, ++k, &L->c_norm);
+        }
+        if (L->is_index_source) {
+            if (!st) st = MAT(Hi * Di, QL, &L->i_wq_b);
+            if (!st) st = rand_dense(m, Hi, dim, 0, 1.0f, ++k, &L->i_wproj);
+            if (L->owns_k) {
+                if (!st) st = rand_dense(m, Di, D, 0, 1.0f, ++k, &L->i_wk);
+                if (!st) st = rand_vec(m, Di, 1.0f, 0.1f, ++k, &L->i_knorm);
+            }
+        }
+    }
+#undef MAT
+    if (st) { dsattn_v41_destroy(m); return st; }
+    *out = m;
+    return DSATTN_OK;
+}

@@ -1,0 +1,183 @@
+/* linear.c - every Linear layer of every generation, one function.
+ *
+ * What the reference's linear() does, per weight format:
+ *   bf16 weight  -> F.linear in bf16: fp32 accumulation, bf16 output
+ *   fp32 weight  -> F.linear in fp32 (V4.1 ratio-2 compressor), fp32 output
+ *   FP8 weight   -> act_quant(x) to E4M3 blocks, then fp8_gemm with the
+ *                   weight's block scales, bf16 output
+ *   FP4 weight   -> the same with E2M1 weights (MXFP4, E8M0 per 32)
+ * The output rounding is the caller's choice (round), because the same
+ * weight format can sit in an fp32 compute path.
+ *
+ * Reference mode: one ref-kernel GEMV per token, rows split across OpenMP
+ * threads (each output is computed by one thread in one order, so the
+ * result does not depend on the thread count).  Fast mode: SIMD GEMV for
+ * decode-sized inputs; for prefill-sized inputs the weight is dequantized
+ * in row panels and multiplied with OpenBLAS sgemm.
+ */
+#include "ops.h"
+
+#include "kernels.h"
+#include "numfmt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+
+void dsattn_round_bf16_n(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = dsattn_round_bf16(x[i]);
+}
+
+/* act_quant of one row, dequantized values written to q. */
+static void actq_row(const float *x, size_t k, const dsattn_actq *aq, float *q)
+{
+    switch (aq->scale) {
+    case DSATTN_ACTQ_POW2:
+        dsattn_quant_fp8_ue8m0(x, k, aq->block, NULL, NULL, q);
+        break;
+    case DSATTN_ACTQ_AMAX_MUL:
+        for (size_t b = 0; b < k; b += aq->block) {
+            float s;
+            dsattn_quant_fp8_f32scale(x + b, aq->block, aq->block, 0, NULL, &s, q + b);
+        }
+        break;
+    case DSATTN_ACTQ_AMAX_DIV: {
+        /* V3 triton: s = max(amax, 1e-4) / 448 ; y = x / s */
+        for (size_t b = 0; b < k; b += aq->block) {
+            float amax = 0.0f;
+            for (size_t i = 0; i < aq->block; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+            amax = fmaxf(amax, 1e-4f);
+            float s = amax / 448.0f;
+            for (size_t i = 0; i < aq->block; i++) {
+                float v = x[b + i] / s;
+                v = v < -448.0f ? -448.0f : (v > 448.0f ? 448.0f : v);
+                q[b + i] = dsattn_e4m3_to_f32(dsattn_f32_to_e4m3(v)) * s;
+            }
+        }
+        break;
+    }
+    }
+}
+
+/* rows [r0, r1) of W times one input row. */
+static void gemv_rows(const dsattn_kernels *k, const dsattn_weight *W,
+                      const float *x, float *y, size_t r0, size_t r1)
+{
+    size_t K = W->cols;
+    switch (W->kind) {
+    case DSATTN_W_F32:
+        k->gemv_f32((const float *)W->data + r0 * K, x, y + r0, r1 - r0, K);
+        break;
+    case DSATTN_W_BF16:
+        k->gemv_bf16((const uint16_t *)W->data + r0 * K, x, y + r0, r1 - r0, K);
+        break;
+    case DSATTN_W_FP8: {
+        size_t ldsc = (K + W->block - 1) / W->block;
+        k->gemv_fp8((const uint8_t *)W->data + r0 * K, W->scale + (r0 / W->block) * ldsc,
+                    W->block, ldsc, x, y + r0, r1 - r0, K);
+        break;
+    }
+    case DSATTN_W_FP4:
+        k->gemv_fp4((const uint8_t *)W->data + r0 * (K / 2), W->scale_e8m0 + r0 * (K / 32),
+                    x, y + r0, r1 - r0, K);
+        break;
+    }
+}
+
+static size_t weight_bytes(const dsattn_weight *W)
+{
+    switch (W->kind) {
+    case DSATTN_W_F32:  return W->rows * W->cols * 4;
+    case DSATTN_W_BF16: return W->rows * W->cols * 2;
+    case DSATTN_W_FP8:  return W->rows * W->cols;
+    case DSATTN_W_FP4:  return W->rows * W->cols / 2 + W->rows * W->cols / 32;
+    }
+    return 0;
+}
+
+/* Dequantize rows [r0, r0+n) of W into out [n, cols] fp32. */
+static void dequant_rows(const dsattn_weight *W, size_t r0, size_t n, float *out)
+{
+    size_t K = W->cols;
+    for (size_t r = r0; r < r0 + n; r++) {
+        float *o = out + (r - r0) * K;
+        switch (W->kind) {
+        case DSATTN_W_F32:
+            memcpy(o, (const float *)W->data + r * K, K * sizeof(float));
+            break;
+        case DSATTN_W_BF16: {
+            const uint16_t *w = (const uint16_t *)W->data + r * K;
+            for (size_t i = 0; i < K; i++) o[i] = dsattn_bf16_to_f32(w[i]);
+            break;
+        }
+        case DSATTN_W_FP8: {
+            const uint8_t *w = (const uint8_t *)W->data + r * K;
+            size_t ldsc = (K + W->block - 1) / W->block;
+            const float *sc = W->scale + (r / W->block) * ldsc;
+            for (size_t i = 0; i < K; i++) o[i] = dsattn_e4m3_to_f32(w[i]) * sc[i / W->block];
+            break;
+        }
+        case DSATTN_W_FP4: {
+            const uint8_t *w = (const uint8_t *)W->data + r * (K / 2);
+            const uint8_t *sc = W->scale_e8m0 + r * (K / 32);
+            for (size_t i = 0; i < K; i++) {
+                uint8_t c = (i & 1) ? (uint8_t)(w[i / 2] >> 4) : (uint8_t)(w[i / 2] & 15);
+                o[i] = dsattn_e2m1_to_f32(c) * dsattn_ue8m0_to_f32(sc[i / 32]);
+            }
+            break;
+        }
+        }
+    }
+}
+
+dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
+                            const float *x, size_t ldx, size_t n_tok,
+                            float *y, size_t ldy, dsattn_out_round round,
+                            const dsattn_actq *aq, float *scratch)
+{
+    if (!ctx || !W || !x || !y) return DSATTN_ERR_INVALID_ARG;
+    const size_t K = W->cols, R = W->rows;
+    const float *in = x;
+    size_t ldin = ldx;
+    int quant = (W->kind == DSATTN_W_FP8 || W->kind == DSATTN_W_FP4);
+    if (quant && aq) {
+        if (!scratch || aq->block == 0 || K % aq->block) return DSATTN_ERR_UNSUPPORTED;
+        for (size_t t = 0; t < n_tok; t++) actq_row(x + t * ldx, K, aq, scratch + t * K);
+        in = scratch;
+        ldin = K;
+    }
+    if (W->kind == DSATTN_W_FP4 && K % 32) return DSATTN_ERR_UNSUPPORTED;
+
+    const dsattn_kernels *k = ctx->k;
+    const size_t chunk = 64;             /* multiple of every FP8 block edge */
+    const size_t n_chunks = (R + chunk - 1) / chunk;
+
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
+        /* Prefill-sized: dequantize row panels, sgemm each. */
+        const size_t panel = 256;
+        float *wbuf = dsattn_alloc_array(panel * K, sizeof(float));
+        if (!wbuf) return DSATTN_ERR_NOMEM;
+        for (size_t r0 = 0; r0 < R; r0 += panel) {
+            size_t n = DSATTN_MIN(panel, R - r0);
+            dequant_rows(W, r0, n, wbuf);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)n,
+                        (int)K, 1.0f, in, (int)ldin, wbuf, (int)K, 0.0f, y + r0, (int)ldy);
+        }
+        dsattn_free(wbuf);
+    } else {
+        for (size_t t = 0; t < n_tok; t++) {
+            const float *xt = in + t * ldin;
+            float *yt = y + t * ldy;
+#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (R * K >= 65536)
+            for (size_t c = 0; c < n_chunks; c++) {
+                size_t r0 = c * chunk, r1 = DSATTN_MIN(R, r0 + chunk);
+                gemv_rows(k, W, xt, yt, r0, r1);
+            }
+        }
+    }
+    if (round == DSATTN_OUT_BF16)
+        for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy, R);
+    dsattn_count(ctx, 2ull * n_tok * R * K, weight_bytes(W) + n_tok * K * 4ull);
+    return DSATTN_OK;
+}

@@ -1,0 +1,254 @@
+/* sparse_attn.c - the attention kernel of V4 and V4.1 (sparse_attn), the
+ * lightning-indexer score and the packed-row gather they share.
+ *
+ * sparse_attn follows the TileLang kernel (reference-semantics.md §4.7):
+ * indices in blocks of 64 in index order, invalid (-1) rows score -inf, the
+ * running max starts at max_init (-1e30 in V4.1 so an all-invalid row gives
+ * exactly 0; -inf in V4, where such a row gives NaN), P is rounded to bf16
+ * for P.V while the denominator stays fp32, and the per-head sink joins the
+ * denominator only, unscaled, after the loop.
+ *
+ * Reference mode evaluates each block literally (every score and every P.V
+ * sum accumulated in double, rounded once).  Fast mode skips invalid rows,
+ * dequantizes each gathered row once for all heads, and accumulates in fp32
+ * through the kernel table.
+ */
+#include "ops.h"
+
+#include "kernels.h"
+#include "numfmt.h"
+
+#include <math.h>
+
+void dsattn_kv_row(const dsattn_kv_src *src, size_t row, float *out)
+{
+    const uint8_t *p = (const uint8_t *)src->base + row * src->stride;
+    switch (src->kind) {
+    case DSATTN_KV_F32:     memcpy(out, p, src->d * sizeof(float)); break;
+    case DSATTN_KV_V41_SWA: dsattn_v41_swa_unpack(p, src->d, out); break;
+    case DSATTN_KV_V41_FP4: dsattn_v41_kv_unpack(p, src->d, out); break;
+    case DSATTN_KV_V4:
+        dsattn_v4_kv_unpack(p, src->d - src->d_rope, src->d_rope, out);
+        break;
+    case DSATTN_KV_FP4_IDX: dsattn_fp4_index_unpack(p, src->d, out); break;
+    }
+}
+
+/* Row j of the concatenation [src0 ; src1]. */
+static void cat_row(const dsattn_kv_src *s0, const dsattn_kv_src *s1, size_t j,
+                    float *out)
+{
+    if (j < s0->n_rows) dsattn_kv_row(s0, j, out);
+    else dsattn_kv_row(s1, j - s0->n_rows, out);
+}
+
+static size_t cat_rows(const dsattn_kv_src *s0, const dsattn_kv_src *s1)
+{
+    return s0->n_rows + (s1 ? s1->n_rows : 0);
+}
+
+#define SA_BLOCK 64
+
+size_t dsattn_sparse_attn_scratch(size_t nh, size_t d)
+{
+    /* rows [64][d], scores [nh][64], acc [nh][d], max/sum/scale [3][nh] */
+    return SA_BLOCK * d + nh * SA_BLOCK + nh * d + 3 * nh;
+}
+
+static float expd(float x) { return (float)exp((double)x); }
+
+static void sparse_attn_ref(const float *q, size_t nh, size_t d,
+                            const dsattn_kv_src *s0, const dsattn_kv_src *s1,
+                            const int32_t *idx, size_t n_idx, const float *sink,
+                            float scale, float max_init, float *out, float *ws)
+{
+    float *rows = ws, *sc = rows + SA_BLOCK * d, *acc = sc + nh * SA_BLOCK;
+    float *mx = acc + nh * d, *sum = mx + nh;
+    size_t nrows = cat_rows(s0, s1);
+    for (size_t h = 0; h < nh; h++) { mx[h] = max_init; sum[h] = 0.0f; }
+    memset(acc, 0, nh * d * sizeof(float));
+    for (size_t b0 = 0; b0 < n_idx; b0 += SA_BLOCK) {
+        size_t nb = DSATTN_MIN((size_t)SA_BLOCK, n_idx - b0);
+        int valid[SA_BLOCK];
+        for (size_t j = 0; j < nb; j++) {
+            int32_t ix = idx[b0 + j];
+            valid[j] = ix >= 0 && (size_t)ix < nrows;
+            if (valid[j]) cat_row(s0, s1, (size_t)ix, rows + j * d);
+            else memset(rows + j * d, 0, d * sizeof(float));
+        }
+        for (size_t h = 0; h < nh; h++) {
+            const float *qh = q + h * d;
+            float *sh = sc + h * SA_BLOCK;
+            float bmax = -INFINITY;
+            for (size_t j = 0; j < nb; j++) {
+                double a = 0.0;
+                for (size_t i = 0; i < d; i++) a += (double)qh[i] * (double)rows[j * d + i];
+                float s = valid[j] ? 0.0f + (float)a : -INFINITY;
+                s = s * scale;
+                sh[j] = s;
+                if (s > bmax) bmax = s;
+            }
+            float mprev = mx[h];
+            float mnew = mprev > bmax ? mprev : bmax;
+            if (isnan(mprev)) mnew = mprev;
+            mx[h] = mnew;
+            float fs = expd(mprev - mnew);
+            double rs = 0.0;
+            for (size_t j = 0; j < nb; j++) {
+                sh[j] = expd(sh[j] - mnew);
+                rs += sh[j];
+            }
+            sum[h] = sum[h] * fs + (float)rs;
+            float *ah = acc + h * d;
+            for (size_t i = 0; i < d; i++) {
+                double pv = 0.0;
+                for (size_t j = 0; j < nb; j++)
+                    pv += (double)dsattn_round_bf16(sh[j]) * (double)rows[j * d + i];
+                ah[i] = ah[i] * fs + (float)pv;
+            }
+        }
+    }
+    for (size_t h = 0; h < nh; h++) {
+        float den = sum[h];
+        if (sink) den = den + expd(sink[h] - mx[h]);
+        for (size_t i = 0; i < d; i++)
+            out[h * d + i] = dsattn_round_bf16(acc[h * d + i] / den);
+    }
+}
+
+static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
+                             const dsattn_kv_src *s0, const dsattn_kv_src *s1,
+                             const int32_t *idx, size_t n_idx, const float *sink,
+                             float scale, float max_init, float *out, float *ws)
+{
+    const dsattn_kernels *k = ctx->k;
+    float *rows = ws, *sc = rows + SA_BLOCK * d, *acc = sc + nh * SA_BLOCK;
+    float *mx = acc + nh * d, *sum = mx + nh, *fs = sum + nh;
+    size_t nrows = cat_rows(s0, s1);
+    for (size_t h = 0; h < nh; h++) { mx[h] = max_init; sum[h] = 0.0f; }
+    memset(acc, 0, nh * d * sizeof(float));
+    for (size_t b0 = 0; b0 < n_idx; b0 += SA_BLOCK) {
+        size_t nb = DSATTN_MIN((size_t)SA_BLOCK, n_idx - b0), nv = 0;
+        float tmp[512];
+        for (size_t j = 0; j < nb; j++) {
+            int32_t ix = idx[b0 + j];
+            if (ix < 0 || (size_t)ix >= nrows) continue;
+            cat_row(s0, s1, (size_t)ix, rows + nv * d);
+            k->mdot_f32(q, d, nh, rows + nv * d, d, nh <= 512 ? tmp : sc);
+            for (size_t h = 0; h < nh; h++) sc[h * SA_BLOCK + nv] = tmp[h] * scale;
+            nv++;
+        }
+        if (nv == 0) {
+            /* Only -inf scores: the max does not move; with a -inf running
+             * max the reference gets exp(-inf - -inf) = NaN (V4). */
+            for (size_t h = 0; h < nh; h++)
+                if (isinf(mx[h]) && mx[h] < 0) { sum[h] = NAN; }
+            continue;
+        }
+        for (size_t h = 0; h < nh; h++) {
+            float *sh = sc + h * SA_BLOCK, bmax = -INFINITY;
+            for (size_t j = 0; j < nv; j++) bmax = sh[j] > bmax ? sh[j] : bmax;
+            float mnew = mx[h] > bmax ? mx[h] : bmax;
+            fs[h] = expf(mx[h] - mnew);
+            mx[h] = mnew;
+            float rs = 0.0f;
+            for (size_t j = 0; j < nv; j++) {
+                sh[j] = expf(sh[j] - mnew);
+                rs += sh[j];
+                sh[j] = dsattn_round_bf16(sh[j]);
+            }
+            sum[h] = sum[h] * fs[h] + rs;
+            float *ah = acc + h * d;
+            for (size_t i = 0; i < d; i++) ah[i] *= fs[h];
+        }
+        for (size_t j = 0; j < nv; j++) {
+            const float *r = rows + j * d;
+            for (size_t h = 0; h < nh; h++) {
+                float p = sc[h * SA_BLOCK + j];
+                if (p == 0.0f) continue;
+                float *ah = acc + h * d;
+                for (size_t i = 0; i < d; i++) ah[i] += p * r[i];
+            }
+        }
+    }
+    for (size_t h = 0; h < nh; h++) {
+        float den = sum[h];
+        if (sink) den += expf(sink[h] - mx[h]);
+        for (size_t i = 0; i < d; i++)
+            out[h * d + i] = dsattn_round_bf16(acc[h * d + i] / den);
+    }
+}
+
+void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
+                        const dsattn_kv_src *src0, const dsattn_kv_src *src1,
+                        const int32_t *idx, size_t n_idx, const float *sink,
+                        float scale, float max_init, float *out, float *scratch)
+{
+    uint64_t nvalid = 0;
+    size_t nrows = cat_rows(src0, src1);
+    for (size_t j = 0; j < n_idx; j++) nvalid += idx[j] >= 0 && (size_t)idx[j] < nrows;
+    if (ctx->mode == DSATTN_MODE_REFERENCE || nh > 512)
+        sparse_attn_ref(q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
+    else
+        sparse_attn_fast(ctx, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
+    size_t rb = src0->kind == DSATTN_KV_F32 ? d * 4 : src0->stride;
+    dsattn_count(ctx, 4ull * nvalid * nh * d, nvalid * rb + nh * d * 4ull);
+}
+
+/* ==== Indexer score ===================================================== */
+
+static float index_head_sum(const float *dots, size_t nh, const float *w)
+{
+    double s = 0.0;
+    for (size_t h = 0; h < nh; h++) {
+        float dd = dsattn_round_bf16(dots[h]);
+        float r = dd > 0.0f ? dd : 0.0f;
+        s += (double)dsattn_round_bf16(r * w[h]);
+    }
+    return dsattn_round_bf16((float)s);
+}
+
+static void index_score_one(dsattn_ctx *ctx, const float *q, size_t nh, size_t dh,
+                            const float *w, const float *key, float *dots)
+{
+    if (ctx->mode == DSATTN_MODE_REFERENCE) {
+        for (size_t h = 0; h < nh; h++) {
+            double a = 0.0;
+            for (size_t i = 0; i < dh; i++) a += (double)q[h * dh + i] * (double)key[i];
+            dots[h] = (float)a;
+        }
+    } else {
+        ctx->k->mdot_f32(q, dh, nh, key, dh, dots);
+    }
+    (void)w;
+}
+
+void dsattn_index_scores_bf16(dsattn_ctx *ctx, const float *q, size_t nh,
+                              size_t dh, const float *w,
+                              const dsattn_kv_src *ksrc, size_t j0, size_t n,
+                              float *score)
+{
+#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n >= 4096)
+    for (size_t j = 0; j < n; j++) {
+        float key[512], dots[256];
+        dsattn_kv_row(ksrc, j0 + j, key);
+        index_score_one(ctx, q, nh, dh, w, key, dots);
+        score[j] = index_head_sum(dots, nh, w);
+    }
+    dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
+}
+
+void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
+                                 size_t dh, const float *w,
+                                 const dsattn_kv_src *ksrc,
+                                 const int32_t *rows, size_t n, float *score)
+{
+#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n >= 4096)
+    for (size_t j = 0; j < n; j++) {
+        float key[512], dots[256];
+        dsattn_kv_row(ksrc, (size_t)rows[j], key);
+        index_score_one(ctx, q, nh, dh, w, key, dots);
+        score[j] = index_head_sum(dots, nh, w);
+    }
+    dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
+}

@@ -1,0 +1,122 @@
+/* topk.c - top-k selection with a deterministic tie rule.
+ *
+ * torch.topk leaves the order of equal scores unspecified; dsattn breaks
+ * ties by the LOWER index (golden-cases.md §4.5), for entries and for
+ * candidate blocks alike.  -inf scores are ordinary (selectable) values, as
+ * in torch.topk; NaN ranks above everything.
+ *
+ * dsattn_topk_ref sorts all n keys (the clear statement of the rule);
+ * dsattn_topk keeps a k-entry min-heap, which rejects most entries with one
+ * comparison when k << n (index top-512 out of a million entries).  Both
+ * return the same indices in the same (descending) order.
+ */
+#include "ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* key(a) > key(b): higher score, or equal score and lower index. */
+static int key_gt(float sa, int32_t ia, float sb, int32_t ib)
+{
+    int na = isnan(sa), nb = isnan(sb);
+    if (na || nb) {
+        if (na && nb) return ia < ib;
+        return na;
+    }
+    if (sa != sb) return sa > sb;
+    return ia < ib;
+}
+
+size_t dsattn_topk_scratch(size_t n, size_t k)
+{
+    (void)n;
+    return k * sizeof(int32_t);
+}
+
+static void sift_down(const float *s, int32_t *h, size_t n, size_t i)
+{
+    /* min-heap on key: the root is the weakest kept entry */
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && key_gt(s[h[m]], h[m], s[h[l]], h[l])) m = l;
+        if (r < n && key_gt(s[h[m]], h[m], s[h[r]], h[r])) m = r;
+        if (m == i) return;
+        int32_t t = h[i]; h[i] = h[m]; h[m] = t;
+        i = m;
+    }
+}
+
+static const float *g_sort_scores;   /* only used by qsort in the ref below */
+
+static int cmp_desc(const void *a, const void *b)
+{
+    int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
+    const float *s = g_sort_scores;
+    if (key_gt(s[ia], ia, s[ib], ib)) return -1;
+    if (key_gt(s[ib], ib, s[ia], ia)) return 1;
+    return 0;
+}
+
+/* Insertion sort by key (descending); k is small, and this keeps the heap
+ * path free of any shared state. */
+static void sort_desc(const float *s, int32_t *v, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        int32_t x = v[i];
+        size_t j = i;
+        while (j > 0 && key_gt(s[x], x, s[v[j - 1]], v[j - 1])) { v[j] = v[j - 1]; j--; }
+        v[j] = x;
+    }
+}
+
+void dsattn_topk(const float *score, size_t n, size_t k, int32_t *idx_out,
+                 void *scratch)
+{
+    (void)scratch;
+    if (k > n) k = n;
+    if (k == 0) return;
+    int32_t *h = idx_out;
+    for (size_t i = 0; i < k; i++) h[i] = (int32_t)i;
+    for (size_t i = k / 2; i-- > 0;) sift_down(score, h, k, i);
+    for (size_t i = k; i < n; i++) {
+        if (key_gt(score[i], (int32_t)i, score[h[0]], h[0])) {
+            h[0] = (int32_t)i;
+            sift_down(score, h, k, 0);
+        }
+    }
+    if (k <= 4096) {
+        sort_desc(score, h, k);
+    } else {
+        /* heap-sort ascending then reverse */
+        for (size_t m = k; m > 1; m--) {
+            int32_t t = h[0]; h[0] = h[m - 1]; h[m - 1] = t;
+            sift_down(score, h, m - 1, 0);
+        }
+    }
+}
+
+/* Reference: sort all indices by key.  Not thread-safe (qsort context);
+ * used by tests and by the reference mode of single-threaded callers. */
+void dsattn_topk_ref(const float *score, size_t n, size_t k, int32_t *idx_out)
+{
+    int32_t *all = malloc(n * sizeof *all);
+    if (!all) return;
+    for (size_t i = 0; i < n; i++) all[i] = (int32_t)i;
+    g_sort_scores = score;
+    qsort(all, n, sizeof *all, cmp_desc);
+    memcpy(idx_out, all, DSATTN_MIN(k, n) * sizeof *all);
+    free(all);
+}
+
+static int cmp_idx(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (x < 0 && y >= 0) return 1;
+    if (y < 0 && x >= 0) return -1;
+    return (x > y) - (x < y);
+}
+
+void dsattn_sort_idx_valid_first(int32_t *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_idx);
+}
