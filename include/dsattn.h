@@ -209,4 +209,10 @@ dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
 #ifdef __cplusplus
 }
 #endif
+
+/* The other generations, one section each. */
+#include "dsattn_mha.h"   /* MHA (DeepSeek-LLM 7B), GQA (67B)          */
+#include "dsattn_mla.h"   /* MLA (V3), MLA + DSA indexer (V3.2)        */
+#include "dsattn_v4.h"    /* CSA + HCA (V4 Flash / Pro)                */
+
 #endif /* DSATTN_H */

@@ -138,29 +138,6 @@ static dsattn_weight sub_rows(const dsattn_weight *w, size_t r0, size_t n)
     return v;
 }
 
-/* Pool `r` rows of (kv, score) per channel: softmax over the rows in fp32
- * (e = exp(z - max), p = e / sum), then sum of fp32 products in order. */
-static void pool_group(const float *kv, const float *z, size_t r, size_t D, float *out)
-{
-    for (size_t c = 0; c < D; c++) {
-        float mx = -INFINITY;
-        for (size_t i = 0; i < r; i++) mx = z[i * D + c] > mx ? z[i * D + c] : mx;
-        float e[64];
-        double se = 0.0;
-        for (size_t i = 0; i < r; i++) {
-            e[i] = (float)exp((double)(z[i * D + c] - mx));
-            se += e[i];
-        }
-        float sum = (float)se;
-        double acc = 0.0;
-        for (size_t i = 0; i < r; i++) {
-            float p = e[i] / sum;
-            acc += (double)(kv[i * D + c] * p);
-        }
-        out[c] = (float)acc;
-    }
-}
-
 /* ==== Candidate pool (select_candidate_blocks) ========================== */
 
 /* scores[0..T) already masked (-inf beyond the row's visible count cl).
@@ -415,7 +392,7 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     size_t n = 0;
     if (ck->prefill) {
         size_t cutoff = s - s % m;
-        for (size_t g = 0; g < cutoff / m; g++) pool_group(kv + g * m * D, z + g * m * D, m, D, lat + (n++) * D);
+        for (size_t g = 0; g < cutoff / m; g++) dsattn_softmax_pool(kv + g * m * D, z + g * m * D, m, D, lat + (n++) * D);
         for (size_t r = 0; r < s % m; r++) {
             memcpy(S->kv_state + r * D, kv + (cutoff + r) * D, D * sizeof(float));
             memcpy(S->score_state + r * D, z + (cutoff + r) * D, D * sizeof(float));
@@ -424,7 +401,7 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
         size_t slot = (size_t)ck->start_pos % m;
         memcpy(S->kv_state + slot * D, kv, D * sizeof(float));
         memcpy(S->score_state + slot * D, z, D * sizeof(float));
-        if (((size_t)ck->start_pos + 1) % m == 0) pool_group(S->kv_state, S->score_state, m, D, lat + (n++) * D);
+        if (((size_t)ck->start_pos + 1) % m == 0) dsattn_softmax_pool(S->kv_state, S->score_state, m, D, lat + (n++) * D);
     }
     dsattn_free(kv);
     for (size_t i = 0; i < n; i++) {

@@ -12,11 +12,6 @@
 
 typedef struct { const char *model_type; dsattn_trace_fn fn; } backend;
 
-/* Weak: a backend not linked in yet reports "unsupported". */
-dsattn_status dsattn_trace_v3(const char *, const char *, const dsattn_trace_opts *, char *,
-                              size_t) __attribute__((weak));
-dsattn_status dsattn_trace_v4(const char *, const char *, const dsattn_trace_opts *, char *,
-                              size_t) __attribute__((weak));
 
 dsattn_status dsattn_trace_case(const char *case_dir, const char *out_path,
                                 const dsattn_trace_opts *o, char *err, size_t errlen)

@@ -34,6 +34,13 @@ dsattn_status dsattn_trace_case(const char *case_dir, const char *out_path,
 dsattn_status dsattn_trace_v41(const char *case_dir, const char *out_path,
                                const dsattn_trace_opts *o, char *err, size_t errlen);
 
+/* V3 MLA and V3.2 MLA + DSA (trace_v3.c). */
+dsattn_status dsattn_trace_v3(const char *case_dir, const char *out_path,
+                              const dsattn_trace_opts *o, char *err, size_t errlen);
+/* V4 CSA + HCA (trace_v4.c). */
+dsattn_status dsattn_trace_v4(const char *case_dir, const char *out_path,
+                              const dsattn_trace_opts *o, char *err, size_t errlen);
+
 /* Shared helpers for backends: load input x [T, dim] and prefill length. */
 dsattn_status dsattn_trace_load_input(const char *case_dir, float **x, size_t *T,
                                       size_t *dim, size_t *prefill, char *err,

@@ -155,6 +155,24 @@ void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
                                  const dsattn_kv_src *ksrc,
                                  const int32_t *rows, size_t n, float *score);
 
+/* ==== Compressor pooling (V4 / V4.1 Compressor) ======================= */
+
+/* Softmax-gated pooling of r slots per channel, in fp32:
+ *   e_i = exp(z_i - max_i z), p_i = e_i / sum_i e_i, out = sum_i fp32(kv_i*p_i)
+ * kv, z: [r, D] (slot-major); r <= 64.  -inf scores give weight 0 (V4's
+ * empty first overlap window).  The caller adds any positional bias to z
+ * first and casts / normalises the result afterwards. */
+void dsattn_softmax_pool(const float *kv, const float *z, size_t r, size_t D,
+                         float *out);
+
+/* ==== Hadamard (V3.2 / V4 indexer rotate_activation) ==================== */
+
+/* y = H_n x * scale for n a power of two <= 256, H the Sylvester Hadamard
+ * matrix (fast_hadamard_transform): sums of +-x exact in double, times
+ * scale, rounded once to fp32 (and to bf16 if round == BF16). */
+void dsattn_hadamard(const float *x, size_t n, float scale, float *y,
+                     dsattn_out_round round);
+
 /* ==== Top-k ============================================================= */
 
 /* The k largest of score[0..n) (k <= n): higher score first, ties broken by
