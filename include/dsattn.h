@@ -92,6 +92,17 @@ typedef struct {
 void dsattn_ctx_counters_reset(dsattn_ctx *ctx);
 dsattn_counters dsattn_ctx_counters(const dsattn_ctx *ctx);
 
+/* The KV bill of one sequence, measured from its live allocations, the same
+ * struct for every generation: global (context-proportional) cache bytes
+ * per token = bytes allocated / token capacity; bounded per-sequence state
+ * (sliding windows, compressor state) separately. */
+typedef struct {
+    double global_bytes_per_token;
+    size_t global_bytes_allocated;
+    size_t window_bytes;          /* all layers' sliding-window rings      */
+    size_t state_bytes;           /* compressor / overlap fp32 state       */
+} dsattn_kv_bill;
+
 /* ==== CSA2: DeepSeek-V4.1 (Flash) ======================================= */
 /*
  * A dsattn_v41 is the attention part of a V4.1 model: config, layer plan and
@@ -192,13 +203,7 @@ dsattn_status dsattn_v41_seq_cache(const dsattn_v41_seq *s, int layer, int which
 /* The bill, measured from the live allocations: global KV bytes per token
  * (compressed + index caches of every source, / max_seq_len), and the
  * bounded per-sequence window state in bytes. */
-typedef struct {
-    double global_bytes_per_token;
-    size_t global_bytes_allocated;
-    size_t window_bytes;          /* all layers' rings                     */
-    size_t state_bytes;           /* compressor fp32 state                 */
-} dsattn_v41_kv_bill;
-dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_v41_kv_bill *b);
+dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b);
 
 /* Fill the caches as if `depth` tokens had been consumed, with random valid
  * packed entries (benchmarks at 1M context).  Sets the position to depth;

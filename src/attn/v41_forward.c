@@ -612,7 +612,7 @@ dsattn_status dsattn_v41_seq_cache(const dsattn_v41_seq *s, int layer, int which
     return DSATTN_ERR_INVALID_ARG;
 }
 
-dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_v41_kv_bill *b)
+dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;
     const dsattn_v41_config *c = &s->m->cfg;
