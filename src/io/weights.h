@@ -29,4 +29,23 @@ typedef struct {
     void          *owned;       /* converted storage to free, or NULL          */
 } dsattn_weight;
 
+/* Free `owned` (if any) and zero the descriptor.  NULL is a no-op. */
+void dsattn_weight_release(dsattn_weight *w);
+
+/* Reference decode of row r into out[cols] as fp32: BF16 exact, FP8 code *
+ * block scale, FP4 code * UE8M0 scale.  Plain scalar code, never optimised:
+ * fast GEMV kernels are tested against it.  Returns 0, or -1 if r >= rows. */
+int dsattn_weight_row_f32(const dsattn_weight *w, size_t r, float *out);
+
+/* Reference y[rows] = W x[cols], double accumulation, one rounding.
+ * Returns 0, or -1 on allocation failure / bad descriptor. */
+int dsattn_weight_gemv_ref(const dsattn_weight *w, const float *x, float *y);
+
+/* Bytes of `data` (+ scales) the descriptor reads per full GEMV. */
+size_t dsattn_weight_bytes(const dsattn_weight *w);
+
+/* Bit for an accept mask: DSATTN_WMASK(DSATTN_W_BF16) | ... */
+#define DSATTN_WMASK(k) (1u << (unsigned)(k))
+#define DSATTN_WMASK_ANY 0xfu
+
 #endif /* DSATTN_WEIGHTS_H */
