@@ -158,6 +158,10 @@ dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
 dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json,
                                        uint64_t seed, int fp8, char *err,
                                        size_t errlen);
+/* Config and plan only, no weights: enough to create sequences, measure
+ * the KV bill and inspect the plan; forward returns DSATTN_ERR_UNSUPPORTED. */
+dsattn_status dsattn_v41_load_config(dsattn_v41 **out, const char *config_json,
+                                     char *err, size_t errlen);
 void dsattn_v41_destroy(dsattn_v41 *m);
 
 int             dsattn_v41_n_layers(const dsattn_v41 *m);

@@ -102,6 +102,16 @@ dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
 dsattn_status dsattn_v41_config_load(dsattn_v41_config *c, const char *path,
                                      char *err, size_t errlen);
 
+/* select_candidate_blocks for one row: scores[0..T) already masked
+ * (-inf beyond the row's visible count cl); block score = max of its
+ * positions, the newest visible block pinned to +inf, the top topk_blocks
+ * blocks with a score above -inf kept.  Writes the pool's positions in
+ * ascending order to pool and returns their count.  bscore/bidx: scratch
+ * of ceil(T/bs) + 1 entries. */
+size_t dsattn_v41_candidate_pool(const float *scores, size_t T, size_t cl, size_t bs,
+                                 size_t topk_blocks, float *bscore, int32_t *bidx,
+                                 int32_t *pool);
+
 /* Bytes of one packed row of each cache. */
 size_t dsattn_v41_swa_bytes(const dsattn_v41_config *c);
 size_t dsattn_v41_ckv_bytes(const dsattn_v41_config *c);

@@ -142,7 +142,7 @@ static dsattn_weight sub_rows(const dsattn_weight *w, size_t r0, size_t n)
 
 /* scores[0..T) already masked (-inf beyond the row's visible count cl).
  * Writes the pool positions (ascending) and returns their count. */
-static size_t candidate_pool(const float *scores, size_t T, size_t cl, size_t bs,
+size_t dsattn_v41_candidate_pool(const float *scores, size_t T, size_t cl, size_t bs,
                              size_t topk_blocks, float *bscore, int32_t *bidx,
                              int32_t *pool)
 {
@@ -329,7 +329,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
         }
         if (L->is_candidate_source) {
             for (size_t j = 0; j < T; j++) score[j] = j < cl ? fsc[j] : -INFINITY;
-            seq->rt.cand_n[t] = candidate_pool(score, T, cl, (size_t)c->candidate_block_size,
+            seq->rt.cand_n[t] = dsattn_v41_candidate_pool(score, T, cl, (size_t)c->candidate_block_size,
                                                (size_t)c->candidate_topk_blocks, bscore, tmp,
                                                seq->rt.cand + t * seq->rt.cand_stride);
         }
@@ -423,6 +423,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     const dsattn_v41_layer_w *L = &m->layer[l];
     dsattn_v41_layer_s *S = &seq->layer[l];
+    if (!L->wq_a.data) return DSATTN_ERR_UNSUPPORTED;      /* config-only model */
     const chunk ck = { s, seq->pos, seq->pos == 0 };
     const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t rd = (size_t)c->rope_head_dim, QL = (size_t)c->q_lora_rank;

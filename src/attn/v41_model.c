@@ -459,6 +459,20 @@ static dsattn_status bind_layer(binder *b, int64_t l)
     return DSATTN_OK;
 }
 
+dsattn_status dsattn_v41_load_config(dsattn_v41 **out, const char *config_json,
+                                     char *err, size_t errlen)
+{
+    if (!out || !config_json) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    dsattn_v41 *m = calloc(1, sizeof *m);
+    if (!m) return DSATTN_ERR_NOMEM;
+    dsattn_status st = dsattn_v41_config_load(&m->cfg, config_json, err, errlen);
+    if (st) { dsattn_v41_destroy(m); return st; }
+    plan_layers(m);
+    *out = m;
+    return DSATTN_OK;
+}
+
 dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
                               const char *weights, char *err, size_t errlen)
 {

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install the Debian packages dsattn needs, only when missing (as root).
+#   cmake, gcc, make          the build
+#   libopenblas-openmp-dev    fp32 GEMM for prefill (OpenMP variant: one thread pool)
+#   libcjson-dev              the JSON parser for safetensors headers and config.json
+#   clang, libclang-rt-14-dev libFuzzer and sanitizer runtimes (tests only)
+set -euo pipefail
+need=()
+for p in cmake gcc make libopenblas-openmp-dev libcjson-dev clang libclang-rt-14-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]} (apt-get)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

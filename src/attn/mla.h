@@ -1,0 +1,101 @@
+/* mla.h - internal layout of the MLA (DeepSeek-V3) and MLA + DSA
+ * (DeepSeek-V3.2) attention stacks.
+ *
+ * The public face is include/dsattn_mla.h; this header holds what the model
+ * (mla_model.c), the forward pass (mla_forward.c), the indexer
+ * (mla_indexer.c), the trace backend and the tests share.
+ * Vocabulary: H = n_heads, dn = qk_nope_head_dim, dr = qk_rope_head_dim,
+ * dv = v_head_dim, KL = kv_lora_rank, QL = q_lora_rank, Hi/Di = index heads
+ * and head dim, end = position after the current chunk.
+ */
+#ifndef DSATTN_MLA_INTERNAL_H
+#define DSATTN_MLA_INTERNAL_H
+
+#include "dsattn.h"
+#include "internal.h"
+#include "ops.h"
+#include "weights.h"
+
+#define DSATTN_MLA_MAX_LAYERS 256
+
+typedef struct {
+    int     dsa;                       /* V3.2: lightning indexer + top-k   */
+    int64_t dim, n_layers, n_heads;
+    int64_t q_lora_rank;               /* 0: a single wq (V3 allows it)     */
+    int64_t kv_lora_rank, nope, rope, v_dim;
+    int64_t index_n_heads, index_head_dim, index_topk;
+    int64_t max_seq_len;               /* gates YaRN and mscale             */
+    double  rope_theta, rope_factor, original_seq_len, beta_fast, beta_slow;
+    double  mscale;
+    float   eps;                       /* RMSNorm / LayerNorm eps (1e-6)    */
+    int     fp8;                       /* config dtype "fp8"                */
+    int     ue8m0;                     /* scale_fmt "ue8m0" (power-of-2)    */
+    int     yarn;                      /* max_seq_len > original_seq_len    */
+    float   softmax_scale;             /* qk_head_dim^-0.5 (* mscale^2)     */
+} dsattn_mla_config;
+
+typedef struct {
+    float         *attn_norm;                 /* [dim]                      */
+    dsattn_weight  wq, wq_a, wq_b, wkv_a, wkv_b, wo;
+    float         *q_norm, *kv_norm;          /* [QL], [KL]                 */
+    dsattn_weight  i_wq_b, i_wk, i_wproj;     /* V3.2 indexer               */
+    float         *i_knorm_w, *i_knorm_b;     /* LayerNorm [Di]             */
+} dsattn_mla_layer_w;
+
+struct dsattn_mla {
+    dsattn_mla_config  cfg;
+    int                has_weights;
+    dsattn_rope        rope;                  /* one table, every layer     */
+    dsattn_actq        actq;                  /* before FP8 GEMMs (V3.2)    */
+    int                use_actq;              /* V3 gemm_impl "bf16": none  */
+    dsattn_mla_layer_w layer[DSATTN_MLA_MAX_LAYERS];
+    void              *ckpt;                  /* dsattn_ckpt, if loaded     */
+    void             **owned;                 /* buffers to free            */
+    size_t             n_owned, cap_owned;
+};
+
+typedef struct {
+    uint8_t *cache;           /* [cap, row_bytes] MLA rows (format's layout) */
+    uint8_t *v;               /* NAIVE: [cap, H*dv] bf16 values              */
+    uint8_t *kidx;            /* V3.2: [cap, 132] FP8 index keys             */
+    int32_t *sel;             /* V3.2: last chunk's selection [rows, sel_w]  */
+    size_t   sel_rows, sel_w, sel_cap;
+} dsattn_mla_layer_s;
+
+struct dsattn_mla_seq {
+    const dsattn_mla   *m;
+    dsattn_mla_cache    fmt;
+    int64_t             pos;
+    size_t              max_seq_len;
+    size_t              row_bytes;    /* MLA cache bytes per token per layer */
+    size_t              v_bytes;      /* NAIVE V bytes per token per layer   */
+    size_t              idx_bytes;    /* 132 at real size, 0 for V3          */
+    dsattn_mla_layer_s  layer[DSATTN_MLA_MAX_LAYERS];
+};
+
+dsattn_status dsattn_mla_config_load(dsattn_mla_config *c, const char *path,
+                                     char *err, size_t errlen);
+
+/* Row r of a Linear weight as the reference's weight_dequant gives it:
+ * fp32 code*scale rounded to bf16 (exact copy for bf16/f32 weights). */
+void dsattn_mla_weight_row_bf16(const dsattn_weight *w, size_t r, float *out);
+
+/* ==== Lightning indexer (mla_indexer.c) ================================ */
+
+/* Index queries and head weights of s tokens (positions start_pos..):
+ * qc: [s, Hi, Di] E4M3 code values (fp32), wq: [s, Hi] fp32 weights
+ * (weights_proj(x) * Hi^-0.5 * q_scale * Di^-0.5); new keys are packed into
+ * kcache rows start_pos.. (132 B).  x: [s, dim], qr: [s, QL]. */
+dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
+                                  const float *x, const float *qr, size_t s,
+                                  int64_t start_pos, float *qc, float *wq,
+                                  uint8_t *kcache);
+
+/* fp8_index for one query row over key rows [0, n):
+ * score[j] = k_s[j] * sum_h relu(q_h . k_j) * w_h, the head sum in double
+ * rounded once (reference), fp32 (fast). */
+void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
+                             size_t Hi, size_t Di, const uint8_t *kcache,
+                             size_t n, float *score);
+
+#endif /* DSATTN_MLA_INTERNAL_H */
