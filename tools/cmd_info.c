@@ -162,12 +162,13 @@ DSATTN_CMD(info, 30, "validate and list a checkpoint (file, shard index or folde
 
     size_t issues = 0;
     st = dsattn_ckpt_validate(ck, on_issue, NULL, &issues);
+    const char *arch = c ? dsattn_arch_name(c->arch) : "?";   /* static string */
     dsattn_ckpt_close(ck);
     if (st != DSATTN_OK || issues) {
         fprintf(stderr, "FAILED: %zu problem%s; the checkpoint is not complete and "
                         "consistent\n", issues, issues == 1 ? "" : "s");
         return 1;
     }
-    printf("\nOK: complete and consistent for %s\n", dsattn_arch_name(c->arch));
+    printf("\nOK: complete and consistent for %s\n", arch);
     return 0;
 }

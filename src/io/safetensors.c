@@ -174,14 +174,14 @@ static dsattn_status st_parse_meta(dsattn_st_file *f, const cJSON *m,
     size_t pos = st_key_pos(hdr, hlen, "__metadata__");
     if (!cJSON_IsObject(m))
         return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                           "%s: __metadata__ is not an object (header byte %zu)",
+                           "%s: __metadata__ is not an object (header byte offset %zu)",
                            f->path, pos);
     size_t n = 0;
     for (const cJSON *c = m->child; c; c = c->next) {
         if (!cJSON_IsString(c) || !c->string)
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                                "%s: __metadata__ value of '%s' is not a string "
-                               "(header byte %zu)",
+                               "(header byte offset %zu)",
                                f->path, c->string ? c->string : "?", pos);
         n++;
     }
@@ -210,7 +210,7 @@ static dsattn_status st_parse_meta(dsattn_st_file *f, const cJSON *m,
         if (i > 0 && strcmp(kv[i].k, kv[i - 1].k) == 0) {
             dsattn_status st = dsattn_errf(
                 err, errlen, DSATTN_ERR_FORMAT,
-                "%s: __metadata__ key '%s' appears twice (header byte %zu)",
+                "%s: __metadata__ key '%s' appears twice (header byte offset %zu)",
                 f->path, kv[i].k, pos);
             for (size_t j = 0; j < n; j++) { free(kv[j].k); free(kv[j].v); }
             free(kv);
@@ -239,7 +239,7 @@ static dsattn_status st_parse_entry(dsattn_st_file *f, const cJSON *e,
         char why_[256];                                                    \
         snprintf(why_, sizeof why_, __VA_ARGS__);                          \
         return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,                 \
-                           "%s: tensor '%s': %s (header byte %zu)", f->path, \
+                           "%s: tensor '%s': %s (header byte offset %zu)", f->path, \
                            name, why_, pos);                               \
     } while (0)
 
@@ -269,12 +269,12 @@ static dsattn_status st_parse_entry(dsattn_st_file *f, const cJSON *e,
         if (v > SIZE_MAX || !dsattn_mul_size(numel, (size_t)v, &numel))
             return dsattn_errf(err, errlen, DSATTN_ERR_OVERFLOW,
                                "%s: tensor '%s': shape product overflows "
-                               "(header byte %zu)", f->path, name, pos);
+                               "(header byte offset %zu)", f->path, name, pos);
     }
     t->numel = numel;
     if (!dsattn_mul_size(numel, dsattn_dtype_size(t->dtype), &t->nbytes))
         return dsattn_errf(err, errlen, DSATTN_ERR_OVERFLOW,
-                           "%s: tensor '%s': byte size overflows (header byte %zu)",
+                           "%s: tensor '%s': byte size overflows (header byte offset %zu)",
                            f->path, name, pos);
     if (!cJSON_IsArray(joff) || cJSON_GetArraySize(joff) != 2)
         ST_BAD("\"data_offsets\" must be [begin, end]");
@@ -393,7 +393,7 @@ static dsattn_status st_parse(dsattn_st_file *f, char *err, size_t errlen)
         if (strcmp(refs[i].name, refs[i - 1].name) == 0) {
             st = dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                              "%s: tensor '%s' appears twice in the header "
-                             "(header byte %zu)", f->path, refs[i].name,
+                             "(header byte offset %zu)", f->path, refs[i].name,
                              st_key_pos(hdr, hlen, refs[i].name));
             free(refs);
             goto done;
