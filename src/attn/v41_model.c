@@ -510,7 +510,9 @@ static float rng_normal(uint64_t *s)
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-/* bf16 (or fp32) weight ~ N(0, gain^2/cols). */
+/* bf16 (or fp32) weight, uniform with the variance of N(0, gain^2/cols):
+ * uniform keeps a 1.3-G-value stack quick to make (no log/cos per value);
+ * rows are seeded independently so the fill runs in parallel. */
 static dsattn_status rand_dense(dsattn_v41 *m, size_t rows, size_t cols, int f32,
                                 float gain, uint64_t seed, dsattn_weight *w)
 {
@@ -521,12 +523,15 @@ static dsattn_status rand_dense(dsattn_v41 *m, size_t rows, size_t cols, int f32
     void *p = dsattn_alloc_array(rows * cols, f32 ? 4 : 2);
     dsattn_status st = own(m, p);
     if (st) return st;
-    float sd = gain / sqrtf((float)cols);
-    uint64_t s = seed | 1;
-    for (size_t i = 0; i < rows * cols; i++) {
-        float v = rng_normal(&s) * sd;
-        if (f32) ((float *)p)[i] = dsattn_round_bf16(v);
-        else ((uint16_t *)p)[i] = dsattn_f32_to_bf16(v);
+    const double a = sqrt(3.0) * gain / sqrt((double)cols);
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
+        for (size_t i = 0; i < cols; i++) {
+            float v = (float)(((double)(rng_next(&s) >> 11) * 0x1p-52 - 1.0) * a);
+            if (f32) ((float *)p)[r * cols + i] = dsattn_round_bf16(v);
+            else ((uint16_t *)p)[r * cols + i] = dsattn_f32_to_bf16(v);
+        }
     }
     w->data = p;
     return DSATTN_OK;
