@@ -133,3 +133,12 @@ void dsattn_window_idx_decode(size_t w, int64_t start_pos, int32_t *row)
     for (size_t i = oldest; i < w; i++) row[k++] = (int64_t)i > start_pos ? -1 : (int32_t)i;
     for (size_t i = 0; i < oldest; i++) row[k++] = (int64_t)i > start_pos ? -1 : (int32_t)i;
 }
+
+void dsattn_window_idx_decode_valid_first(size_t w, int64_t start_pos, int32_t *row)
+{
+    dsattn_window_idx_decode(w, start_pos, row);
+    size_t k = 0;
+    for (size_t i = 0; i < w; i++)
+        if (row[i] >= 0) row[k++] = row[i];
+    for (; k < w; k++) row[k] = -1;
+}

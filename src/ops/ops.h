@@ -159,11 +159,41 @@ void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
 
 /* Softmax-gated pooling of r slots per channel, in fp32:
  *   e_i = exp(z_i - max_i z), p_i = e_i / sum_i e_i, out = sum_i fp32(kv_i*p_i)
- * kv, z: [r, D] (slot-major); r <= 64.  -inf scores give weight 0 (V4's
- * empty first overlap window).  The caller adds any positional bias to z
- * first and casts / normalises the result afterwards. */
+ * kv, z: [r, D] (slot-major); any r >= 1 (V4 HCA pools 128).  -inf scores
+ * give weight 0 (V4's empty first overlap window).  The caller adds any
+ * positional bias to z first and casts / normalises the result afterwards. */
 void dsattn_softmax_pool(const float *kv, const float *z, size_t r, size_t D,
                          float *out);
+
+/* The Compressor's pooling state machine after its fp32 projections, one
+ * function for V4 (CSA overlap, HCA, learned APE) and V4.1 (ratio >= 2, no
+ * APE, no overlap) - Compressor.forward of both references:
+ *   kv, z: [s, C] fp32 projections wkv(x), wgate(x) of this chunk, with
+ *     C = 2d when overlap (channels [:d] feed the NEXT entry's overlap
+ *     slots, [d:] this entry), else C = d.
+ *   ape: [ratio, C] added to every score (z + ape[token % ratio]), or NULL.
+ *   state_kv / state_z: [coff*ratio, C] per-sequence state (coff = 1 +
+ *     overlap), initialised by dsattn_compressor_state_init (kv 0, z -inf)
+ *     and never cleared: rows [0, ratio) hold the previous complete window
+ *     (overlap), rows [coff-1)*ratio + slot the current window's tokens.
+ *   prefill (start_pos 0, any s): pools every complete group j < s/ratio;
+ *     entry j softmax-pools over ratio slots (non-overlap) or 2*ratio slots
+ *     (overlap: channels [:d] of window j-1's tokens - kv 0 / score -inf for
+ *     j = 0 - then channels [d:] of window j's); the remainder (and, with
+ *     overlap, the last complete window) goes to the state.
+ *   decode (s == 1): the token fills its slot; when (start_pos+1) % ratio
+ *     == 0 the state pools one entry and (overlap) shifts rows [ratio, 2r)
+ *     to [0, ratio).
+ * out: [n, d] pooled fp32 values (the caller casts to bf16 and normalises).
+ * Returns n: s / ratio in prefill, 0 or 1 in decode.  scratch:
+ * dsattn_compressor_scratch(ratio, d) floats. */
+size_t dsattn_compressor_scratch(size_t ratio, size_t d);
+void   dsattn_compressor_state_init(float *state_kv, float *state_z, size_t ratio,
+                                    size_t d, int overlap);
+size_t dsattn_compressor_pool(const float *kv, const float *z, size_t s, size_t d,
+                              size_t ratio, int overlap, const float *ape,
+                              float *state_kv, float *state_z, int64_t start_pos,
+                              int prefill, float *out, float *scratch);
 
 /* ==== Hadamard (V3.2 / V4 indexer rotate_activation) ==================== */
 
@@ -196,7 +226,67 @@ void dsattn_sort_idx_valid_first(int32_t *v, size_t n);
  * max(0,t-w+1)..t, then -1 while t < w-1; width min(s, w). */
 void dsattn_window_idx_prefill(size_t w, size_t s, size_t t, int32_t *row);
 /* Decode at start_pos: ring slots oldest first ((pos%w)+1 .. w-1, 0 .. pos%w),
- * slots > start_pos are -1; width w. */
+ * slots > start_pos are -1; width w (V4.1). */
 void dsattn_window_idx_decode(size_t w, int64_t start_pos, int32_t *row);
+/* The same row with its -1 entries moved to the end (the valid slots keep
+ * their order): V4's get_window_topk_idxs, whose early decode rows are
+ * [0..start_pos, -1 ...].  V4's sparse_attn starts its running max at -inf,
+ * so a leading block of 64 invalid slots would turn the row into NaN. */
+void dsattn_window_idx_decode_valid_first(size_t w, int64_t start_pos, int32_t *row);
+
+/* ==== Attention building blocks shared by V4 and V4.1 =================== */
+/* The low-rank query, the sliding-window KV projection and the grouped
+ * output projection of V4 / V4.1 Attention.forward, identical in both
+ * references except where a flag says.  x: [s, dim] (bf16 values); every
+ * output holds bf16 values.  rope is the layer's table; positions are
+ * start_pos + t.  aq: the activation quantization of FP8 Linears (block 32
+ * in V4.1, 128 in V4); aqs: dsattn_attn_aq_scratch(...) floats. */
+
+/* Floats of activation-quantization scratch for the widest input. */
+size_t dsattn_attn_aq_scratch(size_t s, size_t max_cols);
+
+/* qr = q_norm(wq_a x) [s, QL]; q = wq_b qr [s, H*D]; head_rms (V4 only):
+ * q_h *= rsqrt(mean(q_h^2) + eps) per head, unweighted, in bf16 as the
+ * reference's bf16 tensors compute it; then RoPE (interleaved) on each
+ * head's last rd dims. */
+dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_weight *wq_a,
+                                const float *q_norm, const dsattn_weight *wq_b,
+                                const float *x, size_t s, size_t H, size_t D,
+                                size_t rd, const dsattn_rope *rope, int64_t start_pos,
+                                float eps, int head_rms, const dsattn_actq *aq,
+                                float *aqs, float *qr, float *q);
+
+/* kv = kv_norm(wkv x) [s, D], RoPE on the last rd dims: the window KV before
+ * the generation's quantization (FP8 over all D in V4.1, over the nope dims
+ * in V4). */
+dsattn_status dsattn_attn_window_kv(dsattn_ctx *ctx, const dsattn_weight *wkv,
+                                    const float *kv_norm, const float *x, size_t s,
+                                    size_t D, size_t rd, const dsattn_rope *rope,
+                                    int64_t start_pos, float eps,
+                                    const dsattn_actq *aq, float *aqs, float *kv);
+
+/* The attention output: inverse RoPE at the query position on each head's
+ * last rd dims of o [s, H*D] (in place), then o viewed as G groups of
+ * H*D/G, group g times wo_a rows [g*R, (g+1)*R) (bf16 einsum, block
+ * diagonal) -> oa [s, G*R], then out = wo_b oa [s, dim]. */
+dsattn_status dsattn_attn_output(dsattn_ctx *ctx, float *o, size_t s, size_t H,
+                                 size_t D, size_t rd, const dsattn_rope *rope,
+                                 int64_t start_pos, const dsattn_weight *wo_a,
+                                 size_t G, size_t R, const dsattn_weight *wo_b,
+                                 const dsattn_actq *aq, float *aqs, float *oa,
+                                 float *out);
+
+/* Index queries: q = wq_b(qr) [s, Hi*Di] -> RoPE on each head's last rd
+ * dims -> (V4: Hadamard over the head's Di dims, scale Di^-0.5, bf16) ->
+ * FP4 QDQ (block 32, UE8M0).  weights w [s, Hi] =
+ * bf16(weights_proj(x) * fp32(Di^-0.5 * Hi^-0.5)). */
+dsattn_status dsattn_index_query(dsattn_ctx *ctx, const dsattn_weight *wq_b,
+                                 const float *qr, size_t s, size_t Hi, size_t Di,
+                                 size_t rd, const dsattn_rope *rope, int64_t start_pos,
+                                 int hadamard, const dsattn_actq *aq, float *aqs,
+                                 float *q);
+dsattn_status dsattn_index_weights(dsattn_ctx *ctx, const dsattn_weight *wproj,
+                                   const float *x, size_t s, size_t Hi, size_t Di,
+                                   float *w);
 
 #endif /* DSATTN_OPS_H */

@@ -2,7 +2,8 @@
  * generations: the compressor's softmax-gated pooling (V4 CSA/HCA and V4.1
  * CSA2 pool token slots with a per-channel softmax gate) and the
  * Hadamard rotation the V3.2 and V4 indexers apply before FP8/FP4 (V4.1
- * has none).  Scalar and exact: both are O(d) per new entry. */
+ * has none).  Scalar and exact: both are O(d) per new entry.  The pooling
+ * state machine around dsattn_softmax_pool is compressor.c. */
 #include "ops.h"
 
 #include "numfmt.h"
@@ -12,19 +13,19 @@
 void dsattn_softmax_pool(const float *kv, const float *z, size_t r, size_t D,
                          float *out)
 {
+    /* e_i is evaluated twice (for the sum, then for p_i) rather than kept in
+     * a buffer, so r is unbounded (HCA pools 128 slots); exp is deterministic,
+     * so both evaluations give the same fp32 value. */
     for (size_t c = 0; c < D; c++) {
         float mx = -INFINITY;
         for (size_t i = 0; i < r; i++) mx = z[i * D + c] > mx ? z[i * D + c] : mx;
-        float e[64];
         double se = 0.0;
-        for (size_t i = 0; i < r && i < 64; i++) {
-            e[i] = (float)exp((double)(z[i * D + c] - mx));
-            se += e[i];
-        }
+        for (size_t i = 0; i < r; i++) se += (float)exp((double)(z[i * D + c] - mx));
         float sum = (float)se;
         double acc = 0.0;
-        for (size_t i = 0; i < r && i < 64; i++) {
-            float p = e[i] / sum;
+        for (size_t i = 0; i < r; i++) {
+            float e = (float)exp((double)(z[i * D + c] - mx));
+            float p = e / sum;
             acc += (double)(kv[i * D + c] * p);
         }
         out[c] = (float)acc;

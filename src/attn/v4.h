@@ -1,0 +1,100 @@
+/* v4.h - internal layout of the DeepSeek-V4 (CSA + HCA) attention stack.
+ *
+ * The public face is include/dsattn_v4.h; this header holds the structures
+ * the model, the forward pass, the trace tool and the white-box tests share.
+ * Vocabulary: D = head_dim (512), rd = rope_head_dim (64), H = n_heads,
+ * Di = index_head_dim (128), Hi = index_n_heads (64), w = window_size
+ * (128), m = compress ratio, T = compressed entries visible at the end of
+ * the current chunk (end_pos / m).
+ */
+#ifndef DSATTN_V4_INTERNAL_H
+#define DSATTN_V4_INTERNAL_H
+
+#include "dsattn.h"
+#include "internal.h"
+#include "ops.h"
+#include "weights.h"
+
+#define DSATTN_V4_MAX_LAYERS 256
+#define DSATTN_V4_CSA_RATIO  4        /* ratio 4 = CSA (overlap + indexer) */
+#define DSATTN_V4_ACT_BLOCK  128      /* act_quant block before FP8 GEMMs   */
+
+typedef struct {
+    int64_t dim, n_layers, n_total_layers;     /* total = compress_ratios len */
+    int64_t n_heads, head_dim, rope_head_dim, q_lora_rank;
+    int64_t o_groups, o_lora_rank, window_size;
+    int64_t compress_ratios[DSATTN_V4_MAX_LAYERS];
+    int64_t index_n_heads, index_head_dim, index_topk;
+    double  rope_theta, compress_rope_theta, rope_factor, original_seq_len;
+    double  beta_fast, beta_slow;
+    float   norm_eps;
+    int     fp8;                               /* dtype "fp8"                */
+    int64_t fp8_block;                         /* weight block edge (128)    */
+} dsattn_v4_config;
+
+/* One Compressor: wkv / wgate [coff*d, dim] (bf16 or fp32 storage, fp32
+ * compute), ape [ratio, coff*d] fp32, norm [d]. */
+typedef struct {
+    size_t        d, ratio;
+    int           overlap, rotate;
+    dsattn_weight wkv, wgate;
+    float        *ape, *norm;
+} dsattn_v4_compressor_w;
+
+typedef struct {
+    int64_t        ratio;
+    dsattn_v4_kind kind;
+    dsattn_rope    rope;
+
+    float         *attn_norm;                  /* [dim]                      */
+    dsattn_weight  wq_a, wq_b, wkv, wo_a, wo_b;
+    float         *q_norm, *kv_norm, *sink;    /* [q_lora], [D], [H]         */
+    dsattn_v4_compressor_w comp;               /* ratio > 0                  */
+    dsattn_v4_compressor_w icomp;              /* CSA: the indexer's         */
+    dsattn_weight  i_wq_b, i_wproj;            /* CSA indexer                */
+} dsattn_v4_layer_w;
+
+struct dsattn_v4 {
+    dsattn_v4_config   cfg;
+    dsattn_v4_layer_w  layer[DSATTN_V4_MAX_LAYERS];
+    int                has_weights;            /* 0: config-only model       */
+    void              *ckpt;                   /* dsattn_st_file, if mapped  */
+    void             **owned;                  /* buffers to free            */
+    size_t             n_owned, cap_owned;
+};
+
+/* Pooling state of one compressor: [coff*m, coff*d] fp32 each. */
+typedef struct {
+    float *kv, *z;
+} dsattn_v4_comp_s;
+
+typedef struct {
+    uint8_t *kv;              /* [w + cap] MODEL1 rows: ring, then entries  */
+    uint8_t *ikv;             /* CSA: [cap] FP4 index-key rows              */
+    size_t   cap;             /* compressed entries the layer can hold      */
+    dsattn_v4_comp_s comp, icomp;
+    int32_t *sel;             /* CSA: last chunk's top-k, j or -1, [rows, w] */
+    size_t   sel_rows, sel_w, sel_cap;
+} dsattn_v4_layer_s;
+
+struct dsattn_v4_seq {
+    const dsattn_v4    *m;
+    dsattn_v4_empty     empty;
+    int64_t             pos;               /* tokens consumed so far        */
+    size_t              max_seq_len;
+    dsattn_v4_layer_s   layer[DSATTN_V4_MAX_LAYERS];
+    void               *scratch;           /* grow-only chunk scratch       */
+    size_t              scratch_size;
+};
+
+/* Parse an inference/config.json (ModelArgs keys).  Errors name the key. */
+dsattn_status dsattn_v4_config_load(dsattn_v4_config *c, const char *path,
+                                    char *err, size_t errlen);
+dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err,
+                                        size_t errlen);
+
+/* Bytes of one packed row: MODEL1 KV (584 at 512/64), index key (68 at 128). */
+size_t dsattn_v4_kv_bytes(const dsattn_v4_config *c);
+size_t dsattn_v4_idx_bytes(const dsattn_v4_config *c);
+
+#endif /* DSATTN_V4_INTERNAL_H */

@@ -1,0 +1,487 @@
+/* v4_forward.c - one sequence over a V4 (CSA + HCA) stack: the per-layer KV
+ * buffer, the compressors' state, the lightning indexer and the attention
+ * forward of every layer kind.
+ *
+ * The order of work inside a layer is the reference's Attention.forward
+ * (reference-semantics.md §7): query path with V4's per-head RMS rescale;
+ * window KV (kv_norm, RoPE, FP8 on the nope dims, rope dims bf16: one
+ * MODEL1 row, ring slot pos % w); for CSA the indexer (its own compressor
+ * over x with RoPE -> Hadamard -> FP4 keys, queries RoPE -> Hadamard ->
+ * FP4, bf16 scores, top-k in score order), for HCA every visible entry;
+ * the main compressor (pooled -> bf16 -> RMSNorm -> RoPE at j*m -> FP8
+ * nope, one MODEL1 row after the ring); one sparse_attn over [window rows ;
+ * compressed rows] with V4's -inf running-max start; inverse RoPE; grouped
+ * wo_a; wo_b.  The shared pieces are src/ops (attn_common.c, compressor.c,
+ * sparse_attn.c, ...): this file only wires V4's caches and index rows.
+ *
+ * The KV buffer holds packed bytes only; attention and the indexer
+ * dequantize rows as they read them, which gives exactly the reference's
+ * quant-dequant bf16 values.  The indexer scores only the causally visible
+ * entries of a row (the reference scores all and masks the rest to -inf);
+ * the picks it then adds are exactly the ones the reference maps to -1.
+ */
+#include "v4.h"
+
+#include "numfmt.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ==== Sequence lifetime ================================================= */
+
+static size_t coff_of(const dsattn_v4_compressor_w *C) { return C->overlap ? 2 : 1; }
+
+static dsattn_status comp_state_alloc(const dsattn_v4_compressor_w *C, dsattn_v4_comp_s *S)
+{
+    size_t n;
+    const size_t coff = coff_of(C);
+    if (!dsattn_mul3_size(coff * C->ratio, coff, C->d, &n)) return DSATTN_ERR_OVERFLOW;
+    S->kv = dsattn_alloc_array(n, sizeof(float));
+    S->z = dsattn_alloc_array(n, sizeof(float));
+    if (!S->kv || !S->z) return DSATTN_ERR_NOMEM;
+    dsattn_compressor_state_init(S->kv, S->z, C->ratio, C->d, C->overlap);
+    return DSATTN_OK;
+}
+
+static size_t comp_state_bytes(const dsattn_v4_compressor_w *C)
+{
+    const size_t coff = coff_of(C);
+    return 2 * coff * C->ratio * coff * C->d * sizeof(float);
+}
+
+dsattn_status dsattn_v4_seq_create(dsattn_v4_seq **out, const dsattn_v4 *m,
+                                   size_t max_seq_len, dsattn_v4_empty empty)
+{
+    if (!out || !m || max_seq_len == 0 || max_seq_len > ((size_t)1 << 40))
+        return DSATTN_ERR_INVALID_ARG;
+    if (empty != DSATTN_V4_EMPTY_REFERENCE && empty != DSATTN_V4_EMPTY_ZERO)
+        return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    const dsattn_v4_config *c = &m->cfg;
+    dsattn_v4_seq *s = calloc(1, sizeof *s);
+    if (!s) return DSATTN_ERR_NOMEM;
+    s->m = m;
+    s->empty = empty;
+    s->max_seq_len = max_seq_len;
+    const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
+    const size_t ib = dsattn_v4_idx_bytes(c);
+    dsattn_status st = DSATTN_OK;
+    for (int64_t l = 0; l < c->n_layers && !st; l++) {
+        const dsattn_v4_layer_w *L = &m->layer[l];
+        dsattn_v4_layer_s *S = &s->layer[l];
+        S->cap = L->ratio > 0 ? max_seq_len / (size_t)L->ratio : 0;
+        /* Attention.kv_cache: [window + max_seq_len // ratio, head_dim] */
+        S->kv = dsattn_alloc_array(w + S->cap, kvb);
+        if (!S->kv) { st = DSATTN_ERR_NOMEM; break; }
+        if (L->ratio > 0) st = comp_state_alloc(&L->comp, &S->comp);
+        if (!st && L->kind == DSATTN_V4_CSA) {
+            S->ikv = dsattn_alloc_array(DSATTN_MAX(S->cap, 1), ib);
+            if (!S->ikv) st = DSATTN_ERR_NOMEM;
+            if (!st) st = comp_state_alloc(&L->icomp, &S->icomp);
+        }
+    }
+    if (st) { dsattn_v4_seq_destroy(s); return st; }
+    *out = s;
+    return DSATTN_OK;
+}
+
+void dsattn_v4_seq_destroy(dsattn_v4_seq *s)
+{
+    if (!s) return;
+    for (int l = 0; l < DSATTN_V4_MAX_LAYERS; l++) {
+        dsattn_v4_layer_s *S = &s->layer[l];
+        dsattn_free(S->kv);
+        dsattn_free(S->ikv);
+        dsattn_free(S->comp.kv);
+        dsattn_free(S->comp.z);
+        dsattn_free(S->icomp.kv);
+        dsattn_free(S->icomp.z);
+        free(S->sel);
+    }
+    dsattn_free(s->scratch);
+    free(s);
+}
+
+int64_t dsattn_v4_seq_pos(const dsattn_v4_seq *s) { return s ? s->pos : -1; }
+
+dsattn_status dsattn_v4_seq_advance(dsattn_v4_seq *s, size_t n)
+{
+    if (!s || (size_t)s->pos + n > s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    s->pos += (int64_t)n;
+    return DSATTN_OK;
+}
+
+/* Grow-only scratch: decode steps after the first allocate nothing here. */
+static void *scratch_get(dsattn_v4_seq *s, size_t bytes)
+{
+    if (bytes > s->scratch_size) {
+        dsattn_free(s->scratch);
+        s->scratch = dsattn_alloc(bytes);
+        s->scratch_size = s->scratch ? bytes : 0;
+    }
+    return s->scratch;
+}
+
+static dsattn_actq v4_actq(void)
+{
+    dsattn_actq a = { DSATTN_V4_ACT_BLOCK, DSATTN_ACTQ_POW2 };
+    return a;
+}
+
+/* ==== Compressor ======================================================== */
+
+typedef struct {
+    size_t  s;            /* rows in this chunk                             */
+    int64_t start_pos;
+    int     prefill;
+} chunk;
+
+/* Compressor.forward of one compressor (main: rotate = 0, the indexer's:
+ * rotate = 1): fp32 projections, the shared pooling state machine, then per
+ * new entry j: bf16 cast -> RMSNorm -> RoPE at j*m -> (main) FP8 on the
+ * nope dims, rope bf16, one MODEL1 row at rows + j*rb / (indexer)
+ * Hadamard -> FP4 QDQ, one index-key row.  Returns the number of entries. */
+static dsattn_status run_compressor(dsattn_ctx *ctx, const dsattn_v4_config *c,
+                                    const dsattn_v4_layer_w *L,
+                                    const dsattn_v4_compressor_w *C, dsattn_v4_comp_s *S,
+                                    const float *x, const chunk *ck, uint8_t *rows,
+                                    size_t rb, size_t *n_new)
+{
+    const size_t s = ck->s, d = C->d, m = C->ratio, coff = coff_of(C);
+    const size_t dim = (size_t)c->dim, rd = (size_t)c->rope_head_dim;
+    const size_t npool = ck->prefill ? s / m + 1 : 1;
+    const size_t nfl = 2 * s * coff * d + npool * d + dsattn_compressor_scratch(m, d);
+    float *kv = dsattn_alloc_array(nfl, sizeof(float));
+    if (!kv) return DSATTN_ERR_NOMEM;
+    float *z = kv + s * coff * d, *pooled = z + s * coff * d, *ws = pooled + npool * d;
+    float cs[64], sn[64];
+    dsattn_status st;
+    *n_new = 0;
+    /* x.float(); wkv / wgate are fp32 Linears (bf16 values in the checkpoint) */
+    st = dsattn_linear(ctx, &C->wkv, x, dim, s, kv, coff * d, DSATTN_OUT_F32, NULL, NULL);
+    if (!st) st = dsattn_linear(ctx, &C->wgate, x, dim, s, z, coff * d, DSATTN_OUT_F32, NULL, NULL);
+    if (st) { dsattn_free(kv); return st; }
+    const size_t n = dsattn_compressor_pool(kv, z, s, d, m, C->overlap, C->ape, S->kv, S->z,
+                                            ck->start_pos, ck->prefill, pooled, ws);
+    const size_t first = ck->prefill ? 0 : (size_t)ck->start_pos / m;
+    const float hscale = (float)pow((double)d, -0.5);
+    for (size_t i = 0; i < n; i++) {
+        float *v = pooled + i * d;
+        const size_t j = first + i;
+        dsattn_round_bf16_n(v, d);                                  /* kv.to(bf16) */
+        dsattn_rmsnorm(v, C->norm, d, c->norm_eps, v, DSATTN_OUT_BF16);
+        dsattn_rope_cs(&L->rope, (int64_t)(j * m), cs, sn);
+        dsattn_rope_apply(v + d - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+        if (C->rotate) {
+            dsattn_hadamard(v, d, hscale, v, DSATTN_OUT_BF16);
+            dsattn_fp4_index_pack(v, d, rows + j * rb, NULL);
+        } else {
+            dsattn_v4_kv_pack(v, d - rd, rd, rows + j * rb, NULL);
+        }
+    }
+    dsattn_free(kv);
+    *n_new = n;
+    return DSATTN_OK;
+}
+
+/* ==== Indexer (CSA) ===================================================== */
+
+/* Indexer.forward: queries, the indexer's compressor, head weights, bf16
+ * scores over the visible entries, top-k in descending score order (lower
+ * index first on ties).  rows [s, kw]: j + offset or -1 (prefill picks the
+ * row cannot see); sel [s, kw]: the same without the offset. */
+static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, const float *x,
+                                 const float *qr, const chunk *ck, size_t offset,
+                                 int32_t *rows, size_t kw, float *aqs)
+{
+    const dsattn_v4_config *c = &seq->m->cfg;
+    const dsattn_v4_layer_w *L = &seq->m->layer[l];
+    dsattn_v4_layer_s *S = &seq->layer[l];
+    const size_t s = ck->s, m = (size_t)L->ratio;
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const size_t rd = (size_t)c->rope_head_dim, ib = dsattn_v4_idx_bytes(c);
+    const size_t T = ((size_t)ck->start_pos + s) / m;
+    const dsattn_actq aq = v4_actq();
+    dsattn_status st;
+    size_t n_new;
+
+    if (s * kw + 1 > S->sel_cap) {
+        int32_t *p = realloc(S->sel, (s * kw + 1) * sizeof *p);
+        if (!p) return DSATTN_ERR_NOMEM;
+        S->sel = p;
+        S->sel_cap = s * kw + 1;
+    }
+    float *qi = dsattn_alloc_array(s * Hi * Di + s * Hi + T + 1, sizeof(float));
+    int32_t *pick = dsattn_alloc_array(kw + 1, sizeof(int32_t));
+    if (!qi || !pick) { st = DSATTN_ERR_NOMEM; goto done; }
+    float *wts = qi + s * Hi * Di, *score = wts + s * Hi;
+    if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope, ck->start_pos,
+                                 1, &aq, aqs, qi)))
+        goto done;
+    if ((st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, ck, S->ikv, ib, &n_new)))
+        goto done;
+    if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
+    const dsattn_kv_src ksrc = { DSATTN_KV_FP4_IDX, S->ikv, ib, T, Di, 0 };
+    for (size_t t = 0; t < s; t++) {
+        /* entry j is visible to query t iff j < (t+1) // m */
+        const size_t cl = ck->prefill ? (t + 1) / m : T;
+        const size_t k = DSATTN_MIN(kw, cl);
+        dsattn_index_scores_bf16(ctx, qi + t * Hi * Di, Hi, Di, wts + t * Hi, &ksrc, 0, cl, score);
+        dsattn_topk(score, cl, k, pick, NULL);
+        for (size_t i = 0; i < kw; i++) {
+            const int32_t j = i < k ? pick[i] : -1;
+            S->sel[t * kw + i] = j;
+            rows[t * kw + i] = j >= 0 ? j + (int32_t)offset : -1;
+        }
+    }
+    S->sel_rows = s;
+    S->sel_w = kw;
+done:
+    dsattn_free(qi);
+    dsattn_free(pick);
+    return st;
+}
+
+/* ==== The layer forward ================================================= */
+
+dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
+                                     const float *x, size_t s, float *out)
+{
+    if (!ctx || !seq || !x || !out || s == 0) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v4 *m = seq->m;
+    const dsattn_v4_config *c = &m->cfg;
+    if (l < 0 || l >= c->n_layers) return DSATTN_ERR_INVALID_ARG;
+    if (!m->has_weights) return DSATTN_ERR_UNSUPPORTED;        /* config-only model */
+    if (seq->pos > 0 && s != 1) return DSATTN_ERR_UNSUPPORTED; /* no chunked prefill */
+    if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v4_layer_w *L = &m->layer[l];
+    dsattn_v4_layer_s *S = &seq->layer[l];
+    const chunk ck = { s, seq->pos, seq->pos == 0 };
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t rd = (size_t)c->rope_head_dim, QL = (size_t)c->q_lora_rank;
+    const size_t G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
+    const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
+    const size_t ratio = (size_t)L->ratio;
+    const size_t T = ratio ? ((size_t)ck.start_pos + s) / ratio : 0;
+    const size_t wrows = ck.prefill ? s : w;               /* window rows attended */
+    const size_t ww = ck.prefill ? DSATTN_MIN(s, w) : w;   /* window index width   */
+    /* compressed index width: CSA top-k, HCA every entry (prefill: s // m
+     * columns, -1 where not yet visible; decode: (pos+1) // m) */
+    const size_t cw = L->kind == DSATTN_V4_CSA ? DSATTN_MIN((size_t)c->index_topk, T)
+                      : L->kind == DSATTN_V4_HCA ? T : 0;
+    const size_t offset = wrows;
+    const dsattn_actq aq = v4_actq();
+    dsattn_status st;
+
+    /* scratch: qr, q, kv, o, oa, act-quant, attention ws | window rows | idx */
+    const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), G * R);
+    const size_t att_ws = dsattn_sparse_attn_scratch(H, D);
+    const size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R +
+                       dsattn_attn_aq_scratch(s, maxk) + att_ws;
+    const size_t bytes = nfl * sizeof(float) + s * kvb + 64 +
+                         (ww + cw + s * cw + 1) * sizeof(int32_t);
+    float *qr = scratch_get(seq, bytes);
+    if (!qr) return DSATTN_ERR_NOMEM;
+    float *q = qr + s * QL, *kvw = q + s * H * D, *o = kvw + s * D, *oa = o + s * H * D;
+    float *aqs = oa + s * G * R, *attws = aqs + dsattn_attn_aq_scratch(s, maxk);
+    uint8_t *wrow = (uint8_t *)(attws + att_ws);
+    int32_t *idx = (int32_t *)(((uintptr_t)(wrow + s * kvb) + 63) & ~(uintptr_t)63);
+    int32_t *crow = idx + ww + cw;                         /* [s, cw] compressed */
+
+    /* ---- query: q_norm(wq_a x) -> wq_b -> per-head RMS rescale -> RoPE */
+    if ((st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, s, H, D, rd, &L->rope,
+                                ck.start_pos, c->norm_eps, 1, &aq, aqs, qr, q)))
+        return st;
+
+    /* ---- window KV: kv_norm(wkv x) -> RoPE -> MODEL1 row; ring slot p % w */
+    if ((st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope,
+                                    ck.start_pos, c->norm_eps, &aq, aqs, kvw)))
+        return st;
+    for (size_t t = 0; t < s; t++) dsattn_v4_kv_pack(kvw + t * D, D - rd, rd, wrow + t * kvb, NULL);
+    for (size_t t = s > w ? s - w : 0; t < s; t++)
+        memcpy(S->kv + (((size_t)ck.start_pos + t) % w) * kvb, wrow + t * kvb, kvb);
+    const dsattn_kv_src wsrc = { DSATTN_KV_V4, ck.prefill ? wrow : S->kv, kvb, wrows, D, rd };
+
+    /* ---- compressed branch: index rows, then the main compressor */
+    dsattn_kv_src csrc = { DSATTN_KV_V4, S->kv + w * kvb, kvb, T, D, rd };
+    if (L->kind == DSATTN_V4_CSA && cw > 0) {
+        if ((st = run_indexer(ctx, seq, l, x, qr, &ck, offset, crow, cw, aqs))) return st;
+    } else if (L->kind == DSATTN_V4_CSA) {
+        S->sel_rows = s;
+        S->sel_w = 0;
+        /* the indexer's compressor still runs (its state fills up) */
+        size_t n_new;
+        if ((st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, &ck, S->ikv,
+                                 dsattn_v4_idx_bytes(c), &n_new)))
+            return st;
+    } else if (L->kind == DSATTN_V4_HCA) {
+        for (size_t t = 0; t < s; t++) {
+            const size_t cl = ck.prefill ? (t + 1) / ratio : T;
+            for (size_t j = 0; j < cw; j++)
+                crow[t * cw + j] = j < cl ? (int32_t)(j + offset) : -1;
+        }
+    }
+    if (ratio > 0) {
+        size_t n_new;
+        if ((st = run_compressor(ctx, c, L, &L->comp, &S->comp, x, &ck, S->kv + w * kvb, kvb,
+                                 &n_new)))
+            return st;
+    }
+
+    /* ---- one sparse attention over [window rows ; compressed rows] */
+    const float scale = (float)pow((double)D, -0.5);
+    const float max_init = seq->empty == DSATTN_V4_EMPTY_ZERO ? -1e30f : -INFINITY;
+    for (size_t t = 0; t < s; t++) {
+        if (ck.prefill) dsattn_window_idx_prefill(w, s, t, idx);
+        else dsattn_window_idx_decode_valid_first(w, ck.start_pos, idx);
+        if (cw) memcpy(idx + ww, crow + t * cw, cw * sizeof(int32_t));
+        float *ot = o + t * H * D;
+        if (seq->empty == DSATTN_V4_EMPTY_ZERO) {
+            size_t nv = 0;
+            for (size_t i = 0; i < ww + cw; i++) nv += idx[i] >= 0;
+            if (nv == 0) { memset(ot, 0, H * D * sizeof(float)); continue; }
+        }
+        dsattn_sparse_attn(ctx, q + t * H * D, H, D, &wsrc, cw ? &csrc : NULL, idx, ww + cw,
+                           L->sink, scale, max_init, ot, attws);
+    }
+
+    /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
+    return dsattn_attn_output(ctx, o, s, H, D, rd, &L->rope, ck.start_pos, &L->wo_a, G, R,
+                              &L->wo_b, &aq, aqs, oa, out);
+}
+
+/* ==== The golden-case stack and accessors =============================== */
+
+dsattn_status dsattn_v4_stack_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, float *h,
+                                      size_t n, float *attn_in, float *attn_out)
+{
+    if (!ctx || !seq || !h || n == 0) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v4_config *c = &seq->m->cfg;
+    const size_t dim = (size_t)c->dim;
+    float *xin = dsattn_alloc_array(2 * n * dim, sizeof(float));
+    if (!xin) return DSATTN_ERR_NOMEM;
+    float *xout = xin + n * dim;
+    dsattn_status st = DSATTN_OK;
+    for (int64_t l = 0; l < c->n_layers && !st; l++) {
+        const dsattn_v4_layer_w *L = &seq->m->layer[l];
+        for (size_t t = 0; t < n; t++)
+            dsattn_rmsnorm(h + t * dim, L->attn_norm, dim, c->norm_eps, xin + t * dim,
+                           DSATTN_OUT_BF16);
+        st = dsattn_v4_attn_forward(ctx, seq, (int)l, xin, n, xout);
+        if (st) break;
+        for (size_t i = 0; i < n * dim; i++) h[i] = h[i] + xout[i];
+        if (attn_in) memcpy(attn_in + (size_t)l * n * dim, xin, n * dim * sizeof(float));
+        if (attn_out) memcpy(attn_out + (size_t)l * n * dim, xout, n * dim * sizeof(float));
+    }
+    dsattn_free(xin);
+    if (!st) seq->pos += (int64_t)n;
+    return st;
+}
+
+dsattn_status dsattn_v4_seq_selection(const dsattn_v4_seq *s, int layer,
+                                      const int32_t **rows, size_t *n_rows, size_t *width)
+{
+    if (!s || !rows || !n_rows || !width || layer < 0 || layer >= s->m->cfg.n_layers)
+        return DSATTN_ERR_INVALID_ARG;
+    if (s->m->layer[layer].kind != DSATTN_V4_CSA) return DSATTN_ERR_NOT_FOUND;
+    *rows = s->layer[layer].sel;
+    *n_rows = s->layer[layer].sel_rows;
+    *width = s->layer[layer].sel_w;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_v4_seq_cache(const dsattn_v4_seq *s, int layer, int which,
+                                  const uint8_t **rows, size_t *n_rows, size_t *row_bytes)
+{
+    if (!s || !rows || !n_rows || !row_bytes || layer < 0 || layer >= s->m->cfg.n_layers)
+        return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v4_config *c = &s->m->cfg;
+    const dsattn_v4_layer_w *L = &s->m->layer[layer];
+    const dsattn_v4_layer_s *S = &s->layer[layer];
+    const size_t written = L->ratio > 0 ? (size_t)s->pos / (size_t)L->ratio : 0;
+    switch (which) {
+    case 0:
+        *rows = S->kv;
+        *n_rows = (size_t)c->window_size + written;
+        *row_bytes = dsattn_v4_kv_bytes(c);
+        return DSATTN_OK;
+    case 1:
+        if (!S->ikv) return DSATTN_ERR_NOT_FOUND;
+        *rows = S->ikv;
+        *n_rows = written;
+        *row_bytes = dsattn_v4_idx_bytes(c);
+        return DSATTN_OK;
+    }
+    return DSATTN_ERR_INVALID_ARG;
+}
+
+dsattn_status dsattn_v4_seq_kv_bill(const dsattn_v4_seq *s, dsattn_kv_bill *b)
+{
+    if (!s || !b) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v4_config *c = &s->m->cfg;
+    const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
+    const size_t ib = dsattn_v4_idx_bytes(c);
+    memset(b, 0, sizeof *b);
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        const dsattn_v4_layer_w *L = &s->m->layer[l];
+        const dsattn_v4_layer_s *S = &s->layer[l];
+        if (!S->kv) continue;
+        /* one buffer: the ring rows are bounded state, the rest is global */
+        b->window_bytes += w * kvb;
+        b->global_bytes_allocated += S->cap * kvb;
+        if (S->ikv) b->global_bytes_allocated += S->cap * ib;
+        if (S->comp.kv) b->state_bytes += comp_state_bytes(&L->comp);
+        if (S->icomp.kv) b->state_bytes += comp_state_bytes(&L->icomp);
+    }
+    b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
+    return DSATTN_OK;
+}
+
+static void rand_row(uint64_t *x, float *v, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        *x ^= *x << 13; *x ^= *x >> 7; *x ^= *x << 17;
+        v[k] = dsattn_round_bf16((float)((double)(*x >> 11) * 0x1p-53 * 2.0 - 1.0));
+    }
+}
+
+dsattn_status dsattn_v4_seq_fill_synthetic(dsattn_v4_seq *s, int64_t depth, uint64_t seed)
+{
+    if (!s || depth < 0 || (size_t)depth >= s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v4_config *c = &s->m->cfg;
+    const size_t D = (size_t)c->head_dim, rd = (size_t)c->rope_head_dim;
+    const size_t Di = (size_t)c->index_head_dim, w = (size_t)c->window_size;
+    const size_t kvb = dsattn_v4_kv_bytes(c), ib = dsattn_v4_idx_bytes(c);
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        const dsattn_v4_layer_w *L = &s->m->layer[l];
+        dsattn_v4_layer_s *S = &s->layer[l];
+        const size_t n = L->ratio > 0 ? (size_t)depth / (size_t)L->ratio : 0;
+#pragma omp parallel
+        {
+            float v[512];
+#pragma omp for schedule(static)
+            for (size_t i = 0; i < w + n; i++) {
+                uint64_t x = ((seed ^ ((uint64_t)l << 40)) | 1) ^ ((i + 1) * 0x9e3779b97f4a7c15ull);
+                rand_row(&x, v, D);
+                dsattn_v4_kv_pack(v, D - rd, rd, S->kv + i * kvb, NULL);
+                if (S->ikv && i < n) {
+                    rand_row(&x, v, Di);
+                    dsattn_fp4_index_pack(v, Di, S->ikv + i * ib, NULL);
+                }
+            }
+        }
+        /* A finite state (kv small, scores 0) from which any decode step
+         * pools a well-defined entry. */
+        dsattn_v4_comp_s *cs[2] = { &S->comp, &S->icomp };
+        const dsattn_v4_compressor_w *cw[2] = { &L->comp, &L->icomp };
+        for (int k = 0; k < 2; k++) {
+            if (!cs[k]->kv) continue;
+            const size_t coff = coff_of(cw[k]), nn = coff * cw[k]->ratio * coff * cw[k]->d;
+            uint64_t x = (seed ^ ((uint64_t)l << 32) ^ (uint64_t)k) | 1;
+            rand_row(&x, cs[k]->kv, nn);
+            for (size_t i = 0; i < nn; i++) cs[k]->z[i] = 0.0f;
+        }
+    }
+    s->pos = depth;
+    return DSATTN_OK;
+}

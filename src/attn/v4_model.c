@@ -1,0 +1,636 @@
+/* v4_model.c - the V4 (CSA + HCA) model object: config, layer plan, weights.
+ *
+ * Owns: parsing the flat inference/config.json (ModelArgs keys, the form the
+ * V4-Flash / V4-Pro releases ship in inference/), deriving each layer's kind
+ * from compress_ratios exactly as Attention.__init__ does (0 -> sliding
+ * window, 4 -> CSA with overlap and an indexer, anything else -> HCA; the
+ * n_mtp trailing entries are the MTP block, not part of the stack),
+ * binding the per-layer weights by their official inference names from a
+ * mapped safetensors file (borrowed; only FP8 wo_a is converted, to bf16,
+ * as convert.py does), random weights at any config's dims, and a
+ * config-only model for bills at real size.
+ * Not here: the forward pass and per-sequence state (v4_forward.c), HF
+ * config.json keys and sharded checkpoints (src/io).
+ */
+#include "v4.h"
+
+#include "jsoncfg.h"
+#include "numfmt.h"
+#include "safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ==== Config ============================================================ */
+
+size_t dsattn_v4_kv_bytes(const dsattn_v4_config *c)
+{
+    return dsattn_v4_kv_row_bytes((size_t)(c->head_dim - c->rope_head_dim),
+                                  (size_t)c->rope_head_dim);
+}
+
+size_t dsattn_v4_idx_bytes(const dsattn_v4_config *c)
+{
+    return dsattn_fp4_index_row_bytes((size_t)c->index_head_dim);
+}
+
+#define CHECKF(cond, ...)                                                   \
+    do {                                                                    \
+        if (!(cond)) return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, __VA_ARGS__); \
+    } while (0)
+
+static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err, size_t errlen)
+{
+    CHECKF(c->n_layers > 0 && c->n_layers <= c->n_total_layers &&
+               c->n_total_layers <= DSATTN_V4_MAX_LAYERS,
+           "n_layers %lld / compress_ratios length %lld out of range (max %d)",
+           (long long)c->n_layers, (long long)c->n_total_layers, DSATTN_V4_MAX_LAYERS);
+    CHECKF(c->dim > 0 && c->dim <= (1 << 16), "dim %lld out of range", (long long)c->dim);
+    CHECKF(c->n_heads > 0 && c->n_heads <= 512, "n_heads %lld out of range",
+           (long long)c->n_heads);
+    CHECKF(c->rope_head_dim > 0 && c->rope_head_dim % 2 == 0 && c->rope_head_dim <= 128,
+           "rope_head_dim %lld must be even and in (0, 128]", (long long)c->rope_head_dim);
+    CHECKF(c->head_dim > c->rope_head_dim && c->head_dim <= 512 &&
+               (c->head_dim - c->rope_head_dim) % 64 == 0,
+           "head_dim %lld: the nope part (head_dim - rope_head_dim = %lld) must be a positive "
+           "multiple of 64 (FP8 blocks of 64) and head_dim <= 512",
+           (long long)c->head_dim, (long long)(c->head_dim - c->rope_head_dim));
+    CHECKF(c->q_lora_rank > 0 && c->q_lora_rank <= (1 << 16), "q_lora_rank %lld out of range",
+           (long long)c->q_lora_rank);
+    CHECKF(c->o_groups > 0 && c->n_heads % c->o_groups == 0,
+           "o_groups %lld must divide n_heads %lld", (long long)c->o_groups,
+           (long long)c->n_heads);
+    CHECKF(c->o_lora_rank > 0 && c->o_lora_rank <= (1 << 16), "o_lora_rank %lld out of range",
+           (long long)c->o_lora_rank);
+    CHECKF(c->window_size > 0 && c->window_size <= (1 << 20), "window_size %lld out of range",
+           (long long)c->window_size);
+    CHECKF(c->index_n_heads > 0 && c->index_n_heads <= 256, "index_n_heads %lld out of range",
+           (long long)c->index_n_heads);
+    CHECKF(is_pow2(c->index_head_dim) && c->index_head_dim >= 32 && c->index_head_dim <= 256 &&
+               c->index_head_dim >= c->rope_head_dim,
+           "index_head_dim %lld must be a power of two in [32, 256] (Hadamard, FP4 blocks "
+           "of 32) and >= rope_head_dim", (long long)c->index_head_dim);
+    CHECKF(c->index_topk > 0 && c->index_topk <= (1 << 24), "index_topk %lld out of range",
+           (long long)c->index_topk);
+    CHECKF(c->norm_eps >= 0.0f, "norm_eps must be >= 0");
+    CHECKF(c->rope_theta > 1.0 && c->compress_rope_theta > 1.0,
+           "rope_theta / compress_rope_theta must be > 1");
+    CHECKF(c->original_seq_len >= 0 && c->rope_factor > 0 && c->beta_fast > 0 && c->beta_slow > 0,
+           "YaRN parameters out of range");
+    for (int64_t l = 0; l < c->n_total_layers; l++)
+        CHECKF(c->compress_ratios[l] >= 0 && c->compress_ratios[l] <= 65536,
+               "compress_ratios[%lld] = %lld out of range", (long long)l,
+               (long long)c->compress_ratios[l]);
+    CHECKF(c->fp8_block == 128, "FP8 weight block %lld unsupported (V4 uses 128)",
+           (long long)c->fp8_block);
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_v4_config_load(dsattn_v4_config *c, const char *path, char *err,
+                                    size_t errlen)
+{
+    cJSON *o = NULL;
+    memset(c, 0, sizeof *c);
+    dsattn_status st = dsattn_jcfg_load(&o, path, err, errlen);
+    if (st) return st;
+    const char *s = NULL;
+    double eps = 0;
+    int64_t n_mtp = 1;
+    size_t n = 0;
+#define GI(k, dst) do { if ((st = dsattn_jcfg_int(o, k, &(dst), err, errlen))) goto out; } while (0)
+#define GD(k, dst) do { if ((st = dsattn_jcfg_double(o, k, &(dst), err, errlen))) goto out; } while (0)
+#define FAIL(...) do { st = dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, __VA_ARGS__); goto out; } while (0)
+    if ((st = dsattn_jcfg_string_opt(o, "model_type", "deepseek_v4", &s, err, errlen))) goto out;
+    if (strcmp(s, "deepseek_v4") != 0)
+        FAIL("%s: model_type '%s' is not deepseek_v4", path, s);
+    GI("dim", c->dim);
+    GI("n_layers", c->n_layers);
+    GI("n_heads", c->n_heads);
+    GI("q_lora_rank", c->q_lora_rank);
+    GI("head_dim", c->head_dim);
+    GI("rope_head_dim", c->rope_head_dim);
+    GI("o_groups", c->o_groups);
+    GI("o_lora_rank", c->o_lora_rank);
+    GI("window_size", c->window_size);
+    GI("index_n_heads", c->index_n_heads);
+    GI("index_head_dim", c->index_head_dim);
+    GI("index_topk", c->index_topk);
+    GD("rope_theta", c->rope_theta);
+    GD("compress_rope_theta", c->compress_rope_theta);
+    GD("rope_factor", c->rope_factor);
+    GD("beta_fast", c->beta_fast);
+    GD("beta_slow", c->beta_slow);
+    /* ModelArgs defaults where the released config.json omits the key */
+    if ((st = dsattn_jcfg_double_opt(o, "original_seq_len", 0.0, &c->original_seq_len, err,
+                                     errlen)))
+        goto out;
+    if ((st = dsattn_jcfg_double_opt(o, "norm_eps", 1e-6, &eps, err, errlen))) goto out;
+    c->norm_eps = (float)eps;
+    if ((st = dsattn_jcfg_int_opt(o, "n_mtp_layers", 1, &n_mtp, err, errlen))) goto out;
+    if ((st = dsattn_jcfg_int_array(o, "compress_ratios", c->compress_ratios,
+                                    DSATTN_V4_MAX_LAYERS, &n, err, errlen)))
+        goto out;
+    c->n_total_layers = (int64_t)n;
+    if (n_mtp < 0 || c->n_total_layers != c->n_layers + n_mtp)
+        FAIL("%s: compress_ratios has %zu entries, n_layers + n_mtp_layers = %lld (the last "
+             "entries are the MTP block's)", path, n, (long long)(c->n_layers + n_mtp));
+    if ((st = dsattn_jcfg_string_opt(o, "dtype", "fp8", &s, err, errlen))) goto out;
+    if (strcmp(s, "bf16") && strcmp(s, "fp8"))
+        FAIL("%s: key 'dtype': '%s' is neither \"bf16\" nor \"fp8\"", path, s);
+    c->fp8 = !strcmp(s, "fp8");
+    c->fp8_block = 128;
+    {
+        /* Transformer.__init__: scale_fmt = "ue8m0" if scale_dtype == "fp8"
+         * else the config's scale_fmt.  dsattn implements the power-of-two
+         * (UE8M0) scales the release uses; MODEL1 rows have no room for
+         * fp32 scales. */
+        const char *sd = NULL, *sf = NULL;
+        if ((st = dsattn_jcfg_string_opt(o, "scale_dtype", "fp8", &sd, err, errlen))) goto out;
+        if ((st = dsattn_jcfg_string_opt(o, "scale_fmt", "", &sf, err, errlen))) goto out;
+        if (strcmp(sd, "fp8") != 0 && strcmp(sf, "ue8m0") != 0) {
+            st = dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                             "%s: scale_dtype '%s' / scale_fmt '%s': only UE8M0 (power-of-two) "
+                             "scales are implemented", path, sd, sf);
+            goto out;
+        }
+    }
+#undef GI
+#undef GD
+#undef FAIL
+    st = dsattn_v4_config_validate(c, err, errlen);
+out:
+    cJSON_Delete(o);
+    return st;
+}
+
+/* ==== Model lifetime and plan =========================================== */
+
+static dsattn_status own(dsattn_v4 *m, void *p)
+{
+    if (!p) return DSATTN_ERR_NOMEM;
+    if (m->n_owned == m->cap_owned) {
+        size_t nc = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **np = realloc(m->owned, nc * sizeof *np);
+        if (!np) { dsattn_free(p); return DSATTN_ERR_NOMEM; }
+        m->owned = np;
+        m->cap_owned = nc;
+    }
+    m->owned[m->n_owned++] = p;
+    return DSATTN_OK;
+}
+
+static void plan_layers(dsattn_v4 *m)
+{
+    const dsattn_v4_config *c = &m->cfg;
+    for (int64_t l = 0; l < c->n_total_layers; l++) {
+        dsattn_v4_layer_w *L = &m->layer[l];
+        L->ratio = c->compress_ratios[l];
+        if (l >= c->n_layers) L->kind = DSATTN_V4_MTP;
+        else if (L->ratio == 0) L->kind = DSATTN_V4_SWA;
+        else if (L->ratio == DSATTN_V4_CSA_RATIO) L->kind = DSATTN_V4_CSA;
+        else L->kind = DSATTN_V4_HCA;
+        /* Attention.__init__: compressed layers use compress_rope_theta with
+         * YaRN; pure sliding-window layers rope_theta without. */
+        if (L->ratio > 0)
+            dsattn_rope_init(&L->rope, (size_t)c->rope_head_dim, c->compress_rope_theta, 1,
+                             c->original_seq_len, c->rope_factor, c->beta_fast, c->beta_slow);
+        else
+            dsattn_rope_init(&L->rope, (size_t)c->rope_head_dim, c->rope_theta, 0, 0, 1, 0, 0);
+        const int overlap = L->ratio == DSATTN_V4_CSA_RATIO;
+        L->comp.d = (size_t)c->head_dim;
+        L->comp.ratio = (size_t)L->ratio;
+        L->comp.overlap = overlap;
+        L->comp.rotate = 0;
+        L->icomp.d = (size_t)c->index_head_dim;
+        L->icomp.ratio = (size_t)L->ratio;
+        L->icomp.overlap = overlap;
+        L->icomp.rotate = 1;
+    }
+}
+
+void dsattn_v4_destroy(dsattn_v4 *m)
+{
+    if (!m) return;
+    for (size_t i = 0; i < m->n_owned; i++) dsattn_free(m->owned[i]);
+    free(m->owned);
+    if (m->ckpt) dsattn_st_close((dsattn_st_file *)m->ckpt);
+    free(m);
+}
+
+int dsattn_v4_n_layers(const dsattn_v4 *m) { return m ? (int)m->cfg.n_layers : 0; }
+int dsattn_v4_dim(const dsattn_v4 *m) { return m ? (int)m->cfg.dim : 0; }
+
+dsattn_v4_kind dsattn_v4_layer_kind(const dsattn_v4 *m, int l)
+{
+    if (!m || l < 0 || l >= m->cfg.n_total_layers) return DSATTN_V4_MTP;
+    return m->layer[l].kind;
+}
+
+int dsattn_v4_layer_ratio(const dsattn_v4 *m, int l)
+{
+    if (!m || l < 0 || l >= m->cfg.n_total_layers) return -1;
+    return (int)m->layer[l].ratio;
+}
+
+static size_t wbytes(const dsattn_weight *w)
+{
+    if (!w->data) return 0;
+    switch (w->kind) {
+    case DSATTN_W_F32:  return w->rows * w->cols * 4;
+    case DSATTN_W_BF16: return w->rows * w->cols * 2;
+    case DSATTN_W_FP8:
+        return w->rows * w->cols +
+               ((w->rows + w->block - 1) / w->block) * ((w->cols + w->block - 1) / w->block);
+    case DSATTN_W_FP4:  return w->rows * w->cols / 2 + w->rows * w->cols / 32;
+    }
+    return 0;
+}
+
+size_t dsattn_v4_weight_bytes(const dsattn_v4 *m)
+{
+    size_t t = 0;
+    if (!m) return 0;
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        const dsattn_v4_layer_w *L = &m->layer[l];
+        const dsattn_weight *ws[] = { &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
+                                      &L->comp.wkv, &L->comp.wgate, &L->icomp.wkv,
+                                      &L->icomp.wgate, &L->i_wq_b, &L->i_wproj };
+        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) t += wbytes(ws[i]);
+    }
+    return t;
+}
+
+static dsattn_status new_model(dsattn_v4 **out, const char *config_json, char *err,
+                               size_t errlen)
+{
+    if (!out || !config_json) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    dsattn_v4 *m = calloc(1, sizeof *m);
+    if (!m) return DSATTN_ERR_NOMEM;
+    dsattn_status st = dsattn_v4_config_load(&m->cfg, config_json, err, errlen);
+    if (st) { dsattn_v4_destroy(m); return st; }
+    plan_layers(m);
+    *out = m;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_v4_load_config(dsattn_v4 **out, const char *config_json, char *err,
+                                    size_t errlen)
+{
+    return new_model(out, config_json, err, errlen);
+}
+
+/* ==== Binding weights from a safetensors file =========================== */
+
+typedef struct {
+    dsattn_v4 *m;
+    const dsattn_st_file *f;
+    char *err;
+    size_t errlen;
+} binder;
+
+static dsattn_status bind_vec(binder *b, const char *name, size_t n, float **out)
+{
+    const dsattn_st_tensor *t = dsattn_st_find(b->f, name);
+    if (!t)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND, "%s: missing tensor %s",
+                           dsattn_st_path(b->f), name);
+    if (t->numel != n)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                           "%s: tensor %s has %zu values, expected %zu",
+                           dsattn_st_path(b->f), name, t->numel, n);
+    float *v = dsattn_alloc_array(n, sizeof(float));
+    dsattn_status st = own(b->m, v);
+    if (st) return st;
+    if ((st = dsattn_st_to_f32(t, v, n))) return st;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                               "%s: tensor %s has a non-finite value at [%zu]",
+                               dsattn_st_path(b->f), name, i);
+    *out = v;
+    return DSATTN_OK;
+}
+
+/* Borrow (or copy when unaligned) a tensor's bytes. */
+static dsattn_status borrow(binder *b, const dsattn_st_tensor *t, size_t align,
+                            const void **out)
+{
+    if (((uintptr_t)t->data % align) == 0) { *out = t->data; return DSATTN_OK; }
+    void *p = dsattn_alloc(t->nbytes);
+    dsattn_status st = own(b->m, p);
+    if (st) return st;
+    memcpy(p, t->data, t->nbytes);
+    *out = p;
+    return DSATTN_OK;
+}
+
+/* A Linear weight [rows, cols]: BF16 / F32 borrowed; F8_E4M3 with its
+ * `.scale` [ceil(rows/128), ceil(cols/128)] (F8_E8M0 or F32) borrowed. */
+static dsattn_status bind_mat(binder *b, const char *name, size_t rows, size_t cols,
+                              dsattn_weight *w)
+{
+    const dsattn_st_file *f = b->f;
+    const dsattn_st_tensor *t = dsattn_st_find(f, name);
+    if (!t)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND, "%s: missing tensor %s",
+                           dsattn_st_path(f), name);
+    if (t->ndim != 2 || (size_t)t->shape[0] != rows || (size_t)t->shape[1] != cols)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                           "%s: tensor %s (offset %zu) has shape [%lld, %lld], expected "
+                           "[%zu, %zu]", dsattn_st_path(f), name, t->offset,
+                           (long long)t->shape[0], t->ndim > 1 ? (long long)t->shape[1] : 0LL,
+                           rows, cols);
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    dsattn_status st;
+    switch (t->dtype) {
+    case DSATTN_DT_BF16:
+        w->kind = DSATTN_W_BF16;
+        return borrow(b, t, 2, &w->data);
+    case DSATTN_DT_F32:
+        w->kind = DSATTN_W_F32;
+        return borrow(b, t, 4, &w->data);
+    case DSATTN_DT_F8_E4M3: {
+        char sname[512];
+        const size_t bs = (size_t)b->m->cfg.fp8_block;
+        snprintf(sname, sizeof sname, "%.*s.scale", (int)(strlen(name) - strlen(".weight")),
+                 name);
+        const dsattn_st_tensor *s = dsattn_st_find(f, sname);
+        if (!s)
+            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND,
+                               "%s: FP8 tensor %s has no scale tensor %s", dsattn_st_path(f),
+                               name, sname);
+        size_t sr = (rows + bs - 1) / bs, sc = (cols + bs - 1) / bs;
+        if (s->ndim != 2 || (size_t)s->shape[0] != sr || (size_t)s->shape[1] != sc)
+            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                               "%s: scale %s (offset %zu) is not [%zu, %zu] for %zux%zu blocks",
+                               dsattn_st_path(f), sname, s->offset, sr, sc, bs, bs);
+        float *sv = dsattn_alloc_array(sr * sc, sizeof(float));
+        if ((st = own(b->m, sv))) return st;
+        if ((st = dsattn_st_to_f32(s, sv, sr * sc))) return st;
+        for (size_t i = 0; i < sr * sc; i++)
+            if (!isfinite(sv[i]) || sv[i] <= 0.0f)
+                return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                                   "%s: scale %s has an invalid value at [%zu] (offset %zu)",
+                                   dsattn_st_path(f), sname, i, s->offset);
+        w->kind = DSATTN_W_FP8;
+        w->block = bs;
+        w->scale = sv;
+        return borrow(b, t, 1, &w->data);
+    }
+    default:
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                           "%s: tensor %s has dtype %s, not a weight format of V4",
+                           dsattn_st_path(f), name, dsattn_dtype_name(t->dtype));
+    }
+}
+
+/* wo_a is declared bf16 in the model (the einsum is bf16); an FP8 wo_a
+ * from the release is dequantized to bf16 here (exact: E4M3 times a power
+ * of two fits bf16), which is what the official conversion does. */
+static dsattn_status wo_a_to_bf16(dsattn_v4 *m, dsattn_weight *w)
+{
+    if (w->kind != DSATTN_W_FP8) return DSATTN_OK;
+    uint16_t *p = dsattn_alloc_array(w->rows * w->cols, sizeof(uint16_t));
+    dsattn_status st = own(m, p);
+    if (st) return st;
+    const size_t ldsc = (w->cols + w->block - 1) / w->block;
+    const uint8_t *c = w->data;
+    for (size_t r = 0; r < w->rows; r++)
+        for (size_t i = 0; i < w->cols; i++)
+            p[r * w->cols + i] = dsattn_f32_to_bf16(dsattn_e4m3_to_f32(c[r * w->cols + i]) *
+                                                    w->scale[(r / w->block) * ldsc + i / w->block]);
+    w->kind = DSATTN_W_BF16;
+    w->data = p;
+    w->scale = NULL;
+    w->block = 0;
+    return DSATTN_OK;
+}
+
+static dsattn_status bind_compressor(binder *b, const char *prefix, int64_t l,
+                                     dsattn_v4_compressor_w *C)
+{
+    char n[256];
+    dsattn_status st;
+    const size_t coff = C->overlap ? 2 : 1, dim = (size_t)b->m->cfg.dim;
+#define P(sfx) (snprintf(n, sizeof n, "layers.%lld.%s.%s", (long long)l, prefix, sfx), n)
+    if ((st = bind_mat(b, P("wkv.weight"), coff * C->d, dim, &C->wkv))) return st;
+    if ((st = bind_mat(b, P("wgate.weight"), coff * C->d, dim, &C->wgate))) return st;
+    if ((st = bind_vec(b, P("ape"), C->ratio * coff * C->d, &C->ape))) return st;
+    if ((st = bind_vec(b, P("norm.weight"), C->d, &C->norm))) return st;
+#undef P
+    if (C->wkv.kind == DSATTN_W_FP8 || C->wgate.kind == DSATTN_W_FP8)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                           "layer %lld: %s runs in fp32; FP8 weights are not a reference "
+                           "format there", (long long)l, prefix);
+    return DSATTN_OK;
+}
+
+static dsattn_status bind_layer(binder *b, int64_t l)
+{
+    dsattn_v4 *m = b->m;
+    const dsattn_v4_config *c = &m->cfg;
+    dsattn_v4_layer_w *L = &m->layer[l];
+    char n[256];
+    dsattn_status st;
+    size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
+    size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+#define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
+    if ((st = bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
+    if ((st = bind_mat(b, P("attn.wq_a.weight"), QL, dim, &L->wq_a))) return st;
+    if ((st = bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
+    if ((st = bind_mat(b, P("attn.wq_b.weight"), H * D, QL, &L->wq_b))) return st;
+    if ((st = bind_mat(b, P("attn.wkv.weight"), D, dim, &L->wkv))) return st;
+    if ((st = bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
+    if ((st = bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
+    if ((st = bind_mat(b, P("attn.wo_a.weight"), G * R, H * D / G, &L->wo_a))) return st;
+    if ((st = wo_a_to_bf16(m, &L->wo_a))) return st;
+    if ((st = bind_mat(b, P("attn.wo_b.weight"), dim, G * R, &L->wo_b))) return st;
+    if (L->ratio > 0 && (st = bind_compressor(b, "attn.compressor", l, &L->comp))) return st;
+    if (L->kind == DSATTN_V4_CSA) {
+        if ((st = bind_compressor(b, "attn.indexer.compressor", l, &L->icomp))) return st;
+        if ((st = bind_mat(b, P("attn.indexer.wq_b.weight"), Hi * Di, QL, &L->i_wq_b))) return st;
+        if ((st = bind_mat(b, P("attn.indexer.weights_proj.weight"), Hi, dim, &L->i_wproj)))
+            return st;
+        if (L->i_wproj.kind == DSATTN_W_FP8)
+            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                               "layer %lld: indexer.weights_proj must be bf16", (long long)l);
+    }
+#undef P
+    /* FP8 GEMMs quantize their input in blocks of 128 first */
+    const dsattn_weight *q8[] = { &L->wq_a, &L->wq_b, &L->wkv, &L->wo_b, &L->i_wq_b };
+    for (size_t i = 0; i < DSATTN_ARRAY_LEN(q8); i++)
+        if (q8[i]->data && q8[i]->kind == DSATTN_W_FP8 && q8[i]->cols % DSATTN_V4_ACT_BLOCK)
+            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                               "layer %lld: an FP8 Linear has %zu input dims, not a multiple "
+                               "of the activation block 128", (long long)l, q8[i]->cols);
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json, const char *weights,
+                             char *err, size_t errlen)
+{
+    if (!out || !config_json || !weights) return DSATTN_ERR_INVALID_ARG;
+    dsattn_v4 *m = NULL;
+    dsattn_status st = new_model(&m, config_json, err, errlen);
+    if (st) return st;
+    dsattn_st_file *f = NULL;
+    if ((st = dsattn_st_open(&f, weights, err, errlen))) { dsattn_v4_destroy(m); return st; }
+    m->ckpt = f;
+    binder b = { m, f, err, errlen };
+    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(&b, l);
+    if (st) { dsattn_v4_destroy(m); return st; }
+    m->has_weights = 1;
+    *out = m;
+    return DSATTN_OK;
+}
+
+/* ==== Random weights ==================================================== */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    *s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+static float rng_normal(uint64_t *s)
+{
+    double u1 = ((double)(rng_next(s) >> 11) + 1.0) * 0x1p-53;
+    double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* bf16 weight ~ N(0, 1/cols). */
+static dsattn_status rand_bf16(dsattn_v4 *m, size_t rows, size_t cols, uint64_t seed,
+                               dsattn_weight *w)
+{
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    w->kind = DSATTN_W_BF16;
+    uint16_t *p = dsattn_alloc_array(rows * cols, 2);
+    dsattn_status st = own(m, p);
+    if (st) return st;
+    const float sd = 1.0f / sqrtf((float)cols);
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
+        for (size_t i = 0; i < cols; i++) p[r * cols + i] = dsattn_f32_to_bf16(rng_normal(&s) * sd);
+    }
+    w->data = p;
+    return DSATTN_OK;
+}
+
+/* FP8 weight: random E4M3 codes (NaN excluded, magnitudes in [2^-3, 2^5))
+ * with one power-of-two scale per 128x128 block giving rows ~unit gain. */
+static dsattn_status rand_fp8(dsattn_v4 *m, size_t rows, size_t cols, size_t bs,
+                              uint64_t seed, dsattn_weight *w)
+{
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    w->kind = DSATTN_W_FP8;
+    w->block = bs;
+    size_t sr = (rows + bs - 1) / bs, sc = (cols + bs - 1) / bs;
+    uint8_t *p = dsattn_alloc_array(rows, cols);
+    float *scale = dsattn_alloc_array(sr * sc, sizeof(float));
+    dsattn_status st = own(m, p);
+    if (!st) st = own(m, scale);
+    if (st) return st;
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
+        for (size_t i = 0; i < cols; i += 8) {
+            uint64_t v = rng_next(&s);
+            for (size_t j = 0; j < 8 && i + j < cols; j++) {
+                uint8_t b = (uint8_t)(v >> (8 * j));
+                p[r * cols + i + j] = (uint8_t)((b & 0x80) | (((b >> 3) & 7) + 4) << 3 | (b & 7));
+            }
+        }
+    }
+    float sv = dsattn_pow2_ceil(1.0f / (10.0f * sqrtf((float)cols)));
+    for (size_t i = 0; i < sr * sc; i++) scale[i] = sv;
+    w->data = p;
+    w->scale = scale;
+    return DSATTN_OK;
+}
+
+static dsattn_status rand_vec(dsattn_v4 *m, size_t n, float base, float jitter, int bf16,
+                              uint64_t seed, float **out)
+{
+    float *v = dsattn_alloc_array(n, sizeof(float));
+    dsattn_status st = own(m, v);
+    if (st) return st;
+    uint64_t s = seed | 1;
+    for (size_t i = 0; i < n; i++) {
+        float x = base + jitter * rng_normal(&s);
+        v[i] = bf16 ? dsattn_round_bf16(x) : x;
+    }
+    *out = v;
+    return DSATTN_OK;
+}
+
+static dsattn_status rand_compressor(dsattn_v4 *m, dsattn_v4_compressor_w *C, uint64_t *k)
+{
+    const size_t coff = C->overlap ? 2 : 1, dim = (size_t)m->cfg.dim;
+    dsattn_status st = rand_bf16(m, coff * C->d, dim, ++*k, &C->wkv);
+    if (!st) st = rand_bf16(m, coff * C->d, dim, ++*k, &C->wgate);
+    if (!st) st = rand_vec(m, C->ratio * coff * C->d, 0.0f, 0.1f, 0, ++*k, &C->ape);
+    if (!st) st = rand_vec(m, C->d, 1.0f, 0.1f, 1, ++*k, &C->norm);
+    return st;
+}
+
+dsattn_status dsattn_v4_create_random(dsattn_v4 **out, const char *config_json, uint64_t seed,
+                                      int fp8, char *err, size_t errlen)
+{
+    dsattn_v4 *m = NULL;
+    dsattn_status st = new_model(&m, config_json, err, errlen);
+    if (st) return st;
+    m->cfg.fp8 = fp8 != 0;
+    const dsattn_v4_config *c = &m->cfg;
+    size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
+    size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    size_t bs = (size_t)c->fp8_block;
+    if (fp8 && (dim % DSATTN_V4_ACT_BLOCK || QL % DSATTN_V4_ACT_BLOCK ||
+                (G * R) % DSATTN_V4_ACT_BLOCK)) {
+        dsattn_v4_destroy(m);
+        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                           "%s: FP8 weights need dim, q_lora_rank and o_groups*o_lora_rank to "
+                           "be multiples of 128 (the activation block)", config_json);
+    }
+    uint64_t k = seed * 1000003ull + 17;
+#define MAT(rows, cols, w) (fp8 ? rand_fp8(m, rows, cols, bs, ++k, w) \
+                                : rand_bf16(m, rows, cols, ++k, w))
+    for (int64_t l = 0; l < c->n_layers && !st; l++) {
+        dsattn_v4_layer_w *L = &m->layer[l];
+        if (!st) st = rand_vec(m, dim, 1.0f, 0.1f, 1, ++k, &L->attn_norm);
+        if (!st) st = MAT(QL, dim, &L->wq_a);
+        if (!st) st = rand_vec(m, QL, 1.0f, 0.1f, 1, ++k, &L->q_norm);
+        if (!st) st = MAT(H * D, QL, &L->wq_b);
+        if (!st) st = MAT(D, dim, &L->wkv);
+        if (!st) st = rand_vec(m, D, 1.0f, 0.1f, 1, ++k, &L->kv_norm);
+        if (!st) st = rand_vec(m, H, 0.0f, 1.0f, 0, ++k, &L->sink);
+        if (!st) st = rand_bf16(m, G * R, H * D / G, ++k, &L->wo_a);
+        if (!st) st = MAT(dim, G * R, &L->wo_b);
+        if (L->ratio > 0 && !st) st = rand_compressor(m, &L->comp, &k);
+        if (L->kind == DSATTN_V4_CSA) {
+            if (!st) st = rand_compressor(m, &L->icomp, &k);
+            if (!st) st = MAT(Hi * Di, QL, &L->i_wq_b);
+            if (!st) st = rand_bf16(m, Hi, dim, ++k, &L->i_wproj);
+        }
+    }
+#undef MAT
+    if (st) { dsattn_v4_destroy(m); return st; }
+    m->has_weights = 1;
+    *out = m;
+    return DSATTN_OK;
+}

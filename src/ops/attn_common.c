@@ -1,0 +1,155 @@
+/* attn_common.c - the parts of Attention.forward that V4 (CSA/HCA) and
+ * V4.1 (CSA2) compute the same way, written once: the low-rank query, the
+ * sliding-window KV projection, the grouped output projection and the
+ * index queries / head weights of the lightning indexer.
+ *
+ * Generation differences are flags, not copies: V4 rescales each query
+ * head by its RMS (V4.1 dropped it) and rotates index queries with a
+ * Hadamard transform (V4.1 has none); the FP8 activation block of the
+ * Linears (128 in V4, 32 in V4.1) is the caller's dsattn_actq.
+ *
+ * Not here: anything that touches a cache or a sequence (window packing,
+ * compressors, top-k), which stays with each generation.
+ */
+#include "ops.h"
+
+#include "numfmt.h"
+
+#include <math.h>
+
+size_t dsattn_attn_aq_scratch(size_t s, size_t max_cols)
+{
+    return s * max_cols;
+}
+
+/* q_h *= rsqrt(mean(q_h^2) + eps) with bf16 tensors, as
+ * `q * torch.rsqrt(q.square().mean(-1, keepdim=True) + eps)` evaluates:
+ * q.square() is a bf16 tensor (each square rounded), the mean is a
+ * reduction (double accumulation, one rounding to fp32, then the division)
+ * held as bf16, + eps and rsqrt each give a bf16 tensor, and the product is
+ * rounded to bf16. */
+static void head_rms_bf16(float *q, size_t D, float eps)
+{
+    double ss = 0.0;
+    for (size_t i = 0; i < D; i++) ss += (double)dsattn_round_bf16(q[i] * q[i]);
+    float mean = dsattn_round_bf16((float)ss / (float)D);
+    float t = dsattn_round_bf16(mean + eps);
+    float r = dsattn_round_bf16((float)(1.0 / sqrt((double)t)));
+    for (size_t i = 0; i < D; i++) q[i] = dsattn_round_bf16(q[i] * r);
+}
+
+dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_weight *wq_a,
+                                const float *q_norm, const dsattn_weight *wq_b,
+                                const float *x, size_t s, size_t H, size_t D,
+                                size_t rd, const dsattn_rope *rope, int64_t start_pos,
+                                float eps, int head_rms, const dsattn_actq *aq,
+                                float *aqs, float *qr, float *q)
+{
+    const size_t dim = wq_a->cols, QL = wq_a->rows;
+    float cs[64], sn[64];
+    dsattn_status st;
+    if ((st = dsattn_linear(ctx, wq_a, x, dim, s, qr, QL, DSATTN_OUT_BF16, aq, aqs))) return st;
+    for (size_t t = 0; t < s; t++)
+        dsattn_rmsnorm(qr + t * QL, q_norm, QL, eps, qr + t * QL, DSATTN_OUT_BF16);
+    if ((st = dsattn_linear(ctx, wq_b, qr, QL, s, q, H * D, DSATTN_OUT_BF16, aq, aqs))) return st;
+    for (size_t t = 0; t < s; t++) {
+        dsattn_rope_cs(rope, start_pos + (int64_t)t, cs, sn);
+        for (size_t h = 0; h < H; h++) {
+            float *qh = q + (t * H + h) * D;
+            if (head_rms) head_rms_bf16(qh, D, eps);
+            dsattn_rope_apply(qh + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+        }
+    }
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_attn_window_kv(dsattn_ctx *ctx, const dsattn_weight *wkv,
+                                    const float *kv_norm, const float *x, size_t s,
+                                    size_t D, size_t rd, const dsattn_rope *rope,
+                                    int64_t start_pos, float eps,
+                                    const dsattn_actq *aq, float *aqs, float *kv)
+{
+    float cs[64], sn[64];
+    dsattn_status st = dsattn_linear(ctx, wkv, x, wkv->cols, s, kv, D, DSATTN_OUT_BF16, aq, aqs);
+    if (st) return st;
+    for (size_t t = 0; t < s; t++) {
+        float *k = kv + t * D;
+        dsattn_rmsnorm(k, kv_norm, D, eps, k, DSATTN_OUT_BF16);
+        dsattn_rope_cs(rope, start_pos + (int64_t)t, cs, sn);
+        dsattn_rope_apply(k + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+    }
+    return DSATTN_OK;
+}
+
+/* wo_a rows [r0, r0+n) as a weight of its own (bf16 / fp32 storage). */
+static dsattn_weight sub_rows(const dsattn_weight *w, size_t r0, size_t n)
+{
+    dsattn_weight v = *w;
+    size_t es = w->kind == DSATTN_W_F32 ? 4 : 2;
+    v.data = (const uint8_t *)w->data + r0 * w->cols * es;
+    v.rows = n;
+    v.owned = NULL;
+    return v;
+}
+
+dsattn_status dsattn_attn_output(dsattn_ctx *ctx, float *o, size_t s, size_t H,
+                                 size_t D, size_t rd, const dsattn_rope *rope,
+                                 int64_t start_pos, const dsattn_weight *wo_a,
+                                 size_t G, size_t R, const dsattn_weight *wo_b,
+                                 const dsattn_actq *aq, float *aqs, float *oa,
+                                 float *out)
+{
+    float cs[64], sn[64];
+    dsattn_status st;
+    if (wo_a->kind != DSATTN_W_BF16 && wo_a->kind != DSATTN_W_F32) return DSATTN_ERR_UNSUPPORTED;
+    for (size_t t = 0; t < s; t++) {
+        dsattn_rope_cs(rope, start_pos + (int64_t)t, cs, sn);
+        for (size_t h = 0; h < H; h++)
+            dsattn_rope_apply(o + (t * H + h) * D + D - rd, rd, cs, sn, 1, 1, DSATTN_OUT_BF16);
+    }
+    const size_t gd = H * D / G;
+    for (size_t g = 0; g < G; g++) {
+        dsattn_weight wg = sub_rows(wo_a, g * R, R);
+        if ((st = dsattn_linear(ctx, &wg, o + g * gd, H * D, s, oa + g * R, G * R,
+                                DSATTN_OUT_BF16, NULL, NULL)))
+            return st;
+    }
+    return dsattn_linear(ctx, wo_b, oa, G * R, s, out, wo_b->rows, DSATTN_OUT_BF16, aq, aqs);
+}
+
+dsattn_status dsattn_index_query(dsattn_ctx *ctx, const dsattn_weight *wq_b,
+                                 const float *qr, size_t s, size_t Hi, size_t Di,
+                                 size_t rd, const dsattn_rope *rope, int64_t start_pos,
+                                 int hadamard, const dsattn_actq *aq, float *aqs,
+                                 float *q)
+{
+    float cs[64], sn[64];
+    const size_t QL = wq_b->cols;
+    dsattn_status st = dsattn_linear(ctx, wq_b, qr, QL, s, q, Hi * Di, DSATTN_OUT_BF16, aq, aqs);
+    if (st) return st;
+    const float hscale = (float)pow((double)Di, -0.5);
+    for (size_t t = 0; t < s; t++) {
+        dsattn_rope_cs(rope, start_pos + (int64_t)t, cs, sn);
+        for (size_t h = 0; h < Hi; h++) {
+            float *qh = q + (t * Hi + h) * Di;
+            dsattn_rope_apply(qh + Di - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+            if (hadamard) dsattn_hadamard(qh, Di, hscale, qh, DSATTN_OUT_BF16);
+            dsattn_quant_fp4_ue8m0(qh, Di, NULL, NULL, qh);
+        }
+    }
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_index_weights(dsattn_ctx *ctx, const dsattn_weight *wproj,
+                                   const float *x, size_t s, size_t Hi, size_t Di,
+                                   float *w)
+{
+    dsattn_status st = dsattn_linear(ctx, wproj, x, wproj->cols, s, w, Hi, DSATTN_OUT_BF16,
+                                     NULL, NULL);
+    if (st) return st;
+    /* softmax_scale * n_heads ** -0.5 is a Python float product, then the
+     * bf16 tensor times it rounds to bf16 */
+    const float wscale = (float)(pow((double)Di, -0.5) * pow((double)Hi, -0.5));
+    for (size_t i = 0; i < s * Hi; i++) w[i] = dsattn_round_bf16(w[i] * wscale);
+    return DSATTN_OK;
+}
