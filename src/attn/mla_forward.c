@@ -1,0 +1,881 @@
+/* mla_forward.c - one sequence over an MLA (V3) or MLA + DSA (V3.2) stack:
+ * the caches and the attention forward of both generations, both paths.
+ *
+ * The order of work inside a layer is the reference's MLA.forward
+ * (reference-semantics.md §8-§9):
+ *   q  = wq_b(q_norm(wq_a(x))) -> [H, dn | dr], interleaved RoPE on the last
+ *        dr dims of each head
+ *   kv = wkv_a(x) -> kv_norm(latent [KL]) | interleaved RoPE(k_pe [dr])
+ *   cache write; (V3.2) the indexer's top-k; attention; wo.
+ *
+ * Arithmetic of each path, as each reference writes it (bf16 tensors, the
+ * reference's default dtype; "bf16(...)" = one rounding of an fp32 value):
+ *   V3 absorb  q' = bf16(q_nope . W_uk) [H, KL];  s = bf16(bf16(bf16(q'.kv)
+ *              + bf16(q_pe.pe)) * scale); p = bf16(softmax_fp32(s + mask));
+ *              x = bf16(p . kv); o = bf16(x . W_uv)
+ *   V3 naive   K/V = wkv_b(kv) expanded and cached; s = bf16(bf16(q.k) *
+ *              scale); p, o = bf16(p . v)
+ *   V3.2 prefill (n > 1): the naive maths in fp32 over the chunk's own K/V,
+ *              s = fp32(q.k) * scale, + index mask + causal mask
+ *   V3.2 decode: q' = bf16(q_nope . W_uk); s = (fp32(q'.kv) + fp32(q_pe.pe))
+ *              * scale, + index mask; x = bf16(p . kv); o = bf16(x . W_uv)
+ * The index mask keeps only the selected positions; attending the selected
+ * set directly is identical (masked entries add exact zeros to every sum).
+ *
+ * Reference mode follows golden-cases.md §4 (exact products, double sums,
+ * one rounding; softmax e = exp(s - max), p = e / sum).  Fast mode keeps the
+ * same cast points where they are free, but accumulates in fp32: the
+ * absorbed attention streams the latent cache once for all heads in blocks
+ * (sgemm for Q.K^T and P.V, online softmax, key ranges split over threads),
+ * prefill rows run in parallel.
+ *
+ * Not here: the model and weights (mla_model.c), the indexer's q/k and
+ * scores (mla_indexer.c).
+ */
+#include "mla.h"
+
+#include "kernels.h"
+#include "numfmt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ==== Sequence lifetime ================================================= */
+
+static size_t fmt_row_bytes(const dsattn_mla_config *c, dsattn_mla_cache f, size_t *v_bytes)
+{
+    const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    *v_bytes = 0;
+    switch (f) {
+    case DSATTN_MLA_CACHE_NAIVE:
+        *v_bytes = 2 * H * (size_t)c->v_dim;
+        return 2 * H * (size_t)(c->nope + c->rope);
+    case DSATTN_MLA_CACHE_LATENT_BF16: return 2 * (KL + dr);
+    case DSATTN_MLA_CACHE_LATENT_FP8:  return dsattn_v32_kv_row_bytes(KL, dr);
+    }
+    return 0;
+}
+
+dsattn_status dsattn_mla_seq_create(dsattn_mla_seq **out, const dsattn_mla *m,
+                                    size_t max_seq_len, dsattn_mla_cache fmt)
+{
+    if (!out || !m || max_seq_len == 0) return DSATTN_ERR_INVALID_ARG;
+    if (fmt != DSATTN_MLA_CACHE_NAIVE && fmt != DSATTN_MLA_CACHE_LATENT_BF16 &&
+        fmt != DSATTN_MLA_CACHE_LATENT_FP8)
+        return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    const dsattn_mla_config *c = &m->cfg;
+    if (fmt == DSATTN_MLA_CACHE_LATENT_FP8 && c->kv_lora_rank % 128)
+        return DSATTN_ERR_UNSUPPORTED;       /* FP8 scale blocks of 128 */
+    if (max_seq_len > (size_t)INT32_MAX) return DSATTN_ERR_INVALID_ARG;
+    dsattn_mla_seq *s = calloc(1, sizeof *s);
+    if (!s) return DSATTN_ERR_NOMEM;
+    s->m = m;
+    s->fmt = fmt;
+    s->max_seq_len = max_seq_len;
+    s->row_bytes = fmt_row_bytes(c, fmt, &s->v_bytes);
+    s->idx_bytes = c->dsa ? dsattn_v32_index_row_bytes((size_t)c->index_head_dim) : 0;
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        dsattn_mla_layer_s *S = &s->layer[l];
+        S->cache = dsattn_alloc_array(max_seq_len, s->row_bytes);
+        if (!S->cache) goto nomem;
+        if (s->v_bytes && !(S->v = dsattn_alloc_array(max_seq_len, s->v_bytes))) goto nomem;
+        if (s->idx_bytes && !(S->kidx = dsattn_alloc_array(max_seq_len, s->idx_bytes)))
+            goto nomem;
+    }
+    *out = s;
+    return DSATTN_OK;
+nomem:
+    dsattn_mla_seq_destroy(s);
+    return DSATTN_ERR_NOMEM;
+}
+
+void dsattn_mla_seq_destroy(dsattn_mla_seq *s)
+{
+    if (!s) return;
+    for (int l = 0; l < DSATTN_MLA_MAX_LAYERS; l++) {
+        dsattn_free(s->layer[l].cache);
+        dsattn_free(s->layer[l].v);
+        dsattn_free(s->layer[l].kidx);
+        free(s->layer[l].sel);
+    }
+    free(s);
+}
+
+int64_t dsattn_mla_seq_pos(const dsattn_mla_seq *s) { return s->pos; }
+dsattn_mla_cache dsattn_mla_seq_cache_format(const dsattn_mla_seq *s) { return s->fmt; }
+
+dsattn_status dsattn_mla_seq_advance(dsattn_mla_seq *s, size_t n)
+{
+    if (!s || (size_t)s->pos + n > s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    s->pos += (int64_t)n;
+    return DSATTN_OK;
+}
+
+/* ==== Cache rows ======================================================== */
+
+static void put_bf16(uint8_t *p, float v)
+{
+    uint16_t h = dsattn_f32_to_bf16(v);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+static float get_bf16(const uint8_t *p)
+{
+    return dsattn_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* latent row j -> kv[KL] and pe[dr] (either may be NULL) */
+static void latent_row(const dsattn_mla_seq *s, int l, size_t j, float *kv, float *pe)
+{
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    const uint8_t *row = s->layer[l].cache + j * s->row_bytes;
+    if (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16) {
+        if (kv) for (size_t i = 0; i < KL; i++) kv[i] = get_bf16(row + 2 * i);
+        if (pe) for (size_t i = 0; i < dr; i++) pe[i] = get_bf16(row + 2 * (KL + i));
+    } else {
+        float buf[4096 + 128];
+        dsattn_v32_kv_unpack(row, KL, dr, buf);
+        if (kv) memcpy(kv, buf, KL * sizeof(float));
+        if (pe) memcpy(pe, buf + KL, dr * sizeof(float));
+    }
+}
+
+/* latent row j <- kv[KL] | pe[dr] contiguous (bf16 values) */
+static void latent_put(dsattn_mla_seq *s, int l, size_t j, const float *kvpe)
+{
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    uint8_t *row = s->layer[l].cache + j * s->row_bytes;
+    if (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16)
+        for (size_t i = 0; i < KL + dr; i++) put_bf16(row + 2 * i, kvpe[i]);
+    else
+        dsattn_v32_kv_pack(kvpe, KL, dr, row, NULL);
+}
+
+/* ==== Small numeric helpers ============================================= */
+
+/* Softmax of n fp32 scores in place, the contract's way: max, e = fp32(exp
+ * (s - max)) evaluated in double, sum in double rounded once, p = e / sum.
+ * Returns nothing special for an empty row (n >= 1 always here). */
+static void softmax_ref(float *sc, size_t n)
+{
+    float mx = -INFINITY;
+    for (size_t j = 0; j < n; j++) mx = sc[j] > mx ? sc[j] : mx;
+    double sum = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        sc[j] = (float)exp((double)(sc[j] - mx));
+        sum += sc[j];
+    }
+    float fs = (float)sum;
+    for (size_t j = 0; j < n; j++) sc[j] = sc[j] / fs;
+}
+
+/* RMSNorm of a bf16 activation with a weight (q_norm / kv_norm). */
+static void mla_rmsnorm(const float *x, const float *w, size_t n, float eps, float *y)
+{
+    dsattn_rmsnorm(x, w, n, eps, y, DSATTN_OUT_BF16);
+}
+
+/* Row set of a query: idx (positions) or, if NULL, 0..n-1. */
+static inline size_t key_at(const int32_t *idx, size_t i) { return idx ? (size_t)idx[i] : i; }
+
+/* ==== W_uk absorption and the W_uv output =============================== */
+
+/* q'[h] = bf16(q_nope[h] . W_uk[h]) for all heads: W_uk[h] = rows
+ * h*(dn+dv) .. +dn of wkv_b (bf16 values of weight_dequant), [dn, KL]. */
+static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *q,
+                              float *qa)
+{
+    const dsattn_mla_config *c = &m->cfg;
+    const dsattn_weight *W = &m->layer[l].wkv_b;
+    const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dr = (size_t)c->rope;
+    const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
+    const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
+    dsattn_status st = DSATTN_OK;
+#pragma omp parallel num_threads(ctx->n_threads) if (!ref && H >= 4)
+    {
+        float *wr = dsattn_alloc_array(KL, sizeof(float));
+        double *acc = dsattn_alloc_array(KL, sizeof(double));
+        float *accf = (float *)acc;
+        if (!wr || !acc) {
+#pragma omp atomic write
+            st = DSATTN_ERR_NOMEM;
+        }
+#pragma omp for schedule(static)
+        for (size_t h = 0; h < H; h++) {
+            if (!wr || !acc) continue;
+            const float *qh = q + h * dqk;
+            if (ref) {
+                for (size_t i = 0; i < KL; i++) acc[i] = 0.0;
+                for (size_t d = 0; d < dn; d++) {
+                    dsattn_mla_weight_row_bf16(W, h * (dn + dv) + d, wr);
+                    for (size_t i = 0; i < KL; i++) acc[i] += (double)qh[d] * (double)wr[i];
+                }
+                for (size_t i = 0; i < KL; i++) qa[h * KL + i] = dsattn_round_bf16((float)acc[i]);
+            } else {
+                for (size_t i = 0; i < KL; i++) accf[i] = 0.0f;
+                for (size_t d = 0; d < dn; d++) {
+                    const float a = qh[d];
+                    if (W->kind == DSATTN_W_BF16) {
+                        const uint16_t *p = (const uint16_t *)W->data + (h * (dn + dv) + d) * KL;
+                        for (size_t i = 0; i < KL; i++) accf[i] += a * dsattn_bf16_to_f32(p[i]);
+                    } else {
+                        dsattn_mla_weight_row_bf16(W, h * (dn + dv) + d, wr);
+                        for (size_t i = 0; i < KL; i++) accf[i] += a * wr[i];
+                    }
+                }
+                for (size_t i = 0; i < KL; i++) qa[h * KL + i] = dsattn_round_bf16(accf[i]);
+            }
+        }
+        dsattn_free(wr);
+        dsattn_free(acc);
+    }
+    dsattn_count(ctx, 2ull * H * dn * KL, (uint64_t)H * dn * KL * 2);
+    return st;
+}
+
+/* o[h*dv + d] = bf16(x[h] . W_uv[h][d]), W_uv[h] = rows h*(dn+dv)+dn .. +dv. */
+static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *x,
+                                float *o)
+{
+    const dsattn_mla_config *c = &m->cfg;
+    const dsattn_weight *W = &m->layer[l].wkv_b;
+    const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope;
+    const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank;
+    const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
+    dsattn_status st = DSATTN_OK;
+#pragma omp parallel num_threads(ctx->n_threads) if (!ref && H >= 4)
+    {
+        float *wr = dsattn_alloc_array(KL, sizeof(float));
+        if (!wr) {
+#pragma omp atomic write
+            st = DSATTN_ERR_NOMEM;
+        }
+#pragma omp for schedule(static)
+        for (size_t h = 0; h < H; h++) {
+            if (!wr) continue;
+            const float *xh = x + h * KL;
+            for (size_t d = 0; d < dv; d++) {
+                size_t r = h * (dn + dv) + dn + d;
+                float y;
+                if (!ref && W->kind == DSATTN_W_BF16) {
+                    ctx->k->gemv_bf16((const uint16_t *)W->data + r * KL, xh, &y, 1, KL);
+                } else {
+                    dsattn_mla_weight_row_bf16(W, r, wr);
+                    if (ref) {
+                        double a = 0.0;
+                        for (size_t i = 0; i < KL; i++) a += (double)xh[i] * (double)wr[i];
+                        y = (float)a;
+                    } else {
+                        y = ctx->k->dot_f32(xh, wr, KL);
+                    }
+                }
+                o[h * dv + d] = dsattn_round_bf16(y);
+            }
+        }
+        dsattn_free(wr);
+    }
+    dsattn_count(ctx, 2ull * H * dv * KL, (uint64_t)H * dv * KL * 2);
+    return st;
+}
+
+/* ==== Absorbed attention over the latent cache ========================== */
+
+/* Reference: one query row, all heads.  qa [H, KL] (q'), qpe [H, dr];
+ * keys = idx[0..n) or 0..n-1; xo [H, KL] = bf16(p . kv). */
+static dsattn_status absorbed_row_ref(const dsattn_mla_seq *s, int l, const float *qa,
+                                      const float *qpe, const int32_t *idx, size_t n, int v3,
+                                      float *xo)
+{
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    const float scale = c->softmax_scale;
+    float *kv = dsattn_alloc_array(n * (KL + dr) + H * n + 1, sizeof(float));
+    double *acc = dsattn_alloc_array(KL, sizeof(double));
+    if (!kv || !acc) { dsattn_free(kv); dsattn_free(acc); return DSATTN_ERR_NOMEM; }
+    float *sc = kv + n * (KL + dr);
+    for (size_t i = 0; i < n; i++) latent_row(s, l, key_at(idx, i), kv + i * (KL + dr),
+                                              kv + i * (KL + dr) + KL);
+    for (size_t h = 0; h < H; h++) {
+        const float *q1 = qa + h * KL, *q2 = qpe + h * dr;
+        float *sh = sc + h * n;
+        for (size_t i = 0; i < n; i++) {
+            const float *k = kv + i * (KL + dr);
+            double a = 0.0, b = 0.0;
+            for (size_t t = 0; t < KL; t++) a += (double)q1[t] * (double)k[t];
+            for (size_t t = 0; t < dr; t++) b += (double)q2[t] * (double)k[KL + t];
+            if (v3) {
+                float sn = dsattn_round_bf16((float)a), sp = dsattn_round_bf16((float)b);
+                sh[i] = dsattn_round_bf16(dsattn_round_bf16(sn + sp) * scale);
+            } else {
+                sh[i] = ((float)a + (float)b) * scale;
+            }
+        }
+        softmax_ref(sh, n);
+        for (size_t t = 0; t < KL; t++) acc[t] = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            const double p = dsattn_round_bf16(sh[i]);
+            const float *k = kv + i * (KL + dr);
+            for (size_t t = 0; t < KL; t++) acc[t] += p * (double)k[t];
+        }
+        for (size_t t = 0; t < KL; t++) xo[h * KL + t] = dsattn_round_bf16((float)acc[t]);
+    }
+    dsattn_free(kv);
+    dsattn_free(acc);
+    return DSATTN_OK;
+}
+
+#define AB_BLOCK 64
+
+/* Fast partial: keys [i0, i1) of the set; online softmax state m[H], l[H],
+ * acc[H, KL] (fp32).  Q = [q' | q_pe] rows [H, KL+dr]. */
+static void absorbed_part_fast(const dsattn_mla_seq *s, int l, const float *Q,
+                               const int32_t *idx, size_t i0, size_t i1, int v3,
+                               float *m, float *lsum, float *acc, float *kb, float *sc)
+{
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    const size_t D = KL + dr;
+    const float scale = c->softmax_scale;
+    for (size_t b0 = i0; b0 < i1; b0 += AB_BLOCK) {
+        const size_t nb = DSATTN_MIN((size_t)AB_BLOCK, i1 - b0);
+        for (size_t i = 0; i < nb; i++) {
+            const size_t j = key_at(idx, b0 + i);
+            if (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16) {
+                const uint16_t *row = (const uint16_t *)(s->layer[l].cache + j * s->row_bytes);
+                float *o = kb + i * D;
+                for (size_t t = 0; t < D; t++) o[t] = dsattn_bf16_to_f32(row[t]);
+            } else {
+                dsattn_v32_kv_unpack(s->layer[l].cache + j * s->row_bytes, KL, dr, kb + i * D);
+            }
+        }
+        /* sc[h, i] = Q_h . K_i */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)H, (int)nb, (int)D, 1.0f, Q,
+                    (int)D, kb, (int)D, 0.0f, sc, (int)nb);
+        for (size_t h = 0; h < H; h++) {
+            float *sh = sc + h * nb, mx = m[h];
+            for (size_t i = 0; i < nb; i++) {
+                float v = sh[i] * scale;
+                if (v3) v = dsattn_round_bf16(v);
+                sh[i] = v;
+                mx = v > mx ? v : mx;
+            }
+            const float alpha = expf(m[h] - mx);
+            float ps = 0.0f;
+            for (size_t i = 0; i < nb; i++) {
+                sh[i] = expf(sh[i] - mx);
+                ps += sh[i];
+            }
+            lsum[h] = lsum[h] * alpha + ps;
+            m[h] = mx;
+            if (alpha != 1.0f) {
+                float *a = acc + h * KL;
+                for (size_t t = 0; t < KL; t++) a[t] *= alpha;
+            }
+        }
+        /* acc[H, KL] += P[H, nb] . K[nb, :KL] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)H, (int)KL, (int)nb, 1.0f,
+                    sc, (int)nb, kb, (int)D, 1.0f, acc, (int)KL);
+    }
+}
+
+static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s, int l,
+                                       const float *qa, const float *qpe, const int32_t *idx,
+                                       size_t n, int v3, float *xo, int n_threads)
+{
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    const size_t D = KL + dr;
+    int nt = n_threads;
+    if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
+    /* per thread: m, l [H], acc [H, KL], kb [AB, D], sc [H, AB]; plus Q */
+    const size_t per = 2 * H + H * KL + AB_BLOCK * D + H * AB_BLOCK;
+    float *ws = dsattn_alloc_array((size_t)nt * per + H * D, sizeof(float));
+    if (!ws) return DSATTN_ERR_NOMEM;
+    float *Q = ws + (size_t)nt * per;
+    for (size_t h = 0; h < H; h++) {
+        memcpy(Q + h * D, qa + h * KL, KL * sizeof(float));
+        memcpy(Q + h * D + KL, qpe + h * dr, dr * sizeof(float));
+    }
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int tid = 0, nth = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        float *mm = ws + (size_t)tid * per, *ll = mm + H, *acc = ll + H;
+        float *kb = acc + H * KL, *sc = kb + AB_BLOCK * D;
+        for (size_t h = 0; h < H; h++) { mm[h] = -INFINITY; ll[h] = 0.0f; }
+        memset(acc, 0, H * KL * sizeof(float));
+        size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
+        size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
+        if (i0 < i1) absorbed_part_fast(s, l, Q, idx, i0, i1, v3, mm, ll, acc, kb, sc);
+    }
+    /* merge the partial softmax states into thread 0's */
+    float *m0 = ws, *l0 = m0 + H, *a0 = l0 + H;
+    for (int t = 1; t < nt; t++) {
+        float *mt = ws + (size_t)t * per, *lt = mt + H, *at = lt + H;
+        for (size_t h = 0; h < H; h++) {
+            if (lt[h] == 0.0f) continue;
+            float mx = mt[h] > m0[h] ? mt[h] : m0[h];
+            float a = expf(m0[h] - mx), b = expf(mt[h] - mx);
+            l0[h] = l0[h] * a + lt[h] * b;
+            for (size_t i = 0; i < KL; i++) a0[h * KL + i] = a0[h * KL + i] * a + at[h * KL + i] * b;
+            m0[h] = mx;
+        }
+    }
+    for (size_t h = 0; h < H; h++)
+        for (size_t i = 0; i < KL; i++) xo[h * KL + i] = dsattn_round_bf16(a0[h * KL + i] / l0[h]);
+    dsattn_free(ws);
+    (void)ctx;
+    return DSATTN_OK;
+}
+
+/* ==== Expanded (MHA) attention ========================================== */
+
+/* One query row over expanded keys: q [H, dqk]; key j of head h at
+ * K + j*ldk + h*hsk (dqk floats), its value at V + j*ldv + h*hsv (dv
+ * floats); keys idx or 0..n-1.  v3: bf16 score arithmetic (V3 naive); else
+ * fp32 (V3.2).  o [H, dv]. */
+static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, const float *q,
+                                  const float *K, size_t ldk, size_t hsk, const float *V,
+                                  size_t ldv, size_t hsv, const int32_t *idx, size_t n, int v3,
+                                  float *o)
+{
+    const size_t H = (size_t)c->n_heads, dqk = (size_t)(c->nope + c->rope);
+    const size_t dv = (size_t)c->v_dim;
+    const float scale = c->softmax_scale;
+    const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
+    float *sc = dsattn_alloc_array(n + dv, sizeof(float));
+    double *acc = dsattn_alloc_array(dv, sizeof(double));
+    if (!sc || !acc) { dsattn_free(sc); dsattn_free(acc); return DSATTN_ERR_NOMEM; }
+    float *accf = sc + n;
+    for (size_t h = 0; h < H; h++) {
+        const float *qh = q + h * dqk;
+        for (size_t i = 0; i < n; i++) {
+            const float *k = K + key_at(idx, i) * ldk + h * hsk;
+            float d;
+            if (ref) {
+                double a = 0.0;
+                for (size_t t = 0; t < dqk; t++) a += (double)qh[t] * (double)k[t];
+                d = (float)a;
+            } else {
+                d = ctx->k->dot_f32(qh, k, dqk);
+            }
+            sc[i] = v3 ? dsattn_round_bf16(dsattn_round_bf16(d) * scale) : d * scale;
+        }
+        softmax_ref(sc, n);
+        if (ref) {
+            for (size_t t = 0; t < dv; t++) acc[t] = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                const double p = dsattn_round_bf16(sc[i]);
+                const float *v = V + key_at(idx, i) * ldv + h * hsv;
+                for (size_t t = 0; t < dv; t++) acc[t] += p * (double)v[t];
+            }
+            for (size_t t = 0; t < dv; t++) o[h * dv + t] = dsattn_round_bf16((float)acc[t]);
+        } else {
+            for (size_t t = 0; t < dv; t++) accf[t] = 0.0f;
+            for (size_t i = 0; i < n; i++) {
+                const float p = dsattn_round_bf16(sc[i]);
+                const float *v = V + key_at(idx, i) * ldv + h * hsv;
+                for (size_t t = 0; t < dv; t++) accf[t] += p * v[t];
+            }
+            for (size_t t = 0; t < dv; t++) o[h * dv + t] = dsattn_round_bf16(accf[t]);
+        }
+    }
+    dsattn_free(sc);
+    dsattn_free(acc);
+    return DSATTN_OK;
+}
+
+/* ==== The indexer's selection =========================================== */
+
+/* Top-k of one query row: score over the visible keys [0, nvis); the
+ * reference takes topk(min(index_topk, end)) of the masked row, whose
+ * attended part is the top min(index_topk, nvis) of the visible scores
+ * (masked picks, if any, attend nothing).  Writes the attended positions
+ * ascending into row[0..width), -1 padded; returns how many. */
+static size_t select_row(const float *score, size_t nvis, size_t topk, size_t width,
+                         int32_t *row)
+{
+    size_t k = DSATTN_MIN(topk, nvis);
+    dsattn_topk(score, nvis, k, row, NULL);
+    dsattn_sort_idx_valid_first(row, k);
+    for (size_t i = k; i < width; i++) row[i] = -1;
+    return k;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 1;
+    void *np = realloc(*p, need * elem);
+    if (!np) return 0;
+    *p = np;
+    *cap = need;
+    return 1;
+}
+
+/* ==== The layer forward ================================================= */
+
+typedef struct {
+    float *q, *qa, *kv, *kvb, *o, *xo, *aqs, *qr, *qc, *wq, *score;
+} fwd_buf;
+
+dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int l,
+                                      const float *x, size_t s, float *out)
+{
+    if (!ctx || !seq || !x || !out || s == 0) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_mla *m = seq->m;
+    const dsattn_mla_config *c = &m->cfg;
+    if (l < 0 || l >= c->n_layers) return DSATTN_ERR_INVALID_ARG;
+    if (!m->has_weights) return DSATTN_ERR_UNSUPPORTED;
+    if (seq->pos > 0 && s != 1) return DSATTN_ERR_UNSUPPORTED;     /* no chunked prefill */
+    if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_mla_layer_w *L = &m->layer[l];
+    dsattn_mla_layer_s *S = &seq->layer[l];
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, QL = (size_t)c->q_lora_rank;
+    const size_t dn = (size_t)c->nope, dr = (size_t)c->rope, dv = (size_t)c->v_dim;
+    const size_t KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const int64_t start = seq->pos;
+    const size_t end = (size_t)start + s;
+    const int v3 = !c->dsa;
+    const int naive = seq->fmt == DSATTN_MLA_CACHE_NAIVE;
+    /* V3.2 runs its MHA path whenever the chunk has more than one token
+     * (the reference passes a mask exactly then); V3 and V3.2 decode read
+     * the cache in its own format. */
+    const int mha_fresh = c->dsa && s > 1;
+    const int need_expanded = naive || mha_fresh;
+    const dsattn_actq *aq = m->use_actq ? &m->actq : NULL;
+    dsattn_status st = DSATTN_OK;
+    float cs[64], sn[64];
+
+    const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), DSATTN_MAX(KL, H * dv));
+    fwd_buf b;
+    memset(&b, 0, sizeof b);
+    b.qr = dsattn_alloc_array(s, DSATTN_MAX(QL, 1) * sizeof(float));
+    b.q = dsattn_alloc_array(s, H * dqk * sizeof(float));
+    b.kv = dsattn_alloc_array(s, (KL + dr) * sizeof(float));
+    b.o = dsattn_alloc_array(s, H * dv * sizeof(float));
+    b.aqs = dsattn_alloc_array(s, maxk * sizeof(float));
+    if (need_expanded) b.kvb = dsattn_alloc_array(s, H * (dn + dv) * sizeof(float));
+    if (c->dsa) {
+        b.qc = dsattn_alloc_array(s, Hi * Di * sizeof(float));
+        b.wq = dsattn_alloc_array(s, Hi * sizeof(float));
+        b.score = dsattn_alloc_array(end, sizeof(float));
+    }
+    if (!b.qr || !b.q || !b.kv || !b.o || !b.aqs || (need_expanded && !b.kvb) ||
+        (c->dsa && (!b.qc || !b.wq || !b.score))) {
+        st = DSATTN_ERR_NOMEM;
+        goto done;
+    }
+
+    /* ---- query: q_norm(wq_a x) -> wq_b, RoPE on each head's rope tail */
+    if (QL > 0) {
+        if ((st = dsattn_linear(ctx, &L->wq_a, x, dim, s, b.qr, QL, DSATTN_OUT_BF16, aq, b.aqs)))
+            goto done;
+        for (size_t t = 0; t < s; t++) mla_rmsnorm(b.qr + t * QL, L->q_norm, QL, c->eps, b.qr + t * QL);
+        st = dsattn_linear(ctx, &L->wq_b, b.qr, QL, s, b.q, H * dqk, DSATTN_OUT_BF16, aq, b.aqs);
+    } else {
+        st = dsattn_linear(ctx, &L->wq, x, dim, s, b.q, H * dqk, DSATTN_OUT_BF16, aq, b.aqs);
+    }
+    if (st) goto done;
+    for (size_t t = 0; t < s; t++) {
+        dsattn_rope_cs(&m->rope, start + (int64_t)t, cs, sn);
+        for (size_t h = 0; h < H; h++)
+            dsattn_rope_apply(b.q + (t * H + h) * dqk + dn, dr, cs, sn, 1, 0, DSATTN_OUT_BF16);
+    }
+
+    /* ---- latent: kv_norm(wkv_a x [:KL]) | RoPE(k_pe) */
+    if ((st = dsattn_linear(ctx, &L->wkv_a, x, dim, s, b.kv, KL + dr, DSATTN_OUT_BF16, aq, b.aqs)))
+        goto done;
+    for (size_t t = 0; t < s; t++) {
+        float *k = b.kv + t * (KL + dr);
+        mla_rmsnorm(k, L->kv_norm, KL, c->eps, k);
+        dsattn_rope_cs(&m->rope, start + (int64_t)t, cs, sn);
+        dsattn_rope_apply(k + KL, dr, cs, sn, 1, 0, DSATTN_OUT_BF16);
+    }
+
+    /* ---- expanded K/V of this chunk (naive cache, V3.2 prefill) */
+    if (need_expanded) {
+        if ((st = dsattn_linear(ctx, &L->wkv_b, b.kv, KL + dr, s, b.kvb, H * (dn + dv),
+                                DSATTN_OUT_BF16, aq, b.aqs)))
+            goto done;
+    }
+
+    /* ---- cache write */
+    for (size_t t = 0; t < s; t++) {
+        const size_t j = (size_t)start + t;
+        if (!naive) {
+            latent_put(seq, l, j, b.kv + t * (KL + dr));
+            continue;
+        }
+        uint8_t *krow = S->cache + j * seq->row_bytes, *vrow = S->v + j * seq->v_bytes;
+        const float *e = b.kvb + t * H * (dn + dv), *kpe = b.kv + t * (KL + dr) + KL;
+        for (size_t h = 0; h < H; h++) {
+            for (size_t i = 0; i < dn; i++) put_bf16(krow + 2 * (h * dqk + i), e[h * (dn + dv) + i]);
+            for (size_t i = 0; i < dr; i++) put_bf16(krow + 2 * (h * dqk + dn + i), kpe[i]);
+            for (size_t i = 0; i < dv; i++) put_bf16(vrow + 2 * (h * dv + i), e[h * (dn + dv) + dn + i]);
+        }
+    }
+
+    /* ---- V3.2: the lightning indexer's selection per row */
+    const size_t width = c->dsa ? DSATTN_MIN((size_t)c->index_topk, end) : 0;
+    size_t *nsel = NULL;
+    if (c->dsa) {
+        if ((st = dsattn_mla_index_qk(ctx, m, l, x, b.qr, s, start, b.qc, b.wq, S->kidx)))
+            goto done;
+        if (!grow((void **)&S->sel, &S->sel_cap, s * width + 1, sizeof(int32_t))) {
+            st = DSATTN_ERR_NOMEM;
+            goto done;
+        }
+        nsel = calloc(s, sizeof *nsel);
+        if (!nsel) { st = DSATTN_ERR_NOMEM; goto done; }
+        for (size_t t = 0; t < s; t++) {
+            const size_t nvis = (size_t)start + t + 1;
+            dsattn_mla_index_scores(ctx, b.qc + t * Hi * Di, b.wq + t * Hi, Hi, Di, S->kidx,
+                                    nvis, b.score);
+            nsel[t] = select_row(b.score, nvis, (size_t)c->index_topk, width,
+                                 S->sel + t * width);
+        }
+        S->sel_rows = s;
+        S->sel_w = width;
+    }
+
+    /* ---- attention, row by row */
+    const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
+    const int absorbed = !naive && !mha_fresh;
+    if (absorbed) {
+        b.qa = dsattn_alloc_array(s, H * KL * sizeof(float));
+        b.xo = dsattn_alloc_array(s, H * KL * sizeof(float));
+        if (!b.qa || !b.xo) { st = DSATTN_ERR_NOMEM; goto sel_done; }
+        float *qpe = dsattn_alloc_array(s, H * dr * sizeof(float));
+        if (!qpe) { st = DSATTN_ERR_NOMEM; goto sel_done; }
+        for (size_t t = 0; t < s && !st; t++) {
+            st = absorb_q(ctx, m, l, b.q + t * H * dqk, b.qa + t * H * KL);
+            for (size_t h = 0; h < H; h++)
+                memcpy(qpe + (t * H + h) * dr, b.q + (t * H + h) * dqk + dn, dr * sizeof(float));
+        }
+        /* rows in parallel (prefill), or one row with its keys split */
+        const int row_par = !ref && s > 1;
+        dsattn_status rst = DSATTN_OK;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (row_par)
+        for (size_t t = 0; t < s; t++) {
+            if (st) continue;
+            const int32_t *idx = c->dsa ? S->sel + t * width : NULL;
+            const size_t n = c->dsa ? nsel[t] : (size_t)start + t + 1;
+            dsattn_status r;
+            if (ref)
+                r = absorbed_row_ref(seq, l, b.qa + t * H * KL, qpe + t * H * dr, idx, n, v3,
+                                     b.xo + t * H * KL);
+            else
+                r = absorbed_row_fast(ctx, seq, l, b.qa + t * H * KL, qpe + t * H * dr, idx, n,
+                                      v3, b.xo + t * H * KL, row_par ? 1 : ctx->n_threads);
+            if (r) {
+#pragma omp atomic write
+                rst = r;
+            }
+        }
+        dsattn_free(qpe);
+        if (!st) st = rst;
+        for (size_t t = 0; t < s && !st; t++)
+            st = absorb_out(ctx, m, l, b.xo + t * H * KL, b.o + t * H * dv);
+        uint64_t nk = 0;
+        for (size_t t = 0; t < s; t++) nk += c->dsa ? nsel[t] : (uint64_t)start + t + 1;
+        dsattn_count(ctx, nk * H * (2ull * (KL + dr) + 2ull * KL), nk * seq->row_bytes);
+    } else {
+        /* expanded keys: the chunk's own (V3.2 prefill) or the naive cache */
+        const float *K, *V;
+        size_t ldk, ldv, hsk = dqk, hsv;
+        float *kvbuf = NULL;
+        if (mha_fresh && !naive) {
+            /* fresh K = [k_nope | k_pe] per head, V from the expanded rows */
+            kvbuf = dsattn_alloc_array(s, H * dqk * sizeof(float));
+            if (!kvbuf) { st = DSATTN_ERR_NOMEM; goto sel_done; }
+            for (size_t t = 0; t < s; t++)
+                for (size_t h = 0; h < H; h++) {
+                    memcpy(kvbuf + (t * H + h) * dqk, b.kvb + (t * H + h) * (dn + dv), dn * sizeof(float));
+                    memcpy(kvbuf + (t * H + h) * dqk + dn, b.kv + t * (KL + dr) + KL, dr * sizeof(float));
+                }
+            K = kvbuf; ldk = H * dqk;
+            V = b.kvb + dn; ldv = H * (dn + dv); hsv = dn + dv;
+        } else {
+            /* naive cache rows 0..end-1 as floats */
+            kvbuf = dsattn_alloc_array(end, H * (dqk + dv) * sizeof(float));
+            if (!kvbuf) { st = DSATTN_ERR_NOMEM; goto sel_done; }
+            for (size_t j = 0; j < end; j++) {
+                const uint8_t *kr = S->cache + j * seq->row_bytes, *vr = S->v + j * seq->v_bytes;
+                float *o = kvbuf + j * H * (dqk + dv);
+                for (size_t i = 0; i < H * dqk; i++) o[i] = get_bf16(kr + 2 * i);
+                for (size_t i = 0; i < H * dv; i++) o[H * dqk + i] = get_bf16(vr + 2 * i);
+            }
+            K = kvbuf; ldk = H * (dqk + dv);
+            V = kvbuf + H * dqk; ldv = H * (dqk + dv); hsv = dv;
+        }
+        dsattn_status rst = DSATTN_OK;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (!ref && s > 1)
+        for (size_t t = 0; t < s; t++) {
+            const int32_t *idx = c->dsa ? S->sel + t * width : NULL;
+            const size_t n = c->dsa ? nsel[t] : (size_t)start + t + 1;
+            dsattn_status r = expanded_row(ctx, c, b.q + t * H * dqk, K, ldk, hsk, V, ldv, hsv,
+                                           idx, n, v3, b.o + t * H * dv);
+            if (r) {
+#pragma omp atomic write
+                rst = r;
+            }
+        }
+        st = rst;
+        dsattn_free(kvbuf);
+        uint64_t nk = 0;
+        for (size_t t = 0; t < s; t++) nk += c->dsa ? nsel[t] : (uint64_t)start + t + 1;
+        dsattn_count(ctx, nk * H * 2ull * (dqk + dv), nk * (seq->row_bytes + seq->v_bytes));
+    }
+    if (!st) st = dsattn_linear(ctx, &L->wo, b.o, H * dv, s, out, dim, DSATTN_OUT_BF16, aq, b.aqs);
+sel_done:
+    free(nsel);
+done:
+    dsattn_free(b.qr);
+    dsattn_free(b.q);
+    dsattn_free(b.kv);
+    dsattn_free(b.kvb);
+    dsattn_free(b.o);
+    dsattn_free(b.aqs);
+    dsattn_free(b.qa);
+    dsattn_free(b.xo);
+    dsattn_free(b.qc);
+    dsattn_free(b.wq);
+    dsattn_free(b.score);
+    return st;
+}
+
+/* ==== The golden-case stack and accessors =============================== */
+
+dsattn_status dsattn_mla_stack_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, float *h,
+                                       size_t n, float *attn_in, float *attn_out)
+{
+    if (!ctx || !seq || !h || n == 0) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_mla_config *c = &seq->m->cfg;
+    const size_t dim = (size_t)c->dim;
+    float *xin = dsattn_alloc_array(2 * n * dim, sizeof(float));
+    if (!xin) return DSATTN_ERR_NOMEM;
+    float *xout = xin + n * dim;
+    dsattn_status st = DSATTN_OK;
+    for (int64_t l = 0; l < c->n_layers && !st; l++) {
+        const dsattn_mla_layer_w *L = &seq->m->layer[l];
+        for (size_t t = 0; t < n; t++)
+            dsattn_rmsnorm(h + t * dim, L->attn_norm, dim, c->eps, xin + t * dim, DSATTN_OUT_BF16);
+        st = dsattn_mla_attn_forward(ctx, seq, (int)l, xin, n, xout);
+        if (st) break;
+        for (size_t i = 0; i < n * dim; i++) h[i] = h[i] + xout[i];
+        if (attn_in) memcpy(attn_in + (size_t)l * n * dim, xin, n * dim * sizeof(float));
+        if (attn_out) memcpy(attn_out + (size_t)l * n * dim, xout, n * dim * sizeof(float));
+    }
+    dsattn_free(xin);
+    if (!st) st = dsattn_mla_seq_advance(seq, n);
+    return st;
+}
+
+dsattn_status dsattn_mla_seq_selection(const dsattn_mla_seq *s, int layer, const int32_t **rows,
+                                       size_t *n_rows, size_t *width)
+{
+    if (!s || !rows || !n_rows || !width || layer < 0 || layer >= s->m->cfg.n_layers)
+        return DSATTN_ERR_INVALID_ARG;
+    if (!s->m->cfg.dsa) return DSATTN_ERR_NOT_FOUND;
+    *rows = s->layer[layer].sel;
+    *n_rows = s->layer[layer].sel_rows;
+    *width = s->layer[layer].sel_w;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mla_seq_latent(const dsattn_mla_seq *s, int layer, size_t pos, float *kv,
+                                    float *pe)
+{
+    if (!s || layer < 0 || layer >= s->m->cfg.n_layers || pos >= (size_t)s->pos)
+        return DSATTN_ERR_INVALID_ARG;
+    if (s->fmt == DSATTN_MLA_CACHE_NAIVE) return DSATTN_ERR_NOT_FOUND;
+    latent_row(s, layer, pos, kv, pe);
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mla_seq_index_key(const dsattn_mla_seq *s, int layer, size_t pos,
+                                       uint8_t *codes, float *scale)
+{
+    if (!s || layer < 0 || layer >= s->m->cfg.n_layers || pos >= (size_t)s->pos)
+        return DSATTN_ERR_INVALID_ARG;
+    if (!s->m->cfg.dsa) return DSATTN_ERR_NOT_FOUND;
+    const size_t Di = (size_t)s->m->cfg.index_head_dim;
+    const uint8_t *row = s->layer[layer].kidx + pos * s->idx_bytes;
+    if (codes) memcpy(codes, row, Di);
+    if (scale) {
+        uint32_t u = (uint32_t)row[Di] | (uint32_t)row[Di + 1] << 8 | (uint32_t)row[Di + 2] << 16 |
+                     (uint32_t)row[Di + 3] << 24;
+        *scale = dsattn_bits_f32(u);
+    }
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mla_seq_kv_bill(const dsattn_mla_seq *s, dsattn_kv_bill *b)
+{
+    if (!s || !b) return DSATTN_ERR_INVALID_ARG;
+    memset(b, 0, sizeof *b);
+    for (int64_t l = 0; l < s->m->cfg.n_layers; l++) {
+        const dsattn_mla_layer_s *S = &s->layer[l];
+        if (S->cache) b->global_bytes_allocated += s->max_seq_len * s->row_bytes;
+        if (S->v) b->global_bytes_allocated += s->max_seq_len * s->v_bytes;
+        if (S->kidx) b->global_bytes_allocated += s->max_seq_len * s->idx_bytes;
+    }
+    b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mla_seq_fill_synthetic(dsattn_mla_seq *s, int64_t depth, uint64_t seed)
+{
+    if (!s || depth < 0 || (size_t)depth >= s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    const size_t Di = (size_t)c->index_head_dim;
+    const size_t nval = DSATTN_MAX(DSATTN_MAX(s->row_bytes / 2, s->v_bytes / 2), KL + dr);
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        dsattn_mla_layer_s *S = &s->layer[l];
+        int fail = 0;
+#pragma omp parallel
+        {
+            float *v = dsattn_alloc_array(nval + Di, sizeof(float));
+            if (!v) {
+#pragma omp atomic write
+                fail = 1;
+            }
+#pragma omp for schedule(static)
+            for (int64_t j = 0; j < depth; j++) {
+                if (!v) continue;
+                uint64_t x = (seed ^ ((uint64_t)l << 40) ^ ((uint64_t)j * 0x9e3779b97f4a7c15ull)) | 1;
+                /* values ~ uniform [-1.7, 1.7): unit RMS, as RMSNorm output */
+                for (size_t k = 0; k < nval + Di; k++) {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                    v[k] = dsattn_round_bf16((float)(((double)(x >> 11) * 0x1p-53 * 2.0 - 1.0) * 1.732));
+                }
+                if (s->fmt == DSATTN_MLA_CACHE_NAIVE) {
+                    uint8_t *kr = S->cache + (size_t)j * s->row_bytes, *vr = S->v + (size_t)j * s->v_bytes;
+                    for (size_t i = 0; i < s->row_bytes / 2; i++) put_bf16(kr + 2 * i, v[i]);
+                    for (size_t i = 0; i < s->v_bytes / 2; i++) put_bf16(vr + 2 * i, v[nval - 1 - i]);
+                } else {
+                    latent_put(s, (int)l, (size_t)j, v);
+                }
+                if (S->kidx) dsattn_v32_index_pack(v + nval, Di, S->kidx + (size_t)j * s->idx_bytes, NULL);
+            }
+            dsattn_free(v);
+        }
+        if (fail) return DSATTN_ERR_NOMEM;
+        S->sel_rows = S->sel_w = 0;
+    }
+    s->pos = depth;
+    return DSATTN_OK;
+}

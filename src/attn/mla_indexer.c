@@ -1,0 +1,180 @@
+/* mla_indexer.c - the DeepSeek-V3.2 lightning indexer (Indexer.forward and
+ * the fp8_index kernel), exactly as the reference computes it.
+ *
+ * Per token (reference-semantics.md §8, with the later official fix that
+ * the indexer RoPE is NOT interleaved):
+ *   q = wq_b(qr) -> [Hi, Di]; RoPE on the FIRST dr dims, half-split pairs
+ *   (x[i], x[i + dr/2]); Hadamard 128 scaled by Di^-0.5 (bf16 out);
+ *   act_quant per 128 -> E4M3 codes + fp32 scale q_s[h]
+ *   k = LayerNorm(wk(x)) (weight + bias, fp32, bf16 out); the same RoPE and
+ *   Hadamard; act_quant -> the 132-byte cache row (128 codes + fp32 scale)
+ *   w[h] = fp32(bf16(bf16(weights_proj(x)) * Hi^-0.5) * q_s[h]) * Di^-0.5
+ *   score[j] = k_s[j] * sum_h relu(q_code_h . k_code_j) * w[h]
+ * The kernel multiplies the raw E4M3 codes (q_fp8 . k_fp8) and applies the
+ * scales afterwards: q_s inside the head weight, k_s on the head sum.  The
+ * causal mask and top-k are the caller's (mla_forward.c).
+ *
+ * Reference mode: every code dot and the head sum accumulated in double,
+ * rounded once (the products of E4M3 values are exact).  Fast mode: key
+ * rows are decoded in blocks and multiplied against all heads with sgemm,
+ * head sums in fp32, blocks spread over OpenMP threads.
+ *
+ * Not here: top-k, the index mask, the cache allocation.
+ */
+#include "mla.h"
+
+#include "numfmt.h"
+
+#include <cblas.h>
+#include <math.h>
+
+static void put_f32le(uint8_t *p, float v)
+{
+    uint32_t u = dsattn_f32_bits(v);
+    p[0] = (uint8_t)u; p[1] = (uint8_t)(u >> 8); p[2] = (uint8_t)(u >> 16); p[3] = (uint8_t)(u >> 24);
+}
+
+static float get_f32le(const uint8_t *p)
+{
+    return dsattn_bits_f32((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+}
+
+/* RoPE (first dr dims, half-split) then Hadamard: the shared q/k prologue. */
+static void rope_hadamard(float *v, size_t Di, size_t dr, const float *cs, const float *sn)
+{
+    dsattn_rope_apply(v, dr, cs, sn, 0, 0, DSATTN_OUT_BF16);
+    dsattn_hadamard(v, Di, (float)pow((double)Di, -0.5), v, DSATTN_OUT_BF16);
+}
+
+dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
+                                  const float *x, const float *qr, size_t s,
+                                  int64_t start_pos, float *qc, float *wq,
+                                  uint8_t *kcache)
+{
+    const dsattn_mla_config *c = &m->cfg;
+    const dsattn_mla_layer_w *L = &m->layer[l];
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const size_t dr = (size_t)c->rope, dim = (size_t)c->dim, QL = (size_t)c->q_lora_rank;
+    const size_t kb = dsattn_v32_index_row_bytes(Di);
+    const int pow2 = c->ue8m0;
+    const dsattn_actq *aq = m->use_actq ? &m->actq : NULL;
+    const size_t maxk = DSATTN_MAX(dim, QL);
+    dsattn_status st;
+    float *kk = dsattn_alloc_array(s * (Di + maxk) + 1, sizeof(float));
+    if (!kk) return DSATTN_ERR_NOMEM;
+    float *aqs = kk + s * Di;
+    float cs[64], sn[64];
+
+    /* queries */
+    if ((st = dsattn_linear(ctx, &L->i_wq_b, qr, QL, s, qc, Hi * Di, DSATTN_OUT_BF16, aq, aqs)))
+        goto done;
+    /* keys */
+    if ((st = dsattn_linear(ctx, &L->i_wk, x, dim, s, kk, Di, DSATTN_OUT_BF16, aq, aqs)))
+        goto done;
+    /* head weights: bf16 Linear, times Hi^-0.5 in bf16 */
+    if ((st = dsattn_linear(ctx, &L->i_wproj, x, dim, s, wq, Hi, DSATTN_OUT_BF16, NULL, NULL)))
+        goto done;
+    {
+        const float hs = (float)pow((double)Hi, -0.5), ds = (float)pow((double)Di, -0.5);
+        for (size_t t = 0; t < s; t++) {
+            dsattn_rope_cs(&m->rope, start_pos + (int64_t)t, cs, sn);
+            float *k = kk + t * Di;
+            dsattn_layernorm(k, L->i_knorm_w, L->i_knorm_b, Di, c->eps, k, DSATTN_OUT_BF16);
+            rope_hadamard(k, Di, dr, cs, sn);
+            uint8_t *row = kcache + ((size_t)start_pos + t) * kb;
+            float ks;
+            dsattn_quant_fp8_f32scale(k, Di, Di, pow2, row, &ks, NULL);
+            put_f32le(row + Di, ks);
+            for (size_t h = 0; h < Hi; h++) {
+                float *q = qc + (t * Hi + h) * Di;
+                uint8_t codes[512];
+                float qs;
+                rope_hadamard(q, Di, dr, cs, sn);
+                dsattn_quant_fp8_f32scale(q, Di, Di, pow2, codes, &qs, NULL);
+                for (size_t i = 0; i < Di; i++) q[i] = dsattn_e4m3_to_f32(codes[i]);
+                float w = dsattn_round_bf16(wq[t * Hi + h] * hs);
+                w = w * qs;
+                wq[t * Hi + h] = w * ds;
+            }
+        }
+    }
+done:
+    dsattn_free(kk);
+    return st;
+}
+
+/* ==== fp8_index ========================================================= */
+
+static void scores_ref(const float *qc, const float *w, size_t Hi, size_t Di,
+                       const uint8_t *kcache, size_t kb, size_t j0, size_t j1, float *score)
+{
+    for (size_t j = j0; j < j1; j++) {
+        const uint8_t *row = kcache + j * kb;
+        float kv[512];
+        for (size_t i = 0; i < Di; i++) kv[i] = dsattn_e4m3_to_f32(row[i]);
+        double sum = 0.0;
+        for (size_t h = 0; h < Hi; h++) {
+            const float *q = qc + h * Di;
+            double a = 0.0;
+            for (size_t i = 0; i < Di; i++) a += (double)q[i] * (double)kv[i];
+            float d = (float)a;
+            float r = d > 0.0f ? d : 0.0f;
+            sum += (double)(r * w[h]);
+        }
+        score[j] = (float)sum * get_f32le(row + Di);
+    }
+}
+
+#define IDX_BLOCK 128
+
+static void scores_fast(const float *qc, const float *w, size_t Hi, size_t Di,
+                        const uint8_t *kcache, size_t kb, size_t j0, size_t j1, float *score,
+                        const float *lut, float *kbuf, float *lg)
+{
+    for (size_t b0 = j0; b0 < j1; b0 += IDX_BLOCK) {
+        size_t nb = DSATTN_MIN((size_t)IDX_BLOCK, j1 - b0);
+        for (size_t j = 0; j < nb; j++) {
+            const uint8_t *row = kcache + (b0 + j) * kb;
+            for (size_t i = 0; i < Di; i++) kbuf[j * Di + i] = lut[row[i]];
+        }
+        /* lg[j, h] = k_j . q_h */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)Hi, (int)Di, 1.0f,
+                    kbuf, (int)Di, qc, (int)Di, 0.0f, lg, (int)Hi);
+        for (size_t j = 0; j < nb; j++) {
+            const float *lj = lg + j * Hi;
+            float sum = 0.0f;
+            for (size_t h = 0; h < Hi; h++) sum += (lj[h] > 0.0f ? lj[h] : 0.0f) * w[h];
+            score[b0 + j] = sum * get_f32le(kcache + (b0 + j) * kb + Di);
+        }
+    }
+}
+
+void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
+                             size_t Hi, size_t Di, const uint8_t *kcache,
+                             size_t n, float *score)
+{
+    const size_t kb = dsattn_v32_index_row_bytes(Di);
+    if (ctx->mode == DSATTN_MODE_REFERENCE || Di > 512) {
+        scores_ref(qc, w, Hi, Di, kcache, kb, 0, n, score);
+    } else {
+        float lut[256];
+        for (int i = 0; i < 256; i++) lut[i] = dsattn_e4m3_to_f32((uint8_t)i);
+        const size_t nblk = (n + IDX_BLOCK - 1) / IDX_BLOCK;
+        int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
+        if (nblk < 4) nt = 1;
+#pragma omp parallel num_threads(nt)
+        {
+            float *kbuf = dsattn_alloc_array(IDX_BLOCK * Di + IDX_BLOCK * Hi, sizeof(float));
+#pragma omp for schedule(static)
+            for (size_t b = 0; b < nblk; b++) {
+                size_t j0 = b * IDX_BLOCK, j1 = DSATTN_MIN(n, j0 + IDX_BLOCK);
+                if (kbuf) scores_fast(qc, w, Hi, Di, kcache, kb, j0, j1, score, lut, kbuf,
+                                      kbuf + IDX_BLOCK * Di);
+                else scores_ref(qc, w, Hi, Di, kcache, kb, j0, j1, score);
+            }
+            dsattn_free(kbuf);
+        }
+    }
+    dsattn_count(ctx, 2ull * n * Hi * Di + 3ull * n * Hi, (uint64_t)n * kb + Hi * Di * 4ull);
+}
