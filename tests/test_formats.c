@@ -422,3 +422,56 @@ DSATTN_TEST(formats, vectors_candidate_pool)
     free(lg); free(cl); free(pr);
     dsattn_st_close(f);
 }
+
+/* ==== Indexer fast path ================================================= */
+
+#include "index_vnni.h"
+
+DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
+{
+    /* Random FP4-QDQ queries and FP4 index keys over a wide range of
+     * scales: the integer VNNI path must reproduce the reference score
+     * (exact products, double sum, bf16 chain) bit for bit. */
+    if (!dsattn_index_vnni_ok(32, 128)) { dsattn_test_skip("no AVX-512 VNNI"); return; }
+    dsattn_rng r = { 9 };
+    const size_t dims[3][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 } };
+    dsattn_ctx *ref = NULL, *fast = NULL;
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    p.mode = DSATTN_MODE_REFERENCE;
+    CHECK_OK(dsattn_ctx_create(&ref, &p));
+    p.mode = DSATTN_MODE_FAST;
+    CHECK_OK(dsattn_ctx_create(&fast, &p));
+    for (int c = 0; c < 3 && ref && fast; c++) {
+        size_t nh = dims[c][0], dh = dims[c][1], n = 5000, rb = dsattn_fp4_index_row_bytes(dh);
+        float *q = malloc(nh * dh * sizeof(float)), *w = malloc(nh * sizeof(float));
+        float *key = malloc(dh * sizeof(float));
+        uint8_t *rows = malloc(n * rb);
+        float *s_ref = malloc(n * sizeof(float)), *s_fast = malloc(n * sizeof(float));
+        int32_t *sel = malloc(n * sizeof(int32_t));
+        for (size_t h = 0; h < nh; h++) {
+            for (size_t i = 0; i < dh; i++) {
+                float amp = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 12) - 6);
+                q[h * dh + i] = dsattn_round_bf16(dsattn_rng_normal(&r) * amp);
+            }
+            if (h == 1) memset(q + h * dh, 0, dh * sizeof(float));   /* zero head */
+            dsattn_quant_fp4_ue8m0(q + h * dh, dh, NULL, NULL, q + h * dh);
+            w[h] = dsattn_round_bf16(dsattn_rng_normal(&r) / 64.0f);
+        }
+        for (size_t j = 0; j < n; j++) {
+            float amp = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 30) - 15);
+            for (size_t i = 0; i < dh; i++) key[i] = dsattn_round_bf16(dsattn_rng_normal(&r) * amp);
+            dsattn_fp4_index_pack(key, dh, rows + j * rb, NULL);
+            sel[j] = (int32_t)((j * 7919) % n);
+        }
+        dsattn_kv_src src = { DSATTN_KV_FP4_IDX, rows, rb, n, dh, 0 };
+        dsattn_index_scores_bf16(ref, q, nh, dh, w, &src, 0, n, s_ref);
+        dsattn_index_scores_bf16(fast, q, nh, dh, w, &src, 0, n, s_fast);
+        CHECK_BITS("index scores (range)", s_fast, s_ref, n);
+        dsattn_index_scores_bf16_at(ref, q, nh, dh, w, &src, sel, n, s_ref);
+        dsattn_index_scores_bf16_at(fast, q, nh, dh, w, &src, sel, n, s_fast);
+        CHECK_BITS("index scores (rows)", s_fast, s_ref, n);
+        free(q); free(w); free(key); free(rows); free(s_ref); free(s_fast); free(sel);
+    }
+    dsattn_ctx_destroy(ref);
+    dsattn_ctx_destroy(fast);
+}

@@ -15,6 +15,7 @@
  */
 #include "ops.h"
 
+#include "index_vnni.h"
 #include "kernels.h"
 #include "numfmt.h"
 
@@ -223,11 +224,38 @@ static void index_score_one(dsattn_ctx *ctx, const float *q, size_t nh, size_t d
     (void)w;
 }
 
+/* Fast path: exact integer dots (index_vnni_avx512.c) when the keys are
+ * FP4 index rows and the CPU has VNNI; bit-identical to the reference, so
+ * fast and reference modes select the same entries. */
+static int index_scores_vnni(dsattn_ctx *ctx, const float *q, size_t nh, size_t dh,
+                             const float *w, const dsattn_kv_src *ksrc,
+                             const int32_t *rows, size_t j0, size_t n, float *score)
+{
+    if (ctx->mode != DSATTN_MODE_FAST || ksrc->kind != DSATTN_KV_FP4_IDX ||
+        ksrc->d != dh || !dsattn_index_vnni_ok(nh, dh))
+        return 0;
+    dsattn_index_vnni_q *p = dsattn_alloc(sizeof *p);
+    if (!p) return 0;
+    if (!dsattn_index_vnni_prepare(p, q, nh, dh, w)) { dsattn_free(p); return 0; }
+    const size_t chunk = 2048;
+    const size_t nc = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (nc > 1)
+    for (size_t c = 0; c < nc; c++) {
+        size_t a = c * chunk, len = DSATTN_MIN(chunk, n - a);
+        dsattn_index_vnni_scores(p, ksrc->base, ksrc->stride, rows ? rows + a : NULL,
+                                 j0 + a, len, score + a);
+    }
+    dsattn_free(p);
+    return 1;
+}
+
 void dsattn_index_scores_bf16(dsattn_ctx *ctx, const float *q, size_t nh,
                               size_t dh, const float *w,
                               const dsattn_kv_src *ksrc, size_t j0, size_t n,
                               float *score)
 {
+    dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
+    if (index_scores_vnni(ctx, q, nh, dh, w, ksrc, NULL, j0, n, score)) return;
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n >= 4096)
     for (size_t j = 0; j < n; j++) {
         float key[512], dots[256];
@@ -235,7 +263,6 @@ void dsattn_index_scores_bf16(dsattn_ctx *ctx, const float *q, size_t nh,
         index_score_one(ctx, q, nh, dh, w, key, dots);
         score[j] = index_head_sum(dots, nh, w);
     }
-    dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
 }
 
 void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
@@ -243,6 +270,8 @@ void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
                                  const dsattn_kv_src *ksrc,
                                  const int32_t *rows, size_t n, float *score)
 {
+    dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
+    if (index_scores_vnni(ctx, q, nh, dh, w, ksrc, rows, 0, n, score)) return;
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n >= 4096)
     for (size_t j = 0; j < n; j++) {
         float key[512], dots[256];
@@ -250,5 +279,4 @@ void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
         index_score_one(ctx, q, nh, dh, w, key, dots);
         score[j] = index_head_sum(dots, nh, w);
     }
-    dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
 }

@@ -1,0 +1,29 @@
+/* index_vnni.h - exact integer fast path of the lightning-indexer score
+ * over FP4 index keys (index_vnni_avx512.c says why it is exact). */
+#ifndef DSATTN_INDEX_VNNI_H
+#define DSATTN_INDEX_VNNI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    size_t  nh, dh;
+    int8_t  qb[64 * 4 * 64] __attribute__((aligned(64)));  /* [dh/4][64 heads][4] */
+    int32_t bias[8 * 64];                                   /* [block][head] 12*sum q */
+    float   unit[8 * 64];                                   /* [block][head] u_q      */
+    float   w[64];                                          /* head weights (bf16)    */
+} dsattn_index_vnni_q;
+
+/* Does this CPU run the path for nh heads of dh dims? */
+int  dsattn_index_vnni_ok(size_t nh, size_t dh);
+/* Lay out one token's FP4-QDQ queries q [nh, dh] and weights w [nh].
+ * Returns 0 if q is not exactly FP4 QDQ values (then use the reference). */
+int  dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
+                               size_t dh, const float *w);
+/* score[j] for key rows sel[j] (or j0 + j when sel is NULL), each row the
+ * 68-B-style FP4 index layout of dh values. */
+void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
+                              size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
+                              float *score);
+
+#endif

@@ -1,0 +1,173 @@
+/* index_vnni_avx512.c - the lightning-indexer score over FP4 index keys with
+ * AVX-512 VNNI integer dot products, bit-exact with the scalar reference.
+ *
+ * Why integers: an FP4 (E2M1) value times a power-of-two scale is a small
+ * integer times a power of two.  With the index queries FP4-quantized too
+ * (V4 / V4.1), every product q_i * k_i within a 32-value block is an
+ * integer (|q|,|k| <= 12 in half-units) times one power of two, so the
+ * block's dot product is EXACT in int32.  The four block sums are scaled
+ * (exactly) and added in double, then rounded once to fp32: precisely the
+ * reference's "exact products, double accumulation, one rounding".  The
+ * head weighting (bf16 dot, relu, bf16 product, double head sum, bf16
+ * score) follows dsattn_index_scores_bf16 in src/ops/sparse_attn.c.
+ *
+ * Layout per call (one query token): q as int8 half-units arranged for
+ * vpdpbusd - for each group of 4 dims, 16 heads x 4 bytes per zmm - and a
+ * bias correction, because vpdpbusd multiplies unsigned by signed bytes:
+ * keys are stored as k + 12 (0..24) and 12 * sum(q) is subtracted.
+ *
+ * Limits: nh a multiple of 16 up to 64, dh a multiple of 32 up to 256;
+ * callers check dsattn_index_vnni_ok() and fall back to the reference.
+ */
+#include "index_vnni.h"
+
+#include "numfmt.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+int dsattn_index_vnni_ok(size_t nh, size_t dh)
+{
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    }
+    return have && nh % 16 == 0 && nh >= 16 && nh <= 64 && dh % 32 == 0 && dh >= 32 &&
+           dh <= 256;
+}
+
+/* E2M1 code -> 2*value + 12 (unsigned half-units, biased) */
+static const int8_t k_lut[16] = { 12, 13, 14, 15, 16, 18, 20, 24,
+                                  12, 11, 10, 9, 8, 6, 4, 0 };
+
+int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
+                              size_t dh, const float *w)
+{
+    if (nh > 64 || dh > 256 || nh % 16 || dh % 32) return 0;
+    p->nh = nh;
+    p->dh = dh;
+    const size_t nb = dh / 32;
+    memset(p->qb, 0, sizeof p->qb);
+    for (size_t h = 0; h < nh; h++) {
+        p->w[h] = w[h];
+        for (size_t b = 0; b < nb; b++) {
+            const float *qq = q + h * dh + b * 32;
+            float amax = 0.0f;
+            for (size_t i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(qq[i]));
+            /* unit u = s/2 with s = 2^ceil(log2(amax/6)): every FP4 QDQ value
+             * is an integer multiple of u within +-12 */
+            float u = amax > 0.0f ? dsattn_pow2_ceil(amax / 6.0f) * 0.5f : 1.0f;
+            int32_t sum = 0;
+            for (size_t i = 0; i < 32; i++) {
+                float v = qq[i] / u;
+                int iv = (int)lrintf(v);
+                if ((float)iv != v || iv < -12 || iv > 12) return 0;   /* not FP4 QDQ */
+                size_t d = b * 32 + i;
+                p->qb[((d / 4) * 64 + h) * 4 + d % 4] = (int8_t)iv;
+                sum += iv;
+            }
+            p->bias[b * 64 + h] = 12 * sum;
+            p->unit[b * 64 + h] = u;
+        }
+    }
+    return 1;
+}
+
+VNNI_TARGET static inline __m512 round_bf16_ps(__m512 x)
+{
+    /* RNE to bf16 on finite values: add 0x7fff + lsb, clear the low half */
+    __m512i u = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xffff0000u));
+    return _mm512_castsi512_ps(u);
+}
+
+VNNI_TARGET void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p,
+                                          const uint8_t *base, size_t row_bytes,
+                                          const int32_t *sel, size_t j0, size_t n,
+                                          float *score)
+{
+    const size_t nh = p->nh, dh = p->dh, nb = dh / 32, nhc = nh / 16;
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_lut));
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    for (size_t j = 0; j < n; j++) {
+        const uint8_t *row = base + (sel ? (size_t)sel[j] : j0 + j) * row_bytes;
+        const uint8_t *sc = row + dh / 2;
+        /* nibbles -> biased half-units, element order preserved */
+        uint8_t kb[256 + 64] __attribute__((aligned(64)));
+        for (size_t c = 0; c < dh / 2; c += 32) {
+            size_t left = dh / 2 - c;
+            __mmask32 lm = left >= 32 ? (__mmask32)~0u : (__mmask32)((1u << left) - 1);
+            __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(lm, row + c));
+            __m512i lo = _mm512_and_si512(x, m4);
+            __m512i hi = _mm512_slli_epi16(_mm512_srli_epi16(x, 4), 8);
+            __m512i codes = _mm512_or_si512(lo, hi);       /* bytes: lo, hi, lo, hi ... */
+            _mm512_store_si512((__m512i *)(kb + 2 * c), _mm512_shuffle_epi8(lut, codes));
+        }
+        __m512d tot[8];
+        for (size_t v = 0; v < 2 * nhc; v++) tot[v] = _mm512_setzero_pd();
+        for (size_t b = 0; b < nb; b++) {
+            __m512i acc[4];
+            for (size_t hc = 0; hc < nhc; hc++) acc[hc] = _mm512_setzero_si512();
+            for (size_t g = 0; g < 8; g++) {
+                int32_t kk;
+                memcpy(&kk, kb + b * 32 + g * 4, 4);
+                __m512i kv = _mm512_set1_epi32(kk);
+                const int8_t *qg = p->qb + ((b * 8 + g) * 64) * 4;
+                for (size_t hc = 0; hc < nhc; hc++)
+                    acc[hc] = _mm512_dpbusd_epi32(acc[hc], kv,
+                                                  _mm512_loadu_si512((const void *)(qg + hc * 64)));
+            }
+            /* exact block dot in units of u_q * s_k / 2 */
+            const __m512d ksd = _mm512_set1_pd((double)dsattn_ue8m0_to_f32(sc[b]) * 0.5);
+            for (size_t hc = 0; hc < nhc; hc++) {
+                __m512i corr = _mm512_sub_epi32(acc[hc],
+                                                _mm512_loadu_si512((const void *)(p->bias + b * 64 + hc * 16)));
+                __m512 f = _mm512_cvtepi32_ps(corr);
+                __m512 unit = _mm512_loadu_ps(p->unit + b * 64 + hc * 16);
+                __m512d f0 = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+                __m512d f1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+                __m512d u0 = _mm512_cvtps_pd(_mm512_castps512_ps256(unit));
+                __m512d u1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(unit), 1)));
+                /* products of an exact integer and powers of two: exact in double */
+                tot[2 * hc] = _mm512_add_pd(tot[2 * hc], _mm512_mul_pd(_mm512_mul_pd(f0, u0), ksd));
+                tot[2 * hc + 1] = _mm512_add_pd(tot[2 * hc + 1],
+                                                _mm512_mul_pd(_mm512_mul_pd(f1, u1), ksd));
+            }
+        }
+        /* head weighting: bf16(dot) -> relu -> bf16(* w) -> double sum */
+        __m512d hs = _mm512_setzero_pd();
+        for (size_t hc = 0; hc < nhc; hc++) {
+            __m256 d0 = _mm512_cvtpd_ps(tot[2 * hc]), d1 = _mm512_cvtpd_ps(tot[2 * hc + 1]);
+            __m512 d = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
+            d = round_bf16_ps(d);
+            d = _mm512_max_ps(d, _mm512_setzero_ps());
+            __m512 pr = round_bf16_ps(_mm512_mul_ps(d, _mm512_loadu_ps(p->w + hc * 16)));
+            hs = _mm512_add_pd(hs, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
+            hs = _mm512_add_pd(hs, _mm512_cvtps_pd(
+                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
+        }
+        score[j] = dsattn_round_bf16((float)_mm512_reduce_add_pd(hs));
+    }
+}
+
+#else
+
+int dsattn_index_vnni_ok(size_t nh, size_t dh) { (void)nh; (void)dh; return 0; }
+int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
+                              size_t dh, const float *w)
+{ (void)p; (void)q; (void)nh; (void)dh; (void)w; return 0; }
+void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
+                              size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
+                              float *score)
+{ (void)p; (void)base; (void)row_bytes; (void)sel; (void)j0; (void)n; (void)score; }
+
+#endif
