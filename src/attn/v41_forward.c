@@ -25,6 +25,7 @@
 #include "numfmt.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 /* ==== Sequence lifetime ================================================= */
@@ -62,7 +63,7 @@ dsattn_status dsattn_v41_seq_create(dsattn_v41_seq **out, const dsattn_v41 *m,
                 S->kv_state = dsattn_alloc_array((size_t)L->ratio * D, sizeof(float));
                 S->score_state = dsattn_alloc_array((size_t)L->ratio * D, sizeof(float));
                 if (!S->kv_state || !S->score_state) goto nomem;
-                for (size_t i = 0; i < (size_t)L->ratio * D; i++) S->score_state[i] = -INFINITY;
+                dsattn_compressor_state_init(S->kv_state, S->score_state, (size_t)L->ratio, D, 0);
             }
         }
     }
@@ -125,18 +126,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 /* ==== Helpers =========================================================== */
 
 static dsattn_actq v41_actq(void) { dsattn_actq a = { 32, DSATTN_ACTQ_POW2 }; return a; }
-
-/* A weight seen as the row block [r0, r0+n) x [c0, c0+nc) of a bf16/f32
- * matrix: used for the block-diagonal wo_a. */
-static dsattn_weight sub_rows(const dsattn_weight *w, size_t r0, size_t n)
-{
-    dsattn_weight v = *w;
-    size_t es = w->kind == DSATTN_W_F32 ? 4 : 2;
-    v.data = (const uint8_t *)w->data + r0 * w->cols * es;
-    v.rows = n;
-    v.owned = NULL;
-    return v;
-}
 
 /* ==== Candidate pool (select_candidate_blocks) ========================== */
 
@@ -225,6 +214,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     dsattn_actq aq = v41_actq();
     dsattn_status st = DSATTN_OK;
     float cs[64], sn[64];
+    (void)QL;
 
     /* 1. owners: index keys from the PRE-RoPE latent -> RoPE -> FP4 */
     if (L->owns_k && n_new > 0) {
@@ -252,7 +242,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     const dsattn_kv_src ksrc = { DSATTN_KV_FP4_IDX, seq->layer[kl].kidx, kbytes,
                                  seq->layer[kl].cap, Di, 0 };
 
-    /* 2. queries (RoPE, FP4) and head weights */
+    /* 2. queries (RoPE, FP4; no Hadamard in V4.1) and head weights */
     const size_t nb_max = L->is_candidate_source
                               ? (T + (size_t)c->candidate_block_size - 1) /
                                     (size_t)c->candidate_block_size + 1
@@ -266,23 +256,11 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     int32_t *pick = dsattn_alloc_array(kw + 1, sizeof(int32_t));
     if (!qi || !fsc || !score || !bscore || !fpos || !tmp || !pick) { st = DSATTN_ERR_NOMEM; goto done; }
     float *wts = qi + s * Hi * Di, *aqs = wts + s * Hi;
-    if ((st = dsattn_linear(ctx, &L->i_wq_b, qr, QL, s, qi, Hi * Di, DSATTN_OUT_BF16, &aq, aqs)))
+    if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope, ck->start_pos,
+                                 0, &aq, aqs, qi)))
         goto done;
-    if ((st = dsattn_linear(ctx, &L->i_wproj, x, dim, s, wts, Hi, DSATTN_OUT_BF16, NULL, NULL)))
-        goto done;
-    {
-        /* weights_proj(x) * (index_head_dim^-0.5 * index_n_heads^-0.5), bf16 */
-        float wscale = (float)(pow((double)Di, -0.5) * pow((double)Hi, -0.5));
-        for (size_t i = 0; i < s * Hi; i++) wts[i] = dsattn_round_bf16(wts[i] * wscale);
-    }
-    for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(&L->rope, ck->start_pos + (int64_t)t, cs, sn);
-        for (size_t h = 0; h < Hi; h++) {
-            float *q = qi + (t * Hi + h) * Di;
-            dsattn_rope_apply(q + Di - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
-            dsattn_quant_fp4_ue8m0(q, Di, NULL, NULL, q);
-        }
-    }
+    if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
+    (void)dim;
 
     /* 3. slots for this chunk's rows */
     if (!grow((void **)&seq->rt.topk, &seq->rt.topk_cap, s * kw + 1, sizeof(int32_t)) ||
@@ -382,27 +360,15 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
         *n_new = s;
         return DSATTN_OK;
     }
-    if (m > 64) return DSATTN_ERR_UNSUPPORTED;
-    float *kv = dsattn_alloc_array(2 * s * D, sizeof(float));
+    float *kv = dsattn_alloc_array(2 * s * D + dsattn_compressor_scratch(m, D), sizeof(float));
     if (!kv) return DSATTN_ERR_NOMEM;
-    float *z = kv + s * D;
+    float *z = kv + s * D, *ws = z + s * D;
     st = dsattn_linear(ctx, &L->c_wkv, x, dim, s, kv, D, DSATTN_OUT_F32, NULL, NULL);
     if (!st) st = dsattn_linear(ctx, &L->c_wgate, x, dim, s, z, D, DSATTN_OUT_F32, NULL, NULL);
     if (st) { dsattn_free(kv); return st; }
-    size_t n = 0;
-    if (ck->prefill) {
-        size_t cutoff = s - s % m;
-        for (size_t g = 0; g < cutoff / m; g++) dsattn_softmax_pool(kv + g * m * D, z + g * m * D, m, D, lat + (n++) * D);
-        for (size_t r = 0; r < s % m; r++) {
-            memcpy(S->kv_state + r * D, kv + (cutoff + r) * D, D * sizeof(float));
-            memcpy(S->score_state + r * D, z + (cutoff + r) * D, D * sizeof(float));
-        }
-    } else {
-        size_t slot = (size_t)ck->start_pos % m;
-        memcpy(S->kv_state + slot * D, kv, D * sizeof(float));
-        memcpy(S->score_state + slot * D, z, D * sizeof(float));
-        if (((size_t)ck->start_pos + 1) % m == 0) dsattn_softmax_pool(S->kv_state, S->score_state, m, D, lat + (n++) * D);
-    }
+    /* V4.1: no APE, no overlap - the same state machine as V4's compressor */
+    size_t n = dsattn_compressor_pool(kv, z, s, D, m, 0, NULL, S->kv_state, S->score_state,
+                                      ck->start_pos, ck->prefill, lat, ws);
     dsattn_free(kv);
     for (size_t i = 0; i < n; i++) {
         dsattn_round_bf16_n(lat + i * D, D);                   /* kv.to(bf16) */
@@ -434,38 +400,36 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     const dsattn_actq aq = v41_actq();
     dsattn_status st;
 
-    /* scratch: qr, q, kv, o, oa, latent, act-quant, window rows, idx, attn ws */
-    size_t maxk = DSATTN_MAX(dim, H * D);
-    size_t att_ws = dsattn_sparse_attn_scratch(H, D);
-    size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R + s * D + s * maxk + att_ws;
-    size_t bytes = nfl * sizeof(float) + s * swab + (ww + (size_t)c->index_topk) * sizeof(int32_t) + 256;
+    /* scratch: qr, q, kv, o, oa, latent, act-quant, window rows, then per
+     * attention task its workspace and index row */
+    const int nthr = DSATTN_MAX(ctx->n_threads, 1);
+    const size_t maxk = DSATTN_MAX(dim, H * D);
+    const size_t hg = s == 1 ? DSATTN_MIN(H, (size_t)(4 * nthr)) : 1;   /* head groups */
+    const size_t hper = (H + hg - 1) / hg;
+    const size_t att_ws = dsattn_sparse_attn_scratch(hper, D);
+    const size_t idx_w = ww + (size_t)c->index_topk;
+    const size_t per_thr = att_ws + idx_w + 16;
+    size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R + s * D +
+                 dsattn_attn_aq_scratch(s, maxk) + (size_t)nthr * per_thr;
+    size_t bytes = nfl * sizeof(float) + s * swab + 256;
     float *qr = scratch_get(seq, bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
     float *q = qr + s * QL, *kvw = q + s * H * D, *o = kvw + s * D, *oa = o + s * H * D;
-    float *lat = oa + s * G * R, *aqs = lat + s * D, *attws = aqs + s * maxk;
-    uint8_t *wrow = (uint8_t *)(attws + att_ws);
-    int32_t *idx = (int32_t *)(((uintptr_t)(wrow + s * swab) + 3) & ~(uintptr_t)3);
+    float *lat = oa + s * G * R, *aqs = lat + s * D;
+    float *thr_ws = aqs + dsattn_attn_aq_scratch(s, maxk);
+    uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
     float cs[64], sn[64];
 
     /* ---- query path: q_norm(wq_a x) -> wq_b -> RoPE on each head's tail */
-    if ((st = dsattn_linear(ctx, &L->wq_a, x, dim, s, qr, QL, DSATTN_OUT_BF16, &aq, aqs))) return st;
-    for (size_t t = 0; t < s; t++) dsattn_rmsnorm(qr + t * QL, L->q_norm, QL, c->norm_eps, qr + t * QL, DSATTN_OUT_BF16);
-    if ((st = dsattn_linear(ctx, &L->wq_b, qr, QL, s, q, H * D, DSATTN_OUT_BF16, &aq, aqs))) return st;
-    for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(&L->rope, ck.start_pos + (int64_t)t, cs, sn);
-        for (size_t h = 0; h < H; h++)
-            dsattn_rope_apply(q + (t * H + h) * D + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
-    }
+    if ((st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, s, H, D, rd, &L->rope,
+                                ck.start_pos, c->norm_eps, 0, &aq, aqs, qr, q)))
+        return st;
 
     /* ---- window KV: kv_norm(wkv x) -> RoPE -> FP8 rows; ring slot pos % w */
-    if ((st = dsattn_linear(ctx, &L->wkv, x, dim, s, kvw, D, DSATTN_OUT_BF16, &aq, aqs))) return st;
-    for (size_t t = 0; t < s; t++) {
-        float *k = kvw + t * D;
-        dsattn_rmsnorm(k, L->kv_norm, D, c->norm_eps, k, DSATTN_OUT_BF16);
-        dsattn_rope_cs(&L->rope, ck.start_pos + (int64_t)t, cs, sn);
-        dsattn_rope_apply(k + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
-        dsattn_v41_swa_pack(k, D, wrow + t * swab, NULL);
-    }
+    if ((st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope,
+                                    ck.start_pos, c->norm_eps, &aq, aqs, kvw)))
+        return st;
+    for (size_t t = 0; t < s; t++) dsattn_v41_swa_pack(kvw + t * D, D, wrow + t * swab, NULL);
     for (size_t t = s > w ? s - w : 0; t < s; t++)
         memcpy(S->ring + (((size_t)ck.start_pos + t) % w) * swab, wrow + t * swab, swab);
     dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA, ck.prefill ? wrow : S->ring, swab, wrows, D, 0 };
@@ -511,30 +475,28 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         cw = seq->rt.topk_w;
     }
 
-    /* ---- one sparse attention over [window rows ; compressed rows] */
+    /* ---- one sparse attention over [window rows ; compressed rows]: tasks
+     * are (token, head group); each output is computed by one thread in one
+     * order, so the result does not depend on the thread count. */
     const float scale = (float)pow((double)D, -0.5);
-    for (size_t t = 0; t < s; t++) {
+    const size_t n_tasks = s * hg;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (n_tasks > 1)
+    for (size_t task = 0; task < n_tasks; task++) {
+        const size_t t = task / hg, h0 = (task % hg) * hper;
+        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
+        if (nhh == 0) continue;
+        float *ws = thr_ws + (size_t)omp_get_thread_num() * per_thr;
+        int32_t *idx = (int32_t *)(ws + att_ws);
         if (ck.prefill) dsattn_window_idx_prefill(w, s, t, idx);
         else dsattn_window_idx_decode(w, ck.start_pos, idx);
         if (cw) memcpy(idx + ww, cidx + t * cw, cw * sizeof(int32_t));
-        dsattn_sparse_attn(ctx, q + t * H * D, H, D, &wsrc, cw ? &csrc : NULL, idx, ww + cw,
-                           L->sink, scale, -1e30f, o + t * H * D, attws);
+        dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
+                           ww + cw, L->sink + h0, scale, -1e30f, o + (t * H + h0) * D, ws);
     }
 
     /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
-    for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(&L->rope, ck.start_pos + (int64_t)t, cs, sn);
-        for (size_t h = 0; h < H; h++)
-            dsattn_rope_apply(o + (t * H + h) * D + D - rd, rd, cs, sn, 1, 1, DSATTN_OUT_BF16);
-    }
-    const size_t gd = H * D / G;
-    for (size_t g = 0; g < G; g++) {
-        dsattn_weight wg = sub_rows(&L->wo_a, g * R, R);
-        if ((st = dsattn_linear(ctx, &wg, o + g * gd, H * D, s, oa + g * R, G * R,
-                                DSATTN_OUT_BF16, NULL, NULL)))
-            return st;
-    }
-    return dsattn_linear(ctx, &L->wo_b, oa, G * R, s, out, dim, DSATTN_OUT_BF16, &aq, aqs);
+    return dsattn_attn_output(ctx, o, s, H, D, rd, &L->rope, ck.start_pos, &L->wo_a, G, R,
+                              &L->wo_b, &aq, aqs, oa, out);
 }
 
 /* ==== The golden-case stack and accessors =============================== */
