@@ -25,6 +25,7 @@
 #include "numfmt.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 /* ==== Sequence lifetime ================================================= */
@@ -211,10 +212,11 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, con
         S->sel = p;
         S->sel_cap = s * kw + 1;
     }
-    float *qi = dsattn_alloc_array(s * Hi * Di + s * Hi + T + 1, sizeof(float));
-    int32_t *pick = dsattn_alloc_array(kw + 1, sizeof(int32_t));
+    const int nthr = s > 1 ? DSATTN_MAX(ctx->n_threads, 1) : 1;
+    float *qi = dsattn_alloc_array(s * Hi * Di + s * Hi + (size_t)nthr * (T + 1), sizeof(float));
+    int32_t *pick = dsattn_alloc_array((size_t)nthr * (kw + 1), sizeof(int32_t));
     if (!qi || !pick) { st = DSATTN_ERR_NOMEM; goto done; }
-    float *wts = qi + s * Hi * Di, *score = wts + s * Hi;
+    float *wts = qi + s * Hi * Di, *scores = wts + s * Hi;
     if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope, ck->start_pos,
                                  1, &aq, aqs, qi)))
         goto done;
@@ -222,14 +224,20 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, con
         goto done;
     if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
     const dsattn_kv_src ksrc = { DSATTN_KV_FP4_IDX, S->ikv, ib, T, Di, 0 };
+    /* rows are independent: one thread per row (prefill), so the result does
+     * not depend on the thread count */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (nthr > 1)
     for (size_t t = 0; t < s; t++) {
+        const int th = omp_get_thread_num();
+        float *score = scores + (size_t)th * (T + 1);
+        int32_t *pk = pick + (size_t)th * (kw + 1);
         /* entry j is visible to query t iff j < (t+1) // m */
         const size_t cl = ck->prefill ? (t + 1) / m : T;
         const size_t k = DSATTN_MIN(kw, cl);
         dsattn_index_scores_bf16(ctx, qi + t * Hi * Di, Hi, Di, wts + t * Hi, &ksrc, 0, cl, score);
-        dsattn_topk(score, cl, k, pick, NULL);
+        dsattn_topk(score, cl, k, pk, NULL);
         for (size_t i = 0; i < kw; i++) {
-            const int32_t j = i < k ? pick[i] : -1;
+            const int32_t j = i < k ? pk[i] : -1;
             S->sel[t * kw + i] = j;
             rows[t * kw + i] = j >= 0 ? j + (int32_t)offset : -1;
         }
@@ -273,20 +281,23 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     const dsattn_actq aq = v4_actq();
     dsattn_status st;
 
-    /* scratch: qr, q, kv, o, oa, act-quant, attention ws | window rows | idx */
+    /* scratch: qr, q, kv, o, oa, act-quant, per-task attention workspace and
+     * index row | window rows | compressed index rows */
+    const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), G * R);
-    const size_t att_ws = dsattn_sparse_attn_scratch(H, D);
+    const size_t hg = s == 1 ? DSATTN_MIN(H, (size_t)(4 * nthr)) : 1;   /* head groups */
+    const size_t hper = (H + hg - 1) / hg;
+    const size_t att_ws = dsattn_sparse_attn_scratch(hper, D);
+    const size_t per_thr = att_ws + ww + cw + 16;
     const size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R +
-                       dsattn_attn_aq_scratch(s, maxk) + att_ws;
-    const size_t bytes = nfl * sizeof(float) + s * kvb + 64 +
-                         (ww + cw + s * cw + 1) * sizeof(int32_t);
+                       dsattn_attn_aq_scratch(s, maxk) + (size_t)nthr * per_thr;
+    const size_t bytes = nfl * sizeof(float) + s * kvb + 64 + (s * cw + 1) * sizeof(int32_t);
     float *qr = scratch_get(seq, bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
     float *q = qr + s * QL, *kvw = q + s * H * D, *o = kvw + s * D, *oa = o + s * H * D;
-    float *aqs = oa + s * G * R, *attws = aqs + dsattn_attn_aq_scratch(s, maxk);
-    uint8_t *wrow = (uint8_t *)(attws + att_ws);
-    int32_t *idx = (int32_t *)(((uintptr_t)(wrow + s * kvb) + 63) & ~(uintptr_t)63);
-    int32_t *crow = idx + ww + cw;                         /* [s, cw] compressed */
+    float *aqs = oa + s * G * R, *thr_ws = aqs + dsattn_attn_aq_scratch(s, maxk);
+    uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
+    int32_t *crow = (int32_t *)(((uintptr_t)(wrow + s * kvb) + 63) & ~(uintptr_t)63);
 
     /* ---- query: q_norm(wq_a x) -> wq_b -> per-head RMS rescale -> RoPE */
     if ((st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, s, H, D, rd, &L->rope,
@@ -328,21 +339,30 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
             return st;
     }
 
-    /* ---- one sparse attention over [window rows ; compressed rows] */
+    /* ---- one sparse attention over [window rows ; compressed rows]: tasks
+     * are (token, head group); each output is computed by one thread in one
+     * order, so the result does not depend on the thread count. */
     const float scale = (float)pow((double)D, -0.5);
     const float max_init = seq->empty == DSATTN_V4_EMPTY_ZERO ? -1e30f : -INFINITY;
-    for (size_t t = 0; t < s; t++) {
+    const size_t n_tasks = s * hg;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (n_tasks > 1)
+    for (size_t task = 0; task < n_tasks; task++) {
+        const size_t t = task / hg, h0 = (task % hg) * hper;
+        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
+        if (nhh == 0) continue;
+        float *ws = thr_ws + (size_t)omp_get_thread_num() * per_thr;
+        int32_t *idx = (int32_t *)(ws + att_ws);
         if (ck.prefill) dsattn_window_idx_prefill(w, s, t, idx);
         else dsattn_window_idx_decode_valid_first(w, ck.start_pos, idx);
         if (cw) memcpy(idx + ww, crow + t * cw, cw * sizeof(int32_t));
-        float *ot = o + t * H * D;
+        float *ot = o + (t * H + h0) * D;
         if (seq->empty == DSATTN_V4_EMPTY_ZERO) {
             size_t nv = 0;
             for (size_t i = 0; i < ww + cw; i++) nv += idx[i] >= 0;
-            if (nv == 0) { memset(ot, 0, H * D * sizeof(float)); continue; }
+            if (nv == 0) { memset(ot, 0, nhh * D * sizeof(float)); continue; }
         }
-        dsattn_sparse_attn(ctx, q + t * H * D, H, D, &wsrc, cw ? &csrc : NULL, idx, ww + cw,
-                           L->sink, scale, max_init, ot, attws);
+        dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
+                           ww + cw, L->sink ? L->sink + h0 : NULL, scale, max_init, ot, ws);
     }
 
     /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
