@@ -462,7 +462,8 @@ static void bad_cfg(const char *json, dsattn_status want, const char *needle)
     " \"rope_head_dim\": 16, \"q_lora_rank\": 64, \"o_groups\": 2, \"o_lora_rank\": 64," \
     " \"window_size\": 8, \"index_n_heads\": 8, \"index_head_dim\": 32, \"index_topk\": 5," \
     " \"rope_theta\": 10000.0, \"compress_rope_theta\": 160000.0, \"rope_factor\": 16," \
-    " \"original_seq_len\": 65536, \"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20"
+    " \"original_seq_len\": 65536, \"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20," \
+    " \"candidate_source_layer\": -1, \"candidate_topk_blocks\": 1, \"candidate_block_size\": 1"
 
 DSATTN_TEST(v41, bad_configs_are_errors_not_defaults)
 {
@@ -471,11 +472,12 @@ DSATTN_TEST(v41, bad_configs_are_errors_not_defaults)
     bad_cfg("{" TINY_KEYS ", \"compress_ratios\": [0,2,2], \"kv_source_layers\": [1],"
             " \"index_source_layers\": [1]}", DSATTN_ERR_FORMAT, "compress_ratios");
     bad_cfg("{" TINY_KEYS ", \"compress_ratios\": [0,2,2,2], \"kv_source_layers\": [2],"
-            " \"index_source_layers\": [2]}", DSATTN_ERR_FORMAT, "no preceding KV source");
+            " \"index_source_layers\": [2]}", DSATTN_ERR_FORMAT, "no kv source layer");
     bad_cfg("{" TINY_KEYS ", \"compress_ratios\": [0,2,2,2], \"kv_source_layers\": [1],"
-            " \"index_source_layers\": [1], \"n_mtp_layers\": 3}", DSATTN_ERR_FORMAT, "n_mtp_layers");
-    bad_cfg("{\"dim\": 256}", DSATTN_ERR_NOT_FOUND, "n_layers");
+            " \"index_source_layers\": [1], \"n_mtp_layers\": 3}", DSATTN_ERR_FORMAT, "MTP");
+    bad_cfg("{\"model_type\": \"deepseek_v41\", \"dim\": 256}", DSATTN_ERR_NOT_FOUND, "missing");
+    bad_cfg("{\"dim\": 256}", DSATTN_ERR_UNSUPPORTED, "generation");
     bad_cfg("{" TINY_KEYS ", \"compress_ratios\": [0,2,2,2], \"kv_source_layers\": [9],"
-            " \"index_source_layers\": [1]}", DSATTN_ERR_FORMAT, "out of range");
+            " \"index_source_layers\": [1]}", DSATTN_ERR_FORMAT, "outside layers");
     bad_cfg("not json", DSATTN_ERR_FORMAT, "");
 }

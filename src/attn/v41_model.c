@@ -11,9 +11,9 @@
  */
 #include "v41.h"
 
-#include "jsoncfg.h"
+#include "checkpoint.h"
+#include "config.h"
 #include "numfmt.h"
-#include "safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -116,110 +116,71 @@ dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
     return DSATTN_OK;
 }
 
-static dsattn_status get_list(const cJSON *o, const char *key, uint8_t *flags,
-                              int64_t n_total, char *err, size_t errlen)
+/* The io layer (src/io/config.c) reads both config formats DeepSeek ships
+ * (flat inference/config.json and HF config.json with text_config) into one
+ * normalised struct; this is only the V4.1 view of it. */
+static dsattn_status from_model_config(dsattn_v41_config *c, const dsattn_model_config *mc,
+                                       char *err, size_t errlen)
 {
-    int64_t v[DSATTN_V41_MAX_LAYERS];
-    size_t n = 0;
-    dsattn_status st = dsattn_jcfg_int_array(o, key, v, DSATTN_V41_MAX_LAYERS, &n, err, errlen);
-    if (st) return st;
-    for (size_t i = 0; i < n; i++) {
-        CHECKF(v[i] >= 0 && v[i] < n_total, "key '%s': layer %lld out of range",
-               key, (long long)v[i]);
-        flags[v[i]] = 1;
+    if (mc->arch != DSATTN_ARCH_V41)
+        return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
+                           "config is %s, not a V4.1 (CSA2) model", dsattn_arch_name(mc->arch));
+    CHECKF(mc->n_compress_ratios <= DSATTN_V41_MAX_LAYERS, "too many layers (%lld)",
+           (long long)mc->n_compress_ratios);
+    c->dim = mc->dim;
+    c->n_layers = mc->n_layers;
+    c->n_total_layers = mc->n_compress_ratios;
+    c->n_heads = mc->n_heads;
+    c->head_dim = mc->head_dim;
+    c->rope_head_dim = mc->rope_head_dim;
+    c->q_lora_rank = mc->q_lora_rank;
+    c->o_groups = mc->o_groups;
+    c->o_lora_rank = mc->o_lora_rank;
+    c->window_size = mc->window_size;
+    for (int64_t l = 0; l < mc->n_compress_ratios; l++) c->compress_ratios[l] = mc->compress_ratios[l];
+    for (int64_t i = 0; i < mc->n_kv_source_layers; i++) {
+        int64_t l = mc->kv_source_layers[i];
+        CHECKF(l >= 0 && l < c->n_total_layers, "kv_source_layers: layer %lld out of range",
+               (long long)l);
+        c->is_kv_source[l] = 1;
     }
-    return DSATTN_OK;
-}
-
-/* Read the flat inference/config.json keys. */
-static dsattn_status load_flat(dsattn_v41_config *c, const cJSON *o, char *err,
-                               size_t errlen)
-{
-    dsattn_status st;
-    double eps;
-    size_t n = 0;
-    const char *dtype = "bf16";
-#define GI(k, dst) do { if ((st = dsattn_jcfg_int(o, k, &(dst), err, errlen))) return st; } while (0)
-#define GD(k, dst) do { if ((st = dsattn_jcfg_double(o, k, &(dst), err, errlen))) return st; } while (0)
-    GI("dim", c->dim);
-    GI("n_layers", c->n_layers);
-    GI("n_heads", c->n_heads);
-    GI("head_dim", c->head_dim);
-    GI("rope_head_dim", c->rope_head_dim);
-    GI("q_lora_rank", c->q_lora_rank);
-    GI("o_groups", c->o_groups);
-    GI("o_lora_rank", c->o_lora_rank);
-    GI("window_size", c->window_size);
-    GI("index_n_heads", c->index_n_heads);
-    GI("index_head_dim", c->index_head_dim);
-    GI("index_topk", c->index_topk);
-    GD("rope_theta", c->rope_theta);
-    GD("compress_rope_theta", c->compress_rope_theta);
-    GD("rope_factor", c->rope_factor);
-    GD("original_seq_len", c->original_seq_len);
-    GD("beta_fast", c->beta_fast);
-    GD("beta_slow", c->beta_slow);
-    GD("norm_eps", eps);
-    c->norm_eps = (float)eps;
-    if ((st = dsattn_jcfg_int_array(o, "compress_ratios", c->compress_ratios,
-                                    DSATTN_V41_MAX_LAYERS, &n, err, errlen)))
-        return st;
-    c->n_total_layers = (int64_t)n;
-    int64_t n_mtp = 0;
-    if ((st = dsattn_jcfg_int_opt(o, "n_mtp_layers", 0, &n_mtp, err, errlen))) return st;
-    if (dsattn_jcfg_has(o, "n_mtp_layers"))
-        CHECKF(c->n_total_layers == c->n_layers + n_mtp,
-               "compress_ratios has %lld entries, n_layers + n_mtp_layers = %lld",
-               (long long)c->n_total_layers, (long long)(c->n_layers + n_mtp));
-    else
-        CHECKF(c->n_total_layers >= c->n_layers,
-               "compress_ratios has %lld entries for %lld layers",
-               (long long)c->n_total_layers, (long long)c->n_layers);
-    if ((st = get_list(o, "kv_source_layers", c->is_kv_source, c->n_total_layers, err, errlen)))
-        return st;
-    if ((st = get_list(o, "index_source_layers", c->is_index_source, c->n_total_layers, err, errlen)))
-        return st;
-    if ((st = dsattn_jcfg_int_opt(o, "candidate_source_layer", -1, &c->candidate_source_layer,
-                                  err, errlen)))
-        return st;
-    if ((st = dsattn_jcfg_int_opt(o, "candidate_topk_blocks", 0, &c->candidate_topk_blocks,
-                                  err, errlen)))
-        return st;
-    if ((st = dsattn_jcfg_int_opt(o, "candidate_block_size", 0, &c->candidate_block_size,
-                                  err, errlen)))
-        return st;
-    if ((st = dsattn_jcfg_string_opt(o, "dtype", "bf16", &dtype, err, errlen))) return st;
-    CHECKF(!strcmp(dtype, "bf16") || !strcmp(dtype, "fp8"),
-           "key 'dtype': '%s' is neither \"bf16\" nor \"fp8\"", dtype);
-    c->fp8 = !strcmp(dtype, "fp8");
-    c->fp8_block = 32;
-#undef GI
-#undef GD
+    for (int64_t i = 0; i < mc->n_index_source_layers; i++) {
+        int64_t l = mc->index_source_layers[i];
+        CHECKF(l >= 0 && l < c->n_total_layers, "index_source_layers: layer %lld out of range",
+               (long long)l);
+        c->is_index_source[l] = 1;
+    }
+    c->candidate_source_layer = mc->candidate_source_layer;
+    c->candidate_topk_blocks = mc->candidate_topk_blocks;
+    c->candidate_block_size = mc->candidate_block_size;
+    c->index_n_heads = mc->index_n_heads;
+    c->index_head_dim = mc->index_head_dim;
+    c->index_topk = mc->index_topk;
+    c->rope_theta = mc->rope_theta;
+    c->compress_rope_theta = mc->compress_rope_theta;
+    c->rope_factor = mc->rope_factor;
+    c->original_seq_len = (double)mc->original_seq_len;
+    c->beta_fast = (double)mc->beta_fast;
+    c->beta_slow = (double)mc->beta_slow;
+    c->norm_eps = (float)mc->norm_eps;
+    c->fp8 = !strcmp(mc->dtype, "fp8");
+    c->fp8_block = mc->weight_block ? mc->weight_block : 32;
     return DSATTN_OK;
 }
 
 dsattn_status dsattn_v41_config_load(dsattn_v41_config *c, const char *path,
                                      char *err, size_t errlen)
 {
-    cJSON *root = NULL;
+    dsattn_model_config *mc = calloc(1, sizeof *mc);
+    if (!mc) return DSATTN_ERR_NOMEM;
     memset(c, 0, sizeof *c);
     c->candidate_source_layer = -1;
-    dsattn_status st = dsattn_jcfg_load(&root, path, err, errlen);
-    if (st) return st;
-    const cJSON *o = root;
-    const cJSON *tc = NULL;
-    if (dsattn_jcfg_has(root, "text_config") &&
-        dsattn_jcfg_object(root, "text_config", &tc, err, errlen) == DSATTN_OK && tc &&
-        !dsattn_jcfg_has(root, "dim"))
-        st = dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                         "HF config.json (text_config) is read by the checkpoint loader; "
-                         "pass inference/config.json keys here");
-    else
-        st = load_flat(c, o, err, errlen);
+    dsattn_status st = dsattn_config_load(mc, path, err, errlen);
+    if (!st) st = from_model_config(c, mc, err, errlen);
     if (!st) st = dsattn_v41_config_validate(c, err, errlen);
-    cJSON_Delete(root);
-    if (st && err && errlen) {
-        char tmp[512];
+    free(mc);
+    if (st && err && errlen && !strstr(err, path)) {
+        char tmp[1024];
         snprintf(tmp, sizeof tmp, "%s: %s", path, err);
         snprintf(err, errlen, "%s", tmp);
     }
@@ -273,7 +234,7 @@ void dsattn_v41_destroy(dsattn_v41 *m)
     if (!m) return;
     for (size_t i = 0; i < m->n_owned; i++) dsattn_free(m->owned[i]);
     free(m->owned);
-    if (m->ckpt) dsattn_st_close((dsattn_st_file *)m->ckpt);
+    if (m->ckpt) dsattn_ckpt_close((dsattn_ckpt *)m->ckpt);
     free(m);
 }
 
@@ -308,108 +269,45 @@ size_t dsattn_v41_weight_bytes(const dsattn_v41 *m)
     return t;
 }
 
-/* ==== Binding weights from a safetensors file =========================== */
+/* ==== Binding weights from a checkpoint ================================ */
 
+/* Weights come through the io layer's checkpoint (one file, a shard index
+ * or a folder; inference or HF names): Linear weights are borrowed from the
+ * mapping in the format stored, converted only where V4.1 computes in
+ * another format (wo_a runs as a bf16 einsum, as convert.py prepares it). */
 typedef struct {
     dsattn_v41 *m;
-    const dsattn_st_file *f;
+    const dsattn_ckpt *ck;
     char *err;
     size_t errlen;
 } binder;
 
 static dsattn_status bind_vec(binder *b, const char *name, size_t n, float **out)
 {
-    const dsattn_st_tensor *t = dsattn_st_find(b->f, name);
-    if (!t)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND, "%s: missing tensor %s",
-                           dsattn_st_path(b->f), name);
-    if (t->numel != n || t->ndim != 1)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                           "%s: tensor %s has %zu values, expected [%zu]",
-                           dsattn_st_path(b->f), name, t->numel, n);
     float *v = dsattn_alloc_array(n, sizeof(float));
     dsattn_status st = own(b->m, v);
     if (st) return st;
-    if ((st = dsattn_st_to_f32(t, v, n))) return st;
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(v[i]))
-            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                               "%s: tensor %s has a non-finite value at [%zu]",
-                               dsattn_st_path(b->f), name, i);
+    if ((st = dsattn_ckpt_vector_f32(b->ck, name, v, n, b->err, b->errlen))) return st;
     *out = v;
     return DSATTN_OK;
 }
 
-/* Borrow (or copy when unaligned) a tensor's bytes. */
-static dsattn_status borrow(binder *b, const dsattn_st_tensor *t, size_t align,
-                            const void **out)
+static dsattn_status bind_mat(binder *b, const char *name, unsigned accept, size_t rows,
+                              size_t cols, dsattn_weight *w)
 {
-    if (((uintptr_t)t->data % align) == 0) { *out = t->data; return DSATTN_OK; }
-    void *p = dsattn_alloc(t->nbytes);
-    dsattn_status st = own(b->m, p);
+    char base[256];
+    size_t n = strlen(name);
+    if (n > 7 && !strcmp(name + n - 7, ".weight")) n -= 7;
+    snprintf(base, sizeof base, "%.*s", (int)n, name);
+    dsattn_status st = dsattn_ckpt_weight(b->ck, base, accept, rows, cols, w, b->err, b->errlen);
     if (st) return st;
-    memcpy(p, t->data, t->nbytes);
-    *out = p;
+    if (w->owned && (st = own(b->m, w->owned))) return st;
+    w->owned = NULL;                 /* the model frees it, not the caller */
     return DSATTN_OK;
 }
 
-static dsattn_status bind_mat(binder *b, const char *name, size_t rows, size_t cols,
-                              dsattn_weight *w)
-{
-    const dsattn_st_file *f = b->f;
-    const dsattn_st_tensor *t = dsattn_st_find(f, name);
-    if (!t)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND, "%s: missing tensor %s",
-                           dsattn_st_path(f), name);
-    if (t->ndim != 2 || (size_t)t->shape[0] != rows || (size_t)t->shape[1] != cols)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                           "%s: tensor %s (offset %zu) has shape [%lld, %lld], expected [%zu, %zu]",
-                           dsattn_st_path(f), name, t->offset, (long long)t->shape[0],
-                           t->ndim > 1 ? (long long)t->shape[1] : 0LL, rows, cols);
-    memset(w, 0, sizeof *w);
-    w->rows = rows;
-    w->cols = cols;
-    dsattn_status st;
-    switch (t->dtype) {
-    case DSATTN_DT_BF16:
-        w->kind = DSATTN_W_BF16;
-        return borrow(b, t, 2, &w->data);
-    case DSATTN_DT_F32:
-        w->kind = DSATTN_W_F32;
-        return borrow(b, t, 4, &w->data);
-    case DSATTN_DT_F8_E4M3: {
-        char sname[512];
-        size_t bs = (size_t)b->m->cfg.fp8_block;
-        snprintf(sname, sizeof sname, "%.*s.scale", (int)(strlen(name) - strlen(".weight")), name);
-        const dsattn_st_tensor *s = dsattn_st_find(f, sname);
-        if (!s)
-            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND,
-                               "%s: FP8 tensor %s has no scale tensor %s",
-                               dsattn_st_path(f), name, sname);
-        size_t sr = (rows + bs - 1) / bs, sc = (cols + bs - 1) / bs;
-        if (s->ndim != 2 || (size_t)s->shape[0] != sr || (size_t)s->shape[1] != sc)
-            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                               "%s: scale %s (offset %zu) is not [%zu, %zu] for %zux%zu blocks",
-                               dsattn_st_path(f), sname, s->offset, sr, sc, bs, bs);
-        float *sv = dsattn_alloc_array(sr * sc, sizeof(float));
-        if ((st = own(b->m, sv))) return st;
-        if ((st = dsattn_st_to_f32(s, sv, sr * sc))) return st;
-        for (size_t i = 0; i < sr * sc; i++)
-            if (!isfinite(sv[i]) || sv[i] <= 0.0f)
-                return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                                   "%s: scale %s has an invalid value at [%zu] (offset %zu)",
-                                   dsattn_st_path(f), sname, i, s->offset);
-        w->kind = DSATTN_W_FP8;
-        w->block = bs;
-        w->scale = sv;
-        return borrow(b, t, 1, &w->data);
-    }
-    default:
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                           "%s: tensor %s has dtype %s, not a weight format of V4.1",
-                           dsattn_st_path(f), name, dsattn_dtype_name(t->dtype));
-    }
-}
+#define ANY    DSATTN_WMASK_ANY
+#define DENSE  (DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32))
 
 static dsattn_status bind_layer(binder *b, int64_t l)
 {
@@ -423,35 +321,32 @@ static dsattn_status bind_layer(binder *b, int64_t l)
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
 #define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
     if ((st = bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
-    if ((st = bind_mat(b, P("attn.wq_a.weight"), QL, dim, &L->wq_a))) return st;
+    if ((st = bind_mat(b, P("attn.wq_a.weight"), ANY, QL, dim, &L->wq_a))) return st;
     if ((st = bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
-    if ((st = bind_mat(b, P("attn.wq_b.weight"), H * D, QL, &L->wq_b))) return st;
-    if ((st = bind_mat(b, P("attn.wkv.weight"), D, dim, &L->wkv))) return st;
+    if ((st = bind_mat(b, P("attn.wq_b.weight"), ANY, H * D, QL, &L->wq_b))) return st;
+    if ((st = bind_mat(b, P("attn.wkv.weight"), ANY, D, dim, &L->wkv))) return st;
     if ((st = bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
     if ((st = bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
-    if ((st = bind_mat(b, P("attn.wo_a.weight"), G * R, H * D / G, &L->wo_a))) return st;
-    if ((st = bind_mat(b, P("attn.wo_b.weight"), dim, G * R, &L->wo_b))) return st;
-    if (L->wo_a.kind != DSATTN_W_BF16 && L->wo_a.kind != DSATTN_W_F32)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                           "layer %lld: wo_a must be bf16 (the reference dequantizes it)",
-                           (long long)l);
+    if ((st = bind_mat(b, P("attn.wo_a.weight"), DSATTN_WMASK(DSATTN_W_BF16), G * R, H * D / G,
+                       &L->wo_a)))
+        return st;
+    if ((st = bind_mat(b, P("attn.wo_b.weight"), ANY, dim, G * R, &L->wo_b))) return st;
     if (L->is_kv_source) {
-        if ((st = bind_mat(b, P("attn.compressor.wkv.weight"), D, dim, &L->c_wkv))) return st;
+        /* a pooling compressor runs in fp32: dense weights only */
+        unsigned cm = L->ratio > 1 ? DENSE : ANY;
+        if ((st = bind_mat(b, P("attn.compressor.wkv.weight"), cm, D, dim, &L->c_wkv))) return st;
         if ((st = bind_vec(b, P("attn.compressor.norm.weight"), D, &L->c_norm))) return st;
         if (L->ratio > 1 &&
-            (st = bind_mat(b, P("attn.compressor.wgate.weight"), D, dim, &L->c_wgate)))
+            (st = bind_mat(b, P("attn.compressor.wgate.weight"), DENSE, D, dim, &L->c_wgate)))
             return st;
-        if (L->ratio > 1 && (L->c_wkv.kind == DSATTN_W_FP8 || L->c_wgate.kind == DSATTN_W_FP8))
-            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                               "layer %lld: a pooling compressor runs in fp32; FP8 weights "
-                               "are not a reference format there", (long long)l);
     }
     if (L->is_index_source) {
-        if ((st = bind_mat(b, P("attn.indexer.wq_b.weight"), Hi * Di, QL, &L->i_wq_b))) return st;
-        if ((st = bind_mat(b, P("attn.indexer.weights_proj.weight"), Hi, dim, &L->i_wproj)))
+        if ((st = bind_mat(b, P("attn.indexer.wq_b.weight"), ANY, Hi * Di, QL, &L->i_wq_b)))
+            return st;
+        if ((st = bind_mat(b, P("attn.indexer.weights_proj.weight"), ANY, Hi, dim, &L->i_wproj)))
             return st;
         if (L->owns_k) {
-            if ((st = bind_mat(b, P("attn.indexer.wk.weight"), Di, D, &L->i_wk))) return st;
+            if ((st = bind_mat(b, P("attn.indexer.wk.weight"), ANY, Di, D, &L->i_wk))) return st;
             if ((st = bind_vec(b, P("attn.indexer.k_norm.weight"), Di, &L->i_knorm))) return st;
         }
     }
@@ -476,17 +371,26 @@ dsattn_status dsattn_v41_load_config(dsattn_v41 **out, const char *config_json,
 dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
                               const char *weights, char *err, size_t errlen)
 {
-    if (!out || !config_json || !weights) return DSATTN_ERR_INVALID_ARG;
+    if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
     *out = NULL;
+    dsattn_ckpt *ck = NULL;
+    dsattn_status st = dsattn_ckpt_open(&ck, weights, config_json, err, errlen);
+    if (st) return st;
+    const char *cfg_path = config_json ? config_json : dsattn_ckpt_config_path(ck);
+    if (!cfg_path) {
+        dsattn_ckpt_close(ck);
+        return dsattn_errf(err, errlen, DSATTN_ERR_NOT_FOUND,
+                           "%s: no config.json beside the weights and none given", weights);
+    }
     dsattn_v41 *m = calloc(1, sizeof *m);
-    if (!m) return DSATTN_ERR_NOMEM;
-    dsattn_status st = dsattn_v41_config_load(&m->cfg, config_json, err, errlen);
-    if (st) { dsattn_v41_destroy(m); return st; }
+    if (!m) { dsattn_ckpt_close(ck); return DSATTN_ERR_NOMEM; }
+    m->ckpt = ck;
+    if ((st = dsattn_v41_config_load(&m->cfg, cfg_path, err, errlen))) {
+        dsattn_v41_destroy(m);
+        return st;
+    }
     plan_layers(m);
-    dsattn_st_file *f = NULL;
-    if ((st = dsattn_st_open(&f, weights, err, errlen))) { dsattn_v41_destroy(m); return st; }
-    m->ckpt = f;
-    binder b = { m, f, err, errlen };
+    binder b = { m, ck, err, errlen };
     for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(&b, l);
     if (st) { dsattn_v41_destroy(m); return st; }
     *out = m;

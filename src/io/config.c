@@ -335,12 +335,19 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
                    c->index_source_layers, &c->n_index_source_layers));
         TRY(rd_int(&r, "candidate_source_layer", "candidate_source_layer_id",
                    &c->candidate_source_layer));
-        TRY(rd_int(&r, "candidate_topk_blocks", "candidate_topk_blocks",
-                   &c->candidate_topk_blocks));
-        TRY(rd_int(&r, "candidate_block_size", "candidate_block_size",
-                   &c->candidate_block_size));
-        TRY(check_pos(what, "candidate_topk_blocks", c->candidate_topk_blocks, 1, err, errlen));
-        TRY(check_pos(what, "candidate_block_size", c->candidate_block_size, 1, err, errlen));
+        /* candidate_source_layer < 0 means no hierarchical pool (the
+         * reference's own smoke-test config); the pool's sizes matter only
+         * when there is a source. */
+        if (c->candidate_source_layer >= 0) {
+            TRY(rd_int(&r, "candidate_topk_blocks", "candidate_topk_blocks",
+                       &c->candidate_topk_blocks));
+            TRY(rd_int(&r, "candidate_block_size", "candidate_block_size",
+                       &c->candidate_block_size));
+            TRY(check_pos(what, "candidate_topk_blocks", c->candidate_topk_blocks, 1, err,
+                          errlen));
+            TRY(check_pos(what, "candidate_block_size", c->candidate_block_size, 1, err,
+                          errlen));
+        }
         int64_t lim = c->n_compress_ratios;
         TRY(check_list(what, "kv_source_layers", c->kv_source_layers,
                        c->n_kv_source_layers, lim, err, errlen));
@@ -519,7 +526,7 @@ dsattn_status dsattn_v41_plan_from_config(const dsattn_model_config *c,
                                (long long)s);
     }
     int64_t cand = c->candidate_source_layer;
-    if (!in_list(c->index_source_layers, c->n_index_source_layers, cand))
+    if (cand >= 0 && !in_list(c->index_source_layers, c->n_index_source_layers, cand))
         return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                            "layer plan: candidate_source_layer %lld is not an index source "
                            "layer", (long long)cand);
@@ -563,11 +570,9 @@ dsattn_status dsattn_v41_plan_from_config(const dsattn_model_config *c,
             l->mode = DSATTN_V41_FULL;
             p->n_full++;
         } else if (is_idx) {
-            if (i <= cand)
-                return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                                   "layer plan: Reindex layer %lld comes at or before the "
-                                   "candidate source layer %lld whose pool it needs",
-                                   (long long)i, (long long)cand);
+            /* A Reindex layer before the candidate source (or with none)
+             * scores every visible entry, as the reference's
+             * uses_candidates = 0 <= candidate_source_layer < layer_id. */
             l->mode = DSATTN_V41_REINDEX;
             p->n_reindex++;
         } else {
