@@ -481,3 +481,57 @@ DSATTN_TEST(v41, bad_configs_are_errors_not_defaults)
             " \"index_source_layers\": [1]}", DSATTN_ERR_FORMAT, "outside layers");
     bad_cfg("not json", DSATTN_ERR_FORMAT, "");
 }
+
+/* ==== Checkpoints written by make-weights =============================== */
+
+#include "checkpoint.h"
+#include "config.h"
+
+static float *run_ckpt(const char *dir, const float *x, size_t T, size_t P)
+{
+    char err[512] = "";
+    dsattn_v41 *m = NULL;
+    dsattn_status st = dsattn_v41_load(&m, NULL, dir, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "load %s: %s", dir, err);
+    if (st) return NULL;
+    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+    float *h = run_stack(ctx, m, x, T, P, DSATTN_V41_INDEX_K_OWNER);
+    dsattn_ctx_destroy(ctx);
+    dsattn_v41_destroy(m);
+    return h;
+}
+
+DSATTN_TEST(v41, make_weights_single_vs_sharded_vs_hf_names_seed12)
+{
+    /* The same seeded weights written as one file, as 3 shards with an
+     * index, and with HF names, for bf16 and FP8 32x32: every load runs to
+     * the same bits. */
+    const char *cfg = write_cfg("mw", 256, 5, 3, 4, "fp8");
+    dsattn_model_config mc;
+    char err[512] = "";
+    CHECK_OK(dsattn_config_load(&mc, cfg, err, sizeof err));
+    const size_t T = 14, dim = 256;
+    float *x = rand_input(T, dim, 12);
+    for (int fmt = 0; fmt < 2; fmt++) {
+        float *first = NULL;
+        for (int v = 0; v < 3; v++) {
+            char dir[256];
+            snprintf(dir, sizeof dir, "/tmp/dsattn_mw_%d_%d_%d", (int)getpid(), fmt, v);
+            dsattn_mw_params p = { 12, fmt ? DSATTN_MW_FP8 : DSATTN_MW_BF16,
+                                   v == 2 ? DSATTN_MW_NAMES_HF : DSATTN_MW_NAMES_INFERENCE,
+                                   v == 1 ? 3 : 1, cfg };
+            dsattn_status st = dsattn_make_weights(&mc, &p, dir, err, sizeof err);
+            CHECK_MSG(st == DSATTN_OK, "make_weights: %s", err);
+            if (st) continue;
+            float *h = run_ckpt(dir, x, T, 6);
+            if (!h) continue;
+            if (!first) first = h;
+            else { CHECK_BITS(v == 1 ? "sharded" : "hf names", h, first, T * dim); free(h); }
+            char cmd[512];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+            CHECK(system(cmd) == 0);
+        }
+        free(first);
+    }
+    free(x);
+}
