@@ -32,6 +32,14 @@ typedef struct {
     int     ue8m0;                     /* scale_fmt "ue8m0" (power-of-2)    */
     int     yarn;                      /* max_seq_len > original_seq_len    */
     float   softmax_scale;             /* qk_head_dim^-0.5 (* mscale^2)     */
+    /* RoPE pairing per path: MLA q/k interleaved (every revision); indexer
+     * half-split (the official fix; the stored V3.2-Exp commit 3b99a535
+     * used interleaved).  Tests flip these to show a wrong convention is
+     * caught by the golden cases. */
+    int     rope_il_mla, rope_il_index;
+    /* Tests only: V3.2 attends every visible token (indexer still runs and
+     * fills its cache), the dense MLA a top-k >= visible must equal. */
+    int     force_dense;
 } dsattn_mla_config;
 
 typedef struct {

@@ -591,7 +591,8 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     for (size_t t = 0; t < s; t++) {
         dsattn_rope_cs(&m->rope, start + (int64_t)t, cs, sn);
         for (size_t h = 0; h < H; h++)
-            dsattn_rope_apply(b.q + (t * H + h) * dqk + dn, dr, cs, sn, 1, 0, DSATTN_OUT_BF16);
+            dsattn_rope_apply(b.q + (t * H + h) * dqk + dn, dr, cs, sn, c->rope_il_mla, 0,
+                              DSATTN_OUT_BF16);
     }
 
     /* ---- latent: kv_norm(wkv_a x [:KL]) | RoPE(k_pe) */
@@ -601,7 +602,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         float *k = b.kv + t * (KL + dr);
         mla_rmsnorm(k, L->kv_norm, KL, c->eps, k);
         dsattn_rope_cs(&m->rope, start + (int64_t)t, cs, sn);
-        dsattn_rope_apply(k + KL, dr, cs, sn, 1, 0, DSATTN_OUT_BF16);
+        dsattn_rope_apply(k + KL, dr, cs, sn, c->rope_il_mla, 0, DSATTN_OUT_BF16);
     }
 
     /* ---- expanded K/V of this chunk (naive cache, V3.2 prefill) */
@@ -651,6 +652,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     }
 
     /* ---- attention, row by row */
+    const int sparse = c->dsa && !c->force_dense;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     const int absorbed = !naive && !mha_fresh;
     if (absorbed) {
@@ -670,8 +672,8 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (row_par)
         for (size_t t = 0; t < s; t++) {
             if (st) continue;
-            const int32_t *idx = c->dsa ? S->sel + t * width : NULL;
-            const size_t n = c->dsa ? nsel[t] : (size_t)start + t + 1;
+            const int32_t *idx = sparse ? S->sel + t * width : NULL;
+            const size_t n = sparse ? nsel[t] : (size_t)start + t + 1;
             dsattn_status r;
             if (ref)
                 r = absorbed_row_ref(seq, l, b.qa + t * H * KL, qpe + t * H * dr, idx, n, v3,
@@ -689,7 +691,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         for (size_t t = 0; t < s && !st; t++)
             st = absorb_out(ctx, m, l, b.xo + t * H * KL, b.o + t * H * dv);
         uint64_t nk = 0;
-        for (size_t t = 0; t < s; t++) nk += c->dsa ? nsel[t] : (uint64_t)start + t + 1;
+        for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
         dsattn_count(ctx, nk * H * (2ull * (KL + dr) + 2ull * KL), nk * seq->row_bytes);
     } else {
         /* expanded keys: the chunk's own (V3.2 prefill) or the naive cache */
@@ -723,8 +725,8 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         dsattn_status rst = DSATTN_OK;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (!ref && s > 1)
         for (size_t t = 0; t < s; t++) {
-            const int32_t *idx = c->dsa ? S->sel + t * width : NULL;
-            const size_t n = c->dsa ? nsel[t] : (size_t)start + t + 1;
+            const int32_t *idx = sparse ? S->sel + t * width : NULL;
+            const size_t n = sparse ? nsel[t] : (size_t)start + t + 1;
             dsattn_status r = expanded_row(ctx, c, b.q + t * H * dqk, K, ldk, hsk, V, ldv, hsv,
                                            idx, n, v3, b.o + t * H * dv);
             if (r) {
@@ -735,7 +737,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         st = rst;
         dsattn_free(kvbuf);
         uint64_t nk = 0;
-        for (size_t t = 0; t < s; t++) nk += c->dsa ? nsel[t] : (uint64_t)start + t + 1;
+        for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
         dsattn_count(ctx, nk * H * 2ull * (dqk + dv), nk * (seq->row_bytes + seq->v_bytes));
     }
     if (!st) st = dsattn_linear(ctx, &L->wo, b.o, H * dv, s, out, dim, DSATTN_OUT_BF16, aq, b.aqs);

@@ -41,9 +41,10 @@ static float get_f32le(const uint8_t *p)
 }
 
 /* RoPE (first dr dims, half-split) then Hadamard: the shared q/k prologue. */
-static void rope_hadamard(float *v, size_t Di, size_t dr, const float *cs, const float *sn)
+static void rope_hadamard(float *v, size_t Di, size_t dr, const float *cs, const float *sn,
+                          int interleaved)
 {
-    dsattn_rope_apply(v, dr, cs, sn, 0, 0, DSATTN_OUT_BF16);
+    dsattn_rope_apply(v, dr, cs, sn, interleaved, 0, DSATTN_OUT_BF16);
     dsattn_hadamard(v, Di, (float)pow((double)Di, -0.5), v, DSATTN_OUT_BF16);
 }
 
@@ -81,7 +82,7 @@ dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
             dsattn_rope_cs(&m->rope, start_pos + (int64_t)t, cs, sn);
             float *k = kk + t * Di;
             dsattn_layernorm(k, L->i_knorm_w, L->i_knorm_b, Di, c->eps, k, DSATTN_OUT_BF16);
-            rope_hadamard(k, Di, dr, cs, sn);
+            rope_hadamard(k, Di, dr, cs, sn, c->rope_il_index);
             uint8_t *row = kcache + ((size_t)start_pos + t) * kb;
             float ks;
             dsattn_quant_fp8_f32scale(k, Di, Di, pow2, row, &ks, NULL);
@@ -90,7 +91,7 @@ dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
                 float *q = qc + (t * Hi + h) * Di;
                 uint8_t codes[512];
                 float qs;
-                rope_hadamard(q, Di, dr, cs, sn);
+                rope_hadamard(q, Di, dr, cs, sn, c->rope_il_index);
                 dsattn_quant_fp8_f32scale(q, Di, Di, pow2, codes, &qs, NULL);
                 for (size_t i = 0; i < Di; i++) q[i] = dsattn_e4m3_to_f32(codes[i]);
                 float w = dsattn_round_bf16(wq[t * Hi + h] * hs);

@@ -68,6 +68,8 @@ static dsattn_status config_from_model(dsattn_mla_config *c, const dsattn_model_
     c->eps = (float)mc->norm_eps;
     c->fp8 = !strcmp(mc->dtype, "fp8");
     c->ue8m0 = !strcmp(mc->scale_fmt, "ue8m0");
+    c->rope_il_mla = 1;
+    c->rope_il_index = 0;
 
     CHECKF(c->n_layers > 0 && c->n_layers <= DSATTN_MLA_MAX_LAYERS,
            "%s: n_layers %lld out of range (1..%d)", path, (long long)c->n_layers,
