@@ -1,0 +1,85 @@
+/* mha.h - internal layout of the MHA / GQA (DeepSeek-LLM 7B / 67B, HF
+ * Llama form) attention stack.
+ *
+ * The public face is include/dsattn_mha.h; this header holds what the model
+ * (mha_model.c), the forward pass (mha_forward.c), the bill and the tests
+ * share.  Vocabulary: H = num_attention_heads, Hkv = num_key_value_heads,
+ * G = H / Hkv query heads per KV head, d = head_dim = hidden / H, T = keys
+ * visible to a query (its position + 1).
+ */
+#ifndef DSATTN_MHA_INTERNAL_H
+#define DSATTN_MHA_INTERNAL_H
+
+#include "dsattn.h"
+#include "internal.h"
+#include "ops.h"
+#include "weights.h"
+
+#define DSATTN_MHA_MAX_LAYERS 1024
+
+typedef struct {
+    int64_t hidden, n_layers, n_heads, n_kv_heads, head_dim;
+    int64_t max_position_embeddings;       /* reported, not enforced        */
+    double  rope_theta;
+    float   rms_norm_eps;
+} dsattn_mha_config;
+
+typedef struct {
+    float         *norm;                    /* input_layernorm [hidden]     */
+    dsattn_weight  wq, wk, wv, wo;          /* bf16 [out, in], no bias      */
+} dsattn_mha_layer_w;
+
+struct dsattn_mha {
+    dsattn_mha_config   cfg;
+    dsattn_rope         rope;               /* full RoPE, all d dims        */
+    dsattn_mha_layer_w *layer;              /* [n_layers]                   */
+    int                 w_first, w_count;   /* layers that have weights     */
+    void              **owned;
+    size_t              n_owned, cap_owned;
+};
+
+/* Cache of one layer, bf16 bits:
+ *   K [Hkv][cap][d]  post-RoPE keys (as HF's past_key_value holds them),
+ *                    row-major: the score pass is a bf16 GEMV over rows.
+ *   V [Hkv][cap][d] values stored block-transposed: token block b (tokens
+ *                    b*B .. b*B+w-1, w = min(B, cap - b*B)) is a [d][w]
+ *                    matrix, so the P.V pass is also a bf16 GEMV (rows =
+ *                    the d channels, k = the block's tokens).
+ * Exactly Hkv * d * cap values each, no padding: the bill sees the bytes
+ * the layout needs.  One KV head's rows are contiguous, so the fast decode
+ * streams them once for all G query heads of its group. */
+#define DSATTN_MHA_VBLOCK 64
+
+typedef struct {
+    uint16_t *k, *v;
+} dsattn_mha_layer_s;
+
+/* Offset of V[g][t][i] in a layer's V buffer (cap tokens per head). */
+static inline size_t dsattn_mha_v_index(size_t cap, size_t d, size_t g, size_t t, size_t i)
+{
+    size_t b0 = t / DSATTN_MHA_VBLOCK * DSATTN_MHA_VBLOCK;
+    size_t w = DSATTN_MIN((size_t)DSATTN_MHA_VBLOCK, cap - b0);
+    return g * cap * d + b0 * d + i * w + (t - b0);
+}
+
+struct dsattn_mha_seq {
+    const dsattn_mha   *m;
+    int64_t             pos;
+    size_t              max_seq_len;        /* cap: tokens per cache        */
+    size_t              bytes_allocated;    /* K + V, as seq_create made them */
+    int                 first, count;       /* layers held                  */
+    dsattn_mha_layer_s *layer;              /* [count]                      */
+    void               *scratch;            /* grow-only forward scratch    */
+    size_t              scratch_size;
+};
+
+dsattn_status dsattn_mha_config_load(dsattn_mha_config *c, const char *path,
+                                     char *err, size_t errlen);
+
+/* KV cache bytes per token per layer: K and V, Hkv heads of d bf16. */
+static inline size_t dsattn_mha_kv_bytes_per_layer(const dsattn_mha_config *c)
+{
+    return 2u * (size_t)c->n_kv_heads * (size_t)c->head_dim * 2u;
+}
+
+#endif /* DSATTN_MHA_INTERNAL_H */

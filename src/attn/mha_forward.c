@@ -1,0 +1,258 @@
+/* mha_forward.c - the attention forward of MHA / GQA (HF LlamaAttention,
+ * transformers 4.33.1, eager, bf16), reference and fast.
+ *
+ * There is no official DeepSeek code for DeepSeek-LLM 7B / 67B (the repos
+ * say model_type "llama"), so the contract is LlamaAttention.forward run in
+ * bf16 as the checkpoints ship, with the roundings where its bf16 tensors
+ * round:
+ *   q, k, v = bf16 Linear (no bias)                      dsattn_linear
+ *   cos, sin = fp32 tables cast to bf16 (cos_cached.to(x.dtype))
+ *   q, k = RoPE, rotate_half = half-split pairs (x[i], x[i+d/2]) over all d
+ *       dims, via the shared dsattn_rope_apply: products and the sum in
+ *       fp32, one bf16 rounding (HF rounds q*cos and rotate_half(q)*sin to
+ *       bf16 before adding: at most one bf16 ulp apart, a documented
+ *       departure that keeps one RoPE op in the library)
+ *   K, V appended to the bf16 cache (K after RoPE); repeat_kv is the index
+ *       g = h / G, never a copy
+ *   s_j = bf16(bf16(q.k_j) * fp32(1/sqrt(d)))   (matmul in bf16, then the
+ *       division by math.sqrt(d), which CUDA evaluates as a multiply by the
+ *       fp32 reciprocal)
+ *   causal mask: keys after the query's position are excluded (HF adds
+ *       finfo.min; exp gives exactly 0 either way)
+ *   p_j = bf16(exp(s_j - max) / sum)   softmax(dtype=float32).to(bf16)
+ *   o = bf16(sum_j p_j v_j)            bf16 matmul, fp32 accumulation
+ *   out = bf16 o_proj(o)
+ *
+ * Reference mode: every sum accumulated in double and rounded once (the
+ * golden-case contract), exp in double rounded to fp32, one (query, head)
+ * per work item, so the result is bit-reproducible whatever the threads.
+ * Fast mode: the same roundings with fp32 accumulation through the kernel
+ * table; decode streams each KV head's rows once, in blocks of 64 tokens,
+ * for all G query heads of its group (gemv_bf16 over the K rows for the
+ * scores, gemv_bf16 over the block-transposed V for P.V: no conversion
+ * pass, no copy), OpenMP over (query, KV head) pairs.
+ */
+#include "mha.h"
+
+#include "kernels.h"
+#include "numfmt.h"
+
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Grow-only scratch: decode steps after the first allocate nothing. */
+static float *scratch_get(dsattn_mha_seq *s, size_t floats)
+{
+    size_t bytes;
+    if (!dsattn_mul_size(floats, sizeof(float), &bytes)) return NULL;
+    if (bytes > s->scratch_size) {
+        dsattn_free(s->scratch);
+        s->scratch = dsattn_alloc(bytes);
+        s->scratch_size = s->scratch ? bytes : 0;
+    }
+    return s->scratch;
+}
+
+/* ==== Softmax of one score row, shared by both paths =================== */
+
+/* sc[0..T): raw q.k sums (fp32) -> scaled bf16 scores -> bf16 probabilities.
+ * ref != 0: exp in double and the sum in double, each rounded once. */
+static void softmax_row(float *sc, size_t T, float inv_sqrt_d, int ref)
+{
+    float mx = -INFINITY;
+    for (size_t j = 0; j < T; j++) {
+        float s = dsattn_round_bf16(dsattn_round_bf16(sc[j]) * inv_sqrt_d);
+        sc[j] = s;
+        mx = s > mx ? s : mx;
+    }
+    if (ref) {
+        double sum = 0.0;
+        for (size_t j = 0; j < T; j++) {
+            sc[j] = (float)exp((double)(sc[j] - mx));
+            sum += sc[j];
+        }
+        float fs = (float)sum;
+        for (size_t j = 0; j < T; j++) sc[j] = dsattn_round_bf16(sc[j] / fs);
+    } else {
+        float sum = 0.0f;
+        for (size_t j = 0; j < T; j++) {
+            sc[j] = expf(sc[j] - mx);
+            sum += sc[j];
+        }
+        for (size_t j = 0; j < T; j++) sc[j] = dsattn_round_bf16(sc[j] / sum);
+    }
+}
+
+/* ==== Reference: one query head against its KV head ==================== */
+
+/* K: this KV head's rows [cap][d]; V: the head's block-transposed values
+ * (dsattn_mha_v_index with g = 0). */
+static void attend_ref(const float *q, size_t d, const uint16_t *K, const uint16_t *V,
+                       size_t cap, size_t T, float inv_sqrt_d, float *sc, float *o)
+{
+    for (size_t j = 0; j < T; j++) {
+        const uint16_t *k = K + j * d;
+        double a = 0.0;
+        for (size_t i = 0; i < d; i++) a += (double)q[i] * (double)dsattn_bf16_to_f32(k[i]);
+        sc[j] = (float)a;
+    }
+    softmax_row(sc, T, inv_sqrt_d, 1);
+    for (size_t i = 0; i < d; i++) {
+        double a = 0.0;
+        for (size_t j = 0; j < T; j++)
+            a += (double)sc[j] * (double)dsattn_bf16_to_f32(V[dsattn_mha_v_index(cap, d, 0, j, i)]);
+        o[i] = dsattn_round_bf16((float)a);
+    }
+}
+
+/* ==== Fast: one query token, the G query heads of one KV head =========== */
+
+/* q: [G][d] (bf16 values); K: this KV head's rows [cap][d]; V: its
+ * block-transposed values; T visible keys; o: [G][d].
+ * ws: G*T + 2*G*d floats.
+ * Both passes are bf16 GEMVs from the kernel table reading the cache in
+ * place: scores = K_block . q_h (rows = tokens), P.V = V_block^T . p_h
+ * (rows = channels, k = the block's tokens).  A block (16 KB) is read from
+ * memory once and reused from L1 by the other G-1 heads. */
+static void attend_fast(const dsattn_kernels *k, const float *q, size_t G, size_t d,
+                        const uint16_t *K, const uint16_t *V, size_t cap, size_t T,
+                        float inv_sqrt_d, float *ws, float *o)
+{
+    const size_t B = DSATTN_MHA_VBLOCK;
+    float *sc = ws, *acc = sc + G * T, *tmp = acc + G * d;
+    for (size_t t0 = 0; t0 < T; t0 += B) {
+        size_t nb = DSATTN_MIN(B, T - t0);
+        for (size_t h = 0; h < G; h++)
+            k->gemv_bf16(K + t0 * d, q + h * d, sc + h * T + t0, nb, d);
+    }
+    for (size_t h = 0; h < G; h++) softmax_row(sc + h * T, T, inv_sqrt_d, 0);
+    memset(acc, 0, G * d * sizeof(float));
+    for (size_t t0 = 0; t0 < T; t0 += B) {
+        const size_t w = DSATTN_MIN(B, cap - t0), kv = DSATTN_MIN(w, T - t0);
+        const uint16_t *blk = V + t0 * d;                 /* [d][w] */
+        for (size_t h = 0; h < G; h++) {
+            const float *p = sc + h * T + t0;
+            if (kv == w) {
+                k->gemv_bf16(blk, p, tmp, d, w);
+            } else {
+                /* the query's last, partly visible block: row by row so
+                 * no key past the query is touched */
+                for (size_t i = 0; i < d; i++) k->gemv_bf16(blk + i * w, p, tmp + i, 1, kv);
+            }
+            float *ah = acc + h * d;
+            for (size_t i = 0; i < d; i++) ah[i] += tmp[i];
+        }
+    }
+    for (size_t i = 0; i < G * d; i++) o[i] = dsattn_round_bf16(acc[i]);
+}
+
+/* ==== The layer forward ================================================= */
+
+dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
+                                      int layer, const float *x, size_t n,
+                                      float *out)
+{
+    if (!ctx || !s || !x || !out || n == 0) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_mha *m = s->m;
+    const dsattn_mha_config *c = &m->cfg;
+    if (layer < s->first || layer >= s->first + s->count) return DSATTN_ERR_INVALID_ARG;
+    if (n > s->max_seq_len || (size_t)s->pos > s->max_seq_len - n) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_mha_layer_w *L = &m->layer[layer];
+    if (!L->wq.data) return DSATTN_ERR_UNSUPPORTED;          /* config-only layer */
+    dsattn_mha_layer_s *S = &s->layer[layer - s->first];
+
+    const size_t D = (size_t)c->hidden, H = (size_t)c->n_heads, Hkv = (size_t)c->n_kv_heads;
+    const size_t d = (size_t)c->head_dim, G = H / Hkv, cap = s->max_seq_len;
+    const size_t pos = (size_t)s->pos, Tmax = pos + n;
+    const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
+    if (G > 64) return DSATTN_ERR_UNSUPPORTED;
+    const int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
+    const size_t per_thread = ref ? Tmax : G * Tmax + 2 * G * d;
+
+    /* scratch: q [n, H*d] | kv [n, 2*Hkv*d] | o [n, H*d] | threads' work */
+    size_t act = n * (2 * H * d + 2 * Hkv * d), thr, total;
+    if (!dsattn_mul_size((size_t)nt, per_thread, &thr) || !dsattn_add_size(act, thr, &total))
+        return DSATTN_ERR_OVERFLOW;
+    float *q = scratch_get(s, total);
+    if (!q) return DSATTN_ERR_NOMEM;
+    float *kv = q + n * H * d, *o = kv + n * 2 * Hkv * d, *work = o + n * H * d;
+    dsattn_status st;
+
+    /* ---- projections (bf16 Linears, no bias) */
+    if ((st = dsattn_linear(ctx, &L->wq, x, D, n, q, H * d, DSATTN_OUT_BF16, NULL, NULL))) return st;
+    if ((st = dsattn_linear(ctx, &L->wk, x, D, n, kv, 2 * Hkv * d, DSATTN_OUT_BF16, NULL, NULL)))
+        return st;
+    if ((st = dsattn_linear(ctx, &L->wv, x, D, n, kv + Hkv * d, 2 * Hkv * d, DSATTN_OUT_BF16,
+                            NULL, NULL)))
+        return st;
+
+    /* ---- RoPE (bf16 tables, half-split pairs, all d dims), cache append */
+    for (size_t t = 0; t < n; t++) {
+        float cs[64], sn[64];
+        dsattn_rope_cs(&m->rope, (int64_t)(pos + t), cs, sn);
+        for (size_t i = 0; i < d / 2; i++) {
+            cs[i] = dsattn_round_bf16(cs[i]);
+            sn[i] = dsattn_round_bf16(sn[i]);
+        }
+        for (size_t h = 0; h < H; h++)
+            dsattn_rope_apply(q + (t * H + h) * d, d, cs, sn, 0, 0, DSATTN_OUT_BF16);
+        float *kt = kv + t * 2 * Hkv * d, *vt = kt + Hkv * d;
+        for (size_t g = 0; g < Hkv; g++) {
+            dsattn_rope_apply(kt + g * d, d, cs, sn, 0, 0, DSATTN_OUT_BF16);
+            uint16_t *kc = S->k + (g * cap + pos + t) * d;
+            for (size_t i = 0; i < d; i++) {
+                kc[i] = dsattn_f32_to_bf16(kt[g * d + i]);
+                S->v[dsattn_mha_v_index(cap, d, g, pos + t, i)] = dsattn_f32_to_bf16(vt[g * d + i]);
+            }
+        }
+    }
+
+    /* ---- attention: query t (position pos+t) sees keys 0..pos+t */
+    const float inv_sqrt_d = 1.0f / sqrtf((float)d);
+    const dsattn_kernels *kt = ctx->k;
+    if (ref) {
+        const long items = (long)(n * H);
+#pragma omp parallel num_threads(nt)
+        {
+#ifdef _OPENMP
+            float *sc = work + (size_t)omp_get_thread_num() * per_thread;
+#else
+            float *sc = work;
+#endif
+#pragma omp for schedule(dynamic, 1)
+            for (long it = 0; it < items; it++) {
+                size_t t = (size_t)it / H, h = (size_t)it % H, g = h / G;
+                attend_ref(q + (t * H + h) * d, d, S->k + g * cap * d, S->v + g * cap * d,
+                           cap, pos + t + 1, inv_sqrt_d, sc, o + (t * H + h) * d);
+            }
+        }
+    } else {
+        const long items = (long)(n * Hkv);
+#pragma omp parallel num_threads(nt)
+        {
+#ifdef _OPENMP
+            float *ws = work + (size_t)omp_get_thread_num() * per_thread;
+#else
+            float *ws = work;
+#endif
+#pragma omp for schedule(dynamic, 1)
+            for (long it = 0; it < items; it++) {
+                size_t t = (size_t)it / Hkv, g = (size_t)it % Hkv;
+                /* the G heads of group g are contiguous in q and o */
+                attend_fast(kt, q + (t * H + g * G) * d, G, d, S->k + g * cap * d,
+                            S->v + g * cap * d, cap, pos + t + 1, inv_sqrt_d, ws,
+                            o + (t * H + g * G) * d);
+            }
+        }
+    }
+    /* Work of the core: per visible key, 2d FLOPs for q.k and 2d for p.v per
+     * head; bytes: each KV head's K and V rows once per query token. */
+    uint64_t keys = 0;
+    for (size_t t = 0; t < n; t++) keys += pos + t + 1;
+    dsattn_count(ctx, 4ull * keys * H * d, keys * Hkv * d * 2ull * 2ull + n * H * d * 4ull);
+
+    /* ---- output projection */
+    return dsattn_linear(ctx, &L->wo, o, H * d, n, out, D, DSATTN_OUT_BF16, NULL, NULL);
+}

@@ -1,0 +1,410 @@
+/* mha_model.c - the MHA / GQA model object (DeepSeek-LLM 7B / 67B in HF
+ * Llama form) and its sequences: config, random weights, caches, bill.
+ *
+ * Owns: reading an HF config.json with model_type "llama" (the only form
+ * DeepSeek-LLM ships - the repos carry no model code), making random bf16
+ * weights for all layers, a range of layers or none, allocating the bf16
+ * K / V caches of a sequence (all layers or one pipeline stage's range),
+ * the KV bill from those live allocations, and synthetic cache fills for
+ * deep-context benchmarks.
+ * Not here: the forward pass (mha_forward.c); loading real checkpoints
+ * (the checkpoint loader in src/io maps names; a dsattn_mha_load can bind
+ * model.layers.{i}.self_attn.{q,k,v,o}_proj.weight the day it is needed).
+ */
+#include "mha.h"
+
+#include "jsoncfg.h"
+#include "numfmt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ==== Config ============================================================ */
+
+#define CHECKF(cond, ...)                                                   \
+    do {                                                                    \
+        if (!(cond)) return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, __VA_ARGS__); \
+    } while (0)
+
+static dsattn_status parse(dsattn_mha_config *c, const cJSON *o, char *err,
+                           size_t errlen)
+{
+    dsattn_status st;
+    const char *mt = NULL;
+    bool bias = false;
+    int64_t tp = 1;
+    double eps = 1e-6;
+    if ((st = dsattn_jcfg_string(o, "model_type", &mt, err, errlen))) return st;
+    if (strcmp(mt, "llama"))
+        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                           "key 'model_type': '%s' is not \"llama\" (MHA/GQA reads the "
+                           "DeepSeek-LLM 7B/67B configs)", mt);
+    if ((st = dsattn_jcfg_int(o, "hidden_size", &c->hidden, err, errlen))) return st;
+    if ((st = dsattn_jcfg_int(o, "num_hidden_layers", &c->n_layers, err, errlen))) return st;
+    if ((st = dsattn_jcfg_int(o, "num_attention_heads", &c->n_heads, err, errlen))) return st;
+    /* LlamaConfig: num_key_value_heads defaults to num_attention_heads. */
+    if ((st = dsattn_jcfg_int_opt(o, "num_key_value_heads", c->n_heads, &c->n_kv_heads,
+                                  err, errlen)))
+        return st;
+    if ((st = dsattn_jcfg_double_opt(o, "rope_theta", 10000.0, &c->rope_theta, err, errlen)))
+        return st;
+    if ((st = dsattn_jcfg_int_opt(o, "max_position_embeddings", 2048,
+                                  &c->max_position_embeddings, err, errlen)))
+        return st;
+    if ((st = dsattn_jcfg_double_opt(o, "rms_norm_eps", 1e-6, &eps, err, errlen))) return st;
+    c->rms_norm_eps = (float)eps;
+    if ((st = dsattn_jcfg_bool_opt(o, "attention_bias", false, &bias, err, errlen))) return st;
+    if ((st = dsattn_jcfg_int_opt(o, "pretraining_tp", 1, &tp, err, errlen))) return st;
+    if (dsattn_jcfg_has(o, "rope_scaling"))
+        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                           "key 'rope_scaling': RoPE scaling is not implemented "
+                           "(DeepSeek-LLM has none)");
+    if (bias)
+        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                           "key 'attention_bias': biased projections are not implemented");
+    if (tp != 1)
+        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                           "key 'pretraining_tp': %lld (only 1 is implemented)", (long long)tp);
+
+    CHECKF(c->hidden > 0 && c->hidden <= (1 << 16), "key 'hidden_size': %lld out of range",
+           (long long)c->hidden);
+    CHECKF(c->n_layers > 0 && c->n_layers <= DSATTN_MHA_MAX_LAYERS,
+           "key 'num_hidden_layers': %lld out of range (1..%d)", (long long)c->n_layers,
+           DSATTN_MHA_MAX_LAYERS);
+    CHECKF(c->n_heads > 0 && c->n_heads <= 1024 && c->hidden % c->n_heads == 0,
+           "key 'num_attention_heads': %lld must divide hidden_size %lld",
+           (long long)c->n_heads, (long long)c->hidden);
+    CHECKF(c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0,
+           "key 'num_key_value_heads': %lld must divide num_attention_heads %lld",
+           (long long)c->n_kv_heads, (long long)c->n_heads);
+    c->head_dim = c->hidden / c->n_heads;
+    if (dsattn_jcfg_has(o, "head_dim")) {
+        int64_t hd = 0;
+        if ((st = dsattn_jcfg_int(o, "head_dim", &hd, err, errlen))) return st;
+        CHECKF(hd == c->head_dim, "key 'head_dim': %lld, but hidden_size / "
+               "num_attention_heads = %lld (transformers 4.33 derives it)",
+               (long long)hd, (long long)c->head_dim);
+    }
+    /* Full RoPE over all d dims; the shared table holds 64 pairs. */
+    CHECKF(c->head_dim % 2 == 0 && c->head_dim <= 128,
+           "head_dim %lld (hidden_size / num_attention_heads) must be even and <= 128",
+           (long long)c->head_dim);
+    CHECKF(c->rope_theta > 1.0 && isfinite(c->rope_theta), "key 'rope_theta': %g out of range",
+           c->rope_theta);
+    CHECKF(eps >= 0.0 && isfinite(eps), "key 'rms_norm_eps': %g out of range", eps);
+    CHECKF(c->max_position_embeddings > 0, "key 'max_position_embeddings' must be positive");
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mha_config_load(dsattn_mha_config *c, const char *path,
+                                     char *err, size_t errlen)
+{
+    cJSON *root = NULL;
+    memset(c, 0, sizeof *c);
+    dsattn_status st = dsattn_jcfg_load(&root, path, err, errlen);
+    if (st) return st;
+    st = parse(c, root, err, errlen);
+    cJSON_Delete(root);
+    if (st && err && errlen) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
+        snprintf(err, errlen, "%s", tmp);
+    }
+    return st;
+}
+
+/* ==== Model object ====================================================== */
+
+static dsattn_status own(dsattn_mha *m, void *p)
+{
+    if (!p) return DSATTN_ERR_NOMEM;
+    if (m->n_owned == m->cap_owned) {
+        size_t nc = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **nv = realloc(m->owned, nc * sizeof *nv);
+        if (!nv) { dsattn_free(p); return DSATTN_ERR_NOMEM; }
+        m->owned = nv;
+        m->cap_owned = nc;
+    }
+    m->owned[m->n_owned++] = p;
+    return DSATTN_OK;
+}
+
+void dsattn_mha_destroy(dsattn_mha *m)
+{
+    if (!m) return;
+    for (size_t i = 0; i < m->n_owned; i++) dsattn_free(m->owned[i]);
+    free(m->owned);
+    free(m->layer);
+    free(m);
+}
+
+static dsattn_status model_new(dsattn_mha **out, const char *config_json, char *err,
+                               size_t errlen)
+{
+    if (!out || !config_json) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    dsattn_mha *m = calloc(1, sizeof *m);
+    if (!m) return DSATTN_ERR_NOMEM;
+    dsattn_status st = dsattn_mha_config_load(&m->cfg, config_json, err, errlen);
+    if (st) { dsattn_mha_destroy(m); return st; }
+    m->layer = calloc((size_t)m->cfg.n_layers, sizeof *m->layer);
+    if (!m->layer) { dsattn_mha_destroy(m); return DSATTN_ERR_NOMEM; }
+    /* LlamaRotaryEmbedding: inv_freq = 1/base^(2i/d) over all d dims, no
+     * scaling; the shared op computes it with the same fp32 steps. */
+    dsattn_rope_init(&m->rope, (size_t)m->cfg.head_dim, m->cfg.rope_theta, 0, 0, 1, 0, 0);
+    *out = m;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mha_load_config(dsattn_mha **out, const char *config_json,
+                                     char *err, size_t errlen)
+{
+    return model_new(out, config_json, err, errlen);
+}
+
+/* ==== Random weights ==================================================== */
+/* Every matrix row gets its own generator seeded from (seed, layer, matrix,
+ * row), so a layer's weights are the same whichever other layers are made
+ * and whatever the thread count.  Values are uniform with variance 1/cols
+ * (unit-gain projections), rounded to bf16. */
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static float uni(uint64_t *s)   /* [-1, 1) */
+{
+    uint64_t x = *s;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    *s = x;
+    return (float)((double)(x >> 11) * 0x1p-52 - 1.0);
+}
+
+static dsattn_status rand_bf16(dsattn_mha *m, size_t rows, size_t cols, uint64_t key,
+                               dsattn_weight *w)
+{
+    memset(w, 0, sizeof *w);
+    uint16_t *p = dsattn_alloc_array(rows, cols * sizeof(uint16_t));
+    dsattn_status st = own(m, p);
+    if (st) return st;
+    const float a = sqrtf(3.0f / (float)cols);
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        uint64_t s = mix64(key ^ mix64(r)) | 1;
+        for (size_t i = 0; i < cols; i++) p[r * cols + i] = dsattn_f32_to_bf16(a * uni(&s));
+    }
+    w->kind = DSATTN_W_BF16;
+    w->rows = rows;
+    w->cols = cols;
+    w->data = p;
+    return DSATTN_OK;
+}
+
+static dsattn_status rand_layer(dsattn_mha *m, int l, uint64_t seed)
+{
+    const dsattn_mha_config *c = &m->cfg;
+    dsattn_mha_layer_w *L = &m->layer[l];
+    size_t D = (size_t)c->hidden, Hd = (size_t)(c->n_heads * c->head_dim);
+    size_t KVd = (size_t)(c->n_kv_heads * c->head_dim);
+    uint64_t k = mix64(seed) ^ mix64((uint64_t)l * 0x100000001b3ull);
+    dsattn_status st;
+    if ((st = rand_bf16(m, Hd, D, mix64(k + 1), &L->wq))) return st;
+    if ((st = rand_bf16(m, KVd, D, mix64(k + 2), &L->wk))) return st;
+    if ((st = rand_bf16(m, KVd, D, mix64(k + 3), &L->wv))) return st;
+    if ((st = rand_bf16(m, D, Hd, mix64(k + 4), &L->wo))) return st;
+    L->norm = dsattn_alloc_array(D, sizeof(float));
+    if ((st = own(m, L->norm))) return st;
+    uint64_t s = mix64(k + 5) | 1;
+    for (size_t i = 0; i < D; i++) L->norm[i] = dsattn_round_bf16(1.0f + 0.1f * uni(&s));
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mha_create_random_layers(dsattn_mha **out,
+                                              const char *config_json,
+                                              uint64_t seed, int first_layer,
+                                              int n_layers, char *err,
+                                              size_t errlen)
+{
+    dsattn_status st = model_new(out, config_json, err, errlen);
+    if (st) return st;
+    dsattn_mha *m = *out;
+    if (first_layer < 0 || n_layers < 0 || first_layer + (int64_t)n_layers > m->cfg.n_layers) {
+        dsattn_mha_destroy(m);
+        *out = NULL;
+        return dsattn_errf(err, errlen, DSATTN_ERR_INVALID_ARG,
+                           "layers [%d, %d) outside the model's %lld layers", first_layer,
+                           first_layer + n_layers, (long long)m->cfg.n_layers);
+    }
+    for (int l = first_layer; l < first_layer + n_layers && !st; l++) st = rand_layer(m, l, seed);
+    if (st) { dsattn_mha_destroy(m); *out = NULL; return st; }
+    m->w_first = first_layer;
+    m->w_count = n_layers;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mha_create_random(dsattn_mha **out, const char *config_json,
+                                       uint64_t seed, char *err, size_t errlen)
+{
+    dsattn_mha_config c;
+    dsattn_status st = dsattn_mha_config_load(&c, config_json, err, errlen);
+    if (st) { if (out) *out = NULL; return st; }
+    return dsattn_mha_create_random_layers(out, config_json, seed, 0, (int)c.n_layers, err,
+                                           errlen);
+}
+
+int dsattn_mha_n_layers(const dsattn_mha *m) { return (int)m->cfg.n_layers; }
+int dsattn_mha_dim(const dsattn_mha *m) { return (int)m->cfg.hidden; }
+int dsattn_mha_n_heads(const dsattn_mha *m) { return (int)m->cfg.n_heads; }
+int dsattn_mha_n_kv_heads(const dsattn_mha *m) { return (int)m->cfg.n_kv_heads; }
+int dsattn_mha_head_dim(const dsattn_mha *m) { return (int)m->cfg.head_dim; }
+
+int dsattn_mha_has_weights(const dsattn_mha *m, int layer)
+{
+    return m && layer >= 0 && layer < m->cfg.n_layers && m->layer[layer].wq.data != NULL;
+}
+
+size_t dsattn_mha_weight_bytes(const dsattn_mha *m)
+{
+    size_t t = 0;
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        const dsattn_mha_layer_w *L = &m->layer[l];
+        const dsattn_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo };
+        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++)
+            if (ws[i]->data) t += ws[i]->rows * ws[i]->cols * sizeof(uint16_t);
+    }
+    return t;
+}
+
+/* ==== Sequences ========================================================= */
+
+dsattn_status dsattn_mha_seq_create_layers(dsattn_mha_seq **out,
+                                           const dsattn_mha *m,
+                                           size_t max_seq_len, int first_layer,
+                                           int n_layers)
+{
+    if (!out || !m || max_seq_len == 0 || first_layer < 0 || n_layers <= 0 ||
+        first_layer + (int64_t)n_layers > m->cfg.n_layers)
+        return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    const dsattn_mha_config *c = &m->cfg;
+    /* One cache is Hkv * d * cap bf16; check the product once. */
+    size_t per = 0;
+    if (!dsattn_mul3_size((size_t)c->n_kv_heads * (size_t)c->head_dim, max_seq_len,
+                          sizeof(uint16_t), &per))
+        return DSATTN_ERR_OVERFLOW;
+    dsattn_mha_seq *s = calloc(1, sizeof *s);
+    if (!s) return DSATTN_ERR_NOMEM;
+    s->m = m;
+    s->max_seq_len = max_seq_len;
+    s->first = first_layer;
+    s->count = n_layers;
+    s->layer = calloc((size_t)n_layers, sizeof *s->layer);
+    if (!s->layer) { free(s); return DSATTN_ERR_NOMEM; }
+    for (int i = 0; i < n_layers; i++) {
+        s->layer[i].k = dsattn_alloc(per);
+        s->layer[i].v = dsattn_alloc(per);
+        if (!s->layer[i].k || !s->layer[i].v) {
+            dsattn_mha_seq_destroy(s);
+            return DSATTN_ERR_NOMEM;
+        }
+        s->bytes_allocated += 2 * per;
+    }
+    *out = s;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mha_seq_create(dsattn_mha_seq **out, const dsattn_mha *m,
+                                    size_t max_seq_len)
+{
+    if (!m) return DSATTN_ERR_INVALID_ARG;
+    return dsattn_mha_seq_create_layers(out, m, max_seq_len, 0, (int)m->cfg.n_layers);
+}
+
+void dsattn_mha_seq_destroy(dsattn_mha_seq *s)
+{
+    if (!s) return;
+    if (s->layer)
+        for (int i = 0; i < s->count; i++) {
+            dsattn_free(s->layer[i].k);
+            dsattn_free(s->layer[i].v);
+        }
+    free(s->layer);
+    dsattn_free(s->scratch);
+    free(s);
+}
+
+int64_t dsattn_mha_seq_pos(const dsattn_mha_seq *s) { return s->pos; }
+
+dsattn_status dsattn_mha_seq_advance(dsattn_mha_seq *s, size_t n)
+{
+    if (!s || (size_t)s->pos + n > s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    s->pos += (int64_t)n;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mha_seq_kv(const dsattn_mha_seq *s, int layer, size_t pos,
+                                float *k, float *v)
+{
+    if (!s || layer < s->first || layer >= s->first + s->count || pos >= s->max_seq_len)
+        return DSATTN_ERR_INVALID_ARG;
+    const dsattn_mha_config *c = &s->m->cfg;
+    const dsattn_mha_layer_s *S = &s->layer[layer - s->first];
+    const size_t d = (size_t)c->head_dim, cap = s->max_seq_len;
+    for (size_t g = 0; g < (size_t)c->n_kv_heads; g++)
+        for (size_t i = 0; i < d; i++) {
+            if (k) k[g * d + i] = dsattn_bf16_to_f32(S->k[(g * cap + pos) * d + i]);
+            if (v) v[g * d + i] = dsattn_bf16_to_f32(S->v[dsattn_mha_v_index(cap, d, g, pos, i)]);
+        }
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mha_seq_kv_bill(const dsattn_mha_seq *s, dsattn_kv_bill *b)
+{
+    if (!s || !b) return DSATTN_ERR_INVALID_ARG;
+    memset(b, 0, sizeof *b);
+    /* What seq_create allocated: two caches of Hkv * d * cap bf16 per held
+     * layer (no repeat_kv copies, no window, no state). */
+    b->global_bytes_allocated = s->bytes_allocated;
+    b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mha_seq_fill_synthetic(dsattn_mha_seq *s, int64_t depth,
+                                            uint64_t seed)
+{
+    if (!s || depth < 0 || (size_t)depth >= s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_mha_config *c = &s->m->cfg;
+    const size_t d = (size_t)c->head_dim, cap = s->max_seq_len, Hkv = (size_t)c->n_kv_heads;
+    const size_t n = (size_t)depth;
+    for (int i = 0; i < s->count; i++) {
+        dsattn_mha_layer_s *S = &s->layer[i];
+        /* one generator per (kv head, block of DSATTN_MHA_VBLOCK tokens),
+         * so a thread owns whole V blocks; four values per 64-bit draw,
+         * (u16 - 32768) / 32768 rounded to bf16 */
+        const size_t B = DSATTN_MHA_VBLOCK, nblk = (n + B - 1) / B;
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < Hkv * nblk; r++) {
+            uint64_t st = mix64(seed ^ mix64(((uint64_t)(s->first + i) << 40) ^ r)) | 1;
+            size_t g = r / nblk, t0 = (r % nblk) * B;
+            for (size_t t = t0; t < DSATTN_MIN(n, t0 + B); t++) {
+                uint16_t *k = S->k + (g * cap + t) * d;
+                for (size_t e = 0; e < 2 * d; e += 4) {
+                    st ^= st << 13; st ^= st >> 7; st ^= st << 17;
+                    for (size_t q = 0; q < 4; q++) {
+                        float x = (float)((int32_t)((st >> (16 * q)) & 0xffff) - 32768) * 0x1p-15f;
+                        uint16_t bits = dsattn_f32_to_bf16(x);
+                        if (e + q < d) k[e + q] = bits;
+                        else S->v[dsattn_mha_v_index(cap, d, g, t, e + q - d)] = bits;
+                    }
+                }
+            }
+        }
+    }
+    s->pos = depth;
+    return DSATTN_OK;
+}

@@ -1,0 +1,465 @@
+/* test_mha.c - MHA / GQA (DeepSeek-LLM 7B / 67B, HF Llama form).
+ *
+ * There are no golden outputs for these models (no official code beyond
+ * transformers' LlamaAttention), so the tests pin the invariants and an
+ * independent float64 restatement of LlamaAttention: prefill-then-decode
+ * equals one prefill (bit for bit in reference mode), causality, GQA with
+ * its KV rows repeated equals MHA, fast equals reference within a stated
+ * bound, half-split RoPE, and the cache bytes the released configs
+ * allocate (16,384 / 4,096 B per token per layer). */
+#include "harness.h"
+
+#include "mha.h"
+#include "numfmt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *write_cfg(const char *tag, const char *json)
+{
+    static char path[4][256];
+    static int k;
+    char *p = path[k++ & 3];
+    snprintf(p, 256, "/tmp/dsattn_test_mha_%d_%s.json", (int)getpid(), tag);
+    FILE *f = fopen(p, "w");
+    if (!f) return NULL;
+    fputs(json, f);
+    fclose(f);
+    return p;
+}
+
+/* A small Llama config: hidden 256, 4 query heads of 64, kv KV heads. */
+static const char *tiny_cfg(const char *tag, int kv, int layers)
+{
+    char j[512];
+    snprintf(j, sizeof j,
+             "{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": %d,"
+             " \"num_attention_heads\": 4, \"num_key_value_heads\": %d,"
+             " \"rope_theta\": 10000.0, \"max_position_embeddings\": 4096,"
+             " \"rms_norm_eps\": 1e-06, \"rope_scaling\": null}", layers, kv);
+    return write_cfg(tag, j);
+}
+
+static dsattn_ctx *mk_ctx(dsattn_mode mode)
+{
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    p.mode = mode;
+    dsattn_ctx *c = NULL;
+    CHECK_OK(dsattn_ctx_create(&c, &p));
+    return c;
+}
+
+/* bf16-valued random inputs [n, dim] */
+static float *rand_x(size_t n, size_t dim, uint64_t seed)
+{
+    dsattn_rng r = { seed };
+    float *x = malloc(n * dim * sizeof(float));
+    for (size_t i = 0; i < n * dim; i++) x[i] = dsattn_round_bf16(dsattn_rng_normal(&r));
+    return x;
+}
+
+/* Run tokens [t0, t0+n) of every layer's input through a sequence. */
+static void run_chunk(dsattn_ctx *c, dsattn_mha_seq *s, int layers, float *const *x,
+                      size_t dim, size_t t0, size_t n, float *const *out)
+{
+    for (int l = 0; l < layers; l++)
+        CHECK_OK(dsattn_mha_attn_forward(c, s, l, x[l] + t0 * dim, n, out[l] + t0 * dim));
+    CHECK_OK(dsattn_mha_seq_advance(s, n));
+}
+
+/* ==== Released configs: dims and cache bytes from the allocation ======= */
+
+static void real_bill(const char *cfg, int layers, int heads, int kv, int hidden,
+                      double per_layer)
+{
+    char err[256] = "";
+    dsattn_mha *m = NULL;
+    dsattn_status st = dsattn_mha_load_config(&m, cfg, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "%s: %s", cfg, err);
+    if (st) return;
+    CHECK_EQ_INT(dsattn_mha_n_layers(m), layers);
+    CHECK_EQ_INT(dsattn_mha_n_heads(m), heads);
+    CHECK_EQ_INT(dsattn_mha_n_kv_heads(m), kv);
+    CHECK_EQ_INT(dsattn_mha_dim(m), hidden);
+    CHECK_EQ_INT(dsattn_mha_head_dim(m), 128);
+    CHECK_EQ_INT(dsattn_mha_weight_bytes(m), 0);
+    dsattn_mha_seq *s = NULL;
+    dsattn_kv_bill b;
+    /* one layer at an odd capacity, then the whole model */
+    CHECK_OK(dsattn_mha_seq_create_layers(&s, m, 777, layers - 1, 1));
+    CHECK_OK(dsattn_mha_seq_kv_bill(s, &b));
+    CHECK_MSG(b.global_bytes_per_token == per_layer, "%s: %.3f B/token/layer, want %.0f",
+              cfg, b.global_bytes_per_token, per_layer);
+    CHECK_EQ_INT(b.global_bytes_allocated, (size_t)per_layer * 777);
+    CHECK_EQ_INT(b.window_bytes, 0);
+    CHECK_EQ_INT(b.state_bytes, 0);
+    dsattn_mha_seq_destroy(s);
+    CHECK_OK(dsattn_mha_seq_create(&s, m, 64));
+    CHECK_OK(dsattn_mha_seq_kv_bill(s, &b));
+    CHECK_MSG(b.global_bytes_per_token == per_layer * layers, "%s: %.3f B/token, want %.0f",
+              cfg, b.global_bytes_per_token, per_layer * layers);
+    /* a config-only model has no forward */
+    float x[1] = { 0 };
+    CHECK_EQ_INT(dsattn_mha_attn_forward(NULL, s, 0, x, 1, x), DSATTN_ERR_INVALID_ARG);
+    dsattn_ctx *c = mk_ctx(DSATTN_MODE_REFERENCE);
+    float *xx = calloc((size_t)hidden, sizeof(float));
+    CHECK_EQ_INT(dsattn_mha_attn_forward(c, s, 0, xx, 1, xx), DSATTN_ERR_UNSUPPORTED);
+    free(xx);
+    dsattn_ctx_destroy(c);
+    dsattn_mha_seq_destroy(s);
+    dsattn_mha_destroy(m);
+}
+
+DSATTN_TEST(mha, deepseek_llm_7b_cache_is_16384_bytes_per_token_layer)
+{
+    real_bill(DSATTN_TEST_DATA "/../../configs/deepseek-llm-7b.json", 30, 32, 32, 4096, 16384);
+}
+
+DSATTN_TEST(mha, deepseek_llm_67b_gqa_cache_is_4096_bytes_per_token_layer)
+{
+    real_bill(DSATTN_TEST_DATA "/../../configs/deepseek-llm-67b.json", 95, 64, 8, 8192, 4096);
+}
+
+/* ==== Prefill then decode == one prefill ================================ */
+
+static void split_invariance(dsattn_mode mode, double rel_tol, uint64_t seed)
+{
+    enum { N = 24, P = 9, LAYERS = 2, DIM = 256 };
+    char err[256] = "";
+    dsattn_mha *m = NULL;
+    CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("split", 2, LAYERS), seed, err, sizeof err));
+    if (!m) return;
+    dsattn_ctx *c = mk_ctx(mode);
+    float *x[LAYERS], *a[LAYERS], *b[LAYERS];
+    for (int l = 0; l < LAYERS; l++) {
+        x[l] = rand_x(N, DIM, seed * 10 + (uint64_t)l);
+        a[l] = calloc(N * DIM, sizeof(float));
+        b[l] = calloc(N * DIM, sizeof(float));
+    }
+    dsattn_mha_seq *sa = NULL, *sb = NULL;
+    CHECK_OK(dsattn_mha_seq_create(&sa, m, N));
+    CHECK_OK(dsattn_mha_seq_create(&sb, m, N));
+    run_chunk(c, sa, LAYERS, x, DIM, 0, N, a);                 /* one prefill  */
+    run_chunk(c, sb, LAYERS, x, DIM, 0, P, b);                 /* prefill P    */
+    for (size_t t = P; t < N; t++) run_chunk(c, sb, LAYERS, x, DIM, t, 1, b);  /* decode */
+    CHECK_EQ_INT(dsattn_mha_seq_pos(sb), N);
+    for (int l = 0; l < LAYERS; l++) {
+        if (rel_tol == 0.0) {
+            CHECK_BITS("prefill+decode vs prefill", b[l], a[l], N * DIM);
+        } else {
+            double r = dsattn_rel_l2(b[l], a[l], N * DIM);
+            CHECK_MSG(r <= rel_tol, "layer %d: rel L2 %.3g > %.3g", l, r, rel_tol);
+        }
+        free(x[l]); free(a[l]); free(b[l]);
+    }
+    dsattn_mha_seq_destroy(sa);
+    dsattn_mha_seq_destroy(sb);
+    dsattn_ctx_destroy(c);
+    dsattn_mha_destroy(m);
+}
+
+/* Reference mode: every sum is exact-then-rounded-once, so the split cannot
+ * change a single bit. */
+DSATTN_TEST(mha, prefill_then_decode_equals_prefill_reference_bit_exact_seed1)
+{
+    split_invariance(DSATTN_MODE_REFERENCE, 0.0, 1);
+}
+
+/* Fast mode: a prefill of >= 8 tokens runs its Linears through sgemm and a
+ * decode through the GEMV kernels (different fp32 orders), so bf16 values
+ * may flip by one ulp: relative L2 <= 4e-3 (bf16 eps is 7.8e-3). */
+DSATTN_TEST(mha, prefill_then_decode_equals_prefill_fast_within_4e3_seed2)
+{
+    split_invariance(DSATTN_MODE_FAST, 4e-3, 2);
+}
+
+/* ==== Causality ========================================================= */
+
+DSATTN_TEST(mha, causal_future_tokens_change_nothing_before_seed3)
+{
+    enum { N = 16, K = 6, DIM = 256 };
+    char err[256] = "";
+    dsattn_mha *m = NULL;
+    CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("causal", 2, 1), 3, err, sizeof err));
+    if (!m) return;
+    dsattn_ctx *c = mk_ctx(DSATTN_MODE_REFERENCE);
+    float *x1 = rand_x(N, DIM, 31), *x2 = rand_x(N, DIM, 31);
+    for (size_t i = (K + 1) * DIM; i < N * DIM; i++) x2[i] = -x2[i] + 0.5f;  /* new future */
+    float *o1 = calloc(N * DIM, 4), *o2 = calloc(N * DIM, 4);
+    dsattn_mha_seq *s1 = NULL, *s2 = NULL;
+    CHECK_OK(dsattn_mha_seq_create(&s1, m, N));
+    CHECK_OK(dsattn_mha_seq_create(&s2, m, N));
+    CHECK_OK(dsattn_mha_attn_forward(c, s1, 0, x1, N, o1));
+    CHECK_OK(dsattn_mha_attn_forward(c, s2, 0, x2, N, o2));
+    CHECK_BITS("rows <= K", o2, o1, (K + 1) * DIM);
+    /* and the future rows did change (the test can tell a leak from none) */
+    CHECK(dsattn_rel_l2(o2 + (K + 1) * DIM, o1 + (K + 1) * DIM, (N - K - 1) * DIM) > 0.05);
+    /* the first token attends only to itself: its output is o_proj(v) */
+    dsattn_mha_seq_destroy(s1);
+    dsattn_mha_seq_destroy(s2);
+    free(x1); free(x2); free(o1); free(o2);
+    dsattn_ctx_destroy(c);
+    dsattn_mha_destroy(m);
+}
+
+/* ==== GQA with its KV heads repeated == MHA ============================= */
+
+DSATTN_TEST(mha, gqa_equals_mha_with_repeated_kv_heads_seed4)
+{
+    enum { N = 10, DIM = 256, H = 4, HKV = 2, DH = 64 };
+    char err[256] = "";
+    dsattn_mha *g = NULL, *mh = NULL;
+    CHECK_OK(dsattn_mha_create_random(&g, tiny_cfg("gqa", HKV, 1), 4, err, sizeof err));
+    CHECK_OK(dsattn_mha_create_random(&mh, tiny_cfg("mha", H, 1), 99, err, sizeof err));
+    if (!g || !mh) { dsattn_mha_destroy(g); dsattn_mha_destroy(mh); return; }
+    /* MHA weights: wq, wo copied; head h's K/V rows = group h/2's rows */
+    dsattn_mha_layer_w *Lg = &g->layer[0], *Lm = &mh->layer[0];
+    memcpy((void *)Lm->wq.data, Lg->wq.data, (size_t)H * DH * DIM * 2);
+    memcpy((void *)Lm->wo.data, Lg->wo.data, (size_t)DIM * H * DH * 2);
+    for (int h = 0; h < H; h++) {
+        int grp = h / (H / HKV);
+        memcpy((uint16_t *)Lm->wk.data + (size_t)h * DH * DIM,
+               (const uint16_t *)Lg->wk.data + (size_t)grp * DH * DIM, (size_t)DH * DIM * 2);
+        memcpy((uint16_t *)Lm->wv.data + (size_t)h * DH * DIM,
+               (const uint16_t *)Lg->wv.data + (size_t)grp * DH * DIM, (size_t)DH * DIM * 2);
+    }
+    float *x = rand_x(N, DIM, 41), *og = calloc(N * DIM, 4), *om = calloc(N * DIM, 4);
+    for (int mode = 0; mode < 2; mode++) {
+        dsattn_ctx *c = mk_ctx(mode ? DSATTN_MODE_FAST : DSATTN_MODE_REFERENCE);
+        dsattn_mha_seq *sg = NULL, *sm = NULL;
+        CHECK_OK(dsattn_mha_seq_create(&sg, g, N));
+        CHECK_OK(dsattn_mha_seq_create(&sm, mh, N));
+        /* prefill 7, decode 3: both paths of both models */
+        CHECK_OK(dsattn_mha_attn_forward(c, sg, 0, x, 7, og));
+        CHECK_OK(dsattn_mha_attn_forward(c, sm, 0, x, 7, om));
+        CHECK_OK(dsattn_mha_seq_advance(sg, 7));
+        CHECK_OK(dsattn_mha_seq_advance(sm, 7));
+        for (int t = 7; t < N; t++) {
+            CHECK_OK(dsattn_mha_attn_forward(c, sg, 0, x + t * DIM, 1, og + t * DIM));
+            CHECK_OK(dsattn_mha_attn_forward(c, sm, 0, x + t * DIM, 1, om + t * DIM));
+            CHECK_OK(dsattn_mha_seq_advance(sg, 1));
+            CHECK_OK(dsattn_mha_seq_advance(sm, 1));
+        }
+        CHECK_BITS(mode ? "fast GQA vs MHA" : "reference GQA vs MHA", og, om, N * DIM);
+        /* the GQA cache holds HKV heads, not H: half the bytes */
+        dsattn_kv_bill bg, bm;
+        CHECK_OK(dsattn_mha_seq_kv_bill(sg, &bg));
+        CHECK_OK(dsattn_mha_seq_kv_bill(sm, &bm));
+        CHECK(bg.global_bytes_per_token * 2 == bm.global_bytes_per_token);
+        CHECK(bg.global_bytes_per_token == 2.0 * HKV * DH * 2);
+        dsattn_mha_seq_destroy(sg);
+        dsattn_mha_seq_destroy(sm);
+        dsattn_ctx_destroy(c);
+    }
+    free(x); free(og); free(om);
+    dsattn_mha_destroy(g);
+    dsattn_mha_destroy(mh);
+}
+
+/* ==== Fast == reference ================================================= */
+
+/* Prefill and a decode at a synthetic depth of 3000: the fast path (fp32
+ * accumulation, SIMD kernels, sgemm for the prefill Linears) against the
+ * reference.  Bound: relative L2 <= 4e-3 and no element further than 4
+ * bf16 ulps of the row's largest magnitude.  Every intermediate is rounded
+ * to bf16 where HF rounds, so fp32-vs-double accumulation only shows when a
+ * value sits within ~1e-7 of a bf16 rounding boundary: these seeds come
+ * out bit-identical, and a flipped rounding moves an output by ~1 ulp. */
+static void close_enough(const char *what, const float *f, const float *r, size_t n,
+                         size_t row)
+{
+    double rl = dsattn_rel_l2(f, r, n);
+    CHECK_MSG(rl <= 4e-3, "%s: rel L2 %.3g > 4e-3", what, rl);
+    for (size_t i0 = 0; i0 < n; i0 += row) {
+        float mx = 0.0f;
+        for (size_t i = i0; i < i0 + row; i++) mx = fmaxf(mx, fabsf(r[i]));
+        for (size_t i = i0; i < i0 + row; i++)
+            if (fabsf(f[i] - r[i]) > 4.0f * mx * 0x1p-8f) {
+                CHECK_MSG(0, "%s: [%zu] fast %g ref %g (row max %g)", what, i, f[i], r[i], mx);
+                return;
+            }
+    }
+}
+
+DSATTN_TEST(mha, fast_matches_reference_prefill_and_deep_decode_seed5)
+{
+    enum { N = 20, DIM = 256, DEPTH = 3000 };
+    char err[256] = "";
+    dsattn_mha *m = NULL;
+    CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("fast", 1, 1), 5, err, sizeof err));
+    if (!m) return;
+    dsattn_ctx *cr = mk_ctx(DSATTN_MODE_REFERENCE), *cf = mk_ctx(DSATTN_MODE_FAST);
+    float *x = rand_x(N, DIM, 51), *of = calloc(N * DIM, 4), *orf = calloc(N * DIM, 4);
+    dsattn_mha_seq *sf = NULL, *sr = NULL;
+    CHECK_OK(dsattn_mha_seq_create(&sf, m, N));
+    CHECK_OK(dsattn_mha_seq_create(&sr, m, N));
+    CHECK_OK(dsattn_mha_attn_forward(cf, sf, 0, x, N, of));
+    CHECK_OK(dsattn_mha_attn_forward(cr, sr, 0, x, N, orf));
+    close_enough("prefill", of, orf, N * DIM, DIM);
+    dsattn_mha_seq_destroy(sf);
+    dsattn_mha_seq_destroy(sr);
+    /* decode one token after 3000 synthetic ones (MQA: 4 heads, 1 KV head) */
+    CHECK_OK(dsattn_mha_seq_create(&sf, m, DEPTH + 1));
+    CHECK_OK(dsattn_mha_seq_create(&sr, m, DEPTH + 1));
+    CHECK_OK(dsattn_mha_seq_fill_synthetic(sf, DEPTH, 7));
+    CHECK_OK(dsattn_mha_seq_fill_synthetic(sr, DEPTH, 7));
+    CHECK_EQ_INT(dsattn_mha_seq_pos(sf), DEPTH);
+    dsattn_ctx_counters_reset(cf);
+    CHECK_OK(dsattn_mha_attn_forward(cf, sf, 0, x, 1, of));
+    dsattn_counters k = dsattn_ctx_counters(cf);
+    CHECK_OK(dsattn_mha_attn_forward(cr, sr, 0, x, 1, orf));
+    close_enough("decode at 3000", of, orf, DIM, DIM);
+    /* the core was counted: 4 H d (T) FLOPs and both caches' bytes once */
+    CHECK(k.flops >= 4ull * 4 * 64 * (DEPTH + 1));
+    CHECK(k.bytes_read >= 2ull * 1 * 64 * 2 * (DEPTH + 1));
+    dsattn_mha_seq_destroy(sf);
+    dsattn_mha_seq_destroy(sr);
+    free(x); free(of); free(orf);
+    dsattn_ctx_destroy(cr);
+    dsattn_ctx_destroy(cf);
+    dsattn_mha_destroy(m);
+}
+
+/* ==== An independent float64 LlamaAttention ============================= */
+
+/* q/k/v from the bf16 weights, half-split RoPE (rotate_half) at theta 1e4,
+ * softmax(q.k / sqrt(d)) over positions <= t, P.V, o_proj - all in double,
+ * no bf16 rounding anywhere.  The library output (bf16 everywhere HF rounds)
+ * must agree to bf16 noise: rel L2 <= 1e-2 (4e-3 seen).  A wrong RoPE pairing
+ * (interleaved), scale, head-to-KV mapping or causal window is far off. */
+DSATTN_TEST(mha, reference_agrees_with_float64_llama_attention_seed6)
+{
+    enum { N = 12, DIM = 256, H = 4, HKV = 2, DH = 64, G = H / HKV };
+    char err[256] = "";
+    dsattn_mha *m = NULL;
+    CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("f64", HKV, 1), 6, err, sizeof err));
+    if (!m) return;
+    const dsattn_mha_layer_w *L = &m->layer[0];
+    float *x = rand_x(N, DIM, 61), *o = calloc(N * DIM, 4), *want = calloc(N * DIM, 4);
+    dsattn_ctx *c = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_mha_seq *s = NULL;
+    CHECK_OK(dsattn_mha_seq_create(&s, m, N));
+    CHECK_OK(dsattn_mha_attn_forward(c, s, 0, x, N, o));
+
+    double *q = calloc(N * H * DH, 8), *k = calloc(N * HKV * DH, 8), *v = calloc(N * HKV * DH, 8);
+    double *att = calloc(N * H * DH, 8);
+#define W(w, r, i) ((double)dsattn_bf16_to_f32(((const uint16_t *)(w).data)[(size_t)(r) * (w).cols + (i)]))
+    for (int t = 0; t < N; t++) {
+        for (int r = 0; r < H * DH; r++) {
+            double a = 0; for (int i = 0; i < DIM; i++) a += W(L->wq, r, i) * x[t * DIM + i];
+            q[t * H * DH + r] = a;
+        }
+        for (int r = 0; r < HKV * DH; r++) {
+            double a = 0, b = 0;
+            for (int i = 0; i < DIM; i++) { a += W(L->wk, r, i) * x[t * DIM + i]; b += W(L->wv, r, i) * x[t * DIM + i]; }
+            k[t * HKV * DH + r] = a;
+            v[t * HKV * DH + r] = b;
+        }
+        /* rotate_half: pairs (i, i + d/2), inv_freq_i = 1e4^(-2i/d) */
+        for (int hh = 0; hh < H + HKV; hh++) {
+            double *p = hh < H ? q + (t * H + hh) * DH : k + (t * HKV + hh - H) * DH;
+            for (int i = 0; i < DH / 2; i++) {
+                double f = pow(10000.0, -2.0 * i / DH), cs = cos(t * f), sn = sin(t * f);
+                double a = p[i], b = p[i + DH / 2];
+                p[i] = a * cs - b * sn;
+                p[i + DH / 2] = b * cs + a * sn;
+            }
+        }
+    }
+    for (int t = 0; t < N; t++)
+        for (int h = 0; h < H; h++) {
+            int g = h / G;
+            double sc[N], mx = -1e300, sum = 0;
+            for (int j = 0; j <= t; j++) {
+                double a = 0;
+                for (int i = 0; i < DH; i++) a += q[(t * H + h) * DH + i] * k[(j * HKV + g) * DH + i];
+                sc[j] = a / sqrt((double)DH);
+                mx = fmax(mx, sc[j]);
+            }
+            for (int j = 0; j <= t; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
+            for (int i = 0; i < DH; i++) {
+                double a = 0;
+                for (int j = 0; j <= t; j++) a += sc[j] / sum * v[(j * HKV + g) * DH + i];
+                att[(t * H + h) * DH + i] = a;
+            }
+        }
+    for (int t = 0; t < N; t++)
+        for (int r = 0; r < DIM; r++) {
+            double a = 0;
+            for (int i = 0; i < H * DH; i++) a += W(L->wo, r, i) * att[t * H * DH + i];
+            want[t * DIM + r] = (float)a;
+        }
+#undef W
+    double rl = dsattn_rel_l2(o, want, N * DIM);
+    CHECK_MSG(rl <= 1e-2, "rel L2 vs float64 LlamaAttention %.3g > 1e-2", rl);
+    /* the cache holds RoPE'd keys: token 5, KV head 1 */
+    float kc[HKV * DH];
+    CHECK_OK(dsattn_mha_seq_kv(s, 0, 5, kc, NULL));
+    double num = 0, den = 0;
+    for (int i = 0; i < HKV * DH; i++) {
+        double dlt = kc[i] - k[5 * HKV * DH + i];
+        num += dlt * dlt;
+        den += k[5 * HKV * DH + i] * k[5 * HKV * DH + i];
+    }
+    /* one bf16 rounding of each value: ~2^-9 relative (2.5e-3 seen) */
+    CHECK_MSG(sqrt(num / den) <= 5e-3, "cached K vs float64 RoPE'd k: %.3g", sqrt(num / den));
+    free(q); free(k); free(v); free(att); free(x); free(o); free(want);
+    dsattn_mha_seq_destroy(s);
+    dsattn_ctx_destroy(c);
+    dsattn_mha_destroy(m);
+}
+
+/* ==== Errors ============================================================ */
+
+DSATTN_TEST(mha, bad_configs_and_calls_are_errors)
+{
+    char err[256] = "";
+    dsattn_mha *m = NULL;
+    const char *p = write_cfg("bad1", "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 256,"
+                              " \"num_hidden_layers\": 1, \"num_attention_heads\": 4}");
+    CHECK_EQ_INT(dsattn_mha_load_config(&m, p, err, sizeof err), DSATTN_ERR_UNSUPPORTED);
+    CHECK(m == NULL);
+    p = write_cfg("bad2", "{\"model_type\": \"llama\", \"hidden_size\": 256,"
+                  " \"num_hidden_layers\": 1, \"num_attention_heads\": 4,"
+                  " \"num_key_value_heads\": 3}");
+    CHECK_EQ_INT(dsattn_mha_load_config(&m, p, err, sizeof err), DSATTN_ERR_FORMAT);
+    CHECK(strstr(err, "num_key_value_heads") != NULL);
+    p = write_cfg("bad3", "{\"model_type\": \"llama\", \"hidden_size\": 256,"
+                  " \"num_hidden_layers\": 1, \"num_attention_heads\": 4,"
+                  " \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}");
+    CHECK_EQ_INT(dsattn_mha_load_config(&m, p, err, sizeof err), DSATTN_ERR_UNSUPPORTED);
+    p = write_cfg("bad4", "{\"model_type\": \"llama\", \"num_hidden_layers\": 1,"
+                  " \"num_attention_heads\": 4}");
+    CHECK_EQ_INT(dsattn_mha_load_config(&m, p, err, sizeof err), DSATTN_ERR_NOT_FOUND);
+    CHECK(strstr(err, "hidden_size") != NULL);
+    p = write_cfg("bad5", "{\"model_type\": \"llama\", \"hidden_size\": 768,"
+                  " \"num_hidden_layers\": 1, \"num_attention_heads\": 2}");
+    CHECK_EQ_INT(dsattn_mha_load_config(&m, p, err, sizeof err), DSATTN_ERR_FORMAT);
+
+    CHECK_OK(dsattn_mha_create_random_layers(&m, tiny_cfg("range", 2, 3), 1, 1, 1, err,
+                                             sizeof err));
+    if (!m) return;
+    CHECK(!dsattn_mha_has_weights(m, 0) && dsattn_mha_has_weights(m, 1) &&
+          !dsattn_mha_has_weights(m, 2));
+    dsattn_ctx *c = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_mha_seq *s = NULL;
+    CHECK_EQ_INT(dsattn_mha_seq_create_layers(&s, m, 8, 2, 2), DSATTN_ERR_INVALID_ARG);
+    CHECK_OK(dsattn_mha_seq_create_layers(&s, m, 4, 1, 1));
+    float *x = rand_x(5, 256, 1), *o = calloc(5 * 256, 4);
+    CHECK_EQ_INT(dsattn_mha_attn_forward(c, s, 0, x, 1, o), DSATTN_ERR_INVALID_ARG); /* not held */
+    CHECK_EQ_INT(dsattn_mha_attn_forward(c, s, 1, x, 5, o), DSATTN_ERR_INVALID_ARG); /* > cap */
+    CHECK_OK(dsattn_mha_attn_forward(c, s, 1, x, 4, o));
+    CHECK_OK(dsattn_mha_seq_advance(s, 4));
+    CHECK_EQ_INT(dsattn_mha_attn_forward(c, s, 1, x, 1, o), DSATTN_ERR_INVALID_ARG); /* full */
+    CHECK_EQ_INT(dsattn_mha_seq_advance(s, 1), DSATTN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(dsattn_mha_seq_fill_synthetic(s, 4, 1), DSATTN_ERR_INVALID_ARG);
+    free(x); free(o);
+    dsattn_mha_seq_destroy(s);
+    dsattn_ctx_destroy(c);
+    dsattn_mha_destroy(m);
+    dsattn_mha_destroy(NULL);
+    dsattn_mha_seq_destroy(NULL);
+}
