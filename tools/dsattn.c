@@ -1,6 +1,7 @@
 /* dsattn.c - the command-line tool's entry point: finds the subcommand in
  * the registry (tools/cli.h) and runs it.  `dsattn` alone runs the main
  * job on the built-in default (the first registered command by order). */
+#include "blas.h"
 #include "cli.h"
 #include "dsattn.h"
 
@@ -34,6 +35,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    dsattn_blas_reexec_coretype(argv);   /* before anything else: may re-exec */
     qsort(cmds, (size_t)n_cmds, sizeof cmds[0], by_order);
     if (argc < 2) {
         if (n_cmds == 0) { usage(stdout); return 0; }

@@ -46,6 +46,44 @@ typedef struct dsattn_kernels {
      * key row (the key is loaded once) */
     void (*mdot_f32)(const float *q, size_t ldq, size_t nh, const float *v,
                      size_t n, float *out);
+
+    /* ==== Attention fast paths over packed cache rows ===================
+     * Row layouts are numfmt.h's (payload, then scales; 4-bit codes: even
+     * element in the low nibble).  The dequant entries are bit-exact to
+     * numfmt.c's unpack functions on every input, NaN codes included; the
+     * fused mdot/maxpy entries equal "dequant the row, then mdot_f32 /
+     * maxpy_f32" (ref) up to fp32 accumulation order (fast). */
+
+    /* acc[h*ldacc + i] += p[h] * v[i], i < n, h < nh.  ref: each element
+     * fp32(acc + p*v) with the product exact (one rounding). */
+    void (*maxpy_f32)(const float *p, size_t nh, const float *v, size_t n,
+                      float *acc, size_t ldacc);
+
+    /* V4.1 main KV row (dsattn_v41_kv_unpack): d/2 E2M1 bytes, then d/16
+     * E4M3 scales, one per 16 values.  d % 16 == 0.  288 B at d = 512. */
+    void (*dequant_fp4e4m3_row)(const uint8_t *row, size_t d, float *out);
+    /* V4.1 SWA window row (dsattn_v41_swa_unpack): d E4M3 codes, then d/32
+     * UE8M0 scales.  d % 32 == 0.  528 B at d = 512. */
+    void (*dequant_fp8ue8m0_row)(const uint8_t *row, size_t d, float *out);
+    /* Index-K row (dsattn_fp4_index_unpack): d/2 E2M1 bytes, then d/32
+     * UE8M0 scales.  d % 32 == 0.  68 B at d = 128. */
+    void (*dequant_fp4ue8m0_row)(const uint8_t *row, size_t d, float *out);
+
+    /* out[h] = q[h*ldq .. +d] . deq(row) for h < nh: every head that shares
+     * the packed row reads it once (MQA/MLA-style attention scores). */
+    void (*mdot_fp4e4m3)(const float *q, size_t ldq, size_t nh,
+                         const uint8_t *row, size_t d, float *out);
+    /* acc[h*ldacc + i] += p[h] * deq(row)[i]: the matching P.V update. */
+    void (*maxpy_fp4e4m3)(const float *p, size_t nh, const uint8_t *row,
+                          size_t d, float *acc, size_t ldacc);
+    /* Index heads against one FP4 index-K row (lightning indexer dots). */
+    void (*mdot_fp4ue8m0)(const float *q, size_t ldq, size_t nh,
+                          const uint8_t *row, size_t d, float *out);
+    /* The same pair over SWA window rows. */
+    void (*mdot_fp8ue8m0)(const float *q, size_t ldq, size_t nh,
+                          const uint8_t *row, size_t d, float *out);
+    void (*maxpy_fp8ue8m0)(const float *p, size_t nh, const uint8_t *row,
+                           size_t d, float *acc, size_t ldacc);
 } dsattn_kernels;
 
 extern const dsattn_kernels dsattn_kernels_ref;

@@ -77,6 +77,109 @@ static void mdot_f32_ref(const float *q, size_t ldq, size_t nh, const float *v,
     for (size_t h = 0; h < nh; h++) out[h] = dot_f32_ref(q + h * ldq, v, n);
 }
 
+static void maxpy_f32_ref(const float *p, size_t nh, const float *v, size_t n,
+                          float *acc, size_t ldacc)
+{
+    for (size_t h = 0; h < nh; h++) {
+        float *a = acc + h * ldacc;
+        for (size_t i = 0; i < n; i++)
+            a[i] = (float)((double)a[i] + (double)p[h] * (double)v[i]);
+    }
+}
+
+/* ==== Packed cache rows ================================================ */
+/* One element of each row format, exactly as numfmt.c's unpack computes it
+ * (an fp32 product of two exact values).  The fused references decode
+ * element by element instead of into a buffer: the reference never needs
+ * scratch memory, and nh * d decodes are cheap next to the double sums. */
+
+static float fp4e4m3_at(const uint8_t *row, size_t d, size_t i)
+{
+    uint8_t b = row[i / 2];
+    uint8_t c = (i & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15);
+    return dsattn_e2m1_to_f32(c) * dsattn_e4m3_to_f32(row[d / 2 + i / 16]);
+}
+
+static float fp4ue8m0_at(const uint8_t *row, size_t d, size_t i)
+{
+    uint8_t b = row[i / 2];
+    uint8_t c = (i & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15);
+    return dsattn_e2m1_to_f32(c) * dsattn_ue8m0_to_f32(row[d / 2 + i / 32]);
+}
+
+static float fp8ue8m0_at(const uint8_t *row, size_t d, size_t i)
+{
+    return dsattn_e4m3_to_f32(row[i]) * dsattn_ue8m0_to_f32(row[d + i / 32]);
+}
+
+static void dequant_fp4e4m3_row_ref(const uint8_t *row, size_t d, float *out)
+{
+    dsattn_v41_kv_unpack(row, d, out);
+}
+
+static void dequant_fp8ue8m0_row_ref(const uint8_t *row, size_t d, float *out)
+{
+    dsattn_v41_swa_unpack(row, d, out);
+}
+
+static void dequant_fp4ue8m0_row_ref(const uint8_t *row, size_t d, float *out)
+{
+    dsattn_fp4_index_unpack(row, d, out);
+}
+
+static void mdot_fp4e4m3_ref(const float *q, size_t ldq, size_t nh,
+                             const uint8_t *row, size_t d, float *out)
+{
+    for (size_t h = 0; h < nh; h++) {
+        double acc = 0.0;
+        for (size_t i = 0; i < d; i++)
+            acc += (double)q[h * ldq + i] * (double)fp4e4m3_at(row, d, i);
+        out[h] = (float)acc;
+    }
+}
+
+static void maxpy_fp4e4m3_ref(const float *p, size_t nh, const uint8_t *row,
+                              size_t d, float *acc, size_t ldacc)
+{
+    for (size_t h = 0; h < nh; h++) {
+        float *a = acc + h * ldacc;
+        for (size_t i = 0; i < d; i++)
+            a[i] = (float)((double)a[i] + (double)p[h] * (double)fp4e4m3_at(row, d, i));
+    }
+}
+
+static void mdot_fp4ue8m0_ref(const float *q, size_t ldq, size_t nh,
+                              const uint8_t *row, size_t d, float *out)
+{
+    for (size_t h = 0; h < nh; h++) {
+        double acc = 0.0;
+        for (size_t i = 0; i < d; i++)
+            acc += (double)q[h * ldq + i] * (double)fp4ue8m0_at(row, d, i);
+        out[h] = (float)acc;
+    }
+}
+
+static void mdot_fp8ue8m0_ref(const float *q, size_t ldq, size_t nh,
+                              const uint8_t *row, size_t d, float *out)
+{
+    for (size_t h = 0; h < nh; h++) {
+        double acc = 0.0;
+        for (size_t i = 0; i < d; i++)
+            acc += (double)q[h * ldq + i] * (double)fp8ue8m0_at(row, d, i);
+        out[h] = (float)acc;
+    }
+}
+
+static void maxpy_fp8ue8m0_ref(const float *p, size_t nh, const uint8_t *row,
+                               size_t d, float *acc, size_t ldacc)
+{
+    for (size_t h = 0; h < nh; h++) {
+        float *a = acc + h * ldacc;
+        for (size_t i = 0; i < d; i++)
+            a[i] = (float)((double)a[i] + (double)p[h] * (double)fp8ue8m0_at(row, d, i));
+    }
+}
+
 const dsattn_kernels dsattn_kernels_ref = {
     .name      = "ref",
     .gemv_f32  = gemv_f32_ref,
@@ -85,4 +188,13 @@ const dsattn_kernels dsattn_kernels_ref = {
     .gemv_fp4  = gemv_fp4_ref,
     .dot_f32   = dot_f32_ref,
     .mdot_f32  = mdot_f32_ref,
+    .maxpy_f32            = maxpy_f32_ref,
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_ref,
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_ref,
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_ref,
+    .mdot_fp4e4m3         = mdot_fp4e4m3_ref,
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3_ref,
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0_ref,
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0_ref,
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_ref,
 };

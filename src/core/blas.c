@@ -1,0 +1,83 @@
+/* blas.c - OpenBLAS core-type insurance, its core name, and the row-major
+ * sgemm wrapper prefill uses (see blas.h for the why).
+ *
+ * Deliberately not here: choosing thread counts for OpenBLAS (its OpenMP
+ * build follows OMP_NUM_THREADS / the caller's parallel region), any GEMM
+ * shape other than the one prefill needs, and any re-exec from library code.
+ */
+#include "blas.h"
+
+#include "internal.h"
+#include "kernels.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<cblas.h>)
+#include <cblas.h>
+#define DSATTN_HAVE_CBLAS 1
+#endif
+#endif
+
+const char *dsattn_blas_corename(void)
+{
+#ifdef DSATTN_HAVE_CBLAS
+    const char *n = openblas_get_corename();
+    return n ? n : "unknown";
+#else
+    return "none";
+#endif
+}
+
+void dsattn_blas_reexec_coretype(char **argv)
+{
+    if (!argv || !argv[0]) return;
+    if (getenv("OPENBLAS_CORETYPE") || getenv("DSATTN_BLAS_REEXEC")) return;
+    if (!dsattn_cpu_has_avx512()) return;
+    /* The marker first: whatever happens next, the child cannot loop. */
+    if (setenv("DSATTN_BLAS_REEXEC", "1", 1) != 0) return;
+    if (setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc?): run on with what the library picked, and
+     * leave the environment as we found it for our children */
+    unsetenv("OPENBLAS_CORETYPE");
+}
+
+void dsattn_sgemm_rowmajor_ref(size_t M, size_t N, size_t K, const float *A,
+                               size_t lda, const float *B, size_t ldb, float *C,
+                               size_t ldc)
+{
+    for (size_t m = 0; m < M; m++)
+        for (size_t n = 0; n < N; n++) {
+            const float *a = A + m * lda, *b = B + n * ldb;
+            double acc = 0.0;
+            for (size_t k = 0; k < K; k++) acc += (double)a[k] * (double)b[k];
+            C[m * ldc + n] = (float)acc;
+        }
+}
+
+dsattn_status dsattn_sgemm_rowmajor(size_t M, size_t N, size_t K, const float *A,
+                                    size_t lda, const float *B, size_t ldb, float *C,
+                                    size_t ldc)
+{
+    if (M == 0 || N == 0) return DSATTN_OK;
+    if (!C || ldc < N || ((!A || !B || lda < K || ldb < K) && K > 0))
+        return DSATTN_ERR_INVALID_ARG;
+    if (K == 0) {
+        for (size_t m = 0; m < M; m++)
+            for (size_t n = 0; n < N; n++) C[m * ldc + n] = 0.0f;
+        return DSATTN_OK;
+    }
+#ifdef DSATTN_HAVE_CBLAS
+    if (M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX &&
+        ldb <= INT_MAX && ldc <= INT_MAX) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
+                    1.0f, A, (int)lda, B, (int)ldb, 0.0f, C, (int)ldc);
+        return DSATTN_OK;
+    }
+#endif
+    dsattn_sgemm_rowmajor_ref(M, N, K, A, lda, B, ldb, C, ldc);
+    return DSATTN_OK;
+}

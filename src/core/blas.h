@@ -1,0 +1,44 @@
+/* blas.h - the BLAS boundary: which OpenBLAS kernels run, and the one GEMM
+ * shape prefill needs.
+ *
+ * Debian's DYNAMIC_ARCH OpenBLAS picks its kernels from cpuid when the
+ * shared library loads, before main().  On CPUs it does not recognise it
+ * falls back to generic SSE3 kernels (several times slower); the cure is
+ * OPENBLAS_CORETYPE in the environment *before* the load, hence a re-exec.
+ * The library itself never re-execs: only the CLI's main() calls
+ * dsattn_blas_reexec_coretype().
+ */
+#ifndef DSATTN_BLAS_H
+#define DSATTN_BLAS_H
+
+#include <stddef.h>
+
+#include "dsattn.h"
+
+/* OpenBLAS's runtime core name ("SkylakeX", "Haswell", "Prescott", ...), or
+ * "none" in a build without CBLAS. */
+const char *dsattn_blas_corename(void);
+
+/* Call first thing in main().  If $OPENBLAS_CORETYPE is unset, the CPU runs
+ * AVX-512 (F/BW/VL/DQ) and $DSATTN_BLAS_REEXEC is unset: set
+ * OPENBLAS_CORETYPE=SkylakeX and DSATTN_BLAS_REEXEC=1 and execv
+ * /proc/self/exe with the same argv.  Returns (doing nothing else) when no
+ * re-exec is needed or the exec failed; the marker makes a loop impossible.
+ * Set OPENBLAS_CORETYPE yourself to choose another core or skip this. */
+void dsattn_blas_reexec_coretype(char **argv);
+
+/* C[M, N] = A[M, K] . B[N, K]^T, all row-major: A rows are tokens, B is a
+ * weight in torch Linear layout [out, in].  lda >= K, ldb >= K, ldc >= N.
+ * cblas_sgemm (fp32, OpenBLAS's threads); the scalar fallback (double
+ * accumulation, one rounding) runs when the build has no CBLAS or a size
+ * exceeds cblas's int.  INVALID_ARG on NULL pointers or short strides. */
+dsattn_status dsattn_sgemm_rowmajor(size_t M, size_t N, size_t K, const float *A,
+                                    size_t lda, const float *B, size_t ldb, float *C,
+                                    size_t ldc);
+
+/* The scalar fallback itself (also the reference the tests compare with). */
+void dsattn_sgemm_rowmajor_ref(size_t M, size_t N, size_t K, const float *A,
+                               size_t lda, const float *B, size_t ldb, float *C,
+                               size_t ldc);
+
+#endif /* DSATTN_BLAS_H */

@@ -1,0 +1,531 @@
+/* kernels_avx2.c - the AVX2 + FMA + F16C kernel table.
+ *
+ * Owns the fast path of every dsattn_kernels entry on CPUs without AVX-512
+ * (and under valgrind, which cannot run AVX-512: DSATTN_ISA=avx2).  Same
+ * contract as kernels_avx512.c - fp32 FMA accumulation in its own order,
+ * tested against kernels_ref.c with stated bounds, single-threaded and
+ * reentrant - with simpler code: 8 lanes, 16 registers, natural element
+ * order everywhere (no re-arranged x), 2 rows per GEMV step.
+ *
+ * Decodes (exact, see kernels_avx512.c for the reasoning):
+ *  - E4M3 -> fp16 bit move (value * 2^-8), vcvtph2ps, exact * 256 later.
+ *  - E2M1: a 4-byte broadcast shifted by 0, 4, ..., 28 puts nibble i at
+ *    the bottom of lane i (natural order for free); vpermps looks up the
+ *    3-bit magnitude (it reads only bits 0..2 here) and the sign bit is
+ *    moved to bit 31 with a second variable shift and xor-ed in.
+ *  - UE8M0 b: bits b << 23, with b = 0 -> 2^-127 and b = 255 -> NaN.
+ */
+#include "kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "numfmt.h"
+
+#define AI static inline __attribute__((always_inline))
+#define A32 __attribute__((aligned(32)))
+
+/* Row elements decoded per pass of the fused kernels (4 KB of stack). */
+#define RCH 1024
+
+static const float e2m1_mag[8] A32 = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f };
+
+/* maskload/maskstore masks for the first n (< 8) lanes */
+static const int32_t lane_mask_src[16] = { -1, -1, -1, -1, -1, -1, -1, -1,
+                                           0, 0, 0, 0, 0, 0, 0, 0 };
+AI __m256i mask8(size_t n)
+{
+    return _mm256_loadu_si256((const __m256i *)(lane_mask_src + 8 - (n > 8 ? 8 : n)));
+}
+
+AI float hsum(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Eight accumulators -> eight sums. */
+AI __m256 hsum8(const __m256 *a)
+{
+    __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 lo = _mm256_hadd_ps(h01, h23), hi = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20),
+                         _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+AI float ue8m0f(uint8_t b)
+{
+    uint32_t u = b == 0 ? 0x00400000u : (b == 255 ? 0x7fc00000u : (uint32_t)b << 23);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* 8 consecutive E2M1 codes (4 bytes at p) -> 8 floats, natural order. */
+AI __m256 fp4x8(const uint8_t *p)
+{
+    uint32_t u;
+    memcpy(&u, p, 4);
+    const __m256i shr = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i shl = _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0);
+    __m256i b = _mm256_set1_epi32((int)u);
+    __m256 mag = _mm256_permutevar8x32_ps(_mm256_load_ps(e2m1_mag), _mm256_srlv_epi32(b, shr));
+    __m256i sgn = _mm256_and_si256(_mm256_sllv_epi32(b, shl), _mm256_set1_epi32(INT32_MIN));
+    return _mm256_xor_ps(mag, _mm256_castsi256_ps(sgn));
+}
+
+/* 16 words each holding an E4M3 code in the low byte -> fp16 bits. */
+AI __m256i e4m3w_to_h(__m256i w)
+{
+    return _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(w, 8), 1),
+                            _mm256_set1_epi16((short)0xBF80));
+}
+
+/* 16 E4M3 codes -> 2 x 8 floats * 2^-8 (NaN codes NOT handled). */
+AI void fp8x16_scaled(__m128i c, __m256 *f0, __m256 *f1)
+{
+    __m256i h = e4m3w_to_h(_mm256_cvtepu8_epi16(c));
+    *f0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *f1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
+/* 16 E4M3 codes -> 2 x 8 exact floats, NaN codes included. */
+AI void fp8x16_exact(__m128i c, __m256 *f0, __m256 *f1)
+{
+    __m256i w = _mm256_cvtepu8_epi16(c);
+    __m256i h = e4m3w_to_h(w);
+    __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)),
+                                     _mm256_set1_epi16(0x7f));
+    const __m256 k256 = _mm256_set1_ps(256.0f), qnan = _mm256_set1_ps(__builtin_nanf(""));
+    __m256 a = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k256);
+    __m256 b = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k256);
+    __m256i na = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(nan));
+    __m256i nb = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(nan, 1));
+    *f0 = _mm256_blendv_ps(a, qnan, _mm256_castsi256_ps(na));
+    *f1 = _mm256_blendv_ps(b, qnan, _mm256_castsi256_ps(nb));
+}
+
+/* ==== fp32 / bf16 GEMV ================================================== */
+
+AI void gemv_f32_rows(const float *W, size_t k, const float *x, float *y, const int R)
+{
+    __m256 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(W + r * k + i), xv, acc[r]);
+    }
+    if (i < k) {
+        __m256i m = mask8(k - i);
+        __m256 xv = _mm256_maskload_ps(x + i, m);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(W + r * k + i, m), xv, acc[r]);
+    }
+    for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
+}
+
+static void gemv_f32_avx2(const float *W, const float *x, float *y, size_t rows, size_t k)
+{
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4) gemv_f32_rows(W + r * k, k, x, y + r, 4);
+    for (; r < rows; r++) gemv_f32_rows(W + r * k, k, x, y + r, 1);
+}
+
+AI __m256 bf16x8(__m128i h)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+AI void gemv_bf16_rows(const uint16_t *W, size_t k, const float *x, float *y, const int R)
+{
+    __m256 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm256_fmadd_ps(bf16x8(_mm_loadu_si128((const __m128i *)(W + r * k + i))),
+                                     xv, acc[r]);
+    }
+    if (i < k) {
+        float xt[8] A32 = { 0 };
+        memcpy(xt, x + i, (k - i) * sizeof(float));
+        __m256 xv = _mm256_load_ps(xt);
+        for (int r = 0; r < R; r++) {
+            uint16_t wt[8] = { 0 };
+            memcpy(wt, W + r * k + i, (k - i) * sizeof(uint16_t));
+            acc[r] = _mm256_fmadd_ps(bf16x8(_mm_loadu_si128((const __m128i *)wt)), xv, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
+}
+
+static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t rows,
+                           size_t k)
+{
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4) gemv_bf16_rows(W + r * k, k, x, y + r, 4);
+    for (; r < rows; r++) gemv_bf16_rows(W + r * k, k, x, y + r, 1);
+}
+
+/* ==== FP8 E4M3 GEMV ===================================================== */
+/* Units of 32 elements (one load of 32 codes), each inside one scale block
+ * when bs % 32 == 0: the unit's 4 products are summed, then multiplied by
+ * the block scale with one FMA.  NaN codes are tracked with a byte max
+ * (code | 0x80 == 0xff exactly for 0x7f/0xff).  Other block edges take the
+ * plain per-element path (correct, not fast: no checkpoint uses them). */
+
+AI void fp8_rows(const uint8_t *W, size_t k, const float *sc, size_t bs,
+                 const float *x, float *y, const int R)
+{
+    __m256 acc[2];
+    __m256i nanv[2];
+    const __m256i msb = _mm256_set1_epi8((char)0x80);
+    for (int r = 0; r < R; r++) {
+        acc[r] = _mm256_setzero_ps();
+        nanv[r] = _mm256_setzero_si256();
+    }
+    for (size_t i = 0; i < k; i += 32) {
+        const float *xp = x + i;
+        float xt[32] A32;
+        size_t n = k - i < 32 ? k - i : 32;
+        if (n < 32) {                    /* tail: zero-padded copies */
+            memset(xt, 0, sizeof xt);
+            memcpy(xt, x + i, n * sizeof(float));
+            xp = xt;
+        }
+        __m256 s = _mm256_set1_ps(sc[i / bs]);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            __m256i v;
+            if (n == 32) {
+                v = _mm256_loadu_si256((const __m256i *)(W + r * k + i));
+            } else {
+                uint8_t ct[32] = { 0 };
+                memcpy(ct, W + r * k + i, n);
+                v = _mm256_loadu_si256((const __m256i *)ct);
+            }
+            nanv[r] = _mm256_max_epu8(nanv[r], _mm256_or_si256(v, msb));
+            __m256 f0, f1, f2, f3;
+            fp8x16_scaled(_mm256_castsi256_si128(v), &f0, &f1);
+            fp8x16_scaled(_mm256_extracti128_si256(v, 1), &f2, &f3);
+            __m256 b = _mm256_mul_ps(f0, _mm256_loadu_ps(xp));
+            b = _mm256_fmadd_ps(f1, _mm256_loadu_ps(xp + 8), b);
+            b = _mm256_fmadd_ps(f2, _mm256_loadu_ps(xp + 16), b);
+            b = _mm256_fmadd_ps(f3, _mm256_loadu_ps(xp + 24), b);
+            acc[r] = _mm256_fmadd_ps(b, s, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float v = hsum(acc[r]) * 256.0f;
+        __m256i ff = _mm256_cmpeq_epi8(nanv[r], _mm256_set1_epi8(-1));
+        y[r] = _mm256_movemask_epi8(ff) ? __builtin_nanf("") : v;
+    }
+}
+
+static void fp8_row_generic(const uint8_t *w, const float *sc, size_t bs,
+                            const float *x, float *y, size_t k)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float t[8] A32;
+    for (size_t i = 0; i < k; i += 8) {
+        size_t n = k - i < 8 ? k - i : 8;
+        for (size_t l = 0; l < 8; l++)
+            t[l] = l < n ? dsattn_e4m3_to_f32(w[i + l]) * sc[(i + l) / bs] : 0.0f;
+        __m256 xv = _mm256_maskload_ps(x + i, mask8(n));
+        acc = _mm256_fmadd_ps(_mm256_load_ps(t), xv, acc);
+    }
+    *y = hsum(acc);
+}
+
+static void gemv_fp8_avx2(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                          const float *x, float *y, size_t rows, size_t k)
+{
+    if (bs == 0) return;
+    for (size_t r = 0; r < rows;) {
+        const float *sc = scale + (r / bs) * ldsc;
+        if (bs % 32) {
+            fp8_row_generic(W + r * k, sc, bs, x, y + r, k);
+            r++;
+        } else if (r + 2 <= rows && (r + 1) / bs == r / bs) {
+            fp8_rows(W + r * k, k, sc, bs, x, y + r, 2);
+            r += 2;
+        } else {
+            fp8_rows(W + r * k, k, sc, bs, x, y + r, 1);
+            r++;
+        }
+    }
+}
+
+/* ==== FP4 E2M1 GEMV ===================================================== */
+
+AI void fp4_rows(const uint8_t *W, size_t rs, const uint8_t *S, size_t ss,
+                 const float *x, float *y, size_t k, const int R)
+{
+    __m256 acc[2];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (size_t i = 0; i < k; i += 32) {
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const uint8_t *p = W + r * rs + i / 2;
+            __m256 b = _mm256_mul_ps(fp4x8(p), x0);
+            b = _mm256_fmadd_ps(fp4x8(p + 4), x1, b);
+            b = _mm256_fmadd_ps(fp4x8(p + 8), x2, b);
+            b = _mm256_fmadd_ps(fp4x8(p + 12), x3, b);
+            acc[r] = _mm256_fmadd_ps(b, _mm256_set1_ps(ue8m0f(S[r * ss + i / 32])), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
+}
+
+static void gemv_fp4_avx2(const uint8_t *W, const uint8_t *scale, const float *x,
+                          float *y, size_t rows, size_t k)
+{
+    const size_t rs = k / 2, ss = k / 32;
+    size_t r = 0;
+    for (; r + 2 <= rows; r += 2) fp4_rows(W + r * rs, rs, scale + r * ss, ss, x, y + r, k, 2);
+    for (; r < rows; r++) fp4_rows(W + r * rs, rs, scale + r * ss, ss, x, y + r, k, 1);
+}
+
+/* ==== dot / mdot / maxpy (fp32) ========================================= */
+
+static float dot_f32_avx2(const float *a, const float *b, size_t n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i < n; i += 8) {
+        __m256i m = mask8(n - i);
+        s0 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), s0);
+    }
+    return hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+}
+
+/* G = 8 heads (one chain each), 4 heads (two chains), 1 head (four). */
+AI void mdot_group(const float *q, size_t ldq, const float *v, size_t n, float *out,
+                   const int G, int accumulate)
+{
+    __m256 a[8], b[8];
+    const int U = G == 8 ? 1 : (G == 4 ? 2 : 4);
+    for (int g = 0; g < G * U; g++) a[g] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 * (size_t)U <= n; i += 8 * (size_t)U) {
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            __m256 w = _mm256_loadu_ps(v + i + 8 * u);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++)
+                a[g * U + u] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * ldq + i + 8 * u), w,
+                                               a[g * U + u]);
+        }
+    }
+    for (; i < n; i += 8) {
+        __m256i m = mask8(n - i);
+        __m256 w = _mm256_maskload_ps(v + i, m);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+            a[g * U] = _mm256_fmadd_ps(_mm256_maskload_ps(q + g * ldq + i, m), w, a[g * U]);
+    }
+    for (int g = 0; g < G; g++) {
+        b[g] = a[g * U];
+        for (int u = 1; u < U; u++) b[g] = _mm256_add_ps(b[g], a[g * U + u]);
+    }
+    float s[8];
+    if (G == 8) _mm256_storeu_ps(s, hsum8(b));
+    else for (int g = 0; g < G; g++) s[g] = hsum(b[g]);
+    for (int g = 0; g < G; g++) out[g] = accumulate ? out[g] + s[g] : s[g];
+}
+
+static void mdot_core(const float *q, size_t ldq, size_t nh, const float *v, size_t n,
+                      float *out, int accumulate)
+{
+    size_t h = 0;
+    for (; h + 8 <= nh; h += 8) mdot_group(q + h * ldq, ldq, v, n, out + h, 8, accumulate);
+    if (h + 4 <= nh) { mdot_group(q + h * ldq, ldq, v, n, out + h, 4, accumulate); h += 4; }
+    for (; h < nh; h++) mdot_group(q + h * ldq, ldq, v, n, out + h, 1, accumulate);
+}
+
+static void mdot_f32_avx2(const float *q, size_t ldq, size_t nh, const float *v,
+                          size_t n, float *out)
+{
+    mdot_core(q, ldq, nh, v, n, out, 0);
+}
+
+static void maxpy_f32_avx2(const float *p, size_t nh, const float *v, size_t n,
+                           float *acc, size_t ldacc)
+{
+    for (size_t i = 0; i < n; i += 32) {
+        size_t left = n - i;
+        if (left >= 32) {
+            __m256 v0 = _mm256_loadu_ps(v + i), v1 = _mm256_loadu_ps(v + i + 8);
+            __m256 v2 = _mm256_loadu_ps(v + i + 16), v3 = _mm256_loadu_ps(v + i + 24);
+            for (size_t h = 0; h < nh; h++) {
+                float *a = acc + h * ldacc + i;
+                __m256 ph = _mm256_set1_ps(p[h]);
+                _mm256_storeu_ps(a, _mm256_fmadd_ps(ph, v0, _mm256_loadu_ps(a)));
+                _mm256_storeu_ps(a + 8, _mm256_fmadd_ps(ph, v1, _mm256_loadu_ps(a + 8)));
+                _mm256_storeu_ps(a + 16, _mm256_fmadd_ps(ph, v2, _mm256_loadu_ps(a + 16)));
+                _mm256_storeu_ps(a + 24, _mm256_fmadd_ps(ph, v3, _mm256_loadu_ps(a + 24)));
+            }
+        } else {
+            for (size_t j = i; j < n; j += 8) {
+                __m256i m = mask8(n - j);
+                __m256 vv = _mm256_maskload_ps(v + j, m);
+                for (size_t h = 0; h < nh; h++) {
+                    float *a = acc + h * ldacc + j;
+                    __m256 r = _mm256_fmadd_ps(_mm256_set1_ps(p[h]), vv, _mm256_maskload_ps(a, m));
+                    _mm256_maskstore_ps(a, m, r);
+                }
+            }
+        }
+    }
+}
+
+/* ==== Packed cache rows ================================================= */
+
+/* Dequantize elements [i0, i0 + n) of a row of format fmt into out. */
+enum { FMT_FP4E4M3 = 0, FMT_FP4UE8M0 = 1, FMT_FP8UE8M0 = 2 };
+
+AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, size_t n,
+                      float *out)
+{
+    float scf[64];
+    /* scales in groups of <= 64 blocks; blocks are 16 or 32 elements */
+    const size_t blk = fmt == FMT_FP4E4M3 ? 16 : 32;
+    for (size_t c0 = i0; c0 < i0 + n; c0 += 64 * blk) {
+        size_t cn = i0 + n - c0 < 64 * blk ? i0 + n - c0 : 64 * blk;
+        const uint8_t *sb = row + (fmt == FMT_FP8UE8M0 ? d : d / 2) + c0 / blk;
+        for (size_t b = 0; b < cn / blk; b++)
+            scf[b] = fmt == FMT_FP4E4M3 ? dsattn_e4m3_to_f32(sb[b]) : ue8m0f(sb[b]);
+        if (fmt == FMT_FP8UE8M0) {
+            for (size_t i = c0; i < c0 + cn; i += 16) {
+                __m256 f0, f1, s = _mm256_set1_ps(scf[(i - c0) / 32]);
+                fp8x16_exact(_mm_loadu_si128((const __m128i *)(row + i)), &f0, &f1);
+                _mm256_storeu_ps(out + (i - i0), _mm256_mul_ps(f0, s));
+                _mm256_storeu_ps(out + (i - i0) + 8, _mm256_mul_ps(f1, s));
+            }
+        } else {
+            /* fp4_range indexes scf by (i / blk) relative to c0 */
+            for (size_t i = c0; i < c0 + cn; i += 16) {
+                __m256 s = _mm256_set1_ps(scf[(i - c0) / blk]);
+                _mm256_storeu_ps(out + (i - i0), _mm256_mul_ps(fp4x8(row + i / 2), s));
+                _mm256_storeu_ps(out + (i - i0) + 8, _mm256_mul_ps(fp4x8(row + i / 2 + 4), s));
+            }
+        }
+    }
+}
+
+static void dequant_fp4e4m3_row_avx2(const uint8_t *row, size_t d, float *out)
+{
+    dequant_range(FMT_FP4E4M3, row, d, 0, d, out);
+}
+
+static void dequant_fp8ue8m0_row_avx2(const uint8_t *row, size_t d, float *out)
+{
+    dequant_range(FMT_FP8UE8M0, row, d, 0, d, out);
+}
+
+static void dequant_fp4ue8m0_row_avx2(const uint8_t *row, size_t d, float *out)
+{
+    dequant_range(FMT_FP4UE8M0, row, d, 0, d, out);
+}
+
+/* Fused kernels: decode up to RCH elements into an L1 buffer once, then
+ * run the fp32 mdot / maxpy over it for every head. */
+AI void mdot_row(const int fmt, const float *q, size_t ldq, size_t nh,
+                 const uint8_t *row, size_t d, float *out)
+{
+    float buf[RCH] A32;
+    for (size_t i0 = 0; i0 < d; i0 += RCH) {
+        size_t n = d - i0 < RCH ? d - i0 : RCH;
+        dequant_range(fmt, row, d, i0, n, buf);
+        mdot_core(q + i0, ldq, nh, buf, n, out, i0 > 0);
+    }
+}
+
+AI void maxpy_row(const int fmt, const float *p, size_t nh, const uint8_t *row,
+                  size_t d, float *acc, size_t ldacc)
+{
+    float buf[RCH] A32;
+    for (size_t i0 = 0; i0 < d; i0 += RCH) {
+        size_t n = d - i0 < RCH ? d - i0 : RCH;
+        dequant_range(fmt, row, d, i0, n, buf);
+        maxpy_f32_avx2(p, nh, buf, n, acc + i0, ldacc);
+    }
+}
+
+static void mdot_fp4e4m3_avx2(const float *q, size_t ldq, size_t nh,
+                              const uint8_t *row, size_t d, float *out)
+{
+    mdot_row(FMT_FP4E4M3, q, ldq, nh, row, d, out);
+}
+
+static void maxpy_fp4e4m3_avx2(const float *p, size_t nh, const uint8_t *row,
+                               size_t d, float *acc, size_t ldacc)
+{
+    maxpy_row(FMT_FP4E4M3, p, nh, row, d, acc, ldacc);
+}
+
+static void mdot_fp4ue8m0_avx2(const float *q, size_t ldq, size_t nh,
+                               const uint8_t *row, size_t d, float *out)
+{
+    mdot_row(FMT_FP4UE8M0, q, ldq, nh, row, d, out);
+}
+
+static void mdot_fp8ue8m0_avx2(const float *q, size_t ldq, size_t nh,
+                               const uint8_t *row, size_t d, float *out)
+{
+    mdot_row(FMT_FP8UE8M0, q, ldq, nh, row, d, out);
+}
+
+static void maxpy_fp8ue8m0_avx2(const float *p, size_t nh, const uint8_t *row,
+                                size_t d, float *acc, size_t ldacc)
+{
+    maxpy_row(FMT_FP8UE8M0, p, nh, row, d, acc, ldacc);
+}
+
+/* ==== The table ========================================================= */
+
+static const dsattn_kernels kernels_avx2 = {
+    .name                 = "avx2",
+    .gemv_f32             = gemv_f32_avx2,
+    .gemv_bf16            = gemv_bf16_avx2,
+    .gemv_fp8             = gemv_fp8_avx2,
+    .gemv_fp4             = gemv_fp4_avx2,
+    .dot_f32              = dot_f32_avx2,
+    .mdot_f32             = mdot_f32_avx2,
+    .maxpy_f32            = maxpy_f32_avx2,
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_avx2,
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_avx2,
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_avx2,
+    .mdot_fp4e4m3         = mdot_fp4e4m3_avx2,
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3_avx2,
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx2,
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx2,
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_avx2,
+};
+
+const dsattn_kernels *const dsattn_kernels_avx2_ptr = &kernels_avx2;
+
+#else  /* no AVX2 compiler support: no such path */
+
+const dsattn_kernels *const dsattn_kernels_avx2_ptr = 0;
+
+#endif

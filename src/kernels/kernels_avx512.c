@@ -1,0 +1,833 @@
+/* kernels_avx512.c - the AVX-512 (F/BW/VL/DQ) kernel table.
+ *
+ * Owns the fast path of every dsattn_kernels entry on AVX-512 CPUs.  Each
+ * kernel accumulates in fp32 with FMA in its own order and is tested against
+ * the scalar reference (kernels_ref.c) with stated bounds in
+ * tests/test_kernels.c; docs/kernels.md has the contracts and measured
+ * speeds.  Every kernel is single-threaded and reentrant (no mutable
+ * globals, scratch lives on the stack): the ops layer calls the GEMVs on row
+ * ranges from an OpenMP loop.  Deliberately not here: threading, allocation,
+ * VBMI/BF16/FP16 instructions (the dispatch only checks F/BW/VL/DQ).
+ *
+ * The decode tricks, all exact:
+ *  - E4M3 -> fp16 is a bit move: sign to bit 15, the 7 magnitude bits to
+ *    bits 13..7.  The fp16 number is the E4M3 value times 2^-8, subnormals
+ *    included (an E4M3 subnormal lands on an fp16 subnormal), and
+ *    vcvtph2ps turns it into a normal fp32 with no denormal penalty.  The
+ *    2^8 is put back by an exact power-of-two multiply.  0x7f/0xff (NaN in
+ *    E4M3 "fn") would decode as +-480, so every path that can meet them
+ *    detects them separately.
+ *  - E2M1 is a 16-entry table: vpermps looks it up with the low 4 bits of
+ *    each 32-bit lane and ignores the rest, so a nibble only has to be
+ *    shifted to the bottom of its lane, never masked.
+ *  - UE8M0 b is the fp32 bit pattern b << 23, except b = 0 (2^-127, a
+ *    subnormal) and b = 255 (NaN), which are patched by compare masks.
+ *
+ * GEMV layout trick: the FP8 and FP4 GEMVs decode weights in whatever lane
+ * order is cheapest and re-arrange x once per call (and fold the FP8 block
+ * scales into it) so that lanes line up; x is shared by every row, the
+ * weights are not.
+ */
+#include "kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#define A64 __attribute__((aligned(64)))
+
+/* Elements of x re-arranged per pass of the FP8/FP4 GEMVs (32 KB stack). */
+#define XCH 8192
+/* Row elements decoded per pass of the buffered fused kernels (4 KB). */
+#define RCH 1024
+
+static const float e2m1_tab[16] A64 = {
+    0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f,
+};
+
+/* ==== Small helpers ===================================================== */
+
+AI __mmask16 mask16(size_t n) { return (__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u); }
+AI __mmask64 mask64(size_t n) { return n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1); }
+
+AI float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+/* Four accumulators -> their four sums in one __m128. */
+AI __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    __m256 ta = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m256 tb = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+    __m256 tc = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+    __m256 td = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+    __m256 ab = _mm256_hadd_ps(ta, tb), cd = _mm256_hadd_ps(tc, td);
+    __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* Eight accumulators -> their eight sums in one __m256 (transpose-reduce:
+ * about three shuffles/adds per head instead of eight). */
+AI __m256 hsum8(const __m512 *a)
+{
+    __m512 t[4];
+    for (int p = 0; p < 4; p++) {
+        __m512 lo = _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44);
+        __m512 hi = _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE);
+        t[p] = _mm512_add_ps(lo, hi);           /* [a(2p) 8 | a(2p+1) 8] */
+    }
+    __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x88),
+                              _mm512_shuffle_f32x4(t[0], t[1], 0xDD));
+    __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x88),
+                              _mm512_shuffle_f32x4(t[2], t[3], 0xDD));
+    /* u0: 128-bit lane L holds 4 partials of head L; u1 of head 4+L */
+    __m512 v = _mm512_add_ps(_mm512_unpacklo_ps(u0, u1), _mm512_unpackhi_ps(u0, u1));
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+    /* lane L: [head L, head 4+L, ...] */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13,
+                                          0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, v));
+}
+
+/* y[0..R) = (accumulate ? y + s : s) */
+AI void put_sums(float *y, const float *s, int R, int accumulate)
+{
+    for (int r = 0; r < R; r++) y[r] = accumulate ? y[r] + s[r] : s[r];
+}
+
+/* 16 UE8M0 bytes -> 16 exact fp32 scales (2^(b-127), NaN for 255). */
+AI __m512 ue8m0x16(__m128i b)
+{
+    __m512i e = _mm512_cvtepu8_epi32(b);
+    __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+    f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000)));
+    f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+    return f;
+}
+
+/* n (<= 16) UE8M0 bytes -> floats; lanes past n are 0. */
+AI void ue8m0_to_f32(const uint8_t *b, size_t n, float *out)
+{
+    __m128i v = _mm_maskz_loadu_epi8(mask16(n), b);
+    _mm512_storeu_ps(out, _mm512_maskz_mov_ps(mask16(n), ue8m0x16(v)));
+}
+
+/* Words holding one E4M3 code in their low byte -> fp16 bits of value*2^-8. */
+AI __m512i e4m3w_to_h(__m512i w)
+{
+    return _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(w, 8), 1),
+                            _mm512_set1_epi16((short)0xBF80));
+}
+
+/* n (<= 32) E4M3 codes -> exact floats (NaN codes included); the rest 0. */
+AI void e4m3_to_f32(const uint8_t *c, size_t n, float *out)
+{
+    __mmask32 m = n >= 32 ? 0xffffffffu : (1u << n) - 1u;
+    __m512i w = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, c));
+    __m512i h = e4m3w_to_h(w);
+    __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7f)),
+                                            _mm512_set1_epi16(0x7f));
+    const __m512 k256 = _mm512_set1_ps(256.0f), qnan = _mm512_set1_ps(__builtin_nanf(""));
+    __m512 f0 = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), k256);
+    __m512 f1 = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), k256);
+    f0 = _mm512_mask_mov_ps(f0, (__mmask16)nan, qnan);
+    f1 = _mm512_mask_mov_ps(f1, (__mmask16)(nan >> 16), qnan);
+    _mm512_storeu_ps(out, _mm512_maskz_mov_ps(mask16(n), f0));
+    _mm512_storeu_ps(out + 16, _mm512_maskz_mov_ps(mask16(n > 16 ? n - 16 : 0), f1));
+}
+
+/* ==== fp32 / bf16 GEMV ================================================== */
+
+AI void gemv_f32_rows(const float *W, size_t k, const float *x, float *y, const int R)
+{
+    __m512 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        __m512 xv = _mm512_loadu_ps(x + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(W + r * k + i), xv, acc[r]);
+    }
+    if (i < k) {
+        __mmask16 m = mask16(k - i);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, W + r * k + i), xv, acc[r]);
+    }
+    if (R == 4) {
+        _mm_storeu_ps(y, hsum4(acc[0], acc[1], acc[2], acc[3]));
+    } else {
+        for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
+    }
+}
+
+static void gemv_f32_avx512(const float *W, const float *x, float *y, size_t rows,
+                            size_t k)
+{
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4) gemv_f32_rows(W + r * k, k, x, y + r, 4);
+    switch (rows - r) {
+    case 3: gemv_f32_rows(W + r * k, k, x, y + r, 3); break;
+    case 2: gemv_f32_rows(W + r * k, k, x, y + r, 2); break;
+    case 1: gemv_f32_rows(W + r * k, k, x, y + r, 1); break;
+    default: break;
+    }
+}
+
+/* bf16 -> fp32 is a 16-bit shift: zero-extend 16 halves, shift left 16. */
+AI __m512 bf16x16(__m256i h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void gemv_bf16_rows(const uint16_t *W, size_t k, const float *x, float *y, const int R)
+{
+    __m512 acc[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        __m512 xv = _mm512_loadu_ps(x + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)(W + r * k + i));
+            acc[r] = _mm512_fmadd_ps(bf16x16(h), xv, acc[r]);
+        }
+    }
+    if (i < k) {
+        __mmask16 m = mask16(k - i);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i h = _mm256_maskz_loadu_epi16(m, W + r * k + i);
+            acc[r] = _mm512_fmadd_ps(bf16x16(h), xv, acc[r]);
+        }
+    }
+    if (R == 4) {
+        _mm_storeu_ps(y, hsum4(acc[0], acc[1], acc[2], acc[3]));
+    } else {
+        for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
+    }
+}
+
+static void gemv_bf16_avx512(const uint16_t *W, const float *x, float *y,
+                             size_t rows, size_t k)
+{
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4) gemv_bf16_rows(W + r * k, k, x, y + r, 4);
+    switch (rows - r) {
+    case 3: gemv_bf16_rows(W + r * k, k, x, y + r, 3); break;
+    case 2: gemv_bf16_rows(W + r * k, k, x, y + r, 2); break;
+    case 1: gemv_bf16_rows(W + r * k, k, x, y + r, 1); break;
+    default: break;
+    }
+}
+
+/* ==== FP8 E4M3 GEMV ===================================================== */
+/* A 64-byte load of codes is decoded as 16-bit lanes: the even bytes and
+ * the odd bytes each become 32 fp16 numbers (5 integer ops), then four
+ * vcvtph2ps give [even 0..30], [even 32..62], [odd 1..31], [odd 33..63].
+ * x is arranged the same way once per call, with each element already
+ * multiplied by its block scale; the rows of one call that share a scale
+ * row share that arranged x.  The 2^-8 of the fp16 decode comes back as
+ * one exact *256 per output.  NaN codes are tracked with one byte max per
+ * load (code | 0x80 is 0xff exactly for 0x7f and 0xff). */
+
+static void fp8_arrange_x(const float *x, const float *sc, size_t bs, size_t k0,
+                          size_t kn, float *xb)
+{
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14,
+                                         16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+    for (size_t t0 = 0; t0 < kn; t0 += 64) {
+        __m512 a[4];
+        for (int m = 0; m < 4; m++) {
+            size_t off = t0 + 16 * (size_t)m;
+            __mmask16 mk = mask16(off < kn ? kn - off : 0);
+            a[m] = _mm512_maskz_loadu_ps(mk, x + off);
+            if (bs % 32 == 0) {
+                /* 32-element halves never straddle a scale block; padding
+                 * lanes stay exactly 0 even if a scale is inf. */
+                if (mk) a[m] = _mm512_maskz_mul_ps(mk, a[m],
+                                                   _mm512_set1_ps(sc[(k0 + off) / bs]));
+            } else {
+                float tmp[16] A64;
+                _mm512_store_ps(tmp, a[m]);
+                for (size_t l = 0; l < 16 && off + l < kn; l++)
+                    tmp[l] *= sc[(k0 + off + l) / bs];
+                a[m] = _mm512_load_ps(tmp);
+            }
+        }
+        float *o = xb + t0;
+        _mm512_store_ps(o,      _mm512_permutex2var_ps(a[0], ie, a[1]));
+        _mm512_store_ps(o + 16, _mm512_permutex2var_ps(a[2], ie, a[3]));
+        _mm512_store_ps(o + 32, _mm512_permutex2var_ps(a[0], io, a[1]));
+        _mm512_store_ps(o + 48, _mm512_permutex2var_ps(a[2], io, a[3]));
+    }
+}
+
+AI void fp8_rows(const uint8_t *W, size_t k, const float *xb, size_t kn, float *y,
+                 const int R, int accumulate)
+{
+    __m512 acc[4];
+    __m512i nanv[4];
+    const __m512i msb = _mm512_set1_epi8((char)0x80);
+    for (int r = 0; r < R; r++) {
+        acc[r] = _mm512_setzero_ps();
+        nanv[r] = _mm512_setzero_si512();
+    }
+    for (size_t t0 = 0; t0 < kn; t0 += 64) {
+        const float *xc = xb + t0;
+        __m512 x0 = _mm512_load_ps(xc), x1 = _mm512_load_ps(xc + 16);
+        __m512 x2 = _mm512_load_ps(xc + 32), x3 = _mm512_load_ps(xc + 48);
+        __mmask64 m = mask64(kn - t0);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512i v = _mm512_maskz_loadu_epi8(m, W + r * k + t0);
+            nanv[r] = _mm512_max_epu8(nanv[r], _mm512_or_si512(v, msb));
+            __m512i lo = e4m3w_to_h(v);
+            __m512i hi = _mm512_and_si512(_mm512_srai_epi16(v, 1),
+                                          _mm512_set1_epi16((short)0xBF80));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(lo)), x0, acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(lo, 1)), x1, acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(hi)), x2, acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1)), x3, acc[r]);
+        }
+    }
+    float s[4];
+    if (R == 4) _mm_storeu_ps(s, hsum4(acc[0], acc[1], acc[2], acc[3]));
+    else for (int r = 0; r < R; r++) s[r] = hsum(acc[r]);
+    for (int r = 0; r < R; r++) {
+        s[r] *= 256.0f;
+        if (_mm512_cmpeq_epi8_mask(nanv[r], _mm512_set1_epi8(-1))) s[r] = __builtin_nanf("");
+    }
+    put_sums(y, s, R, accumulate);
+}
+
+static void gemv_fp8_avx512(const uint8_t *W, const float *scale, size_t bs,
+                            size_t ldsc, const float *x, float *y, size_t rows,
+                            size_t k)
+{
+    float xb[XCH] A64;
+    if (bs == 0) return;
+    for (size_t rb0 = 0; rb0 < rows;) {
+        size_t sr = rb0 / bs;                       /* scale row */
+        size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
+        const float *sc = scale + sr * ldsc;
+        for (size_t k0 = 0; k0 < k; k0 += XCH) {
+            size_t kn = k - k0 < XCH ? k - k0 : XCH;
+            int acc = k0 > 0;
+            fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
+            size_t r = rb0;
+            for (; r + 4 <= rb1; r += 4) fp8_rows(W + r * k + k0, k, xb, kn, y + r, 4, acc);
+            switch (rb1 - r) {
+            case 3: fp8_rows(W + r * k + k0, k, xb, kn, y + r, 3, acc); break;
+            case 2: fp8_rows(W + r * k + k0, k, xb, kn, y + r, 2, acc); break;
+            case 1: fp8_rows(W + r * k + k0, k, xb, kn, y + r, 1, acc); break;
+            default: break;
+            }
+        }
+        rb0 = rb1;
+    }
+}
+
+/* ==== FP4 E2M1 GEMV ===================================================== */
+/* A 64-byte load is 16 dwords of 8 nibbles each; dword lane i holds
+ * elements 8i..8i+7 of a 128-element chunk.  Shifting by 4j brings element
+ * 8i+j to the bottom of every lane, so 7 shifts + 8 vpermps decode the
+ * chunk as X_j[i] = w[8i+j].  x is transposed the same way once per call
+ * (3 rounds of vpermt2ps per 128 elements).  Lanes 4b..4b+3 hold block b's
+ * 32 elements in every X_j, so one scale vector [s0 x4, s1 x4, s2 x4, s3 x4]
+ * multiplies the chunk's 8-term partial sums once. */
+
+static void fp4_arrange_x(const float *x, size_t kn, float *xb)
+{
+    const __m512i i1lo = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+    const __m512i i1hi = _mm512_setr_epi32(4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31);
+    const __m512i i2a = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i i2b = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512i i3a = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i i3b = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (size_t t0 = 0; t0 < kn; t0 += 128) {
+        __m512 a[8], s1[8], s2[8];
+        for (int m = 0; m < 8; m++) {
+            size_t off = t0 + 16 * (size_t)m;
+            a[m] = _mm512_maskz_loadu_ps(mask16(off < kn ? kn - off : 0), x + off);
+        }
+        /* s1[2p]: cols 0..3 of rows 4p..4p+3; s1[2p+1]: cols 4..7 */
+        for (int p = 0; p < 4; p++) {
+            s1[2 * p]     = _mm512_permutex2var_ps(a[2 * p], i1lo, a[2 * p + 1]);
+            s1[2 * p + 1] = _mm512_permutex2var_ps(a[2 * p], i1hi, a[2 * p + 1]);
+        }
+        /* s2[4q + 2h + c]: cols 4h+2c, 4h+2c+1 of rows 8q..8q+7 */
+        for (int q = 0; q < 2; q++)
+            for (int h = 0; h < 2; h++) {
+                __m512 u = s1[4 * q + h], v = s1[4 * q + 2 + h];
+                s2[4 * q + 2 * h]     = _mm512_permutex2var_ps(u, i2a, v);
+                s2[4 * q + 2 * h + 1] = _mm512_permutex2var_ps(u, i2b, v);
+            }
+        float *o = xb + t0;
+        for (int h = 0; h < 2; h++)
+            for (int c = 0; c < 2; c++) {
+                __m512 u = s2[2 * h + c], v = s2[4 + 2 * h + c];
+                int col = 4 * h + 2 * c;
+                _mm512_store_ps(o + 16 * col,       _mm512_permutex2var_ps(u, i3a, v));
+                _mm512_store_ps(o + 16 * (col + 1), _mm512_permutex2var_ps(u, i3b, v));
+            }
+    }
+}
+
+#define FP4_STEP(J, X)                                                        \
+    do {                                                                      \
+        __m512 xj = _mm512_load_ps(xc + 16 * (J));                            \
+        _Pragma("GCC unroll 4")                                               \
+        for (int r = 0; r < R; r++)                                           \
+            blk[r] = _mm512_fmadd_ps(                                         \
+                _mm512_permutexvar_ps(_mm512_srli_epi32(v[r], 4 * (J)), tab), \
+                xj, blk[r]);                                                  \
+    } while (0)
+
+/* sb: R rows x (XCH/32) scale floats of this pass, zero past kn/32. */
+AI void fp4_rows(const uint8_t *W, size_t rs, const float *xb, size_t kn,
+                 const float *sb, float *y, const int R, int accumulate)
+{
+    const __m512 tab = _mm512_load_ps(e2m1_tab);
+    const __m512i is = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 acc[4], blk[4];
+    __m512i v[4];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (size_t t0 = 0; t0 < kn; t0 += 128) {
+        const float *xc = xb + t0;
+        /* bytes left in this chunk: 16, 32, 48 or 64 */
+        size_t nb = (kn - t0 >= 128 ? 128 : kn - t0) / 2;
+        __mmask16 m = mask16(nb / 4);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            v[r] = _mm512_maskz_loadu_epi32(m, W + r * rs + t0 / 2);
+            blk[r] = _mm512_mul_ps(_mm512_permutexvar_ps(v[r], tab), _mm512_load_ps(xc));
+        }
+        FP4_STEP(1, x1); FP4_STEP(2, x2); FP4_STEP(3, x3);
+        FP4_STEP(4, x4); FP4_STEP(5, x5); FP4_STEP(6, x6); FP4_STEP(7, x7);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 s4 = _mm512_castps128_ps512(_mm_loadu_ps(sb + r * (XCH / 32) + t0 / 32));
+            acc[r] = _mm512_fmadd_ps(blk[r], _mm512_permutexvar_ps(is, s4), acc[r]);
+        }
+    }
+    float s[4];
+    if (R == 4) _mm_storeu_ps(s, hsum4(acc[0], acc[1], acc[2], acc[3]));
+    else for (int r = 0; r < R; r++) s[r] = hsum(acc[r]);
+    put_sums(y, s, R, accumulate);
+}
+
+static void gemv_fp4_avx512(const uint8_t *W, const uint8_t *scale,
+                            const float *x, float *y, size_t rows, size_t k)
+{
+    float xb[XCH] A64;
+    float sb[4 * (XCH / 32) + 16] A64;
+    const size_t rs = k / 2, ss = k / 32;
+    for (size_t k0 = 0; k0 < k; k0 += XCH) {
+        size_t kn = k - k0 < XCH ? k - k0 : XCH;
+        int acc = k0 > 0;
+        fp4_arrange_x(x + k0, kn, xb);
+        for (size_t r = 0; r < rows; r += 4) {
+            int R = rows - r >= 4 ? 4 : (int)(rows - r);
+            for (int q = 0; q < R; q++) {
+                const uint8_t *sc = scale + (r + (size_t)q) * ss + k0 / 32;
+                float *o = sb + (size_t)q * (XCH / 32);
+                /* zero the tail up to a multiple of 4 blocks: padding
+                 * lanes multiply exact zeros, never garbage */
+                for (size_t b = 0; b < kn / 32 + 4; b += 16) {
+                    size_t n = b < kn / 32 ? kn / 32 - b : 0;
+                    ue8m0_to_f32(sc + b, n, o + b);
+                }
+            }
+            const uint8_t *w = W + r * rs + k0 / 2;
+            switch (R) {
+            case 4: fp4_rows(w, rs, xb, kn, sb, y + r, 4, acc); break;
+            case 3: fp4_rows(w, rs, xb, kn, sb, y + r, 3, acc); break;
+            case 2: fp4_rows(w, rs, xb, kn, sb, y + r, 2, acc); break;
+            default: fp4_rows(w, rs, xb, kn, sb, y + r, 1, acc); break;
+            }
+        }
+    }
+}
+
+/* ==== dot / mdot / maxpy (fp32) ========================================= */
+
+static float dot_f32_avx512(const float *a, const float *b, size_t n)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), s3);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = mask16(n - i);
+        s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+    }
+    return hsum(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+/* G heads (G = 16, 8, 4 or 1) against v; out gets (or adds) the sums.
+ * 16 and 8 heads give 16/8 independent FMA chains; 4 heads and 1 head
+ * unroll by two / four to hide the FMA latency.  Head rows are addressed
+ * as base[g/4] + {0, 1, 2, 3} * ldq so the loop needs G/4 + 2 pointer
+ * registers, not G (16 row pointers spill and cost a reload per FMA). */
+AI void mdot_group(const float *q, size_t ldq, const float *v, size_t n, float *out,
+                   const int G, int accumulate)
+{
+    __m512 a[16], b[16];
+    const int U = G >= 8 ? 1 : (G == 4 ? 2 : 4);     /* chains per head */
+    const ptrdiff_t L = (ptrdiff_t)ldq * 4, off[4] = { 0, L, 2 * L, 3 * L };
+    const char *base[4];
+    for (int j = 0; j < 4; j++) base[j] = (const char *)(q + 4 * (size_t)j * ldq);
+    for (int g = 0; g < G * U; g++) a[g] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 * (size_t)U <= n; i += 16 * (size_t)U) {
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            __m512 w = _mm512_loadu_ps(v + i + 16 * u);
+            const ptrdiff_t o = (ptrdiff_t)(i + 16 * (size_t)u) * 4;
+#pragma GCC unroll 16
+            for (int g = 0; g < G; g++) {
+                const float *qp = (const float *)(base[g / 4] + o + off[g % 4]);
+                a[g * U + u] = _mm512_fmadd_ps(_mm512_loadu_ps(qp), w, a[g * U + u]);
+            }
+        }
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = mask16(n - i);
+        __m512 w = _mm512_maskz_loadu_ps(m, v + i);
+#pragma GCC unroll 16
+        for (int g = 0; g < G; g++)
+            a[g * U] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + g * ldq + i), w, a[g * U]);
+    }
+    for (int g = 0; g < G; g++) {
+        b[g] = a[g * U];
+        for (int u = 1; u < U; u++) b[g] = _mm512_add_ps(b[g], a[g * U + u]);
+    }
+    float s[16];
+    if (G >= 8) {
+        for (int g0 = 0; g0 < G; g0 += 8) _mm256_storeu_ps(s + g0, hsum8(b + g0));
+    } else if (G == 4) {
+        _mm_storeu_ps(s, hsum4(b[0], b[1], b[2], b[3]));
+    } else {
+        for (int g = 0; g < G; g++) s[g] = hsum(b[g]);
+    }
+    put_sums(out, s, G, accumulate);
+}
+
+static void mdot_core(const float *q, size_t ldq, size_t nh, const float *v, size_t n,
+                      float *out, int accumulate)
+{
+    size_t h = 0;
+    for (; h + 16 <= nh; h += 16) mdot_group(q + h * ldq, ldq, v, n, out + h, 16, accumulate);
+    if (h + 8 <= nh) { mdot_group(q + h * ldq, ldq, v, n, out + h, 8, accumulate); h += 8; }
+    if (h + 4 <= nh) { mdot_group(q + h * ldq, ldq, v, n, out + h, 4, accumulate); h += 4; }
+    for (; h < nh; h++) mdot_group(q + h * ldq, ldq, v, n, out + h, 1, accumulate);
+}
+
+static void mdot_f32_avx512(const float *q, size_t ldq, size_t nh, const float *v,
+                            size_t n, float *out)
+{
+    mdot_core(q, ldq, nh, v, n, out, 0);
+}
+
+static void maxpy_f32_avx512(const float *p, size_t nh, const float *v, size_t n,
+                             float *acc, size_t ldacc)
+{
+    /* v is loaded once per 64 elements and reused by every head */
+    for (size_t i = 0; i < n; i += 64) {
+        size_t left = n - i;
+        __mmask16 m0 = mask16(left), m1 = mask16(left > 16 ? left - 16 : 0);
+        __mmask16 m2 = mask16(left > 32 ? left - 32 : 0), m3 = mask16(left > 48 ? left - 48 : 0);
+        __m512 v0 = _mm512_maskz_loadu_ps(m0, v + i), v1 = _mm512_maskz_loadu_ps(m1, v + i + 16);
+        __m512 v2 = _mm512_maskz_loadu_ps(m2, v + i + 32), v3 = _mm512_maskz_loadu_ps(m3, v + i + 48);
+        for (size_t h = 0; h < nh; h++) {
+            float *a = acc + h * ldacc + i;
+            __m512 ph = _mm512_set1_ps(p[h]);
+            _mm512_mask_storeu_ps(a, m0, _mm512_fmadd_ps(ph, v0, _mm512_maskz_loadu_ps(m0, a)));
+            _mm512_mask_storeu_ps(a + 16, m1, _mm512_fmadd_ps(ph, v1, _mm512_maskz_loadu_ps(m1, a + 16)));
+            _mm512_mask_storeu_ps(a + 32, m2, _mm512_fmadd_ps(ph, v2, _mm512_maskz_loadu_ps(m2, a + 32)));
+            _mm512_mask_storeu_ps(a + 48, m3, _mm512_fmadd_ps(ph, v3, _mm512_maskz_loadu_ps(m3, a + 48)));
+        }
+    }
+}
+
+/* ==== Packed cache rows ================================================= */
+/* Natural-order FP4 decode of 32 elements (16 payload bytes): the 16 bytes
+ * are broadcast to all four 128-bit lanes; one vpshufb puts byte i/2 in the
+ * low byte and byte 8+i/2 in the third byte of dword i; a variable shift by
+ * 0/4 brings the right nibble of both to bits 0..3 / 16..19.  Two vpermps
+ * then give elements 0..15 and 16..31.  `half` decodes only 8 bytes. */
+
+AI void fp4_unit(const uint8_t *p, int half, __m512 *wa, __m512 *wb)
+{
+    const __m512 tab = _mm512_load_ps(e2m1_tab);
+    /* dword i (i = 0..15): byte0 = i/2, byte2 = 8 + i/2, bytes 1,3 zeroed */
+    const __m512i sh = _mm512_setr_epi32(
+        (int)0x80088000, (int)0x80088000, (int)0x80098001, (int)0x80098001,
+        (int)0x800a8002, (int)0x800a8002, (int)0x800b8003, (int)0x800b8003,
+        (int)0x800c8004, (int)0x800c8004, (int)0x800d8005, (int)0x800d8005,
+        (int)0x800e8006, (int)0x800e8006, (int)0x800f8007, (int)0x800f8007);
+    const __m512i cnt = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    __m128i b = half ? _mm_loadl_epi64((const __m128i *)p) : _mm_loadu_si128((const __m128i *)p);
+    __m512i t = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(b), sh);
+    t = _mm512_srlv_epi32(t, cnt);
+    *wa = _mm512_permutexvar_ps(t, tab);
+    *wb = _mm512_permutexvar_ps(_mm512_srli_epi32(t, 16), tab);
+}
+
+/* 32 E4M3 codes -> 2 x 16 exact floats in natural order (NaN codes too). */
+AI void fp8_unit(const uint8_t *p, __m512 *f0, __m512 *f1)
+{
+    __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)p));
+    __m512i h = e4m3w_to_h(w);
+    __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7f)),
+                                            _mm512_set1_epi16(0x7f));
+    const __m512 k256 = _mm512_set1_ps(256.0f), qnan = _mm512_set1_ps(__builtin_nanf(""));
+    *f0 = _mm512_mask_mov_ps(_mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), k256),
+                             (__mmask16)nan, qnan);
+    *f1 = _mm512_mask_mov_ps(_mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), k256),
+                             (__mmask16)(nan >> 16), qnan);
+}
+
+/* Row formats of the fused kernels (compile-time constants after inlining). */
+enum { FMT_FP4E4M3 = 0, FMT_FP4UE8M0 = 1, FMT_FP8UE8M0 = 2 };
+
+/* Scales of elements [i0, i0 + n) (n <= 512) as floats: one per 16
+ * elements for FP4/E4M3, one per 32 for the UE8M0 formats. */
+AI void row_scales(const int fmt, const uint8_t *row, size_t d, size_t i0, size_t n,
+                   float *sf)
+{
+    if (fmt == FMT_FP4E4M3) {
+        e4m3_to_f32(row + d / 2 + i0 / 16, n / 16, sf);
+    } else {
+        const uint8_t *sc = row + (fmt == FMT_FP4UE8M0 ? d / 2 : d) + i0 / 32;
+        ue8m0_to_f32(sc, n / 32, sf);
+    }
+}
+
+/* Elements [i, i+32) (or [i, i+16) if half) of a row, i - i0 < 512,
+ * multiplied by their scale: bit-exactly numfmt's unpack. */
+AI void row_unit(const int fmt, const uint8_t *row, size_t i, size_t i0,
+                 const float *sf, int half, __m512 *wa, __m512 *wb)
+{
+    size_t j = i - i0;
+    if (fmt == FMT_FP8UE8M0) {
+        fp8_unit(row + i, wa, wb);
+        __m512 s = _mm512_set1_ps(sf[j / 32]);
+        *wa = _mm512_mul_ps(*wa, s);
+        *wb = _mm512_mul_ps(*wb, s);
+    } else if (fmt == FMT_FP4UE8M0) {
+        fp4_unit(row + i / 2, 0, wa, wb);
+        __m512 s = _mm512_set1_ps(sf[j / 32]);
+        *wa = _mm512_mul_ps(*wa, s);
+        *wb = _mm512_mul_ps(*wb, s);
+    } else {
+        fp4_unit(row + i / 2, half, wa, wb);
+        *wa = _mm512_mul_ps(*wa, _mm512_set1_ps(sf[j / 16]));
+        if (!half) *wb = _mm512_mul_ps(*wb, _mm512_set1_ps(sf[j / 16 + 1]));
+    }
+}
+
+/* Dequantize elements [i0, i0 + n) of a row into out[0..n). */
+AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, size_t n,
+                      float *out)
+{
+    float sf[32] A64;
+    for (size_t c0 = i0; c0 < i0 + n; c0 += 512) {
+        size_t cn = i0 + n - c0 < 512 ? i0 + n - c0 : 512;
+        row_scales(fmt, row, d, c0, cn, sf);
+        size_t u = 0;
+        for (; u + 32 <= cn; u += 32) {
+            __m512 wa, wb;
+            row_unit(fmt, row, c0 + u, c0, sf, 0, &wa, &wb);
+            _mm512_storeu_ps(out + (c0 - i0) + u, wa);
+            _mm512_storeu_ps(out + (c0 - i0) + u + 16, wb);
+        }
+        if (u < cn) {                    /* 16 left: FP4/E4M3 only */
+            __m512 wa, wb;
+            row_unit(fmt, row, c0 + u, c0, sf, 1, &wa, &wb);
+            _mm512_storeu_ps(out + (c0 - i0) + u, wa);
+        }
+    }
+}
+
+static void dequant_fp4e4m3_row_avx512(const uint8_t *row, size_t d, float *out)
+{
+    dequant_range(FMT_FP4E4M3, row, d, 0, d, out);
+}
+
+static void dequant_fp8ue8m0_row_avx512(const uint8_t *row, size_t d, float *out)
+{
+    dequant_range(FMT_FP8UE8M0, row, d, 0, d, out);
+}
+
+static void dequant_fp4ue8m0_row_avx512(const uint8_t *row, size_t d, float *out)
+{
+    dequant_range(FMT_FP4UE8M0, row, d, 0, d, out);
+}
+
+/* ==== Fused row kernels ================================================= */
+/* Few heads (<= 8): decode 32 elements into two registers and feed every
+ * head straight away, two accumulators per head.  More heads: decode up to
+ * RCH elements into an L1 buffer once and run the 16/8/4-head mdot core
+ * over it, so the decode cost is shared by all heads. */
+
+AI void mdot_direct(const int fmt, const float *q, size_t ldq, const uint8_t *row,
+                    size_t d, float *out, const int NH)
+{
+    __m512 aa[8], ab[8];
+    float sf[32] A64;
+    /* head rows as base[h/4] + {0,1,2,3} * ldq (see mdot_group) */
+    const ptrdiff_t L = (ptrdiff_t)ldq * 4, off[4] = { 0, L, 2 * L, 3 * L };
+    const char *base[2] = { (const char *)q, (const char *)(q + 4 * ldq) };
+    for (int h = 0; h < NH; h++) aa[h] = ab[h] = _mm512_setzero_ps();
+    for (size_t c0 = 0; c0 < d; c0 += 512) {
+        size_t cn = d - c0 < 512 ? d - c0 : 512;
+        row_scales(fmt, row, d, c0, cn, sf);
+        size_t u = 0;
+        for (; u + 32 <= cn; u += 32) {
+            __m512 wa, wb;
+            row_unit(fmt, row, c0 + u, c0, sf, 0, &wa, &wb);
+            const ptrdiff_t o = (ptrdiff_t)(c0 + u) * 4;
+#pragma GCC unroll 8
+            for (int h = 0; h < NH; h++) {
+                const float *qp = (const float *)(base[h / 4] + o + off[h % 4]);
+                aa[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qp), wa, aa[h]);
+                ab[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + 16), wb, ab[h]);
+            }
+        }
+        if (u < cn) {
+            __m512 wa, wb;
+            row_unit(fmt, row, c0 + u, c0, sf, 1, &wa, &wb);
+            const float *qi = q + c0 + u;
+#pragma GCC unroll 8
+            for (int h = 0; h < NH; h++)
+                aa[h] = _mm512_fmadd_ps(_mm512_loadu_ps(qi + h * ldq), wa, aa[h]);
+        }
+    }
+    for (int h = 0; h < NH; h++) aa[h] = _mm512_add_ps(aa[h], ab[h]);
+    if (NH == 8) {
+        _mm256_storeu_ps(out, hsum8(aa));
+    } else if (NH >= 4) {
+        _mm_storeu_ps(out, hsum4(aa[0], aa[1], aa[2], aa[3]));
+        for (int h = 4; h < NH; h++) out[h] = hsum(aa[h]);
+    } else {
+        for (int h = 0; h < NH; h++) out[h] = hsum(aa[h]);
+    }
+}
+
+AI void mdot_row(const int fmt, const float *q, size_t ldq, size_t nh,
+                 const uint8_t *row, size_t d, float *out)
+{
+    switch (nh) {
+    case 0: return;
+    case 1: mdot_direct(fmt, q, ldq, row, d, out, 1); return;
+    case 2: mdot_direct(fmt, q, ldq, row, d, out, 2); return;
+    case 3: mdot_direct(fmt, q, ldq, row, d, out, 3); return;
+    case 4: mdot_direct(fmt, q, ldq, row, d, out, 4); return;
+    case 5: mdot_direct(fmt, q, ldq, row, d, out, 5); return;
+    case 6: mdot_direct(fmt, q, ldq, row, d, out, 6); return;
+    case 7: mdot_direct(fmt, q, ldq, row, d, out, 7); return;
+    case 8: mdot_direct(fmt, q, ldq, row, d, out, 8); return;
+    default: break;
+    }
+    float buf[RCH] A64;
+    for (size_t i0 = 0; i0 < d; i0 += RCH) {
+        size_t n = d - i0 < RCH ? d - i0 : RCH;
+        dequant_range(fmt, row, d, i0, n, buf);
+        mdot_core(q + i0, ldq, nh, buf, n, out, i0 > 0);
+    }
+}
+
+AI void maxpy_row(const int fmt, const float *p, size_t nh, const uint8_t *row,
+                  size_t d, float *acc, size_t ldacc)
+{
+    float sf[32] A64;
+    for (size_t c0 = 0; c0 < d; c0 += 512) {
+        size_t cn = d - c0 < 512 ? d - c0 : 512;
+        row_scales(fmt, row, d, c0, cn, sf);
+        for (size_t u = 0; u < cn; u += 32) {
+            int half = cn - u < 32;
+            __m512 wa, wb;
+            row_unit(fmt, row, c0 + u, c0, sf, half, &wa, &wb);
+            for (size_t h = 0; h < nh; h++) {
+                float *a = acc + h * ldacc + c0 + u;
+                __m512 ph = _mm512_set1_ps(p[h]);
+                _mm512_storeu_ps(a, _mm512_fmadd_ps(ph, wa, _mm512_loadu_ps(a)));
+                if (!half)
+                    _mm512_storeu_ps(a + 16, _mm512_fmadd_ps(ph, wb, _mm512_loadu_ps(a + 16)));
+            }
+        }
+    }
+}
+
+static void mdot_fp4e4m3_avx512(const float *q, size_t ldq, size_t nh,
+                                const uint8_t *row, size_t d, float *out)
+{
+    mdot_row(FMT_FP4E4M3, q, ldq, nh, row, d, out);
+}
+
+static void maxpy_fp4e4m3_avx512(const float *p, size_t nh, const uint8_t *row,
+                                 size_t d, float *acc, size_t ldacc)
+{
+    maxpy_row(FMT_FP4E4M3, p, nh, row, d, acc, ldacc);
+}
+
+static void mdot_fp4ue8m0_avx512(const float *q, size_t ldq, size_t nh,
+                                 const uint8_t *row, size_t d, float *out)
+{
+    mdot_row(FMT_FP4UE8M0, q, ldq, nh, row, d, out);
+}
+
+static void mdot_fp8ue8m0_avx512(const float *q, size_t ldq, size_t nh,
+                                 const uint8_t *row, size_t d, float *out)
+{
+    mdot_row(FMT_FP8UE8M0, q, ldq, nh, row, d, out);
+}
+
+static void maxpy_fp8ue8m0_avx512(const float *p, size_t nh, const uint8_t *row,
+                                  size_t d, float *acc, size_t ldacc)
+{
+    maxpy_row(FMT_FP8UE8M0, p, nh, row, d, acc, ldacc);
+}
+
+/* ==== The table ========================================================= */
+
+static const dsattn_kernels kernels_avx512 = {
+    .name                 = "avx512",
+    .gemv_f32             = gemv_f32_avx512,
+    .gemv_bf16            = gemv_bf16_avx512,
+    .gemv_fp8             = gemv_fp8_avx512,
+    .gemv_fp4             = gemv_fp4_avx512,
+    .dot_f32              = dot_f32_avx512,
+    .mdot_f32             = mdot_f32_avx512,
+    .maxpy_f32            = maxpy_f32_avx512,
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_avx512,
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_avx512,
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_avx512,
+    .mdot_fp4e4m3         = mdot_fp4e4m3_avx512,
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3_avx512,
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx512,
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx512,
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_avx512,
+};
+
+const dsattn_kernels *const dsattn_kernels_avx512_ptr = &kernels_avx512;
+
+#else  /* no AVX-512 compiler support: no such path */
+
+const dsattn_kernels *const dsattn_kernels_avx512_ptr = 0;
+
+#endif

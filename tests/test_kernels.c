@@ -1,0 +1,630 @@
+/* test_kernels.c - every fast kernel of both ISAs against the scalar
+ * reference (kernels_ref.c), and the ISA choice of dsattn_ctx_create.
+ *
+ * Bounds.  The reference forms each product exactly and rounds the double
+ * sum once; a fast kernel with L lanes sends each product through at most
+ * ceil(k/L) sequential fp32 additions in its lane, plus a fixed number of
+ * roundings for its block partial sums (<= 8), the folded block scale (1),
+ * the lane tree (<= 4) and pass joins (<= 2).  So
+ *     |fast - ref| <= (ceil(k/L) + 16) * 2^-24 * sum_i |w_i x_i s_i|
+ *                     + (k + 16) * 2^-149          (subnormal floor)
+ * with L = 16 (AVX-512) or 8 (AVX2).  For k = 5120 that is ~2e-5 of the
+ * absolute sum, ten times smaller than dropping one typical term, and a
+ * test below checks that such a one-term slip is indeed caught.
+ * The dequant kernels have no tolerance at all: bit-exact to numfmt.c,
+ * -0.0 and NaN codes included, over every (code, scale) byte pair.
+ * Outputs get canaries on both sides.  Each test skips when the CPU (or the
+ * build) lacks the ISA.
+ */
+#include "harness.h"
+#include "internal.h"
+#include "kernels.h"
+#include "numfmt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CANARY 12345.678f
+#define NCAN 16
+
+/* ==== Helpers =========================================================== */
+
+typedef struct {
+    const dsattn_kernels *k;
+    double lanes;
+} isa_t;
+
+static int get_isa(const char *name, isa_t *out)
+{
+    if (!strcmp(name, "avx512")) {
+        if (!dsattn_kernels_avx512_ptr || !dsattn_cpu_has_avx512()) {
+            dsattn_test_skip("no AVX-512 (CPU or build)");
+            return 0;
+        }
+        out->k = dsattn_kernels_avx512_ptr;
+        out->lanes = 16;
+    } else {
+        if (!dsattn_kernels_avx2_ptr || !dsattn_cpu_has_avx2()) {
+            dsattn_test_skip("no AVX2+FMA (CPU or build)");
+            return 0;
+        }
+        out->k = dsattn_kernels_avx2_ptr;
+        out->lanes = 8;
+    }
+    return 1;
+}
+
+/* n floats with NCAN canaries on each side; returns the usable part. */
+static float *canary_alloc(size_t n)
+{
+    if (n > ((size_t)1 << 30)) abort();     /* test sizes only */
+    float *p = malloc((n + 2 * NCAN) * sizeof(float));
+    if (!p) abort();
+    for (size_t i = 0; i < n + 2 * NCAN; i++) p[i] = CANARY;
+    return p + NCAN;
+}
+
+static int canary_ok(const float *p, size_t n)
+{
+    for (size_t i = 0; i < NCAN; i++)
+        if (memcmp(&p[-1 - (ptrdiff_t)i], &(float){ CANARY }, 4) ||
+            memcmp(&p[n + i], &(float){ CANARY }, 4))
+            return 0;
+    return 1;
+}
+
+static void canary_free(float *p) { free(p - NCAN); }
+
+static double bound(const isa_t *isa, size_t k, double mag)
+{
+    double steps = (double)((k + (size_t)isa->lanes - 1) / (size_t)isa->lanes) + 16.0;
+    return steps * 0x1p-24 * mag * 1.0001 + ((double)k + 16.0) * 0x1p-149;
+}
+
+/* |got - want| <= bound(k, mag[i]) for every i, NaN/inf positions equal.
+ * Returns the number of violations (reports the first). */
+static int check_bound(const char *what, const isa_t *isa, const float *got,
+                       const float *want, const double *mag, size_t n, size_t k,
+                       size_t tag1, size_t tag2)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double g = got[i], w = want[i];
+        int ok;
+        if (isnan(w) || isnan(g)) ok = isnan(w) && isnan(g);
+        else if (isinf(w) || isinf(g)) ok = g == w;
+        else ok = fabs(g - w) <= bound(isa, k, mag[i]);
+        if (!ok) {
+            if (!bad)
+                dsattn_test_fail(__FILE__, __LINE__,
+                                 "%s[%s] (%zu,%zu) [%zu]: got %.9g want %.9g (bound %.3g)",
+                                 what, isa->k->name, tag1, tag2, i, g, w,
+                                 bound(isa, k, mag[i]));
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static void fill_uniform(dsattn_rng *r, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = dsattn_rng_uniform(r);
+}
+
+static uint8_t rnd_byte(dsattn_rng *r) { return (uint8_t)(dsattn_rng_u64(r) >> 56); }
+
+/* an E4M3 code that is not NaN */
+static uint8_t rnd_e4m3(dsattn_rng *r)
+{
+    uint8_t c = rnd_byte(r);
+    return (c & 0x7f) == 0x7f ? (uint8_t)(c ^ 1) : c;
+}
+
+static const size_t k_list[] = { 511, 512, 513, 5120 };
+static const size_t row_list[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 33 };
+
+/* ==== GEMV ============================================================== */
+
+static void gemv_f32_case(const isa_t *isa, dsattn_rng *rng, size_t rows, size_t k)
+{
+    float *W = malloc(rows * k * sizeof(float)), *x = malloc(k * sizeof(float));
+    float *y = canary_alloc(rows), *yr = malloc(rows * sizeof(float));
+    double *mag = calloc(rows, sizeof(double));
+    fill_uniform(rng, W, rows * k);
+    fill_uniform(rng, x, k);
+    isa->k->gemv_f32(W, x, y, rows, k);
+    dsattn_kernels_ref.gemv_f32(W, x, yr, rows, k);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < k; i++) mag[r] += fabs((double)W[r * k + i] * x[i]);
+    check_bound("gemv_f32", isa, y, yr, mag, rows, k, rows, k);
+    CHECK_MSG(canary_ok(y, rows), "gemv_f32[%s] wrote outside y (%zu,%zu)", isa->k->name, rows, k);
+    free(W); free(x); canary_free(y); free(yr); free(mag);
+}
+
+static void gemv_bf16_case(const isa_t *isa, dsattn_rng *rng, size_t rows, size_t k)
+{
+    uint16_t *W = malloc(rows * k * sizeof(uint16_t));
+    float *x = malloc(k * sizeof(float));
+    float *y = canary_alloc(rows), *yr = malloc(rows * sizeof(float));
+    double *mag = calloc(rows, sizeof(double));
+    for (size_t i = 0; i < rows * k; i++) W[i] = dsattn_f32_to_bf16(4.0f * dsattn_rng_uniform(rng));
+    fill_uniform(rng, x, k);
+    isa->k->gemv_bf16(W, x, y, rows, k);
+    dsattn_kernels_ref.gemv_bf16(W, x, yr, rows, k);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < k; i++)
+            mag[r] += fabs((double)dsattn_bf16_to_f32(W[r * k + i]) * x[i]);
+    check_bound("gemv_bf16", isa, y, yr, mag, rows, k, rows, k);
+    CHECK_MSG(canary_ok(y, rows), "gemv_bf16[%s] wrote outside y", isa->k->name);
+    free(W); free(x); canary_free(y); free(yr); free(mag);
+}
+
+/* FP8: a [total_rows, k] matrix with bs x bs scale blocks; the kernel runs
+ * on rows [r0, r0 + rows) the way the ops layer calls it. */
+static void gemv_fp8_case(const isa_t *isa, dsattn_rng *rng, size_t total, size_t r0,
+                          size_t rows, size_t k, size_t bs, int nan_codes)
+{
+    size_t ldsc = (k + bs - 1) / bs, nsr = (total + bs - 1) / bs;
+    uint8_t *W = malloc(total * k);
+    float *sc = malloc(nsr * ldsc * sizeof(float)), *x = malloc(k * sizeof(float));
+    float *y = canary_alloc(rows), *yr = malloc(rows * sizeof(float));
+    double *mag = calloc(rows, sizeof(double));
+    for (size_t i = 0; i < total * k; i++) W[i] = rnd_e4m3(rng);
+    if (nan_codes)   /* a NaN code in every third row */
+        for (size_t r = 0; r < total; r += 3) W[r * k + (size_t)(dsattn_rng_u64(rng) % k)] = 0x7f | (uint8_t)(r & 1) << 7;
+    for (size_t i = 0; i < nsr * ldsc; i++)
+        sc[i] = ldexpf(1.0f + 0.5f * dsattn_rng_uniform(rng), -(int)(dsattn_rng_u64(rng) % 12));
+    fill_uniform(rng, x, k);
+    const uint8_t *Wc = W + r0 * k;
+    const float *scc = sc + (r0 / bs) * ldsc;
+    isa->k->gemv_fp8(Wc, scc, bs, ldsc, x, y, rows, k);
+    dsattn_kernels_ref.gemv_fp8(Wc, scc, bs, ldsc, x, yr, rows, k);
+    for (size_t r = 0; r < rows; r++) {
+        size_t gr = r0 + r;
+        for (size_t i = 0; i < k; i++)
+            mag[r] += fabs((double)dsattn_e4m3_to_f32(W[gr * k + i]) *
+                           sc[(gr / bs) * ldsc + i / bs] * x[i]);
+        if (nan_codes && isnan(mag[r])) mag[r] = 0;
+    }
+    check_bound("gemv_fp8", isa, y, yr, mag, rows, k, rows * 1000 + bs, k);
+    CHECK_MSG(canary_ok(y, rows), "gemv_fp8[%s] wrote outside y", isa->k->name);
+    if (nan_codes)
+        for (size_t r = 0; r < rows; r++)
+            CHECK_MSG(isnan(y[r]) == ((r0 + r) % 3 == 0), "gemv_fp8[%s] NaN row %zu",
+                      isa->k->name, r0 + r);
+    free(W); free(sc); free(x); canary_free(y); free(yr); free(mag);
+}
+
+static void gemv_fp4_case(const isa_t *isa, dsattn_rng *rng, size_t rows, size_t k,
+                          int special_scales)
+{
+    uint8_t *W = malloc(rows * k / 2), *S = malloc(rows * (k / 32));
+    float *x = malloc(k * sizeof(float));
+    float *y = canary_alloc(rows), *yr = malloc(rows * sizeof(float));
+    double *mag = calloc(rows, sizeof(double));
+    for (size_t i = 0; i < rows * k / 2; i++) W[i] = rnd_byte(rng);
+    for (size_t i = 0; i < rows * (k / 32); i++) S[i] = (uint8_t)(112 + dsattn_rng_u64(rng) % 24);
+    if (special_scales)   /* 2^-127 (subnormal) in row 0, NaN in row 1 */
+        for (size_t b = 0; b < k / 32; b++) {
+            S[b] = 0;
+            if (rows > 1 && b == k / 64) S[k / 32 + b] = 255;
+        }
+    fill_uniform(rng, x, k);
+    isa->k->gemv_fp4(W, S, x, y, rows, k);
+    dsattn_kernels_ref.gemv_fp4(W, S, x, yr, rows, k);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < k; i++) {
+            uint8_t b = W[r * k / 2 + i / 2];
+            uint8_t c = (i & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15);
+            double t = (double)dsattn_e2m1_to_f32(c) * dsattn_ue8m0_to_f32(S[r * (k / 32) + i / 32]) * x[i];
+            if (!isnan(t)) mag[r] += fabs(t);
+        }
+    check_bound("gemv_fp4", isa, y, yr, mag, rows, k, rows, k);
+    CHECK_MSG(canary_ok(y, rows), "gemv_fp4[%s] wrote outside y", isa->k->name);
+    if (special_scales && rows > 1) CHECK(isnan(y[1]));
+    free(W); free(S); free(x); canary_free(y); free(yr); free(mag);
+}
+
+static void run_gemv(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    dsattn_rng rng = { 42 };
+    for (size_t ri = 0; ri < DSATTN_ARRAY_LEN(row_list); ri++) {
+        size_t rows = row_list[ri];
+        for (size_t k = 1; k <= 70; k++) {
+            gemv_f32_case(&isa, &rng, rows, k);
+            gemv_bf16_case(&isa, &rng, rows, k);
+            gemv_fp8_case(&isa, &rng, rows, 0, rows, k, 32, 0);
+            gemv_fp8_case(&isa, &rng, rows, 0, rows, k, 128, 0);
+        }
+        for (size_t j = 0; j < DSATTN_ARRAY_LEN(k_list); j++) {
+            size_t k = k_list[j];
+            gemv_f32_case(&isa, &rng, rows, k);
+            gemv_bf16_case(&isa, &rng, rows, k);
+            gemv_fp8_case(&isa, &rng, rows, 0, rows, k, 32, 0);
+            gemv_fp8_case(&isa, &rng, rows, 0, rows, k, 128, 0);
+        }
+        for (size_t k = 32; k <= 640; k += 32) gemv_fp4_case(&isa, &rng, rows, k, 0);
+        gemv_fp4_case(&isa, &rng, rows, 5120, 0);
+    }
+    /* k past one x pass of the AVX-512 GEMVs (8192): pass joins */
+    gemv_f32_case(&isa, &rng, 5, 8200);
+    gemv_fp8_case(&isa, &rng, 5, 0, 5, 8200, 128, 0);
+    gemv_fp8_case(&isa, &rng, 5, 0, 5, 16448, 32, 0);
+    gemv_fp4_case(&isa, &rng, 5, 8192 + 96, 0);
+    gemv_fp4_case(&isa, &rng, 6, 16384 + 32, 0);
+}
+
+/* FP8 row ranges that do not start at row 0: r0 a multiple of bs, and the
+ * ops layer's 64-row chunks inside 128-row blocks; also odd block edges
+ * (generic path) and NaN codes. */
+static void run_gemv_fp8_ranges(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    dsattn_rng rng = { 7 };
+    const size_t ks[] = { 32, 100, 512, 513, 1280 };
+    for (size_t j = 0; j < DSATTN_ARRAY_LEN(ks); j++) {
+        size_t k = ks[j];
+        gemv_fp8_case(&isa, &rng, 96, 32, 64, k, 32, 0);       /* rows 32..95 */
+        gemv_fp8_case(&isa, &rng, 96, 64, 9, k, 32, 0);
+        gemv_fp8_case(&isa, &rng, 256, 128, 128, k, 128, 0);   /* block row 1 */
+        gemv_fp8_case(&isa, &rng, 256, 64, 64, k, 128, 0);     /* ops chunk */
+        gemv_fp8_case(&isa, &rng, 256, 192, 64, k, 128, 0);
+        gemv_fp8_case(&isa, &rng, 200, 0, 200, k, 128, 0);     /* crosses blocks */
+        gemv_fp8_case(&isa, &rng, 100, 0, 100, k, 32, 0);
+        gemv_fp8_case(&isa, &rng, 50, 0, 50, k, 48, 0);        /* generic edge */
+        gemv_fp8_case(&isa, &rng, 30, 0, 30, k, 7, 0);
+        gemv_fp8_case(&isa, &rng, 40, 0, 40, k, 32, 1);        /* NaN codes */
+        gemv_fp8_case(&isa, &rng, 256, 128, 33, k, 128, 1);
+    }
+}
+
+static void run_gemv_fp4_special(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    dsattn_rng rng = { 9 };
+    gemv_fp4_case(&isa, &rng, 2, 64, 1);
+    gemv_fp4_case(&isa, &rng, 5, 1280, 1);
+}
+
+DSATTN_TEST(kernels, gemv_avx512)        { run_gemv("avx512"); }
+DSATTN_TEST(kernels, gemv_avx2)          { run_gemv("avx2"); }
+DSATTN_TEST(kernels, gemv_fp8_rows_avx512) { run_gemv_fp8_ranges("avx512"); }
+DSATTN_TEST(kernels, gemv_fp8_rows_avx2)   { run_gemv_fp8_ranges("avx2"); }
+DSATTN_TEST(kernels, gemv_fp4_scales_avx512) { run_gemv_fp4_special("avx512"); }
+DSATTN_TEST(kernels, gemv_fp4_scales_avx2)   { run_gemv_fp4_special("avx2"); }
+
+/* The bound is tight enough to see one slipped term: perturb the reference
+ * by one typical |w_i x_i| and the check must fail. */
+DSATTN_TEST(kernels, bound_is_sharp)
+{
+    isa_t isa = { &dsattn_kernels_ref, 16 };
+    dsattn_rng rng = { 3 };
+    size_t k = 5120;
+    float *w = malloc(k * sizeof(float)), *x = malloc(k * sizeof(float));
+    fill_uniform(&rng, w, k);
+    fill_uniform(&rng, x, k);
+    double mag = 0;
+    for (size_t i = 0; i < k; i++) mag += fabs((double)w[i] * x[i]);
+    float y = dsattn_kernels_ref.dot_f32(w, x, k);
+    float slipped = (float)((double)y + mag / (double)k);    /* one average term */
+    CHECK(fabs((double)slipped - y) > bound(&isa, k, mag));
+    isa.lanes = 8;
+    CHECK(fabs((double)slipped - y) > bound(&isa, k, mag));
+    free(w); free(x);
+}
+
+/* ==== dot / mdot / maxpy ================================================ */
+
+static void run_dots(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    dsattn_rng rng = { 11 };
+    const size_t ns[] = { 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 70,
+                          127, 128, 129, 511, 512, 513, 5120 };
+    const size_t nhs[] = { 1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 24, 33, 64 };
+    for (size_t a = 0; a < DSATTN_ARRAY_LEN(ns); a++) {
+        size_t n = ns[a];
+        float *u = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
+        fill_uniform(&rng, u, n);
+        fill_uniform(&rng, v, n);
+        double mag = 0;
+        for (size_t i = 0; i < n; i++) mag += fabs((double)u[i] * v[i]);
+        float got = isa.k->dot_f32(u, v, n), want = dsattn_kernels_ref.dot_f32(u, v, n);
+        check_bound("dot_f32", &isa, &got, &want, &mag, 1, n, n, 0);
+        for (size_t b = 0; b < DSATTN_ARRAY_LEN(nhs); b++) {
+            size_t nh = nhs[b], ldq = n + 5;
+            float *q = malloc(nh * ldq * sizeof(float));
+            float *o = canary_alloc(nh), *orf = malloc(nh * sizeof(float));
+            double *mg = calloc(nh, sizeof(double));
+            fill_uniform(&rng, q, nh * ldq);
+            isa.k->mdot_f32(q, ldq, nh, v, n, o);
+            dsattn_kernels_ref.mdot_f32(q, ldq, nh, v, n, orf);
+            for (size_t h = 0; h < nh; h++)
+                for (size_t i = 0; i < n; i++) mg[h] += fabs((double)q[h * ldq + i] * v[i]);
+            check_bound("mdot_f32", &isa, o, orf, mg, nh, n, nh, n);
+            CHECK_MSG(canary_ok(o, nh), "mdot_f32[%s] canary", name);
+
+            /* maxpy: acc rows of stride ldq; one rounding each side */
+            float *acc = canary_alloc(nh * ldq), *accr = malloc(nh * ldq * sizeof(float));
+            float *p = malloc(nh * sizeof(float));
+            fill_uniform(&rng, acc, nh * ldq);
+            fill_uniform(&rng, p, nh);
+            memcpy(accr, acc, nh * ldq * sizeof(float));
+            float *acc0 = malloc(nh * ldq * sizeof(float));
+            memcpy(acc0, acc, nh * ldq * sizeof(float));
+            isa.k->maxpy_f32(p, nh, v, n, acc, ldq);
+            dsattn_kernels_ref.maxpy_f32(p, nh, v, n, accr, ldq);
+            int bad = 0;
+            for (size_t h = 0; h < nh && !bad; h++)
+                for (size_t i = 0; i < ldq; i++) {
+                    size_t j = h * ldq + i;
+                    if (i >= n) {   /* padding of each acc row untouched */
+                        if (memcmp(&acc[j], &acc0[j], 4)) bad = 1;
+                        continue;
+                    }
+                    double lim = 0x1p-23 * (fabs(acc0[j]) + fabs((double)p[h] * v[i])) + 0x1p-149;
+                    if (fabs((double)acc[j] - accr[j]) > lim) bad = 1;
+                }
+            CHECK_MSG(!bad, "maxpy_f32[%s] n=%zu nh=%zu", name, n, nh);
+            CHECK_MSG(canary_ok(acc, nh * ldq), "maxpy_f32[%s] canary", name);
+            free(q); canary_free(o); free(orf); free(mg);
+            canary_free(acc); free(accr); free(p); free(acc0);
+        }
+        free(u); free(v);
+    }
+}
+
+DSATTN_TEST(kernels, dots_avx512) { run_dots("avx512"); }
+DSATTN_TEST(kernels, dots_avx2)   { run_dots("avx2"); }
+
+/* ==== Packed rows: bit-exact dequant ==================================== */
+
+static int same_bits(const float *a, const float *b, size_t n, size_t *where)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) && isnan(b[i])) continue;
+        if (memcmp(&a[i], &b[i], 4)) { *where = i; return 0; }
+    }
+    return 1;
+}
+
+typedef void (*deq_fn)(const uint8_t *, size_t, float *);
+
+static void deq_check(const char *what, const char *isa, deq_fn fast, deq_fn exact,
+                      const uint8_t *row, size_t d)
+{
+    float *a = canary_alloc(d), *b = malloc(d * sizeof(float));
+    size_t at = 0;
+    fast(row, d, a);
+    exact(row, d, b);
+    if (!same_bits(a, b, d, &at))
+        dsattn_test_fail(__FILE__, __LINE__, "%s[%s] d=%zu [%zu]: got %a want %a", what,
+                         isa, d, at, (double)a[at], (double)b[at]);
+    CHECK_MSG(canary_ok(a, d), "%s[%s] canary d=%zu", what, isa, d);
+    canary_free(a);
+    free(b);
+}
+
+static void run_dequant(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    const dsattn_kernels *k = isa.k;
+    uint8_t row[4096];
+    /* Exhaustive: every payload byte under every scale byte. */
+    for (int s = 0; s < 256; s++) {
+        size_t d = 512;                                       /* 288 B */
+        for (size_t i = 0; i < d / 2; i++) row[i] = (uint8_t)i;
+        memset(row + d / 2, s, d / 16);
+        deq_check("dequant_fp4e4m3_row", name, k->dequant_fp4e4m3_row, dsattn_v41_kv_unpack, row, d);
+        for (size_t i = 0; i < d; i++) row[i] = (uint8_t)i;  /* 528 B */
+        memset(row + d, s, d / 32);
+        deq_check("dequant_fp8ue8m0_row", name, k->dequant_fp8ue8m0_row, dsattn_v41_swa_unpack, row, d);
+        d = 128;                                              /* 68 B */
+        for (int part = 0; part < 4; part++) {
+            for (size_t i = 0; i < d / 2; i++) row[i] = (uint8_t)(64 * part + (int)i);
+            memset(row + d / 2, s, d / 32);
+            deq_check("dequant_fp4ue8m0_row", name, k->dequant_fp4ue8m0_row, dsattn_fp4_index_unpack, row, d);
+        }
+    }
+    /* Random bytes, every legal size up to 1056, plus packed real rows. */
+    dsattn_rng rng = { 5 };
+    for (size_t d = 16; d <= 1056; d += 16) {
+        for (size_t i = 0; i < sizeof row; i++) row[i] = rnd_byte(&rng);
+        deq_check("dequant_fp4e4m3_row", name, k->dequant_fp4e4m3_row, dsattn_v41_kv_unpack, row, d);
+        if (d % 32) continue;
+        deq_check("dequant_fp8ue8m0_row", name, k->dequant_fp8ue8m0_row, dsattn_v41_swa_unpack, row, d);
+        deq_check("dequant_fp4ue8m0_row", name, k->dequant_fp4ue8m0_row, dsattn_fp4_index_unpack, row, d);
+    }
+    for (int t = 0; t < 20; t++) {
+        float x[512];
+        for (size_t i = 0; i < 512; i++) x[i] = 3.0f * dsattn_rng_normal(&rng);
+        dsattn_v41_kv_pack(x, 512, row, NULL);
+        deq_check("dequant_fp4e4m3_row", name, k->dequant_fp4e4m3_row, dsattn_v41_kv_unpack, row, 512);
+        dsattn_v41_swa_pack(x, 512, row, NULL);
+        deq_check("dequant_fp8ue8m0_row", name, k->dequant_fp8ue8m0_row, dsattn_v41_swa_unpack, row, 512);
+        dsattn_fp4_index_pack(x, 128, row, NULL);
+        deq_check("dequant_fp4ue8m0_row", name, k->dequant_fp4ue8m0_row, dsattn_fp4_index_unpack, row, 128);
+    }
+}
+
+DSATTN_TEST(kernels, dequant_rows_avx512) { run_dequant("avx512"); }
+DSATTN_TEST(kernels, dequant_rows_avx2)   { run_dequant("avx2"); }
+
+/* ==== Fused row kernels ================================================= */
+
+/* A random valid row: finite codes, moderate scales. */
+static void random_row(dsattn_rng *rng, int fmt, size_t d, uint8_t *row)
+{
+    if (fmt == 2) {
+        for (size_t i = 0; i < d; i++) row[i] = rnd_e4m3(rng);
+        for (size_t b = 0; b < d / 32; b++) row[d + b] = (uint8_t)(120 + dsattn_rng_u64(rng) % 12);
+    } else {
+        for (size_t i = 0; i < d / 2; i++) row[i] = rnd_byte(rng);
+        if (fmt == 0)
+            for (size_t b = 0; b < d / 16; b++) row[d / 2 + b] = (uint8_t)(rnd_e4m3(rng) & 0x7f);
+        else
+            for (size_t b = 0; b < d / 32; b++) row[d / 2 + b] = (uint8_t)(120 + dsattn_rng_u64(rng) % 12);
+    }
+}
+
+static void run_fused(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    const dsattn_kernels *k = isa.k, *ref = &dsattn_kernels_ref;
+    dsattn_rng rng = { 13 };
+    const size_t ds[] = { 16, 32, 48, 64, 128, 496, 512, 528, 1024, 1056, 2080 };
+    const size_t nhs[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 33, 64 };
+    static uint8_t row[8192];
+    static float deq[4096];
+    for (int fmt = 0; fmt < 3; fmt++) {
+        deq_fn dq = fmt == 0 ? ref->dequant_fp4e4m3_row
+                  : fmt == 1 ? ref->dequant_fp4ue8m0_row : ref->dequant_fp8ue8m0_row;
+        for (size_t a = 0; a < DSATTN_ARRAY_LEN(ds); a++) {
+            size_t d = ds[a];
+            if (fmt != 0 && d % 32) continue;
+            for (size_t b = 0; b < DSATTN_ARRAY_LEN(nhs); b++) {
+                size_t nh = nhs[b], ldq = d + 3;
+                random_row(&rng, fmt, d, row);
+                dq(row, d, deq);
+                float *q = malloc(nh * ldq * sizeof(float));
+                float *o = canary_alloc(nh), *orf = malloc(nh * sizeof(float));
+                double *mg = calloc(nh, sizeof(double));
+                fill_uniform(&rng, q, nh * ldq);
+                for (size_t h = 0; h < nh; h++)
+                    for (size_t i = 0; i < d; i++) mg[h] += fabs((double)q[h * ldq + i] * deq[i]);
+                const char *what = fmt == 0 ? "mdot_fp4e4m3" : fmt == 1 ? "mdot_fp4ue8m0" : "mdot_fp8ue8m0";
+                if (fmt == 0) { k->mdot_fp4e4m3(q, ldq, nh, row, d, o); ref->mdot_fp4e4m3(q, ldq, nh, row, d, orf); }
+                if (fmt == 1) { k->mdot_fp4ue8m0(q, ldq, nh, row, d, o); ref->mdot_fp4ue8m0(q, ldq, nh, row, d, orf); }
+                if (fmt == 2) { k->mdot_fp8ue8m0(q, ldq, nh, row, d, o); ref->mdot_fp8ue8m0(q, ldq, nh, row, d, orf); }
+                check_bound(what, &isa, o, orf, mg, nh, d, nh, d);
+                CHECK_MSG(canary_ok(o, nh), "%s[%s] canary", what, name);
+                free(q); canary_free(o); free(orf); free(mg);
+                if (fmt == 1) continue;
+
+                /* maxpy over the same row */
+                float *acc = canary_alloc(nh * ldq), *accr = malloc(nh * ldq * sizeof(float));
+                float *acc0 = malloc(nh * ldq * sizeof(float)), *p = malloc(nh * sizeof(float));
+                fill_uniform(&rng, acc, nh * ldq);
+                fill_uniform(&rng, p, nh);
+                memcpy(accr, acc, nh * ldq * sizeof(float));
+                memcpy(acc0, acc, nh * ldq * sizeof(float));
+                if (fmt == 0) { k->maxpy_fp4e4m3(p, nh, row, d, acc, ldq); ref->maxpy_fp4e4m3(p, nh, row, d, accr, ldq); }
+                else          { k->maxpy_fp8ue8m0(p, nh, row, d, acc, ldq); ref->maxpy_fp8ue8m0(p, nh, row, d, accr, ldq); }
+                int bad = 0;
+                for (size_t h = 0; h < nh && !bad; h++)
+                    for (size_t i = 0; i < ldq; i++) {
+                        size_t j = h * ldq + i;
+                        if (i >= d) { bad |= memcmp(&acc[j], &acc0[j], 4) != 0; continue; }
+                        double lim = 0x1p-23 * (fabs(acc0[j]) + fabs((double)p[h] * deq[i])) + 0x1p-149;
+                        bad |= !(fabs((double)acc[j] - accr[j]) <= lim);
+                    }
+                CHECK_MSG(!bad, "maxpy fmt %d [%s] d=%zu nh=%zu", fmt, name, d, nh);
+                CHECK_MSG(canary_ok(acc, nh * ldq), "maxpy fmt %d [%s] canary", fmt, name);
+                canary_free(acc); free(accr); free(acc0); free(p);
+            }
+        }
+    }
+}
+
+DSATTN_TEST(kernels, fused_rows_avx512) { run_fused("avx512"); }
+DSATTN_TEST(kernels, fused_rows_avx2)   { run_fused("avx2"); }
+
+/* ==== Table completeness and ISA choice ================================= */
+
+static int table_complete(const dsattn_kernels *k)
+{
+    return k->name && k->gemv_f32 && k->gemv_bf16 && k->gemv_fp8 && k->gemv_fp4 &&
+           k->dot_f32 && k->mdot_f32 && k->maxpy_f32 && k->dequant_fp4e4m3_row &&
+           k->dequant_fp8ue8m0_row && k->dequant_fp4ue8m0_row && k->mdot_fp4e4m3 &&
+           k->maxpy_fp4e4m3 && k->mdot_fp4ue8m0 && k->mdot_fp8ue8m0 && k->maxpy_fp8ue8m0;
+}
+
+DSATTN_TEST(kernels, tables_complete)
+{
+    CHECK(table_complete(&dsattn_kernels_ref));
+    CHECK(!strcmp(dsattn_kernels_ref.name, "ref"));
+    if (dsattn_kernels_avx2_ptr) {
+        CHECK(table_complete(dsattn_kernels_avx2_ptr));
+        CHECK(!strcmp(dsattn_kernels_avx2_ptr->name, "avx2"));
+    }
+    if (dsattn_kernels_avx512_ptr) {
+        CHECK(table_complete(dsattn_kernels_avx512_ptr));
+        CHECK(!strcmp(dsattn_kernels_avx512_ptr->name, "avx512"));
+    }
+}
+
+static const char *ctx_isa(dsattn_mode mode, dsattn_isa isa, dsattn_status *st,
+                           const dsattn_kernels **table)
+{
+    static char name[16];
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    dsattn_ctx *c = NULL;
+    p.mode = mode;
+    p.isa = isa;
+    *st = dsattn_ctx_create(&c, &p);
+    if (*st != DSATTN_OK) return "error";
+    snprintf(name, sizeof name, "%s", dsattn_ctx_isa_name(c));
+    *table = c->k;
+    dsattn_ctx_destroy(c);
+    return name;
+}
+
+DSATTN_TEST(kernels, ctx_isa_choice)
+{
+    const char *old = getenv("DSATTN_ISA");
+    char saved[64] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    unsetenv("DSATTN_ISA");
+    int has512 = dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr;
+    int has2 = dsattn_cpu_has_avx2() && dsattn_kernels_avx2_ptr;
+    dsattn_status st;
+    const dsattn_kernels *t = NULL;
+
+    const char *best = has512 ? "avx512" : has2 ? "avx2" : "ref";
+    CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AUTO, &st, &t), best));
+    /* reference mode forces the scalar table whatever is asked */
+    CHECK(!strcmp(ctx_isa(DSATTN_MODE_REFERENCE, DSATTN_ISA_AVX512, &st, &t), "ref"));
+    CHECK(t == &dsattn_kernels_ref);
+    CHECK(!strcmp(ctx_isa(DSATTN_MODE_REFERENCE, DSATTN_ISA_AUTO, &st, &t), "ref"));
+    CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_REF, &st, &t), "ref"));
+    CHECK(t == &dsattn_kernels_ref);
+    if (has2) {
+        CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AVX2, &st, &t), "avx2"));
+        CHECK(t == dsattn_kernels_avx2_ptr);
+    } else {
+        ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AVX2, &st, &t);
+        CHECK_EQ_INT(st, DSATTN_ERR_UNSUPPORTED);
+    }
+    if (has512) {
+        CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AVX512, &st, &t), "avx512"));
+        CHECK(t == dsattn_kernels_avx512_ptr);
+    } else {
+        ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AVX512, &st, &t);
+        CHECK_EQ_INT(st, DSATTN_ERR_UNSUPPORTED);
+    }
+
+    /* $DSATTN_ISA steers AUTO, never an explicit request or reference mode */
+    setenv("DSATTN_ISA", "ref", 1);
+    CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AUTO, &st, &t), "ref"));
+    if (has2) {
+        setenv("DSATTN_ISA", "avx2", 1);
+        CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AUTO, &st, &t), "avx2"));
+        CHECK(!strcmp(ctx_isa(DSATTN_MODE_REFERENCE, DSATTN_ISA_AUTO, &st, &t), "ref"));
+        if (has512)
+            CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AVX512, &st, &t), "avx512"));
+    }
+    if (has512) {
+        setenv("DSATTN_ISA", "avx512", 1);
+        CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AUTO, &st, &t), "avx512"));
+    }
+
+    if (old) setenv("DSATTN_ISA", saved, 1);
+    else unsetenv("DSATTN_ISA");
+}

@@ -1,0 +1,853 @@
+/* cmd_bench.c - `dsattn bench <mode>`: measured speed against measured limits.
+ *
+ * Modes live in one table (bench_modes below); a mode is a function taking
+ * the remaining argv.  Every mode prints markdown by default (--format csv
+ * or json for machines) and verifies each case against the scalar reference
+ * before timing it (llm.c dev/ style: a fast wrong kernel is not a result).
+ *
+ *   kernels   the kernel table of one ISA: DRAM read bandwidth and FMA peak
+ *             of this machine, measured in the same run, then GEMV f32 /
+ *             bf16 / fp8 / fp4 at real V4.1 shapes and the fused packed-row
+ *             attention kernels, at 1 and 2 threads, as a fraction of those
+ *             limits.
+ *   blas      OpenBLAS core name, the coretype environment, sgemm GFLOP/s.
+ *
+ * Deliberately not here: attention- and model-level modes (other files'
+ * owners add rows to bench_modes), and assertions - targets are reported,
+ * never enforced.  The probes use function-level target attributes because
+ * tools/ is compiled without ISA flags; they run only if cpuid agrees.
+ */
+#include "bench_util.h"
+#include "blas.h"
+#include "cli.h"
+#include "dsattn.h"
+#include "internal.h"
+#include "kernels.h"
+#include "numfmt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ==== Output ============================================================ */
+
+typedef enum { FMT_MD, FMT_CSV, FMT_JSON } out_fmt;
+
+typedef struct {
+    char   kernel[48];
+    char   shape[48];
+    int    threads;
+    double sec;                 /* per call (one matrix / one row sweep) */
+    double bytes, flops;        /* per call */
+    double lim_bw, lim_flops;   /* the machine limits at this thread count */
+    const char *check;          /* "ok" or "FAIL" */
+} bench_row;
+
+static double now_s(void)
+{
+#ifdef _OPENMP
+    return omp_get_wtime();
+#else
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+#endif
+}
+
+static void print_rows(FILE *f, out_fmt fmt, const bench_row *r, size_t n)
+{
+    if (fmt == FMT_CSV) {
+        fprintf(f, "kernel,shape,threads,us_per_call,gb_s,frac_bw,gflop_s,frac_peak,check\n");
+        for (size_t i = 0; i < n; i++) {
+            double gbs = r[i].bytes / r[i].sec / 1e9, gfs = r[i].flops / r[i].sec / 1e9;
+            fprintf(f, "%s,%s,%d,%.2f,%.2f,%.3f,%.2f,%.3f,%s\n", r[i].kernel, r[i].shape,
+                    r[i].threads, r[i].sec * 1e6, gbs, gbs / r[i].lim_bw, gfs,
+                    gfs / r[i].lim_flops, r[i].check);
+        }
+        return;
+    }
+    if (fmt == FMT_JSON) {
+        fprintf(f, "  \"results\": [\n");
+        for (size_t i = 0; i < n; i++) {
+            double gbs = r[i].bytes / r[i].sec / 1e9, gfs = r[i].flops / r[i].sec / 1e9;
+            fprintf(f, "    {\"kernel\": \"%s\", \"shape\": \"%s\", \"threads\": %d, "
+                       "\"us_per_call\": %.3f, \"gb_s\": %.3f, \"frac_bw\": %.4f, "
+                       "\"gflop_s\": %.3f, \"frac_peak\": %.4f, \"check\": \"%s\"}%s\n",
+                    r[i].kernel, r[i].shape, r[i].threads, r[i].sec * 1e6, gbs,
+                    gbs / r[i].lim_bw, gfs, gfs / r[i].lim_flops, r[i].check,
+                    i + 1 < n ? "," : "");
+        }
+        fprintf(f, "  ]\n}\n");
+        return;
+    }
+    fprintf(f, "| kernel | shape | thr | us/call | GB/s | %% read BW | GFLOP/s | %% FMA peak | check |\n");
+    fprintf(f, "|---|---|--:|--:|--:|--:|--:|--:|---|\n");
+    for (size_t i = 0; i < n; i++) {
+        double gbs = r[i].bytes / r[i].sec / 1e9, gfs = r[i].flops / r[i].sec / 1e9;
+        fprintf(f, "| %s | %s | %d | %.1f | %.2f | %.0f%% | %.1f | %.0f%% | %s |\n",
+                r[i].kernel, r[i].shape, r[i].threads, r[i].sec * 1e6, gbs,
+                100.0 * gbs / r[i].lim_bw, gfs, 100.0 * gfs / r[i].lim_flops, r[i].check);
+    }
+}
+
+/* ==== Machine probes ==================================================== */
+/* Read bandwidth: a sum over a >= 1 GiB array, contiguous slice per thread,
+ * best of several passes.  FMA peak: many independent FMA chains (more than
+ * latency x ports) over register values that stay normal. */
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static float sum_avx512(const float *a, size_t n)
+{
+    __m512 s[8];
+    for (int j = 0; j < 8; j++) s[j] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128)
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) s[j] = _mm512_add_ps(s[j], _mm512_load_ps(a + i + 16 * j));
+    float t = 0;
+    for (; i < n; i++) t += a[i];
+    for (int j = 1; j < 8; j++) s[0] = _mm512_add_ps(s[0], s[j]);
+    return t + _mm512_reduce_add_ps(s[0]);
+}
+
+__attribute__((target("avx2"))) static float sum_avx2(const float *a, size_t n)
+{
+    __m256 s[8];
+    for (int j = 0; j < 8; j++) s[j] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64)
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) s[j] = _mm256_add_ps(s[j], _mm256_load_ps(a + i + 8 * j));
+    float t = 0, o[8];
+    for (; i < n; i++) t += a[i];
+    for (int j = 1; j < 8; j++) s[0] = _mm256_add_ps(s[0], s[j]);
+    _mm256_storeu_ps(o, s[0]);
+    for (int j = 0; j < 8; j++) t += o[j];
+    return t;
+}
+
+/* 16 chains x 16 lanes x 2 flops per iteration */
+__attribute__((target("avx512f,fma"))) static float fma_avx512(long iters, float seed)
+{
+    __m512 a[16];
+    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-3f);
+    for (int j = 0; j < 16; j++) a[j] = _mm512_set1_ps(seed + (float)j);
+    for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(a[j], m, c);
+    for (int j = 1; j < 16; j++) a[0] = _mm512_add_ps(a[0], a[j]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_avx2(long iters, float seed)
+{
+    __m256 a[12];
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-3f);
+    float o[8], t = 0;
+    for (int j = 0; j < 12; j++) a[j] = _mm256_set1_ps(seed + (float)j);
+    for (long i = 0; i < iters; i++)
+#pragma GCC unroll 12
+        for (int j = 0; j < 12; j++) a[j] = _mm256_fmadd_ps(a[j], m, c);
+    for (int j = 1; j < 12; j++) a[0] = _mm256_add_ps(a[0], a[j]);
+    _mm256_storeu_ps(o, a[0]);
+    for (int j = 0; j < 8; j++) t += o[j];
+    return t;
+}
+#endif
+
+static float sum_plain(const float *a, size_t n)
+{
+    float s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i];
+    return s;
+}
+
+typedef struct { int simd; } probe_isa;   /* 2 = avx512, 1 = avx2, 0 = C */
+
+static float probe_sum(probe_isa p, const float *a, size_t n)
+{
+#if defined(__x86_64__)
+    if (p.simd == 2) return sum_avx512(a, n);
+    if (p.simd == 1) return sum_avx2(a, n);
+#endif
+    return sum_plain(a, n);
+}
+
+static volatile float probe_sink;
+
+/* GB/s reading n floats with T threads, best of reps */
+static double measure_read_bw(probe_isa p, const float *a, size_t n, int T, int reps)
+{
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        float tot = 0;
+        double t0 = now_s();
+#pragma omp parallel num_threads(T) reduction(+ : tot)
+        {
+#ifdef _OPENMP
+            int id = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+            int id = 0, nt = 1;
+#endif
+            size_t per = (n / (size_t)nt) & ~(size_t)127;
+            size_t b = per * (size_t)id, e = id == nt - 1 ? n : b + per;
+            tot += probe_sum(p, a + b, e - b);
+        }
+        double t = now_s() - t0;
+        probe_sink = tot;
+        if (t < best) best = t;
+    }
+    return (double)n * 4.0 / best / 1e9;
+}
+
+static double measure_fma_peak(probe_isa p, int T)
+{
+#if defined(__x86_64__)
+    if (p.simd == 0) return 0;
+    const long iters = 20000000;
+    double best = 1e30, flops = 0;
+    for (int r = 0; r < 3; r++) {
+        float tot = 0;
+        double t0 = now_s();
+#pragma omp parallel num_threads(T) reduction(+ : tot)
+        {
+            tot += p.simd == 2 ? fma_avx512(iters, (float)r) : fma_avx2(iters, (float)r);
+        }
+        double t = now_s() - t0;
+        probe_sink = tot;
+        if (t < best) best = t;
+    }
+    flops = (double)iters * T * (p.simd == 2 ? 16.0 * 16 * 2 : 12.0 * 8 * 2);
+    return flops / best / 1e9;
+#else
+    (void)p; (void)T;
+    return 0;
+#endif
+}
+
+/* ==== Data ============================================================== */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+typedef enum { FILL_F32, FILL_BF16, FILL_FP8, FILL_BYTES } fill_kind;
+
+/* Fill n bytes (multiple of 8) in parallel with valid values of a kind:
+ * f32 in +-[0.5, 1), bf16 likewise, FP8 codes that are never NaN (bit 3
+ * clear; every exponent parity-0 code incl. subnormals), or any bytes. */
+static void fill_pool(void *p, size_t n, fill_kind kind, uint64_t seed)
+{
+    uint64_t *q = p;
+    size_t nw = n / 8;
+#pragma omp parallel for schedule(static)
+    for (size_t blk = 0; blk < (nw + 4095) / 4096; blk++) {
+        uint64_t s = seed * 0x100000001b3ull + blk;
+        size_t e = (blk + 1) * 4096 < nw ? (blk + 1) * 4096 : nw;
+        for (size_t i = blk * 4096; i < e; i++) {
+            uint64_t r = splitmix(&s);
+            switch (kind) {
+            case FILL_F32:
+                r = (r & 0x807fffff807fffffull) | 0x3f0000003f000000ull;
+                break;
+            case FILL_BF16:
+                r = (r & 0x807f807f807f807full) | 0x3f003f003f003f00ull;
+                break;
+            case FILL_FP8:
+                r &= 0xf7f7f7f7f7f7f7f7ull;
+                break;
+            case FILL_BYTES:
+                break;
+            }
+            q[i] = r;
+        }
+    }
+}
+
+/* ==== Kernel cases ====================================================== */
+
+typedef enum { W_F32, W_BF16, W_FP8, W_FP4 } wkind;
+
+typedef struct {
+    wkind kind;
+    size_t rows, k, bs;         /* bs: FP8 block edge */
+} gemv_case;
+
+static size_t gemv_wbytes(const gemv_case *c)
+{
+    switch (c->kind) {
+    case W_F32:  return c->rows * c->k * 4;
+    case W_BF16: return c->rows * c->k * 2;
+    case W_FP8:  return c->rows * c->k;
+    case W_FP4:  return c->rows * c->k / 2;
+    }
+    return 0;
+}
+
+static size_t gemv_sbytes(const gemv_case *c)
+{
+    if (c->kind == W_FP8)
+        return ((c->rows + c->bs - 1) / c->bs) * ((c->k + c->bs - 1) / c->bs) * sizeof(float);
+    if (c->kind == W_FP4) return c->rows * (c->k / 32);
+    return 0;
+}
+
+/* Rows [r0, r1) of one matrix (weights at w, scales at s). */
+static void gemv_call(const dsattn_kernels *K, const gemv_case *c, const uint8_t *w,
+                      const uint8_t *s, const float *x, float *y, size_t r0, size_t r1)
+{
+    size_t k = c->k, n = r1 - r0;
+    switch (c->kind) {
+    case W_F32:  K->gemv_f32((const float *)w + r0 * k, x, y + r0, n, k); break;
+    case W_BF16: K->gemv_bf16((const uint16_t *)w + r0 * k, x, y + r0, n, k); break;
+    case W_FP8: {
+        size_t ldsc = (k + c->bs - 1) / c->bs;
+        K->gemv_fp8(w + r0 * k, (const float *)s + (r0 / c->bs) * ldsc, c->bs, ldsc, x,
+                    y + r0, n, k);
+        break;
+    }
+    case W_FP4: K->gemv_fp4(w + r0 * k / 2, s + r0 * (k / 32), x, y + r0, n, k); break;
+    }
+}
+
+/* Row r of a matrix as floats (scalar, numfmt's decoders). */
+static void deq_wrow(const gemv_case *c, const uint8_t *w, const uint8_t *s, size_t r,
+                     float *out)
+{
+    size_t k = c->k;
+    for (size_t i = 0; i < k; i++) {
+        switch (c->kind) {
+        case W_F32: out[i] = ((const float *)w)[r * k + i]; break;
+        case W_BF16: out[i] = dsattn_bf16_to_f32(((const uint16_t *)w)[r * k + i]); break;
+        case W_FP8: {
+            size_t ldsc = (k + c->bs - 1) / c->bs;
+            out[i] = dsattn_e4m3_to_f32(w[r * k + i]) *
+                     ((const float *)s)[(r / c->bs) * ldsc + i / c->bs];
+            break;
+        }
+        case W_FP4: {
+            uint8_t b = w[r * k / 2 + i / 2];
+            out[i] = dsattn_e2m1_to_f32((i & 1) ? (uint8_t)(b >> 4) : (uint8_t)(b & 15)) *
+                     dsattn_ue8m0_to_f32(s[r * (k / 32) + i / 32]);
+            break;
+        }
+        }
+    }
+}
+
+/* The test suite's bound (tests/test_kernels.c) with 8 lanes, which holds
+ * for both ISAs: |fast - ref| <= (ceil(k/8) + 16) 2^-24 sum|w x|. */
+static int within_bound(double got, double want, size_t k, double mag)
+{
+    if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
+    return fabs(got - want) <= ((double)((k + 7) / 8) + 16.0) * 0x1p-24 * mag * 1.0001 +
+                               ((double)k + 16.0) * 0x1p-149;
+}
+
+/* fast vs ref on the first rows of a matrix */
+static int gemv_verify(const dsattn_kernels *K, const gemv_case *c, const uint8_t *w,
+                       const uint8_t *s, const float *x)
+{
+    size_t n = c->rows < 64 ? c->rows : 64;
+    float yf[64], yr[64];
+    float *row = dsattn_alloc_array(c->k, sizeof(float));
+    if (!row) return 0;
+    gemv_call(K, c, w, s, x, yf, 0, n);
+    gemv_call(&dsattn_kernels_ref, c, w, s, x, yr, 0, n);
+    int ok = 1;
+    for (size_t r = 0; r < n; r++) {
+        deq_wrow(c, w, s, r, row);
+        double mag = 0;
+        for (size_t i = 0; i < c->k; i++) mag += fabs((double)row[i] * x[i]);
+        ok &= within_bound(yf[r], yr[r], c->k, mag);
+    }
+    dsattn_free(row);
+    return ok;
+}
+
+typedef struct {
+    const dsattn_kernels *K;
+    out_fmt fmt;
+    int threads[4];
+    int n_threads;
+    double bw[4], peak[4];
+    float *pool;
+    size_t pool_bytes;
+    int quick;
+} kctx;
+
+static const char *wname(const gemv_case *c, char *buf, size_t n)
+{
+    switch (c->kind) {
+    case W_F32:  snprintf(buf, n, "gemv_f32"); break;
+    case W_BF16: snprintf(buf, n, "gemv_bf16"); break;
+    case W_FP8:  snprintf(buf, n, "gemv_fp8 b%zu", c->bs); break;
+    case W_FP4:  snprintf(buf, n, "gemv_fp4"); break;
+    }
+    return buf;
+}
+
+/* One GEMV case at every thread count: the pool holds as many distinct
+ * matrices (weights + scales) as fit, so every call streams from DRAM,
+ * as decode does across layers. */
+static size_t bench_gemv(kctx *b, const gemv_case *c, bench_row *out)
+{
+    size_t wb = gemv_wbytes(c), sb = gemv_sbytes(c);
+    size_t mat = (wb + sb + 4095) & ~(size_t)4095;
+    size_t nmat = b->pool_bytes / mat;
+    if (nmat < 1) return 0;
+    uint8_t *base = (uint8_t *)b->pool;
+    fill_kind fk = c->kind == W_F32 ? FILL_F32 : c->kind == W_BF16 ? FILL_BF16
+                 : c->kind == W_FP8 ? FILL_FP8 : FILL_BYTES;
+    fill_pool(base, nmat * mat, fk, 1 + (uint64_t)c->kind);
+    /* valid scales: FP8 fp32 ~1e-3, FP4 UE8M0 in 2^-7..2^0 */
+    for (size_t m = 0; m < nmat; m++) {
+        uint8_t *s = base + m * mat + wb;
+        if (c->kind == W_FP8)
+            for (size_t i = 0; i < sb / 4; i++) ((float *)s)[i] = 1e-3f * (1.0f + (float)(i % 7) / 8.0f);
+        if (c->kind == W_FP4)
+            for (size_t i = 0; i < sb; i++) s[i] = (uint8_t)(120 + i % 8);
+    }
+    float *x = dsattn_alloc_array(c->k, sizeof(float));
+    float *y = dsattn_alloc_array(c->rows, sizeof(float));
+    if (!x || !y) { dsattn_free(x); dsattn_free(y); return 0; }
+    for (size_t i = 0; i < c->k; i++) x[i] = (float)((int)(i % 17) - 8) / 8.0f;
+    const char *check = gemv_verify(b->K, c, base, base + wb, x) ? "ok" : "FAIL";
+
+    size_t n = 0;
+    for (int ti = 0; ti < b->n_threads; ti++) {
+        int T = b->threads[ti];
+        /* row split: contiguous ranges, boundaries on 128-row multiples so
+         * FP8 block rows are never cut */
+        size_t unit = 128, nunits = (c->rows + unit - 1) / unit;
+        int reps = b->quick ? 2 : 3;
+        double best = 1e30;
+        for (int rep = 0; rep <= reps; rep++) {
+            double t0 = now_s();
+#pragma omp parallel num_threads(T)
+            {
+#ifdef _OPENMP
+                int id = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+                int id = 0, nt = 1;
+#endif
+                size_t u0 = nunits * (size_t)id / (size_t)nt, u1 = nunits * (size_t)(id + 1) / (size_t)nt;
+                size_t r0 = u0 * unit, r1 = u1 * unit < c->rows ? u1 * unit : c->rows;
+                for (size_t m = 0; m < nmat; m++) {
+                    const uint8_t *w = base + m * mat;
+                    if (r0 < r1) gemv_call(b->K, c, w, w + wb, x, y, r0, r1);
+#pragma omp barrier
+                }
+            }
+            double t = (now_s() - t0) / (double)nmat;
+            if (rep > 0 && t < best) best = t;      /* rep 0 is warmup */
+        }
+        bench_row *r = &out[n++];
+        memset(r, 0, sizeof *r);
+        wname(c, r->kernel, sizeof r->kernel);
+        snprintf(r->shape, sizeof r->shape, "%zux%zu", c->rows, c->k);
+        r->threads = T;
+        r->sec = best;
+        r->bytes = (double)(wb + sb) + 4.0 * (double)(c->k + c->rows);
+        r->flops = 2.0 * (double)c->rows * (double)c->k;
+        r->lim_bw = b->bw[ti];
+        r->lim_flops = b->peak[ti];
+        r->check = check;
+    }
+    dsattn_free(x);
+    dsattn_free(y);
+    return n;
+}
+
+/* ---- fused packed-row kernels ---------------------------------------- */
+
+typedef enum { F_MDOT_FP4KV, F_MAXPY_FP4KV, F_MDOT_FP4IDX, F_MDOT_SWA, F_MAXPY_SWA,
+               F_MDOT_F32 } fused_kind;
+
+typedef struct {
+    fused_kind kind;
+    size_t nh, d;
+} fused_case;
+
+static size_t fused_row_bytes(const fused_case *c)
+{
+    switch (c->kind) {
+    case F_MDOT_FP4KV: case F_MAXPY_FP4KV: return dsattn_v41_kv_row_bytes(c->d);
+    case F_MDOT_FP4IDX: return dsattn_fp4_index_row_bytes(c->d);
+    case F_MDOT_SWA: case F_MAXPY_SWA: return dsattn_v41_swa_row_bytes(c->d);
+    case F_MDOT_F32: return c->d * 4;
+    }
+    return 0;
+}
+
+static void fused_call(const dsattn_kernels *K, const fused_case *c, const float *q,
+                       const uint8_t *row, float *out, float *acc)
+{
+    switch (c->kind) {
+    case F_MDOT_FP4KV:  K->mdot_fp4e4m3(q, c->d, c->nh, row, c->d, out); break;
+    case F_MAXPY_FP4KV: K->maxpy_fp4e4m3(q, c->nh, row, c->d, acc, c->d); break;
+    case F_MDOT_FP4IDX: K->mdot_fp4ue8m0(q, c->d, c->nh, row, c->d, out); break;
+    case F_MDOT_SWA:    K->mdot_fp8ue8m0(q, c->d, c->nh, row, c->d, out); break;
+    case F_MAXPY_SWA:   K->maxpy_fp8ue8m0(q, c->nh, row, c->d, acc, c->d); break;
+    case F_MDOT_F32:    K->mdot_f32(q, c->d, c->nh, (const float *)row, c->d, out); break;
+    }
+}
+
+static const char *fused_name(fused_kind k)
+{
+    switch (k) {
+    case F_MDOT_FP4KV:  return "mdot_fp4e4m3 (KV)";
+    case F_MAXPY_FP4KV: return "maxpy_fp4e4m3 (KV)";
+    case F_MDOT_FP4IDX: return "mdot_fp4ue8m0 (idx)";
+    case F_MDOT_SWA:    return "mdot_fp8ue8m0 (SWA)";
+    case F_MAXPY_SWA:   return "maxpy_fp8ue8m0 (SWA)";
+    case F_MDOT_F32:    return "mdot_f32";
+    }
+    return "?";
+}
+
+/* Packed rows per thread: L2-resident (the rows a decode step re-reads for
+ * every head), so the number measures the kernel, not DRAM. */
+#define FUSED_ROWS 2048
+
+static void fill_rows(const fused_case *c, uint8_t *rows, size_t n, uint64_t seed)
+{
+    size_t rb = fused_row_bytes(c);
+    float x[2048];
+    for (size_t r = 0; r < n; r++) {
+        uint8_t *p = rows + r * rb;
+        for (size_t i = 0; i < c->d; i++)
+            x[i] = (float)((int64_t)(splitmix(&seed) >> 40) - (1 << 23)) / (float)(1 << 22);
+        switch (c->kind) {
+        case F_MDOT_FP4KV: case F_MAXPY_FP4KV: dsattn_v41_kv_pack(x, c->d, p, NULL); break;
+        case F_MDOT_FP4IDX: dsattn_fp4_index_pack(x, c->d, p, NULL); break;
+        case F_MDOT_SWA: case F_MAXPY_SWA: dsattn_v41_swa_pack(x, c->d, p, NULL); break;
+        case F_MDOT_F32: memcpy(p, x, c->d * 4); break;
+        }
+    }
+}
+
+static int fused_verify(const dsattn_kernels *K, const fused_case *c, const float *q,
+                        const uint8_t *rows)
+{
+    size_t nh = c->nh, d = c->d;
+    float *o1 = dsattn_alloc_array(nh * d, sizeof(float));
+    float *o2 = dsattn_alloc_array(nh * d, sizeof(float));
+    float *deq = dsattn_alloc_array(d, sizeof(float));
+    int ok = o1 && o2 && deq;
+    int axpy = c->kind == F_MAXPY_FP4KV || c->kind == F_MAXPY_SWA;
+    for (size_t r = 0; ok && r < 4; r++) {
+        const uint8_t *row = rows + r * fused_row_bytes(c);
+        switch (c->kind) {
+        case F_MDOT_FP4KV: case F_MAXPY_FP4KV: dsattn_v41_kv_unpack(row, d, deq); break;
+        case F_MDOT_FP4IDX: dsattn_fp4_index_unpack(row, d, deq); break;
+        case F_MDOT_SWA: case F_MAXPY_SWA: dsattn_v41_swa_unpack(row, d, deq); break;
+        case F_MDOT_F32: memcpy(deq, row, d * sizeof(float)); break;
+        }
+        memset(o1, 0, nh * d * sizeof(float));
+        memset(o2, 0, nh * d * sizeof(float));
+        fused_call(K, c, q, row, o1, o1);
+        fused_call(&dsattn_kernels_ref, c, q, row, o2, o2);
+        for (size_t h = 0; h < nh; h++) {
+            if (axpy) {   /* acc was 0: one product each, one rounding */
+                for (size_t i = 0; i < d; i++)
+                    ok &= fabs((double)o1[h * d + i] - o2[h * d + i]) <=
+                          0x1p-23 * fabs((double)q[h] * deq[i]);
+            } else {
+                double mag = 0;
+                for (size_t i = 0; i < d; i++) mag += fabs((double)q[h * d + i] * deq[i]);
+                ok &= within_bound(o1[h], o2[h], d, mag);
+            }
+        }
+    }
+    dsattn_free(o1);
+    dsattn_free(o2);
+    dsattn_free(deq);
+    return ok;
+}
+
+static size_t bench_fused(kctx *b, const fused_case *c, bench_row *out)
+{
+    size_t rb = fused_row_bytes(c), nrows = FUSED_ROWS;
+    int maxT = 1;
+    for (int i = 0; i < b->n_threads; i++) maxT = b->threads[i] > maxT ? b->threads[i] : maxT;
+    uint8_t *rows = dsattn_alloc_array(nrows * (size_t)maxT, rb);
+    float *q = dsattn_alloc_array(c->nh * c->d, sizeof(float));
+    float *ws = dsattn_alloc_array((size_t)maxT * c->nh, c->d * sizeof(float));
+    if (!rows || !q || !ws) { dsattn_free(rows); dsattn_free(q); dsattn_free(ws); return 0; }
+    fill_rows(c, rows, nrows * (size_t)maxT, 17 + (uint64_t)c->kind);
+    for (size_t i = 0; i < c->nh * c->d; i++) q[i] = (float)((int)(i % 13) - 6) / 6.0f;
+    const char *check = fused_verify(b->K, c, q, rows) ? "ok" : "FAIL";
+    /* enough sweeps for ~0.1 s per thread count */
+    double per_row_flops = 2.0 * (double)c->nh * (double)c->d;
+    long sweeps = (long)(0.1 * 50e9 / (per_row_flops * (double)nrows)) + 1;
+    if (b->quick) sweeps = sweeps / 4 + 1;
+    size_t n = 0;
+    for (int ti = 0; ti < b->n_threads; ti++) {
+        int T = b->threads[ti];
+        double best = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = now_s();
+#pragma omp parallel num_threads(T)
+            {
+#ifdef _OPENMP
+                int id = omp_get_thread_num();
+#else
+                int id = 0;
+#endif
+                const uint8_t *my = rows + (size_t)id * nrows * rb;
+                float *o = ws + (size_t)id * c->nh * c->d;
+                for (long s = 0; s < sweeps; s++)
+                    for (size_t r = 0; r < nrows; r++) fused_call(b->K, c, q, my + r * rb, o, o);
+            }
+            double t = (now_s() - t0) / (double)(sweeps * (long)nrows);
+            if (t < best) best = t;
+        }
+        bench_row *r = &out[n++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->kernel, sizeof r->kernel, "%s", fused_name(c->kind));
+        snprintf(r->shape, sizeof r->shape, "nh=%zu d=%zu", c->nh, c->d);
+        r->threads = T;
+        /* per row per thread; the machine does T rows at once */
+        r->sec = best;
+        r->bytes = (double)rb * T;
+        r->flops = per_row_flops * T;
+        r->lim_bw = b->bw[ti];
+        r->lim_flops = b->peak[ti];
+        r->check = check;
+    }
+    dsattn_free(rows);
+    dsattn_free(q);
+    dsattn_free(ws);
+    return n;
+}
+
+/* ==== Modes ============================================================= */
+
+static int parse_threads(const char *s, int *t, int max)
+{
+    int n = 0;
+    while (*s && n < max) {
+        char *e;
+        long v = strtol(s, &e, 10);
+        if (e == s || v < 1 || v > 256) return -1;
+        t[n++] = (int)v;
+        s = *e == ',' ? e + 1 : e;
+        if (*e && *e != ',') return -1;
+    }
+    return n;
+}
+
+static int parse_fmt(const char *s, out_fmt *f)
+{
+    if (!strcmp(s, "md") || !strcmp(s, "markdown")) *f = FMT_MD;
+    else if (!strcmp(s, "csv")) *f = FMT_CSV;
+    else if (!strcmp(s, "json")) *f = FMT_JSON;
+    else return -1;
+    return 0;
+}
+
+static void cpu_model(char *buf, size_t n)
+{
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ') c++;
+                c[strcspn(c, "\n")] = 0;
+                snprintf(buf, n, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static int bench_kernels(int argc, char **argv)
+{
+    kctx b;
+    memset(&b, 0, sizeof b);
+    b.fmt = FMT_MD;
+    b.threads[0] = 1;
+    b.threads[1] = 2;
+    b.n_threads = 2;
+    dsattn_isa isa = DSATTN_ISA_AUTO;
+    size_t mib = 1024;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            b.n_threads = parse_threads(argv[++i], b.threads, 4);
+            if (b.n_threads <= 0) { fprintf(stderr, "bench: bad --threads\n"); return 2; }
+        } else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+            if (parse_fmt(argv[++i], &b.fmt)) { fprintf(stderr, "bench: bad --format\n"); return 2; }
+        } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            const char *s = argv[++i];
+            isa = !strcmp(s, "ref") ? DSATTN_ISA_REF : !strcmp(s, "avx2") ? DSATTN_ISA_AVX2
+                : !strcmp(s, "avx512") ? DSATTN_ISA_AVX512 : DSATTN_ISA_AUTO;
+        } else if (!strcmp(argv[i], "--mem") && i + 1 < argc) {
+            mib = (size_t)strtoul(argv[++i], NULL, 10);
+            if (mib < 64) mib = 64;
+        } else if (!strcmp(argv[i], "--quick")) {
+            b.quick = 1;
+        } else {
+            fprintf(stderr,
+                    "usage: dsattn bench kernels [--threads 1,2] [--format md|csv|json]\n"
+                    "                            [--isa ref|avx2|avx512] [--mem MiB] [--quick]\n"
+                    "  Measures DRAM read bandwidth (sum over --mem MiB, default 1024) and\n"
+                    "  FMA peak, then every GEMV at V4.1 shapes and the fused packed-row\n"
+                    "  attention kernels, as fractions of those limits.  Each case is\n"
+                    "  verified against the scalar reference before it is timed.\n");
+            return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
+        }
+    }
+    dsattn_ctx_params cp = dsattn_ctx_default_params();
+    cp.isa = isa;
+    dsattn_ctx *ctx = NULL;
+    if (dsattn_ctx_create(&ctx, &cp) != DSATTN_OK) {
+        fprintf(stderr, "bench: this CPU/build cannot run the requested ISA\n");
+        return 1;
+    }
+    b.K = ctx->k;
+    b.pool_bytes = mib << 20;
+    b.pool = aligned_alloc(4096, b.pool_bytes);
+    if (!b.pool) { fprintf(stderr, "bench: cannot allocate %zu MiB\n", mib); dsattn_ctx_destroy(ctx); return 1; }
+    fill_pool(b.pool, b.pool_bytes, FILL_F32, 99);
+
+    probe_isa pi = { dsattn_cpu_has_avx512() ? 2 : dsattn_cpu_has_avx2() ? 1 : 0 };
+    for (int ti = 0; ti < b.n_threads; ti++) {
+        b.bw[ti] = measure_read_bw(pi, b.pool, b.pool_bytes / 4, b.threads[ti], b.quick ? 3 : 5);
+        b.peak[ti] = measure_fma_peak(pi, b.threads[ti]);
+        if (b.peak[ti] <= 0) b.peak[ti] = 1;
+    }
+
+    char cpu[128];
+    cpu_model(cpu, sizeof cpu);
+    FILE *f = stdout;
+    if (b.fmt == FMT_JSON) {
+        fprintf(f, "{\n  \"commit\": \"%s\", \"cpu\": \"%s\", \"isa\": \"%s\", \"openblas\": \"%s\",\n"
+                   "  \"limits\": [", DSATTN_GIT_COMMIT, cpu, b.K->name, dsattn_blas_corename());
+        for (int ti = 0; ti < b.n_threads; ti++)
+            fprintf(f, "%s{\"threads\": %d, \"read_gb_s\": %.3f, \"fma_gflop_s\": %.3f}",
+                    ti ? ", " : "", b.threads[ti], b.bw[ti], b.peak[ti]);
+        fprintf(f, "],\n");
+    } else if (b.fmt == FMT_MD) {
+        fprintf(f, "dsattn bench kernels - commit %s, isa %s, cpu \"%s\", openblas %s\n\n",
+                DSATTN_GIT_COMMIT, b.K->name, cpu, dsattn_blas_corename());
+        fprintf(f, "| threads | DRAM read (sum over %zu MiB) | FMA peak (fp32) |\n|--:|--:|--:|\n", mib);
+        for (int ti = 0; ti < b.n_threads; ti++)
+            fprintf(f, "| %d | %.2f GB/s | %.1f GFLOP/s |\n", b.threads[ti], b.bw[ti], b.peak[ti]);
+        fprintf(f, "\n");
+    }
+    fflush(f);
+
+    const gemv_case gc[] = {
+        { W_F32, 32768, 1280, 0 },  { W_F32, 5120, 8192, 0 },  { W_F32, 1280, 5120, 0 },
+        { W_BF16, 32768, 1280, 0 }, { W_BF16, 5120, 8192, 0 }, { W_BF16, 1280, 5120, 0 },
+        { W_FP8, 32768, 1280, 128 }, { W_FP8, 5120, 8192, 128 }, { W_FP8, 1280, 5120, 128 },
+        { W_FP8, 32768, 1280, 32 },  { W_FP8, 5120, 8192, 32 },
+        { W_FP4, 32768, 1280, 0 },  { W_FP4, 5120, 8192, 0 },  { W_FP4, 1280, 5120, 0 },
+    };
+    const fused_case fc[] = {
+        { F_MDOT_FP4KV, 4, 512 },  { F_MDOT_FP4KV, 8, 512 },  { F_MDOT_FP4KV, 64, 512 },
+        { F_MAXPY_FP4KV, 4, 512 }, { F_MAXPY_FP4KV, 8, 512 }, { F_MAXPY_FP4KV, 64, 512 },
+        { F_MDOT_FP4IDX, 64, 128 },
+        { F_MDOT_SWA, 64, 512 },   { F_MAXPY_SWA, 64, 512 },
+        { F_MDOT_F32, 64, 512 },
+    };
+    size_t cap = (DSATTN_ARRAY_LEN(gc) + DSATTN_ARRAY_LEN(fc)) * (size_t)b.n_threads;
+    bench_row *rows = calloc(cap, sizeof *rows);
+    size_t n = 0;
+    if (!rows) { free(b.pool); dsattn_ctx_destroy(ctx); return 1; }
+    for (size_t i = 0; i < DSATTN_ARRAY_LEN(gc); i++) {
+        if (b.quick && gc[i].rows * gc[i].k > 8u << 20 && gc[i].kind == W_F32) continue;
+        n += bench_gemv(&b, &gc[i], rows + n);
+    }
+    for (size_t i = 0; i < DSATTN_ARRAY_LEN(fc); i++) n += bench_fused(&b, &fc[i], rows + n);
+    print_rows(f, b.fmt, rows, n);
+    if (b.fmt == FMT_MD)
+        fprintf(f, "\nGEMV: one call = one matrix; matrices rotate through %zu MiB so every\n"
+                   "call streams from DRAM.  Fused: one call = one packed row; %d rows per\n"
+                   "thread stay in L2 and GB/s counts row bytes only.  Targets (reported,\n"
+                   "not asserted): FP8/FP4 GEMV >= 80%% of read BW; FP4 dot with >= 4 heads\n"
+                   ">= 50%% of FMA peak.\n", mib, FUSED_ROWS);
+    int fail = 0;
+    for (size_t i = 0; i < n; i++) fail |= strcmp(rows[i].check, "ok") != 0;
+    free(rows);
+    free(b.pool);
+    dsattn_ctx_destroy(ctx);
+    return fail ? 1 : 0;
+}
+
+static int bench_blas(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    const char *ct = getenv("OPENBLAS_CORETYPE"), *mk = getenv("DSATTN_BLAS_REEXEC");
+    printf("openblas_core: %s\nOPENBLAS_CORETYPE=%s\nDSATTN_BLAS_REEXEC=%s\n",
+           dsattn_blas_corename(), ct ? ct : "", mk ? mk : "");
+    size_t M = 256, N = 2048, K = 2048;
+    float *A = dsattn_alloc_array(M * K, sizeof(float)), *B = dsattn_alloc_array(N * K, sizeof(float));
+    float *C = dsattn_alloc_array(M * N, sizeof(float));
+    if (!A || !B || !C) { dsattn_free(A); dsattn_free(B); dsattn_free(C); return 1; }
+    for (size_t i = 0; i < M * K; i++) A[i] = (float)((int)(i % 11) - 5) / 8.0f;
+    for (size_t i = 0; i < N * K; i++) B[i] = (float)((int)(i % 7) - 3) / 8.0f;
+    dsattn_sgemm_rowmajor(M, N, K, A, K, B, K, C, N);
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        dsattn_sgemm_rowmajor(M, N, K, A, K, B, K, C, N);
+        double t = now_s() - t0;
+        if (t < best) best = t;
+    }
+    printf("sgemm %zux%zux%zu (prefill shape, B = [N,K] weight): %.1f GFLOP/s\n", M, N, K,
+           2.0 * (double)(M * N * K) / best / 1e9);
+    dsattn_free(A);
+    dsattn_free(B);
+    dsattn_free(C);
+    return 0;
+}
+
+/* ==== Command =========================================================== */
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);   /* argv[0] = mode name */
+} bench_mode;
+
+static const bench_mode bench_modes[] = {
+    { "kernels", "kernel table vs measured DRAM read BW and FMA peak", bench_kernels },
+    { "blas",    "OpenBLAS core type and sgemm speed",                 bench_blas },
+    { "v41",     "V4.1-Flash 40-layer decode ms/token vs its byte bound", dsattn_bench_v41 },
+};
+
+DSATTN_CMD(bench, 20, "measure speed against the machine's limits (bench kernels|blas)")
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        FILE *f = argc < 2 ? stderr : stdout;
+        fprintf(f, "usage: dsattn bench <mode> [options]   (dsattn bench <mode> --help)\n\n");
+        for (size_t i = 0; i < DSATTN_ARRAY_LEN(bench_modes); i++)
+            fprintf(f, "  %-10s %s\n", bench_modes[i].name, bench_modes[i].summary);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < DSATTN_ARRAY_LEN(bench_modes); i++)
+        if (!strcmp(argv[1], bench_modes[i].name))
+            return bench_modes[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "dsattn bench: unknown mode '%s'\n", argv[1]);
+    return 2;
+}
