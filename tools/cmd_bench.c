@@ -473,7 +473,7 @@ static size_t bench_gemv(kctx *b, const gemv_case *c, bench_row *out)
 /* ---- fused packed-row kernels ---------------------------------------- */
 
 typedef enum { F_MDOT_FP4KV, F_MAXPY_FP4KV, F_MDOT_FP4IDX, F_MDOT_SWA, F_MAXPY_SWA,
-               F_MDOT_F32 } fused_kind;
+               F_MDOT_F32, F_MDOT_FP4KV_ROWS } fused_kind;
 
 typedef struct {
     fused_kind kind;
@@ -483,13 +483,17 @@ typedef struct {
 static size_t fused_row_bytes(const fused_case *c)
 {
     switch (c->kind) {
-    case F_MDOT_FP4KV: case F_MAXPY_FP4KV: return dsattn_v41_kv_row_bytes(c->d);
+    case F_MDOT_FP4KV: case F_MAXPY_FP4KV: case F_MDOT_FP4KV_ROWS:
+        return dsattn_v41_kv_row_bytes(c->d);
     case F_MDOT_FP4IDX: return dsattn_fp4_index_row_bytes(c->d);
     case F_MDOT_SWA: case F_MAXPY_SWA: return dsattn_v41_swa_row_bytes(c->d);
     case F_MDOT_F32: return c->d * 4;
     }
     return 0;
 }
+
+/* rows per call of the many-rows entry in this bench */
+#define FUSED_MULTI 8
 
 static void fused_call(const dsattn_kernels *K, const fused_case *c, const float *q,
                        const uint8_t *row, float *out, float *acc)
@@ -501,6 +505,14 @@ static void fused_call(const dsattn_kernels *K, const fused_case *c, const float
     case F_MDOT_SWA:    K->mdot_fp8ue8m0(q, c->d, c->nh, row, c->d, out); break;
     case F_MAXPY_SWA:   K->maxpy_fp8ue8m0(q, c->nh, row, c->d, acc, c->d); break;
     case F_MDOT_F32:    K->mdot_f32(q, c->d, c->nh, (const float *)row, c->d, out); break;
+    case F_MDOT_FP4KV_ROWS: {
+        /* 8 consecutive rows per call (the caller's gather list) */
+        const uint8_t *rp[FUSED_MULTI];
+        size_t rb = dsattn_v41_kv_row_bytes(c->d);
+        for (size_t r = 0; r < FUSED_MULTI; r++) rp[r] = row + r * rb;
+        K->mdot_fp4e4m3_rows(q, c->d, c->nh, rp, FUSED_MULTI, c->d, out, c->nh);
+        break;
+    }
     }
 }
 
@@ -513,6 +525,7 @@ static const char *fused_name(fused_kind k)
     case F_MDOT_SWA:    return "mdot_fp8ue8m0 (SWA)";
     case F_MAXPY_SWA:   return "maxpy_fp8ue8m0 (SWA)";
     case F_MDOT_F32:    return "mdot_f32";
+    case F_MDOT_FP4KV_ROWS: return "mdot_fp4e4m3_rows (KV, 8/call)";
     }
     return "?";
 }
@@ -530,7 +543,9 @@ static void fill_rows(const fused_case *c, uint8_t *rows, size_t n, uint64_t see
         for (size_t i = 0; i < c->d; i++)
             x[i] = (float)((int64_t)(splitmix(&seed) >> 40) - (1 << 23)) / (float)(1 << 22);
         switch (c->kind) {
-        case F_MDOT_FP4KV: case F_MAXPY_FP4KV: dsattn_v41_kv_pack(x, c->d, p, NULL); break;
+        case F_MDOT_FP4KV: case F_MAXPY_FP4KV: case F_MDOT_FP4KV_ROWS:
+            dsattn_v41_kv_pack(x, c->d, p, NULL);
+            break;
         case F_MDOT_FP4IDX: dsattn_fp4_index_pack(x, c->d, p, NULL); break;
         case F_MDOT_SWA: case F_MAXPY_SWA: dsattn_v41_swa_pack(x, c->d, p, NULL); break;
         case F_MDOT_F32: memcpy(p, x, c->d * 4); break;
@@ -547,10 +562,13 @@ static int fused_verify(const dsattn_kernels *K, const fused_case *c, const floa
     float *deq = dsattn_alloc_array(d, sizeof(float));
     int ok = o1 && o2 && deq;
     int axpy = c->kind == F_MAXPY_FP4KV || c->kind == F_MAXPY_SWA;
-    for (size_t r = 0; ok && r < 4; r++) {
+    /* the many-rows entry is checked through its first row of 8 */
+    for (size_t r = 0; ok && r < 4; r += c->kind == F_MDOT_FP4KV_ROWS ? 4 : 1) {
         const uint8_t *row = rows + r * fused_row_bytes(c);
         switch (c->kind) {
-        case F_MDOT_FP4KV: case F_MAXPY_FP4KV: dsattn_v41_kv_unpack(row, d, deq); break;
+        case F_MDOT_FP4KV: case F_MAXPY_FP4KV: case F_MDOT_FP4KV_ROWS:
+            dsattn_v41_kv_unpack(row, d, deq);
+            break;
         case F_MDOT_FP4IDX: dsattn_fp4_index_unpack(row, d, deq); break;
         case F_MDOT_SWA: case F_MAXPY_SWA: dsattn_v41_swa_unpack(row, d, deq); break;
         case F_MDOT_F32: memcpy(deq, row, d * sizeof(float)); break;
@@ -608,8 +626,10 @@ static size_t bench_fused(kctx *b, const fused_case *c, bench_row *out)
 #endif
                 const uint8_t *my = rows + (size_t)id * nrows * rb;
                 float *o = ws + (size_t)id * c->nh * c->d;
+                size_t step = c->kind == F_MDOT_FP4KV_ROWS ? FUSED_MULTI : 1;
                 for (long s = 0; s < sweeps; s++)
-                    for (size_t r = 0; r < nrows; r++) fused_call(b->K, c, q, my + r * rb, o, o);
+                    for (size_t r = 0; r + step <= nrows; r += step)
+                        fused_call(b->K, c, q, my + r * rb, o, o);
             }
             double t = (now_s() - t0) / (double)(sweeps * (long)nrows);
             if (t < best) best = t;
@@ -737,10 +757,17 @@ static int bench_kernels(int argc, char **argv)
 
     char cpu[128];
     cpu_model(cpu, sizeof cpu);
+    double load1 = -1;
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fscanf(la, "%lf", &load1) != 1) load1 = -1;
+        fclose(la);
+    }
     FILE *f = stdout;
     if (b.fmt == FMT_JSON) {
         fprintf(f, "{\n  \"commit\": \"%s\", \"cpu\": \"%s\", \"isa\": \"%s\", \"openblas\": \"%s\",\n"
-                   "  \"limits\": [", DSATTN_GIT_COMMIT, cpu, b.K->name, dsattn_blas_corename());
+                   "  \"load_avg_1min\": %.2f,\n  \"limits\": [", DSATTN_GIT_COMMIT, cpu, b.K->name,
+                dsattn_blas_corename(), load1);
         for (int ti = 0; ti < b.n_threads; ti++)
             fprintf(f, "%s{\"threads\": %d, \"read_gb_s\": %.3f, \"fma_gflop_s\": %.3f}",
                     ti ? ", " : "", b.threads[ti], b.bw[ti], b.peak[ti]);
@@ -752,6 +779,10 @@ static int bench_kernels(int argc, char **argv)
         for (int ti = 0; ti < b.n_threads; ti++)
             fprintf(f, "| %d | %.2f GB/s | %.1f GFLOP/s |\n", b.threads[ti], b.bw[ti], b.peak[ti]);
         fprintf(f, "\n");
+        if (load1 > 0.5)
+            fprintf(f, "WARNING: 1-minute load average %.2f when the run started: other\n"
+                       "processes share the cores and memory, so these numbers are low.\n\n",
+                    load1);
     }
     fflush(f);
 
@@ -768,6 +799,8 @@ static int bench_kernels(int argc, char **argv)
         { F_MDOT_FP4IDX, 64, 128 },
         { F_MDOT_SWA, 64, 512 },   { F_MAXPY_SWA, 64, 512 },
         { F_MDOT_F32, 64, 512 },
+        { F_MDOT_FP4KV_ROWS, 4, 512 }, { F_MDOT_FP4KV_ROWS, 8, 512 },
+        { F_MDOT_FP4KV_ROWS, 64, 512 },
     };
     size_t cap = (DSATTN_ARRAY_LEN(gc) + DSATTN_ARRAY_LEN(fc)) * (size_t)b.n_threads;
     bench_row *rows = calloc(cap, sizeof *rows);

@@ -592,41 +592,61 @@ dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b)
     return DSATTN_OK;
 }
 
+/* Random but valid packed bytes: payload codes uniform, scales in a sane
+ * range (E4M3 scale codes 0x28..0x37, i.e. 0.125..0.47; UE8M0 2^-4..2^3),
+ * no NaN code anywhere.  Writing bytes directly keeps a 1M-token fill to a
+ * fraction of a second. */
+static void synth_rows(uint8_t *rows, size_t n, size_t row_bytes, size_t payload,
+                       int kind, uint64_t seed)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < n; r++) {
+        uint64_t x = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
+        uint8_t *p = rows + r * row_bytes;
+        for (size_t i = 0; i < row_bytes; i += 8) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            uint64_t v = x;
+            for (size_t k = 0; k < 8 && i + k < row_bytes; k++, v >>= 8) {
+                uint8_t b = (uint8_t)v;
+                size_t at = i + k;
+                if (at < payload) {
+                    if (kind == 0 && (b & 0x7f) == 0x7f) b ^= 1;   /* E4M3 payload: no NaN */
+                    p[at] = b;
+                } else if (kind == 1) {
+                    p[at] = (uint8_t)(0x28 + (b & 15));            /* E4M3 scale  */
+                } else {
+                    p[at] = (uint8_t)(123 + (b & 7));              /* UE8M0 scale */
+                }
+            }
+        }
+    }
+}
+
 dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
                                             uint64_t seed)
 {
     if (!s || depth < 0 || (size_t)depth >= s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     const dsattn_v41_config *c = &s->m->cfg;
     const size_t D = (size_t)c->head_dim, Di = (size_t)c->index_head_dim;
-    const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
-    const size_t kb = dsattn_v41_kidx_bytes(c);
+    const size_t w = (size_t)c->window_size;
     for (int64_t l = 0; l < c->n_layers; l++) {
         const dsattn_v41_layer_w *L = &s->m->layer[l];
         dsattn_v41_layer_s *S = &s->layer[l];
-        size_t n = L->ratio > 0 ? (size_t)depth / (size_t)L->ratio : 0;
-#pragma omp parallel
-        {
-            float v[512];
-            uint64_t r = (seed ^ ((uint64_t)l << 40)) | 1;
-#pragma omp for schedule(static)
-            for (size_t i = 0; i < (size_t)c->window_size + (S->ckv ? n : 0); i++) {
-                uint64_t x = r ^ (i * 0x9e3779b97f4a7c15ull);
-                for (size_t k = 0; k < D; k++) {
-                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-                    v[k] = dsattn_round_bf16((float)((double)(x >> 11) * 0x1p-53 * 2.0 - 1.0));
-                }
-                if (i < (size_t)c->window_size) {
-                    dsattn_v41_swa_pack(v, D, S->ring + i * swab, NULL);
-                } else {
-                    size_t j = i - (size_t)c->window_size;
-                    dsattn_v41_kv_pack(v, D, S->ckv + j * ckvb, NULL);
-                    if (S->kidx) dsattn_fp4_index_pack(v, Di, S->kidx + j * kb, NULL);
-                }
-            }
+        uint64_t sd = seed * 131 + (uint64_t)l;
+        /* kind 0: FP8 payload + UE8M0; 1: FP4 + E4M3 scales; 2: FP4 + UE8M0 */
+        synth_rows(S->ring, w, dsattn_v41_swa_bytes(c), D, 0, sd);
+        if (S->ckv) {
+            size_t n = (size_t)depth / (size_t)L->ratio;
+            synth_rows(S->ckv, n, dsattn_v41_ckv_bytes(c), D / 2, 1, sd + 7);
+            if (S->kidx) synth_rows(S->kidx, n, dsattn_v41_kidx_bytes(c), Di / 2, 2, sd + 13);
         }
-        if (S->kv_state)   /* a decode step may need a pending group slot */
-            for (size_t i = 0; i < (size_t)L->ratio * D; i++) S->score_state[i] = 0.0f;
+        if (S->kv_state)   /* a pending ratio-2 group slot holds finite values */
+            for (size_t i = 0; i < (size_t)L->ratio * D; i++) {
+                S->kv_state[i] = 0.0f;
+                S->score_state[i] = 0.0f;
+            }
     }
+    s->rt.index_k = -1;
     s->pos = depth;
     return DSATTN_OK;
 }

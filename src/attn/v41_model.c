@@ -327,8 +327,11 @@ static dsattn_status bind_layer(binder *b, int64_t l)
     if ((st = bind_mat(b, P("attn.wkv.weight"), ANY, D, dim, &L->wkv))) return st;
     if ((st = bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
     if ((st = bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
-    if ((st = bind_mat(b, P("attn.wo_a.weight"), DSATTN_WMASK(DSATTN_W_BF16), G * R, H * D / G,
-                       &L->wo_a)))
+    /* wo_a: bf16 as the reference holds it, or FP8 as the checkpoint does
+     * (exactly the same einsum, half the bytes: see dsattn_attn_output) */
+    unsigned wo_a_ok = DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32) |
+                       ((size_t)c->o_lora_rank % (size_t)c->fp8_block == 0 ? DSATTN_WMASK(DSATTN_W_FP8) : 0);
+    if ((st = bind_mat(b, P("attn.wo_a.weight"), wo_a_ok, G * R, H * D / G, &L->wo_a)))
         return st;
     if ((st = bind_mat(b, P("attn.wo_b.weight"), ANY, dim, G * R, &L->wo_b))) return st;
     if (L->is_kv_source) {
@@ -521,7 +524,9 @@ dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json
         if (!st) st = MAT(D, dim, &L->wkv);
         if (!st) st = rand_vec(m, D, 1.0f, 0.1f, ++k, &L->kv_norm);
         if (!st) st = rand_vec(m, H, 0.0f, 1.0f, ++k, &L->sink);
-        if (!st) st = rand_dense(m, G * R, H * D / G, 0, 1.0f, ++k, &L->wo_a);
+        /* the released checkpoint stores wo_a in FP8 too */
+        if (!st) st = (fp8 && R % bs == 0) ? rand_fp8(m, G * R, H * D / G, bs, ++k, &L->wo_a)
+                                           : rand_dense(m, G * R, H * D / G, 0, 1.0f, ++k, &L->wo_a);
         if (!st) st = MAT(dim, G * R, &L->wo_b);
         if (L->is_kv_source) {
             int f32 = L->ratio > 1;
