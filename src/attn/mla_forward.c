@@ -332,13 +332,14 @@ static dsattn_status absorbed_row_ref(const dsattn_mla_seq *s, int l, const floa
     return DSATTN_OK;
 }
 
-#define AB_BLOCK 64
+#define AB_BLOCK 256
 
 /* Fast partial: keys [i0, i1) of the set; online softmax state m[H], l[H],
  * acc[H, KL] (fp32).  Q = [q' | q_pe] rows [H, KL+dr]. */
 static void absorbed_part_fast(const dsattn_mla_seq *s, int l, const float *Q,
                                const int32_t *idx, size_t i0, size_t i1, int v3,
-                               float *m, float *lsum, float *acc, float *kb, float *sc)
+                               float *m, float *lsum, float *acc, float *kb, float *sc,
+                               const float *lut)
 {
     const dsattn_mla_config *c = &s->m->cfg;
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
@@ -353,7 +354,18 @@ static void absorbed_part_fast(const dsattn_mla_seq *s, int l, const float *Q,
                 float *o = kb + i * D;
                 for (size_t t = 0; t < D; t++) o[t] = dsattn_bf16_to_f32(row[t]);
             } else {
-                dsattn_v32_kv_unpack(s->layer[l].cache + j * s->row_bytes, KL, dr, kb + i * D);
+                /* dsattn_v32_kv_unpack with a code table: the same fp32
+                 * products code * scale, bf16 rope */
+                const uint8_t *row = s->layer[l].cache + j * s->row_bytes;
+                float *o = kb + i * D;
+                for (size_t b = 0; b < KL / 128; b++) {
+                    const uint8_t *q = row + KL + 4 * b;
+                    const float bsc = dsattn_bits_f32((uint32_t)q[0] | (uint32_t)q[1] << 8 |
+                                                     (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24);
+                    for (size_t t = 0; t < 128; t++) o[b * 128 + t] = lut[row[b * 128 + t]] * bsc;
+                }
+                const uint8_t *rp = row + KL + 4 * (KL / 128);
+                for (size_t t = 0; t < dr; t++) o[KL + t] = get_bf16(rp + 2 * t);
             }
         }
         /* sc[h, i] = Q_h . K_i */
@@ -400,6 +412,8 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
     float *ws = dsattn_alloc_array((size_t)nt * per + H * D, sizeof(float));
     if (!ws) return DSATTN_ERR_NOMEM;
     float *Q = ws + (size_t)nt * per;
+    float lut[256];
+    for (int i = 0; i < 256; i++) lut[i] = dsattn_e4m3_to_f32((uint8_t)i);
     for (size_t h = 0; h < H; h++) {
         memcpy(Q + h * D, qa + h * KL, KL * sizeof(float));
         memcpy(Q + h * D + KL, qpe + h * dr, dr * sizeof(float));
@@ -417,7 +431,7 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
         memset(acc, 0, H * KL * sizeof(float));
         size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
         size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
-        if (i0 < i1) absorbed_part_fast(s, l, Q, idx, i0, i1, v3, mm, ll, acc, kb, sc);
+        if (i0 < i1) absorbed_part_fast(s, l, Q, idx, i0, i1, v3, mm, ll, acc, kb, sc, lut);
     }
     /* merge the partial softmax states into thread 0's */
     float *m0 = ws, *l0 = m0 + H, *a0 = l0 + H;

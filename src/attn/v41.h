@@ -93,6 +93,8 @@ struct dsattn_v41_seq {
 
     void   *scratch;                      /* grow-only chunk scratch       */
     size_t  scratch_size;
+    void   *iscratch;                     /* grow-only indexer scratch     */
+    size_t  iscratch_size;
 };
 
 /* Derive the plan (modes) from the config.  Errors name the offending key. */

@@ -90,6 +90,7 @@ void dsattn_v41_seq_destroy(dsattn_v41_seq *s)
     free(s->rt.cand);
     free(s->rt.cand_n);
     dsattn_free(s->scratch);
+    dsattn_free(s->iscratch);
     free(s);
 }
 
@@ -102,15 +103,22 @@ dsattn_status dsattn_v41_seq_advance(dsattn_v41_seq *s, size_t n)
     return DSATTN_OK;
 }
 
-/* Grow-only scratch: decode steps after the first allocate nothing. */
+/* Grow-only scratch: decode steps after the first allocate nothing (the
+ * indexer's grows with the context, by doubling). */
+static void *grow_buf(void **buf, size_t *size, size_t bytes)
+{
+    if (bytes > *size) {
+        size_t want = DSATTN_MAX(bytes, *size + *size / 2);
+        dsattn_free(*buf);
+        *buf = dsattn_alloc(want);
+        *size = *buf ? want : 0;
+    }
+    return *buf;
+}
+
 static void *scratch_get(dsattn_v41_seq *s, size_t bytes)
 {
-    if (bytes > s->scratch_size) {
-        dsattn_free(s->scratch);
-        s->scratch = dsattn_alloc(bytes);
-        s->scratch_size = s->scratch ? bytes : 0;
-    }
-    return s->scratch;
+    return grow_buf(&s->scratch, &s->scratch_size, bytes);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -247,14 +255,13 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
                               ? (T + (size_t)c->candidate_block_size - 1) /
                                     (size_t)c->candidate_block_size + 1
                               : 1;
-    float *qi = dsattn_alloc_array(s * (Hi * Di + Hi + QL) + 1, sizeof(float));
-    float *fsc = dsattn_alloc_array(T + 1, sizeof(float));
-    float *score = dsattn_alloc_array(T + 1, sizeof(float));
-    float *bscore = dsattn_alloc_array(nb_max, sizeof(float));
-    int32_t *fpos = dsattn_alloc_array(T + 1, sizeof(int32_t));
-    int32_t *tmp = dsattn_alloc_array(T + nb_max + 1, sizeof(int32_t));
-    int32_t *pick = dsattn_alloc_array(kw + 1, sizeof(int32_t));
-    if (!qi || !fsc || !score || !bscore || !fpos || !tmp || !pick) { st = DSATTN_ERR_NOMEM; goto done; }
+    const size_t nq = s * (Hi * Di + Hi + QL) + 16;
+    float *qi = grow_buf(&seq->iscratch, &seq->iscratch_size,
+                         (nq + 4 * (T + 16) + 2 * (nb_max + 16) + kw + 16) * sizeof(float));
+    if (!qi) return DSATTN_ERR_NOMEM;
+    float *fsc = qi + nq, *score = fsc + T + 16, *bscore = score + T + 16;
+    int32_t *fpos = (int32_t *)(bscore + nb_max + 16);
+    int32_t *tmp = fpos + T + 16, *pick = tmp + T + nb_max + 16;
     float *wts = qi + s * Hi * Di, *aqs = wts + s * Hi;
     if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope, ck->start_pos,
                                  0, &aq, aqs, qi)))
@@ -326,13 +333,6 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     S->sel_rows = s;
     S->sel_w = kw;
 done:
-    dsattn_free(qi);
-    dsattn_free(fsc);
-    dsattn_free(score);
-    dsattn_free(bscore);
-    dsattn_free(fpos);
-    dsattn_free(tmp);
-    dsattn_free(pick);
     return st;
 }
 

@@ -5,18 +5,19 @@
  * from compress_ratios exactly as Attention.__init__ does (0 -> sliding
  * window, 4 -> CSA with overlap and an indexer, anything else -> HCA; the
  * n_mtp trailing entries are the MTP block, not part of the stack),
- * binding the per-layer weights by their official inference names from a
- * mapped safetensors file (borrowed; only FP8 wo_a is converted, to bf16,
- * as convert.py does), random weights at any config's dims, and a
- * config-only model for bills at real size.
+ * binding the per-layer weights by their official inference names through
+ * the io layer's checkpoint (one file, shard index or folder; borrowed from
+ * the mapping, only FP8 wo_a converted to bf16 as the official conversion
+ * does), random weights at any config's dims, and a config-only model for
+ * bills at real size.
  * Not here: the forward pass and per-sequence state (v4_forward.c), HF
- * config.json keys and sharded checkpoints (src/io).
+ * config.json keys (the stack reads the inference/config.json form).
  */
 #include "v4.h"
 
+#include "checkpoint.h"
 #include "jsoncfg.h"
 #include "numfmt.h"
-#include "safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -216,7 +217,7 @@ void dsattn_v4_destroy(dsattn_v4 *m)
     if (!m) return;
     for (size_t i = 0; i < m->n_owned; i++) dsattn_free(m->owned[i]);
     free(m->owned);
-    if (m->ckpt) dsattn_st_close((dsattn_st_file *)m->ckpt);
+    if (m->ckpt) dsattn_ckpt_close((dsattn_ckpt *)m->ckpt);
     free(m);
 }
 
@@ -283,134 +284,44 @@ dsattn_status dsattn_v4_load_config(dsattn_v4 **out, const char *config_json, ch
     return new_model(out, config_json, err, errlen);
 }
 
-/* ==== Binding weights from a safetensors file =========================== */
+/* ==== Binding weights from a checkpoint ================================ */
 
+/* Weights come through the io layer's checkpoint (one file, a shard index
+ * or a folder): Linear weights are borrowed from the mapping in the format
+ * stored, converted only where V4 computes in another format - wo_a runs
+ * as a bf16 einsum (an FP8 wo_a is dequantized, as the official conversion
+ * does), the compressors in fp32 (dense weights), weights_proj in bf16. */
 typedef struct {
     dsattn_v4 *m;
-    const dsattn_st_file *f;
+    const dsattn_ckpt *ck;
     char *err;
     size_t errlen;
 } binder;
 
 static dsattn_status bind_vec(binder *b, const char *name, size_t n, float **out)
 {
-    const dsattn_st_tensor *t = dsattn_st_find(b->f, name);
-    if (!t)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND, "%s: missing tensor %s",
-                           dsattn_st_path(b->f), name);
-    if (t->numel != n)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                           "%s: tensor %s has %zu values, expected %zu",
-                           dsattn_st_path(b->f), name, t->numel, n);
     float *v = dsattn_alloc_array(n, sizeof(float));
     dsattn_status st = own(b->m, v);
     if (st) return st;
-    if ((st = dsattn_st_to_f32(t, v, n))) return st;
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(v[i]))
-            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                               "%s: tensor %s has a non-finite value at [%zu]",
-                               dsattn_st_path(b->f), name, i);
+    if ((st = dsattn_ckpt_vector_f32(b->ck, name, v, n, b->err, b->errlen))) return st;
     *out = v;
     return DSATTN_OK;
 }
 
-/* Borrow (or copy when unaligned) a tensor's bytes. */
-static dsattn_status borrow(binder *b, const dsattn_st_tensor *t, size_t align,
-                            const void **out)
+/* base: the Linear's name without ".weight" */
+static dsattn_status bind_mat(binder *b, const char *base, unsigned accept, size_t rows,
+                              size_t cols, dsattn_weight *w)
 {
-    if (((uintptr_t)t->data % align) == 0) { *out = t->data; return DSATTN_OK; }
-    void *p = dsattn_alloc(t->nbytes);
-    dsattn_status st = own(b->m, p);
+    dsattn_status st = dsattn_ckpt_weight(b->ck, base, accept, rows, cols, w, b->err, b->errlen);
     if (st) return st;
-    memcpy(p, t->data, t->nbytes);
-    *out = p;
+    if (w->owned && (st = own(b->m, w->owned))) return st;
+    w->owned = NULL;                 /* the model frees it, not the caller */
     return DSATTN_OK;
 }
 
-/* A Linear weight [rows, cols]: BF16 / F32 borrowed; F8_E4M3 with its
- * `.scale` [ceil(rows/128), ceil(cols/128)] (F8_E8M0 or F32) borrowed. */
-static dsattn_status bind_mat(binder *b, const char *name, size_t rows, size_t cols,
-                              dsattn_weight *w)
-{
-    const dsattn_st_file *f = b->f;
-    const dsattn_st_tensor *t = dsattn_st_find(f, name);
-    if (!t)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND, "%s: missing tensor %s",
-                           dsattn_st_path(f), name);
-    if (t->ndim != 2 || (size_t)t->shape[0] != rows || (size_t)t->shape[1] != cols)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                           "%s: tensor %s (offset %zu) has shape [%lld, %lld], expected "
-                           "[%zu, %zu]", dsattn_st_path(f), name, t->offset,
-                           (long long)t->shape[0], t->ndim > 1 ? (long long)t->shape[1] : 0LL,
-                           rows, cols);
-    memset(w, 0, sizeof *w);
-    w->rows = rows;
-    w->cols = cols;
-    dsattn_status st;
-    switch (t->dtype) {
-    case DSATTN_DT_BF16:
-        w->kind = DSATTN_W_BF16;
-        return borrow(b, t, 2, &w->data);
-    case DSATTN_DT_F32:
-        w->kind = DSATTN_W_F32;
-        return borrow(b, t, 4, &w->data);
-    case DSATTN_DT_F8_E4M3: {
-        char sname[512];
-        const size_t bs = (size_t)b->m->cfg.fp8_block;
-        snprintf(sname, sizeof sname, "%.*s.scale", (int)(strlen(name) - strlen(".weight")),
-                 name);
-        const dsattn_st_tensor *s = dsattn_st_find(f, sname);
-        if (!s)
-            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_NOT_FOUND,
-                               "%s: FP8 tensor %s has no scale tensor %s", dsattn_st_path(f),
-                               name, sname);
-        size_t sr = (rows + bs - 1) / bs, sc = (cols + bs - 1) / bs;
-        if (s->ndim != 2 || (size_t)s->shape[0] != sr || (size_t)s->shape[1] != sc)
-            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                               "%s: scale %s (offset %zu) is not [%zu, %zu] for %zux%zu blocks",
-                               dsattn_st_path(f), sname, s->offset, sr, sc, bs, bs);
-        float *sv = dsattn_alloc_array(sr * sc, sizeof(float));
-        if ((st = own(b->m, sv))) return st;
-        if ((st = dsattn_st_to_f32(s, sv, sr * sc))) return st;
-        for (size_t i = 0; i < sr * sc; i++)
-            if (!isfinite(sv[i]) || sv[i] <= 0.0f)
-                return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                                   "%s: scale %s has an invalid value at [%zu] (offset %zu)",
-                                   dsattn_st_path(f), sname, i, s->offset);
-        w->kind = DSATTN_W_FP8;
-        w->block = bs;
-        w->scale = sv;
-        return borrow(b, t, 1, &w->data);
-    }
-    default:
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                           "%s: tensor %s has dtype %s, not a weight format of V4",
-                           dsattn_st_path(f), name, dsattn_dtype_name(t->dtype));
-    }
-}
-
-/* wo_a is declared bf16 in the model (the einsum is bf16); an FP8 wo_a
- * from the release is dequantized to bf16 here (exact: E4M3 times a power
- * of two fits bf16), which is what the official conversion does. */
-static dsattn_status wo_a_to_bf16(dsattn_v4 *m, dsattn_weight *w)
-{
-    if (w->kind != DSATTN_W_FP8) return DSATTN_OK;
-    uint16_t *p = dsattn_alloc_array(w->rows * w->cols, sizeof(uint16_t));
-    dsattn_status st = own(m, p);
-    if (st) return st;
-    const size_t ldsc = (w->cols + w->block - 1) / w->block;
-    const uint8_t *c = w->data;
-    for (size_t r = 0; r < w->rows; r++)
-        for (size_t i = 0; i < w->cols; i++)
-            p[r * w->cols + i] = dsattn_f32_to_bf16(dsattn_e4m3_to_f32(c[r * w->cols + i]) *
-                                                    w->scale[(r / w->block) * ldsc + i / w->block]);
-    w->kind = DSATTN_W_BF16;
-    w->data = p;
-    w->scale = NULL;
-    w->block = 0;
-    return DSATTN_OK;
-}
+#define LIN    (DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32) | DSATTN_WMASK(DSATTN_W_FP8))
+#define DENSE  (DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32))
+#define BF16   DSATTN_WMASK(DSATTN_W_BF16)
 
 static dsattn_status bind_compressor(binder *b, const char *prefix, int64_t l,
                                      dsattn_v4_compressor_w *C)
@@ -419,15 +330,11 @@ static dsattn_status bind_compressor(binder *b, const char *prefix, int64_t l,
     dsattn_status st;
     const size_t coff = C->overlap ? 2 : 1, dim = (size_t)b->m->cfg.dim;
 #define P(sfx) (snprintf(n, sizeof n, "layers.%lld.%s.%s", (long long)l, prefix, sfx), n)
-    if ((st = bind_mat(b, P("wkv.weight"), coff * C->d, dim, &C->wkv))) return st;
-    if ((st = bind_mat(b, P("wgate.weight"), coff * C->d, dim, &C->wgate))) return st;
+    if ((st = bind_mat(b, P("wkv"), DENSE, coff * C->d, dim, &C->wkv))) return st;
+    if ((st = bind_mat(b, P("wgate"), DENSE, coff * C->d, dim, &C->wgate))) return st;
     if ((st = bind_vec(b, P("ape"), C->ratio * coff * C->d, &C->ape))) return st;
     if ((st = bind_vec(b, P("norm.weight"), C->d, &C->norm))) return st;
 #undef P
-    if (C->wkv.kind == DSATTN_W_FP8 || C->wgate.kind == DSATTN_W_FP8)
-        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                           "layer %lld: %s runs in fp32; FP8 weights are not a reference "
-                           "format there", (long long)l, prefix);
     return DSATTN_OK;
 }
 
@@ -443,24 +350,20 @@ static dsattn_status bind_layer(binder *b, int64_t l)
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
 #define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
     if ((st = bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
-    if ((st = bind_mat(b, P("attn.wq_a.weight"), QL, dim, &L->wq_a))) return st;
+    if ((st = bind_mat(b, P("attn.wq_a"), LIN, QL, dim, &L->wq_a))) return st;
     if ((st = bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
-    if ((st = bind_mat(b, P("attn.wq_b.weight"), H * D, QL, &L->wq_b))) return st;
-    if ((st = bind_mat(b, P("attn.wkv.weight"), D, dim, &L->wkv))) return st;
+    if ((st = bind_mat(b, P("attn.wq_b"), LIN, H * D, QL, &L->wq_b))) return st;
+    if ((st = bind_mat(b, P("attn.wkv"), LIN, D, dim, &L->wkv))) return st;
     if ((st = bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
     if ((st = bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
-    if ((st = bind_mat(b, P("attn.wo_a.weight"), G * R, H * D / G, &L->wo_a))) return st;
-    if ((st = wo_a_to_bf16(m, &L->wo_a))) return st;
-    if ((st = bind_mat(b, P("attn.wo_b.weight"), dim, G * R, &L->wo_b))) return st;
+    if ((st = bind_mat(b, P("attn.wo_a"), BF16, G * R, H * D / G, &L->wo_a))) return st;
+    if ((st = bind_mat(b, P("attn.wo_b"), LIN, dim, G * R, &L->wo_b))) return st;
     if (L->ratio > 0 && (st = bind_compressor(b, "attn.compressor", l, &L->comp))) return st;
     if (L->kind == DSATTN_V4_CSA) {
         if ((st = bind_compressor(b, "attn.indexer.compressor", l, &L->icomp))) return st;
-        if ((st = bind_mat(b, P("attn.indexer.wq_b.weight"), Hi * Di, QL, &L->i_wq_b))) return st;
-        if ((st = bind_mat(b, P("attn.indexer.weights_proj.weight"), Hi, dim, &L->i_wproj)))
+        if ((st = bind_mat(b, P("attn.indexer.wq_b"), LIN, Hi * Di, QL, &L->i_wq_b))) return st;
+        if ((st = bind_mat(b, P("attn.indexer.weights_proj"), BF16, Hi, dim, &L->i_wproj)))
             return st;
-        if (L->i_wproj.kind == DSATTN_W_FP8)
-            return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
-                               "layer %lld: indexer.weights_proj must be bf16", (long long)l);
     }
 #undef P
     /* FP8 GEMMs quantize their input in blocks of 128 first */
@@ -473,17 +376,28 @@ static dsattn_status bind_layer(binder *b, int64_t l)
     return DSATTN_OK;
 }
 
+#undef LIN
+#undef DENSE
+#undef BF16
+
 dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json, const char *weights,
                              char *err, size_t errlen)
 {
-    if (!out || !config_json || !weights) return DSATTN_ERR_INVALID_ARG;
-    dsattn_v4 *m = NULL;
-    dsattn_status st = new_model(&m, config_json, err, errlen);
+    if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    dsattn_ckpt *ck = NULL;
+    dsattn_status st = dsattn_ckpt_open(&ck, weights, config_json, err, errlen);
     if (st) return st;
-    dsattn_st_file *f = NULL;
-    if ((st = dsattn_st_open(&f, weights, err, errlen))) { dsattn_v4_destroy(m); return st; }
-    m->ckpt = f;
-    binder b = { m, f, err, errlen };
+    const char *cfg_path = config_json ? config_json : dsattn_ckpt_config_path(ck);
+    if (!cfg_path) {
+        dsattn_ckpt_close(ck);
+        return dsattn_errf(err, errlen, DSATTN_ERR_NOT_FOUND,
+                           "%s: no config.json beside the weights and none given", weights);
+    }
+    dsattn_v4 *m = NULL;
+    if ((st = new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
+    m->ckpt = ck;
+    binder b = { m, ck, err, errlen };
     for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(&b, l);
     if (st) { dsattn_v4_destroy(m); return st; }
     m->has_weights = 1;
