@@ -533,6 +533,52 @@ static void run_fused(const char *name)
     }
 }
 
+/* Many rows per call: gathered (non-contiguous) rows, odd counts, out
+ * stride > nh, against the per-row reference. */
+static void run_fused_multi(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    dsattn_rng rng = { 21 };
+    const size_t ds[] = { 16, 32, 48, 512, 528, 1056 };
+    const size_t nhs[] = { 1, 2, 3, 4, 5, 8, 9, 16, 64 };
+    const size_t nrs[] = { 1, 2, 3, 7, 8, 9, 16, 17 };
+    static uint8_t pool[40 * 600];
+    static float deq[1056];
+    for (size_t a = 0; a < DSATTN_ARRAY_LEN(ds); a++) {
+        size_t d = ds[a], rb = dsattn_v41_kv_row_bytes(d);
+        for (size_t b = 0; b < DSATTN_ARRAY_LEN(nhs); b++)
+            for (size_t c = 0; c < DSATTN_ARRAY_LEN(nrs); c++) {
+                size_t nh = nhs[b], nr = nrs[c], ldq = d + 1, ldo = nh + 2;
+                const uint8_t *rows[17];
+                for (size_t r = 0; r < 40 && (r + 1) * rb <= sizeof pool; r++)
+                    random_row(&rng, 0, d, pool + r * rb);
+                size_t npool = sizeof pool / rb < 40 ? sizeof pool / rb : 40;
+                for (size_t r = 0; r < nr; r++)
+                    rows[r] = pool + (size_t)(dsattn_rng_u64(&rng) % npool) * rb;
+                float *q = malloc(nh * ldq * sizeof(float));
+                float *o = canary_alloc(nr * ldo), *orf = malloc(nr * ldo * sizeof(float));
+                double *mg = calloc(nr * ldo, sizeof(double));
+                fill_uniform(&rng, q, nh * ldq);
+                for (size_t i = 0; i < nr * ldo; i++) orf[i] = o[i] = -7.0f;  /* gaps stay */
+                isa.k->mdot_fp4e4m3_rows(q, ldq, nh, rows, nr, d, o, ldo);
+                dsattn_kernels_ref.mdot_fp4e4m3_rows(q, ldq, nh, rows, nr, d, orf, ldo);
+                for (size_t r = 0; r < nr; r++) {
+                    dsattn_v41_kv_unpack(rows[r], d, deq);
+                    for (size_t h = 0; h < nh; h++)
+                        for (size_t i = 0; i < d; i++)
+                            mg[r * ldo + h] += fabs((double)q[h * ldq + i] * deq[i]);
+                }
+                check_bound("mdot_fp4e4m3_rows", &isa, o, orf, mg, nr * ldo, d, nh, nr);
+                CHECK_MSG(canary_ok(o, nr * ldo), "mdot_fp4e4m3_rows[%s] canary", name);
+                free(q); canary_free(o); free(orf); free(mg);
+            }
+    }
+}
+
+DSATTN_TEST(kernels, fused_multi_avx512) { run_fused_multi("avx512"); }
+DSATTN_TEST(kernels, fused_multi_avx2)   { run_fused_multi("avx2"); }
+
 DSATTN_TEST(kernels, fused_rows_avx512) { run_fused("avx512"); }
 DSATTN_TEST(kernels, fused_rows_avx2)   { run_fused("avx2"); }
 
@@ -543,6 +589,7 @@ static int table_complete(const dsattn_kernels *k)
     return k->name && k->gemv_f32 && k->gemv_bf16 && k->gemv_fp8 && k->gemv_fp4 &&
            k->dot_f32 && k->mdot_f32 && k->maxpy_f32 && k->dequant_fp4e4m3_row &&
            k->dequant_fp8ue8m0_row && k->dequant_fp4ue8m0_row && k->mdot_fp4e4m3 &&
+           k->mdot_fp4e4m3_rows &&
            k->maxpy_fp4e4m3 && k->mdot_fp4ue8m0 && k->mdot_fp8ue8m0 && k->maxpy_fp8ue8m0;
 }
 
@@ -627,4 +674,78 @@ DSATTN_TEST(kernels, ctx_isa_choice)
 
     if (old) setenv("DSATTN_ISA", saved, 1);
     else unsetenv("DSATTN_ISA");
+}
+
+/* ==== BLAS boundary ===================================================== */
+
+#include "blas.h"
+
+DSATTN_TEST(kernels, sgemm_rowmajor)
+{
+    dsattn_rng rng = { 31 };
+    const size_t shapes[][3] = { { 1, 1, 1 }, { 3, 5, 7 }, { 8, 33, 70 }, { 17, 64, 513 },
+                                 { 64, 96, 1280 } };
+    for (size_t s = 0; s < DSATTN_ARRAY_LEN(shapes); s++) {
+        size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        size_t lda = K + 3, ldb = K + 1, ldc = N + 2;
+        float *A = malloc(M * lda * sizeof(float)), *B = malloc(N * ldb * sizeof(float));
+        float *C = canary_alloc(M * ldc), *Cr = malloc(M * ldc * sizeof(float));
+        double *mag = calloc(M * ldc, sizeof(double));
+        fill_uniform(&rng, A, M * lda);
+        fill_uniform(&rng, B, N * ldb);
+        for (size_t i = 0; i < M * ldc; i++) C[i] = Cr[i] = 5.0f;   /* gaps stay */
+        CHECK_OK(dsattn_sgemm_rowmajor(M, N, K, A, lda, B, ldb, C, ldc));
+        dsattn_sgemm_rowmajor_ref(M, N, K, A, lda, B, ldb, Cr, ldc);
+        for (size_t m = 0; m < M; m++)
+            for (size_t n = 0; n < N; n++)
+                for (size_t k = 0; k < K; k++)
+                    mag[m * ldc + n] += fabs((double)A[m * lda + k] * B[n * ldb + k]);
+        /* OpenBLAS blocks k, so any order: the generic recursive bound */
+        isa_t any = { &dsattn_kernels_ref, 1 };
+        check_bound("sgemm", &any, C, Cr, mag, M * ldc, K, M * 1000 + N, K);
+        CHECK(canary_ok(C, M * ldc));
+        free(A); free(B); canary_free(C); free(Cr); free(mag);
+    }
+    float a = 1, b = 1, c = 0;
+    CHECK_EQ_INT(dsattn_sgemm_rowmajor(1, 1, 1, NULL, 1, &b, 1, &c, 1), DSATTN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(dsattn_sgemm_rowmajor(1, 1, 2, &a, 1, &b, 2, &c, 1), DSATTN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(dsattn_sgemm_rowmajor(1, 2, 1, &a, 1, &b, 1, &c, 1), DSATTN_ERR_INVALID_ARG);
+    c = 3;
+    CHECK_OK(dsattn_sgemm_rowmajor(1, 1, 0, NULL, 0, NULL, 0, &c, 1));
+    CHECK(c == 0.0f);
+    CHECK(dsattn_blas_corename()[0] != 0);
+}
+
+/* Runs the CLI: `dsattn bench blas` prints the environment it ended up with. */
+static int cli_env(const char *env_prefix, char *out, size_t n)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u DSATTN_BLAS_REEXEC %s "
+                              "timeout 60 '%s' bench blas 2>&1", env_prefix, DSATTN_CLI_PATH);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = 0;
+    return pclose(p) == 0;
+}
+
+DSATTN_TEST(kernels, blas_coretype_reexec)
+{
+    static char out[4096];
+    CHECK(cli_env("", out, sizeof out));
+    if (dsattn_cpu_has_avx512()) {
+        /* re-exec'd exactly once, with the core set */
+        CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=SkylakeX\n") && strstr(out, "DSATTN_BLAS_REEXEC=1\n"),
+                  "no re-exec: %s", out);
+        CHECK_MSG(strstr(out, "openblas_core: SkylakeX") != NULL, "core: %s", out);
+    } else {
+        CHECK(strstr(out, "DSATTN_BLAS_REEXEC=\n") != NULL);
+    }
+    /* a core the user chose is left alone, and nothing re-execs */
+    CHECK(cli_env("OPENBLAS_CORETYPE=Haswell", out, sizeof out));
+    CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=Haswell\n") && strstr(out, "DSATTN_BLAS_REEXEC=\n"),
+              "user core overridden: %s", out);
+    /* the marker alone stops the re-exec (the loop guard) */
+    CHECK(cli_env("DSATTN_BLAS_REEXEC=1", out, sizeof out));
+    CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=\n") != NULL, "marker ignored: %s", out);
 }

@@ -73,6 +73,14 @@ typedef struct dsattn_kernels {
      * the packed row reads it once (MQA/MLA-style attention scores). */
     void (*mdot_fp4e4m3)(const float *q, size_t ldq, size_t nh,
                          const uint8_t *row, size_t d, float *out);
+    /* Many rows per call: out[r*ldo + h] = q_h . deq(rows[r]), r < nr.
+     * The per-row entry reloads all of q (nh*d floats; 128 KB for 64 heads
+     * at d = 512, more than L1) for every row; this one decodes up to 8
+     * rows at once and uses each loaded q vector for all of them.  rows[]
+     * may point anywhere (gathered top-k rows). */
+    void (*mdot_fp4e4m3_rows)(const float *q, size_t ldq, size_t nh,
+                              const uint8_t *const *rows, size_t nr, size_t d,
+                              float *out, size_t ldo);
     /* acc[h*ldacc + i] += p[h] * deq(row)[i]: the matching P.V update. */
     void (*maxpy_fp4e4m3)(const float *p, size_t nh, const uint8_t *row,
                           size_t d, float *acc, size_t ldacc);

@@ -477,6 +477,15 @@ static void mdot_fp4e4m3_avx2(const float *q, size_t ldq, size_t nh,
     mdot_row(FMT_FP4E4M3, q, ldq, nh, row, d, out);
 }
 
+/* AVX2 keeps it simple: one row after another (16 registers leave no room
+ * for the 8-row blocking of the AVX-512 path). */
+static void mdot_fp4e4m3_rows_avx2(const float *q, size_t ldq, size_t nh,
+                                   const uint8_t *const *rows, size_t nr, size_t d,
+                                   float *out, size_t ldo)
+{
+    for (size_t r = 0; r < nr; r++) mdot_row(FMT_FP4E4M3, q, ldq, nh, rows[r], d, out + r * ldo);
+}
+
 static void maxpy_fp4e4m3_avx2(const float *p, size_t nh, const uint8_t *row,
                                size_t d, float *acc, size_t ldacc)
 {
@@ -516,6 +525,7 @@ static const dsattn_kernels kernels_avx2 = {
     .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_avx2,
     .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_avx2,
     .mdot_fp4e4m3         = mdot_fp4e4m3_avx2,
+    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx2,
     .maxpy_fp4e4m3        = maxpy_fp4e4m3_avx2,
     .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx2,
     .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx2,

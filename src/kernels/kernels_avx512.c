@@ -773,6 +773,81 @@ AI void maxpy_row(const int fmt, const float *p, size_t nh, const uint8_t *row,
     }
 }
 
+/* ---- many rows per call ------------------------------------------------
+ * Up to MR rows are decoded into L1 buffers (MR x MRCH floats = 16 KB),
+ * then heads go two at a time over all of them: per 16 elements, 2 q loads
+ * and MR buffer loads feed 2*MR FMAs (16 independent chains at MR = 8).
+ * Each q vector fetched from L2 now serves 8 rows instead of 1. */
+#define MR 8
+#define MRCH 512
+
+AI void rows_group(const float *q, size_t ldq, const float *buf, size_t n, float *out,
+                   size_t ldo, const int R, const int G, int accumulate)
+{
+    __m512 acc[2 * MR];
+    for (int j = 0; j < G * R; j++) acc[j] = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += 16) {
+        __m512 qa = _mm512_loadu_ps(q + i);
+        __m512 qb = G == 2 ? _mm512_loadu_ps(q + ldq + i) : qa;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512 w = _mm512_load_ps(buf + r * MRCH + i);
+            acc[r] = _mm512_fmadd_ps(qa, w, acc[r]);
+            if (G == 2) acc[R + r] = _mm512_fmadd_ps(qb, w, acc[R + r]);
+        }
+    }
+    float s[2 * MR];
+    if (G * R == 16) {
+        _mm256_storeu_ps(s, hsum8(acc));
+        _mm256_storeu_ps(s + 8, hsum8(acc + 8));
+    } else if (G * R == 8) {
+        _mm256_storeu_ps(s, hsum8(acc));
+    } else {
+        for (int j = 0; j < G * R; j++) s[j] = hsum(acc[j]);
+    }
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++) {
+            float *o = out + (size_t)r * ldo + g;
+            *o = accumulate ? *o + s[g * R + r] : s[g * R + r];
+        }
+}
+
+AI void rows_heads(const float *q, size_t ldq, size_t nh, const float *buf, size_t n,
+                   float *out, size_t ldo, const int R, int accumulate)
+{
+    size_t h = 0;
+    for (; h + 2 <= nh; h += 2) rows_group(q + h * ldq, ldq, buf, n, out + h, ldo, R, 2, accumulate);
+    if (h < nh) rows_group(q + h * ldq, ldq, buf, n, out + h, ldo, R, 1, accumulate);
+}
+
+static void mdot_fp4e4m3_rows_avx512(const float *q, size_t ldq, size_t nh,
+                                     const uint8_t *const *rows, size_t nr, size_t d,
+                                     float *out, size_t ldo)
+{
+    float buf[MR * MRCH] A64;
+    for (size_t r0 = 0; r0 < nr; r0 += MR) {
+        int R = nr - r0 >= MR ? MR : (int)(nr - r0);
+        for (size_t d0 = 0; d0 < d; d0 += MRCH) {
+            size_t n = d - d0 < MRCH ? d - d0 : MRCH;
+            int acc = d0 > 0;
+            for (int r = 0; r < R; r++)
+                dequant_range(FMT_FP4E4M3, rows[r0 + (size_t)r], d, d0, n, buf + r * MRCH);
+            const float *qd = q + d0;
+            float *o = out + r0 * ldo;
+            switch (R) {
+            case 8: rows_heads(qd, ldq, nh, buf, n, o, ldo, 8, acc); break;
+            case 7: rows_heads(qd, ldq, nh, buf, n, o, ldo, 7, acc); break;
+            case 6: rows_heads(qd, ldq, nh, buf, n, o, ldo, 6, acc); break;
+            case 5: rows_heads(qd, ldq, nh, buf, n, o, ldo, 5, acc); break;
+            case 4: rows_heads(qd, ldq, nh, buf, n, o, ldo, 4, acc); break;
+            case 3: rows_heads(qd, ldq, nh, buf, n, o, ldo, 3, acc); break;
+            case 2: rows_heads(qd, ldq, nh, buf, n, o, ldo, 2, acc); break;
+            default: rows_heads(qd, ldq, nh, buf, n, o, ldo, 1, acc); break;
+            }
+        }
+    }
+}
+
 static void mdot_fp4e4m3_avx512(const float *q, size_t ldq, size_t nh,
                                 const uint8_t *row, size_t d, float *out)
 {
@@ -818,6 +893,7 @@ static const dsattn_kernels kernels_avx512 = {
     .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_avx512,
     .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_avx512,
     .mdot_fp4e4m3         = mdot_fp4e4m3_avx512,
+    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx512,
     .maxpy_fp4e4m3        = maxpy_fp4e4m3_avx512,
     .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx512,
     .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx512,

@@ -138,6 +138,13 @@ static void mdot_fp4e4m3_ref(const float *q, size_t ldq, size_t nh,
     }
 }
 
+static void mdot_fp4e4m3_rows_ref(const float *q, size_t ldq, size_t nh,
+                                  const uint8_t *const *rows, size_t nr, size_t d,
+                                  float *out, size_t ldo)
+{
+    for (size_t r = 0; r < nr; r++) mdot_fp4e4m3_ref(q, ldq, nh, rows[r], d, out + r * ldo);
+}
+
 static void maxpy_fp4e4m3_ref(const float *p, size_t nh, const uint8_t *row,
                               size_t d, float *acc, size_t ldacc)
 {
@@ -193,6 +200,7 @@ const dsattn_kernels dsattn_kernels_ref = {
     .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_ref,
     .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_ref,
     .mdot_fp4e4m3         = mdot_fp4e4m3_ref,
+    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_ref,
     .maxpy_fp4e4m3        = maxpy_fp4e4m3_ref,
     .mdot_fp4ue8m0        = mdot_fp4ue8m0_ref,
     .mdot_fp8ue8m0        = mdot_fp8ue8m0_ref,
