@@ -61,10 +61,13 @@ typedef struct dsattn_v4     dsattn_v4;
 typedef struct dsattn_v4_seq dsattn_v4_seq;
 
 /* Load from an inference/config.json (ModelArgs keys + "model_type":
- * "deepseek_v4") and a safetensors file with the official inference
- * names (layers.{i}.attn.*, layers.{i}.attn_norm.weight).  The file is
- * memory-mapped; weights are borrowed from the mapping, except FP8 wo_a,
- * which is dequantized to bf16 as the official convert.py does. */
+ * "deepseek_v4"; NULL: config.json beside the weights) and a checkpoint
+ * with the official inference names (layers.{i}.attn.*,
+ * layers.{i}.attn_norm.weight): one .safetensors file, a
+ * model.safetensors.index.json with its shards, or a folder holding
+ * either.  Files are memory-mapped and weights borrowed from the mapping,
+ * except FP8 wo_a, which is dequantized to bf16 as the official conversion
+ * does (the reference runs wo_a as a bf16 einsum). */
 dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json,
                              const char *weights, char *err, size_t errlen);
 /* Random weights from a seed at the config's dims (fp8 != 0: the released

@@ -5,6 +5,8 @@
  * The golden case itself is tests/test_golden_v4.c. */
 #include "harness.h"
 
+#include "checkpoint.h"
+#include "config.h"
 #include "internal.h"
 #include "numfmt.h"
 #include "ops.h"
@@ -538,6 +540,69 @@ DSATTN_TEST(v4, fast_matches_reference_fp8)
     dsattn_ctx_destroy(cf);
     free(x); free(r); free(f);
     dsattn_v4_destroy(m);
+    unlink(cfg);
+    free(cfg);
+}
+
+/* An FP8 checkpoint in the release's layout (written by the io layer's
+ * writer: E4M3 + UE8M0 128x128 blocks for wq_a, wq_b, wkv, wo_a, wo_b,
+ * indexer.wq_b) loads through the shared checkpoint path - wo_a comes out
+ * bf16 - and runs, sharded or not, to the same bits. */
+DSATTN_TEST(v4, loads_fp8_release_checkpoint)
+{
+    char *cfg = write_cfg(
+        "{\"model_type\": \"deepseek_v4\", \"dim\": 256, \"n_layers\": 3, \"n_heads\": 2,"
+        " \"q_lora_rank\": 128, \"head_dim\": 128, \"rope_head_dim\": 64, \"o_groups\": 1,"
+        " \"o_lora_rank\": 128, \"window_size\": 8, \"original_seq_len\": 65536,"
+        " \"rope_theta\": 10000, \"rope_factor\": 16, \"beta_fast\": 32, \"beta_slow\": 1,"
+        " \"index_n_heads\": 4, \"index_head_dim\": 64, \"index_topk\": 2,"
+        " \"dtype\": \"fp8\", \"scale_fmt\": \"ue8m0\", \"compress_rope_theta\": 160000,"
+        " \"compress_ratios\": [0, 4, 8, 0]}");
+    if (!cfg) return;
+    char err[512] = "", d1[256], d2[256];
+    snprintf(d1, sizeof d1, "/tmp/dsattn_test_v4ck1_%d", (int)getpid());
+    snprintf(d2, sizeof d2, "/tmp/dsattn_test_v4ck2_%d", (int)getpid());
+    dsattn_model_config mc;
+    dsattn_status st = dsattn_config_load(&mc, cfg, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "config: %s", err);
+    dsattn_mw_params p = { 9, DSATTN_MW_FP8, DSATTN_MW_NAMES_INFERENCE, 1, cfg };
+    if (!st) st = dsattn_make_weights(&mc, &p, d1, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "make_weights: %s", err);
+    p.shards = 3;
+    if (!st) st = dsattn_make_weights(&mc, &p, d2, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "make_weights (shards): %s", err);
+    dsattn_v4 *m1 = NULL, *m2 = NULL;
+    if (!st) {
+        st = dsattn_v4_load(&m1, NULL, d1, err, sizeof err);
+        CHECK_MSG(st == DSATTN_OK, "load: %s", err);
+        st = dsattn_v4_load(&m2, cfg, d2, err, sizeof err);
+        CHECK_MSG(st == DSATTN_OK, "load shards: %s", err);
+    }
+    if (m1 && m2) {
+        CHECK_EQ_INT(m1->layer[0].wq_a.kind, DSATTN_W_FP8);
+        CHECK_EQ_INT(m1->layer[0].wq_a.block, 128);
+        CHECK_EQ_INT(m1->layer[1].wo_a.kind, DSATTN_W_BF16);
+        CHECK_EQ_INT(m1->layer[1].i_wq_b.kind, DSATTN_W_FP8);
+        CHECK(m1->layer[1].comp.wkv.kind != DSATTN_W_FP8);
+        const size_t N = 20, dim = 256;
+        float *x = malloc(N * dim * 4), *a = malloc(N * dim * 4), *b = malloc(N * dim * 4);
+        dsattn_rng g = { 5 };
+        for (size_t i = 0; i < N * dim; i++) x[i] = dsattn_rng_normal(&g);
+        dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+        dsattn_v4_seq_destroy(run_stack(ctx, m1, x, N, 9, a, DSATTN_V4_EMPTY_REFERENCE));
+        dsattn_v4_seq_destroy(run_stack(ctx, m2, x, N, 9, b, DSATTN_V4_EMPTY_REFERENCE));
+        size_t f;
+        CHECK_MSG(bits_equal(a, b, N * dim, &f), "sharded checkpoint differs at %zu", f);
+        for (size_t i = 0; i < N * dim; i++) CHECK_MSG(isfinite(a[i]), "non-finite at %zu", i);
+        CHECK(dsattn_rel_l2(a, x, N * dim) > 1e-3);      /* the layers did something */
+        dsattn_ctx_destroy(ctx);
+        free(x); free(a); free(b);
+    }
+    dsattn_v4_destroy(m1);
+    dsattn_v4_destroy(m2);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", d1, d2);
+    CHECK(system(cmd) == 0);
     unlink(cfg);
     free(cfg);
 }
