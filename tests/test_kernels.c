@@ -297,6 +297,40 @@ DSATTN_TEST(kernels, gemv_fp8_rows_avx2)   { run_gemv_fp8_ranges("avx2"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx512) { run_gemv_fp4_special("avx512"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx2)   { run_gemv_fp4_special("avx2"); }
 
+/* Empty sums (k = 0, d = 0) write zeros like the reference. */
+static void run_empty(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    const dsattn_kernels *k = isa.k;
+    float y[20], q[4] = { 1, 2, 3, 4 }, x[1] = { 1 }, sc[1] = { 1 };
+    uint8_t w[1] = { 0 }, row[1] = { 0 };
+    const uint8_t *rows[2] = { row, row };
+    float W[1] = { 1 };
+    uint16_t Wb[1] = { 0 };
+#define EMPTY(call, n)                                                        \
+    do {                                                                      \
+        for (int i = 0; i < 20; i++) y[i] = 9.0f;                             \
+        call;                                                                 \
+        for (int i = 0; i < (n); i++) CHECK_MSG(y[i] == 0.0f, "%s[%s] k=0 y[%d]=%g", #call, name, i, (double)y[i]); \
+    } while (0)
+    EMPTY(k->gemv_f32(W, x, y, 5, 0), 5);
+    EMPTY(k->gemv_bf16(Wb, x, y, 5, 0), 5);
+    EMPTY(k->gemv_fp8(w, sc, 32, 1, x, y, 5, 0), 5);
+    EMPTY(k->gemv_fp4(w, w, x, y, 5, 0), 5);
+    EMPTY(y[0] = k->dot_f32(q, q, 0), 1);
+    EMPTY(k->mdot_f32(q, 0, 4, q, 0, y), 4);
+    EMPTY(k->mdot_fp4e4m3(q, 0, 4, row, 0, y), 4);
+    EMPTY(k->mdot_fp4e4m3(q, 0, 12, row, 0, y), 12);
+    EMPTY(k->mdot_fp4ue8m0(q, 0, 12, row, 0, y), 12);
+    EMPTY(k->mdot_fp8ue8m0(q, 0, 12, row, 0, y), 12);
+    EMPTY(k->mdot_fp4e4m3_rows(q, 0, 9, rows, 2, 0, y, 9), 18);
+#undef EMPTY
+}
+
+DSATTN_TEST(kernels, empty_avx512) { run_empty("avx512"); }
+DSATTN_TEST(kernels, empty_avx2)   { run_empty("avx2"); }
+
 /* The bound is tight enough to see one slipped term: perturb the reference
  * by one typical |w_i x_i| and the check must fail. */
 DSATTN_TEST(kernels, bound_is_sharp)

@@ -453,6 +453,7 @@ AI void mdot_row(const int fmt, const float *q, size_t ldq, size_t nh,
                  const uint8_t *row, size_t d, float *out)
 {
     float buf[RCH] A32;
+    if (d == 0) memset(out, 0, nh * sizeof(float));
     for (size_t i0 = 0; i0 < d; i0 += RCH) {
         size_t n = d - i0 < RCH ? d - i0 : RCH;
         dequant_range(fmt, row, d, i0, n, buf);

@@ -315,6 +315,10 @@ static void gemv_fp8_avx512(const uint8_t *W, const float *scale, size_t bs,
 {
     float xb[XCH] A64;
     if (bs == 0) return;
+    if (k == 0) {                        /* empty sums, as the reference */
+        memset(y, 0, rows * sizeof(float));
+        return;
+    }
     for (size_t rb0 = 0; rb0 < rows;) {
         size_t sr = rb0 / bs;                       /* scale row */
         size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
@@ -431,6 +435,7 @@ static void gemv_fp4_avx512(const uint8_t *W, const uint8_t *scale,
     float xb[XCH] A64;
     float sb[4 * (XCH / 32) + 16] A64;
     const size_t rs = k / 2, ss = k / 32;
+    if (k == 0) memset(y, 0, rows * sizeof(float));
     for (size_t k0 = 0; k0 < k; k0 += XCH) {
         size_t kn = k - k0 < XCH ? k - k0 : XCH;
         int acc = k0 > 0;
@@ -744,6 +749,7 @@ AI void mdot_row(const int fmt, const float *q, size_t ldq, size_t nh,
     default: break;
     }
     float buf[RCH] A64;
+    if (d == 0) memset(out, 0, nh * sizeof(float));
     for (size_t i0 = 0; i0 < d; i0 += RCH) {
         size_t n = d - i0 < RCH ? d - i0 : RCH;
         dequant_range(fmt, row, d, i0, n, buf);
@@ -825,6 +831,8 @@ static void mdot_fp4e4m3_rows_avx512(const float *q, size_t ldq, size_t nh,
                                      float *out, size_t ldo)
 {
     float buf[MR * MRCH] A64;
+    if (d == 0)
+        for (size_t r = 0; r < nr; r++) memset(out + r * ldo, 0, nh * sizeof(float));
     for (size_t r0 = 0; r0 < nr; r0 += MR) {
         int R = nr - r0 >= MR ? MR : (int)(nr - r0);
         for (size_t d0 = 0; d0 < d; d0 += MRCH) {
