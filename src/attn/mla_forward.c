@@ -455,17 +455,22 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
 
 /* ==== Expanded (MHA) attention ========================================== */
 
-/* One query row over expanded keys: q [H, dqk]; key j of head h at
- * K + j*ldk + h*hsk (dqk floats), its value at V + j*ldv + h*hsv (dv
- * floats); keys idx or 0..n-1.  v3: bf16 score arithmetic (V3 naive); else
- * fp32 (V3.2).  o [H, dv]. */
+/* Where the expanded keys and values of a query's key set live.  Key j of
+ * head h: nope part at kn + j*ldk + h*hsk (dn floats), rope part at
+ * kr + j*ldr + h*hsr (dr floats); value at v + j*ldv + h*hsv (dv floats). */
+typedef struct {
+    const float *kn, *kr, *v;
+    size_t ldk, hsk, ldr, hsr, ldv, hsv;
+} kv_view;
+
+/* One query row over expanded keys: q [H, dqk]; keys idx or 0..n-1.
+ * v3: bf16 score arithmetic (V3 naive); else fp32 (V3.2).  o [H, dv]. */
 static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, const float *q,
-                                  const float *K, size_t ldk, size_t hsk, const float *V,
-                                  size_t ldv, size_t hsv, const int32_t *idx, size_t n, int v3,
+                                  const kv_view *kv, const int32_t *idx, size_t n, int v3,
                                   float *o)
 {
-    const size_t H = (size_t)c->n_heads, dqk = (size_t)(c->nope + c->rope);
-    const size_t dv = (size_t)c->v_dim;
+    const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dr = (size_t)c->rope;
+    const size_t dqk = dn + dr, dv = (size_t)c->v_dim;
     const float scale = c->softmax_scale;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     float *sc = dsattn_alloc_array(n + dv, sizeof(float));
@@ -475,14 +480,17 @@ static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, c
     for (size_t h = 0; h < H; h++) {
         const float *qh = q + h * dqk;
         for (size_t i = 0; i < n; i++) {
-            const float *k = K + key_at(idx, i) * ldk + h * hsk;
+            const size_t j = key_at(idx, i);
+            const float *kn = kv->kn + j * kv->ldk + h * kv->hsk;
+            const float *kr = kv->kr + j * kv->ldr + h * kv->hsr;
             float d;
             if (ref) {
-                double a = 0.0;
-                for (size_t t = 0; t < dqk; t++) a += (double)qh[t] * (double)k[t];
+                double a = 0.0;            /* one double sum over [nope | rope] */
+                for (size_t t = 0; t < dn; t++) a += (double)qh[t] * (double)kn[t];
+                for (size_t t = 0; t < dr; t++) a += (double)qh[dn + t] * (double)kr[t];
                 d = (float)a;
             } else {
-                d = ctx->k->dot_f32(qh, k, dqk);
+                d = ctx->k->dot_f32(qh, kn, dn) + ctx->k->dot_f32(qh + dn, kr, dr);
             }
             sc[i] = v3 ? dsattn_round_bf16(dsattn_round_bf16(d) * scale) : d * scale;
         }
@@ -491,7 +499,7 @@ static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, c
             for (size_t t = 0; t < dv; t++) acc[t] = 0.0;
             for (size_t i = 0; i < n; i++) {
                 const double p = dsattn_round_bf16(sc[i]);
-                const float *v = V + key_at(idx, i) * ldv + h * hsv;
+                const float *v = kv->v + key_at(idx, i) * kv->ldv + h * kv->hsv;
                 for (size_t t = 0; t < dv; t++) acc[t] += p * (double)v[t];
             }
             for (size_t t = 0; t < dv; t++) o[h * dv + t] = dsattn_round_bf16((float)acc[t]);
@@ -499,7 +507,7 @@ static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, c
             for (size_t t = 0; t < dv; t++) accf[t] = 0.0f;
             for (size_t i = 0; i < n; i++) {
                 const float p = dsattn_round_bf16(sc[i]);
-                const float *v = V + key_at(idx, i) * ldv + h * hsv;
+                const float *v = kv->v + key_at(idx, i) * kv->ldv + h * kv->hsv;
                 for (size_t t = 0; t < dv; t++) accf[t] += p * v[t];
             }
             for (size_t t = 0; t < dv; t++) o[h * dv + t] = dsattn_round_bf16(accf[t]);
@@ -508,6 +516,36 @@ static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, c
     dsattn_free(sc);
     dsattn_free(acc);
     return DSATTN_OK;
+}
+
+/* The naive cache for one query row: per head, gather that head's K and V
+ * of the key set from the bf16 rows into kh [n, dqk] / vh [n, dv] (so no
+ * row is expanded for all heads at once), then attend. */
+static dsattn_status naive_row(dsattn_ctx *ctx, const dsattn_mla_seq *s, int l, const float *q,
+                               const int32_t *idx, size_t n, int v3, float *o)
+{
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dr = (size_t)c->rope;
+    const size_t dqk = dn + dr, dv = (size_t)c->v_dim;
+    float *kh = dsattn_alloc_array(n, (dqk + dv) * sizeof(float));
+    if (!kh) return DSATTN_ERR_NOMEM;
+    float *vh = kh + n * dqk;
+    dsattn_mla_config c1 = *c;
+    c1.n_heads = 1;
+    const kv_view kv = { kh, kh + dn, vh, dqk, 0, dqk, 0, dv, 0 };
+    dsattn_status st = DSATTN_OK;
+    for (size_t h = 0; h < H && !st; h++) {
+        for (size_t i = 0; i < n; i++) {
+            const size_t j = key_at(idx, i);
+            const uint8_t *kr = s->layer[l].cache + j * s->row_bytes + 2 * h * dqk;
+            const uint8_t *vr = s->layer[l].v + j * s->v_bytes + 2 * h * dv;
+            for (size_t t = 0; t < dqk; t++) kh[i * dqk + t] = get_bf16(kr + 2 * t);
+            for (size_t t = 0; t < dv; t++) vh[i * dv + t] = get_bf16(vr + 2 * t);
+        }
+        st = expanded_row(ctx, &c1, q + h * dqk, &kv, NULL, n, v3, o + h * dv);
+    }
+    dsattn_free(kh);
+    return st;
 }
 
 /* ==== The indexer's selection =========================================== */
@@ -708,48 +746,24 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
         dsattn_count(ctx, nk * H * (2ull * (KL + dr) + 2ull * KL), nk * seq->row_bytes);
     } else {
-        /* expanded keys: the chunk's own (V3.2 prefill) or the naive cache */
-        const float *K, *V;
-        size_t ldk, ldv, hsk = dqk, hsv;
-        float *kvbuf = NULL;
-        if (mha_fresh && !naive) {
-            /* fresh K = [k_nope | k_pe] per head, V from the expanded rows */
-            kvbuf = dsattn_alloc_array(s, H * dqk * sizeof(float));
-            if (!kvbuf) { st = DSATTN_ERR_NOMEM; goto sel_done; }
-            for (size_t t = 0; t < s; t++)
-                for (size_t h = 0; h < H; h++) {
-                    memcpy(kvbuf + (t * H + h) * dqk, b.kvb + (t * H + h) * (dn + dv), dn * sizeof(float));
-                    memcpy(kvbuf + (t * H + h) * dqk + dn, b.kv + t * (KL + dr) + KL, dr * sizeof(float));
-                }
-            K = kvbuf; ldk = H * dqk;
-            V = b.kvb + dn; ldv = H * (dn + dv); hsv = dn + dv;
-        } else {
-            /* naive cache rows 0..end-1 as floats */
-            kvbuf = dsattn_alloc_array(end, H * (dqk + dv) * sizeof(float));
-            if (!kvbuf) { st = DSATTN_ERR_NOMEM; goto sel_done; }
-            for (size_t j = 0; j < end; j++) {
-                const uint8_t *kr = S->cache + j * seq->row_bytes, *vr = S->v + j * seq->v_bytes;
-                float *o = kvbuf + j * H * (dqk + dv);
-                for (size_t i = 0; i < H * dqk; i++) o[i] = get_bf16(kr + 2 * i);
-                for (size_t i = 0; i < H * dv; i++) o[H * dqk + i] = get_bf16(vr + 2 * i);
-            }
-            K = kvbuf; ldk = H * (dqk + dv);
-            V = kvbuf + H * dqk; ldv = H * (dqk + dv); hsv = dv;
-        }
+        /* expanded keys: the chunk's own (V3.2 prefill: k_nope and v from
+         * wkv_b, the shared k_pe) or the naive cache */
+        const kv_view fresh = { b.kvb, b.kv + KL, b.kvb + dn, H * (dn + dv), dn + dv,
+                                KL + dr, 0, H * (dn + dv), dn + dv };
         dsattn_status rst = DSATTN_OK;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (!ref && s > 1)
         for (size_t t = 0; t < s; t++) {
             const int32_t *idx = sparse ? S->sel + t * width : NULL;
             const size_t n = sparse ? nsel[t] : (size_t)start + t + 1;
-            dsattn_status r = expanded_row(ctx, c, b.q + t * H * dqk, K, ldk, hsk, V, ldv, hsv,
-                                           idx, n, v3, b.o + t * H * dv);
+            dsattn_status r = naive
+                ? naive_row(ctx, seq, l, b.q + t * H * dqk, idx, n, v3, b.o + t * H * dv)
+                : expanded_row(ctx, c, b.q + t * H * dqk, &fresh, idx, n, v3, b.o + t * H * dv);
             if (r) {
 #pragma omp atomic write
                 rst = r;
             }
         }
         st = rst;
-        dsattn_free(kvbuf);
         uint64_t nk = 0;
         for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
         dsattn_count(ctx, nk * H * 2ull * (dqk + dv), nk * (seq->row_bytes + seq->v_bytes));
