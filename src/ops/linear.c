@@ -166,14 +166,14 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
         }
         dsattn_free(wbuf);
     } else {
-        for (size_t t = 0; t < n_tok; t++) {
-            const float *xt = in + t * ldin;
-            float *yt = y + t * ldy;
-#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (R * K >= 65536)
-            for (size_t c = 0; c < n_chunks; c++) {
-                size_t r0 = c * chunk, r1 = DSATTN_MIN(R, r0 + chunk);
-                gemv_rows(k, W, xt, yt, r0, r1);
-            }
+        /* one parallel region over (token, row chunk): a region per token
+         * costs a barrier each, which a busy machine turns into spinning */
+        const size_t n_tasks = n_tok * n_chunks;
+#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n_tok * R * K >= 65536)
+        for (size_t task = 0; task < n_tasks; task++) {
+            size_t t = task / n_chunks, c = task % n_chunks;
+            size_t r0 = c * chunk, r1 = DSATTN_MIN(R, r0 + chunk);
+            gemv_rows(k, W, in + t * ldin, y + t * ldy, r0, r1);
         }
     }
     if (round == DSATTN_OUT_BF16)

@@ -24,18 +24,13 @@ static float e4m3_decode(uint8_t c)
 }
 
 
-static float e4m3_tab[256];
-static int e4m3_tab_ready;
+float dsattn_e4m3_lut[256];
 
-float dsattn_e4m3_to_f32(uint8_t c)
+/* The table is pure data computed from the format's definition; filling it
+ * before main() keeps the decoder a plain load in every hot loop. */
+__attribute__((constructor)) static void e4m3_lut_init(void)
 {
-    /* The table is pure data; computing it once on first use keeps the
-     * source readable.  Racing initialisations write identical values. */
-    if (!__atomic_load_n(&e4m3_tab_ready, __ATOMIC_ACQUIRE)) {
-        for (int i = 0; i < 256; i++) e4m3_tab[i] = e4m3_decode((uint8_t)i);
-        __atomic_store_n(&e4m3_tab_ready, 1, __ATOMIC_RELEASE);
-    }
-    return e4m3_tab[c];
+    for (int i = 0; i < 256; i++) dsattn_e4m3_lut[i] = e4m3_decode((uint8_t)i);
 }
 
 uint8_t dsattn_f32_to_e4m3(float f)

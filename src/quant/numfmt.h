@@ -33,7 +33,9 @@ static inline float dsattn_round_bf16(float f) { return dsattn_bf16_to_f32(dsatt
 
 /* FP8 E4M3 "fn": bias 7, max 448, 0x7f/0xff NaN, no inf. */
 uint8_t dsattn_f32_to_e4m3(float f);          /* RNE, satfinite, NaN->0x7f */
-float   dsattn_e4m3_to_f32(uint8_t c);
+/* Decode table, filled before main() (numfmt.c); hot loops index it. */
+extern float dsattn_e4m3_lut[256];
+static inline float dsattn_e4m3_to_f32(uint8_t c) { return dsattn_e4m3_lut[c]; }
 
 
 /* FP4 E2M1: grid 0,.5,1,1.5,2,3,4,6; bit 3 is the sign. */
