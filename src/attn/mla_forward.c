@@ -36,6 +36,7 @@
 
 #include "kernels.h"
 #include "numfmt.h"
+#include "vmath.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -345,6 +346,7 @@ static void absorbed_part_fast(const dsattn_mla_seq *s, int l, const float *Q,
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr;
     const float scale = c->softmax_scale;
+    const dsattn_exp_sub_sum_fn vexp = dsattn_exp_sub_sum_best();
     for (size_t b0 = i0; b0 < i1; b0 += AB_BLOCK) {
         const size_t nb = DSATTN_MIN((size_t)AB_BLOCK, i1 - b0);
         for (size_t i = 0; i < nb; i++) {
@@ -380,11 +382,7 @@ static void absorbed_part_fast(const dsattn_mla_seq *s, int l, const float *Q,
                 mx = v > mx ? v : mx;
             }
             const float alpha = expf(m[h] - mx);
-            float ps = 0.0f;
-            for (size_t i = 0; i < nb; i++) {
-                sh[i] = expf(sh[i] - mx);
-                ps += sh[i];
-            }
+            const float ps = vexp(sh, nb, mx);           /* vectorised exp + sum */
             lsum[h] = lsum[h] * alpha + ps;
             m[h] = mx;
             if (alpha != 1.0f) {

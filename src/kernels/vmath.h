@@ -1,0 +1,21 @@
+/* vmath.h - vectorised elementwise math for the softmax loops of the fast
+ * attention paths: exp(x - m) with its sum.  The scalar reference
+ * (vmath.c) uses expf; the AVX-512 path (vmath_avx512.c) is a degree-6
+ * polynomial after range reduction, within 2 ulp of expf, exact 0 for
+ * -inf and NaN kept.  Reference mode never calls these: it evaluates exp
+ * in double as the arithmetic contract says. */
+#ifndef DSATTN_VMATH_H
+#define DSATTN_VMATH_H
+
+#include <stddef.h>
+
+/* x[i] = exp(x[i] - m) for i < n; returns the fp32 sum of the results. */
+typedef float (*dsattn_exp_sub_sum_fn)(float *x, size_t n, float m);
+
+float dsattn_exp_sub_sum_ref(float *x, size_t n, float m);
+float dsattn_exp_sub_sum_avx512(float *x, size_t n, float m);
+
+/* The best implementation this CPU runs (AVX-512 when it has it). */
+dsattn_exp_sub_sum_fn dsattn_exp_sub_sum_best(void);
+
+#endif
