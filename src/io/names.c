@@ -382,7 +382,7 @@ void dsattn_name_describe(const dsattn_model_config *c, const dsattn_tensor_spec
         if (!use && dsattn_expected_tensors(c, &sp, &n, NULL, 0) == DSATTN_OK) use = sp;
         else n = n_given;
         if (use) {
-            char full[DSATTN_NAME_MAX + 16];
+            char full[DSATTN_NAME_MAX + 48];
             snprintf(full, sizeof full, "layers.%lld.%s", (long long)layer, base);
             for (size_t k = 0; k < n && !what; k++)
                 if (strcmp(use[k].name, full) == 0) what = use[k].op;
