@@ -4,9 +4,10 @@
 #   libopenblas-openmp-dev    fp32 GEMM for prefill (OpenMP variant: one thread pool)
 #   libcjson-dev              the JSON parser for safetensors headers and config.json
 #   clang, libclang-rt-14-dev libFuzzer and sanitizer runtimes (tests only)
+#   libomp-dev                OpenMP for the clang (fuzzing) build
 set -euo pipefail
 need=()
-for p in cmake gcc make libopenblas-openmp-dev libcjson-dev clang libclang-rt-14-dev; do
+for p in cmake gcc make libopenblas-openmp-dev libcjson-dev clang libclang-rt-14-dev libomp-dev; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
