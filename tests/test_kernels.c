@@ -605,6 +605,41 @@ static void run_fused_multi(const char *name)
                 }
                 check_bound("mdot_fp4e4m3_rows", &isa, o, orf, mg, nr * ldo, d, nh, nr);
                 CHECK_MSG(canary_ok(o, nr * ldo), "mdot_fp4e4m3_rows[%s] canary", name);
+
+                /* P.V over the same rows: p [nh, ldp], acc [nh, ldq]; each
+                 * element takes nr FMAs where ref rounds once */
+                size_t ldp = nr + 3;
+                float *p = malloc(nh * ldp * sizeof(float));
+                float *acc = canary_alloc(nh * ldq), *accr = malloc(nh * ldq * sizeof(float));
+                float *acc0 = malloc(nh * ldq * sizeof(float));
+                fill_uniform(&rng, p, nh * ldp);
+                fill_uniform(&rng, acc, nh * ldq);
+                memcpy(accr, acc, nh * ldq * sizeof(float));
+                memcpy(acc0, acc, nh * ldq * sizeof(float));
+                isa.k->maxpy_fp4e4m3_rows(p, ldp, nh, rows, nr, d, acc, ldq);
+                dsattn_kernels_ref.maxpy_fp4e4m3_rows(p, ldp, nh, rows, nr, d, accr, ldq);
+                int bad = 0;
+                float *dq = malloc(nr * d * sizeof(float));
+                for (size_t r = 0; r < nr; r++) dsattn_v41_kv_unpack(rows[r], d, dq + r * d);
+                for (size_t h = 0; h < nh && !bad; h++)
+                    for (size_t i = 0; i < ldq; i++) {
+                        size_t j = h * ldq + i;
+                        if (i >= d) { bad |= memcmp(&acc[j], &acc0[j], 4) != 0; continue; }
+                        double m = fabs(acc0[j]);
+                        for (size_t r = 0; r < nr; r++)
+                            m += fabs((double)p[h * ldp + r] * dq[r * d + i]);
+                        double lim = ((double)nr + 2.0) * 0x1p-24 * m * 1.0001 + 0x1p-149;
+                        if (!(fabs((double)acc[j] - accr[j]) <= lim)) {
+                            bad = 1;
+                            dsattn_test_fail(__FILE__, __LINE__,
+                                             "maxpy_fp4e4m3_rows[%s] d=%zu nh=%zu nr=%zu [%zu,%zu]: %.9g vs %.9g",
+                                             name, d, nh, nr, h, i, (double)acc[j], (double)accr[j]);
+                            break;
+                        }
+                    }
+                CHECK_MSG(canary_ok(acc, nh * ldq), "maxpy_fp4e4m3_rows[%s] canary", name);
+                free(dq);
+                free(p); canary_free(acc); free(accr); free(acc0);
                 free(q); canary_free(o); free(orf); free(mg);
             }
     }
@@ -623,7 +658,7 @@ static int table_complete(const dsattn_kernels *k)
     return k->name && k->gemv_f32 && k->gemv_bf16 && k->gemv_fp8 && k->gemv_fp4 &&
            k->dot_f32 && k->mdot_f32 && k->maxpy_f32 && k->dequant_fp4e4m3_row &&
            k->dequant_fp8ue8m0_row && k->dequant_fp4ue8m0_row && k->mdot_fp4e4m3 &&
-           k->mdot_fp4e4m3_rows &&
+           k->mdot_fp4e4m3_rows && k->maxpy_fp4e4m3_rows &&
            k->maxpy_fp4e4m3 && k->mdot_fp4ue8m0 && k->mdot_fp8ue8m0 && k->maxpy_fp8ue8m0;
 }
 

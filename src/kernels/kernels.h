@@ -84,6 +84,14 @@ typedef struct dsattn_kernels {
     /* acc[h*ldacc + i] += p[h] * deq(row)[i]: the matching P.V update. */
     void (*maxpy_fp4e4m3)(const float *p, size_t nh, const uint8_t *row,
                           size_t d, float *acc, size_t ldacc);
+    /* The P.V update of a block of rows:
+     *   acc[h*ldacc + i] += sum_r p[h*ldp + r] * deq(rows[r])[i],  r < nr.
+     * ref rounds once per element (double sum of acc and all products);
+     * fast reads and writes each acc element once per 8 rows instead of
+     * once per row (64 heads x 512 floats of acc do not fit L1). */
+    void (*maxpy_fp4e4m3_rows)(const float *p, size_t ldp, size_t nh,
+                               const uint8_t *const *rows, size_t nr, size_t d,
+                               float *acc, size_t ldacc);
     /* Index heads against one FP4 index-K row (lightning indexer dots). */
     void (*mdot_fp4ue8m0)(const float *q, size_t ldq, size_t nh,
                           const uint8_t *row, size_t d, float *out);

@@ -5,7 +5,8 @@
  * contract as kernels_avx512.c - fp32 FMA accumulation in its own order,
  * tested against kernels_ref.c with stated bounds, single-threaded and
  * reentrant - with simpler code: 8 lanes, 16 registers, natural element
- * order everywhere (no re-arranged x), 2 rows per GEMV step.
+ * order everywhere (no re-arranged x), 2 rows per GEMV step, and the same
+ * next-step sequential prefetch as the AVX-512 GEMVs.
  *
  * Decodes (exact, see kernels_avx512.c for the reasoning):
  *  - E4M3 -> fp16 bit move (value * 2^-8), vcvtph2ps, exact * 256 later.
@@ -120,8 +121,11 @@ AI void gemv_f32_rows(const float *W, size_t k, const float *x, float *y, const 
     for (; i + 8 <= k; i += 8) {
         __m256 xv = _mm256_loadu_ps(x + i);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
+            if (!(i & 8))   /* next step's rows, one line per row per 64 B */
+                _mm_prefetch((const char *)(W + R * k) + (i / 16 * R + r) * 64, _MM_HINT_T0);
             acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(W + r * k + i), xv, acc[r]);
+        }
     }
     if (i < k) {
         __m256i m = mask8(k - i);
@@ -153,9 +157,12 @@ AI void gemv_bf16_rows(const uint16_t *W, size_t k, const float *x, float *y, co
     for (; i + 8 <= k; i += 8) {
         __m256 xv = _mm256_loadu_ps(x + i);
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
+            if (!(i & 24))
+                _mm_prefetch((const char *)(W + R * k) + (i / 32 * R + r) * 64, _MM_HINT_T0);
             acc[r] = _mm256_fmadd_ps(bf16x8(_mm_loadu_si128((const __m128i *)(W + r * k + i))),
                                      xv, acc[r]);
+        }
     }
     if (i < k) {
         float xt[8] A32 = { 0 };
@@ -208,6 +215,8 @@ AI void fp8_rows(const uint8_t *W, size_t k, const float *sc, size_t bs,
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             __m256i v;
+            if (!(i & 32))
+                _mm_prefetch((const char *)(W + R * k) + (i / 64 * R + r) * 64, _MM_HINT_T0);
             if (n == 32) {
                 v = _mm256_loadu_si256((const __m256i *)(W + r * k + i));
             } else {
@@ -280,6 +289,8 @@ AI void fp4_rows(const uint8_t *W, size_t rs, const uint8_t *S, size_t ss,
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             const uint8_t *p = W + r * rs + i / 2;
+            if (!(i & 96))
+                _mm_prefetch((const char *)(W + R * rs) + (i / 128 * R + r) * 64, _MM_HINT_T0);
             __m256 b = _mm256_mul_ps(fp4x8(p), x0);
             b = _mm256_fmadd_ps(fp4x8(p + 4), x1, b);
             b = _mm256_fmadd_ps(fp4x8(p + 8), x2, b);
@@ -493,6 +504,19 @@ static void maxpy_fp4e4m3_avx2(const float *p, size_t nh, const uint8_t *row,
     maxpy_row(FMT_FP4E4M3, p, nh, row, d, acc, ldacc);
 }
 
+static void maxpy_fp4e4m3_rows_avx2(const float *p, size_t ldp, size_t nh,
+                                    const uint8_t *const *rows, size_t nr, size_t d,
+                                    float *acc, size_t ldacc)
+{
+    float ph[64];
+    for (size_t r = 0; r < nr; r++)
+        for (size_t h0 = 0; h0 < nh; h0 += 64) {
+            size_t n = nh - h0 < 64 ? nh - h0 : 64;
+            for (size_t h = 0; h < n; h++) ph[h] = p[(h0 + h) * ldp + r];
+            maxpy_row(FMT_FP4E4M3, ph, n, rows[r], d, acc + h0 * ldacc, ldacc);
+        }
+}
+
 static void mdot_fp4ue8m0_avx2(const float *q, size_t ldq, size_t nh,
                                const uint8_t *row, size_t d, float *out)
 {
@@ -528,6 +552,7 @@ static const dsattn_kernels kernels_avx2 = {
     .mdot_fp4e4m3         = mdot_fp4e4m3_avx2,
     .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx2,
     .maxpy_fp4e4m3        = maxpy_fp4e4m3_avx2,
+    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_avx2,
     .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx2,
     .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx2,
     .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_avx2,

@@ -155,6 +155,21 @@ static void maxpy_fp4e4m3_ref(const float *p, size_t nh, const uint8_t *row,
     }
 }
 
+static void maxpy_fp4e4m3_rows_ref(const float *p, size_t ldp, size_t nh,
+                                   const uint8_t *const *rows, size_t nr, size_t d,
+                                   float *acc, size_t ldacc)
+{
+    for (size_t h = 0; h < nh; h++) {
+        float *a = acc + h * ldacc;
+        for (size_t i = 0; i < d; i++) {
+            double s = (double)a[i];
+            for (size_t r = 0; r < nr; r++)
+                s += (double)p[h * ldp + r] * (double)fp4e4m3_at(rows[r], d, i);
+            a[i] = (float)s;
+        }
+    }
+}
+
 static void mdot_fp4ue8m0_ref(const float *q, size_t ldq, size_t nh,
                               const uint8_t *row, size_t d, float *out)
 {
@@ -202,6 +217,7 @@ const dsattn_kernels dsattn_kernels_ref = {
     .mdot_fp4e4m3         = mdot_fp4e4m3_ref,
     .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_ref,
     .maxpy_fp4e4m3        = maxpy_fp4e4m3_ref,
+    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_ref,
     .mdot_fp4ue8m0        = mdot_fp4ue8m0_ref,
     .mdot_fp8ue8m0        = mdot_fp8ue8m0_ref,
     .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_ref,
