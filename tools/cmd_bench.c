@@ -473,7 +473,7 @@ static size_t bench_gemv(kctx *b, const gemv_case *c, bench_row *out)
 /* ---- fused packed-row kernels ---------------------------------------- */
 
 typedef enum { F_MDOT_FP4KV, F_MAXPY_FP4KV, F_MDOT_FP4IDX, F_MDOT_SWA, F_MAXPY_SWA,
-               F_MDOT_F32, F_MDOT_FP4KV_ROWS } fused_kind;
+               F_MDOT_F32, F_MDOT_FP4KV_ROWS, F_MAXPY_FP4KV_ROWS } fused_kind;
 
 typedef struct {
     fused_kind kind;
@@ -483,7 +483,7 @@ typedef struct {
 static size_t fused_row_bytes(const fused_case *c)
 {
     switch (c->kind) {
-    case F_MDOT_FP4KV: case F_MAXPY_FP4KV: case F_MDOT_FP4KV_ROWS:
+    case F_MDOT_FP4KV: case F_MAXPY_FP4KV: case F_MDOT_FP4KV_ROWS: case F_MAXPY_FP4KV_ROWS:
         return dsattn_v41_kv_row_bytes(c->d);
     case F_MDOT_FP4IDX: return dsattn_fp4_index_row_bytes(c->d);
     case F_MDOT_SWA: case F_MAXPY_SWA: return dsattn_v41_swa_row_bytes(c->d);
@@ -513,6 +513,14 @@ static void fused_call(const dsattn_kernels *K, const fused_case *c, const float
         K->mdot_fp4e4m3_rows(q, c->d, c->nh, rp, FUSED_MULTI, c->d, out, c->nh);
         break;
     }
+    case F_MAXPY_FP4KV_ROWS: {
+        /* p: [nh, 8] (the first floats of q), acc: [nh, d] */
+        const uint8_t *rp[FUSED_MULTI];
+        size_t rb = dsattn_v41_kv_row_bytes(c->d);
+        for (size_t r = 0; r < FUSED_MULTI; r++) rp[r] = row + r * rb;
+        K->maxpy_fp4e4m3_rows(q, FUSED_MULTI, c->nh, rp, FUSED_MULTI, c->d, acc, c->d);
+        break;
+    }
     }
 }
 
@@ -526,6 +534,7 @@ static const char *fused_name(fused_kind k)
     case F_MAXPY_SWA:   return "maxpy_fp8ue8m0 (SWA)";
     case F_MDOT_F32:    return "mdot_f32";
     case F_MDOT_FP4KV_ROWS: return "mdot_fp4e4m3_rows (KV, 8/call)";
+    case F_MAXPY_FP4KV_ROWS: return "maxpy_fp4e4m3_rows (KV, 8/call)";
     }
     return "?";
 }
@@ -543,7 +552,7 @@ static void fill_rows(const fused_case *c, uint8_t *rows, size_t n, uint64_t see
         for (size_t i = 0; i < c->d; i++)
             x[i] = (float)((int64_t)(splitmix(&seed) >> 40) - (1 << 23)) / (float)(1 << 22);
         switch (c->kind) {
-        case F_MDOT_FP4KV: case F_MAXPY_FP4KV: case F_MDOT_FP4KV_ROWS:
+        case F_MDOT_FP4KV: case F_MAXPY_FP4KV: case F_MDOT_FP4KV_ROWS: case F_MAXPY_FP4KV_ROWS:
             dsattn_v41_kv_pack(x, c->d, p, NULL);
             break;
         case F_MDOT_FP4IDX: dsattn_fp4_index_pack(x, c->d, p, NULL); break;
@@ -556,36 +565,47 @@ static void fill_rows(const fused_case *c, uint8_t *rows, size_t n, uint64_t see
 static int fused_verify(const dsattn_kernels *K, const fused_case *c, const float *q,
                         const uint8_t *rows)
 {
-    size_t nh = c->nh, d = c->d;
+    size_t nh = c->nh, d = c->d, rb = fused_row_bytes(c);
+    int multi = c->kind == F_MDOT_FP4KV_ROWS || c->kind == F_MAXPY_FP4KV_ROWS;
+    size_t nrow = multi ? FUSED_MULTI : 1;
     float *o1 = dsattn_alloc_array(nh * d, sizeof(float));
     float *o2 = dsattn_alloc_array(nh * d, sizeof(float));
-    float *deq = dsattn_alloc_array(d, sizeof(float));
+    float *deq = dsattn_alloc_array(FUSED_MULTI * d, sizeof(float));
     int ok = o1 && o2 && deq;
-    int axpy = c->kind == F_MAXPY_FP4KV || c->kind == F_MAXPY_SWA;
-    /* the many-rows entry is checked through its first row of 8 */
-    for (size_t r = 0; ok && r < 4; r += c->kind == F_MDOT_FP4KV_ROWS ? 4 : 1) {
-        const uint8_t *row = rows + r * fused_row_bytes(c);
-        switch (c->kind) {
-        case F_MDOT_FP4KV: case F_MAXPY_FP4KV: case F_MDOT_FP4KV_ROWS:
-            dsattn_v41_kv_unpack(row, d, deq);
-            break;
-        case F_MDOT_FP4IDX: dsattn_fp4_index_unpack(row, d, deq); break;
-        case F_MDOT_SWA: case F_MAXPY_SWA: dsattn_v41_swa_unpack(row, d, deq); break;
-        case F_MDOT_F32: memcpy(deq, row, d * sizeof(float)); break;
+    int axpy = c->kind == F_MAXPY_FP4KV || c->kind == F_MAXPY_SWA || c->kind == F_MAXPY_FP4KV_ROWS;
+    for (size_t r0 = 0; ok && r0 < 4; r0 += multi ? 4 : 1) {
+        const uint8_t *row = rows + r0 * rb;
+        for (size_t r = 0; r < nrow; r++) {
+            const uint8_t *rr = row + r * rb;
+            float *dr = deq + r * d;
+            switch (c->kind) {
+            case F_MDOT_FP4KV: case F_MAXPY_FP4KV: case F_MDOT_FP4KV_ROWS: case F_MAXPY_FP4KV_ROWS:
+                dsattn_v41_kv_unpack(rr, d, dr);
+                break;
+            case F_MDOT_FP4IDX: dsattn_fp4_index_unpack(rr, d, dr); break;
+            case F_MDOT_SWA: case F_MAXPY_SWA: dsattn_v41_swa_unpack(rr, d, dr); break;
+            case F_MDOT_F32: memcpy(dr, rr, d * sizeof(float)); break;
+            }
         }
         memset(o1, 0, nh * d * sizeof(float));
         memset(o2, 0, nh * d * sizeof(float));
         fused_call(K, c, q, row, o1, o1);
         fused_call(&dsattn_kernels_ref, c, q, row, o2, o2);
         for (size_t h = 0; h < nh; h++) {
-            if (axpy) {   /* acc was 0: one product each, one rounding */
-                for (size_t i = 0; i < d; i++)
+            if (axpy) {   /* acc was 0: nrow products each */
+                for (size_t i = 0; i < d; i++) {
+                    double m = 0;
+                    for (size_t r = 0; r < nrow; r++)
+                        m += fabs((double)q[multi ? h * FUSED_MULTI + r : h] * deq[r * d + i]);
                     ok &= fabs((double)o1[h * d + i] - o2[h * d + i]) <=
-                          0x1p-23 * fabs((double)q[h] * deq[i]);
+                          ((double)nrow + 2.0) * 0x1p-24 * m + 0x1p-149;
+                }
             } else {
-                double mag = 0;
-                for (size_t i = 0; i < d; i++) mag += fabs((double)q[h * d + i] * deq[i]);
-                ok &= within_bound(o1[h], o2[h], d, mag);
+                for (size_t r = 0; r < nrow; r++) {
+                    double mag = 0;
+                    for (size_t i = 0; i < d; i++) mag += fabs((double)q[h * d + i] * deq[r * d + i]);
+                    ok &= within_bound(o1[r * nh + h], o2[r * nh + h], d, mag);
+                }
             }
         }
     }
@@ -626,7 +646,8 @@ static size_t bench_fused(kctx *b, const fused_case *c, bench_row *out)
 #endif
                 const uint8_t *my = rows + (size_t)id * nrows * rb;
                 float *o = ws + (size_t)id * c->nh * c->d;
-                size_t step = c->kind == F_MDOT_FP4KV_ROWS ? FUSED_MULTI : 1;
+                size_t step = c->kind == F_MDOT_FP4KV_ROWS || c->kind == F_MAXPY_FP4KV_ROWS
+                            ? FUSED_MULTI : 1;
                 for (long s = 0; s < sweeps; s++)
                     for (size_t r = 0; r + step <= nrows; r += step)
                         fused_call(b->K, c, q, my + r * rb, o, o);
@@ -801,6 +822,8 @@ static int bench_kernels(int argc, char **argv)
         { F_MDOT_F32, 64, 512 },
         { F_MDOT_FP4KV_ROWS, 4, 512 }, { F_MDOT_FP4KV_ROWS, 8, 512 },
         { F_MDOT_FP4KV_ROWS, 64, 512 },
+        { F_MAXPY_FP4KV_ROWS, 4, 512 }, { F_MAXPY_FP4KV_ROWS, 8, 512 },
+        { F_MAXPY_FP4KV_ROWS, 64, 512 },
     };
     size_t cap = (DSATTN_ARRAY_LEN(gc) + DSATTN_ARRAY_LEN(fc)) * (size_t)b.n_threads;
     bench_row *rows = calloc(cap, sizeof *rows);
@@ -863,10 +886,13 @@ typedef struct {
     int (*run)(int argc, char **argv);   /* argv[0] = mode name */
 } bench_mode;
 
+int dsattn_bench_mha(int argc, char **argv);        /* tools/bench_attn.c */
+
 static const bench_mode bench_modes[] = {
     { "kernels", "kernel table vs measured DRAM read BW and FMA peak", bench_kernels },
     { "blas",    "OpenBLAS core type and sgemm speed",                 bench_blas },
     { "v41",     "V4.1-Flash 40-layer decode ms/token vs its byte bound", dsattn_bench_v41 },
+    { "mha",     "one MHA/GQA layer (DeepSeek-LLM 7B/67B) decode vs DRAM read BW", dsattn_bench_mha },
 };
 
 DSATTN_CMD(bench, 20, "measure speed against the machine's limits (bench kernels|blas)")
