@@ -49,3 +49,25 @@ DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp)
     CHECK_MSG(worst <= 2, "worst %.1f ulp", worst);
     CHECK(c[0] == 0.0f && c[7] == 0.0f);                 /* exp(-inf), far below */
 }
+
+#include "numfmt.h"
+#include "wdequant.h"
+
+DSATTN_TEST(vmath, fp8_weight_row_dequant_exact)
+{
+    /* every non-NaN code, several block sizes and ragged tails: bit-exact */
+    uint8_t w[300];
+    float sc[16], a[300], b[300];
+    for (int i = 0; i < 300; i++) {
+        w[i] = (uint8_t)(i * 7 + 3);
+        if ((w[i] & 0x7f) == 0x7f) w[i] = 0x01;
+    }
+    for (int i = 0; i < 16; i++) sc[i] = ldexpf(1.0f + (float)(i % 3) * 0.25f, i - 8);
+    const size_t bss[3] = { 32, 128, 24 };
+    for (int t = 0; t < 3; t++)
+        for (size_t k = 1; k <= 300; k += 37) {
+            dsattn_fp8_row_f32_ref(w, sc, bss[t], k, a);
+            dsattn_fp8_row_best()(w, sc, bss[t], k, b);
+            CHECK_BITS("fp8 row", b, a, k);
+        }
+}

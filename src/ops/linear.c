@@ -19,9 +19,11 @@
 
 #include "kernels.h"
 #include "numfmt.h"
+#include "wdequant.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 void dsattn_round_bf16_n(float *x, size_t n)
@@ -154,15 +156,30 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
     const size_t n_chunks = (R + chunk - 1) / chunk;
 
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
-        /* Prefill-sized: dequantize row panels, sgemm each. */
-        const size_t panel = 256;
-        float *wbuf = dsattn_alloc_array(panel * K, sizeof(float));
+        /* Prefill-sized: each thread dequantizes its own row panels (SIMD
+         * for FP8) and multiplies them with sgemm, which OpenBLAS runs
+         * single-threaded inside our region - one thread pool, no
+         * oversubscription, the weight read once per call. */
+        const size_t panel = 128;
+        const size_t n_pan = (R + panel - 1) / panel;
+        const int nthr = DSATTN_MAX(1, ctx->n_threads);
+        float *wbuf = dsattn_alloc_array((size_t)nthr * panel * K, sizeof(float));
         if (!wbuf) return DSATTN_ERR_NOMEM;
-        for (size_t r0 = 0; r0 < R; r0 += panel) {
-            size_t n = DSATTN_MIN(panel, R - r0);
-            dequant_rows(W, r0, n, wbuf);
+        const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_best();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr)
+        for (size_t pi = 0; pi < n_pan; pi++) {
+            size_t r0 = pi * panel, n = DSATTN_MIN(panel, R - r0);
+            float *wb = wbuf + (size_t)omp_get_thread_num() * panel * K;
+            if (W->kind == DSATTN_W_FP8) {
+                size_t ldsc = (K + W->block - 1) / W->block;
+                for (size_t r = r0; r < r0 + n; r++)
+                    fp8_row((const uint8_t *)W->data + r * K, W->scale + (r / W->block) * ldsc,
+                            W->block, K, wb + (r - r0) * K);
+            } else {
+                dequant_rows(W, r0, n, wb);
+            }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)n,
-                        (int)K, 1.0f, in, (int)ldin, wbuf, (int)K, 0.0f, y + r0, (int)ldy);
+                        (int)K, 1.0f, in, (int)ldin, wb, (int)K, 0.0f, y + r0, (int)ldy);
         }
         dsattn_free(wbuf);
     } else {

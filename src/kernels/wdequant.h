@@ -1,0 +1,21 @@
+/* wdequant.h - FP8 weight rows to fp32, for the prefill path that
+ * dequantizes row panels and hands them to sgemm (src/ops/linear.c).
+ * Exact: E4M3 -> fp16 by moving bits (then x 256) is lossless, and the
+ * block scale is a power of two or an exact fp32 factor. */
+#ifndef DSATTN_WDEQUANT_H
+#define DSATTN_WDEQUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* out[i] = e4m3(w[i]) * scale[i / bs], i < k (scale: this row's block scales) */
+typedef void (*dsattn_fp8_row_fn)(const uint8_t *w, const float *scale, size_t bs,
+                                  size_t k, float *out);
+
+void dsattn_fp8_row_f32_ref(const uint8_t *w, const float *scale, size_t bs, size_t k,
+                            float *out);
+void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, size_t k,
+                               float *out);
+dsattn_fp8_row_fn dsattn_fp8_row_best(void);
+
+#endif

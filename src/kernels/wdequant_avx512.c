@@ -1,0 +1,43 @@
+/* wdequant_avx512.c - E4M3 bytes to fp32 sixteen at a time (wdequant.h).
+ *
+ * An E4M3 code s.eeee.mmm moved into fp16 as s.0eeee.mmm0000000 is the
+ * value 2^-8 times the E4M3 value, normals and subnormals alike (fp16's
+ * extra exponent bit absorbs the bias difference of 8), so vcvtph2ps and
+ * one exact multiply by 256 decode it.  The NaN codes (0x7f/0xff) decode
+ * to +-480 here; weights with NaN codes are rejected by the loader. */
+#include "wdequant.h"
+
+#include "numfmt.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, size_t k,
+                               float *out)
+{
+    const __m256i lo7 = _mm256_set1_epi16(0x7f), sgn = _mm256_set1_epi16(0x80);
+    const __m512 k256 = _mm512_set1_ps(256.0f);
+    size_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + i)));
+        __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, lo7), 7),
+                                    _mm256_slli_epi16(_mm256_and_si256(b, sgn), 8));
+        __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), k256);
+        __m512 s;
+        if (bs % 16 == 0) s = _mm512_set1_ps(scale[i / bs]);
+        else {
+            float tmp[16];
+            for (int j = 0; j < 16; j++) tmp[j] = scale[(i + (size_t)j) / bs];
+            s = _mm512_loadu_ps(tmp);
+        }
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(f, s));
+    }
+    for (; i < k; i++) out[i] = dsattn_e4m3_to_f32(w[i]) * scale[i / bs];
+}
+#else
+void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, size_t k,
+                               float *out)
+{
+    dsattn_fp8_row_f32_ref(w, scale, bs, k, out);
+}
+#endif
