@@ -895,7 +895,7 @@ static const bench_mode bench_modes[] = {
     { "mha",     "one MHA/GQA layer (DeepSeek-LLM 7B/67B) decode vs DRAM read BW", dsattn_bench_mha },
 };
 
-DSATTN_CMD(bench, 20, "measure speed against the machine's limits (bench kernels|blas)")
+DSATTN_CMD(bench, 20, "measure speed against the machine's limits (dsattn bench: modes)")
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc < 2 ? stderr : stdout;
