@@ -90,72 +90,150 @@ VNNI_TARGET static inline __m512 round_bf16_ps(__m512 x)
     return _mm512_castsi512_ps(u);
 }
 
+/* Decode one row's FP4 codes to biased half-units, element order kept. */
+VNNI_TARGET static inline void decode_row(const uint8_t *row, size_t dh, __m512i lut,
+                                          uint8_t *kb)
+{
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    for (size_t c = 0; c < dh / 2; c += 32) {
+        size_t left = dh / 2 - c;
+        __mmask32 lm = left >= 32 ? (__mmask32)~0u : (__mmask32)((1u << left) - 1);
+        __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(lm, row + c));
+        __m512i lo = _mm512_and_si512(x, m4);
+        __m512i hi = _mm512_slli_epi16(_mm512_srli_epi16(x, 4), 8);
+        __m512i codes = _mm512_or_si512(lo, hi);           /* bytes: lo, hi, lo, hi ... */
+        _mm512_store_si512((__m512i *)(kb + 2 * c), _mm512_shuffle_epi8(lut, codes));
+    }
+}
+
+/* Exact block dot (int32, bias removed) scaled into the double totals. */
+VNNI_TARGET static inline void block_to_tot(__m512i acc, const int32_t *bias,
+                                            const float *unit, __m512d ksd, __m512d *t0,
+                                            __m512d *t1)
+{
+    __m512i corr = _mm512_sub_epi32(acc, _mm512_loadu_si512((const void *)bias));
+    __m512 f = _mm512_cvtepi32_ps(corr);                   /* |corr| <= 9216: exact */
+    __m512 u = _mm512_loadu_ps(unit);
+    __m512d f0 = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+    __m512d f1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+    __m512d u0 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(u)), ksd);
+    __m512d u1 = _mm512_mul_pd(
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1))), ksd);
+    /* integer times powers of two: exact in double */
+    *t0 = _mm512_fmadd_pd(f0, u0, *t0);
+    *t1 = _mm512_fmadd_pd(f1, u1, *t1);
+}
+
+/* Head weighting: bf16(dot) -> relu -> bf16(* w) -> double sum -> bf16. */
+VNNI_TARGET static inline float head_sum(const __m512d *tot, size_t nhc, const float *w)
+{
+    __m512d hs = _mm512_setzero_pd();
+    for (size_t hc = 0; hc < nhc; hc++) {
+        __m256 d0 = _mm512_cvtpd_ps(tot[2 * hc]), d1 = _mm512_cvtpd_ps(tot[2 * hc + 1]);
+        __m512 d = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
+        d = round_bf16_ps(d);
+        d = _mm512_max_ps(d, _mm512_setzero_ps());
+        __m512 pr = round_bf16_ps(_mm512_mul_ps(d, _mm512_loadu_ps(w + hc * 16)));
+        hs = _mm512_add_pd(hs, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
+        hs = _mm512_add_pd(hs, _mm512_cvtps_pd(
+            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
+    }
+    return dsattn_round_bf16((float)_mm512_reduce_add_pd(hs));
+}
+
+#define VNNI_ROWS 4
+
+/* NR rows x NHC head-chunks with compile-time shapes, so the int32
+ * accumulators and double totals stay in registers (with runtime bounds
+ * the compiler spilled them around every vpdpbusd).  Each query load feeds
+ * NR independent dpbusd chains, hiding the instruction's latency. */
+#define ALWAYS_INLINE __attribute__((always_inline)) inline
+VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
+                                                 const uint8_t *const *row, size_t dh,
+                                                 __m512i lut, const size_t NR,
+                                                 const size_t NHC, float *out)
+{
+    uint8_t kb[VNNI_ROWS][256 + 64] __attribute__((aligned(64)));
+    const size_t nb = dh / 32;
+#pragma GCC unroll 4
+    for (size_t r = 0; r < NR; r++) decode_row(row[r], dh, lut, kb[r]);
+    __m512d tot[VNNI_ROWS][8];
+#pragma GCC unroll 4
+    for (size_t r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (size_t v = 0; v < 2 * NHC; v++) tot[r][v] = _mm512_setzero_pd();
+    for (size_t b = 0; b < nb; b++) {
+        __m512i acc[VNNI_ROWS][4];
+#pragma GCC unroll 4
+        for (size_t r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (size_t hc = 0; hc < NHC; hc++) acc[r][hc] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (size_t g = 0; g < 8; g++) {
+            const int8_t *qg = p->qb + ((b * 8 + g) * 64) * 4;
+            __m512i kv[VNNI_ROWS];
+#pragma GCC unroll 4
+            for (size_t r = 0; r < NR; r++) {
+                int32_t kk;
+                memcpy(&kk, kb[r] + b * 32 + g * 4, 4);
+                kv[r] = _mm512_set1_epi32(kk);
+            }
+#pragma GCC unroll 4
+            for (size_t hc = 0; hc < NHC; hc++) {
+                __m512i q = _mm512_load_si512((const void *)(qg + hc * 64));
+#pragma GCC unroll 4
+                for (size_t r = 0; r < NR; r++)
+                    acc[r][hc] = _mm512_dpbusd_epi32(acc[r][hc], kv[r], q);
+            }
+        }
+#pragma GCC unroll 4
+        for (size_t r = 0; r < NR; r++) {
+            /* UE8M0 byte e -> 2^(e-127) / 2 as a double, from the bits */
+            const uint64_t e = row[r][dh / 2 + b];
+            const __m512d ksd = _mm512_castsi512_pd(_mm512_set1_epi64((long long)((e + 1023 - 128) << 52)));
+#pragma GCC unroll 4
+            for (size_t hc = 0; hc < NHC; hc++)
+                block_to_tot(acc[r][hc], p->bias + b * 64 + hc * 16, p->unit + b * 64 + hc * 16,
+                             ksd, &tot[r][2 * hc], &tot[r][2 * hc + 1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (size_t r = 0; r < NR; r++) out[r] = head_sum(tot[r], NHC, p->w);
+}
+
+#define SCORE_CASE(NHC)                                                                 \
+    VNNI_TARGET static void score_##NHC(const dsattn_index_vnni_q *p, const uint8_t *base, \
+                                        size_t rb, const int32_t *sel, size_t j0, size_t n,\
+                                        __m512i lut, float *score)                        \
+    {                                                                                   \
+        size_t j = 0;                                                                   \
+        const uint8_t *row[VNNI_ROWS];                                                  \
+        for (; j + VNNI_ROWS <= n; j += VNNI_ROWS) {                                    \
+            for (size_t r = 0; r < VNNI_ROWS; r++)                                      \
+                row[r] = base + (sel ? (size_t)sel[j + r] : j0 + j + r) * rb;           \
+            score_rows(p, row, p->dh, lut, VNNI_ROWS, NHC, score + j);                  \
+        }                                                                               \
+        for (; j < n; j++) {                                                            \
+            row[0] = base + (sel ? (size_t)sel[j] : j0 + j) * rb;                       \
+            score_rows(p, row, p->dh, lut, 1, NHC, score + j);                          \
+        }                                                                               \
+    }
+SCORE_CASE(1)
+SCORE_CASE(2)
+SCORE_CASE(3)
+SCORE_CASE(4)
+
 VNNI_TARGET void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p,
                                           const uint8_t *base, size_t row_bytes,
                                           const int32_t *sel, size_t j0, size_t n,
                                           float *score)
 {
-    const size_t nh = p->nh, dh = p->dh, nb = dh / 32, nhc = nh / 16;
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_lut));
-    const __m512i m4 = _mm512_set1_epi16(0x0f);
-    for (size_t j = 0; j < n; j++) {
-        const uint8_t *row = base + (sel ? (size_t)sel[j] : j0 + j) * row_bytes;
-        const uint8_t *sc = row + dh / 2;
-        /* nibbles -> biased half-units, element order preserved */
-        uint8_t kb[256 + 64] __attribute__((aligned(64)));
-        for (size_t c = 0; c < dh / 2; c += 32) {
-            size_t left = dh / 2 - c;
-            __mmask32 lm = left >= 32 ? (__mmask32)~0u : (__mmask32)((1u << left) - 1);
-            __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(lm, row + c));
-            __m512i lo = _mm512_and_si512(x, m4);
-            __m512i hi = _mm512_slli_epi16(_mm512_srli_epi16(x, 4), 8);
-            __m512i codes = _mm512_or_si512(lo, hi);       /* bytes: lo, hi, lo, hi ... */
-            _mm512_store_si512((__m512i *)(kb + 2 * c), _mm512_shuffle_epi8(lut, codes));
-        }
-        __m512d tot[8];
-        for (size_t v = 0; v < 2 * nhc; v++) tot[v] = _mm512_setzero_pd();
-        for (size_t b = 0; b < nb; b++) {
-            __m512i acc[4];
-            for (size_t hc = 0; hc < nhc; hc++) acc[hc] = _mm512_setzero_si512();
-            for (size_t g = 0; g < 8; g++) {
-                int32_t kk;
-                memcpy(&kk, kb + b * 32 + g * 4, 4);
-                __m512i kv = _mm512_set1_epi32(kk);
-                const int8_t *qg = p->qb + ((b * 8 + g) * 64) * 4;
-                for (size_t hc = 0; hc < nhc; hc++)
-                    acc[hc] = _mm512_dpbusd_epi32(acc[hc], kv,
-                                                  _mm512_loadu_si512((const void *)(qg + hc * 64)));
-            }
-            /* exact block dot in units of u_q * s_k / 2 */
-            const __m512d ksd = _mm512_set1_pd((double)dsattn_ue8m0_to_f32(sc[b]) * 0.5);
-            for (size_t hc = 0; hc < nhc; hc++) {
-                __m512i corr = _mm512_sub_epi32(acc[hc],
-                                                _mm512_loadu_si512((const void *)(p->bias + b * 64 + hc * 16)));
-                __m512 f = _mm512_cvtepi32_ps(corr);
-                __m512 unit = _mm512_loadu_ps(p->unit + b * 64 + hc * 16);
-                __m512d f0 = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
-                __m512d f1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
-                __m512d u0 = _mm512_cvtps_pd(_mm512_castps512_ps256(unit));
-                __m512d u1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(unit), 1)));
-                /* products of an exact integer and powers of two: exact in double */
-                tot[2 * hc] = _mm512_add_pd(tot[2 * hc], _mm512_mul_pd(_mm512_mul_pd(f0, u0), ksd));
-                tot[2 * hc + 1] = _mm512_add_pd(tot[2 * hc + 1],
-                                                _mm512_mul_pd(_mm512_mul_pd(f1, u1), ksd));
-            }
-        }
-        /* head weighting: bf16(dot) -> relu -> bf16(* w) -> double sum */
-        __m512d hs = _mm512_setzero_pd();
-        for (size_t hc = 0; hc < nhc; hc++) {
-            __m256 d0 = _mm512_cvtpd_ps(tot[2 * hc]), d1 = _mm512_cvtpd_ps(tot[2 * hc + 1]);
-            __m512 d = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
-            d = round_bf16_ps(d);
-            d = _mm512_max_ps(d, _mm512_setzero_ps());
-            __m512 pr = round_bf16_ps(_mm512_mul_ps(d, _mm512_loadu_ps(p->w + hc * 16)));
-            hs = _mm512_add_pd(hs, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
-            hs = _mm512_add_pd(hs, _mm512_cvtps_pd(
-                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
-        }
-        score[j] = dsattn_round_bf16((float)_mm512_reduce_add_pd(hs));
+    switch (p->nh / 16) {
+    case 1: score_1(p, base, row_bytes, sel, j0, n, lut, score); break;
+    case 2: score_2(p, base, row_bytes, sel, j0, n, lut, score); break;
+    case 3: score_3(p, base, row_bytes, sel, j0, n, lut, score); break;
+    default: score_4(p, base, row_bytes, sel, j0, n, lut, score); break;
     }
 }
 
