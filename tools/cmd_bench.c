@@ -103,36 +103,6 @@ static void print_rows(FILE *f, out_fmt fmt, const bench_row *r, size_t n)
  * latency x ports) over register values that stay normal. */
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) static float sum_avx512(const float *a, size_t n)
-{
-    __m512 s[8];
-    for (int j = 0; j < 8; j++) s[j] = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 128 <= n; i += 128)
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) s[j] = _mm512_add_ps(s[j], _mm512_load_ps(a + i + 16 * j));
-    float t = 0;
-    for (; i < n; i++) t += a[i];
-    for (int j = 1; j < 8; j++) s[0] = _mm512_add_ps(s[0], s[j]);
-    return t + _mm512_reduce_add_ps(s[0]);
-}
-
-__attribute__((target("avx2"))) static float sum_avx2(const float *a, size_t n)
-{
-    __m256 s[8];
-    for (int j = 0; j < 8; j++) s[j] = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64)
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) s[j] = _mm256_add_ps(s[j], _mm256_load_ps(a + i + 8 * j));
-    float t = 0, o[8];
-    for (; i < n; i++) t += a[i];
-    for (int j = 1; j < 8; j++) s[0] = _mm256_add_ps(s[0], s[j]);
-    _mm256_storeu_ps(o, s[0]);
-    for (int j = 0; j < 8; j++) t += o[j];
-    return t;
-}
-
 /* 16 chains x 16 lanes x 2 flops per iteration */
 __attribute__((target("avx512f,fma"))) static float fma_avx512(long iters, float seed)
 {
@@ -162,49 +132,14 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(long iters, float seed
 }
 #endif
 
-static float sum_plain(const float *a, size_t n)
-{
-    float s = 0;
-    for (size_t i = 0; i < n; i++) s += a[i];
-    return s;
-}
-
 typedef struct { int simd; } probe_isa;   /* 2 = avx512, 1 = avx2, 0 = C */
-
-static float probe_sum(probe_isa p, const float *a, size_t n)
-{
-#if defined(__x86_64__)
-    if (p.simd == 2) return sum_avx512(a, n);
-    if (p.simd == 1) return sum_avx2(a, n);
-#endif
-    return sum_plain(a, n);
-}
 
 static volatile float probe_sink;
 
-/* GB/s reading n floats with T threads, best of reps */
+/* GB/s reading n floats with T threads, best of reps (bench_util.c) */
 static double measure_read_bw(probe_isa p, const float *a, size_t n, int T, int reps)
 {
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        float tot = 0;
-        double t0 = now_s();
-#pragma omp parallel num_threads(T) reduction(+ : tot)
-        {
-#ifdef _OPENMP
-            int id = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-            int id = 0, nt = 1;
-#endif
-            size_t per = (n / (size_t)nt) & ~(size_t)127;
-            size_t b = per * (size_t)id, e = id == nt - 1 ? n : b + per;
-            tot += probe_sum(p, a + b, e - b);
-        }
-        double t = now_s() - t0;
-        probe_sink = tot;
-        if (t < best) best = t;
-    }
-    return (double)n * 4.0 / best / 1e9;
+    return dsattn_bench_read_bw_pool(p.simd, a, n, T, reps);
 }
 
 static double measure_fma_peak(probe_isa p, int T)
