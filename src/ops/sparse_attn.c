@@ -18,6 +18,7 @@
 #include "index_vnni.h"
 #include "kernels.h"
 #include "numfmt.h"
+#include "vmath.h"
 
 #include <math.h>
 
@@ -117,12 +118,29 @@ static void sparse_attn_ref(const float *q, size_t nh, size_t d,
     }
 }
 
+/* Dequantize row j of [s0 ; s1] through the kernel table. */
+static void cat_row_fast(const dsattn_kernels *k, const dsattn_kv_src *s0,
+                         const dsattn_kv_src *s1, size_t j, float *out)
+{
+    const dsattn_kv_src *src = j < s0->n_rows ? s0 : s1;
+    size_t r = j < s0->n_rows ? j : j - s0->n_rows;
+    const uint8_t *p = (const uint8_t *)src->base + r * src->stride;
+    switch (src->kind) {
+    case DSATTN_KV_V41_SWA: k->dequant_fp8ue8m0_row(p, src->d, out); return;
+    case DSATTN_KV_V41_FP4: k->dequant_fp4e4m3_row(p, src->d, out); return;
+    case DSATTN_KV_FP4_IDX: k->dequant_fp4ue8m0_row(p, src->d, out); return;
+    default: dsattn_kv_row(src, r, out); return;
+    }
+}
+
 static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
                              const dsattn_kv_src *s0, const dsattn_kv_src *s1,
                              const int32_t *idx, size_t n_idx, const float *sink,
                              float scale, float max_init, float *out, float *ws)
 {
     const dsattn_kernels *k = ctx->k;
+    const dsattn_exp_sub_sum_fn vexp = ctx->isa == DSATTN_ISA_AVX512 ? dsattn_exp_sub_sum_avx512
+                                                                     : dsattn_exp_sub_sum_ref;
     float *rows = ws, *sc = rows + SA_BLOCK * d, *acc = sc + nh * SA_BLOCK;
     float *mx = acc + nh * d, *sum = mx + nh, *fs = sum + nh;
     size_t nrows = cat_rows(s0, s1);
@@ -134,8 +152,8 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
         for (size_t j = 0; j < nb; j++) {
             int32_t ix = idx[b0 + j];
             if (ix < 0 || (size_t)ix >= nrows) continue;
-            cat_row(s0, s1, (size_t)ix, rows + nv * d);
-            k->mdot_f32(q, d, nh, rows + nv * d, d, nh <= 512 ? tmp : sc);
+            cat_row_fast(k, s0, s1, (size_t)ix, rows + nv * d);
+            k->mdot_f32(q, d, nh, rows + nv * d, d, tmp);
             for (size_t h = 0; h < nh; h++) sc[h * SA_BLOCK + nv] = tmp[h] * scale;
             nv++;
         }
@@ -143,7 +161,7 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
             /* Only -inf scores: the max does not move; with a -inf running
              * max the reference gets exp(-inf - -inf) = NaN (V4). */
             for (size_t h = 0; h < nh; h++)
-                if (isinf(mx[h]) && mx[h] < 0) { sum[h] = NAN; }
+                if (isinf(mx[h]) && mx[h] < 0) sum[h] = NAN;
             continue;
         }
         for (size_t h = 0; h < nh; h++) {
@@ -152,24 +170,16 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
             float mnew = mx[h] > bmax ? mx[h] : bmax;
             fs[h] = expf(mx[h] - mnew);
             mx[h] = mnew;
-            float rs = 0.0f;
-            for (size_t j = 0; j < nv; j++) {
-                sh[j] = expf(sh[j] - mnew);
-                rs += sh[j];
-                sh[j] = dsattn_round_bf16(sh[j]);
-            }
+            const float rs = vexp(sh, nv, mnew);          /* P in fp32, summed */
+            for (size_t j = 0; j < nv; j++) sh[j] = dsattn_round_bf16(sh[j]);  /* bf16 P for P.V */
             sum[h] = sum[h] * fs[h] + rs;
             float *ah = acc + h * d;
-            for (size_t i = 0; i < d; i++) ah[i] *= fs[h];
+            if (fs[h] != 1.0f)
+                for (size_t i = 0; i < d; i++) ah[i] *= fs[h];
         }
         for (size_t j = 0; j < nv; j++) {
-            const float *r = rows + j * d;
-            for (size_t h = 0; h < nh; h++) {
-                float p = sc[h * SA_BLOCK + j];
-                if (p == 0.0f) continue;
-                float *ah = acc + h * d;
-                for (size_t i = 0; i < d; i++) ah[i] += p * r[i];
-            }
+            for (size_t h = 0; h < nh; h++) tmp[h] = sc[h * SA_BLOCK + j];
+            k->maxpy_f32(tmp, nh, rows + j * d, d, acc, d);
         }
     }
     for (size_t h = 0; h < nh; h++) {
@@ -231,7 +241,8 @@ static int index_scores_vnni(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
                              const float *w, const dsattn_kv_src *ksrc,
                              const int32_t *rows, size_t j0, size_t n, float *score)
 {
-    if (ctx->mode != DSATTN_MODE_FAST || ksrc->kind != DSATTN_KV_FP4_IDX ||
+    if (ctx->mode != DSATTN_MODE_FAST || ctx->isa != DSATTN_ISA_AVX512 ||
+        ksrc->kind != DSATTN_KV_FP4_IDX ||
         ksrc->d != dh || !dsattn_index_vnni_ok(nh, dh))
         return 0;
     dsattn_index_vnni_q *p = dsattn_alloc(sizeof *p);
