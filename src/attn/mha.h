@@ -34,8 +34,7 @@ struct dsattn_mha {
     dsattn_rope         rope;               /* full RoPE, all d dims        */
     dsattn_mha_layer_w *layer;              /* [n_layers]                   */
     int                 w_first, w_count;   /* layers that have weights     */
-    void              **owned;
-    size_t              n_owned, cap_owned;
+    dsattn_owned        owned;                  /* buffers to free           */
 };
 
 /* Cache of one layer, bf16 bits:

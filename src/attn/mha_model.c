@@ -118,23 +118,13 @@ dsattn_status dsattn_mha_config_load(dsattn_mha_config *c, const char *path,
 
 static dsattn_status own(dsattn_mha *m, void *p)
 {
-    if (!p) return DSATTN_ERR_NOMEM;
-    if (m->n_owned == m->cap_owned) {
-        size_t nc = m->cap_owned ? 2 * m->cap_owned : 64;
-        void **nv = realloc(m->owned, nc * sizeof *nv);
-        if (!nv) { dsattn_free(p); return DSATTN_ERR_NOMEM; }
-        m->owned = nv;
-        m->cap_owned = nc;
-    }
-    m->owned[m->n_owned++] = p;
-    return DSATTN_OK;
+    return dsattn_owned_add(&m->owned, p);
 }
 
 void dsattn_mha_destroy(dsattn_mha *m)
 {
     if (!m) return;
-    for (size_t i = 0; i < m->n_owned; i++) dsattn_free(m->owned[i]);
-    free(m->owned);
+    dsattn_owned_free(&m->owned);
     free(m->layer);
     free(m);
 }

@@ -58,8 +58,7 @@ struct dsattn_mla {
     int                use_actq;              /* V3 gemm_impl "bf16": none  */
     dsattn_mla_layer_w layer[DSATTN_MLA_MAX_LAYERS];
     void              *ckpt;                  /* dsattn_ckpt, if loaded     */
-    void             **owned;                 /* buffers to free            */
-    size_t             n_owned, cap_owned;
+    dsattn_owned        owned;                  /* buffers to free           */
 };
 
 typedef struct {

@@ -131,16 +131,7 @@ dsattn_status dsattn_mla_config_load(dsattn_mla_config *c, const char *path, cha
 
 static dsattn_status own(dsattn_mla *m, void *p)
 {
-    if (!p) return DSATTN_ERR_NOMEM;
-    if (m->n_owned == m->cap_owned) {
-        size_t nc = m->cap_owned ? 2 * m->cap_owned : 64;
-        void **np = realloc(m->owned, nc * sizeof *np);
-        if (!np) { dsattn_free(p); return DSATTN_ERR_NOMEM; }
-        m->owned = np;
-        m->cap_owned = nc;
-    }
-    m->owned[m->n_owned++] = p;
-    return DSATTN_OK;
+    return dsattn_owned_add(&m->owned, p);
 }
 
 void dsattn_mla_destroy(dsattn_mla *m)
@@ -152,8 +143,7 @@ void dsattn_mla_destroy(dsattn_mla *m)
                                 &L->i_wq_b, &L->i_wk, &L->i_wproj };
         for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) dsattn_weight_release(ws[i]);
     }
-    for (size_t i = 0; i < m->n_owned; i++) dsattn_free(m->owned[i]);
-    free(m->owned);
+    dsattn_owned_free(&m->owned);
     dsattn_ckpt_close((dsattn_ckpt *)m->ckpt);
     free(m);
 }

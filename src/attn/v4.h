@@ -59,8 +59,7 @@ struct dsattn_v4 {
     dsattn_v4_layer_w  layer[DSATTN_V4_MAX_LAYERS];
     int                has_weights;            /* 0: config-only model       */
     void              *ckpt;                   /* dsattn_st_file, if mapped  */
-    void             **owned;                  /* buffers to free            */
-    size_t             n_owned, cap_owned;
+    dsattn_owned        owned;                  /* buffers to free           */
 };
 
 /* Pooling state of one compressor: [coff*m, coff*d] fp32 each. */

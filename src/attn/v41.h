@@ -54,8 +54,7 @@ struct dsattn_v41 {
     dsattn_v41_config   cfg;
     dsattn_v41_layer_w  layer[DSATTN_V41_MAX_LAYERS];
     void               *ckpt;                  /* dsattn_st_file, if mapped */
-    void              **owned;                 /* buffers to free           */
-    size_t              n_owned, cap_owned;
+    dsattn_owned        owned;                  /* buffers to free           */
 };
 
 typedef struct {

@@ -171,16 +171,7 @@ out:
 
 static dsattn_status own(dsattn_v4 *m, void *p)
 {
-    if (!p) return DSATTN_ERR_NOMEM;
-    if (m->n_owned == m->cap_owned) {
-        size_t nc = m->cap_owned ? 2 * m->cap_owned : 64;
-        void **np = realloc(m->owned, nc * sizeof *np);
-        if (!np) { dsattn_free(p); return DSATTN_ERR_NOMEM; }
-        m->owned = np;
-        m->cap_owned = nc;
-    }
-    m->owned[m->n_owned++] = p;
-    return DSATTN_OK;
+    return dsattn_owned_add(&m->owned, p);
 }
 
 static void plan_layers(dsattn_v4 *m)
@@ -215,8 +206,7 @@ static void plan_layers(dsattn_v4 *m)
 void dsattn_v4_destroy(dsattn_v4 *m)
 {
     if (!m) return;
-    for (size_t i = 0; i < m->n_owned; i++) dsattn_free(m->owned[i]);
-    free(m->owned);
+    dsattn_owned_free(&m->owned);
     if (m->ckpt) dsattn_ckpt_close((dsattn_ckpt *)m->ckpt);
     free(m);
 }

@@ -48,6 +48,28 @@ void *dsattn_alloc_array(size_t a, size_t b)
     return dsattn_alloc(n);
 }
 
+dsattn_status dsattn_owned_add(dsattn_owned *o, void *p)
+{
+    if (!p) return DSATTN_ERR_NOMEM;
+    if (o->n == o->cap) {
+        size_t nc = o->cap ? 2 * o->cap : 64;
+        void **np = realloc(o->p, nc * sizeof *np);
+        if (!np) { dsattn_free(p); return DSATTN_ERR_NOMEM; }
+        o->p = np;
+        o->cap = nc;
+    }
+    o->p[o->n++] = p;
+    return DSATTN_OK;
+}
+
+void dsattn_owned_free(dsattn_owned *o)
+{
+    for (size_t i = 0; i < o->n; i++) dsattn_free(o->p[i]);
+    free(o->p);
+    o->p = NULL;
+    o->n = o->cap = 0;
+}
+
 dsattn_status dsattn_errf(char *err, size_t errlen, dsattn_status st,
                           const char *fmt, ...)
 {

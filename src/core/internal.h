@@ -59,6 +59,18 @@ void  dsattn_free(void *p);
 /* dsattn_alloc(a*b) with the product checked; NULL on overflow or OOM. */
 void *dsattn_alloc_array(size_t a, size_t b);
 
+/* A set of allocations freed together: what a model converted or made. */
+typedef struct {
+    void  **p;
+    size_t  n, cap;
+} dsattn_owned;
+
+/* Adopt p (NULL -> DSATTN_ERR_NOMEM).  On failure p is freed, so callers
+ * can write `if ((st = dsattn_owned_add(&o, dsattn_alloc(n)))) return st;`. */
+dsattn_status dsattn_owned_add(dsattn_owned *o, void *p);
+/* Free every adopted allocation and the list itself; the set is empty after. */
+void dsattn_owned_free(dsattn_owned *o);
+
 /* ==== Error text ======================================================== */
 
 /* printf into err[errlen] if err != NULL; returns st so callers can write
