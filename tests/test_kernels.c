@@ -651,6 +651,74 @@ DSATTN_TEST(kernels, fused_multi_avx2)   { run_fused_multi("avx2"); }
 DSATTN_TEST(kernels, fused_rows_avx512) { run_fused("avx512"); }
 DSATTN_TEST(kernels, fused_rows_avx2)   { run_fused("avx2"); }
 
+/* ==== bf16 rows ========================================================= */
+
+/* cvt_bf16_f32: bit-exact over all 65536 patterns (NaN payloads too), any
+ * length and start; mdot_bf16_rows: every tile shape and tail of both ISAs
+ * (heads 1..17, rows 1..33, k not a multiple of the lanes), row stride
+ * != k, output stride != nh with the gaps and canaries untouched. */
+static void run_bf16_rows(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    dsattn_rng rng = { 29 };
+    {
+        const size_t N = 65536;
+        uint16_t *src = malloc(N * sizeof(uint16_t));
+        float *o = canary_alloc(N), *orf = malloc(N * sizeof(float));
+        for (size_t i = 0; i < N; i++) src[i] = (uint16_t)(i * 40503u);   /* a permutation */
+        isa.k->cvt_bf16_f32(src, N, o);
+        dsattn_kernels_ref.cvt_bf16_f32(src, N, orf);
+        CHECK_MSG(!memcmp(o, orf, N * sizeof(float)), "cvt_bf16_f32[%s] not bit-exact", name);
+        CHECK_MSG(canary_ok(o, N), "cvt_bf16_f32[%s] canary", name);
+        canary_free(o);
+        const size_t lens[] = { 0, 1, 7, 8, 15, 16, 17, 33, 576 };
+        for (size_t a = 0; a < DSATTN_ARRAY_LEN(lens); a++) {
+            size_t n = lens[a];
+            float *t = canary_alloc(n);
+            isa.k->cvt_bf16_f32(src + 3, n, t);
+            CHECK_MSG(!memcmp(t, orf + 3, n * sizeof(float)) && canary_ok(t, n),
+                      "cvt_bf16_f32[%s] n=%zu", name, n);
+            canary_free(t);
+        }
+        free(src); free(orf);
+    }
+    const size_t nhs[] = { 1, 2, 3, 4, 5, 7, 8, 9, 16, 17 };
+    const size_t nrs[] = { 1, 2, 3, 5, 8, 16, 17, 33 };
+    const size_t ks[] = { 1, 7, 8, 15, 16, 17, 64, 100, 128, 576 };
+    for (size_t a = 0; a < DSATTN_ARRAY_LEN(ks); a++)
+        for (size_t b = 0; b < DSATTN_ARRAY_LEN(nhs); b++)
+            for (size_t c = 0; c < DSATTN_ARRAY_LEN(nrs); c++) {
+                size_t k = ks[a], nh = nhs[b], nr = nrs[c];
+                size_t ldq = k + 5, ldr = k + 3, ldo = nh + 2, no = nr * ldo;
+                float *q = malloc(nh * ldq * sizeof(float));
+                uint16_t *rows = malloc(nr * ldr * sizeof(uint16_t));
+                fill_uniform(&rng, q, nh * ldq);
+                for (size_t i = 0; i < nr * ldr; i++)
+                    rows[i] = dsattn_f32_to_bf16(dsattn_rng_uniform(&rng) * 4.0f);
+                float *o = canary_alloc(no), *orf = malloc(no * sizeof(float));
+                for (size_t i = 0; i < no; i++) o[i] = orf[i] = -7.0f;    /* gaps */
+                isa.k->mdot_bf16_rows(q, ldq, nh, rows, ldr, nr, k, o, ldo);
+                dsattn_kernels_ref.mdot_bf16_rows(q, ldq, nh, rows, ldr, nr, k, orf, ldo);
+                double *mg = calloc(no, sizeof(double));
+                for (size_t r = 0; r < nr; r++)
+                    for (size_t h = 0; h < nh; h++)
+                        for (size_t i = 0; i < k; i++)
+                            mg[r * ldo + h] += fabs((double)q[h * ldq + i] *
+                                                    dsattn_bf16_to_f32(rows[r * ldr + i]));
+                int gaps = 1;
+                for (size_t r = 0; r < nr; r++)
+                    for (size_t h = nh; h < ldo; h++) gaps &= o[r * ldo + h] == -7.0f;
+                CHECK_MSG(gaps, "mdot_bf16_rows[%s] wrote outside nh (nh=%zu)", name, nh);
+                check_bound("mdot_bf16_rows", &isa, o, orf, mg, no, k, nh * 1000 + nr, k);
+                CHECK_MSG(canary_ok(o, no), "mdot_bf16_rows[%s] canary", name);
+                free(q); free(rows); canary_free(o); free(orf); free(mg);
+            }
+}
+
+DSATTN_TEST(kernels, bf16_rows_avx512) { run_bf16_rows("avx512"); }
+DSATTN_TEST(kernels, bf16_rows_avx2)   { run_bf16_rows("avx2"); }
+
 /* ==== Table completeness and ISA choice ================================= */
 
 static int table_complete(const dsattn_kernels *k)
@@ -659,7 +727,8 @@ static int table_complete(const dsattn_kernels *k)
            k->dot_f32 && k->mdot_f32 && k->maxpy_f32 && k->dequant_fp4e4m3_row &&
            k->dequant_fp8ue8m0_row && k->dequant_fp4ue8m0_row && k->mdot_fp4e4m3 &&
            k->mdot_fp4e4m3_rows && k->maxpy_fp4e4m3_rows &&
-           k->maxpy_fp4e4m3 && k->mdot_fp4ue8m0 && k->mdot_fp8ue8m0 && k->maxpy_fp8ue8m0;
+           k->maxpy_fp4e4m3 && k->mdot_fp4ue8m0 && k->mdot_fp8ue8m0 && k->maxpy_fp8ue8m0 &&
+           k->cvt_bf16_f32 && k->mdot_bf16_rows;
 }
 
 DSATTN_TEST(kernels, tables_complete)

@@ -100,6 +100,22 @@ typedef struct dsattn_kernels {
                           const uint8_t *row, size_t d, float *out);
     void (*maxpy_fp8ue8m0)(const float *p, size_t nh, const uint8_t *row,
                            size_t d, float *acc, size_t ldacc);
+
+    /* ==== bf16 cache rows (MHA / GQA caches, MLA latent cache) ========== */
+
+    /* out[i] = the fp32 value of bf16 bits src[i], i < n.  Exact on every
+     * path (a 16-bit shift), NaN payloads included. */
+    void (*cvt_bf16_f32)(const uint16_t *src, size_t n, float *out);
+    /* Several heads against several bf16 rows:
+     *   out[r*ldo + h] = sum_i q[h*ldq + i] * bf16(rows[r*ldr + i]),
+     * i < k, h < nh, r < nr.  Every row is decoded once for all nh heads
+     * (GQA: the G query heads of a KV head; the P.V pass over the
+     * block-transposed V uses it too, "rows" = channels, k = tokens).
+     * ref: exact products, double sum, one rounding; fast: fp32 FMA,
+     * register tiles of heads x rows reduced together. */
+    void (*mdot_bf16_rows)(const float *q, size_t ldq, size_t nh,
+                           const uint16_t *rows, size_t ldr, size_t nr,
+                           size_t k, float *out, size_t ldo);
 } dsattn_kernels;
 
 extern const dsattn_kernels dsattn_kernels_ref;

@@ -535,6 +535,94 @@ static void maxpy_fp8ue8m0_avx2(const float *p, size_t nh, const uint8_t *row,
     maxpy_row(FMT_FP8UE8M0, p, nh, row, d, acc, ldacc);
 }
 
+/* ==== bf16 rows: conversion and multi-head x multi-row dots ============= */
+
+static void cvt_bf16_f32_avx2(const uint16_t *src, size_t n, float *out)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; i++) out[i] = dsattn_bf16_to_f32(src[i]);
+}
+
+AI __m256 bf16x8_load(const uint16_t *p)
+{
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* Eight horizontal sums at once: lane s = sum of v[s]'s lanes. */
+AI __m256 reduce8_ps(const __m256 v[8])
+{
+    __m256 a[4], c[2];
+    for (int i = 0; i < 4; i++) {      /* 128-bit lane L: src 2i + L */
+        __m256 x = _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20);
+        __m256 y = _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31);
+        a[i] = _mm256_add_ps(x, y);
+    }
+    for (int i = 0; i < 2; i++) {      /* lane L: 2 x src 4i+L, 2 x 4i+2+L */
+        __m256 x = _mm256_shuffle_ps(a[2 * i], a[2 * i + 1], 0x44);
+        __m256 y = _mm256_shuffle_ps(a[2 * i], a[2 * i + 1], 0xEE);
+        c[i] = _mm256_add_ps(x, y);
+    }
+    __m256 x = _mm256_shuffle_ps(c[0], c[1], 0x88);
+    __m256 y = _mm256_shuffle_ps(c[0], c[1], 0xDD);
+    /* element 4L + e holds source L + 2e */
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    return _mm256_permutevar8x32_ps(_mm256_add_ps(x, y), perm);
+}
+
+/* HB heads x RB rows (HB * RB <= 8); the k tail (k % 8) runs in scalar
+ * fp32 after the vector sums. */
+AI void mdot_bf16_tile2(const float *q, size_t ldq, const uint16_t *rows, size_t ldr,
+                        size_t k, float *out, size_t ldo, const int HB, const int RB)
+{
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        __m256 w[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < RB; r++) w[r] = bf16x8_load(rows + r * ldr + i);
+#pragma GCC unroll 8
+        for (int h = 0; h < HB; h++) {
+            const __m256 qv = _mm256_loadu_ps(q + h * ldq + i);
+#pragma GCC unroll 8
+            for (int r = 0; r < RB; r++) acc[h * RB + r] = _mm256_fmadd_ps(qv, w[r], acc[h * RB + r]);
+        }
+    }
+    float s[8];
+    _mm256_storeu_ps(s, reduce8_ps(acc));
+    for (int h = 0; h < HB; h++)
+        for (int r = 0; r < RB; r++) {
+            float t = s[h * RB + r];
+            for (size_t j = i; j < k; j++)
+                t += q[h * ldq + j] * dsattn_bf16_to_f32(rows[r * ldr + j]);
+            out[r * ldo + h] = t;
+        }
+}
+
+AI void mdot_bf16_heads2(const float *q, size_t ldq, const uint16_t *rows, size_t ldr,
+                         size_t nr, size_t k, float *out, size_t ldo, const int HB, const int RB)
+{
+    size_t r = 0;
+    for (; r + (size_t)RB <= nr; r += (size_t)RB)
+        mdot_bf16_tile2(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, RB);
+    for (; r < nr; r++) mdot_bf16_tile2(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, 1);
+}
+
+static void mdot_bf16_rows_avx2(const float *q, size_t ldq, size_t nh, const uint16_t *rows,
+                                size_t ldr, size_t nr, size_t k, float *out, size_t ldo)
+{
+    size_t h = 0;
+    for (; h + 4 <= nh; h += 4) mdot_bf16_heads2(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 4, 2);
+    if (h + 2 <= nh) { mdot_bf16_heads2(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 2, 4); h += 2; }
+    if (h < nh) mdot_bf16_heads2(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 1, 8);
+}
+
 /* ==== The table ========================================================= */
 
 static const dsattn_kernels kernels_avx2 = {
@@ -556,6 +644,8 @@ static const dsattn_kernels kernels_avx2 = {
     .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx2,
     .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx2,
     .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_avx2,
+    .cvt_bf16_f32         = cvt_bf16_f32_avx2,
+    .mdot_bf16_rows       = mdot_bf16_rows_avx2,
 };
 
 const dsattn_kernels *const dsattn_kernels_avx2_ptr = &kernels_avx2;

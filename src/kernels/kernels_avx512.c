@@ -959,6 +959,122 @@ static void maxpy_fp8ue8m0_avx512(const float *p, size_t nh, const uint8_t *row,
     maxpy_row(FMT_FP8UE8M0, p, nh, row, d, acc, ldacc);
 }
 
+/* ==== bf16 rows: conversion and multi-head x multi-row dots ============= */
+
+static void cvt_bf16_f32_avx512(const uint16_t *src, size_t n, float *out)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
+        _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+}
+
+AI __m512 bf16x16_load(const uint16_t *p)
+{
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+AI __m512 bf16x16_maskload(__mmask16 m, const uint16_t *p)
+{
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+/* Sixteen horizontal sums at once: lane s of the result = sum of v[s]'s
+ * lanes.  A transpose-and-add tree (31 shuffles, 15 adds) instead of 16
+ * separate reductions (~128 shuffles and adds). */
+AI __m512 reduce16_ps(const __m512 v[16])
+{
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) {      /* 256-bit halves: src 2i | 2i+1 */
+        __m512 x = _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44);
+        __m512 y = _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE);
+        a[i] = _mm512_add_ps(x, y);
+    }
+    for (int i = 0; i < 4; i++) {      /* 128-bit lane L: src 4i + L */
+        __m512 x = _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88);
+        __m512 y = _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD);
+        b[i] = _mm512_add_ps(x, y);
+    }
+    for (int i = 0; i < 2; i++) {      /* lane L: 2 x src 8i+L, 2 x 8i+4+L */
+        __m512 x = _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44);
+        __m512 y = _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE);
+        c[i] = _mm512_add_ps(x, y);
+    }
+    __m512 x = _mm512_shuffle_ps(c[0], c[1], 0x88);
+    __m512 y = _mm512_shuffle_ps(c[0], c[1], 0xDD);
+    /* element 4L + e now holds source L + 4e: put source s at lane s */
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(perm, _mm512_add_ps(x, y));
+}
+
+/* One register tile: HB heads x RB rows (HB * RB <= 16), accumulator
+ * h*RB + r; the row chunk is decoded once and used by all HB heads. */
+AI void mdot_bf16_tile(const float *q, size_t ldq, const uint16_t *rows, size_t ldr,
+                       size_t k, float *out, size_t ldo, const int HB, const int RB)
+{
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        __m512 w[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < RB; r++) w[r] = bf16x16_load(rows + r * ldr + i);
+#pragma GCC unroll 16
+        for (int h = 0; h < HB; h++) {
+            const __m512 qv = _mm512_loadu_ps(q + h * ldq + i);
+#pragma GCC unroll 16
+            for (int r = 0; r < RB; r++) acc[h * RB + r] = _mm512_fmadd_ps(qv, w[r], acc[h * RB + r]);
+        }
+    }
+    if (i < k) {
+        const __mmask16 m = (__mmask16)((1u << (k - i)) - 1u);
+        __m512 w[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < RB; r++) w[r] = bf16x16_maskload(m, rows + r * ldr + i);
+#pragma GCC unroll 16
+        for (int h = 0; h < HB; h++) {
+            const __m512 qv = _mm512_maskz_loadu_ps(m, q + h * ldq + i);
+#pragma GCC unroll 16
+            for (int r = 0; r < RB; r++) acc[h * RB + r] = _mm512_fmadd_ps(qv, w[r], acc[h * RB + r]);
+        }
+    }
+    float s[16];
+    _mm512_storeu_ps(s, reduce16_ps(acc));
+#pragma GCC unroll 16
+    for (int h = 0; h < HB; h++)
+#pragma GCC unroll 16
+        for (int r = 0; r < RB; r++) out[r * ldo + h] = s[h * RB + r];
+}
+
+/* Heads in groups of HB, rows in tiles of RB, then single-row tiles. */
+AI void mdot_bf16_heads(const float *q, size_t ldq, const uint16_t *rows, size_t ldr,
+                        size_t nr, size_t k, float *out, size_t ldo, const int HB, const int RB)
+{
+    size_t r = 0;
+    for (; r + (size_t)RB <= nr; r += (size_t)RB)
+        mdot_bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, RB);
+    for (; r < nr; r++) mdot_bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, 1);
+}
+
+static void mdot_bf16_rows_avx512(const float *q, size_t ldq, size_t nh, const uint16_t *rows,
+                                  size_t ldr, size_t nr, size_t k, float *out, size_t ldo)
+{
+    size_t h = 0;
+    for (; h + 8 <= nh; h += 8) mdot_bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 8, 2);
+    if (h + 4 <= nh) { mdot_bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 4, 4); h += 4; }
+    if (h + 2 <= nh) { mdot_bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 2, 8); h += 2; }
+    if (h < nh) mdot_bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 1, 16);
+}
+
 /* ==== The table ========================================================= */
 
 static const dsattn_kernels kernels_avx512 = {
@@ -980,6 +1096,8 @@ static const dsattn_kernels kernels_avx512 = {
     .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx512,
     .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx512,
     .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_avx512,
+    .cvt_bf16_f32         = cvt_bf16_f32_avx512,
+    .mdot_bf16_rows       = mdot_bf16_rows_avx512,
 };
 
 const dsattn_kernels *const dsattn_kernels_avx512_ptr = &kernels_avx512;

@@ -202,6 +202,26 @@ static void maxpy_fp8ue8m0_ref(const float *p, size_t nh, const uint8_t *row,
     }
 }
 
+/* ==== bf16 rows ======================================================== */
+
+static void cvt_bf16_f32_ref(const uint16_t *src, size_t n, float *out)
+{
+    for (size_t i = 0; i < n; i++) out[i] = dsattn_bf16_to_f32(src[i]);
+}
+
+static void mdot_bf16_rows_ref(const float *q, size_t ldq, size_t nh, const uint16_t *rows,
+                               size_t ldr, size_t nr, size_t k, float *out, size_t ldo)
+{
+    for (size_t r = 0; r < nr; r++)
+        for (size_t h = 0; h < nh; h++) {
+            const float *qh = q + h * ldq;
+            const uint16_t *w = rows + r * ldr;
+            double acc = 0.0;
+            for (size_t i = 0; i < k; i++) acc += (double)qh[i] * (double)dsattn_bf16_to_f32(w[i]);
+            out[r * ldo + h] = (float)acc;
+        }
+}
+
 const dsattn_kernels dsattn_kernels_ref = {
     .name      = "ref",
     .gemv_f32  = gemv_f32_ref,
@@ -221,4 +241,6 @@ const dsattn_kernels dsattn_kernels_ref = {
     .mdot_fp4ue8m0        = mdot_fp4ue8m0_ref,
     .mdot_fp8ue8m0        = mdot_fp8ue8m0_ref,
     .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_ref,
+    .cvt_bf16_f32         = cvt_bf16_f32_ref,
+    .mdot_bf16_rows       = mdot_bf16_rows_ref,
 };
