@@ -18,44 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int parse_list(const char *s, long long *v, int max)
-{
-    int n = 0;
-    while (s && *s && n < max) {
-        char *end;
-        long long x = strtoll(s, &end, 10);
-        if (end == s) return -1;
-        if (*end == 'K' || *end == 'k') { x <<= 10; end++; }
-        else if (*end == 'M' || *end == 'm') { x <<= 20; end++; }
-        if (*end && *end != ',') return -1;
-        v[n++] = x;
-        s = *end == ',' ? end + 1 : end;
-    }
-    return n;
-}
-
-/* is `name` one of the comma-separated items of `list`? */
-static int in_list(const char *list, const char *name)
-{
-    size_t k = strlen(name);
-    for (const char *p = list; p && *p;) {
-        const char *c = strchr(p, ',');
-        size_t len = c ? (size_t)(c - p) : strlen(p);
-        if (len == k && !strncmp(p, name, k)) return 1;
-        p = c ? c + 1 : NULL;
-    }
-    return 0;
-}
 
 static float *rand_x(size_t n, uint64_t seed)
 {
@@ -106,12 +69,27 @@ static int verify(const dsattn_mha *m, uint64_t seed)
     return bad;
 }
 
+typedef struct {
+    dsattn_mha_seq *s;
+    const float    *x;
+    float          *y;
+} mha_step_arg;
+
+/* One decode step at a fixed position (the new token's K/V row is
+ * rewritten each time; the cache depth stays as filled). */
+static dsattn_status mha_step(dsattn_ctx *ctx, void *p)
+{
+    mha_step_arg *a = p;
+    return dsattn_mha_attn_forward(ctx, a->s, 0, a->x, 1, a->y);
+}
+
 int dsattn_bench_mha(int argc, char **argv)
 {
     const char *configs = getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs";
-    const char *fmt = "md", *models = "7b,67b";
-    long long depths[8] = { 16384, 65536, 131072 }, thr[8] = { 1, 2 };
-    int nd = 3, nt = 2, reps = 3;
+    const char *models = "7b,67b";
+    dsattn_bench_fmt fmt = DSATTN_BENCH_MD;
+    long long depths[16] = { 16384, 65536, 131072 }, thr[16] = { 1, 2 }, reps[16] = { 3 };
+    int nd = 3, nt = 2, nr = 1;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -119,35 +97,41 @@ int dsattn_bench_mha(int argc, char **argv)
             printf("usage: dsattn bench mha [--model 7b,67b] [--depth 16K,64K,128K] [--threads 1,2]\n"
                    "                        [--reps 3] [--configs DIR] [--seed S] [--format md|csv|json]\n"
                    "One MHA (DeepSeek-LLM-7B) / GQA (67B) layer at real dims decoding one token\n"
-                   "over a synthetically filled bf16 cache; GB/s vs the DRAM read bandwidth.\n");
+                   "over a synthetically filled bf16 cache; GB/s vs the DRAM read bandwidth.\n"
+                   "Every list is cross-multiplied; one warm-up step, then reps timed steps.\n");
             return 0;
         }
         if (!v) { fprintf(stderr, "bench mha: %s needs a value\n", a); return 2; }
         i++;
-        if (!strcmp(a, "--depth")) nd = parse_list(v, depths, 8);
-        else if (!strcmp(a, "--threads")) nt = parse_list(v, thr, 8);
-        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        if (!strcmp(a, "--depth")) nd = dsattn_bench_parse_list(v, depths, 16);
+        else if (!strcmp(a, "--threads")) nt = dsattn_bench_parse_list(v, thr, 16);
+        else if (!strcmp(a, "--reps")) nr = dsattn_bench_parse_list(v, reps, 16);
         else if (!strcmp(a, "--model")) models = v;
         else if (!strcmp(a, "--configs")) configs = v;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--format")) fmt = v;
-        else { fprintf(stderr, "bench mha: unknown option %s\n", a); return 2; }
+        else if (!strcmp(a, "--format")) {
+            if (dsattn_bench_parse_fmt(v, &fmt)) { fprintf(stderr, "bench mha: bad --format\n"); return 2; }
+        } else { fprintf(stderr, "bench mha: unknown option %s\n", a); return 2; }
     }
-    if (nd <= 0 || nt <= 0 || reps <= 0) { fprintf(stderr, "bench mha: bad list\n"); return 2; }
-    const int csv = !strcmp(fmt, "csv"), json = !strcmp(fmt, "json");
-    if (csv) printf("model,depth,threads,ms_mean,ms_sd,gb_read,gb_s,dram_gb_s,frac_dram,gflop\n");
-    else if (json) printf("[\n");
-    else {
-        printf("One attention layer decoding one token at real dims (bf16 weights and cache; "
-               "synthetic cache fill to each depth); bytes = cache + the layer's weights, "
-               "counted by the kernels\n\n");
-        printf("| model | depth | thr | ms/token | GB read | GB/s | DRAM read GB/s | of DRAM | GFLOP |\n");
-        printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    }
-    int nrow = 0, rc = 0;
+    if (nd <= 0 || nt <= 0 || nr <= 0) { fprintf(stderr, "bench mha: bad list\n"); return 2; }
     const char *names[2] = { "7b", "67b" };
+    int nm = dsattn_bench_in_list(models, names[0]) + dsattn_bench_in_list(models, names[1]);
+    if (!nm) { fprintf(stderr, "bench mha: --model takes 7b, 67b\n"); return 2; }
+    dsattn_ctx *probe = NULL;
+    dsattn_ctx_params pp = dsattn_ctx_default_params();
+    pp.n_threads = 1;
+    const char *isa = "?";
+    if (!dsattn_ctx_create(&probe, &pp)) isa = dsattn_ctx_isa_name(probe);
+    dsattn_bench_table t = { "mha",
+        "One attention layer decoding one token at real dims (bf16 weights and cache; synthetic "
+        "cache fill to each depth); bytes = cache + the layer's weights, counted by the kernels. "
+        "KV B/token = the layer's bill (bf16 K and V of its KV heads).",
+        fmt, 0, { NULL }, { NULL }, 0, "", NULL };
+    dsattn_bench_begin(&t, isa);
+    int rc = 0, done = 0, total = nm * nd * nt * nr;
+    double t_start = dsattn_bench_now();
     for (int mi = 0; mi < 2; mi++) {
-        if (!in_list(models, names[mi])) continue;
+        if (!dsattn_bench_in_list(models, names[mi])) continue;
         char cfg[1024], err[512] = "";
         snprintf(cfg, sizeof cfg, "%s/deepseek-llm-%s.json", configs, names[mi]);
         dsattn_mha *m = NULL;
@@ -164,58 +148,52 @@ int dsattn_bench_mha(int argc, char **argv)
         }
         const size_t dim = (size_t)dsattn_mha_dim(m);
         float *x = rand_x(dim, seed + 1), *y = calloc(dim, sizeof(float));
-        for (int di = 0; di < nd; di++) {
+        for (int di = 0; di < nd && x && y; di++) {
             dsattn_mha_seq *s = NULL;
             if (dsattn_mha_seq_create_layers(&s, m, (size_t)depths[di] + 1, 0, 1) ||
                 dsattn_mha_seq_fill_synthetic(s, depths[di], seed + (uint64_t)di)) {
                 fprintf(stderr, "bench mha: cannot hold depth %lld\n", depths[di]);
                 dsattn_mha_seq_destroy(s);
+                rc = 1;
                 continue;
             }
-            for (int ti = 0; ti < nt; ti++) {
-                dsattn_ctx *ctx = NULL;
-                dsattn_ctx_params p = dsattn_ctx_default_params();
-                p.n_threads = (int)thr[ti];
-                if (dsattn_ctx_create(&ctx, &p)) continue;
-                double bw = dsattn_bench_read_bw((int)thr[ti]);
-                dsattn_mha_attn_forward(ctx, s, 0, x, 1, y);             /* warm-up */
-                double sum = 0, sum2 = 0, gb = 0, gf = 0;
-                for (int r = 0; r < reps; r++) {
-                    dsattn_ctx_counters_reset(ctx);
-                    double a = now_s();
-                    dsattn_status st = dsattn_mha_attn_forward(ctx, s, 0, x, 1, y);
-                    double dt = (now_s() - a) * 1e3;
-                    if (st) { fprintf(stderr, "bench mha: %s\n", dsattn_status_str(st)); break; }
-                    dsattn_counters c = dsattn_ctx_counters(ctx);
-                    gb = (double)c.bytes_read / 1e9;
-                    gf = (double)c.flops / 1e9;
-                    sum += dt;
-                    sum2 += dt * dt;
+            dsattn_kv_bill kb = { 0 };
+            dsattn_mha_seq_kv_bill(s, &kb);
+            for (int ti = 0; ti < nt; ti++)
+                for (int ri = 0; ri < nr; ri++) {
+                    fprintf(stderr, "bench mha: [%d/%d] %s depth %lld, %lld threads (%.0f s so far)\n",
+                            ++done, total, names[mi], depths[di], thr[ti], dsattn_bench_now() - t_start);
+                    dsattn_ctx *ctx = NULL;
+                    dsattn_ctx_params p = dsattn_ctx_default_params();
+                    p.n_threads = (int)thr[ti];
+                    if (dsattn_ctx_create(&ctx, &p)) { rc = 1; continue; }
+                    dsattn_bench_result r;
+                    memset(&r, 0, sizeof r);
+                    snprintf(r.model, sizeof r.model, "DeepSeek-LLM-%s", mi ? "67B" : "7B");
+                    snprintf(r.variant, sizeof r.variant, "%s, bf16 cache", mi ? "GQA" : "MHA");
+                    r.depth = depths[di];
+                    r.kv_bytes = kb.global_bytes_per_token;
+                    mha_step_arg a = { s, x, y };
+                    dsattn_status st = dsattn_bench_time(ctx, mha_step, &a, (int)reps[ri], &r);
+                    if (st) { fprintf(stderr, "bench mha: %s\n", dsattn_status_str(st)); rc = 1; }
+                    else dsattn_bench_row(&t, &r);
+                    dsattn_ctx_destroy(ctx);
                 }
-                double mean = sum / reps, sd = sqrt(fmax(0.0, sum2 / reps - mean * mean));
-                double gbs = gb / (mean / 1e3);
-                if (csv)
-                    printf("%s,%lld,%lld,%.3f,%.3f,%.4f,%.3f,%.3f,%.3f,%.3f\n", names[mi], depths[di],
-                           thr[ti], mean, sd, gb, gbs, bw, gbs / bw, gf);
-                else if (json)
-                    printf("%s  {\"model\": \"deepseek-llm-%s\", \"depth\": %lld, \"threads\": %lld, "
-                           "\"ms_mean\": %.3f, \"ms_sd\": %.3f, \"gb_read\": %.4f, \"gb_s\": %.3f, "
-                           "\"dram_gb_s\": %.3f, \"gflop\": %.3f}", nrow ? ",\n" : "", names[mi],
-                           depths[di], thr[ti], mean, sd, gb, gbs, bw, gf);
-                else
-                    printf("| DeepSeek-LLM-%s (%s) | %lld | %lld | %.1f ± %.1f | %.3f | %.2f | %.2f | "
-                           "%.0f%% | %.2f |\n", mi ? "67B" : "7B", mi ? "GQA" : "MHA", depths[di],
-                           thr[ti], mean, sd, gb, gbs, bw, 100.0 * gbs / bw, gf);
-                fflush(stdout);
-                nrow++;
-                dsattn_ctx_destroy(ctx);
-            }
             dsattn_mha_seq_destroy(s);
         }
         free(x);
         free(y);
         dsattn_mha_destroy(m);
     }
-    if (json) printf("\n]\n");
+    dsattn_ctx_destroy(probe);
+    char note[1024];
+    size_t k = (size_t)snprintf(note, sizeof note, "Machine limits measured in this run (threads: "
+                                "DRAM read GB/s, fp32 FMA GFLOP/s):");
+    for (int i = 0; i < nt && k < sizeof note; i++)
+        k += (size_t)snprintf(note + k, sizeof note - k, "%s %lld: %.2f, %.1f", i ? ";" : "",
+                              thr[i], dsattn_bench_read_bw((int)thr[i]),
+                              dsattn_bench_fma_peak((int)thr[i]));
+    if (k < sizeof note) snprintf(note + k, sizeof note - k, ".\n");
+    dsattn_bench_end(&t, note);
     return rc;
 }

@@ -1,4 +1,13 @@
-/* bench_util.c - shared pieces of the bench modes (bench_util.h). */
+/* bench_util.c - shared pieces of the bench modes (bench_util.h): the
+ * machine probes (DRAM read bandwidth, fp32 FMA peak), the CPU name, list
+ * parsing, the llama-bench style result table (markdown / csv / json, one
+ * row per parameter combination, build and machine identity on every
+ * machine-readable row) and the warm-up + repeated timing of one step.
+ *
+ * The probes use function-level target attributes because tools/ is
+ * compiled without ISA flags; they run only if cpuid agrees.  Deliberately
+ * not here: any model code, and speed assertions (numbers are reported).
+ */
 #include "bench_util.h"
 
 #include "internal.h"
@@ -7,7 +16,9 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -108,6 +119,77 @@ double dsattn_bench_read_bw(int threads)
 }
 
 
+/* ==== FMA peak (moved from cmd_bench.c) ================================= */
+/* Many independent FMA chains (more than latency x ports) over register
+ * values that stay normal. */
+
+#if defined(__x86_64__)
+/* 16 chains x 16 lanes x 2 flops per iteration */
+__attribute__((target("avx512f,fma"))) static float fma_avx512(long iters, float seed)
+{
+    __m512 a[16];
+    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-3f);
+    for (int j = 0; j < 16; j++) a[j] = _mm512_set1_ps(seed + (float)j);
+    for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(a[j], m, c);
+    for (int j = 1; j < 16; j++) a[0] = _mm512_add_ps(a[0], a[j]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_avx2(long iters, float seed)
+{
+    __m256 a[12];
+    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-3f);
+    float o[8], t = 0;
+    for (int j = 0; j < 12; j++) a[j] = _mm256_set1_ps(seed + (float)j);
+    for (long i = 0; i < iters; i++)
+#pragma GCC unroll 12
+        for (int j = 0; j < 12; j++) a[j] = _mm256_fmadd_ps(a[j], m, c);
+    for (int j = 1; j < 12; j++) a[0] = _mm256_add_ps(a[0], a[j]);
+    _mm256_storeu_ps(o, a[0]);
+    for (int j = 0; j < 8; j++) t += o[j];
+    return t;
+}
+#endif
+
+double dsattn_bench_fma_peak_probe(int simd, int T)
+{
+#if defined(__x86_64__)
+    if (simd == 0) return 0;
+    const long iters = 20000000;
+    double best = 1e30, flops = 0;
+    for (int r = 0; r < 3; r++) {
+        float tot = 0;
+        double t0 = now_s();
+#pragma omp parallel num_threads(T) reduction(+ : tot)
+        {
+            tot += simd == 2 ? fma_avx512(iters, (float)r) : fma_avx2(iters, (float)r);
+        }
+        double t = now_s() - t0;
+        probe_sink = tot;
+        if (t < best) best = t;
+    }
+    flops = (double)iters * T * (simd == 2 ? 16.0 * 16 * 2 : 12.0 * 8 * 2);
+    return flops / best / 1e9;
+#else
+    (void)simd; (void)T;
+    return 0;
+#endif
+}
+
+double dsattn_bench_fma_peak(int threads)
+{
+    static double cache[65];
+    if (threads < 1) threads = 1;
+    if (threads <= 64 && cache[threads] > 0) return cache[threads];
+    int simd = dsattn_cpu_has_avx512() ? 2 : (dsattn_cpu_has_avx2() ? 1 : 0);
+    double p = dsattn_bench_fma_peak_probe(simd, threads);
+    if (p <= 0) p = 1.0;             /* no SIMD probe: fractions are not meaningful */
+    if (threads <= 64) cache[threads] = p;
+    return p;
+}
+
 int dsattn_bench_compare_out(const char *pa, const char *pb, double *rel, double *cosine)
 {
     char err[256];
@@ -136,5 +218,201 @@ int dsattn_bench_compare_out(const char *pa, const char *pb, double *rel, double
     }
     dsattn_st_close(fa);
     dsattn_st_close(fb);
+    return st;
+}
+
+void dsattn_bench_rel_cos(const float *got, const float *want, size_t n, double *rel,
+                          double *cosine)
+{
+    double num = 0, den = 0, ab = 0, aa = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+        ab += (double)got[i] * want[i];
+        aa += (double)got[i] * got[i];
+    }
+    *rel = sqrt(num / (den > 0 ? den : 1));
+    *cosine = ab / sqrt((aa > 0 ? aa : 1) * (den > 0 ? den : 1));
+}
+
+/* ==== Small shared helpers ============================================== */
+
+double dsattn_bench_now(void) { return now_s(); }
+
+void dsattn_bench_cpu_model(char *buf, size_t n)
+{
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ') c++;
+                c[strcspn(c, "\n")] = 0;
+                snprintf(buf, n, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+int dsattn_bench_parse_list(const char *s, long long *v, int max)
+{
+    int n = 0;
+    if (!s || !*s) return -1;
+    while (*s) {
+        char *end;
+        long long x = strtoll(s, &end, 10);
+        if (end == s || n == max) return -1;
+        if (*end == 'K' || *end == 'k') { x <<= 10; end++; }
+        else if (*end == 'M' || *end == 'm') { x <<= 20; end++; }
+        if ((*end && *end != ',') || x < 1) return -1;
+        v[n++] = x;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+int dsattn_bench_in_list(const char *list, const char *name)
+{
+    size_t k = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == k && !strncmp(p, name, k)) return 1;
+        p = c ? c + 1 : NULL;
+    }
+    return 0;
+}
+
+int dsattn_bench_parse_fmt(const char *s, dsattn_bench_fmt *f)
+{
+    if (!strcmp(s, "md") || !strcmp(s, "markdown")) *f = DSATTN_BENCH_MD;
+    else if (!strcmp(s, "csv")) *f = DSATTN_BENCH_CSV;
+    else if (!strcmp(s, "json")) *f = DSATTN_BENCH_JSON;
+    else return -1;
+    return 0;
+}
+
+/* ==== Result table ====================================================== */
+
+static int is_number(const char *s)
+{
+    char *e;
+    if (!*s) return 0;
+    (void)strtod(s, &e);
+    return *e == 0;
+}
+
+void dsattn_bench_begin(dsattn_bench_table *t, const char *isa)
+{
+    t->n_rows = 0;
+    t->isa = isa ? isa : "?";
+    dsattn_bench_cpu_model(t->cpu, sizeof t->cpu);
+    if (t->fmt == DSATTN_BENCH_CSV) {
+        printf("build_commit,cpu_info,isa,mode,model,variant,depth,threads,reps,kv_bytes_per_token,"
+               "ms_mean,ms_sd,gb_step,gflop_step,gb_s,gflop_s,read_bw_gb_s,fma_peak_gflop_s,"
+               "frac_read_bw,frac_fma_peak");
+        for (int i = 0; i < t->n_extra; i++) printf(",%s", t->extra_key[i]);
+        printf("\n");
+    } else if (t->fmt == DSATTN_BENCH_JSON) {
+        printf("[\n");
+    } else {
+        double load1 = -1;
+        FILE *la = fopen("/proc/loadavg", "r");
+        if (la) {
+            if (fscanf(la, "%lf", &load1) != 1) load1 = -1;
+            fclose(la);
+        }
+        printf("dsattn bench %s - commit %s, cpu \"%s\", isa %s\n\n", t->mode, DSATTN_GIT_COMMIT,
+               t->cpu, t->isa);
+        if (t->title) printf("%s\n\n", t->title);
+        if (load1 > 0.5)
+            printf("(1-minute load average %.2f at the start: other processes share the cores "
+                   "and memory, so times are high and noisy.)\n\n", load1);
+        printf("| model | variant | depth | thr | KV B/token | ms/token | GB/s | %% read BW "
+               "| GFLOP/s | %% FMA peak |");
+        for (int i = 0; i < t->n_extra; i++) printf(" %s |", t->extra[i]);
+        printf("\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+        for (int i = 0; i < t->n_extra; i++) printf("--:|");
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+void dsattn_bench_row(dsattn_bench_table *t, const dsattn_bench_result *r)
+{
+    const double sec = r->ms_mean / 1e3;
+    const double gbs = sec > 0 ? r->gb / sec : 0, gfs = sec > 0 ? r->gflop / sec : 0;
+    const double fbw = r->lim_gbs > 0 ? gbs / r->lim_gbs : 0;
+    const double ffl = r->lim_gflops > 0 ? gfs / r->lim_gflops : 0;
+    if (t->fmt == DSATTN_BENCH_CSV) {
+        printf("%s,\"%s\",%s,%s,%s,\"%s\",%lld,%d,%d,%.2f,%.3f,%.3f,%.5f,%.4f,%.3f,%.3f,%.3f,%.3f,"
+               "%.4f,%.4f", DSATTN_GIT_COMMIT, t->cpu, t->isa, t->mode, r->model, r->variant,
+               r->depth, r->threads, r->reps, r->kv_bytes, r->ms_mean, r->ms_sd, r->gb, r->gflop,
+               gbs, gfs, r->lim_gbs, r->lim_gflops, fbw, ffl);
+        for (int i = 0; i < t->n_extra; i++) printf(",%s", r->extra[i]);
+        printf("\n");
+    } else if (t->fmt == DSATTN_BENCH_JSON) {
+        printf("%s  {\"build_commit\": \"%s\", \"cpu_info\": \"%s\", \"isa\": \"%s\", "
+               "\"mode\": \"%s\", \"model\": \"%s\", \"variant\": \"%s\", \"depth\": %lld, "
+               "\"threads\": %d, \"reps\": %d, \"kv_bytes_per_token\": %.2f, \"ms_mean\": %.3f, "
+               "\"ms_sd\": %.3f, \"gb_step\": %.5f, \"gflop_step\": %.4f, \"gb_s\": %.3f, "
+               "\"gflop_s\": %.3f, \"read_bw_gb_s\": %.3f, \"fma_peak_gflop_s\": %.3f, "
+               "\"frac_read_bw\": %.4f, \"frac_fma_peak\": %.4f",
+               t->n_rows ? ",\n" : "", DSATTN_GIT_COMMIT, t->cpu, t->isa, t->mode, r->model,
+               r->variant, r->depth, r->threads, r->reps, r->kv_bytes, r->ms_mean, r->ms_sd, r->gb,
+               r->gflop, gbs, gfs, r->lim_gbs, r->lim_gflops, fbw, ffl);
+        for (int i = 0; i < t->n_extra; i++) {
+            if (is_number(r->extra[i])) printf(", \"%s\": %s", t->extra_key[i], r->extra[i]);
+            else printf(", \"%s\": \"%s\"", t->extra_key[i], r->extra[i]);
+        }
+        printf("}");
+    } else {
+        printf("| %s | %s | %lld | %d | %.0f | %.2f ± %.2f | %.2f | %.0f%% | %.1f | %.0f%% |",
+               r->model, r->variant, r->depth, r->threads, r->kv_bytes, r->ms_mean, r->ms_sd, gbs,
+               100.0 * fbw, gfs, 100.0 * ffl);
+        for (int i = 0; i < t->n_extra; i++) printf(" %s |", r->extra[i]);
+        printf("\n");
+    }
+    t->n_rows++;
+    fflush(stdout);
+}
+
+void dsattn_bench_end(dsattn_bench_table *t, const char *footer)
+{
+    if (t->fmt == DSATTN_BENCH_JSON) printf("%s]\n", t->n_rows ? "\n" : "");
+    else if (t->fmt == DSATTN_BENCH_MD && footer) printf("\n%s", footer);
+    fflush(stdout);
+}
+
+dsattn_status dsattn_bench_time(dsattn_ctx *ctx, dsattn_bench_step_fn step, void *arg, int reps,
+                                dsattn_bench_result *r)
+{
+    const int T = dsattn_ctx_threads(ctx);
+    r->threads = T;
+    r->reps = reps;
+    r->lim_gbs = dsattn_bench_read_bw(T);
+    r->lim_gflops = dsattn_bench_fma_peak(T);
+    dsattn_status st = step(ctx, arg);                               /* warm-up */
+    double sum = 0, sum2 = 0;
+    for (int i = 0; i < reps && !st; i++) {
+        dsattn_ctx_counters_reset(ctx);
+        double t0 = now_s();
+        st = step(ctx, arg);
+        double ms = (now_s() - t0) * 1e3;
+        dsattn_counters c = dsattn_ctx_counters(ctx);
+        r->gb = (double)c.bytes_read / 1e9;
+        r->gflop = (double)c.flops / 1e9;
+        sum += ms;
+        sum2 += ms * ms;
+    }
+    r->ms_mean = sum / (reps > 0 ? reps : 1);
+    r->ms_sd = reps > 1 ? sqrt(fmax(0.0, (sum2 - sum * sum / reps) / (reps - 1))) : 0.0;
     return st;
 }

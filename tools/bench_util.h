@@ -1,21 +1,103 @@
-/* bench_util.h - what several bench modes share: the machine's measured DRAM
- * read bandwidth and comparisons of two trace outputs. */
+/* bench_util.h - what several bench modes share: the machine's measured
+ * limits (DRAM read bandwidth, fp32 FMA peak), comparisons of two trace
+ * outputs, and the llama-bench style result table of the model-level modes
+ * (every parameter a list, cross-multiplied; warm-up, mean +- sd; markdown,
+ * csv or json carrying commit, CPU, ISA and the limits used). */
 #ifndef DSATTN_BENCH_UTIL_H
 #define DSATTN_BENCH_UTIL_H
 
+#include "dsattn.h"
+
 #include <stddef.h>
 
-/* GB/s read by `threads` threads summing a 1 GiB array, best of 3.
+/* GB/s read by `threads` threads summing a 1 GiB array, best of 5.
  * Cached per thread count for the life of the process. */
 double dsattn_bench_read_bw(int threads);
 /* The probe itself over a caller's array of n floats: simd 2 = AVX-512,
  * 1 = AVX2, 0 = plain C; best of reps passes. */
 double dsattn_bench_read_bw_pool(int simd, const float *a, size_t n, int threads, int reps);
 
+/* fp32 FMA GFLOP/s of `threads` threads (independent chains), best of 3;
+ * cached per thread count.  1.0 when the CPU has no AVX2/AVX-512. */
+double dsattn_bench_fma_peak(int threads);
+/* The probe itself: simd 2 = AVX-512, 1 = AVX2 (0: returns 0). */
+double dsattn_bench_fma_peak_probe(int simd, int threads);
+
+/* "model name" of /proc/cpuinfo, or "unknown". */
+void dsattn_bench_cpu_model(char *buf, size_t n);
+
+/* Comma list of integers with optional K / M suffix (x1024 / x1048576)
+ * into v[max]; returns the count, or -1 on a malformed or < 1 entry. */
+int dsattn_bench_parse_list(const char *s, long long *v, int max);
+/* Is `name` one of the comma-separated items of `list`? */
+int dsattn_bench_in_list(const char *list, const char *name);
+
 /* Relative L2 error and cosine of tensor `out` of two safetensors files. */
 int dsattn_bench_compare_out(const char *a, const char *b, double *rel, double *cosine);
+/* Relative L2 error and cosine of two float vectors (want = reference). */
+void dsattn_bench_rel_cos(const float *got, const float *want, size_t n, double *rel,
+                          double *cosine);
+
+/* ==== Result table (model-level modes) ================================= */
+
+typedef enum { DSATTN_BENCH_MD = 0, DSATTN_BENCH_CSV = 1, DSATTN_BENCH_JSON = 2 } dsattn_bench_fmt;
+
+/* "md" / "markdown", "csv", "json"; -1 otherwise. */
+int dsattn_bench_parse_fmt(const char *s, dsattn_bench_fmt *f);
+
+#define DSATTN_BENCH_MAX_EXTRA 4
+
+typedef struct {
+    const char      *mode;        /* "mla", "v4", ...                        */
+    const char      *title;       /* markdown: the paragraph above the table */
+    dsattn_bench_fmt fmt;
+    int              n_extra;     /* mode-specific columns after the common  */
+    const char      *extra[DSATTN_BENCH_MAX_EXTRA];      /* md headers       */
+    const char      *extra_key[DSATTN_BENCH_MAX_EXTRA];  /* csv / json keys  */
+    /* filled by begin */
+    int              n_rows;
+    char             cpu[128];
+    const char      *isa;
+} dsattn_bench_table;
+
+typedef struct {
+    char      model[48];          /* e.g. "DeepSeek-V3"                      */
+    char      variant[64];        /* e.g. "MLA absorbed, bf16 latent"        */
+    long long depth;              /* tokens in the cache before the step     */
+    int       threads, reps;
+    double    kv_bytes;           /* global KV bytes per token (*_kv_bill)   */
+    double    ms_mean, ms_sd;     /* one decode step, over reps              */
+    double    gb, gflop;          /* per step, the kernels' counters         */
+    double    lim_gbs, lim_gflops;/* measured read BW / FMA peak, same T     */
+    char      extra[DSATTN_BENCH_MAX_EXTRA][32];  /* printed as is (json:
+                                     a number when it parses as one)         */
+} dsattn_bench_result;
+
+void dsattn_bench_begin(dsattn_bench_table *t, const char *isa);
+void dsattn_bench_row(dsattn_bench_table *t, const dsattn_bench_result *r);
+/* footer: markdown notes printed after the table (NULL: none). */
+void dsattn_bench_end(dsattn_bench_table *t, const char *footer);
+
+/* One timed case: `step` is called once as a warm-up and then `reps`
+ * times; each call's wall time and counters (reset before it) go into r
+ * (ms_mean, ms_sd, gb, gflop of the last rep; lim_* for ctx's threads).
+ * Returns the first failing status, else DSATTN_OK. */
+typedef dsattn_status (*dsattn_bench_step_fn)(dsattn_ctx *ctx, void *arg);
+dsattn_status dsattn_bench_time(dsattn_ctx *ctx, dsattn_bench_step_fn step, void *arg,
+                                int reps, dsattn_bench_result *r);
+
+/* Seconds on a monotonic clock. */
+double dsattn_bench_now(void);
 
 /* The V4.1 stack decode benchmark (bench_v41.c). */
 int dsattn_bench_v41(int argc, char **argv);
+/* `dsattn bench mha` (bench_attn.c), `mla` and `v4` (bench_model.c). */
+int dsattn_bench_mha(int argc, char **argv);
+int dsattn_bench_mla(int argc, char **argv);
+int dsattn_bench_v4(int argc, char **argv);
+/* The short labelled bench `dsattn` with no arguments prints after the
+ * bill (bench_model.c): a few V4.1 layers at 64K and one V3 MLA layer at
+ * 32K, verified first.  threads <= 0: the OpenMP default. */
+int dsattn_bench_short(const char *configs, int threads);
 
 #endif

@@ -14,8 +14,8 @@
  *
  * Deliberately not here: attention- and model-level modes (other files'
  * owners add rows to bench_modes), and assertions - targets are reported,
- * never enforced.  The probes use function-level target attributes because
- * tools/ is compiled without ISA flags; they run only if cpuid agrees.
+ * never enforced.  The machine probes (read bandwidth, FMA peak) are in
+ * bench_util.c, shared with the model-level modes.
  */
 #include "bench_util.h"
 #include "blas.h"
@@ -31,9 +31,6 @@
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
-#endif
-#if defined(__x86_64__)
-#include <immintrin.h>
 #endif
 
 /* ==== Output ============================================================ */
@@ -98,43 +95,12 @@ static void print_rows(FILE *f, out_fmt fmt, const bench_row *r, size_t n)
 }
 
 /* ==== Machine probes ==================================================== */
-/* Read bandwidth: a sum over a >= 1 GiB array, contiguous slice per thread,
- * best of several passes.  FMA peak: many independent FMA chains (more than
- * latency x ports) over register values that stay normal. */
-
-#if defined(__x86_64__)
-/* 16 chains x 16 lanes x 2 flops per iteration */
-__attribute__((target("avx512f,fma"))) static float fma_avx512(long iters, float seed)
-{
-    __m512 a[16];
-    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-3f);
-    for (int j = 0; j < 16; j++) a[j] = _mm512_set1_ps(seed + (float)j);
-    for (long i = 0; i < iters; i++)
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(a[j], m, c);
-    for (int j = 1; j < 16; j++) a[0] = _mm512_add_ps(a[0], a[j]);
-    return _mm512_reduce_add_ps(a[0]);
-}
-
-__attribute__((target("avx2,fma"))) static float fma_avx2(long iters, float seed)
-{
-    __m256 a[12];
-    const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-3f);
-    float o[8], t = 0;
-    for (int j = 0; j < 12; j++) a[j] = _mm256_set1_ps(seed + (float)j);
-    for (long i = 0; i < iters; i++)
-#pragma GCC unroll 12
-        for (int j = 0; j < 12; j++) a[j] = _mm256_fmadd_ps(a[j], m, c);
-    for (int j = 1; j < 12; j++) a[0] = _mm256_add_ps(a[0], a[j]);
-    _mm256_storeu_ps(o, a[0]);
-    for (int j = 0; j < 8; j++) t += o[j];
-    return t;
-}
-#endif
+/* Both probes live in bench_util.c (every mode reports against them):
+ * read bandwidth = a sum over a >= 1 GiB array, contiguous slice per
+ * thread, best of several passes; FMA peak = many independent FMA chains
+ * over register values that stay normal. */
 
 typedef struct { int simd; } probe_isa;   /* 2 = avx512, 1 = avx2, 0 = C */
-
-static volatile float probe_sink;
 
 /* GB/s reading n floats with T threads, best of reps (bench_util.c) */
 static double measure_read_bw(probe_isa p, const float *a, size_t n, int T, int reps)
@@ -144,27 +110,7 @@ static double measure_read_bw(probe_isa p, const float *a, size_t n, int T, int 
 
 static double measure_fma_peak(probe_isa p, int T)
 {
-#if defined(__x86_64__)
-    if (p.simd == 0) return 0;
-    const long iters = 20000000;
-    double best = 1e30, flops = 0;
-    for (int r = 0; r < 3; r++) {
-        float tot = 0;
-        double t0 = now_s();
-#pragma omp parallel num_threads(T) reduction(+ : tot)
-        {
-            tot += p.simd == 2 ? fma_avx512(iters, (float)r) : fma_avx2(iters, (float)r);
-        }
-        double t = now_s() - t0;
-        probe_sink = tot;
-        if (t < best) best = t;
-    }
-    flops = (double)iters * T * (p.simd == 2 ? 16.0 * 16 * 2 : 12.0 * 8 * 2);
-    return flops / best / 1e9;
-#else
-    (void)p; (void)T;
-    return 0;
-#endif
+    return dsattn_bench_fma_peak_probe(p.simd, T);
 }
 
 /* ==== Data ============================================================== */
@@ -634,27 +580,6 @@ static int parse_fmt(const char *s, out_fmt *f)
     return 0;
 }
 
-static void cpu_model(char *buf, size_t n)
-{
-    snprintf(buf, n, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "model name", 10)) {
-            char *c = strchr(line, ':');
-            if (c) {
-                c++;
-                while (*c == ' ') c++;
-                c[strcspn(c, "\n")] = 0;
-                snprintf(buf, n, "%s", c);
-            }
-            break;
-        }
-    }
-    fclose(f);
-}
-
 static int bench_kernels(int argc, char **argv)
 {
     kctx b;
@@ -712,7 +637,7 @@ static int bench_kernels(int argc, char **argv)
     }
 
     char cpu[128];
-    cpu_model(cpu, sizeof cpu);
+    dsattn_bench_cpu_model(cpu, sizeof cpu);
     double load1 = -1;
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) {
@@ -821,13 +746,13 @@ typedef struct {
     int (*run)(int argc, char **argv);   /* argv[0] = mode name */
 } bench_mode;
 
-int dsattn_bench_mha(int argc, char **argv);        /* tools/bench_attn.c */
-
 static const bench_mode bench_modes[] = {
     { "kernels", "kernel table vs measured DRAM read BW and FMA peak", bench_kernels },
     { "blas",    "OpenBLAS core type and sgemm speed",                 bench_blas },
     { "v41",     "V4.1-Flash 40-layer decode ms/token vs its byte bound", dsattn_bench_v41 },
     { "mha",     "one MHA/GQA layer (DeepSeek-LLM 7B/67B) decode vs DRAM read BW", dsattn_bench_mha },
+    { "mla",     "one MLA layer (V3 bf16/FP8 latent, V3.2 MLA+DSA) decode vs BW and FMA peak", dsattn_bench_mla },
+    { "v4",      "one V4-Flash CSA / HCA layer decode to 1M, indexer scan share", dsattn_bench_v4 },
 };
 
 DSATTN_CMD(bench, 20, "measure speed against the machine's limits (dsattn bench: modes)")

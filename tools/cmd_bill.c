@@ -25,6 +25,7 @@
  * work), and constants for bytes or FLOPs (a hidden constant would defeat
  * the point of a measured bill).
  */
+#include "bench_util.h"
 #include "cli.h"
 #include "dsattn.h"
 
@@ -1042,7 +1043,9 @@ static void bill_usage(FILE *f)
         "  --configs DIR        config folder (default: ./configs, else next to the build)\n"
         "  --seed N             random weights / synthetic caches (default 1)\n"
         "  --threads N          threads (default: OpenMP's)\n"
-        "  --quiet              no progress on stderr\n");
+        "  --quiet              no progress on stderr\n"
+        "  --bench              then a short labelled bench (V4.1 sampler at 64K, one V3\n"
+        "                       MLA layer at 32K; markdown only) - what `dsattn` alone runs\n");
 }
 
 static long parse_ctx(const char *v)
@@ -1096,12 +1099,13 @@ DSATTN_CMD(bill, 10, "the bill of every generation: KV bytes/token, FLOPs and by
 {
     bill_opts o = { 1048576, 0, 1, 1024.0, NULL, NULL, 0, NULL, 0.0 };
     const char *fmt = "md", *svg = NULL, *only = NULL;
-    int threads = 0;
+    int threads = 0, bench = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bill_usage(stdout); return 0; }
         if (!strcmp(a, "--kv-only")) { o.kv_only = 1; continue; }
         if (!strcmp(a, "--quiet")) { o.quiet = 1; continue; }
+        if (!strcmp(a, "--bench")) { bench = 1; continue; }
         if (!v) { fprintf(stderr, "dsattn bill: %s needs a value\n", a); return 2; }
         i++;
         if (!strcmp(a, "--ctx")) o.ctx = parse_ctx(v);
@@ -1167,5 +1171,12 @@ DSATTN_CMD(bill, 10, "the bill of every generation: KV bytes/token, FLOPs and by
     }
     dsattn_ctx_destroy(o.dctx);
     rmdir(o.tmpdir);
+    /* --bench (what `dsattn` alone passes): a short, labelled speed check
+     * after the bill, markdown only; the bill's own format is unchanged. */
+    if (bench && !strcmp(fmt, "md")) {
+        fflush(stdout);
+        printf("\n");
+        failed |= dsattn_bench_short(o.configs, threads) != 0;
+    }
     return failed ? 1 : 0;
 }
