@@ -328,6 +328,8 @@ static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_benc
                     else
                         snprintf(r.extra[0], sizeof r.extra[0], "%lld", vis);
                     snprintf(r.extra[1], sizeof r.extra[1], "%lld", dsa ? vis : 0LL);
+                    /* the short bench's table has one extra column: layers */
+                    if (t->n_extra == 1) snprintf(r.extra[0], sizeof r.extra[0], "1");
                     dsattn_bench_row(t, &r);
                 }
                 dsattn_ctx_destroy(ctx);
