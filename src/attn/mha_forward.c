@@ -28,9 +28,10 @@
  * per work item, so the result is bit-reproducible whatever the threads.
  * Fast mode: the same roundings with fp32 accumulation through the kernel
  * table; decode streams each KV head's rows once, in blocks of 64 tokens,
- * for all G query heads of its group (gemv_bf16 over the K rows for the
- * scores, gemv_bf16 over the block-transposed V for P.V: no conversion
- * pass, no copy), OpenMP over (query, KV head) pairs.
+ * for all G query heads of its group (mdot_bf16_rows over the K rows for
+ * the scores and over the block-transposed V for P.V: every bf16 row is
+ * decoded once for the whole group, no conversion pass, no copy), OpenMP
+ * over (query, KV head) pairs.
  */
 #include "mha.h"
 
@@ -111,38 +112,37 @@ static void attend_ref(const float *q, size_t d, const uint16_t *K, const uint16
 
 /* q: [G][d] (bf16 values); K: this KV head's rows [cap][d]; V: its
  * block-transposed values; T visible keys; o: [G][d].
- * ws: G*T + 2*G*d floats.
- * Both passes are bf16 GEMVs from the kernel table reading the cache in
- * place: scores = K_block . q_h (rows = tokens), P.V = V_block^T . p_h
- * (rows = channels, k = the block's tokens).  A block (16 KB) is read from
- * memory once and reused from L1 by the other G-1 heads. */
+ * ws: G*T + G*d + G*max(d, 64) floats.
+ * Both passes are one mdot_bf16_rows call per 64-token block reading the
+ * cache in place: scores = q_h . K_row for all G heads per row (each bf16
+ * row is decoded once for the whole group, not once per head), P.V =
+ * p_h . V_channel over the block-transposed V (rows = the d channels,
+ * k = the block's visible tokens, so no key past the query is touched).
+ * A block (16 KB) is read from memory once. */
 static void attend_fast(const dsattn_kernels *k, const float *q, size_t G, size_t d,
                         const uint16_t *K, const uint16_t *V, size_t cap, size_t T,
                         float inv_sqrt_d, float *ws, float *o)
 {
     const size_t B = DSATTN_MHA_VBLOCK;
     float *sc = ws, *acc = sc + G * T, *tmp = acc + G * d;
+    /* scores land as [token][head] (ldo = G), then one transpose into the
+     * per-head rows softmax_row wants; tmp is reused as the [B][G] tile */
+    float *st = tmp;
     for (size_t t0 = 0; t0 < T; t0 += B) {
         size_t nb = DSATTN_MIN(B, T - t0);
-        for (size_t h = 0; h < G; h++)
-            k->gemv_bf16(K + t0 * d, q + h * d, sc + h * T + t0, nb, d);
+        k->mdot_bf16_rows(q, d, G, K + t0 * d, d, nb, d, st, G);
+        for (size_t j = 0; j < nb; j++)
+            for (size_t h = 0; h < G; h++) sc[h * T + t0 + j] = st[j * G + h];
     }
     for (size_t h = 0; h < G; h++) softmax_row(sc + h * T, T, inv_sqrt_d, 0);
     memset(acc, 0, G * d * sizeof(float));
     for (size_t t0 = 0; t0 < T; t0 += B) {
         const size_t w = DSATTN_MIN(B, cap - t0), kv = DSATTN_MIN(w, T - t0);
-        const uint16_t *blk = V + t0 * d;                 /* [d][w] */
+        /* tmp [d][G]: channel i of every head */
+        k->mdot_bf16_rows(sc + t0, T, G, V + t0 * d, w, d, kv, tmp, G);
         for (size_t h = 0; h < G; h++) {
-            const float *p = sc + h * T + t0;
-            if (kv == w) {
-                k->gemv_bf16(blk, p, tmp, d, w);
-            } else {
-                /* the query's last, partly visible block: row by row so
-                 * no key past the query is touched */
-                for (size_t i = 0; i < d; i++) k->gemv_bf16(blk + i * w, p, tmp + i, 1, kv);
-            }
             float *ah = acc + h * d;
-            for (size_t i = 0; i < d; i++) ah[i] += tmp[i];
+            for (size_t i = 0; i < d; i++) ah[i] += tmp[i * G + h];
         }
     }
     for (size_t i = 0; i < G * d; i++) o[i] = dsattn_round_bf16(acc[i]);
@@ -169,7 +169,8 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     if (G > 64) return DSATTN_ERR_UNSUPPORTED;
     const int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
-    const size_t per_thread = ref ? Tmax : G * Tmax + 2 * G * d;
+    const size_t per_thread =
+        ref ? Tmax : G * Tmax + G * d + G * DSATTN_MAX(d, (size_t)DSATTN_MHA_VBLOCK);
 
     /* scratch: q [n, H*d] | kv [n, 2*Hkv*d] | o [n, H*d] | threads' work */
     size_t act = n * (2 * H * d + 2 * Hkv * d), thr, total;

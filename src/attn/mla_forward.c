@@ -37,6 +37,7 @@
 #include "kernels.h"
 #include "numfmt.h"
 #include "vmath.h"
+#include "wdequant.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -189,6 +190,22 @@ static inline size_t key_at(const int32_t *idx, size_t i) { return idx ? (size_t
 
 /* ==== W_uk absorption and the W_uv output =============================== */
 
+/* Fast mode's dsattn_mla_weight_row_bf16: FP8 rows through the SIMD row
+ * dequant (wdequant.h: the same exact fp32 products code * block scale),
+ * then the same bf16 rounding; other kinds fall back to the shared one.
+ * Per decode step absorb_q and absorb_out dequantize all of wkv_b (16.8 M
+ * values for V3), which the scalar path spent ~70 ms on. */
+static void weight_row_bf16_fast(const dsattn_weight *w, size_t r, float *out)
+{
+    if (w->kind != DSATTN_W_FP8) {
+        dsattn_mla_weight_row_bf16(w, r, out);
+        return;
+    }
+    const size_t C = w->cols, bs = w->block, sc = (C + bs - 1) / bs;
+    dsattn_fp8_row_best()((const uint8_t *)w->data + r * C, w->scale + (r / bs) * sc, bs, C, out);
+    for (size_t i = 0; i < C; i++) out[i] = dsattn_round_bf16(out[i]);
+}
+
 /* q'[h] = bf16(q_nope[h] . W_uk[h]) for all heads: W_uk[h] = rows
  * h*(dn+dv) .. +dn of wkv_b (bf16 values of weight_dequant), [dn, KL]. */
 static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *q,
@@ -228,7 +245,7 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                         const uint16_t *p = (const uint16_t *)W->data + (h * (dn + dv) + d) * KL;
                         for (size_t i = 0; i < KL; i++) accf[i] += a * dsattn_bf16_to_f32(p[i]);
                     } else {
-                        dsattn_mla_weight_row_bf16(W, h * (dn + dv) + d, wr);
+                        weight_row_bf16_fast(W, h * (dn + dv) + d, wr);
                         for (size_t i = 0; i < KL; i++) accf[i] += a * wr[i];
                     }
                 }
@@ -269,7 +286,8 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
                 if (!ref && W->kind == DSATTN_W_BF16) {
                     ctx->k->gemv_bf16((const uint16_t *)W->data + r * KL, xh, &y, 1, KL);
                 } else {
-                    dsattn_mla_weight_row_bf16(W, r, wr);
+                    if (ref) dsattn_mla_weight_row_bf16(W, r, wr);
+                    else weight_row_bf16_fast(W, r, wr);
                     if (ref) {
                         double a = 0.0;
                         for (size_t i = 0; i < KL; i++) a += (double)xh[i] * (double)wr[i];
@@ -337,9 +355,9 @@ static dsattn_status absorbed_row_ref(const dsattn_mla_seq *s, int l, const floa
 
 /* Fast partial: keys [i0, i1) of the set; online softmax state m[H], l[H],
  * acc[H, KL] (fp32).  Q = [q' | q_pe] rows [H, KL+dr]. */
-static void absorbed_part_fast(const dsattn_mla_seq *s, int l, const float *Q,
-                               const int32_t *idx, size_t i0, size_t i1, int v3,
-                               float *m, float *lsum, float *acc, float *kb, float *sc,
+static void absorbed_part_fast(const dsattn_kernels *kt, const dsattn_mla_seq *s, int l,
+                               const float *Q, const int32_t *idx, size_t i0, size_t i1,
+                               int v3, float *m, float *lsum, float *acc, float *kb, float *sc,
                                const float *lut)
 {
     const dsattn_mla_config *c = &s->m->cfg;
@@ -353,8 +371,7 @@ static void absorbed_part_fast(const dsattn_mla_seq *s, int l, const float *Q,
             const size_t j = key_at(idx, b0 + i);
             if (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16) {
                 const uint16_t *row = (const uint16_t *)(s->layer[l].cache + j * s->row_bytes);
-                float *o = kb + i * D;
-                for (size_t t = 0; t < D; t++) o[t] = dsattn_bf16_to_f32(row[t]);
+                kt->cvt_bf16_f32(row, D, kb + i * D);      /* SIMD shift, exact */
             } else {
                 /* dsattn_v32_kv_unpack with a code table: the same fp32
                  * products code * scale, bf16 rope */
@@ -416,12 +433,20 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
         memcpy(Q + h * D, qa + h * KL, KL * sizeof(float));
         memcpy(Q + h * D + KL, qpe + h * dr, dr * sizeof(float));
     }
-#pragma omp parallel num_threads(nt) if (nt > 1)
+    /* Always a parallel region, even of one thread, and one OpenBLAS
+     * thread inside it: OpenBLAS's OpenMP build sizes its team from
+     * omp_get_max_threads() unless it runs inside an *active* region, so
+     * with nt = 1 every sgemm of 256 rows forked the whole default team
+     * (measured: 788 ms -> 250 ms per V3 decode step at 32K on 1 thread).
+     * omp_set_num_threads inside the region changes only the region's
+     * own ICV, never the caller's. */
+#pragma omp parallel num_threads(nt)
     {
         int tid = 0, nth = 1;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
         nth = omp_get_num_threads();
+        omp_set_num_threads(1);
 #endif
         float *mm = ws + (size_t)tid * per, *ll = mm + H, *acc = ll + H;
         float *kb = acc + H * KL, *sc = kb + AB_BLOCK * D;
@@ -429,7 +454,7 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
         memset(acc, 0, H * KL * sizeof(float));
         size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
         size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
-        if (i0 < i1) absorbed_part_fast(s, l, Q, idx, i0, i1, v3, mm, ll, acc, kb, sc, lut);
+        if (i0 < i1) absorbed_part_fast(ctx->k, s, l, Q, idx, i0, i1, v3, mm, ll, acc, kb, sc, lut);
     }
     /* merge the partial softmax states into thread 0's */
     float *m0 = ws, *l0 = m0 + H, *a0 = l0 + H;
@@ -447,7 +472,6 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
     for (size_t h = 0; h < H; h++)
         for (size_t i = 0; i < KL; i++) xo[h * KL + i] = dsattn_round_bf16(a0[h * KL + i] / l0[h]);
     dsattn_free(ws);
-    (void)ctx;
     return DSATTN_OK;
 }
 

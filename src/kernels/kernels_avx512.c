@@ -1055,13 +1055,27 @@ AI void mdot_bf16_tile(const float *q, size_t ldq, const uint16_t *rows, size_t 
         for (int r = 0; r < RB; r++) out[r * ldo + h] = s[h * RB + r];
 }
 
-/* Heads in groups of HB, rows in tiles of RB, then single-row tiles. */
+/* Heads in groups of HB, rows in tiles of RB, then single-row tiles.
+ * The rows are streamed from memory (a decode cache), and a tile reads RB
+ * rows interleaved, which the hardware streamer follows poorly (the same
+ * trouble as the GEMVs above): every tile prefetches, into L2, the rows of
+ * the tile about 4 KB further on.  Prefetches never fault, so running past
+ * the last row (into the next block of the same cache, usually) is safe. */
 AI void mdot_bf16_heads(const float *q, size_t ldq, const uint16_t *rows, size_t ldr,
                         size_t nr, size_t k, float *out, size_t ldo, const int HB, const int RB)
 {
+    const size_t rb = 2 * ldr, far = 4096 / (rb ? rb : 1);
+    const size_t ahead = far > (size_t)RB ? far : (size_t)RB;
     size_t r = 0;
-    for (; r + (size_t)RB <= nr; r += (size_t)RB)
+    for (; r + (size_t)RB <= nr; r += (size_t)RB) {
+        for (int j = 0; j < RB; j++) {
+            /* address arithmetic in uintptr_t: the target may lie past
+             * the rows this call owns */
+            const uintptr_t p = (uintptr_t)rows + (r + ahead + (size_t)j) * rb;
+            for (size_t b = 0; b < 2 * k; b += 64) _mm_prefetch((const char *)(p + b), _MM_HINT_T1);
+        }
         mdot_bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, RB);
+    }
     for (; r < nr; r++) mdot_bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, 1);
 }
 
@@ -1072,7 +1086,7 @@ static void mdot_bf16_rows_avx512(const float *q, size_t ldq, size_t nh, const u
     for (; h + 8 <= nh; h += 8) mdot_bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 8, 2);
     if (h + 4 <= nh) { mdot_bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 4, 4); h += 4; }
     if (h + 2 <= nh) { mdot_bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 2, 8); h += 2; }
-    if (h < nh) mdot_bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 1, 16);
+    if (h < nh) mdot_bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 1, 8);
 }
 
 /* ==== The table ========================================================= */
