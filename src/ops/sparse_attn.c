@@ -118,21 +118,29 @@ static void sparse_attn_ref(const float *q, size_t nh, size_t d,
     }
 }
 
-/* Dequantize row j of [s0 ; s1] through the kernel table. */
-static void cat_row_fast(const dsattn_kernels *k, const dsattn_kv_src *s0,
-                         const dsattn_kv_src *s1, size_t j, float *out)
+/* Where row j of [s0 ; s1] lives, and in which packed layout. */
+static const uint8_t *cat_ptr(const dsattn_kv_src *s0, const dsattn_kv_src *s1, size_t j,
+                              const dsattn_kv_src **src)
 {
-    const dsattn_kv_src *src = j < s0->n_rows ? s0 : s1;
+    *src = j < s0->n_rows ? s0 : s1;
     size_t r = j < s0->n_rows ? j : j - s0->n_rows;
-    const uint8_t *p = (const uint8_t *)src->base + r * src->stride;
-    switch (src->kind) {
-    case DSATTN_KV_V41_SWA: k->dequant_fp8ue8m0_row(p, src->d, out); return;
-    case DSATTN_KV_V41_FP4: k->dequant_fp4e4m3_row(p, src->d, out); return;
-    case DSATTN_KV_FP4_IDX: k->dequant_fp4ue8m0_row(p, src->d, out); return;
-    default: dsattn_kv_row(src, r, out); return;
-    }
+    return (const uint8_t *)(*src)->base + r * (*src)->stride;
 }
 
+/* Dequantize the row at p of layout src (any kind) into out. */
+static void row_at(const dsattn_kv_src *src, const uint8_t *p, float *out)
+{
+    dsattn_kv_src one = *src;
+    one.base = p;
+    dsattn_kv_row(&one, 0, out);
+}
+
+/* Fast form: per block of 64 indices, the valid rows are scored and
+ * accumulated straight from their packed bytes - FP4 main-KV rows eight at a
+ * time through the multi-row kernels (each q / acc vector loaded once for
+ * eight rows: 64 heads x 512 floats do not fit L1), FP8 window rows one at
+ * a time through the fused kernels; other layouts are dequantized first.
+ * fp32 accumulation; P rounded to bf16 as in the reference. */
 static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
                              const dsattn_kv_src *s0, const dsattn_kv_src *s1,
                              const int32_t *idx, size_t n_idx, const float *sink,
@@ -143,18 +151,21 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
                                                                      : dsattn_exp_sub_sum_ref;
     float *rows = ws, *sc = rows + SA_BLOCK * d, *acc = sc + nh * SA_BLOCK;
     float *mx = acc + nh * d, *sum = mx + nh, *fs = sum + nh;
-    size_t nrows = cat_rows(s0, s1);
+    float *dots = rows;                 /* [64][nh] scores, row-major by entry */
+    const size_t nrows = cat_rows(s0, s1);
+    const uint8_t *ptr[SA_BLOCK];
+    const dsattn_kv_src *src[SA_BLOCK];
+    dsattn_kv_kind kind[SA_BLOCK];
     for (size_t h = 0; h < nh; h++) { mx[h] = max_init; sum[h] = 0.0f; }
     memset(acc, 0, nh * d * sizeof(float));
     for (size_t b0 = 0; b0 < n_idx; b0 += SA_BLOCK) {
         size_t nb = DSATTN_MIN((size_t)SA_BLOCK, n_idx - b0), nv = 0;
-        float tmp[512];
+        float tmp[512], row_f[512];
         for (size_t j = 0; j < nb; j++) {
             int32_t ix = idx[b0 + j];
             if (ix < 0 || (size_t)ix >= nrows) continue;
-            cat_row_fast(k, s0, s1, (size_t)ix, rows + nv * d);
-            k->mdot_f32(q, d, nh, rows + nv * d, d, tmp);
-            for (size_t h = 0; h < nh; h++) sc[h * SA_BLOCK + nv] = tmp[h] * scale;
+            ptr[nv] = cat_ptr(s0, s1, (size_t)ix, &src[nv]);
+            kind[nv] = src[nv]->kind;
             nv++;
         }
         if (nv == 0) {
@@ -164,6 +175,26 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
                 if (isinf(mx[h]) && mx[h] < 0) sum[h] = NAN;
             continue;
         }
+        /* scores, in runs of one layout */
+        for (size_t r0 = 0; r0 < nv;) {
+            size_t r1 = r0 + 1;
+            while (r1 < nv && kind[r1] == kind[r0]) r1++;
+            if (kind[r0] == DSATTN_KV_V41_FP4) {
+                k->mdot_fp4e4m3_rows(q, d, nh, ptr + r0, r1 - r0, d, dots + r0 * nh, nh);
+            } else {
+                for (size_t r = r0; r < r1; r++) {
+                    if (kind[r] == DSATTN_KV_V41_SWA) {
+                        k->mdot_fp8ue8m0(q, d, nh, ptr[r], d, dots + r * nh);
+                    } else {
+                        row_at(src[r], ptr[r], row_f);
+                        k->mdot_f32(q, d, nh, row_f, d, dots + r * nh);
+                    }
+                }
+            }
+            r0 = r1;
+        }
+        for (size_t r = 0; r < nv; r++)
+            for (size_t h = 0; h < nh; h++) sc[h * SA_BLOCK + r] = dots[r * nh + h] * scale;
         for (size_t h = 0; h < nh; h++) {
             float *sh = sc + h * SA_BLOCK, bmax = -INFINITY;
             for (size_t j = 0; j < nv; j++) bmax = sh[j] > bmax ? sh[j] : bmax;
@@ -177,9 +208,24 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
             if (fs[h] != 1.0f)
                 for (size_t i = 0; i < d; i++) ah[i] *= fs[h];
         }
-        for (size_t j = 0; j < nv; j++) {
-            for (size_t h = 0; h < nh; h++) tmp[h] = sc[h * SA_BLOCK + j];
-            k->maxpy_f32(tmp, nh, rows + j * d, d, acc, d);
+        /* P.V, in the same runs */
+        for (size_t r0 = 0; r0 < nv;) {
+            size_t r1 = r0 + 1;
+            while (r1 < nv && kind[r1] == kind[r0]) r1++;
+            if (kind[r0] == DSATTN_KV_V41_FP4) {
+                k->maxpy_fp4e4m3_rows(sc + r0, SA_BLOCK, nh, ptr + r0, r1 - r0, d, acc, d);
+            } else {
+                for (size_t r = r0; r < r1; r++) {
+                    for (size_t h = 0; h < nh; h++) tmp[h] = sc[h * SA_BLOCK + r];
+                    if (kind[r] == DSATTN_KV_V41_SWA) {
+                        k->maxpy_fp8ue8m0(tmp, nh, ptr[r], d, acc, d);
+                    } else {
+                        row_at(src[r], ptr[r], row_f);
+                        k->maxpy_f32(tmp, nh, row_f, d, acc, d);
+                    }
+                }
+            }
+            r0 = r1;
         }
     }
     for (size_t h = 0; h < nh; h++) {
@@ -198,7 +244,7 @@ void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
     uint64_t nvalid = 0;
     size_t nrows = cat_rows(src0, src1);
     for (size_t j = 0; j < n_idx; j++) nvalid += idx[j] >= 0 && (size_t)idx[j] < nrows;
-    if (ctx->mode == DSATTN_MODE_REFERENCE || nh > 512)
+    if (ctx->mode == DSATTN_MODE_REFERENCE || nh > 512 || nh > d || d > 512)
         sparse_attn_ref(q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
     else
         sparse_attn_fast(ctx, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
