@@ -183,13 +183,20 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
         }
         dsattn_free(wbuf);
     } else {
-        /* one parallel region over (token, row chunk): a region per token
-         * costs a barrier each, which a busy machine turns into spinning */
-        const size_t n_tasks = n_tok * n_chunks;
-#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n_tok * R * K >= 65536)
+        /* One parallel region; each thread takes ONE contiguous row range
+         * per token (a multiple of 128 rows, every FP8 block edge divides
+         * it), so the kernel streams its rows with its prefetch running
+         * ahead, instead of restarting on 64-row pieces.  Each output is
+         * still computed by one thread in one order. */
+        const size_t nthr = (size_t)DSATTN_MAX(1, ctx->n_threads);
+        const size_t per = ((R + nthr - 1) / nthr + 127) / 128 * 128;
+        const size_t n_rng = (R + per - 1) / per;
+        const size_t n_tasks = n_tok * n_rng;
+        (void)n_chunks;
+#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n_tok * R * K >= 65536 && n_tasks > 1)
         for (size_t task = 0; task < n_tasks; task++) {
-            size_t t = task / n_chunks, c = task % n_chunks;
-            size_t r0 = c * chunk, r1 = DSATTN_MIN(R, r0 + chunk);
+            size_t t = task / n_rng, c = task % n_rng;
+            size_t r0 = c * per, r1 = DSATTN_MIN(R, r0 + per);
             gemv_rows(k, W, in + t * ldin, y + t * ldy, r0, r1);
         }
     }
