@@ -404,7 +404,9 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
      * attention task its workspace and index row */
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = DSATTN_MAX(dim, H * D);
-    const size_t hg = s == 1 ? DSATTN_MIN(H, (size_t)(4 * nthr)) : 1;   /* head groups */
+    /* decode: one head group per thread - every task gathers and decodes
+     * all of the row's attended entries, so more groups cost more decoding */
+    const size_t hg = s == 1 ? DSATTN_MIN(H, (size_t)nthr) : 1;
     const size_t hper = (H + hg - 1) / hg;
     const size_t att_ws = dsattn_sparse_attn_scratch(hper, D);
     const size_t idx_w = ww + (size_t)c->index_topk;

@@ -20,6 +20,7 @@
 #include "numfmt.h"
 #include "vmath.h"
 
+#include <cblas.h>
 #include <math.h>
 
 void dsattn_kv_row(const dsattn_kv_src *src, size_t row, float *out)
@@ -53,8 +54,9 @@ static size_t cat_rows(const dsattn_kv_src *s0, const dsattn_kv_src *s1)
 
 size_t dsattn_sparse_attn_scratch(size_t nh, size_t d)
 {
-    /* rows [64][d], scores [nh][64], acc [nh][d], max/sum/scale [3][nh] */
-    return SA_BLOCK * d + nh * SA_BLOCK + nh * d + 3 * nh;
+    /* rows [64][d], scores [nh][64], acc [nh][d], max/sum/scale [3][nh],
+     * and (fast path) dots [64][nh] */
+    return SA_BLOCK * d + nh * SA_BLOCK + nh * d + 3 * nh + SA_BLOCK * nh;
 }
 
 static float expd(float x) { return (float)exp((double)x); }
@@ -151,7 +153,7 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
                                                                      : dsattn_exp_sub_sum_ref;
     float *rows = ws, *sc = rows + SA_BLOCK * d, *acc = sc + nh * SA_BLOCK;
     float *mx = acc + nh * d, *sum = mx + nh, *fs = sum + nh;
-    float *dots = rows;                 /* [64][nh] scores, row-major by entry */
+    float *dots = fs + nh;              /* [64][nh] scores, row-major by entry */
     const size_t nrows = cat_rows(s0, s1);
     const uint8_t *ptr[SA_BLOCK];
     const dsattn_kv_src *src[SA_BLOCK];
@@ -160,7 +162,7 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
     memset(acc, 0, nh * d * sizeof(float));
     for (size_t b0 = 0; b0 < n_idx; b0 += SA_BLOCK) {
         size_t nb = DSATTN_MIN((size_t)SA_BLOCK, n_idx - b0), nv = 0;
-        float tmp[512], row_f[512];
+        float tmp[512];
         for (size_t j = 0; j < nb; j++) {
             int32_t ix = idx[b0 + j];
             if (ix < 0 || (size_t)ix >= nrows) continue;
@@ -181,15 +183,17 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
             while (r1 < nv && kind[r1] == kind[r0]) r1++;
             if (kind[r0] == DSATTN_KV_V41_FP4) {
                 k->mdot_fp4e4m3_rows(q, d, nh, ptr + r0, r1 - r0, d, dots + r0 * nh, nh);
+            } else if (kind[r0] == DSATTN_KV_V41_SWA) {
+                for (size_t r = r0; r < r1; r++)
+                    k->mdot_fp8ue8m0(q, d, nh, ptr[r], d, dots + r * nh);
             } else {
-                for (size_t r = r0; r < r1; r++) {
-                    if (kind[r] == DSATTN_KV_V41_SWA) {
-                        k->mdot_fp8ue8m0(q, d, nh, ptr[r], d, dots + r * nh);
-                    } else {
-                        row_at(src[r], ptr[r], row_f);
-                        k->mdot_f32(q, d, nh, row_f, d, dots + r * nh);
-                    }
-                }
+                /* other layouts (V4 MODEL1): dequantize the run once, then
+                 * one small GEMM for all heads (OpenBLAS runs single-threaded
+                 * inside the attention tasks' parallel region) */
+                for (size_t r = r0; r < r1; r++) row_at(src[r], ptr[r], rows + r * d);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)nh,
+                            (int)d, 1.0f, rows + r0 * d, (int)d, q, (int)d, 0.0f,
+                            dots + r0 * nh, (int)nh);
             }
             r0 = r1;
         }
@@ -214,16 +218,17 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
             while (r1 < nv && kind[r1] == kind[r0]) r1++;
             if (kind[r0] == DSATTN_KV_V41_FP4) {
                 k->maxpy_fp4e4m3_rows(sc + r0, SA_BLOCK, nh, ptr + r0, r1 - r0, d, acc, d);
-            } else {
+            } else if (kind[r0] == DSATTN_KV_V41_SWA) {
                 for (size_t r = r0; r < r1; r++) {
                     for (size_t h = 0; h < nh; h++) tmp[h] = sc[h * SA_BLOCK + r];
-                    if (kind[r] == DSATTN_KV_V41_SWA) {
-                        k->maxpy_fp8ue8m0(tmp, nh, ptr[r], d, acc, d);
-                    } else {
-                        row_at(src[r], ptr[r], row_f);
-                        k->maxpy_f32(tmp, nh, row_f, d, acc, d);
-                    }
+                    k->maxpy_fp8ue8m0(tmp, nh, ptr[r], d, acc, d);
                 }
+            } else {
+                /* acc[nh, d] += P[nh, run] . rows[run, d] (rows still hold
+                 * the run's dequantized values from the score pass) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nh, (int)d,
+                            (int)(r1 - r0), 1.0f, sc + r0, SA_BLOCK, rows + r0 * d, (int)d,
+                            1.0f, acc, (int)d);
             }
             r0 = r1;
         }
