@@ -197,6 +197,9 @@ dsattn_status dsattn_v41_seq_selection(const dsattn_v41_seq *s, int layer,
  * (-1 if none): Reuse layers must name their source. */
 int dsattn_v41_seq_source_read(const dsattn_v41_seq *s, int layer);
 int dsattn_v41_seq_index_read(const dsattn_v41_seq *s, int layer);
+/* The index source whose top-k rows (the runtime's topk_idxs slot) the
+ * layer attended last chunk: itself for Full / Reindex layers. */
+int dsattn_v41_seq_topk_read(const dsattn_v41_seq *s, int layer);
 
 /* Packed cache contents of a layer: which = 0 window ring [w rows],
  * 1 compressed KV [entries written], 2 index keys [entries written]. */

@@ -301,6 +301,9 @@ DSATTN_TEST(v41, reuse_layers_read_their_sources_seed6)
         CHECK_MSG(dsattn_v41_seq_source_read(s, l) == want_src[l], "layer %d read KV of %d", l,
                   dsattn_v41_seq_source_read(s, l));
         int ir = dsattn_v41_seq_index_read(s, l);
+        static const int want_topk[12] = { -1, -1, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10 };
+        CHECK_MSG(dsattn_v41_seq_topk_read(s, l) == want_topk[l], "layer %d took top-k of %d", l,
+                  dsattn_v41_seq_topk_read(s, l));
         if (l == 2 || l == 4 || l == 6 || l == 8 || l == 10)
             CHECK_MSG(ir == want_idx[l], "layer %d scored index keys of %d", l, ir);
     }

@@ -5,8 +5,8 @@
  *
  * Per layer: its mode (SWA / Full / Reindex / Reuse) and ratio, whose
  * compressed KV it read (dsattn_v41_seq_source_read), whose index keys it
- * scored (dsattn_v41_seq_index_read) and, for Reuse, the index source whose
- * top-k rows it took.  Per step: wall time, the kernels' FLOP and byte
+ * scored (dsattn_v41_seq_index_read) and whose top-k rows it attended
+ * (dsattn_v41_seq_topk_read), as recorded by the shared runtime.  Per step: wall time, the kernels' FLOP and byte
  * counters, the KV bytes in use.  At the end: peak RSS.
  *
  * The stack forward is dsattn_v41_stack_forward: for each layer
@@ -231,15 +231,13 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
     /* The plan and the sources each layer actually read in the last step. */
     printf("\n| layer | mode | ratio | read compressed KV of | took top-k rows of | scored index keys of |\n");
     printf("|---:|---|---:|---:|---:|---:|\n");
-    int last_idx = -1;
     for (int l = 0; l < L; l++) {
         dsattn_v41_mode md = dsattn_v41_layer_mode(m, l);
         int src = dsattn_v41_seq_source_read(s, l), ir = dsattn_v41_seq_index_read(s, l);
-        if (md == DSATTN_V41_FULL || md == DSATTN_V41_REINDEX) last_idx = l;
+        int tk = dsattn_v41_seq_topk_read(s, l);
         char a[16] = "-", b[32] = "-", c[16] = "-";
         if (src >= 0) snprintf(a, sizeof a, "%d", src);
-        if (md != DSATTN_V41_SWA && last_idx >= 0) snprintf(b, sizeof b, "%d%s", last_idx,
-                                                          md == DSATTN_V41_REUSE ? " (plan)" : "");
+        if (tk >= 0) snprintf(b, sizeof b, "%d", tk);
         if (ir >= 0) snprintf(c, sizeof c, "%d", ir);
         printf("| %d | %s | %d | %s | %s | %s |\n", l, mode_name(md), dsattn_v41_layer_ratio(m, l),
                a, b, c);
@@ -252,9 +250,8 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
            mib((double)bill.global_bytes_allocated, b1, sizeof b1), bill.global_bytes_per_token,
            mib((double)bill.window_bytes, b2, sizeof b2),
            mib((double)bill.state_bytes, b3, sizeof b3));
-    printf("'read compressed KV of' and 'scored index keys of' are what each layer read\n"
-           "(dsattn_v41_seq_source_read / _index_read); a Reuse layer takes the top-k rows the\n"
-           "last index source before it published (the plan: Full or Reindex layer).\n");
+    printf("The three source columns are what each layer read in the last step, recorded by\n"
+           "the shared runtime (dsattn_v41_seq_source_read / _topk_read / _index_read).\n");
     printf("Peak RSS: %.2f GiB\n", (double)ru.ru_maxrss / 1048576.0);
     rc = 0;
 out:

@@ -67,6 +67,7 @@ typedef struct {
     size_t   sel_rows, sel_w, sel_cap;
     int      source_read;     /* layer whose compress_kv this layer read    */
     int      index_read;      /* layer whose index_k this layer scored      */
+    int      topk_read;       /* layer whose top-k rows this layer attended */
 } dsattn_v41_layer_s;
 
 struct dsattn_v41_seq {
@@ -84,6 +85,7 @@ struct dsattn_v41_seq {
         int32_t *topk;            /* [rows, width] final rows, offset applied */
         size_t   topk_rows, topk_w, topk_cap;
         int      topk_valid;
+        int      topk_layer;      /* index source that wrote the rows        */
         int32_t *cand;            /* pool positions per row, ascending       */
         size_t  *cand_n;          /* [rows] count                            */
         size_t   cand_rows, cand_stride, cand_cap;

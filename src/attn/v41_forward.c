@@ -48,7 +48,7 @@ dsattn_status dsattn_v41_seq_create(dsattn_v41_seq **out, const dsattn_v41 *m,
     for (int64_t l = 0; l < c->n_layers; l++) {
         const dsattn_v41_layer_w *L = &m->layer[l];
         dsattn_v41_layer_s *S = &s->layer[l];
-        S->source_read = S->index_read = -1;
+        S->source_read = S->index_read = S->topk_read = -1;
         S->ring = dsattn_alloc_array(w, dsattn_v41_swa_bytes(c));
         if (!S->ring) goto nomem;
         if (L->is_kv_source) {
@@ -330,6 +330,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     seq->rt.topk_rows = s;
     seq->rt.topk_w = kw;
     seq->rt.topk_valid = 1;
+    seq->rt.topk_layer = l;
     S->sel_rows = s;
     S->sel_w = kw;
 done:
@@ -454,6 +455,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
             seq->rt.topk_rows = s;
             seq->rt.topk_w = 0;
             seq->rt.topk_valid = 1;
+            seq->rt.topk_layer = l;
             S->sel_rows = s;
             S->sel_w = 0;
         } else if ((st = run_indexer(ctx, seq, l, x, qr, &ck, lat, n_new, wrows))) {
@@ -471,6 +473,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         int src = seq->rt.compress_kv;
         if (src < 0) return DSATTN_ERR_INVALID_ARG;
         S->source_read = src;
+        S->topk_read = seq->rt.topk_layer;
         csrc.base = seq->layer[src].ckv;
         csrc.n_rows = compress_len;
         cidx = seq->rt.topk;
@@ -550,6 +553,11 @@ int dsattn_v41_seq_source_read(const dsattn_v41_seq *s, int layer)
 int dsattn_v41_seq_index_read(const dsattn_v41_seq *s, int layer)
 {
     return s->layer[layer].index_read;
+}
+
+int dsattn_v41_seq_topk_read(const dsattn_v41_seq *s, int layer)
+{
+    return s->layer[layer].topk_read;
 }
 
 dsattn_status dsattn_v41_seq_cache(const dsattn_v41_seq *s, int layer, int which,
