@@ -80,11 +80,13 @@ int dsattn_bench_v41(int argc, char **argv)
     const char *data = "tests/data";
     long long depths[8] = { 4096, 65536, 1048576 }, thr[8] = { 1, 2 };
     int nd = 3, nt = 2, reps = 3, fp8 = 1;
+    long long prefill = 128;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: dsattn bench v41 [--depth 4096,65536,1M] [--threads 1,2] [--reps 3]\n"
+                   "                        [--prefill N (128; 0 = skip)]\n"
                    "                        [--config PATH] [--bf16] [--seed S] [--format md|csv|json]\n"
                    "                        [--data DIR (tests/data, for the pre-timing check)]\n");
             return 0;
@@ -95,6 +97,7 @@ int dsattn_bench_v41(int argc, char **argv)
         if (!strcmp(a, "--depth")) nd = parse_list(v, depths, 8);
         else if (!strcmp(a, "--threads")) nt = parse_list(v, thr, 8);
         else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--prefill")) prefill = atoll(v);
         else if (!strcmp(a, "--config")) cfg = v;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--format")) fmt = v;
@@ -182,7 +185,37 @@ int dsattn_bench_v41(int argc, char **argv)
         }
     }
     if (json) printf("\n]\n");
-    else if (!csv)
+    /* Prefill at a shallow depth: one chunk of `prefill` tokens at position 0
+     * on a fresh sequence (the reference supports no chunked prefill). */
+    if (prefill > 0 && !csv && !json) {
+        printf("\n| prefill tokens | thr | s | tokens/s | GFLOP | GFLOP/s |\n|---:|---:|---:|---:|---:|---:|\n");
+        float *hp = calloc((size_t)prefill * (size_t)dim, sizeof(float));
+        for (int ti = 0; hp && ti < nt; ti++) {
+            dsattn_ctx *ctx = NULL;
+            dsattn_ctx_params p = dsattn_ctx_default_params();
+            p.n_threads = (int)thr[ti];
+            dsattn_v41_seq *ps = NULL;
+            if (dsattn_ctx_create(&ctx, &p) ||
+                dsattn_v41_seq_create(&ps, m, (size_t)prefill + 1, DSATTN_V41_INDEX_K_OWNER)) {
+                dsattn_ctx_destroy(ctx);
+                continue;
+            }
+            for (long long i = 0; i < prefill * dim; i++) hp[i] = (float)((i * 37) % 11) - 5.0f;
+            dsattn_ctx_counters_reset(ctx);
+            double a = now_s();
+            dsattn_status st = dsattn_v41_stack_forward(ctx, ps, hp, (size_t)prefill, NULL, NULL);
+            double dt = now_s() - a;
+            dsattn_counters c = dsattn_ctx_counters(ctx);
+            if (!st)
+                printf("| %lld | %lld | %.2f | %.1f | %.1f | %.1f |\n", prefill, thr[ti], dt,
+                       (double)prefill / dt, (double)c.flops / 1e9, (double)c.flops / 1e9 / dt);
+            fflush(stdout);
+            dsattn_v41_seq_destroy(ps);
+            dsattn_ctx_destroy(ctx);
+        }
+        free(hp);
+    }
+    if (!csv && !json)
         printf("\npeak RSS %.2f GB (weights + caches for depth %lld); ISA %s\n", peak_rss_gb(),
                maxd, getenv("DSATTN_ISA") ? getenv("DSATTN_ISA") : "auto");
     free(h);
