@@ -392,99 +392,6 @@ dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
 
 /* ==== Random weights ==================================================== */
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-    *s = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
-
-static float rng_normal(uint64_t *s)
-{
-    double u1 = ((double)(rng_next(s) >> 11) + 1.0) * 0x1p-53;
-    double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-/* bf16 (or fp32) weight, uniform with the variance of N(0, gain^2/cols):
- * uniform keeps a 1.3-G-value stack quick to make (no log/cos per value);
- * rows are seeded independently so the fill runs in parallel. */
-static dsattn_status rand_dense(dsattn_v41 *m, size_t rows, size_t cols, int f32,
-                                float gain, uint64_t seed, dsattn_weight *w)
-{
-    memset(w, 0, sizeof *w);
-    w->rows = rows;
-    w->cols = cols;
-    w->kind = f32 ? DSATTN_W_F32 : DSATTN_W_BF16;
-    void *p = dsattn_alloc_array(rows * cols, f32 ? 4 : 2);
-    dsattn_status st = own(m, p);
-    if (st) return st;
-    const double a = sqrt(3.0) * gain / sqrt((double)cols);
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++) {
-        uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
-        for (size_t i = 0; i < cols; i++) {
-            float v = (float)(((double)(rng_next(&s) >> 11) * 0x1p-52 - 1.0) * a);
-            if (f32) ((float *)p)[r * cols + i] = dsattn_round_bf16(v);
-            else ((uint16_t *)p)[r * cols + i] = dsattn_f32_to_bf16(v);
-        }
-    }
-    w->data = p;
-    return DSATTN_OK;
-}
-
-/* FP8 weight: random E4M3 codes (NaN excluded) with one power-of-two scale
- * per block chosen so rows have roughly unit gain.  Generated from raw
- * random bytes so a 6 GB stack is made in seconds. */
-static dsattn_status rand_fp8(dsattn_v41 *m, size_t rows, size_t cols, size_t bs,
-                              uint64_t seed, dsattn_weight *w)
-{
-    memset(w, 0, sizeof *w);
-    w->rows = rows;
-    w->cols = cols;
-    w->kind = DSATTN_W_FP8;
-    w->block = bs;
-    size_t sr = (rows + bs - 1) / bs, sc = (cols + bs - 1) / bs;
-    uint8_t *p = dsattn_alloc_array(rows, cols);
-    float *scale = dsattn_alloc_array(sr * sc, sizeof(float));
-    dsattn_status st = own(m, p);
-    if (!st) st = own(m, scale);
-    if (st) return st;
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++) {
-        uint64_t s = (seed ^ (r * 0x9e3779b97f4a7c15ull)) | 1;
-        uint8_t *row = p + r * cols;
-        for (size_t i = 0; i < cols; i += 8) {
-            uint64_t v = rng_next(&s);
-            for (size_t j = 0; j < 8 && i + j < cols; j++) {
-                /* exponent field 4..11 keeps magnitudes in [2^-3, 2^5) */
-                uint8_t b = (uint8_t)(v >> (8 * j));
-                uint8_t code = (uint8_t)((b & 0x80) | (((b >> 3) & 7) + 4) << 3 | (b & 7));
-                row[i + j] = code;
-            }
-        }
-    }
-    /* RMS of such codes is ~10: scale to gain 1/sqrt(cols). */
-    float sv = dsattn_pow2_ceil(1.0f / (10.0f * sqrtf((float)cols)));
-    for (size_t i = 0; i < sr * sc; i++) scale[i] = sv;
-    w->data = p;
-    w->scale = scale;
-    return DSATTN_OK;
-}
-
-static dsattn_status rand_vec(dsattn_v41 *m, size_t n, float base, float jitter,
-                              uint64_t seed, float **out)
-{
-    float *v = dsattn_alloc_array(n, sizeof(float));
-    dsattn_status st = own(m, v);
-    if (st) return st;
-    uint64_t s = seed | 1;
-    for (size_t i = 0; i < n; i++) v[i] = dsattn_round_bf16(base + jitter * rng_normal(&s));
-    *out = v;
-    return DSATTN_OK;
-}
-
 dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json,
                                        uint64_t seed, int fp8, char *err,
                                        size_t errlen)
@@ -503,37 +410,44 @@ dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     size_t bs = (size_t)c->fp8_block;
     uint64_t k = seed * 1000003ull + 17;
-#define MAT(rows, cols, w) (fp8 ? rand_fp8(m, rows, cols, bs, ++k, w) \
-                                : rand_dense(m, rows, cols, 0, 1.0f, ++k, w))
+    /* the shared seeded generator (io/weights.c); compressors of ratio > 1
+     * are fp32 as in the checkpoint, FP8 where the release is FP8 */
+#define MAT(rows, cols, w) dsattn_weight_random(w, fp8 ? DSATTN_W_FP8 : DSATTN_W_BF16, rows, \
+                                                cols, bs, 1.0f, ++k, &m->owned)
+#define DMAT(rows, cols, f32, w) dsattn_weight_random(w, (f32) ? DSATTN_W_F32 : DSATTN_W_BF16, \
+                                                       rows, cols, bs, 1.0f, ++k, &m->owned)
+#define VEC(n, base, jit, out) dsattn_vec_random(out, n, base, jit, 1, ++k, &m->owned)
     for (int64_t l = 0; l < c->n_layers && !st; l++) {
         dsattn_v41_layer_w *L = &m->layer[l];
-        if (!st) st = rand_vec(m, dim, 1.0f, 0.1f, ++k, &L->attn_norm);
+        if (!st) st = VEC(dim, 1.0f, 0.1f, &L->attn_norm);
         if (!st) st = MAT(QL, dim, &L->wq_a);
-        if (!st) st = rand_vec(m, QL, 1.0f, 0.1f, ++k, &L->q_norm);
+        if (!st) st = VEC(QL, 1.0f, 0.1f, &L->q_norm);
         if (!st) st = MAT(H * D, QL, &L->wq_b);
         if (!st) st = MAT(D, dim, &L->wkv);
-        if (!st) st = rand_vec(m, D, 1.0f, 0.1f, ++k, &L->kv_norm);
-        if (!st) st = rand_vec(m, H, 0.0f, 1.0f, ++k, &L->sink);
+        if (!st) st = VEC(D, 1.0f, 0.1f, &L->kv_norm);
+        if (!st) st = VEC(H, 0.0f, 1.0f, &L->sink);
         /* the released checkpoint stores wo_a in FP8 too */
-        if (!st) st = (fp8 && R % bs == 0) ? rand_fp8(m, G * R, H * D / G, bs, ++k, &L->wo_a)
-                                           : rand_dense(m, G * R, H * D / G, 0, 1.0f, ++k, &L->wo_a);
+        if (!st) st = (fp8 && R % bs == 0) ? MAT(G * R, H * D / G, &L->wo_a)
+                                           : DMAT(G * R, H * D / G, 0, &L->wo_a);
         if (!st) st = MAT(dim, G * R, &L->wo_b);
         if (L->is_kv_source) {
             int f32 = L->ratio > 1;
-            if (!st) st = rand_dense(m, D, dim, f32, 1.0f, ++k, &L->c_wkv);
-            if (!st && L->ratio > 1) st = rand_dense(m, D, dim, 1, 1.0f, ++k, &L->c_wgate);
-            if (!st) st = rand_vec(m, D, 1.0f, 0.1f, ++k, &L->c_norm);
+            if (!st) st = DMAT(D, dim, f32, &L->c_wkv);
+            if (!st && L->ratio > 1) st = DMAT(D, dim, 1, &L->c_wgate);
+            if (!st) st = VEC(D, 1.0f, 0.1f, &L->c_norm);
         }
         if (L->is_index_source) {
             if (!st) st = MAT(Hi * Di, QL, &L->i_wq_b);
-            if (!st) st = rand_dense(m, Hi, dim, 0, 1.0f, ++k, &L->i_wproj);
+            if (!st) st = DMAT(Hi, dim, 0, &L->i_wproj);
             if (L->owns_k) {
-                if (!st) st = rand_dense(m, Di, D, 0, 1.0f, ++k, &L->i_wk);
-                if (!st) st = rand_vec(m, Di, 1.0f, 0.1f, ++k, &L->i_knorm);
+                if (!st) st = DMAT(Di, D, 0, &L->i_wk);
+                if (!st) st = VEC(Di, 1.0f, 0.1f, &L->i_knorm);
             }
         }
     }
 #undef MAT
+#undef DMAT
+#undef VEC
     if (st) { dsattn_v41_destroy(m); return st; }
     *out = m;
     return DSATTN_OK;

@@ -397,89 +397,23 @@ dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json, const cha
 
 /* ==== Random weights ==================================================== */
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-    *s = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
-
-static float rng_normal(uint64_t *s)
-{
-    double u1 = ((double)(rng_next(s) >> 11) + 1.0) * 0x1p-53;
-    double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-/* bf16 weight ~ N(0, 1/cols). */
+/* Seeded weights from the shared generator (io/weights.c). */
 static dsattn_status rand_bf16(dsattn_v4 *m, size_t rows, size_t cols, uint64_t seed,
                                dsattn_weight *w)
 {
-    memset(w, 0, sizeof *w);
-    w->rows = rows;
-    w->cols = cols;
-    w->kind = DSATTN_W_BF16;
-    uint16_t *p = dsattn_alloc_array(rows * cols, 2);
-    dsattn_status st = own(m, p);
-    if (st) return st;
-    const float sd = 1.0f / sqrtf((float)cols);
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++) {
-        uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
-        for (size_t i = 0; i < cols; i++) p[r * cols + i] = dsattn_f32_to_bf16(rng_normal(&s) * sd);
-    }
-    w->data = p;
-    return DSATTN_OK;
+    return dsattn_weight_random(w, DSATTN_W_BF16, rows, cols, 0, 1.0f, seed, &m->owned);
 }
 
-/* FP8 weight: random E4M3 codes (NaN excluded, magnitudes in [2^-3, 2^5))
- * with one power-of-two scale per 128x128 block giving rows ~unit gain. */
 static dsattn_status rand_fp8(dsattn_v4 *m, size_t rows, size_t cols, size_t bs,
                               uint64_t seed, dsattn_weight *w)
 {
-    memset(w, 0, sizeof *w);
-    w->rows = rows;
-    w->cols = cols;
-    w->kind = DSATTN_W_FP8;
-    w->block = bs;
-    size_t sr = (rows + bs - 1) / bs, sc = (cols + bs - 1) / bs;
-    uint8_t *p = dsattn_alloc_array(rows, cols);
-    float *scale = dsattn_alloc_array(sr * sc, sizeof(float));
-    dsattn_status st = own(m, p);
-    if (!st) st = own(m, scale);
-    if (st) return st;
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < rows; r++) {
-        uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
-        for (size_t i = 0; i < cols; i += 8) {
-            uint64_t v = rng_next(&s);
-            for (size_t j = 0; j < 8 && i + j < cols; j++) {
-                uint8_t b = (uint8_t)(v >> (8 * j));
-                p[r * cols + i + j] = (uint8_t)((b & 0x80) | (((b >> 3) & 7) + 4) << 3 | (b & 7));
-            }
-        }
-    }
-    float sv = dsattn_pow2_ceil(1.0f / (10.0f * sqrtf((float)cols)));
-    for (size_t i = 0; i < sr * sc; i++) scale[i] = sv;
-    w->data = p;
-    w->scale = scale;
-    return DSATTN_OK;
+    return dsattn_weight_random(w, DSATTN_W_FP8, rows, cols, bs, 1.0f, seed, &m->owned);
 }
 
 static dsattn_status rand_vec(dsattn_v4 *m, size_t n, float base, float jitter, int bf16,
                               uint64_t seed, float **out)
 {
-    float *v = dsattn_alloc_array(n, sizeof(float));
-    dsattn_status st = own(m, v);
-    if (st) return st;
-    uint64_t s = seed | 1;
-    for (size_t i = 0; i < n; i++) {
-        float x = base + jitter * rng_normal(&s);
-        v[i] = bf16 ? dsattn_round_bf16(x) : x;
-    }
-    *out = v;
-    return DSATTN_OK;
+    return dsattn_vec_random(out, n, base, jitter, bf16, seed, &m->owned);
 }
 
 static dsattn_status rand_compressor(dsattn_v4 *m, dsattn_v4_compressor_w *C, uint64_t *k)

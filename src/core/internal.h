@@ -60,7 +60,7 @@ void  dsattn_free(void *p);
 void *dsattn_alloc_array(size_t a, size_t b);
 
 /* A set of allocations freed together: what a model converted or made. */
-typedef struct {
+typedef struct dsattn_owned {
     void  **p;
     size_t  n, cap;
 } dsattn_owned;

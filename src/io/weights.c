@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "numfmt.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 void dsattn_weight_release(dsattn_weight *w)
@@ -84,4 +85,88 @@ size_t dsattn_weight_bytes(const dsattn_weight *w)
     case DSATTN_W_FP4:  return n / 2 + n / 32;
     }
     return 0;
+}
+
+/* ==== Seeded random weights ============================================= */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    *s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+static float rng_normal(uint64_t *s)
+{
+    double u1 = ((double)(rng_next(s) >> 11) + 1.0) * 0x1p-53;
+    double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+int dsattn_weight_random(dsattn_weight *w, dsattn_wkind kind, size_t rows, size_t cols,
+                         size_t block, float gain, uint64_t seed, dsattn_owned *own)
+{
+    memset(w, 0, sizeof *w);
+    w->rows = rows;
+    w->cols = cols;
+    w->kind = kind;
+    dsattn_status st;
+    if (kind == DSATTN_W_FP8) {
+        if (block == 0) return DSATTN_ERR_INVALID_ARG;
+        size_t sr = (rows + block - 1) / block, sc = (cols + block - 1) / block;
+        uint8_t *p = dsattn_alloc_array(rows, cols);
+        float *scale = dsattn_alloc_array(sr * sc, sizeof(float));
+        if ((st = dsattn_owned_add(own, p))) { dsattn_free(scale); return st; }
+        if ((st = dsattn_owned_add(own, scale))) return st;
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < rows; r++) {
+            uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
+            for (size_t i = 0; i < cols; i += 8) {
+                uint64_t v = rng_next(&s);
+                for (size_t j = 0; j < 8 && i + j < cols; j++) {
+                    uint8_t b = (uint8_t)(v >> (8 * j));
+                    p[r * cols + i + j] = (uint8_t)((b & 0x80) | (((b >> 3) & 7) + 4) << 3 | (b & 7));
+                }
+            }
+        }
+        /* RMS of such codes is ~10 */
+        float sv = dsattn_pow2_ceil(gain / (10.0f * sqrtf((float)cols)));
+        for (size_t i = 0; i < sr * sc; i++) scale[i] = sv;
+        w->block = block;
+        w->data = p;
+        w->scale = scale;
+        return DSATTN_OK;
+    }
+    if (kind != DSATTN_W_BF16 && kind != DSATTN_W_F32) return DSATTN_ERR_UNSUPPORTED;
+    const int f32 = kind == DSATTN_W_F32;
+    void *p = dsattn_alloc_array(rows * cols, f32 ? 4 : 2);
+    if ((st = dsattn_owned_add(own, p))) return st;
+    const float sd = gain / sqrtf((float)cols);
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) {
+        uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
+        for (size_t i = 0; i < cols; i++) {
+            float v = rng_normal(&s) * sd;
+            if (f32) ((float *)p)[r * cols + i] = dsattn_round_bf16(v);
+            else ((uint16_t *)p)[r * cols + i] = dsattn_f32_to_bf16(v);
+        }
+    }
+    w->data = p;
+    return DSATTN_OK;
+}
+
+int dsattn_vec_random(float **out, size_t n, float base, float jitter, int bf16,
+                      uint64_t seed, dsattn_owned *own)
+{
+    float *v = dsattn_alloc_array(n, sizeof(float));
+    dsattn_status st = dsattn_owned_add(own, v);
+    if (st) return st;
+    uint64_t s = seed | 1;
+    for (size_t i = 0; i < n; i++) {
+        float x = base + jitter * rng_normal(&s);
+        v[i] = bf16 ? dsattn_round_bf16(x) : x;
+    }
+    *out = v;
+    return DSATTN_OK;
 }

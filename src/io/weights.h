@@ -44,6 +44,21 @@ int dsattn_weight_gemv_ref(const dsattn_weight *w, const float *x, float *y);
 /* Bytes of `data` (+ scales) the descriptor reads per full GEMV. */
 size_t dsattn_weight_bytes(const dsattn_weight *w);
 
+/* ==== Seeded random weights (tests, benchmarks, `dsattn run`) ========= */
+/* Reproducible from the seed alone, and quick to make at real size (rows
+ * are seeded independently and filled in parallel):
+ *   DSATTN_W_BF16 / DSATTN_W_F32: N(0, gain^2 / cols), rounded to bf16 values;
+ *   DSATTN_W_FP8: E4M3 codes with random sign and mantissa and exponent field
+ *     4..11 (magnitudes 2^-3..2^5, never NaN), one power-of-two scale per
+ *     block x block giving rows of about `gain` / sqrt(cols) RMS per value.
+ * Storage is adopted by `own` (freed with it). */
+struct dsattn_owned;
+int dsattn_weight_random(dsattn_weight *w, dsattn_wkind kind, size_t rows, size_t cols,
+                         size_t block, float gain, uint64_t seed, struct dsattn_owned *own);
+/* n values base + jitter * N(0, 1), rounded to bf16 values when bf16. */
+int dsattn_vec_random(float **out, size_t n, float base, float jitter, int bf16,
+                      uint64_t seed, struct dsattn_owned *own);
+
 /* Bit for an accept mask: DSATTN_WMASK(DSATTN_W_BF16) | ... */
 #define DSATTN_WMASK(k) (1u << (unsigned)(k))
 #define DSATTN_WMASK_ANY 0xfu
