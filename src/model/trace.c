@@ -82,3 +82,100 @@ dsattn_status dsattn_trace_load_input(const char *case_dir, float **x, size_t *T
     *prefill = (size_t)p;
     return DSATTN_OK;
 }
+
+/* ==== The protocol runner =============================================== */
+
+dsattn_status dsattn_trace_result_init(dsattn_trace_result *r, const char *case_dir,
+                                       size_t dim, size_t n_layers, size_t kw, char *err,
+                                       size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    dsattn_status st = dsattn_trace_load_input(case_dir, &r->x, &r->T, &r->dim, &r->P, err,
+                                               errlen);
+    if (st) return st;
+    if (r->dim != dim)
+        return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "input dim %zu != config dim %zu",
+                           r->dim, dim);
+    r->kw = DSATTN_MIN(kw, r->T);            /* golden width: min(index_topk, T) */
+    kw = r->kw;
+    r->ain = dsattn_alloc_array(n_layers * r->T * dim, sizeof(float));
+    r->aout = dsattn_alloc_array(n_layers * r->T * dim, sizeof(float));
+    r->topk = dsattn_alloc_array(n_layers * r->T * kw + 1, sizeof(int32_t));
+    if (!r->ain || !r->aout || !r->topk) return DSATTN_ERR_NOMEM;
+    for (size_t i = 0; i < n_layers * r->T * kw; i++) r->topk[i] = -1;
+    return DSATTN_OK;
+}
+
+void dsattn_trace_result_free(dsattn_trace_result *r)
+{
+    dsattn_free(r->x);
+    dsattn_free(r->ain);
+    dsattn_free(r->aout);
+    dsattn_free(r->topk);
+    memset(r, 0, sizeof *r);
+}
+
+dsattn_status dsattn_trace_run(dsattn_ctx *ctx, const dsattn_trace_stack *s,
+                               dsattn_trace_result *r, char *err, size_t errlen)
+{
+    const size_t nl = s->n_layers, dim = r->dim, T = r->T, P = r->P, kw = r->kw;
+    float *lin = dsattn_alloc_array(nl * P * dim, sizeof(float));
+    float *lout = dsattn_alloc_array(nl * P * dim, sizeof(float));
+    dsattn_status st = lin && lout ? DSATTN_OK : DSATTN_ERR_NOMEM;
+    for (size_t t0 = 0; t0 < T && !st;) {
+        size_t n = t0 == 0 ? P : 1;
+        if ((st = s->stack(ctx, s->seq, r->x + t0 * dim, n, lin, lout))) {
+            dsattn_errf(err, errlen, st, "stack forward at token %zu: %s", t0,
+                        dsattn_status_str(st));
+            break;
+        }
+        for (size_t l = 0; l < nl; l++) {
+            for (size_t t = 0; t < n; t++) {
+                memcpy(r->ain + (l * T + t0 + t) * dim, lin + (l * n + t) * dim,
+                       dim * sizeof(float));
+                memcpy(r->aout + (l * T + t0 + t) * dim, lout + (l * n + t) * dim,
+                       dim * sizeof(float));
+            }
+            const int32_t *rows;
+            size_t nr, wd;
+            if (kw && s->selection && s->selection(s->seq, (int)l, &rows, &nr, &wd) == DSATTN_OK)
+                for (size_t t = 0; t < nr && t < n; t++)
+                    for (size_t i = 0; i < wd && i < kw; i++)
+                        r->topk[(l * T + t0 + t) * kw + i] = rows[t * wd + i];
+        }
+        t0 += n;
+    }
+    dsattn_free(lin);
+    dsattn_free(lout);
+    return st;
+}
+
+dsattn_status dsattn_trace_ctx(dsattn_ctx **ctx, const dsattn_trace_opts *o)
+{
+    dsattn_ctx_params cp = dsattn_ctx_default_params();
+    cp.mode = o->mode;
+    cp.n_threads = o->n_threads;
+    return dsattn_ctx_create(ctx, &cp);
+}
+
+dsattn_status dsattn_trace_add_f32(dsattn_st_writer *w, const char *name, const float *v,
+                                   size_t r, size_t c)
+{
+    int64_t shape[2] = { (int64_t)r, (int64_t)c };
+    return dsattn_st_writer_add(w, name, DSATTN_DT_F32, 2, shape, v);
+}
+
+dsattn_status dsattn_trace_add_common(dsattn_st_writer *w, const dsattn_trace_result *r,
+                                      size_t n_layers)
+{
+    const size_t T = r->T, dim = r->dim;
+    dsattn_status st = dsattn_trace_add_f32(w, "out", r->x, T, dim);
+    for (size_t l = 0; l < n_layers && !st; l++) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "layer.%zu.attn_out", l);
+        st = dsattn_trace_add_f32(w, nm, r->aout + l * T * dim, T, dim);
+        snprintf(nm, sizeof nm, "layer.%zu.attn_in", l);
+        if (!st) st = dsattn_trace_add_f32(w, nm, r->ain + l * T * dim, T, dim);
+    }
+    return st;
+}

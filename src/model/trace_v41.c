@@ -17,13 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static dsattn_status add_f32(dsattn_st_writer *w, const char *name, const float *v,
-                             size_t r, size_t c)
-{
-    int64_t shape[2] = { (int64_t)r, (int64_t)c };
-    return dsattn_st_writer_add(w, name, DSATTN_DT_F32, 2, shape, v);
-}
-
 static dsattn_status add_cache(dsattn_st_writer *w, const dsattn_v41_seq *s, int l,
                                int which, const char *name, size_t d)
 {
@@ -44,9 +37,21 @@ static dsattn_status add_cache(dsattn_st_writer *w, const dsattn_v41_seq *s, int
         else dsattn_fp4_index_unpack(rows + i * rb, d, deq + i * d);
     }
     snprintf(nm, sizeof nm, "cache.%d.%s_deq", l, name);
-    st = add_f32(w, nm, deq, n, d);
+    st = dsattn_trace_add_f32(w, nm, deq, n, d);
     dsattn_free(deq);
     return st;
+}
+
+static dsattn_status v41_stack(dsattn_ctx *ctx, void *seq, float *h, size_t n, float *ain,
+                               float *aout)
+{
+    return dsattn_v41_stack_forward(ctx, (dsattn_v41_seq *)seq, h, n, ain, aout);
+}
+
+static dsattn_status v41_selection(const void *seq, int l, const int32_t **rows, size_t *nr,
+                                   size_t *w)
+{
+    return dsattn_v41_seq_selection((const dsattn_v41_seq *)seq, l, rows, nr, w);
 }
 
 dsattn_status dsattn_trace_v41(const char *case_dir, const char *out_path,
@@ -59,73 +64,34 @@ dsattn_status dsattn_trace_v41(const char *case_dir, const char *out_path,
     dsattn_v41_seq *seq = NULL;
     dsattn_ctx *ctx = NULL;
     dsattn_st_writer *w = NULL;
-    float *x = NULL, *ain = NULL, *aout = NULL, *lin = NULL, *lout = NULL;
-    int32_t *topk = NULL;
-    size_t T = 0, dim = 0, P = 0;
+    dsattn_trace_result r;
+    memset(&r, 0, sizeof r);
     dsattn_status st = dsattn_v41_load(&m, cfg, wts, err, errlen);
     if (st) return st;
     const dsattn_v41_config *c = &m->cfg;
     const size_t nl = (size_t)c->n_layers;
-    if ((st = dsattn_trace_load_input(case_dir, &x, &T, &dim, &P, err, errlen))) goto out;
-    if (dim != (size_t)c->dim) {
-        st = dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "input dim %zu != config dim %lld",
-                         dim, (long long)c->dim);
+    if ((st = dsattn_trace_result_init(&r, case_dir, (size_t)c->dim, nl, (size_t)c->index_topk,
+                                       err, errlen)))
         goto out;
-    }
-    dsattn_ctx_params cp = dsattn_ctx_default_params();
-    cp.mode = o->mode;
-    cp.n_threads = o->n_threads;
-    if ((st = dsattn_ctx_create(&ctx, &cp))) goto out;
-    if ((st = dsattn_v41_seq_create(&seq, m, T, o->index_k_ref ? DSATTN_V41_INDEX_K_REFERENCE
-                                                               : DSATTN_V41_INDEX_K_OWNER)))
+    if ((st = dsattn_trace_ctx(&ctx, o))) goto out;
+    if ((st = dsattn_v41_seq_create(&seq, m, r.T, o->index_k_ref ? DSATTN_V41_INDEX_K_REFERENCE
+                                                                 : DSATTN_V41_INDEX_K_OWNER)))
         goto out;
-    const size_t kw = DSATTN_MIN((size_t)c->index_topk, T);
-    ain = dsattn_alloc_array(nl * T * dim, sizeof(float));
-    aout = dsattn_alloc_array(nl * T * dim, sizeof(float));
-    lin = dsattn_alloc_array(nl * P * dim, sizeof(float));
-    lout = dsattn_alloc_array(nl * P * dim, sizeof(float));
-    topk = dsattn_alloc_array(nl * T * kw + 1, sizeof(int32_t));
-    if (!ain || !aout || !lin || !lout || !topk) { st = DSATTN_ERR_NOMEM; goto out; }
-    for (size_t i = 0; i < nl * T * kw; i++) topk[i] = -1;
-
-    for (size_t t0 = 0; t0 < T;) {
-        size_t n = t0 == 0 ? P : 1;
-        if ((st = dsattn_v41_stack_forward(ctx, seq, x + t0 * dim, n, lin, lout))) {
-            dsattn_errf(err, errlen, st, "stack forward at token %zu: %s", t0,
-                        dsattn_status_str(st));
-            goto out;
-        }
-        for (size_t l = 0; l < nl; l++) {
-            for (size_t t = 0; t < n; t++) {
-                memcpy(ain + (l * T + t0 + t) * dim, lin + (l * n + t) * dim, dim * sizeof(float));
-                memcpy(aout + (l * T + t0 + t) * dim, lout + (l * n + t) * dim, dim * sizeof(float));
-            }
-            const int32_t *rows;
-            size_t nr, wd;
-            if (dsattn_v41_seq_selection(seq, (int)l, &rows, &nr, &wd) == DSATTN_OK)
-                for (size_t t = 0; t < nr; t++)
-                    for (size_t i = 0; i < wd && i < kw; i++)
-                        topk[(l * T + t0 + t) * kw + i] = rows[t * wd + i];
-        }
-        t0 += n;
-    }
+    dsattn_trace_stack ts = { seq, nl, r.dim, v41_stack, v41_selection };
+    if ((st = dsattn_trace_run(ctx, &ts, &r, err, errlen))) goto out;
 
     w = dsattn_st_writer_create();
     if (!w) { st = DSATTN_ERR_NOMEM; goto out; }
     dsattn_st_writer_meta(w, "producer", "dsattn trace (v41)");
     dsattn_st_writer_meta(w, "mode", o->mode == DSATTN_MODE_REFERENCE ? "reference" : "fast");
     dsattn_st_writer_meta(w, "index_k", o->index_k_ref ? "reference" : "owner");
-    if ((st = add_f32(w, "out", x, T, dim))) goto out;
+    st = dsattn_trace_add_common(w, &r, nl);
     for (size_t l = 0; l < nl && !st; l++) {
         char nm[128];
-        snprintf(nm, sizeof nm, "layer.%zu.attn_out", l);
-        st = add_f32(w, nm, aout + l * T * dim, T, dim);
-        snprintf(nm, sizeof nm, "layer.%zu.attn_in", l);
-        if (!st) st = add_f32(w, nm, ain + l * T * dim, T, dim);
-        if (!st && m->layer[l].is_index_source) {
-            int64_t shape[2] = { (int64_t)T, (int64_t)kw };
+        if (m->layer[l].is_index_source) {
+            int64_t shape[2] = { (int64_t)r.T, (int64_t)r.kw };
             snprintf(nm, sizeof nm, "layer.%zu.topk", l);
-            st = dsattn_st_writer_add(w, nm, DSATTN_DT_I32, 2, shape, topk + l * T * kw);
+            st = dsattn_st_writer_add(w, nm, DSATTN_DT_I32, 2, shape, r.topk + l * r.T * r.kw);
         }
         if (!st) st = add_cache(w, seq, (int)l, 0, "window_kv", (size_t)c->head_dim);
         if (!st) st = add_cache(w, seq, (int)l, 1, "compress_kv", (size_t)c->head_dim);
@@ -134,12 +100,7 @@ dsattn_status dsattn_trace_v41(const char *case_dir, const char *out_path,
     if (!st) st = dsattn_st_writer_save(w, out_path, err, errlen);
 out:
     dsattn_st_writer_destroy(w);
-    dsattn_free(x);
-    dsattn_free(ain);
-    dsattn_free(aout);
-    dsattn_free(lin);
-    dsattn_free(lout);
-    dsattn_free(topk);
+    dsattn_trace_result_free(&r);
     dsattn_v41_seq_destroy(seq);
     dsattn_ctx_destroy(ctx);
     dsattn_v41_destroy(m);
