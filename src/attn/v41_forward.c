@@ -506,29 +506,24 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
 
 /* ==== The golden-case stack and accessors =============================== */
 
-dsattn_status dsattn_v41_stack_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
-                                       float *h, size_t n, float *attn_in,
-                                       float *attn_out)
+static dsattn_status dsattn_v41_stack_forward_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
+                                 float *out)
+{
+    return dsattn_v41_attn_forward(ctx, (dsattn_v41_seq *)seq, l, x, n, out);
+}
+
+dsattn_status dsattn_v41_stack_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq, float *h, size_t n,
+                   float *attn_in, float *attn_out)
 {
     if (!ctx || !seq || !h || n == 0) return DSATTN_ERR_INVALID_ARG;
-    const dsattn_v41_config *c = &seq->m->cfg;
-    const size_t dim = (size_t)c->dim;
-    float *xin = dsattn_alloc_array(2 * n * dim, sizeof(float));
-    if (!xin) return DSATTN_ERR_NOMEM;
-    float *xout = xin + n * dim;
-    dsattn_status st = DSATTN_OK;
-    for (int64_t l = 0; l < c->n_layers && !st; l++) {
-        const dsattn_v41_layer_w *L = &seq->m->layer[l];
-        for (size_t t = 0; t < n; t++)
-            dsattn_rmsnorm(h + t * dim, L->attn_norm, dim, c->norm_eps, xin + t * dim,
-                           DSATTN_OUT_BF16);
-        st = dsattn_v41_attn_forward(ctx, seq, (int)l, xin, n, xout);
-        if (st) break;
-        for (size_t i = 0; i < n * dim; i++) h[i] = h[i] + xout[i];
-        if (attn_in) memcpy(attn_in + (size_t)l * n * dim, xin, n * dim * sizeof(float));
-        if (attn_out) memcpy(attn_out + (size_t)l * n * dim, xout, n * dim * sizeof(float));
-    }
-    dsattn_free(xin);
+    const size_t nl = (size_t)seq->m->cfg.n_layers;
+    const float **norm = malloc((nl + 1) * sizeof *norm);
+    if (!norm) return DSATTN_ERR_NOMEM;
+    for (size_t l = 0; l < nl; l++) norm[l] = seq->m->layer[l].attn_norm;
+    dsattn_status st = dsattn_standin_stack(ctx, seq, dsattn_v41_stack_forward_layer, norm, nl,
+                                            (size_t)seq->m->cfg.dim, seq->m->cfg.norm_eps, h, n, attn_in,
+                                            attn_out);
+    free(norm);
     if (!st) seq->pos += (int64_t)n;
     return st;
 }

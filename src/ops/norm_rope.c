@@ -1,5 +1,6 @@
 /* norm_rope.c - RMSNorm, LayerNorm and RoPE (with the YaRN table), exactly
- * as the reference evaluates them.
+ * as the reference evaluates them; the window index rows and the golden
+ * cases' stand-in block (norm, attention, residual) built on them.
  *
  * These ops are O(d) per token, so one scalar implementation serves both
  * modes; what matters here is the order of fp32 operations, which follows
@@ -141,4 +142,25 @@ void dsattn_window_idx_decode_valid_first(size_t w, int64_t start_pos, int32_t *
     for (size_t i = 0; i < w; i++)
         if (row[i] >= 0) row[k++] = row[i];
     for (; k < w; k++) row[k] = -1;
+}
+
+dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
+                                   const float *const *norm, size_t n_layers, size_t dim,
+                                   float eps, float *h, size_t n, float *attn_in,
+                                   float *attn_out)
+{
+    float *xin = dsattn_alloc_array(2 * n * dim, sizeof(float));
+    if (!xin) return DSATTN_ERR_NOMEM;
+    float *xout = xin + n * dim;
+    dsattn_status st = DSATTN_OK;
+    for (size_t l = 0; l < n_layers && !st; l++) {
+        for (size_t t = 0; t < n; t++)
+            dsattn_rmsnorm(h + t * dim, norm[l], dim, eps, xin + t * dim, DSATTN_OUT_BF16);
+        if ((st = layer(ctx, seq, (int)l, xin, n, xout))) break;
+        for (size_t i = 0; i < n * dim; i++) h[i] = h[i] + xout[i];
+        if (attn_in) memcpy(attn_in + l * n * dim, xin, n * dim * sizeof(float));
+        if (attn_out) memcpy(attn_out + l * n * dim, xout, n * dim * sizeof(float));
+    }
+    dsattn_free(xin);
+    return st;
 }

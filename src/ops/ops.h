@@ -289,4 +289,18 @@ dsattn_status dsattn_index_weights(dsattn_ctx *ctx, const dsattn_weight *wproj,
                                    const float *x, size_t s, size_t Hi, size_t Di,
                                    float *w);
 
+/* ==== The golden cases' stand-in block =================================== */
+
+/* h_{l+1} = h_l + attn_l(bf16(RMSNorm_l(h_l))) over n_layers layers, with an
+ * fp32 residual and no FFN (golden-cases.md §1): every generation's
+ * *_stack_forward is this loop around its own layer call.  norm[l] is
+ * layer l's attn_norm weight; attn_in / attn_out (optional) receive
+ * [n_layers, n, dim].  The caller advances its sequence afterwards. */
+typedef dsattn_status (*dsattn_layer_fn)(dsattn_ctx *ctx, void *seq, int layer,
+                                         const float *x, size_t n, float *out);
+dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
+                                   const float *const *norm, size_t n_layers, size_t dim,
+                                   float eps, float *h, size_t n, float *attn_in,
+                                   float *attn_out);
+
 #endif /* DSATTN_OPS_H */
