@@ -495,3 +495,44 @@ DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
     dsattn_ctx_destroy(ref);
     dsattn_ctx_destroy(fast);
 }
+
+/* ==== Top-k ============================================================= */
+
+DSATTN_TEST(formats, topk_heap_equals_full_sort_seed13)
+{
+    /* The k-heap fast path must return exactly the sorted reference: same
+     * indices in the same order, with heavy ties (bf16-like scores), -inf
+     * entries, NaN, k = 1, k = n and k > n. */
+    dsattn_rng r = { 13 };
+    const size_t ns[] = { 1, 7, 64, 1000, 5000 };
+    int32_t *a = malloc(6000 * sizeof(int32_t)), *b = malloc(6000 * sizeof(int32_t));
+    float *s = malloc(6000 * sizeof(float));
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        size_t n = ns[ni];
+        for (size_t i = 0; i < n; i++) {
+            s[i] = dsattn_round_bf16((float)(dsattn_rng_u64(&r) % 17) * 0.25f);   /* ties */
+            if (i % 11 == 3) s[i] = -INFINITY;
+        }
+        if (n > 10) s[5] = NAN;
+        const size_t ks[] = { 1, 3, n / 2 + 1, n, n + 5 };
+        for (size_t ki = 0; ki < 5; ki++) {
+            size_t k = ks[ki] > n ? n : ks[ki];
+            dsattn_topk(s, n, ks[ki], a, NULL);
+            dsattn_topk_ref(s, n, k, b);
+            CHECK_MSG(!memcmp(a, b, k * sizeof(int32_t)), "n %zu k %zu", n, k);
+        }
+        if (n > 10) {                 /* NaN ranks first */
+            dsattn_topk(s, n, 2, a, NULL);
+            CHECK_EQ_INT(a[0], 5);
+        }
+    }
+    /* the tie rule itself (both paths share one comparator): equal scores
+     * come out lowest index first, and a higher score beats any index */
+    for (size_t i = 0; i < 100; i++) s[i] = 1.0f;
+    s[70] = 2.0f;
+    s[3] = -INFINITY;
+    dsattn_topk(s, 100, 5, a, NULL);
+    const int32_t want[5] = { 70, 0, 1, 2, 4 };
+    CHECK(!memcmp(a, want, sizeof want));
+    free(a); free(b); free(s);
+}
