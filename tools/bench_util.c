@@ -8,6 +8,7 @@
  * compiled without ISA flags; they run only if cpuid agrees.  Deliberately
  * not here: any model code, and speed assertions (numbers are reported).
  */
+#include "dsattn_commit.h"
 #include "bench_util.h"
 
 #include "internal.h"

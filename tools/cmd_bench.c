@@ -17,6 +17,7 @@
  * never enforced.  The machine probes (read bandwidth, FMA peak) are in
  * bench_util.c, shared with the model-level modes.
  */
+#include "dsattn_commit.h"
 #include "bench_util.h"
 #include "blas.h"
 #include "cli.h"

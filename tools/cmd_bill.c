@@ -25,6 +25,7 @@
  * work), and constants for bytes or FLOPs (a hidden constant would defeat
  * the point of a measured bill).
  */
+#include "dsattn_commit.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "dsattn.h"
