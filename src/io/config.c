@@ -278,10 +278,15 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
         TRY(check_pos(what, "o_groups", c->o_groups, 1, err, errlen));
         TRY(check_pos(what, "o_lora_rank", c->o_lora_rank, 1, err, errlen));
         TRY(check_pos(what, "window_size", c->window_size, 1, err, errlen));
-        if (c->rope_head_dim >= c->head_dim || c->rope_head_dim % 2)
+        /* V4.1 rotates the tail of a head and quantizes all of it, so a
+         * head of rope dims only is valid there; V4 quantizes the non-rope
+         * part by itself and needs some. */
+        if (c->rope_head_dim > c->head_dim || c->rope_head_dim % 2 || c->rope_head_dim <= 0 ||
+            (a != DSATTN_ARCH_V41 && c->rope_head_dim == c->head_dim))
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                               "%s: rope_head_dim %lld must be even and below head_dim %lld",
-                               what, (long long)c->rope_head_dim, (long long)c->head_dim);
+                               "%s: rope_head_dim %lld must be even, positive and %s head_dim %lld",
+                               what, (long long)c->rope_head_dim,
+                               a == DSATTN_ARCH_V41 ? "at most" : "below", (long long)c->head_dim);
         if (c->n_heads % c->o_groups)
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                                "%s: n_heads %lld is not a multiple of o_groups %lld",
