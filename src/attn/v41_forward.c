@@ -214,7 +214,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     const size_t s = ck->s, ratio = (size_t)L->ratio;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     const size_t rd = (size_t)c->rope_head_dim, D = (size_t)c->head_dim;
-    const size_t dim = (size_t)c->dim, QL = (size_t)c->q_lora_rank;
+    const size_t QL = (size_t)c->q_lora_rank;
     const size_t T = ((size_t)ck->start_pos + s) / ratio;
     const size_t first = (size_t)ck->start_pos / ratio;
     const size_t kbytes = dsattn_v41_kidx_bytes(c);
@@ -222,7 +222,6 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     dsattn_actq aq = v41_actq();
     dsattn_status st = DSATTN_OK;
     float cs[64], sn[64];
-    (void)QL;
 
     /* 1. owners: index keys from the PRE-RoPE latent -> RoPE -> FP4 */
     if (L->owns_k && n_new > 0) {
@@ -267,7 +266,6 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
                                  0, &aq, aqs, qi)))
         goto done;
     if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
-    (void)dim;
 
     /* 3. slots for this chunk's rows */
     if (!grow((void **)&seq->rt.topk, &seq->rt.topk_cap, s * kw + 1, sizeof(int32_t)) ||
@@ -278,14 +276,12 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     if (L->is_candidate_source) {
         size_t stride = DSATTN_MIN((size_t)c->candidate_topk_blocks, nb_max) *
                         (size_t)c->candidate_block_size;
-        size_t ncap = 0;
         if (!grow((void **)&seq->rt.cand, &seq->rt.cand_cap, s * stride + 1, sizeof(int32_t))) {
             st = DSATTN_ERR_NOMEM;
             goto done;
         }
         size_t *nn = realloc(seq->rt.cand_n, (s + 1) * sizeof *nn);
         if (!nn) { st = DSATTN_ERR_NOMEM; goto done; }
-        (void)ncap;
         seq->rt.cand_n = nn;
         seq->rt.cand_rows = s;
         seq->rt.cand_stride = stride;

@@ -152,8 +152,6 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
     if (W->kind == DSATTN_W_FP4 && K % 32) return DSATTN_ERR_UNSUPPORTED;
 
     const dsattn_kernels *k = ctx->k;
-    const size_t chunk = 64;             /* multiple of every FP8 block edge */
-    const size_t n_chunks = (R + chunk - 1) / chunk;
 
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
         /* Prefill-sized: each thread dequantizes its own row panels (SIMD
@@ -192,7 +190,6 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
         const size_t per = ((R + nthr - 1) / nthr + 127) / 128 * 128;
         const size_t n_rng = (R + per - 1) / per;
         const size_t n_tasks = n_tok * n_rng;
-        (void)n_chunks;
 #pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n_tok * R * K >= 65536 && n_tasks > 1)
         for (size_t task = 0; task < n_tasks; task++) {
             size_t t = task / n_rng, c = task % n_rng;

@@ -271,7 +271,7 @@ static float index_head_sum(const float *dots, size_t nh, const float *w)
 }
 
 static void index_score_one(dsattn_ctx *ctx, const float *q, size_t nh, size_t dh,
-                            const float *w, const float *key, float *dots)
+                            const float *key, float *dots)
 {
     if (ctx->mode == DSATTN_MODE_REFERENCE) {
         for (size_t h = 0; h < nh; h++) {
@@ -282,7 +282,6 @@ static void index_score_one(dsattn_ctx *ctx, const float *q, size_t nh, size_t d
     } else {
         ctx->k->mdot_f32(q, dh, nh, key, dh, dots);
     }
-    (void)w;
 }
 
 /* Fast path: exact integer dots (index_vnni_avx512.c) when the keys are
@@ -322,7 +321,7 @@ void dsattn_index_scores_bf16(dsattn_ctx *ctx, const float *q, size_t nh,
     for (size_t j = 0; j < n; j++) {
         float key[512], dots[256];
         dsattn_kv_row(ksrc, j0 + j, key);
-        index_score_one(ctx, q, nh, dh, w, key, dots);
+        index_score_one(ctx, q, nh, dh, key, dots);
         score[j] = index_head_sum(dots, nh, w);
     }
 }
@@ -338,7 +337,7 @@ void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
     for (size_t j = 0; j < n; j++) {
         float key[512], dots[256];
         dsattn_kv_row(ksrc, (size_t)rows[j], key);
-        index_score_one(ctx, q, nh, dh, w, key, dots);
+        index_score_one(ctx, q, nh, dh, key, dots);
         score[j] = index_head_sum(dots, nh, w);
     }
 }
