@@ -225,7 +225,8 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
 
     /* 1. owners: index keys from the PRE-RoPE latent -> RoPE -> FP4 */
     if (L->owns_k && n_new > 0) {
-        float *kk = dsattn_alloc_array(n_new * Di, sizeof(float));
+        /* the sequence's indexer scratch; done with before it grows below */
+        float *kk = grow_buf(&seq->iscratch, &seq->iscratch_size, n_new * Di * sizeof(float));
         if (!kk) return DSATTN_ERR_NOMEM;
         st = dsattn_linear(ctx, &L->i_wk, latent, D, n_new, kk, Di, DSATTN_OUT_BF16, NULL, NULL);
         for (size_t i = 0; i < n_new && !st; i++) {
@@ -235,7 +236,6 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
             dsattn_rope_apply(k + Di - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
             dsattn_fp4_index_pack(k, Di, S->kidx + (first + i) * kbytes, NULL);
         }
-        dsattn_free(kk);
         if (st) return st;
         seq->rt.index_k = l;
     }
@@ -357,16 +357,19 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
         *n_new = s;
         return DSATTN_OK;
     }
-    float *kv = dsattn_alloc_array(2 * s * D + dsattn_compressor_scratch(m, D), sizeof(float));
+    /* projections in the sequence's indexer scratch (free until the indexer
+     * of this layer runs): no allocation per decode step */
+    float *kv = grow_buf(&seq->iscratch, &seq->iscratch_size,
+                         (2 * s * D + dsattn_compressor_scratch(m, D)) * sizeof(float));
     if (!kv) return DSATTN_ERR_NOMEM;
     float *z = kv + s * D, *ws = z + s * D;
     st = dsattn_linear(ctx, &L->c_wkv, x, dim, s, kv, D, DSATTN_OUT_F32, NULL, NULL);
     if (!st) st = dsattn_linear(ctx, &L->c_wgate, x, dim, s, z, D, DSATTN_OUT_F32, NULL, NULL);
-    if (st) { dsattn_free(kv); return st; }
+    if (st) return st;
     /* V4.1: no APE, no overlap - the same state machine as V4's compressor */
     size_t n = dsattn_compressor_pool(kv, z, s, D, m, 0, NULL, S->kv_state, S->score_state,
                                       ck->start_pos, ck->prefill, lat, ws);
-    dsattn_free(kv);
+    
     for (size_t i = 0; i < n; i++) {
         dsattn_round_bf16_n(lat + i * D, D);                   /* kv.to(bf16) */
         dsattn_rmsnorm(lat + i * D, L->c_norm, D, c->norm_eps, lat + i * D, DSATTN_OUT_BF16);

@@ -295,9 +295,10 @@ static int index_scores_vnni(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
         ksrc->kind != DSATTN_KV_FP4_IDX ||
         ksrc->d != dh || !dsattn_index_vnni_ok(nh, dh))
         return 0;
-    dsattn_index_vnni_q *p = dsattn_alloc(sizeof *p);
-    if (!p) return 0;
-    if (!dsattn_index_vnni_prepare(p, q, nh, dh, w)) { dsattn_free(p); return 0; }
+    /* one per thread, reused: no allocation per scored row set */
+    static __thread dsattn_index_vnni_q tls_q;
+    dsattn_index_vnni_q *p = &tls_q;
+    if (!dsattn_index_vnni_prepare(p, q, nh, dh, w)) return 0;
     const size_t chunk = 2048;
     const size_t nc = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (nc > 1)
@@ -306,7 +307,6 @@ static int index_scores_vnni(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
         dsattn_index_vnni_scores(p, ksrc->base, ksrc->stride, rows ? rows + a : NULL,
                                  j0 + a, len, score + a);
     }
-    dsattn_free(p);
     return 1;
 }
 
