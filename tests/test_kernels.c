@@ -728,7 +728,7 @@ static int table_complete(const dsattn_kernels *k)
            k->dequant_fp8ue8m0_row && k->dequant_fp4ue8m0_row && k->mdot_fp4e4m3 &&
            k->mdot_fp4e4m3_rows && k->maxpy_fp4e4m3_rows &&
            k->maxpy_fp4e4m3 && k->mdot_fp4ue8m0 && k->mdot_fp8ue8m0 && k->maxpy_fp8ue8m0 &&
-           k->cvt_bf16_f32 && k->mdot_bf16_rows;
+           k->cvt_bf16_f32 && k->mdot_bf16_rows && k->gemv_fp8_finite;
 }
 
 DSATTN_TEST(kernels, tables_complete)
@@ -886,4 +886,35 @@ DSATTN_TEST(kernels, blas_coretype_reexec)
     /* the marker alone stops the re-exec (the loop guard) */
     CHECK(cli_env("DSATTN_BLAS_REEXEC=1", out, sizeof out));
     CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=\n") != NULL, "marker ignored: %s", out);
+}
+
+DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)
+{
+    /* Same bits as the NaN-tracking GEMV on every table, blocks 32 and 128,
+     * ragged rows and k; and on the reference table it IS the reference. */
+    const dsattn_kernels *tabs[3] = { &dsattn_kernels_ref, dsattn_kernels_avx2_ptr,
+                                      dsattn_kernels_avx512_ptr };
+    const int have[3] = { 1, dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512() };
+    dsattn_rng r = { 17 };
+    const size_t shapes[3][3] = { { 37, 300, 32 }, { 130, 5120, 128 }, { 64, 1280, 32 } };
+    for (int s = 0; s < 3; s++) {
+        size_t R = shapes[s][0], K = shapes[s][1], bs = shapes[s][2];
+        size_t ld = (K + bs - 1) / bs, sr = (R + bs - 1) / bs;
+        uint8_t *W = malloc(R * K);
+        float *sc = malloc(sr * ld * sizeof(float)), *x = malloc(K * sizeof(float));
+        float *y0 = malloc(R * sizeof(float)), *y1 = malloc(R * sizeof(float));
+        for (size_t i = 0; i < R * K; i++) {
+            W[i] = (uint8_t)dsattn_rng_u64(&r);
+            if ((W[i] & 0x7f) == 0x7f) W[i] ^= 1;
+        }
+        for (size_t i = 0; i < sr * ld; i++) sc[i] = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 8) - 12);
+        for (size_t i = 0; i < K; i++) x[i] = dsattn_rng_normal(&r);
+        for (int t = 0; t < 3; t++) {
+            if (!tabs[t] || !have[t]) continue;
+            tabs[t]->gemv_fp8(W, sc, bs, ld, x, y0, R, K);
+            tabs[t]->gemv_fp8_finite(W, sc, bs, ld, x, y1, R, K);
+            CHECK_BITS(tabs[t]->name, y1, y0, R);
+        }
+        free(W); free(sc); free(x); free(y0); free(y1);
+    }
 }

@@ -564,6 +564,14 @@ dsattn_status dsattn_ckpt_weight(const dsattn_ckpt *ck, const char *base,
         w->scale = sf;
         w->owned = sf;
         w->block = bs;
+        /* one pass over the bytes: weights without NaN codes may use the
+         * GEMV that does not track them (kernels.h gemv_fp8_finite) */
+        {
+            const uint8_t *b = t->data;
+            int nan = 0;
+            for (size_t i = 0; i < t->nbytes && !nan; i++) nan = (b[i] & 0x7f) == 0x7f;
+            w->finite = !nan;
+        }
         break;
     }
     case DSATTN_DT_I8:

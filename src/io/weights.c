@@ -136,6 +136,7 @@ int dsattn_weight_random(dsattn_weight *w, dsattn_wkind kind, size_t rows, size_
         w->block = block;
         w->data = p;
         w->scale = scale;
+        w->finite = 1;                  /* exponent field 4..11: never NaN */
         return DSATTN_OK;
     }
     if (kind != DSATTN_W_BF16 && kind != DSATTN_W_F32) return DSATTN_ERR_UNSUPPORTED;

@@ -26,6 +26,7 @@ typedef struct {
     const float   *scale;       /* FP8: [ceil(rows/block), ceil(cols/block)]   */
     const uint8_t *scale_e8m0;  /* FP4: [rows, cols/32]                        */
     size_t         block;       /* FP8 block edge (32 or 128)                  */
+    int            finite;      /* FP8: no NaN code in data (checked / made)  */
     void          *owned;       /* converted storage to free, or NULL          */
 } dsattn_weight;
 

@@ -116,6 +116,14 @@ typedef struct dsattn_kernels {
     void (*mdot_bf16_rows)(const float *q, size_t ldq, size_t nh,
                            const uint16_t *rows, size_t ldr, size_t nr,
                            size_t k, float *out, size_t ldo);
+
+    /* gemv_fp8 for weights known to hold no E4M3 NaN code (0x7f / 0xff) -
+     * checked by the loader, impossible in generated weights.  On such
+     * weights its results equal gemv_fp8's bit for bit; it only skips the
+     * per-byte NaN tracking that makes a NaN weight give a NaN output. */
+    void (*gemv_fp8_finite)(const uint8_t *W, const float *scale, size_t bs,
+                            size_t ldsc, const float *x, float *y,
+                            size_t rows, size_t k);
 } dsattn_kernels;
 
 extern const dsattn_kernels dsattn_kernels_ref;

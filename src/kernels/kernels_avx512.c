@@ -284,7 +284,7 @@ static void fp8_arrange_x(const float *x, const float *sc, size_t bs, size_t k0,
 }
 
 AI void fp8_rows(const uint8_t *W, size_t k, const float *xb, size_t kn, float *y,
-                 const int R, int accumulate)
+                 const int R, int accumulate, const int track_nan)
 {
     __m512 acc[4];
     __m512i nanv[4];
@@ -302,7 +302,7 @@ AI void fp8_rows(const uint8_t *W, size_t k, const float *xb, size_t kn, float *
         for (int r = 0; r < R; r++) {
             _mm_prefetch((const char *)(W + 2 * R * k) + (t0 / 64 * R + r) * 64, _MM_HINT_T1);
             __m512i v = _mm512_maskz_loadu_epi8(m, W + r * k + t0);
-            nanv[r] = _mm512_max_epu8(nanv[r], _mm512_or_si512(v, msb));
+            if (track_nan) nanv[r] = _mm512_max_epu8(nanv[r], _mm512_or_si512(v, msb));
             __m512i lo = e4m3w_to_h(v);
             __m512i hi = _mm512_and_si512(_mm512_srai_epi16(v, 1),
                                           _mm512_set1_epi16((short)0xBF80));
@@ -317,14 +317,14 @@ AI void fp8_rows(const uint8_t *W, size_t k, const float *xb, size_t kn, float *
     else for (int r = 0; r < R; r++) s[r] = hsum(acc[r]);
     for (int r = 0; r < R; r++) {
         s[r] *= 256.0f;
-        if (_mm512_cmpeq_epi8_mask(nanv[r], _mm512_set1_epi8(-1))) s[r] = __builtin_nanf("");
+        if (track_nan && _mm512_cmpeq_epi8_mask(nanv[r], _mm512_set1_epi8(-1)))
+            s[r] = __builtin_nanf("");
     }
     put_sums(y, s, R, accumulate);
 }
 
-static void gemv_fp8_avx512(const uint8_t *W, const float *scale, size_t bs,
-                            size_t ldsc, const float *x, float *y, size_t rows,
-                            size_t k)
+AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                      const float *x, float *y, size_t rows, size_t k, const int nan)
 {
     float xb[XCH] A64;
     if (bs == 0) return;
@@ -341,16 +341,33 @@ static void gemv_fp8_avx512(const uint8_t *W, const float *scale, size_t bs,
             int acc = k0 > 0;
             fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
             size_t r = rb0;
-            for (; r + 4 <= rb1; r += 4) fp8_rows(W + r * k + k0, k, xb, kn, y + r, 4, acc);
+            for (; r + 4 <= rb1; r += 4) fp8_rows(W + r * k + k0, k, xb, kn, y + r, 4, acc, nan);
             switch (rb1 - r) {
-            case 3: fp8_rows(W + r * k + k0, k, xb, kn, y + r, 3, acc); break;
-            case 2: fp8_rows(W + r * k + k0, k, xb, kn, y + r, 2, acc); break;
-            case 1: fp8_rows(W + r * k + k0, k, xb, kn, y + r, 1, acc); break;
+            case 3: fp8_rows(W + r * k + k0, k, xb, kn, y + r, 3, acc, nan); break;
+            case 2: fp8_rows(W + r * k + k0, k, xb, kn, y + r, 2, acc, nan); break;
+            case 1: fp8_rows(W + r * k + k0, k, xb, kn, y + r, 1, acc, nan); break;
             default: break;
             }
         }
         rb0 = rb1;
     }
+}
+
+/* NaN codes propagate (the reference's contract on any bytes) */
+static void gemv_fp8_avx512(const uint8_t *W, const float *scale, size_t bs,
+                            size_t ldsc, const float *x, float *y, size_t rows,
+                            size_t k)
+{
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1);
+}
+
+/* Weights without NaN codes: the same sums without the tracking (about 5 %
+ * of a V4.1 decode step, measured with dsattn bench v41). */
+static void gemv_fp8_finite_avx512(const uint8_t *W, const float *scale, size_t bs,
+                                   size_t ldsc, const float *x, float *y, size_t rows,
+                                   size_t k)
+{
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0);
 }
 
 /* ==== FP4 E2M1 GEMV ===================================================== */
@@ -1141,6 +1158,7 @@ static const dsattn_kernels kernels_avx512 = {
     .gemv_f32             = gemv_f32_avx512,
     .gemv_bf16            = gemv_bf16_avx512,
     .gemv_fp8             = gemv_fp8_avx512,
+    .gemv_fp8_finite      = gemv_fp8_finite_avx512,
     .gemv_fp4             = gemv_fp4_avx512,
     .dot_f32              = dot_f32_avx512,
     .mdot_f32             = mdot_f32_avx512,

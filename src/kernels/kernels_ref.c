@@ -227,6 +227,7 @@ const dsattn_kernels dsattn_kernels_ref = {
     .gemv_f32  = gemv_f32_ref,
     .gemv_bf16 = gemv_bf16_ref,
     .gemv_fp8  = gemv_fp8_ref,
+    .gemv_fp8_finite = gemv_fp8_ref,   /* same function: no NaN code, same result */
     .gemv_fp4  = gemv_fp4_ref,
     .dot_f32   = dot_f32_ref,
     .mdot_f32  = mdot_f32_ref,

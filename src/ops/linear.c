@@ -76,8 +76,9 @@ static void gemv_rows(const dsattn_kernels *k, const dsattn_weight *W,
         break;
     case DSATTN_W_FP8: {
         size_t ldsc = (K + W->block - 1) / W->block;
-        k->gemv_fp8((const uint8_t *)W->data + r0 * K, W->scale + (r0 / W->block) * ldsc,
-                    W->block, ldsc, x, y + r0, r1 - r0, K);
+        (W->finite ? k->gemv_fp8_finite : k->gemv_fp8)(
+            (const uint8_t *)W->data + r0 * K, W->scale + (r0 / W->block) * ldsc, W->block, ldsc,
+            x, y + r0, r1 - r0, K);
         break;
     }
     case DSATTN_W_FP4:
