@@ -810,24 +810,26 @@ done:
 
 /* ==== The golden-case stack and accessors =============================== */
 
-static dsattn_status dsattn_mla_stack_forward_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
-                                 float *out)
+/* adapters for the shared stand-in loop (src/ops: dsattn_standin_stack) */
+static dsattn_status mla_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
+                                float *out)
 {
     return dsattn_mla_attn_forward(ctx, (dsattn_mla_seq *)seq, l, x, n, out);
+}
+
+static const float *mla_norm(const void *seq, int l)
+{
+    return ((const dsattn_mla_seq *)seq)->m->layer[l].attn_norm;
 }
 
 dsattn_status dsattn_mla_stack_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, float *h, size_t n,
                    float *attn_in, float *attn_out)
 {
     if (!ctx || !seq || !h || n == 0) return DSATTN_ERR_INVALID_ARG;
-    const size_t nl = (size_t)seq->m->cfg.n_layers;
-    const float **norm = malloc((nl + 1) * sizeof *norm);
-    if (!norm) return DSATTN_ERR_NOMEM;
-    for (size_t l = 0; l < nl; l++) norm[l] = seq->m->layer[l].attn_norm;
-    dsattn_status st = dsattn_standin_stack(ctx, seq, dsattn_mla_stack_forward_layer, norm, nl,
-                                            (size_t)seq->m->cfg.dim, seq->m->cfg.eps, h, n, attn_in,
-                                            attn_out);
-    free(norm);
+    dsattn_status st = dsattn_standin_stack(ctx, seq, mla_layer, mla_norm,
+                                            (size_t)seq->m->cfg.n_layers,
+                                            (size_t)seq->m->cfg.dim, seq->m->cfg.eps, h, n,
+                                            attn_in, attn_out);
     if (!st) st = dsattn_mla_seq_advance(seq, n);
     return st;
 }

@@ -145,7 +145,7 @@ void dsattn_window_idx_decode_valid_first(size_t w, int64_t start_pos, int32_t *
 }
 
 dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
-                                   const float *const *norm, size_t n_layers, size_t dim,
+                                   dsattn_norm_fn norm, size_t n_layers, size_t dim,
                                    float eps, float *h, size_t n, float *attn_in,
                                    float *attn_out)
 {
@@ -155,7 +155,8 @@ dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn l
     dsattn_status st = DSATTN_OK;
     for (size_t l = 0; l < n_layers && !st; l++) {
         for (size_t t = 0; t < n; t++)
-            dsattn_rmsnorm(h + t * dim, norm[l], dim, eps, xin + t * dim, DSATTN_OUT_BF16);
+            dsattn_rmsnorm(h + t * dim, norm(seq, (int)l), dim, eps, xin + t * dim,
+                           DSATTN_OUT_BF16);
         if ((st = layer(ctx, seq, (int)l, xin, n, xout))) break;
         for (size_t i = 0; i < n * dim; i++) h[i] = h[i] + xout[i];
         if (attn_in) memcpy(attn_in + l * n * dim, xin, n * dim * sizeof(float));

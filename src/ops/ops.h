@@ -293,13 +293,14 @@ dsattn_status dsattn_index_weights(dsattn_ctx *ctx, const dsattn_weight *wproj,
 
 /* h_{l+1} = h_l + attn_l(bf16(RMSNorm_l(h_l))) over n_layers layers, with an
  * fp32 residual and no FFN (golden-cases.md §1): every generation's
- * *_stack_forward is this loop around its own layer call.  norm[l] is
- * layer l's attn_norm weight; attn_in / attn_out (optional) receive
+ * *_stack_forward is this loop around its own layer call.  norm(seq, l)
+ * returns layer l's attn_norm weight; attn_in / attn_out (optional) receive
  * [n_layers, n, dim].  The caller advances its sequence afterwards. */
 typedef dsattn_status (*dsattn_layer_fn)(dsattn_ctx *ctx, void *seq, int layer,
                                          const float *x, size_t n, float *out);
+typedef const float *(*dsattn_norm_fn)(const void *seq, int layer);
 dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
-                                   const float *const *norm, size_t n_layers, size_t dim,
+                                   dsattn_norm_fn norm, size_t n_layers, size_t dim,
                                    float eps, float *h, size_t n, float *attn_in,
                                    float *attn_out);
 
