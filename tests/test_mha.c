@@ -9,7 +9,9 @@
  * allocate (16,384 / 4,096 B per token per layer). */
 #include "harness.h"
 
+#include "kernels.h"
 #include "mha.h"
+#include "mha_kernels.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -409,6 +411,157 @@ DSATTN_TEST(mha, reference_agrees_with_float64_llama_attention_seed6)
     free(q); free(k); free(v); free(att); free(x); free(o); free(want);
     dsattn_mha_seq_destroy(s);
     dsattn_ctx_destroy(c);
+    dsattn_mha_destroy(m);
+}
+
+/* ==== The fast decode kernel against the contract ====================== */
+
+/* One query token, G heads against one KV head's cache in the mha.h layout
+ * (key-tiled K, row-major V), restated here in double with the contract's
+ * roundings (bf16 scores, fp32 exp of the difference, bf16 p, bf16 o):
+ * written from docs/bill.md, independent of both kernels. */
+static void contract_attend(const float *q, size_t G, size_t d, const uint16_t *K,
+                            const uint16_t *V, size_t cap, size_t T, float *o)
+{
+    const float inv = 1.0f / sqrtf((float)d);
+    float *s = malloc(T * sizeof(float));
+    for (size_t h = 0; h < G; h++) {
+        float mx = -INFINITY;
+        for (size_t j = 0; j < T; j++) {
+            double a = 0.0;
+            for (size_t i = 0; i < d; i++)
+                a += (double)q[h * d + i] *
+                     (double)dsattn_bf16_to_f32(K[dsattn_mha_k_index(cap, d, 0, j, i)]);
+            s[j] = dsattn_round_bf16(dsattn_round_bf16((float)a) * inv);
+            mx = fmaxf(mx, s[j]);
+        }
+        double sum = 0.0;
+        for (size_t j = 0; j < T; j++) {
+            s[j] = (float)exp((double)(s[j] - mx));
+            sum += s[j];
+        }
+        for (size_t j = 0; j < T; j++) s[j] = dsattn_round_bf16(s[j] / (float)sum);
+        for (size_t i = 0; i < d; i++) {
+            double a = 0.0;
+            for (size_t j = 0; j < T; j++)
+                a += (double)s[j] * (double)dsattn_bf16_to_f32(V[dsattn_mha_v_index(cap, d, 0, j, i)]);
+            o[h * d + i] = dsattn_round_bf16((float)a);
+        }
+    }
+    free(s);
+}
+
+/* |f - r| <= 2 bf16 ulps of r (fp32 sums in another order flip a bf16
+ * rounding now and then, by one ulp).  A key dropped, doubled or read from
+ * the wrong tile moves outputs by ~200/sqrt(T) ulps at these depths. */
+static int within_2ulp(const char *what, const float *f, const float *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int e;
+        frexpf(r[i], &e);
+        float tol = r[i] == 0.0f ? 1e-30f : ldexpf(2.0f, e - 8);
+        if (!(fabsf(f[i] - r[i]) <= tol)) {
+            CHECK_MSG(0, "%s: [%zu] fast %.9g contract %.9g", what, i, f[i], r[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Cases: one key, a cache of one key, keys ending inside a partial tile
+ * (cap not a multiple of 32) or a full one, depths off the 32-key tile and
+ * the 64-key P.V chunk, G batched as 8/4/2/1 (3, 5, 12, 64), d with a
+ * partial 32-dim block (80, 96), and a deep case with prefetch active. */
+DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
+{
+    if (!dsattn_mha_attend_avx512_ptr || !dsattn_cpu_has_avx512()) {
+        dsattn_test_skip("no AVX-512 (CPU or compiler)");
+        return;
+    }
+    static const struct { size_t G, d, cap, T; float qs; } cs[] = {
+        { 1, 128, 1, 1, 1 },      { 8, 128, 40, 1, 1 },     { 8, 128, 40, 33, 1 },
+        { 8, 128, 40, 40, 4 },    { 2, 64, 100, 97, 1 },    { 3, 80, 70, 64, 2 },
+        { 12, 128, 300, 257, 1 }, { 1, 128, 1000, 999, 1 }, { 5, 96, 129, 129, 4 },
+        { 64, 128, 65, 65, 1 },   { 16, 128, 64, 64, 1 },   { 4, 128, 4096, 3001, 3 },
+        { 8, 2, 33, 33, 8 },
+    };
+    dsattn_rng r = { 7 };
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const size_t G = cs[c].G, d = cs[c].d, cap = cs[c].cap, T = cs[c].T;
+        uint16_t *K = malloc(cap * d * 2), *V = malloc(cap * d * 2);
+        float *q = malloc(G * d * 4), *of = malloc(G * d * 4), *oc = malloc(G * d * 4),
+              *o1 = malloc(G * d * 4);
+        void *ws = dsattn_alloc(dsattn_mha_attend_ws_bytes(G, T));
+        for (size_t i = 0; i < cap * d; i++) {
+            K[i] = dsattn_f32_to_bf16(dsattn_rng_uniform(&r));
+            V[i] = dsattn_f32_to_bf16(dsattn_rng_uniform(&r));
+        }
+        for (size_t i = 0; i < G * d; i++) q[i] = dsattn_round_bf16(cs[c].qs * dsattn_rng_normal(&r));
+        const float inv = 1.0f / sqrtf((float)d);
+        dsattn_mha_attend_avx512_ptr(q, G, d, K, V, cap, T, inv, ws, of);
+        contract_attend(q, G, d, K, V, cap, T, oc);
+        char what[96];
+        snprintf(what, sizeof what, "G %zu d %zu cap %zu T %zu", G, d, cap, T);
+        if (!within_2ulp(what, of, oc, G * d)) CHECK_MSG(0, "case %zu", c);
+        /* heads one at a time give the same bits as the batch (GQA == MHA) */
+        for (size_t h = 0; h < G; h++)
+            dsattn_mha_attend_avx512_ptr(q + h * d, 1, d, K, V, cap, T, inv, ws, o1 + h * d);
+        CHECK_BITS(what, o1, of, G * d);
+        free(K); free(V); free(q); free(of); free(oc); free(o1);
+        dsattn_free(ws);
+    }
+}
+
+/* Decode through the layer at depths around the tile and chunk edges, on
+ * every fast table this CPU has (AVX-512 kernel, plain C on avx2 / ref):
+ * each against the reference layer, and the two fast paths against each
+ * other.  A GQA config (4 heads on 2 KV heads, d = 64). */
+DSATTN_TEST(mha, fast_decode_every_isa_matches_reference_at_tile_edges_seed8)
+{
+    enum { DIM = 256 };
+    static const size_t depth[] = { 0, 1, 31, 32, 63, 64, 65, 97, 200 };
+    char err[256] = "";
+    dsattn_mha *m = NULL;
+    CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("edges", 2, 1), 8, err, sizeof err));
+    if (!m) return;
+    dsattn_ctx *cr = mk_ctx(DSATTN_MODE_REFERENCE), *cf[2] = { NULL, NULL };
+    const dsattn_isa isa[2] = { DSATTN_ISA_AVX512, DSATTN_ISA_REF };
+    for (int k = 0; k < 2; k++) {
+        dsattn_ctx_params p = dsattn_ctx_default_params();
+        p.mode = DSATTN_MODE_FAST;
+        p.isa = isa[k];
+        if (k == 0 && !dsattn_cpu_has_avx512()) continue;
+        CHECK_OK(dsattn_ctx_create(&cf[k], &p));
+    }
+    float *x = rand_x(1, DIM, 81), *orf = calloc(DIM, 4), *of[2] = { calloc(DIM, 4), calloc(DIM, 4) };
+    for (size_t di = 0; di < sizeof depth / sizeof depth[0]; di++) {
+        /* caps: one more than the depth (a 1-wide last tile at 31, 63) and
+         * a full 32-key last tile */
+        for (int cv = 0; cv < 2; cv++) {
+            size_t cap = cv ? (depth[di] + 1 + 31) / 32 * 32 : depth[di] + 1;
+            dsattn_mha_seq *s = NULL;
+            CHECK_OK(dsattn_mha_seq_create(&s, m, cap));
+            CHECK_OK(dsattn_mha_seq_fill_synthetic(s, (int64_t)depth[di], 9 + di));
+            CHECK_OK(dsattn_mha_attn_forward(cr, s, 0, x, 1, orf));
+            char what[64];
+            for (int k = 0; k < 2; k++) {
+                if (!cf[k]) continue;
+                CHECK_OK(dsattn_mha_attn_forward(cf[k], s, 0, x, 1, of[k]));
+                snprintf(what, sizeof what, "%s depth %zu cap %zu", k ? "plain C" : "avx512",
+                         depth[di], cap);
+                close_enough(what, of[k], orf, DIM, DIM);
+            }
+            if (cf[0] && cf[1]) {
+                snprintf(what, sizeof what, "avx512 vs plain C depth %zu", depth[di]);
+                close_enough(what, of[0], of[1], DIM, DIM);
+            }
+            dsattn_mha_seq_destroy(s);
+        }
+    }
+    free(x); free(orf); free(of[0]); free(of[1]);
+    dsattn_ctx_destroy(cr);
+    dsattn_ctx_destroy(cf[0]);
+    dsattn_ctx_destroy(cf[1]);
     dsattn_mha_destroy(m);
 }
 

@@ -39,26 +39,35 @@ struct dsattn_mha {
 
 /* Cache of one layer, bf16 bits:
  *   K [Hkv][cap][d]  post-RoPE keys (as HF's past_key_value holds them),
- *                    row-major: the score pass is a bf16 GEMV over rows.
- *   V [Hkv][cap][d] values stored block-transposed: token block b (tokens
- *                    b*B .. b*B+w-1, w = min(B, cap - b*B)) is a [d][w]
- *                    matrix, so the P.V pass is also a bf16 GEMV (rows =
- *                    the d channels, k = the block's tokens).
- * Exactly Hkv * d * cap values each, no padding: the bill sees the bytes
- * the layout needs.  One KV head's rows are contiguous, so the fast decode
- * streams them once for all G query heads of its group. */
-#define DSATTN_MHA_VBLOCK 64
+ *                    stored key-tiled: token tile b (tokens b*KT ..
+ *                    b*KT+w-1, w = min(KT, cap - b*KT)) is a [d][w]
+ *                    matrix, so one 64-byte line holds one dim of 32 keys
+ *                    and the score pass puts keys in SIMD lanes (scores of
+ *                    32 keys per FMA chain, no horizontal sums).
+ *   V [Hkv][cap][d]  values, row-major: the P.V pass puts dims in lanes
+ *                    (acc[h][:] += p[h][j] * v_j, again no horizontal sums).
+ * Exactly Hkv * d * cap values each, no padding (the last tile is only w
+ * keys wide): the bill sees the bytes the layout needs.  One KV head's
+ * K and V are each contiguous, so the fast decode streams them once for all
+ * G query heads of its group. */
+#define DSATTN_MHA_KTILE 32
 
 typedef struct {
     uint16_t *k, *v;
 } dsattn_mha_layer_s;
 
-/* Offset of V[g][t][i] in a layer's V buffer (cap tokens per head). */
+/* Offset of K[g][t][i] in a layer's K buffer (cap tokens per head). */
+static inline size_t dsattn_mha_k_index(size_t cap, size_t d, size_t g, size_t t, size_t i)
+{
+    size_t b0 = t / DSATTN_MHA_KTILE * DSATTN_MHA_KTILE;
+    size_t w = DSATTN_MIN((size_t)DSATTN_MHA_KTILE, cap - b0);
+    return g * cap * d + b0 * d + i * w + (t - b0);
+}
+
+/* Offset of V[g][t][i] in a layer's V buffer. */
 static inline size_t dsattn_mha_v_index(size_t cap, size_t d, size_t g, size_t t, size_t i)
 {
-    size_t b0 = t / DSATTN_MHA_VBLOCK * DSATTN_MHA_VBLOCK;
-    size_t w = DSATTN_MIN((size_t)DSATTN_MHA_VBLOCK, cap - b0);
-    return g * cap * d + b0 * d + i * w + (t - b0);
+    return (g * cap + t) * d + i;
 }
 
 struct dsattn_mha_seq {

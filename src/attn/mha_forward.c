@@ -26,19 +26,23 @@
  * Reference mode: every sum accumulated in double and rounded once (the
  * golden-case contract), exp in double rounded to fp32, one (query, head)
  * per work item, so the result is bit-reproducible whatever the threads.
- * Fast mode: the same roundings with fp32 accumulation through the kernel
- * table; decode streams each KV head's rows once, in blocks of 64 tokens,
- * for all G query heads of its group (mdot_bf16_rows over the K rows for
- * the scores and over the block-transposed V for P.V: every bf16 row is
- * decoded once for the whole group, no conversion pass, no copy), OpenMP
- * over (query, KV head) pairs.
+ * Fast mode: the same roundings with fp32 accumulation and exp within 2 ulp
+ * of expf, one (query, KV head) pair per work item (OpenMP), all G query
+ * heads of the group at once, so each bf16 K / V element is read from
+ * memory once per query token and decoded once for the whole group.  The
+ * AVX-512 table gets the kernel in src/kernels/mha_avx512.c (key-tiled K
+ * in lanes for the scores, row-major V in lanes for P.V, bf16 scores with a
+ * running max / sum between the two passes; docs/mha.md); other tables run
+ * attend_fast_c, the plain C statement of the same arithmetic.
  */
 #include "mha.h"
 
 #include "kernels.h"
+#include "mha_kernels.h"
 #include "numfmt.h"
 
 #include <math.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -88,61 +92,64 @@ static void softmax_row(float *sc, size_t T, float inv_sqrt_d, int ref)
 
 /* ==== Reference: one query head against its KV head ==================== */
 
-/* K: this KV head's rows [cap][d]; V: the head's block-transposed values
- * (dsattn_mha_v_index with g = 0). */
+/* K: this KV head's key-tiled cache, V its row-major values (the layer's
+ * buffers at dsattn_mha_k_index / v_index(cap, d, g, 0, 0)). */
 static void attend_ref(const float *q, size_t d, const uint16_t *K, const uint16_t *V,
                        size_t cap, size_t T, float inv_sqrt_d, float *sc, float *o)
 {
     for (size_t j = 0; j < T; j++) {
-        const uint16_t *k = K + j * d;
         double a = 0.0;
-        for (size_t i = 0; i < d; i++) a += (double)q[i] * (double)dsattn_bf16_to_f32(k[i]);
+        for (size_t i = 0; i < d; i++)
+            a += (double)q[i] * (double)dsattn_bf16_to_f32(K[dsattn_mha_k_index(cap, d, 0, j, i)]);
         sc[j] = (float)a;
     }
     softmax_row(sc, T, inv_sqrt_d, 1);
     for (size_t i = 0; i < d; i++) {
         double a = 0.0;
         for (size_t j = 0; j < T; j++)
-            a += (double)sc[j] * (double)dsattn_bf16_to_f32(V[dsattn_mha_v_index(cap, d, 0, j, i)]);
+            a += (double)sc[j] * (double)dsattn_bf16_to_f32(V[j * d + i]);
         o[i] = dsattn_round_bf16((float)a);
     }
 }
 
-/* ==== Fast: one query token, the G query heads of one KV head =========== */
+/* ==== Fast, plain C: one query token, the G query heads of one KV head == */
 
-/* q: [G][d] (bf16 values); K: this KV head's rows [cap][d]; V: its
- * block-transposed values; T visible keys; o: [G][d].
- * ws: G*T + G*d + G*max(d, 64) floats.
- * Both passes are one mdot_bf16_rows call per 64-token block reading the
- * cache in place: scores = q_h . K_row for all G heads per row (each bf16
- * row is decoded once for the whole group, not once per head), P.V =
- * p_h . V_channel over the block-transposed V (rows = the d channels,
- * k = the block's visible tokens, so no key past the query is touched).
- * A block (16 KB) is read from memory once. */
-static void attend_fast(const dsattn_kernels *k, const float *q, size_t G, size_t d,
-                        const uint16_t *K, const uint16_t *V, size_t cap, size_t T,
-                        float inv_sqrt_d, float *ws, float *o)
+/* The fast-mode arithmetic without SIMD (the kernel of every table but
+ * AVX-512, and what the AVX-512 kernel is tested against): q [G][d], K / V
+ * as attend_ref, T visible keys, ws >= attend_fast_c_floats(G, d, T)
+ * floats, o [G][d].  Each K tile is read once for the group (the scores of
+ * its keys in a register-sized row per head), each V row decoded once. */
+static size_t attend_fast_c_floats(size_t G, size_t d, size_t T)
 {
-    const size_t B = DSATTN_MHA_VBLOCK;
-    float *sc = ws, *acc = sc + G * T, *tmp = acc + G * d;
-    /* scores land as [token][head] (ldo = G), then one transpose into the
-     * per-head rows softmax_row wants; tmp is reused as the [B][G] tile */
-    float *st = tmp;
-    for (size_t t0 = 0; t0 < T; t0 += B) {
-        size_t nb = DSATTN_MIN(B, T - t0);
-        k->mdot_bf16_rows(q, d, G, K + t0 * d, d, nb, d, st, G);
-        for (size_t j = 0; j < nb; j++)
-            for (size_t h = 0; h < G; h++) sc[h * T + t0 + j] = st[j * G + h];
+    return G * T + G * d + d;
+}
+
+static void attend_fast_c(const float *q, size_t G, size_t d, const uint16_t *K,
+                          const uint16_t *V, size_t cap, size_t T, float inv_sqrt_d,
+                          void *ws, float *o)
+{
+    const size_t KT = DSATTN_MHA_KTILE;
+    float *sc = ws, *acc = sc + G * T, *v = acc + G * d;
+    for (size_t b0 = 0; b0 < T; b0 += KT) {
+        const size_t w = DSATTN_MIN(KT, cap - b0), nk = DSATTN_MIN(w, T - b0);
+        const uint16_t *kt = K + b0 * d;
+        for (size_t h = 0; h < G; h++) {
+            float s[DSATTN_MHA_KTILE] = { 0 };
+            for (size_t i = 0; i < d; i++) {
+                const float qi = q[h * d + i];
+                for (size_t j = 0; j < nk; j++) s[j] += qi * dsattn_bf16_to_f32(kt[i * w + j]);
+            }
+            memcpy(sc + h * T + b0, s, nk * sizeof(float));
+        }
     }
     for (size_t h = 0; h < G; h++) softmax_row(sc + h * T, T, inv_sqrt_d, 0);
     memset(acc, 0, G * d * sizeof(float));
-    for (size_t t0 = 0; t0 < T; t0 += B) {
-        const size_t w = DSATTN_MIN(B, cap - t0), kv = DSATTN_MIN(w, T - t0);
-        /* tmp [d][G]: channel i of every head */
-        k->mdot_bf16_rows(sc + t0, T, G, V + t0 * d, w, d, kv, tmp, G);
+    for (size_t j = 0; j < T; j++) {
+        for (size_t i = 0; i < d; i++) v[i] = dsattn_bf16_to_f32(V[j * d + i]);
         for (size_t h = 0; h < G; h++) {
+            const float p = sc[h * T + j];
             float *ah = acc + h * d;
-            for (size_t i = 0; i < d; i++) ah[i] += tmp[i * G + h];
+            for (size_t i = 0; i < d; i++) ah[i] += p * v[i];
         }
     }
     for (size_t i = 0; i < G * d; i++) o[i] = dsattn_round_bf16(acc[i]);
@@ -169,16 +176,24 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     if (G > 64) return DSATTN_ERR_UNSUPPORTED;
     const int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
-    const size_t per_thread =
-        ref ? Tmax : G * Tmax + G * d + G * DSATTN_MAX(d, (size_t)DSATTN_MHA_VBLOCK);
+    const dsattn_kernels *ktab = ctx->k;
+    dsattn_mha_attend_fn attend = attend_fast_c;
+    if (!strcmp(ktab->name, "avx512") && dsattn_mha_attend_avx512_ptr)
+        attend = dsattn_mha_attend_avx512_ptr;
+    /* per-thread work, floats, rounded to 64 bytes (the kernel's scratch is
+     * aligned); Tmax <= cap, whose caches are allocated, so no overflow */
+    size_t per_thread = ref ? Tmax
+                      : attend == attend_fast_c ? attend_fast_c_floats(G, d, Tmax)
+                      : (dsattn_mha_attend_ws_bytes(G, Tmax) + 3) / 4;
+    per_thread = (per_thread + 15) & ~(size_t)15;
 
     /* scratch: q [n, H*d] | kv [n, 2*Hkv*d] | o [n, H*d] | threads' work */
-    size_t act = n * (2 * H * d + 2 * Hkv * d), thr, total;
+    size_t act = (n * (2 * H * d + 2 * Hkv * d) + 15) & ~(size_t)15, thr, total;
     if (!dsattn_mul_size((size_t)nt, per_thread, &thr) || !dsattn_add_size(act, thr, &total))
         return DSATTN_ERR_OVERFLOW;
     float *q = scratch_get(s, total);
     if (!q) return DSATTN_ERR_NOMEM;
-    float *kv = q + n * H * d, *o = kv + n * 2 * Hkv * d, *work = o + n * H * d;
+    float *kv = q + n * H * d, *o = kv + n * 2 * Hkv * d, *work = q + act;
     dsattn_status st;
 
     /* ---- projections (bf16 Linears, no bias) */
@@ -202,17 +217,16 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
         float *kt = kv + t * 2 * Hkv * d, *vt = kt + Hkv * d;
         for (size_t g = 0; g < Hkv; g++) {
             dsattn_rope_apply(kt + g * d, d, cs, sn, 0, 0, DSATTN_OUT_BF16);
-            uint16_t *kc = S->k + (g * cap + pos + t) * d;
+            uint16_t *vc = S->v + dsattn_mha_v_index(cap, d, g, pos + t, 0);
             for (size_t i = 0; i < d; i++) {
-                kc[i] = dsattn_f32_to_bf16(kt[g * d + i]);
-                S->v[dsattn_mha_v_index(cap, d, g, pos + t, i)] = dsattn_f32_to_bf16(vt[g * d + i]);
+                S->k[dsattn_mha_k_index(cap, d, g, pos + t, i)] = dsattn_f32_to_bf16(kt[g * d + i]);
+                vc[i] = dsattn_f32_to_bf16(vt[g * d + i]);
             }
         }
     }
 
     /* ---- attention: query t (position pos+t) sees keys 0..pos+t */
     const float inv_sqrt_d = 1.0f / sqrtf((float)d);
-    const dsattn_kernels *kt = ctx->k;
     if (ref) {
         const long items = (long)(n * H);
 #pragma omp parallel num_threads(nt)
@@ -242,9 +256,8 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
             for (long it = 0; it < items; it++) {
                 size_t t = (size_t)it / Hkv, g = (size_t)it % Hkv;
                 /* the G heads of group g are contiguous in q and o */
-                attend_fast(kt, q + (t * H + g * G) * d, G, d, S->k + g * cap * d,
-                            S->v + g * cap * d, cap, pos + t + 1, inv_sqrt_d, ws,
-                            o + (t * H + g * G) * d);
+                attend(q + (t * H + g * G) * d, G, d, S->k + g * cap * d, S->v + g * cap * d,
+                       cap, pos + t + 1, inv_sqrt_d, ws, o + (t * H + g * G) * d);
             }
         }
     }

@@ -347,7 +347,7 @@ dsattn_status dsattn_mha_seq_kv(const dsattn_mha_seq *s, int layer, size_t pos,
     const size_t d = (size_t)c->head_dim, cap = s->max_seq_len;
     for (size_t g = 0; g < (size_t)c->n_kv_heads; g++)
         for (size_t i = 0; i < d; i++) {
-            if (k) k[g * d + i] = dsattn_bf16_to_f32(S->k[(g * cap + pos) * d + i]);
+            if (k) k[g * d + i] = dsattn_bf16_to_f32(S->k[dsattn_mha_k_index(cap, d, g, pos, i)]);
             if (v) v[g * d + i] = dsattn_bf16_to_f32(S->v[dsattn_mha_v_index(cap, d, g, pos, i)]);
         }
     return DSATTN_OK;
@@ -364,6 +364,11 @@ dsattn_status dsattn_mha_seq_kv_bill(const dsattn_mha_seq *s, dsattn_kv_bill *b)
     return DSATTN_OK;
 }
 
+/* Tokens per generator of the synthetic fill: the 64 the first layout
+ * used, so a fill stores the same values whatever the layout. */
+#define FILL_BLOCK 64
+_Static_assert(FILL_BLOCK % DSATTN_MHA_KTILE == 0, "a fill block holds whole K tiles");
+
 dsattn_status dsattn_mha_seq_fill_synthetic(dsattn_mha_seq *s, int64_t depth,
                                             uint64_t seed)
 {
@@ -373,23 +378,25 @@ dsattn_status dsattn_mha_seq_fill_synthetic(dsattn_mha_seq *s, int64_t depth,
     const size_t n = (size_t)depth;
     for (int i = 0; i < s->count; i++) {
         dsattn_mha_layer_s *S = &s->layer[i];
-        /* one generator per (kv head, block of DSATTN_MHA_VBLOCK tokens),
-         * so a thread owns whole V blocks; four values per 64-bit draw,
-         * (u16 - 32768) / 32768 rounded to bf16 */
-        const size_t B = DSATTN_MHA_VBLOCK, nblk = (n + B - 1) / B;
+        /* one generator per (kv head, block of FILL_BLOCK tokens), so a
+         * thread owns whole K tiles (FILL_BLOCK is a multiple of the tile)
+         * and the values do not depend on the thread count or the cache
+         * layout; four values per 64-bit draw, (u16 - 32768) / 32768
+         * rounded to bf16: token t's K dims, then its V dims */
+        const size_t B = FILL_BLOCK, nblk = (n + B - 1) / B;
 #pragma omp parallel for schedule(static)
         for (size_t r = 0; r < Hkv * nblk; r++) {
             uint64_t st = mix64(seed ^ mix64(((uint64_t)(s->first + i) << 40) ^ r)) | 1;
             size_t g = r / nblk, t0 = (r % nblk) * B;
             for (size_t t = t0; t < DSATTN_MIN(n, t0 + B); t++) {
-                uint16_t *k = S->k + (g * cap + t) * d;
+                uint16_t *v = S->v + dsattn_mha_v_index(cap, d, g, t, 0);
                 for (size_t e = 0; e < 2 * d; e += 4) {
                     st ^= st << 13; st ^= st >> 7; st ^= st << 17;
                     for (size_t q = 0; q < 4; q++) {
                         float x = (float)((int32_t)((st >> (16 * q)) & 0xffff) - 32768) * 0x1p-15f;
                         uint16_t bits = dsattn_f32_to_bf16(x);
-                        if (e + q < d) k[e + q] = bits;
-                        else S->v[dsattn_mha_v_index(cap, d, g, t, e + q - d)] = bits;
+                        if (e + q < d) S->k[dsattn_mha_k_index(cap, d, g, t, e + q)] = bits;
+                        else v[e + q - d] = bits;
                     }
                 }
             }

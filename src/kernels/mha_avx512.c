@@ -1,0 +1,341 @@
+/* mha_avx512.c - the AVX-512 fast attention kernel of MHA / GQA decode
+ * (mha_kernels.h): one query token, the G query heads of one KV head.
+ *
+ * Why this shape.  GQA (67B: 8 query heads per KV head, d = 128) needs 8
+ * FMAs per bf16 cache element, so at DRAM speed the step is close to
+ * compute bound; what it cannot afford is a horizontal sum per (key, head)
+ * or a bf16 -> fp32 decode per head.  So:
+ *  - scores: K is key-tiled ([d][32 keys] per tile, mha.h), so one 64-byte
+ *    line is one dim of 32 keys.  It is decoded once (shift / mask: even
+ *    keys, odd keys) and feeds 2 FMAs for each head of the group; scores of
+ *    32 keys come out in two registers per head, no reductions.
+ *  - P.V: V is row-major, so one line is 32 dims of one key; decoded once,
+ *    2 FMAs per head with p broadcast; accumulators stay in registers over
+ *    a chunk of 64 keys (16 KB, L1) and dims are processed in register-
+ *    sized blocks (the chunk is reread from L1, not from memory).
+ *  - softmax: the scores (bf16 values after the two roundings) are kept as
+ *    bf16 bits, 2 B per key and head; the running max and sum of exp are
+ *    kept per head during the K pass (sum rescaled when the max grows), so
+ *    the V pass computes p_j = bf16(exp(s_j - max) / sum) per chunk from
+ *    the global max and sum: the roundings of the contract are all there,
+ *    only the order of the fp32 sums differs from the plain C path.
+ *  - software prefetch of the tile / rows a few KB ahead.
+ * Each head's arithmetic is the same whatever G is (heads are only ever
+ * batched, never mixed), which the GQA == MHA test checks bit for bit.
+ * Not here: threading (the caller gives each thread whole KV heads).
+ */
+#include "mha_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#define KT  DSATTN_MHA_KTILE   /* keys per K tile (one 64-byte line per dim) */
+#define PVC 64                 /* keys per P.V chunk                         */
+#define PFK 2                  /* K prefetch distance, tiles (8 KB each)     */
+#define PFV 64                 /* V prefetch distance, keys (256 B each)     */
+
+static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+size_t dsattn_mha_attend_ws_bytes(size_t G, size_t T)
+{
+    size_t tp = (T + KT - 1) / KT * KT;
+    return up64(G * tp * sizeof(uint16_t)) + G * PVC * sizeof(float) + G * 128 * sizeof(float);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__)
+#include <immintrin.h>
+
+#define UNROLL _Pragma("GCC unroll 8")
+#define INLINE static inline __attribute__((always_inline))
+
+/* exp as in vmath_avx512.c (the Cephes polynomial, within 2 ulp of expf,
+ * exact 0 below -104); repeated here so it inlines into the tile loops. */
+INLINE __m512 exp512(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.72283935546875f);
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    __m512 y = _mm512_scalef_ps(p, n);
+    return _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
+}
+
+/* fp32 -> nearest bf16 value (RNE), NaN quieted: dsattn_round_bf16 per lane. */
+INLINE __m512 round_bf16(__m512 x)
+{
+    const __m512i hm = _mm512_set1_epi32((int)0xffff0000u);
+    __m512i u = _mm512_castps_si512(x);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    r = _mm512_and_si512(r, hm);
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x400000)), hm));
+    return _mm512_castsi512_ps(r);
+}
+
+/* ==== K pass: one tile, NH heads ======================================== */
+
+/* kt: the tile ([d][w] bf16), nk <= w keys of it visible; MASKED: the tile
+ * is partial (w or nk < 32).  Scores (natural key order, bf16 bits) go to
+ * sc[h * ldsc + 0..nk); the running max / sum-of-exp of each head are
+ * updated.  pf: a later tile to prefetch (full tiles only) or NULL. */
+INLINE void score_tile(const float *q, size_t d, const uint16_t *kt, size_t w, size_t nk,
+                       const uint16_t *pf, float inv, uint16_t *sc, size_t ldsc,
+                       float *mrun, __m512 *lrun, const int NH, const int MASKED)
+{
+    __m512 ae[8], ao[8];
+    UNROLL for (int h = 0; h < NH; h++) ae[h] = ao[h] = _mm512_setzero_ps();
+    const __m512i him = _mm512_set1_epi32((int)0xffff0000u);
+    const __mmask32 km = (__mmask32)((1ull << nk) - 1);
+    for (size_t i = 0; i < d; i++) {
+        __m512i x;
+        if (MASKED) {
+            x = _mm512_maskz_loadu_epi16(km, kt + i * w);
+        } else {
+            x = _mm512_loadu_si512(kt + i * KT);
+            if (pf) _mm_prefetch((const char *)(pf + i * KT), _MM_HINT_T0);
+        }
+        /* lane e of ve = key 2e, of vo = key 2e+1 (bf16 -> fp32 is exact) */
+        const __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        const __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(x, him));
+        UNROLL for (int h = 0; h < NH; h++) {
+            const __m512 qb = _mm512_set1_ps(q[(size_t)h * d + i]);
+            ae[h] = _mm512_fmadd_ps(ve, qb, ae[h]);
+            ao[h] = _mm512_fmadd_ps(vo, qb, ao[h]);
+        }
+    }
+    /* word 2e+1 (the bf16 bits) of lane e: even keys from se, odd from so */
+    const __m512i pidx = _mm512_set_epi16(63, 31, 61, 29, 59, 27, 57, 25, 55, 23, 53, 21, 51, 19,
+                                          49, 17, 47, 15, 45, 13, 43, 11, 41, 9, 39, 7, 37, 5,
+                                          35, 3, 33, 1);
+    const __mmask16 me = (__mmask16)((1u << ((nk + 1) / 2)) - 1), mo = (__mmask16)((1u << (nk / 2)) - 1);
+    const __m512 vinv = _mm512_set1_ps(inv), ninf = _mm512_set1_ps(-INFINITY);
+    UNROLL for (int h = 0; h < NH; h++) {
+        const __m512 se = round_bf16(_mm512_mul_ps(round_bf16(ae[h]), vinv));
+        const __m512 so = round_bf16(_mm512_mul_ps(round_bf16(ao[h]), vinv));
+        const __m512i pk = _mm512_permutex2var_epi16(_mm512_castps_si512(se), pidx,
+                                                     _mm512_castps_si512(so));
+        __m512 mx;
+        if (MASKED) {
+            _mm512_mask_storeu_epi16(sc + (size_t)h * ldsc, km, pk);
+            mx = _mm512_max_ps(_mm512_mask_mov_ps(ninf, me, se), _mm512_mask_mov_ps(ninf, mo, so));
+        } else {
+            _mm512_storeu_si512(sc + (size_t)h * ldsc, pk);
+            mx = _mm512_max_ps(se, so);
+        }
+        const float tmax = _mm512_reduce_max_ps(mx);
+        if (tmax > mrun[h]) {   /* the max grew: rescale the sum so far */
+            lrun[h] = _mm512_mul_ps(lrun[h], _mm512_set1_ps(expf(mrun[h] - tmax)));
+            mrun[h] = tmax;
+        }
+        const __m512 mb = _mm512_set1_ps(mrun[h]);
+        __m512 e = exp512(_mm512_sub_ps(se, mb)), f = exp512(_mm512_sub_ps(so, mb));
+        if (MASKED) {
+            e = _mm512_maskz_mov_ps(me, e);
+            f = _mm512_maskz_mov_ps(mo, f);
+        }
+        lrun[h] = _mm512_add_ps(lrun[h], _mm512_add_ps(e, f));
+    }
+}
+
+#define SCORE_FN(NH, MS)                                                          \
+    static void score_##NH##_##MS(const float *q, size_t d, const uint16_t *kt,   \
+                                  size_t w, size_t nk, const uint16_t *pf,        \
+                                  float inv, uint16_t *sc, size_t ldsc,           \
+                                  float *mrun, __m512 *lrun)                      \
+    {                                                                             \
+        score_tile(q, d, kt, w, nk, pf, inv, sc, ldsc, mrun, lrun, NH, MS);       \
+    }
+SCORE_FN(8, 0) SCORE_FN(4, 0) SCORE_FN(2, 0) SCORE_FN(1, 0)
+SCORE_FN(8, 1) SCORE_FN(4, 1) SCORE_FN(2, 1) SCORE_FN(1, 1)
+
+typedef void (*score_fn)(const float *, size_t, const uint16_t *, size_t, size_t,
+                         const uint16_t *, float, uint16_t *, size_t, float *, __m512 *);
+static const score_fn score_tab[2][4] = {
+    { score_1_0, score_2_0, score_4_0, score_8_0 },
+    { score_1_1, score_2_1, score_4_1, score_8_1 },
+};
+
+/* heads in this batch: 8, 4, 2 or 1, and its index in score_tab */
+static size_t batch(size_t left, int *ix)
+{
+    if (left >= 8) { *ix = 3; return 8; }
+    if (left >= 4) { *ix = 2; return 4; }
+    if (left >= 2) { *ix = 1; return 2; }
+    *ix = 0;
+    return 1;
+}
+
+/* ==== V pass ============================================================ */
+
+/* p[h][0..nk) of a chunk from its bf16 scores: bf16(exp(s - M_h) / L_h).
+ * Keys past nk are not read (masked loads) and get p = 0. */
+static void chunk_probs(const uint16_t *sc, size_t ldsc, size_t c0, size_t nk, size_t G,
+                        const float *M, const float *L, float *pb)
+{
+    for (size_t h = 0; h < G; h++) {
+        const __m512 mb = _mm512_set1_ps(M[h]), lb = _mm512_set1_ps(L[h]);
+        for (size_t k = 0; k < PVC; k += 16) {
+            const size_t r = nk > k ? DSATTN_MIN(nk - k, (size_t)16) : 0;
+            const __mmask16 m = (__mmask16)((1u << r) - 1);
+            const __m256i x = _mm256_maskz_loadu_epi16(m, sc + h * ldsc + c0 + k);
+            const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+            const __m512 e = exp512(_mm512_sub_ps(s, mb));
+            _mm512_storeu_ps(pb + h * PVC + k, _mm512_maskz_mov_ps(m, round_bf16(_mm512_div_ps(e, lb))));
+        }
+    }
+}
+
+/* acc (permuted: per 32-dim block, 16 even dims then 16 odd dims) of NH
+ * heads, dim blocks b .. b+NQ-1, += sum_j<nk p[h][j] * V[j][block].
+ * MASKED: some block is partial or past d (bm: each block's dim mask).
+ * pf: the V rows to prefetch (same blocks) or NULL. */
+INLINE void pv_chunk(const float *pb, const uint16_t *V, size_t d, size_t nk, float *acc,
+                     size_t b, const __mmask32 *bm, const uint16_t *pf, const int NH,
+                     const int NQ, const int MASKED)
+{
+    __m512 ae[8], ao[8];
+    UNROLL for (int h = 0; h < NH; h++)
+        UNROLL for (int u = 0; u < NQ; u++) {
+            ae[h * NQ + u] = _mm512_loadu_ps(acc + h * 128 + (b + u) * 32);
+            ao[h * NQ + u] = _mm512_loadu_ps(acc + h * 128 + (b + u) * 32 + 16);
+        }
+    const __m512i him = _mm512_set1_epi32((int)0xffff0000u);
+    for (size_t j = 0; j < nk; j++) {
+        const uint16_t *row = V + j * d + b * 32;
+        __m512 ve[4], vo[4];
+        UNROLL for (int u = 0; u < NQ; u++) {
+            __m512i x;
+            if (MASKED) x = _mm512_maskz_loadu_epi16(bm[b + u], row + u * 32);
+            else x = _mm512_loadu_si512(row + u * 32);
+            if (pf) _mm_prefetch((const char *)(pf + j * d + b * 32 + u * 32), _MM_HINT_T0);
+            ve[u] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+            vo[u] = _mm512_castsi512_ps(_mm512_and_si512(x, him));
+        }
+        UNROLL for (int h = 0; h < NH; h++) {
+            const __m512 p = _mm512_set1_ps(pb[h * PVC + j]);
+            UNROLL for (int u = 0; u < NQ; u++) {
+                ae[h * NQ + u] = _mm512_fmadd_ps(ve[u], p, ae[h * NQ + u]);
+                ao[h * NQ + u] = _mm512_fmadd_ps(vo[u], p, ao[h * NQ + u]);
+            }
+        }
+    }
+    UNROLL for (int h = 0; h < NH; h++)
+        UNROLL for (int u = 0; u < NQ; u++) {
+            _mm512_storeu_ps(acc + h * 128 + (b + u) * 32, ae[h * NQ + u]);
+            _mm512_storeu_ps(acc + h * 128 + (b + u) * 32 + 16, ao[h * NQ + u]);
+        }
+}
+
+/* NQ: dim blocks per call, so NH * NQ <= 8 register pairs (NH 1 keeps 4). */
+#define PV_FN(NH, NQ, MS)                                                            \
+    static void pv_##NH##_##MS(const float *pb, const uint16_t *V, size_t d,         \
+                               size_t nk, float *acc, size_t b, const __mmask32 *bm, \
+                               const uint16_t *pf)                                   \
+    {                                                                                \
+        pv_chunk(pb, V, d, nk, acc, b, bm, pf, NH, NQ, MS);                          \
+    }
+PV_FN(8, 1, 0) PV_FN(4, 2, 0) PV_FN(2, 4, 0) PV_FN(1, 4, 0)
+PV_FN(8, 1, 1) PV_FN(4, 2, 1) PV_FN(2, 4, 1) PV_FN(1, 4, 1)
+
+typedef void (*pv_fn)(const float *, const uint16_t *, size_t, size_t, float *, size_t,
+                      const __mmask32 *, const uint16_t *);
+static const pv_fn pv_tab[2][4] = {
+    { pv_1_0, pv_2_0, pv_4_0, pv_8_0 },
+    { pv_1_1, pv_2_1, pv_4_1, pv_8_1 },
+};
+static const int pv_nq[4] = { 4, 4, 2, 1 };
+
+/* ==== The kernel ======================================================== */
+
+static void attend_avx512(const float *q, size_t G, size_t d, const uint16_t *K,
+                          const uint16_t *V, size_t cap, size_t T, float inv, void *ws,
+                          float *o)
+{
+    const size_t tp = (T + KT - 1) / KT * KT;
+    uint16_t *sc = ws;
+    float *pb = (float *)((char *)ws + up64(G * tp * sizeof(uint16_t)));
+    float *acc = pb + G * PVC;
+    float M[64], L[64];
+    __m512 lrun[64];
+    for (size_t h = 0; h < G; h++) {
+        M[h] = -INFINITY;
+        lrun[h] = _mm512_setzero_ps();
+    }
+
+    /* ---- K pass: scores, running max and sum */
+    for (size_t b0 = 0; b0 < T; b0 += KT) {
+        const size_t w = DSATTN_MIN((size_t)KT, cap - b0), nk = DSATTN_MIN(w, T - b0);
+        const uint16_t *kt = K + b0 * d;
+        const int part = nk < KT;
+        const uint16_t *pf = b0 + (PFK + 1) * KT <= T ? kt + PFK * KT * d : NULL;
+        for (size_t h0 = 0; h0 < G;) {
+            int ix;
+            size_t nh = batch(G - h0, &ix);
+            score_tab[part][ix](q + h0 * d, d, kt, w, nk, h0 ? NULL : pf, inv, sc + h0 * tp + b0,
+                                tp, M + h0, lrun + h0);
+            h0 += nh;
+        }
+    }
+    for (size_t h = 0; h < G; h++) L[h] = _mm512_reduce_add_ps(lrun[h]);
+
+    /* ---- V pass: per chunk, probabilities then P.V */
+    const size_t nb = (d + 31) / 32;
+    __mmask32 bm[4];
+    for (size_t k = 0; k < 4; k++) {
+        size_t r = d > 32 * k ? DSATTN_MIN(d - 32 * k, (size_t)32) : 0;
+        bm[k] = (__mmask32)((1ull << r) - 1);
+    }
+    memset(acc, 0, G * 128 * sizeof(float));
+    for (size_t c0 = 0; c0 < T; c0 += PVC) {
+        const size_t nk = DSATTN_MIN((size_t)PVC, T - c0);
+        chunk_probs(sc, tp, c0, nk, G, M, L, pb);
+        const uint16_t *vc = V + c0 * d;
+        const uint16_t *pf = c0 + PVC + PFV <= T ? vc + PFV * d : NULL;
+        for (size_t h0 = 0; h0 < G;) {
+            int ix;
+            size_t nh = batch(G - h0, &ix);
+            const size_t nq = (size_t)pv_nq[ix];
+            for (size_t b = 0; b < nb; b += nq) {
+                const int masked = 32 * (b + nq) > d;
+                pv_tab[masked][ix](pb + h0 * PVC, vc, d, nk, acc + h0 * 128, b, bm,
+                                   h0 ? NULL : pf);
+            }
+            h0 += nh;
+        }
+    }
+
+    /* ---- out: undo the even / odd dim order, round to bf16 */
+    for (size_t h = 0; h < G; h++)
+        for (size_t i = 0; i < d; i++) {
+            size_t b = i / 32, r = i % 32;
+            float a = acc[h * 128 + b * 32 + (r & 1) * 16 + r / 2];
+            uint32_t u;
+            memcpy(&u, &a, 4);
+            /* dsattn_round_bf16, without pulling numfmt into this header set */
+            if ((u & 0x7fffffffu) > 0x7f800000u) u = (u & 0xffff0000u) | 0x400000u;
+            else u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            memcpy(&o[h * d + i], &u, 4);
+        }
+}
+
+const dsattn_mha_attend_fn dsattn_mha_attend_avx512_ptr = attend_avx512;
+
+#else  /* no AVX-512 compiler support: no such path */
+
+const dsattn_mha_attend_fn dsattn_mha_attend_avx512_ptr = 0;
+
+#endif

@@ -1,0 +1,40 @@
+/* mha_kernels.h - internal: the fast attention kernel of MHA / GQA
+ * (DeepSeek-LLM 7B / 67B): one query token against one KV head's bf16
+ * cache (src/attn/mha.h layout: K key-tiled, V row-major), for the G query
+ * heads of its group at once.
+ *
+ * The arithmetic is the fast-mode contract of src/attn/mha_forward.c, the
+ * same roundings as the reference with fp32 accumulation:
+ *   s_j = bf16(bf16(q_h . k_j) * inv_sqrt_d)
+ *   p_j = bf16(exp(s_j - max_j s) / sum_j exp(s_j - max))
+ *   o_h = bf16(sum_j p_j v_j)
+ * Every head's arithmetic is the same whichever G it is computed with (so
+ * GQA with repeated KV heads equals MHA bit for bit on one path).
+ * The plain C version of this contract is attend_fast_c in mha_forward.c;
+ * the reference (double sums) is attend_ref there.  Not here: RoPE, the
+ * projections, threading (the caller hands each thread whole KV heads).
+ */
+#ifndef DSATTN_MHA_KERNELS_H
+#define DSATTN_MHA_KERNELS_H
+
+#include "mha.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* q [G][d] (bf16 values), K / V this KV head's caches (offset
+ * dsattn_mha_k_index / v_index(cap, d, g, 0, 0)), T visible keys (1 <= T
+ * <= cap), ws: dsattn_mha_attend_ws_bytes(G, T) bytes, 64-byte aligned;
+ * o [G][d] (bf16 values).  G <= 64, d <= 128 and even. */
+typedef void (*dsattn_mha_attend_fn)(const float *q, size_t G, size_t d, const uint16_t *K,
+                                     const uint16_t *V, size_t cap, size_t T,
+                                     float inv_sqrt_d, void *ws, float *o);
+
+/* Scratch of the AVX-512 kernel: bf16 scores [G][T] plus the per-chunk
+ * probabilities and accumulators (all 64-byte aligned pieces). */
+size_t dsattn_mha_attend_ws_bytes(size_t G, size_t T);
+
+/* NULL when the compiler could not build AVX-512 code. */
+extern const dsattn_mha_attend_fn dsattn_mha_attend_avx512_ptr;
+
+#endif
