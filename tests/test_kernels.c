@@ -21,6 +21,7 @@
 #include "kernels.h"
 #include "numfmt.h"
 
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -852,6 +853,48 @@ DSATTN_TEST(kernels, sgemm_rowmajor)
     CHECK_OK(dsattn_sgemm_rowmajor(1, 1, 0, NULL, 0, NULL, 0, &c, 1));
     CHECK(c == 0.0f);
     CHECK(dsattn_blas_corename()[0] != 0);
+}
+
+/* The attention GEMM helper: both B layouts, beta 0 and 1, against a double
+ * loop; and the calling thread's OpenMP thread count is what it was. */
+DSATTN_TEST(kernels, sgemm_small)
+{
+    dsattn_rng rng = { 37 };
+    const size_t shapes[][3] = { { 1, 1, 1 }, { 5, 64, 512 }, { 64, 512, 37 } };
+    const int before = omp_get_max_threads();
+    for (size_t s = 0; s < DSATTN_ARRAY_LEN(shapes); s++)
+        for (int bt = 0; bt < 2; bt++)
+            for (int beta = 0; beta < 2; beta++) {
+                size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                size_t lda = K + 1, ldb = (bt ? K : N) + 2, ldc = N + 3;
+                size_t brows = bt ? N : K;
+                float *A = malloc(M * lda * sizeof(float)), *B = malloc(brows * ldb * sizeof(float));
+                float *C = malloc(M * ldc * sizeof(float)), *C0 = malloc(M * ldc * sizeof(float));
+                fill_uniform(&rng, A, M * lda);
+                fill_uniform(&rng, B, brows * ldb);
+                fill_uniform(&rng, C0, M * ldc);
+                memcpy(C, C0, M * ldc * sizeof(float));
+                dsattn_sgemm_small(1, bt, M, N, K, A, lda, B, ldb, (float)beta, C, ldc);
+                double worst = 0.0;
+                for (size_t m = 0; m < M; m++)
+                    for (size_t n = 0; n < N; n++) {
+                        double acc = beta ? C0[m * ldc + n] : 0.0, mag = fabs(acc);
+                        for (size_t k = 0; k < K; k++) {
+                            double p = (double)A[m * lda + k] *
+                                       (bt ? B[n * ldb + k] : B[k * ldb + n]);
+                            acc += p;
+                            mag += fabs(p);
+                        }
+                        double e = fabs(C[m * ldc + n] - acc) / (mag + 1e-30);
+                        worst = e > worst ? e : worst;
+                    }
+                /* fp32 accumulation in any order: K+1 roundings at most */
+                CHECK(worst <= (double)(K + 2) * 6e-8);
+                for (size_t m = 0; m < M; m++)            /* ldc gaps untouched */
+                    for (size_t n = N; n < ldc; n++) CHECK(C[m * ldc + n] == C0[m * ldc + n]);
+                free(A); free(B); free(C); free(C0);
+            }
+    CHECK_EQ_INT(omp_get_max_threads(), before);
 }
 
 /* Runs the CLI: `dsattn bench blas` prints the environment it ended up with. */

@@ -1,9 +1,9 @@
 /* blas.c - OpenBLAS core-type insurance, its core name, and the row-major
  * sgemm wrapper prefill uses (see blas.h for the why).
  *
- * Deliberately not here: choosing thread counts for OpenBLAS (its OpenMP
- * build follows OMP_NUM_THREADS / the caller's parallel region), any GEMM
- * shape other than the one prefill needs, and any re-exec from library code.
+ * Deliberately not here: process-wide OpenBLAS thread settings (a context's
+ * thread count reaches OpenBLAS only through the calling thread's OpenMP
+ * ICV, see dsattn_sgemm_small) and any re-exec from library code.
  */
 #include "blas.h"
 
@@ -11,6 +11,7 @@
 #include "kernels.h"
 
 #include <limits.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -80,4 +81,36 @@ dsattn_status dsattn_sgemm_rowmajor(size_t M, size_t N, size_t K, const float *A
 #endif
     dsattn_sgemm_rowmajor_ref(M, N, K, A, lda, B, ldb, C, ldc);
     return DSATTN_OK;
+}
+
+static int fits_int(size_t v) { return v <= INT_MAX; }
+
+void dsattn_sgemm_small(int n_threads, int b_trans, size_t M, size_t N, size_t K,
+                        const float *A, size_t lda, const float *B, size_t ldb,
+                        float beta, float *C, size_t ldc)
+{
+    if (M == 0 || N == 0) return;
+#ifdef DSATTN_HAVE_CBLAS
+    if (fits_int(M) && fits_int(N) && fits_int(K) && fits_int(lda) && fits_int(ldb) &&
+        fits_int(ldc)) {
+        const int outer = omp_in_parallel(), prev = omp_get_max_threads();
+        if (!outer) omp_set_num_threads(n_threads > 0 ? n_threads : 1);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, b_trans ? CblasTrans : CblasNoTrans,
+                    (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C,
+                    (int)ldc);
+        if (!outer) omp_set_num_threads(prev);
+        return;
+    }
+#else
+    (void)n_threads;
+#endif
+    for (size_t m = 0; m < M; m++)
+        for (size_t n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (size_t k = 0; k < K; k++)
+                acc += (double)A[m * lda + k] *
+                       (double)(b_trans ? B[n * ldb + k] : B[k * ldb + n]);
+            float c = beta == 0.0f ? 0.0f : beta * C[m * ldc + n];
+            C[m * ldc + n] = (float)(acc + (double)c);
+        }
 }

@@ -36,6 +36,19 @@ dsattn_status dsattn_sgemm_rowmajor(size_t M, size_t N, size_t K, const float *A
                                     size_t lda, const float *B, size_t ldb, float *C,
                                     size_t ldc);
 
+/* C[M, N] = A[M, K] . op(B) + beta * C, row-major, alpha 1; op(B) is B^T
+ * (B stored [N, K], ldb >= K) when b_trans, else B (stored [K, N], ldb >=
+ * N).  For the small GEMMs inside attention: OpenBLAS runs on at most
+ * n_threads threads.  Its OpenMP build is single-threaded inside an active
+ * parallel region but otherwise takes the calling thread's
+ * omp_get_max_threads(), which is not the context's thread count, so this
+ * sets that (thread-local) ICV around the call and puts it back.  Sizes are
+ * the caller's own (trusted); beyond cblas's int range, or in a build
+ * without CBLAS, a scalar loop runs instead. */
+void dsattn_sgemm_small(int n_threads, int b_trans, size_t M, size_t N, size_t K,
+                        const float *A, size_t lda, const float *B, size_t ldb,
+                        float beta, float *C, size_t ldc);
+
 /* The scalar fallback itself (also the reference the tests compare with). */
 void dsattn_sgemm_rowmajor_ref(size_t M, size_t N, size_t K, const float *A,
                                size_t lda, const float *B, size_t ldb, float *C,

@@ -13,6 +13,7 @@
  * dequantizes each gathered row once for all heads, and accumulates in fp32
  * through the kernel table.
  */
+#include "blas.h"
 #include "ops.h"
 
 #include "index_vnni.h"
@@ -20,7 +21,6 @@
 #include "numfmt.h"
 #include "vmath.h"
 
-#include <cblas.h>
 #include <math.h>
 
 void dsattn_kv_row(const dsattn_kv_src *src, size_t row, float *out)
@@ -188,12 +188,11 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
                     k->mdot_fp8ue8m0(q, d, nh, ptr[r], d, dots + r * nh);
             } else {
                 /* other layouts (V4 MODEL1): dequantize the run once, then
-                 * one small GEMM for all heads (OpenBLAS runs single-threaded
-                 * inside the attention tasks' parallel region) */
+                 * one small GEMM for all heads, on this thread only (the
+                 * callers parallelise over heads) */
                 for (size_t r = r0; r < r1; r++) row_at(src[r], ptr[r], rows + r * d);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)nh,
-                            (int)d, 1.0f, rows + r0 * d, (int)d, q, (int)d, 0.0f,
-                            dots + r0 * nh, (int)nh);
+                dsattn_sgemm_small(1, 1, r1 - r0, nh, d, rows + r0 * d, d, q, d, 0.0f,
+                                   dots + r0 * nh, nh);
             }
             r0 = r1;
         }
@@ -226,9 +225,8 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
             } else {
                 /* acc[nh, d] += P[nh, run] . rows[run, d] (rows still hold
                  * the run's dequantized values from the score pass) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nh, (int)d,
-                            (int)(r1 - r0), 1.0f, sc + r0, SA_BLOCK, rows + r0 * d, (int)d,
-                            1.0f, acc, (int)d);
+                dsattn_sgemm_small(1, 0, nh, d, r1 - r0, sc + r0, SA_BLOCK, rows + r0 * d, d,
+                                   1.0f, acc, d);
             }
             r0 = r1;
         }
