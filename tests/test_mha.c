@@ -417,7 +417,7 @@ DSATTN_TEST(mha, reference_agrees_with_float64_llama_attention_seed6)
 /* ==== The fast decode kernel against the contract ====================== */
 
 /* One query token, G heads against one KV head's cache in the mha.h layout
- * (key-tiled K, row-major V), restated here in double with the contract's
+ * (key-tiled K and V), restated here in double with the contract's
  * roundings (bf16 scores, fp32 exp of the difference, bf16 p, bf16 o):
  * written from docs/bill.md, independent of both kernels. */
 static void contract_attend(const float *q, size_t G, size_t d, const uint16_t *K,

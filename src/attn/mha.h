@@ -44,13 +44,20 @@ struct dsattn_mha {
  *                    matrix, so one 64-byte line holds one dim of 32 keys
  *                    and the score pass puts keys in SIMD lanes (scores of
  *                    32 keys per FMA chain, no horizontal sums).
- *   V [Hkv][cap][d]  values, row-major: the P.V pass puts dims in lanes
- *                    (acc[h][:] += p[h][j] * v_j, again no horizontal sums).
- * Exactly Hkv * d * cap values each, no padding (the last tile is only w
+ *   V [Hkv][cap][d]  values, key-tiled the other way: token tile b (VT
+ *                    = 64 tokens, w = min(VT, cap - b*VT)) is split in
+ *                    blocks of 32 dims, each a [w][32] matrix (the last
+ *                    block [w][d % 32] when d is not a multiple of 32), so
+ *                    one line is 32 dims of one key and the P.V pass puts
+ *                    dims in lanes (acc[h][:] += p[h][j] * v_j, no
+ *                    horizontal sums) while reading each block as one
+ *                    contiguous 4 KB run.
+ * Exactly Hkv * d * cap values each, no padding (last tiles are only w
  * keys wide): the bill sees the bytes the layout needs.  One KV head's
  * K and V are each contiguous, so the fast decode streams them once for all
  * G query heads of its group. */
 #define DSATTN_MHA_KTILE 32
+#define DSATTN_MHA_VTILE 64
 
 typedef struct {
     uint16_t *k, *v;
@@ -67,7 +74,10 @@ static inline size_t dsattn_mha_k_index(size_t cap, size_t d, size_t g, size_t t
 /* Offset of V[g][t][i] in a layer's V buffer. */
 static inline size_t dsattn_mha_v_index(size_t cap, size_t d, size_t g, size_t t, size_t i)
 {
-    return (g * cap + t) * d + i;
+    size_t b0 = t / DSATTN_MHA_VTILE * DSATTN_MHA_VTILE;
+    size_t w = DSATTN_MIN((size_t)DSATTN_MHA_VTILE, cap - b0);
+    size_t blk = i / 32 * 32, bw = DSATTN_MIN((size_t)32, d - blk);
+    return g * cap * d + b0 * d + blk * w + (t - b0) * bw + (i - blk);
 }
 
 struct dsattn_mha_seq {

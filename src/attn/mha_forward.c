@@ -30,9 +30,9 @@
  * of expf, one (query, KV head) pair per work item (OpenMP), all G query
  * heads of the group at once, so each bf16 K / V element is read from
  * memory once per query token and decoded once for the whole group.  The
- * AVX-512 table gets the kernel in src/kernels/mha_avx512.c (key-tiled K
- * in lanes for the scores, row-major V in lanes for P.V, bf16 scores with a
- * running max / sum between the two passes; docs/mha.md); other tables run
+ * AVX-512 table gets the kernel in src/kernels/mha_avx512.c (keys in lanes
+ * for the scores, dims in lanes for P.V, bf16 scores with a running max /
+ * sum between the two passes; docs/mha.md); other tables run
  * attend_fast_c, the plain C statement of the same arithmetic.
  */
 #include "mha.h"
@@ -92,8 +92,8 @@ static void softmax_row(float *sc, size_t T, float inv_sqrt_d, int ref)
 
 /* ==== Reference: one query head against its KV head ==================== */
 
-/* K: this KV head's key-tiled cache, V its row-major values (the layer's
- * buffers at dsattn_mha_k_index / v_index(cap, d, g, 0, 0)). */
+/* K, V: this KV head's key-tiled caches (the layer's buffers at
+ * dsattn_mha_k_index / v_index(cap, d, g, 0, 0)). */
 static void attend_ref(const float *q, size_t d, const uint16_t *K, const uint16_t *V,
                        size_t cap, size_t T, float inv_sqrt_d, float *sc, float *o)
 {
@@ -107,7 +107,7 @@ static void attend_ref(const float *q, size_t d, const uint16_t *K, const uint16
     for (size_t i = 0; i < d; i++) {
         double a = 0.0;
         for (size_t j = 0; j < T; j++)
-            a += (double)sc[j] * (double)dsattn_bf16_to_f32(V[j * d + i]);
+            a += (double)sc[j] * (double)dsattn_bf16_to_f32(V[dsattn_mha_v_index(cap, d, 0, j, i)]);
         o[i] = dsattn_round_bf16((float)a);
     }
 }
@@ -118,7 +118,8 @@ static void attend_ref(const float *q, size_t d, const uint16_t *K, const uint16
  * AVX-512, and what the AVX-512 kernel is tested against): q [G][d], K / V
  * as attend_ref, T visible keys, ws >= attend_fast_c_floats(G, d, T)
  * floats, o [G][d].  Each K tile is read once for the group (the scores of
- * its keys in a register-sized row per head), each V row decoded once. */
+ * its keys in a register-sized row per head), each V row decoded once (by
+ * its index: this path is about clarity, not layout-aware speed). */
 static size_t attend_fast_c_floats(size_t G, size_t d, size_t T)
 {
     return G * T + G * d + d;
@@ -145,7 +146,7 @@ static void attend_fast_c(const float *q, size_t G, size_t d, const uint16_t *K,
     for (size_t h = 0; h < G; h++) softmax_row(sc + h * T, T, inv_sqrt_d, 0);
     memset(acc, 0, G * d * sizeof(float));
     for (size_t j = 0; j < T; j++) {
-        for (size_t i = 0; i < d; i++) v[i] = dsattn_bf16_to_f32(V[j * d + i]);
+        for (size_t i = 0; i < d; i++) v[i] = dsattn_bf16_to_f32(V[dsattn_mha_v_index(cap, d, 0, j, i)]);
         for (size_t h = 0; h < G; h++) {
             const float p = sc[h * T + j];
             float *ah = acc + h * d;
@@ -217,10 +218,9 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
         float *kt = kv + t * 2 * Hkv * d, *vt = kt + Hkv * d;
         for (size_t g = 0; g < Hkv; g++) {
             dsattn_rope_apply(kt + g * d, d, cs, sn, 0, 0, DSATTN_OUT_BF16);
-            uint16_t *vc = S->v + dsattn_mha_v_index(cap, d, g, pos + t, 0);
             for (size_t i = 0; i < d; i++) {
                 S->k[dsattn_mha_k_index(cap, d, g, pos + t, i)] = dsattn_f32_to_bf16(kt[g * d + i]);
-                vc[i] = dsattn_f32_to_bf16(vt[g * d + i]);
+                S->v[dsattn_mha_v_index(cap, d, g, pos + t, i)] = dsattn_f32_to_bf16(vt[g * d + i]);
             }
         }
     }

@@ -9,10 +9,11 @@
  *    line is one dim of 32 keys.  It is decoded once (shift / mask: even
  *    keys, odd keys) and feeds 2 FMAs for each head of the group; scores of
  *    32 keys come out in two registers per head, no reductions.
- *  - P.V: V is row-major, so one line is 32 dims of one key; decoded once,
- *    2 FMAs per head with p broadcast; accumulators stay in registers over
- *    a chunk of 64 keys (16 KB, L1) and dims are processed in register-
- *    sized blocks (the chunk is reread from L1, not from memory).
+ *  - P.V: V is tiled by 64 keys and 32-dim blocks ([w][32] per block), so
+ *    one line is 32 dims of one key; decoded once, 2 FMAs per head with p
+ *    broadcast; accumulators stay in registers over a tile, dims are done
+ *    in register-sized blocks, each block a contiguous 4 KB run (a
+ *    row-major V read that way strides 256 B and streams ~25% slower).
  *  - softmax: the scores (bf16 values after the two roundings) are kept as
  *    bf16 bits, 2 B per key and head; the running max and sum of exp are
  *    kept per head during the K pass (sum rescaled when the max grows), so
@@ -30,9 +31,9 @@
 #include <string.h>
 
 #define KT  DSATTN_MHA_KTILE   /* keys per K tile (one 64-byte line per dim) */
-#define PVC 64                 /* keys per P.V chunk                         */
+#define PVC DSATTN_MHA_VTILE   /* keys per P.V chunk: one V tile             */
 #define PFK 2                  /* K prefetch distance, tiles (8 KB each)     */
-#define PFV 64                 /* V prefetch distance, keys (256 B each)     */
+#define PFV 1                  /* V prefetch distance, tiles (16 KB each)    */
 
 static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -70,20 +71,21 @@ INLINE __m512 exp512(__m512 x)
     p = _mm512_fmadd_ps(p, r2, r);
     p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
     __m512 y = _mm512_scalef_ps(p, n);
-    return _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
+    y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);  /* NaN stays */
 }
 
-/* fp32 -> nearest bf16 value (RNE), NaN quieted: dsattn_round_bf16 per lane. */
+/* fp32 -> nearest bf16 value (RNE): dsattn_round_bf16 per lane for every
+ * value these kernels round.  Without its NaN branch: a NaN here is an FMA,
+ * multiply or exp result of bf16-valued operands, so it is quiet with its
+ * low 16 bits zero, and adding 0x7fff + 0 leaves it bit for bit what the
+ * scalar rounding returns (no carry out of the low half). */
 INLINE __m512 round_bf16(__m512 x)
 {
-    const __m512i hm = _mm512_set1_epi32((int)0xffff0000u);
-    __m512i u = _mm512_castps_si512(x);
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    r = _mm512_and_si512(r, hm);
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x400000)), hm));
-    return _mm512_castsi512_ps(r);
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
 /* ==== K pass: one tile, NH heads ======================================== */
@@ -182,32 +184,45 @@ static size_t batch(size_t left, int *ix)
 /* ==== V pass ============================================================ */
 
 /* p[h][0..nk) of a chunk from its bf16 scores: bf16(exp(s - M_h) / L_h).
- * Keys past nk are not read (masked loads) and get p = 0. */
+ * Keys past nk are not read (masked loads) and get p = 0.  The quotient is
+ * q0 = e * (1/L) refined by one Newton step on the FMA residual (e - q0 L),
+ * which is the IEEE quotient but in rare near-tie cases (a vdivps would
+ * cost ~10 cycles per 16 probabilities; this is 3 FMA-port uops). */
 static void chunk_probs(const uint16_t *sc, size_t ldsc, size_t c0, size_t nk, size_t G,
                         const float *M, const float *L, float *pb)
 {
     for (size_t h = 0; h < G; h++) {
         const __m512 mb = _mm512_set1_ps(M[h]), lb = _mm512_set1_ps(L[h]);
+        const __m512 rb = _mm512_set1_ps(1.0f / L[h]);
         for (size_t k = 0; k < PVC; k += 16) {
             const size_t r = nk > k ? DSATTN_MIN(nk - k, (size_t)16) : 0;
             const __mmask16 m = (__mmask16)((1u << r) - 1);
             const __m256i x = _mm256_maskz_loadu_epi16(m, sc + h * ldsc + c0 + k);
             const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
             const __m512 e = exp512(_mm512_sub_ps(s, mb));
-            _mm512_storeu_ps(pb + h * PVC + k, _mm512_maskz_mov_ps(m, round_bf16(_mm512_div_ps(e, lb))));
+            const __m512 q0 = _mm512_mul_ps(e, rb);
+            const __m512 q1 = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, lb, e), rb, q0);
+            _mm512_storeu_ps(pb + h * PVC + k, _mm512_maskz_mov_ps(m, round_bf16(q1)));
         }
     }
 }
 
 /* acc (permuted: per 32-dim block, 16 even dims then 16 odd dims) of NH
  * heads, dim blocks b .. b+NQ-1, += sum_j<nk p[h][j] * V[j][block].
- * MASKED: some block is partial or past d (bm: each block's dim mask).
- * pf: the V rows to prefetch (same blocks) or NULL. */
-INLINE void pv_chunk(const float *pb, const uint16_t *V, size_t d, size_t nk, float *acc,
-                     size_t b, const __mmask32 *bm, const uint16_t *pf, const int NH,
-                     const int NQ, const int MASKED)
+ * vt: the V tile (w keys), bs[k]: block k's width (32, the tail, or 0 past
+ * d).  MASKED: some block is partial or past d (bm: each block's dim mask).
+ * pf: a later full tile to prefetch (same blocks) or NULL. */
+INLINE void pv_chunk(const float *pb, const uint16_t *vt, size_t w, size_t nk, float *acc,
+                     size_t b, const size_t *bs, const __mmask32 *bm, const uint16_t *pf,
+                     const int NH, const int NQ, const int MASKED)
 {
     __m512 ae[8], ao[8];
+    const uint16_t *base[4];
+    size_t st[4];
+    UNROLL for (int u = 0; u < NQ; u++) {
+        base[u] = vt + (b + u) * 32 * w;
+        st[u] = MASKED ? bs[b + u] : 32;
+    }
     UNROLL for (int h = 0; h < NH; h++)
         UNROLL for (int u = 0; u < NQ; u++) {
             ae[h * NQ + u] = _mm512_loadu_ps(acc + h * 128 + (b + u) * 32);
@@ -215,13 +230,12 @@ INLINE void pv_chunk(const float *pb, const uint16_t *V, size_t d, size_t nk, fl
         }
     const __m512i him = _mm512_set1_epi32((int)0xffff0000u);
     for (size_t j = 0; j < nk; j++) {
-        const uint16_t *row = V + j * d + b * 32;
         __m512 ve[4], vo[4];
         UNROLL for (int u = 0; u < NQ; u++) {
             __m512i x;
-            if (MASKED) x = _mm512_maskz_loadu_epi16(bm[b + u], row + u * 32);
-            else x = _mm512_loadu_si512(row + u * 32);
-            if (pf) _mm_prefetch((const char *)(pf + j * d + b * 32 + u * 32), _MM_HINT_T0);
+            if (MASKED) x = _mm512_maskz_loadu_epi16(bm[b + u], base[u] + j * st[u]);
+            else x = _mm512_loadu_si512(base[u] + j * 32);
+            if (pf) _mm_prefetch((const char *)(pf + (b + u) * 32 * PVC + j * 32), _MM_HINT_T0);
             ve[u] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
             vo[u] = _mm512_castsi512_ps(_mm512_and_si512(x, him));
         }
@@ -242,17 +256,17 @@ INLINE void pv_chunk(const float *pb, const uint16_t *V, size_t d, size_t nk, fl
 
 /* NQ: dim blocks per call, so NH * NQ <= 8 register pairs (NH 1 keeps 4). */
 #define PV_FN(NH, NQ, MS)                                                            \
-    static void pv_##NH##_##MS(const float *pb, const uint16_t *V, size_t d,         \
-                               size_t nk, float *acc, size_t b, const __mmask32 *bm, \
-                               const uint16_t *pf)                                   \
+    static void pv_##NH##_##MS(const float *pb, const uint16_t *vt, size_t w,        \
+                               size_t nk, float *acc, size_t b, const size_t *bs,    \
+                               const __mmask32 *bm, const uint16_t *pf)              \
     {                                                                                \
-        pv_chunk(pb, V, d, nk, acc, b, bm, pf, NH, NQ, MS);                          \
+        pv_chunk(pb, vt, w, nk, acc, b, bs, bm, pf, NH, NQ, MS);                     \
     }
 PV_FN(8, 1, 0) PV_FN(4, 2, 0) PV_FN(2, 4, 0) PV_FN(1, 4, 0)
 PV_FN(8, 1, 1) PV_FN(4, 2, 1) PV_FN(2, 4, 1) PV_FN(1, 4, 1)
 
 typedef void (*pv_fn)(const float *, const uint16_t *, size_t, size_t, float *, size_t,
-                      const __mmask32 *, const uint16_t *);
+                      const size_t *, const __mmask32 *, const uint16_t *);
 static const pv_fn pv_tab[2][4] = {
     { pv_1_0, pv_2_0, pv_4_0, pv_8_0 },
     { pv_1_1, pv_2_1, pv_4_1, pv_8_1 },
@@ -295,23 +309,24 @@ static void attend_avx512(const float *q, size_t G, size_t d, const uint16_t *K,
     /* ---- V pass: per chunk, probabilities then P.V */
     const size_t nb = (d + 31) / 32;
     __mmask32 bm[4];
+    size_t bs[4];
     for (size_t k = 0; k < 4; k++) {
-        size_t r = d > 32 * k ? DSATTN_MIN(d - 32 * k, (size_t)32) : 0;
-        bm[k] = (__mmask32)((1ull << r) - 1);
+        bs[k] = d > 32 * k ? DSATTN_MIN(d - 32 * k, (size_t)32) : 0;
+        bm[k] = (__mmask32)((1ull << bs[k]) - 1);
     }
     memset(acc, 0, G * 128 * sizeof(float));
     for (size_t c0 = 0; c0 < T; c0 += PVC) {
-        const size_t nk = DSATTN_MIN((size_t)PVC, T - c0);
+        const size_t w = DSATTN_MIN((size_t)PVC, cap - c0), nk = DSATTN_MIN(w, T - c0);
         chunk_probs(sc, tp, c0, nk, G, M, L, pb);
-        const uint16_t *vc = V + c0 * d;
-        const uint16_t *pf = c0 + PVC + PFV <= T ? vc + PFV * d : NULL;
+        const uint16_t *vt = V + c0 * d;
+        const uint16_t *pf = c0 + (PFV + 1) * PVC <= T ? vt + PFV * PVC * d : NULL;
         for (size_t h0 = 0; h0 < G;) {
             int ix;
             size_t nh = batch(G - h0, &ix);
             const size_t nq = (size_t)pv_nq[ix];
             for (size_t b = 0; b < nb; b += nq) {
                 const int masked = 32 * (b + nq) > d;
-                pv_tab[masked][ix](pb + h0 * PVC, vc, d, nk, acc + h0 * 128, b, bm,
+                pv_tab[masked][ix](pb + h0 * PVC, vt, w, nk, acc + h0 * 128, b, bs, bm,
                                    h0 ? NULL : pf);
             }
             h0 += nh;

@@ -1,6 +1,6 @@
 /* mha_kernels.h - internal: the fast attention kernel of MHA / GQA
  * (DeepSeek-LLM 7B / 67B): one query token against one KV head's bf16
- * cache (src/attn/mha.h layout: K key-tiled, V row-major), for the G query
+ * cache (src/attn/mha.h layout: K and V key-tiled), for the G query
  * heads of its group at once.
  *
  * The arithmetic is the fast-mode contract of src/attn/mha_forward.c, the
