@@ -8,43 +8,21 @@
  * keys) / (DRAM read bandwidth measured in the same run); the ratio
  * t / bound says how close decode is to the machine's memory limit.  Before
  * anything is timed, the golden tiny case runs in fast mode and is checked
- * against reference mode (the same code paths on a small slice).
+ * against reference mode (the same code paths on a small slice).  Rows go
+ * through the shared llama-bench table (bench_util.h), with the byte bound,
+ * t / bound and t / t(first depth) as this mode's extra columns, and one
+ * prefill row per thread count (depth 0, ms per prefilled token).
  */
 #include "bench_util.h"
 #include "dsattn.h"
 #include "internal.h"
 #include "trace.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int parse_list(const char *s, long long *v, int max)
-{
-    int n = 0;
-    while (s && *s && n < max) {
-        char *end;
-        long long x = strtoll(s, &end, 10);
-        if (end == s) return -1;
-        if (*end == 'K' || *end == 'k') { x <<= 10; end++; }
-        else if (*end == 'M' || *end == 'm') { x <<= 20; end++; }
-        v[n++] = x;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
 
 static double peak_rss_gb(void)
 {
@@ -74,37 +52,72 @@ static int verify_slice(const char *data_dir)
     return rel <= 0.1 && cs >= 0.99 ? 0 : 1;
 }
 
+/* One timed step: a decode token (n == 1) on the shared deep sequence, or
+ * a prefill of n tokens on a fresh sequence (the reference has no chunked
+ * prefill, so each prefill starts at position 0). */
+typedef struct {
+    const dsattn_v41 *m;
+    dsattn_v41_seq   *seq;        /* decode: the filled sequence             */
+    size_t            n, dim;
+    float            *h;
+    int               calls;
+} v41_step;
+
+static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
+{
+    v41_step *a = arg;
+    for (size_t i = 0; i < a->n * a->dim; i++)
+        a->h[i] = (float)((i * 37 + (size_t)a->calls) % 11) - 5.0f;
+    a->calls++;
+    if (a->n == 1) return dsattn_v41_stack_forward(ctx, a->seq, a->h, 1, NULL, NULL);
+    dsattn_v41_seq *ps = NULL;
+    dsattn_status st = dsattn_v41_seq_create(&ps, a->m, a->n + 1, DSATTN_V41_INDEX_K_OWNER);
+    if (!st) st = dsattn_v41_stack_forward(ctx, ps, a->h, a->n, NULL, NULL);
+    dsattn_v41_seq_destroy(ps);
+    return st;
+}
+
 int dsattn_bench_v41(int argc, char **argv)
 {
-    const char *cfg = "configs/deepseek-v4.1-flash.json", *fmt = "md";
+    const char *cfg = "configs/deepseek-v4.1-flash.json";
     const char *data = "tests/data";
     long long depths[8] = { 4096, 65536, 1048576 }, thr[8] = { 1, 2 };
     int nd = 3, nt = 2, reps = 3, fp8 = 1;
     long long prefill = 128;
     uint64_t seed = 1;
+    dsattn_bench_fmt fmt = DSATTN_BENCH_MD;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: dsattn bench v41 [--depth 4096,65536,1M] [--threads 1,2] [--reps 3]\n"
                    "                        [--prefill N (128; 0 = skip)]\n"
                    "                        [--config PATH] [--bf16] [--seed S] [--format md|csv|json]\n"
-                   "                        [--data DIR (tests/data, for the pre-timing check)]\n");
+                   "                        [--data DIR (tests/data, for the pre-timing check)]\n"
+                   "Decode ms/token of the 40-layer V4.1-Flash attention stack at real dims\n"
+                   "(FP8 weights, random, seeded; synthetic cache fill to each depth) beside\n"
+                   "its byte bound, then one prefill of N tokens per thread count.  Every\n"
+                   "list is cross-multiplied; one warm-up step, then reps timed steps.\n");
             return 0;
         }
         if (!strcmp(a, "--bf16")) { fp8 = 0; continue; }
         if (!v) { fprintf(stderr, "bench v41: %s needs a value\n", a); return 2; }
         i++;
-        if (!strcmp(a, "--depth")) nd = parse_list(v, depths, 8);
-        else if (!strcmp(a, "--threads")) nt = parse_list(v, thr, 8);
+        if (!strcmp(a, "--depth")) nd = dsattn_bench_parse_list(v, depths, 8);
+        else if (!strcmp(a, "--threads")) nt = dsattn_bench_parse_list(v, thr, 8);
         else if (!strcmp(a, "--reps")) reps = atoi(v);
         else if (!strcmp(a, "--prefill")) prefill = atoll(v);
         else if (!strcmp(a, "--config")) cfg = v;
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--format")) fmt = v;
+        else if (!strcmp(a, "--format")) {
+            if (dsattn_bench_parse_fmt(v, &fmt)) { fprintf(stderr, "bench v41: bad --format %s\n", v); return 2; }
+        }
         else if (!strcmp(a, "--data")) data = v;
         else { fprintf(stderr, "bench v41: unknown option %s\n", a); return 2; }
     }
-    if (nd <= 0 || nt <= 0 || reps <= 0) { fprintf(stderr, "bench v41: bad list\n"); return 2; }
+    if (nd <= 0 || nt <= 0 || reps <= 0 || prefill < 0 || prefill > (1 << 20)) {
+        fprintf(stderr, "bench v41: bad list or count\n");
+        return 2;
+    }
 
     int vs = verify_slice(data);
     if (vs > 0) { fprintf(stderr, "bench v41: fast path disagrees with reference; not timing\n"); return 1; }
@@ -113,7 +126,7 @@ int dsattn_bench_v41(int argc, char **argv)
     long long maxd = 0;
     for (int i = 0; i < nd; i++) maxd = depths[i] > maxd ? depths[i] : maxd;
     char err[512] = "";
-    double t0 = now_s();
+    double t0 = dsattn_bench_now();
     dsattn_v41 *m = NULL;
     if (dsattn_v41_create_random(&m, cfg, seed, fp8, err, sizeof err)) {
         fprintf(stderr, "bench v41: %s\n", err);
@@ -121,105 +134,100 @@ int dsattn_bench_v41(int argc, char **argv)
     }
     fprintf(stderr, "bench v41: %d layers, %.2f GB of %s weights made in %.1f s\n",
             dsattn_v41_n_layers(m), (double)dsattn_v41_weight_bytes(m) / 1e9,
-            fp8 ? "FP8" : "bf16", now_s() - t0);
+            fp8 ? "FP8" : "bf16", dsattn_bench_now() - t0);
     dsattn_v41_seq *s = NULL;
     if (dsattn_v41_seq_create(&s, m, (size_t)maxd + (size_t)reps + 8, DSATTN_V41_INDEX_K_OWNER)) {
         fprintf(stderr, "bench v41: cannot allocate caches for depth %lld\n", maxd);
         dsattn_v41_destroy(m);
         return 1;
     }
-    const int dim = dsattn_v41_dim(m);
-    float *h = calloc((size_t)dim, sizeof(float));
-    const int csv = !strcmp(fmt, "csv"), json = !strcmp(fmt, "json");
-    if (csv) printf("depth,threads,ms_mean,ms_sd,gb_read,bw_gbs,bound_ms,ratio,gflop,vs_first\n");
-    else if (json) printf("[\n");
-    else {
-        printf("V4.1-Flash attention stack, decode (40 layers, real dims, %s weights, synthetic "
-               "cache fill to each depth)\n\n", fp8 ? "FP8 32x32" : "bf16");
-        printf("| depth | thr | ms/token | GB read | read BW GB/s | byte bound ms | t/bound | GFLOP | t/t(first depth) |\n");
-        printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    dsattn_kv_bill bill = { 0 };
+    dsattn_v41_seq_kv_bill(s, &bill);
+    const size_t dim = (size_t)dsattn_v41_dim(m);
+    const size_t hn = (size_t)(prefill > 1 ? prefill : 1) * dim;
+    float *h = calloc(hn, sizeof(float));
+    if (!h) {
+        dsattn_v41_seq_destroy(s);
+        dsattn_v41_destroy(m);
+        return 1;
     }
+
+    char title[256];
+    snprintf(title, sizeof title,
+             "V4.1-Flash attention stack (40 layers, real dims, %s weights, random, seeded); "
+             "decode rows over a synthetic cache fill to each depth.",
+             fp8 ? "FP8 32x32 UE8M0" : "bf16");
+    dsattn_bench_table t = { .mode = "v41", .title = title, .fmt = fmt, .n_extra = 3,
+                             .extra = { "byte bound ms", "t / bound", "t / t(first depth)" },
+                             .extra_key = { "byte_bound_ms", "t_over_bound", "t_over_first" } };
+    dsattn_bench_begin(&t, getenv("DSATTN_ISA") ? getenv("DSATTN_ISA") : "auto");
     double first[8] = { 0 };
-    int nrow = 0;
-    for (int di = 0; di < nd; di++) {
-        for (int ti = 0; ti < nt; ti++) {
+    int rc = 0;
+    for (int di = 0; di < nd && !rc; di++) {
+        for (int ti = 0; ti < nt && !rc; ti++) {
             dsattn_ctx *ctx = NULL;
             dsattn_ctx_params p = dsattn_ctx_default_params();
             p.n_threads = (int)thr[ti];
-            if (dsattn_ctx_create(&ctx, &p)) continue;
-            double bw = dsattn_bench_read_bw((int)thr[ti]);
+            if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
             dsattn_v41_seq_fill_synthetic(s, depths[di], seed + (uint64_t)di);
-            for (int i = 0; i < dim; i++) h[i] = (float)((i * 37) % 11) - 5.0f;
-            dsattn_v41_stack_forward(ctx, s, h, 1, NULL, NULL);           /* warm-up */
-            double sum = 0, sum2 = 0, gb = 0, gf = 0;
-            for (int r = 0; r < reps; r++) {
-                for (int i = 0; i < dim; i++) h[i] = (float)((i * 37 + r) % 11) - 5.0f;
-                dsattn_ctx_counters_reset(ctx);
-                double a = now_s();
-                dsattn_status st = dsattn_v41_stack_forward(ctx, s, h, 1, NULL, NULL);
-                double dt = (now_s() - a) * 1e3;
-                if (st) { fprintf(stderr, "bench v41: step failed: %s\n", dsattn_status_str(st)); break; }
-                dsattn_counters c = dsattn_ctx_counters(ctx);
-                gb = (double)c.bytes_read / 1e9;
-                gf = (double)c.flops / 1e9;
-                sum += dt;
-                sum2 += dt * dt;
+            v41_step a = { m, s, 1, dim, h, 0 };
+            dsattn_bench_result r = { .depth = depths[di], .kv_bytes = bill.global_bytes_per_token };
+            snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
+            snprintf(r.variant, sizeof r.variant, "CSA2 stack, decode");
+            dsattn_status st = dsattn_bench_time(ctx, v41_step_run, &a, reps, &r);
+            if (st) {
+                fprintf(stderr, "bench v41: step failed: %s\n", dsattn_status_str(st));
+                rc = 1;
+            } else {
+                double bound = r.lim_gbs > 0 ? r.gb / r.lim_gbs * 1e3 : 0;
+                if (di == 0) first[ti] = r.ms_mean;
+                snprintf(r.extra[0], sizeof r.extra[0], "%.1f", bound);
+                snprintf(r.extra[1], sizeof r.extra[1], "%.2f", bound > 0 ? r.ms_mean / bound : 0);
+                snprintf(r.extra[2], sizeof r.extra[2], "%.2f",
+                         first[ti] > 0 ? r.ms_mean / first[ti] : 1.0);
+                dsattn_bench_row(&t, &r);
             }
-            double mean = sum / reps, sd = sqrt(fmax(0.0, sum2 / reps - mean * mean));
-            double bound = gb / bw * 1e3;
-            if (di == 0) first[ti] = mean;
-            double vsf = first[ti] > 0 ? mean / first[ti] : 1.0;
-            if (csv)
-                printf("%lld,%lld,%.2f,%.2f,%.3f,%.2f,%.2f,%.3f,%.2f,%.3f\n", depths[di], thr[ti],
-                       mean, sd, gb, bw, bound, mean / bound, gf, vsf);
-            else if (json)
-                printf("%s  {\"depth\": %lld, \"threads\": %lld, \"ms_mean\": %.3f, \"ms_sd\": %.3f, "
-                       "\"gb_read\": %.4f, \"bw_gbs\": %.3f, \"bound_ms\": %.3f, \"gflop\": %.3f}",
-                       nrow ? ",\n" : "", depths[di], thr[ti], mean, sd, gb, bw, bound, gf);
-            else
-                printf("| %lld | %lld | %.1f ± %.1f | %.3f | %.1f | %.1f | %.2f | %.2f | %.2f |\n",
-                       depths[di], thr[ti], mean, sd, gb, bw, bound, mean / bound, gf, vsf);
-            fflush(stdout);
-            nrow++;
             dsattn_ctx_destroy(ctx);
         }
     }
-    if (json) printf("\n]\n");
-    /* Prefill at a shallow depth: one chunk of `prefill` tokens at position 0
-     * on a fresh sequence (the reference supports no chunked prefill). */
-    if (prefill > 0 && !csv && !json) {
-        printf("\n| prefill tokens | thr | s | tokens/s | GFLOP | GFLOP/s |\n|---:|---:|---:|---:|---:|---:|\n");
-        float *hp = calloc((size_t)prefill * (size_t)dim, sizeof(float));
-        for (int ti = 0; hp && ti < nt; ti++) {
-            dsattn_ctx *ctx = NULL;
-            dsattn_ctx_params p = dsattn_ctx_default_params();
-            p.n_threads = (int)thr[ti];
-            dsattn_v41_seq *ps = NULL;
-            if (dsattn_ctx_create(&ctx, &p) ||
-                dsattn_v41_seq_create(&ps, m, (size_t)prefill + 1, DSATTN_V41_INDEX_K_OWNER)) {
-                dsattn_ctx_destroy(ctx);
-                continue;
-            }
-            for (long long i = 0; i < prefill * dim; i++) hp[i] = (float)((i * 37) % 11) - 5.0f;
-            dsattn_ctx_counters_reset(ctx);
-            double a = now_s();
-            dsattn_status st = dsattn_v41_stack_forward(ctx, ps, hp, (size_t)prefill, NULL, NULL);
-            double dt = now_s() - a;
-            dsattn_counters c = dsattn_ctx_counters(ctx);
-            if (!st)
-                printf("| %lld | %lld | %.2f | %.1f | %.1f | %.1f |\n", prefill, thr[ti], dt,
-                       (double)prefill / dt, (double)c.flops / 1e9, (double)c.flops / 1e9 / dt);
-            fflush(stdout);
-            dsattn_v41_seq_destroy(ps);
-            dsattn_ctx_destroy(ctx);
+    /* Prefill: `prefill` tokens at position 0 on a fresh sequence per rep;
+     * ms/token is the chunk's time over its tokens. */
+    for (int ti = 0; prefill > 1 && ti < nt && !rc; ti++) {
+        dsattn_ctx *ctx = NULL;
+        dsattn_ctx_params p = dsattn_ctx_default_params();
+        p.n_threads = (int)thr[ti];
+        if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
+        v41_step a = { m, NULL, (size_t)prefill, dim, h, 0 };
+        dsattn_bench_result r = { .depth = 0, .kv_bytes = bill.global_bytes_per_token };
+        snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
+        snprintf(r.variant, sizeof r.variant, "CSA2 stack, prefill %lld tokens", prefill);
+        dsattn_status st = dsattn_bench_time(ctx, v41_step_run, &a, 1, &r);
+        if (st) {
+            fprintf(stderr, "bench v41: prefill failed: %s\n", dsattn_status_str(st));
+            rc = 1;
+        } else {
+            r.ms_mean /= (double)prefill;
+            r.ms_sd /= (double)prefill;
+            r.gb /= (double)prefill;
+            r.gflop /= (double)prefill;
+            snprintf(r.extra[0], sizeof r.extra[0], "-");
+            snprintf(r.extra[1], sizeof r.extra[1], "-");
+            snprintf(r.extra[2], sizeof r.extra[2], "%.1f tok/s",
+                     r.ms_mean > 0 ? 1e3 / r.ms_mean : 0);
+            dsattn_bench_row(&t, &r);
         }
-        free(hp);
+        dsattn_ctx_destroy(ctx);
     }
-    if (!csv && !json)
-        printf("\npeak RSS %.2f GB (weights + caches for depth %lld); ISA %s\n", peak_rss_gb(),
-               maxd, getenv("DSATTN_ISA") ? getenv("DSATTN_ISA") : "auto");
+    char footer[512];
+    snprintf(footer, sizeof footer,
+             "Byte bound = bytes the kernels read in the step (weights + KV + index keys) / the "
+             "read bandwidth measured in this run.  KV B/token is the global cache measured from "
+             "the live allocation; the bounded window rings hold %.1f MB more.  Prefill rows: "
+             "per-token time and counters of one %lld-token chunk.  Peak RSS %.2f GB.\n",
+             (double)bill.window_bytes / 1e6, prefill, peak_rss_gb());
+    dsattn_bench_end(&t, footer);
     free(h);
     dsattn_v41_seq_destroy(s);
     dsattn_v41_destroy(m);
-    return 0;
+    return rc;
 }
