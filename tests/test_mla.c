@@ -6,14 +6,18 @@
  * causality, absorbed vs naive, DSA with top-k >= visible == dense MLA (and
  * != with a small top-k), the selection == a brute-force top-k of the same
  * scores, fast == reference at depth (absorbed decode over bf16 and FP8
- * latent caches, index scores), FP8 latent cache and FP8 weights within
+ * latent caches, index scores; the heads-in-lanes AVX-512 kernels against
+ * their scalar table on odd sizes, and the tiled decode at key counts and
+ * head counts off its tiles), FP8 latent cache and FP8 weights within
  * stated bounds, the YaRN / mscale gate, cache bytes per token from the
  * allocation at the released dims, and argument errors.
  */
 #include "harness.h"
 
 #include "internal.h"
+#include "kernels.h"
 #include "mla.h"
+#include "mla_kernels.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -473,6 +477,177 @@ DSATTN_TEST(mla, dsa_sparse_decode_at_depth_fast_vs_reference)
         if (same == 64) check_stat("sparse decode fast vs reference", b, a, 256, 1e-2, 0.9999);
     }
     dsattn_mla_destroy(m);
+}
+
+/* ==== The heads-in-lanes kernels (mla_kernels.h) ======================== */
+
+static void fill_rand(float *x, size_t n, uint64_t seed, float amp)
+{
+    dsattn_rng r = { seed };
+    for (size_t i = 0; i < n; i++) x[i] = amp * dsattn_rng_normal(&r);
+}
+
+DSATTN_TEST(mla, tile_kernels_avx512_match_scalar_on_odd_sizes)
+{
+    /* The AVX-512 table against the scalar one on sizes off every tile:
+     * 37 heads (hp 48 = a 32-head group and a 16-head half group), D = 45
+     * (a 16-wide transpose tail), 23 latent columns (12 + 4 + 4 + 3), key
+     * counts 1, 13 and 30 (partial 12-key tiles).  Tile packing, FP8 row
+     * decode and the weight rows are bit-exact (same values, NaN codes
+     * included); QK, PV and the softmax differ only by FMA contraction and
+     * the exp polynomial: elementwise rel <= 2e-5 (scores, P.V) and 1e-5
+     * (probabilities, sums). */
+    const dsattn_mla_kern *A = dsattn_mla_kern_avx512_ptr, *R = &dsattn_mla_kern_ref;
+    if (!A || !dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    CHECK(dsattn_mla_kern_for("avx512") == A);
+    CHECK(dsattn_mla_kern_for("avx2") == NULL && dsattn_mla_kern_for("ref") == NULL);
+    const size_t H = 37, hp = 48, D = 45, C = 23, NKMAX = 36, ld = hp + 3;
+    float *q = malloc(H * D * 4), *qp = malloc(hp * D * 4), *rows = malloc(NKMAX * D * 4);
+    float *ka = malloc(NKMAX * D * 4), *kr = malloc(NKMAX * D * 4);
+    float *sa = malloc(NKMAX * ld * 4), *sr = malloc(NKMAX * ld * 4);
+    float *aa = malloc(C * hp * 4), *ar = malloc(C * hp * 4);
+    uint16_t *b16 = malloc(NKMAX * D * 2);
+    fill_rand(q, H * D, 5, 1.0f);
+    fill_rand(rows, NKMAX * D, 6, 1.0f);
+    for (size_t i = 0; i < NKMAX * D; i++) b16[i] = dsattn_f32_to_bf16(rows[i]);
+    dsattn_mla_pack_q(q, D, H, hp, D, qp);
+    const size_t nks[] = { 1, 13, 30 };
+    for (size_t t = 0; t < 3; t++) {
+        const size_t nk = nks[t], ntile = (nk + 11) / 12;
+        /* tiles from fp32 rows and from bf16 rows: bit-exact */
+        for (size_t i = 0; i < ntile; i++) {
+            const size_t nr = nk - i * 12 < 12 ? nk - i * 12 : 12;
+            A->tile_rows(rows + i * 12 * D, D, nr, D, ka + i * 12 * D);
+            R->tile_rows(rows + i * 12 * D, D, nr, D, kr + i * 12 * D);
+        }
+        CHECK_BITS("tile_rows", ka, kr, ntile * 12 * D);
+        for (size_t i = 0; i < ntile; i++) {
+            const size_t nr = nk - i * 12 < 12 ? nk - i * 12 : 12;
+            const uint8_t *rp[12];
+            for (size_t r = 0; r < nr; r++) rp[r] = (const uint8_t *)(b16 + (i * 12 + r) * D);
+            A->tile_bf16(rp, nr, D, ka + i * 12 * D);
+            R->tile_bf16(rp, nr, D, kr + i * 12 * D);
+        }
+        CHECK_BITS("tile_bf16", ka, kr, ntile * 12 * D);
+        /* scores, every tile row (padded keys score 0) */
+        A->qk(qp, hp, D, kr, nk, sa, ld);
+        R->qk(qp, hp, D, kr, nk, sr, ld);
+        for (size_t j = 0; j < ntile * 12; j++)
+            CHECK_CLOSE("qk", sa + j * ld, sr + j * ld, hp, 1e-5, 2e-5);
+        /* online softmax from a state with a max to move, bf16 and fp32 */
+        for (int bf = 0; bf < 2; bf++) {
+            float ma[48], la[48], fa[48], mr[48], lr[48], fr[48];
+            for (size_t h = 0; h < hp; h++) {
+                ma[h] = mr[h] = h % 3 ? 0.25f * (float)(h % 7) : -INFINITY;
+                la[h] = lr[h] = h % 3 ? 2.0f : 0.0f;
+            }
+            memcpy(sa, sr, nk * ld * 4);
+            A->softmax(sa, ld, hp, nk, 0.37f, bf, ma, la, fa);
+            R->softmax(sr, ld, hp, nk, 0.37f, bf, mr, lr, fr);
+            CHECK_BITS("softmax max", ma, mr, hp);
+            CHECK_CLOSE("softmax sum", la, lr, hp, 0, 1e-5);
+            CHECK_CLOSE("softmax alpha", fa, fr, hp, 0, 1e-5);
+            for (size_t j = 0; j < nk; j++)
+                CHECK_CLOSE("softmax p", sa + j * ld, sr + j * ld, hp, 0, 1e-5);
+        }
+        /* P.V with a rescale, over the scalar's probabilities */
+        fill_rand(aa, C * hp, 7, 1.0f);
+        memcpy(ar, aa, C * hp * 4);
+        float al[48];
+        for (size_t h = 0; h < hp; h++) al[h] = h % 2 ? 1.0f : 0.5f;
+        const uint8_t *pf[1] = { (const uint8_t *)b16 };
+        A->pv(sr, ld, hp, kr, D, nk, C, al, aa, pf, 1, 200);
+        R->pv(sr, ld, hp, kr, D, nk, C, al, ar, pf, 1, 200);
+        CHECK_CLOSE("pv", aa, ar, C * hp, 1e-5, 2e-5);
+    }
+    /* FP8 latent rows (656-byte layout at kl 512) with NaN codes */
+    {
+        const size_t kl = 512, dr = 64, rb = dsattn_v32_kv_row_bytes(kl, dr);
+        float *x = malloc((kl + dr) * 4), *oa = malloc((kl + dr) * 4), *orf = malloc((kl + dr) * 4);
+        uint8_t *row = malloc(rb);
+        fill_rand(x, kl + dr, 8, 3.0f);
+        dsattn_v32_kv_pack(x, kl, dr, row, NULL);
+        row[3] = 0x7f;
+        row[200] = 0xff;
+        A->v32_row(row, kl, dr, oa);
+        R->v32_row(row, kl, dr, orf);
+        CHECK(isnan(oa[3]) && isnan(oa[200]));
+        CHECK_BITS("v32_row", oa, orf, kl + dr);
+        free(x); free(oa); free(orf); free(row);
+    }
+    /* absorption weight rows: every code, two block scales, a tail */
+    {
+        const size_t n = 272, bs = 128;           /* 2 blocks + 16 */
+        uint8_t w[272];
+        const float scale[3] = { 0x1p-9f, 3.0e-3f, 0x1p110f };
+        float ya[272], yr[272], x[272];
+        for (size_t i = 0; i < n; i++) w[i] = (uint8_t)(i * 7 + 3);
+        memset(ya, 0, sizeof ya);
+        memset(yr, 0, sizeof yr);
+        A->fp8w_axpy(w, scale, bs, n, 1.0f, ya);
+        R->fp8w_axpy(w, scale, bs, n, 1.0f, yr);
+        CHECK_BITS("fp8w_axpy values", ya, yr, n);  /* 0 + 1*w: the weights themselves */
+        size_t nn = 0;
+        for (size_t i = 0; i < n; i++) nn += isnan(ya[i]) ? 1 : 0;
+        CHECK(nn >= 2);
+        for (size_t i = 0; i < n; i++) w[i] = (w[i] & 0x7f) == 0x7f ? 0x3c : w[i];
+        fill_rand(x, n, 9, 1.0f);
+        const float da = A->fp8w_dot(w, scale, bs, n - 16, x);
+        const float dr_ = R->fp8w_dot(w, scale, bs, n - 16, x);
+        CHECK_MSG(fabsf(da - dr_) <= 1e-5f * (fabsf(dr_) + 1.0f), "fp8w_dot %g vs %g", da, dr_);
+        uint16_t wb[40];
+        for (size_t i = 0; i < 40; i++) wb[i] = dsattn_f32_to_bf16(x[i]);
+        memset(ya, 0, sizeof ya);
+        memset(yr, 0, sizeof yr);
+        A->bf16w_axpy(wb, 40, 1.0f, ya);
+        R->bf16w_axpy(wb, 40, 1.0f, yr);
+        CHECK_BITS("bf16w_axpy", ya, yr, 40);
+        float ra[37], rr[37];
+        fill_rand(ra, 37, 10, 1.0f);
+        ra[5] = NAN;
+        memcpy(rr, ra, sizeof ra);
+        A->round_bf16(ra, 37);
+        R->round_bf16(rr, 37);
+        CHECK_BITS("round_bf16", ra, rr, 37);
+    }
+    free(q); free(qp); free(rows); free(ka); free(kr); free(sa); free(sr); free(aa); free(ar);
+    free(b16);
+}
+
+DSATTN_TEST(mla, tiled_decode_off_tile_sizes_matches_reference)
+{
+    /* The fast decode over key counts off its tiles and blocks: 1 key, 13
+     * (a partial 12-key tile), 389 (two 192-key blocks and a tail; one
+     * thread), 1200 (split over threads, uneven blocks), with 5 or 12
+     * heads (hp 16: a half group, 11 or 4 padded heads), bf16 and FP8
+     * latent rows, V3 and V3.2, and V3 with FP8 weights (the SIMD W_uk /
+     * W_uv rows).  Stated bound as the depth test: rel <= 1e-2, cosine
+     * >= 0.9999 vs reference. */
+    const size_t dim = 256;
+    float a[256], b[256];
+    const int64_t depths[] = { 0, 12, 388, 1199 };
+    for (int v = 0; v < 4; v++) {
+        /* FP8 weights on V3 only: V3.2 quantizes every GEMM input to E4M3,
+         * which amplifies any difference (the same 1.2e-2 on every ISA at
+         * depth 12, the old sgemm path included), see
+         * fp8_weights_fast_vs_reference */
+        const int dsa = v & 1, fp8 = v == 2;
+        cfg_opts o = small(dsa);
+        o.n_layers = 1;
+        o.n_heads = v >= 2 ? 12 : 5;        /* FP8 weights need H*32 % 128 == 0 */
+        o.topk = 4096;
+        o.max_seq_len = 2048;
+        dsattn_mla *m = make_model(&o, 31 + (uint64_t)v, fp8);
+        for (size_t di = 0; m && di < 4; di++)
+            for (int f = 1; f <= 2; f++) {
+                decode_at_depth(m, (dsattn_mla_cache)f, depths[di], a, b, NULL, NULL, 0);
+                char what[96];
+                snprintf(what, sizeof what, "dsa %d fp8w %d H %d cache %d depth %lld: fast vs "
+                         "reference", dsa, fp8, o.n_heads, f, (long long)depths[di]);
+                check_stat(what, b, a, dim, 1e-2, 0.9999);
+            }
+        dsattn_mla_destroy(m);
+    }
 }
 
 /* ==== FP8 ================================================================ */

@@ -26,8 +26,10 @@
  * one rounding; softmax e = exp(s - max), p = e / sum).  Fast mode keeps the
  * same cast points where they are free, but accumulates in fp32: the
  * absorbed attention streams the latent cache once for all heads in blocks
- * (sgemm for Q.K^T and P.V, online softmax, key ranges split over threads),
- * prefill rows run in parallel.
+ * (online softmax, key ranges split over threads; with the AVX-512 table
+ * the heads-in-lanes kernels of mla_kernels.h on 12-key tiles decoded once
+ * for both GEMMs, otherwise sgemm for Q.K^T and P.V), prefill rows run in
+ * parallel.
  *
  * Not here: the model and weights (mla_model.c), the indexer's q/k and
  * scores (mla_indexer.c).
@@ -35,6 +37,7 @@
 #include "mla.h"
 
 #include "kernels.h"
+#include "mla_kernels.h"
 #include "numfmt.h"
 #include "vmath.h"
 #include "wdequant.h"
@@ -206,6 +209,16 @@ static void weight_row_bf16_fast(const dsattn_weight *w, size_t r, float *out)
     for (size_t i = 0; i < C; i++) out[i] = dsattn_round_bf16(out[i]);
 }
 
+/* FP8 weight row r (n bytes) on its way into the cache: the absorption
+ * loops read one 512-byte row per call, too short for the hardware
+ * prefetcher to run ahead (measured ~5 GB/s without this). */
+static inline void prefetch_row(const dsattn_weight *W, size_t r, size_t n)
+{
+    if (r >= W->rows) return;
+    const uint8_t *p = (const uint8_t *)W->data + r * n;
+    for (size_t i = 0; i < n; i += 64) __builtin_prefetch(p + i, 0, 2);
+}
+
 /* q'[h] = bf16(q_nope[h] . W_uk[h]) for all heads: W_uk[h] = rows
  * h*(dn+dv) .. +dn of wkv_b (bf16 values of weight_dequant), [dn, KL]. */
 static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *q,
@@ -216,6 +229,7 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
     const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dr = (size_t)c->rope;
     const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
+    const dsattn_mla_kern *mk = ref ? NULL : dsattn_mla_kern_for(ctx->k->name);
     dsattn_status st = DSATTN_OK;
 #pragma omp parallel num_threads(ctx->n_threads) if (!ref && H >= 4)
     {
@@ -241,7 +255,15 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                 for (size_t i = 0; i < KL; i++) accf[i] = 0.0f;
                 for (size_t d = 0; d < dn; d++) {
                     const float a = qh[d];
-                    if (W->kind == DSATTN_W_BF16) {
+                    const size_t r = h * (dn + dv) + d;
+                    if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
+                        const size_t bs = W->block, sc = (KL + bs - 1) / bs;
+                        prefetch_row(W, r + 16, KL);
+                        mk->fp8w_axpy((const uint8_t *)W->data + r * KL, W->scale + (r / bs) * sc,
+                                      bs, KL, a, accf);
+                    } else if (mk && W->kind == DSATTN_W_BF16) {
+                        mk->bf16w_axpy((const uint16_t *)W->data + r * KL, KL, a, accf);
+                    } else if (W->kind == DSATTN_W_BF16) {
                         const uint16_t *p = (const uint16_t *)W->data + (h * (dn + dv) + d) * KL;
                         for (size_t i = 0; i < KL; i++) accf[i] += a * dsattn_bf16_to_f32(p[i]);
                     } else {
@@ -268,6 +290,7 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
     const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope;
     const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
+    const dsattn_mla_kern *mk = ref ? NULL : dsattn_mla_kern_for(ctx->k->name);
     dsattn_status st = DSATTN_OK;
 #pragma omp parallel num_threads(ctx->n_threads) if (!ref && H >= 4)
     {
@@ -285,6 +308,11 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
                 float y;
                 if (!ref && W->kind == DSATTN_W_BF16) {
                     ctx->k->gemv_bf16((const uint16_t *)W->data + r * KL, xh, &y, 1, KL);
+                } else if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
+                    const size_t bs = W->block, sc = (KL + bs - 1) / bs;
+                    prefetch_row(W, r + 16, KL);
+                    y = mk->fp8w_dot((const uint8_t *)W->data + r * KL, W->scale + (r / bs) * sc,
+                                     bs, KL, xh);
                 } else {
                     if (ref) dsattn_mla_weight_row_bf16(W, r, wr);
                     else weight_row_bf16_fast(W, r, wr);
@@ -413,6 +441,98 @@ static void absorbed_part_fast(const dsattn_kernels *kt, const dsattn_mla_seq *s
     }
 }
 
+/* The AVX-512 path (mla_kernels.h): heads in lanes, keys in blocks of
+ * MT_BLOCK decoded once into 12-key tiles that serve both GEMMs.  Per
+ * thread: m, l, alpha [hp], acc^T [KL, hp], the tiled block [MT_BLOCK, D],
+ * scores/probabilities [MT_BLOCK, hp] and 12 decoded rows; shared: the
+ * packed queries [hp, D].  The block stays in L2 (~0.45 MB at real dims)
+ * while the QK and PV kernels run over it. */
+#define MT_BLOCK 192
+
+static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *mk,
+                                        const dsattn_mla_seq *s, int l, const float *qa,
+                                        const float *qpe, const int32_t *idx, size_t n, int v3,
+                                        float *xo, int n_threads)
+{
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    const size_t D = KL + dr, hp = (H + 15) / 16 * 16;
+    const float scale = c->softmax_scale;
+    int nt = n_threads;
+    if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
+    const size_t per = 3 * hp + KL * hp + MT_BLOCK * D + MT_BLOCK * hp + DSATTN_MLA_KT * D;
+    float *ws = dsattn_alloc_array((size_t)nt * per + hp * D + H * D, sizeof(float));
+    const uint8_t **rp = dsattn_alloc_array((size_t)nt * 2 * MT_BLOCK, sizeof *rp);
+    if (!ws || !rp) { dsattn_free(ws); dsattn_free(rp); return DSATTN_ERR_NOMEM; }
+    float *qp = ws + (size_t)nt * per, *Q = qp + hp * D;
+    for (size_t h = 0; h < H; h++) {
+        memcpy(Q + h * D, qa + h * KL, KL * sizeof(float));
+        memcpy(Q + h * D + KL, qpe + h * dr, dr * sizeof(float));
+    }
+    dsattn_mla_pack_q(Q, D, H, hp, D, qp);
+    const uint8_t *cache = s->layer[l].cache;
+    const size_t rb = s->row_bytes;
+    const int bf16 = s->fmt == DSATTN_MLA_CACHE_LATENT_BF16;
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = 0, nth = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        float *mm = ws + (size_t)tid * per, *ll = mm + hp, *al = ll + hp, *acc = al + hp;
+        float *kt = acc + KL * hp, *st = kt + MT_BLOCK * D, *rows = st + MT_BLOCK * hp;
+        const uint8_t **cur = rp + (size_t)tid * 2 * MT_BLOCK, **nxt = cur + MT_BLOCK;
+        for (size_t h = 0; h < hp; h++) { mm[h] = -INFINITY; ll[h] = 0.0f; }
+        memset(acc, 0, KL * hp * sizeof(float));
+        const size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
+        const size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
+        size_t nb = DSATTN_MIN((size_t)MT_BLOCK, i1 - i0);
+        for (size_t i = 0; i < nb; i++) cur[i] = cache + key_at(idx, i0 + i) * rb;
+        for (size_t b0 = i0; b0 < i1; b0 += MT_BLOCK) {
+            /* the next block's rows, prefetched while this one computes */
+            const size_t b1 = b0 + nb, nn = b1 < i1 ? DSATTN_MIN((size_t)MT_BLOCK, i1 - b1) : 0;
+            for (size_t i = 0; i < nn; i++) nxt[i] = cache + key_at(idx, b1 + i) * rb;
+            for (size_t t0 = 0; t0 < nb; t0 += DSATTN_MLA_KT) {
+                const size_t nr = DSATTN_MIN((size_t)DSATTN_MLA_KT, nb - t0);
+                if (bf16) {
+                    mk->tile_bf16(cur + t0, nr, D, kt + t0 * D);
+                } else {
+                    for (size_t r = 0; r < nr; r++) mk->v32_row(cur[t0 + r], KL, dr, rows + r * D);
+                    mk->tile_rows(rows, D, nr, D, kt + t0 * D);
+                }
+            }
+            mk->qk(qp, hp, D, kt, nb, st, hp);
+            mk->softmax(st, hp, hp, nb, scale, v3, mm, ll, al);
+            mk->pv(st, hp, hp, kt, D, nb, KL, al, acc, nxt, nn, rb);
+            const uint8_t **sw = cur;
+            cur = nxt;
+            nxt = sw;
+            nb = nn;
+        }
+    }
+    dsattn_free(rp);
+    /* merge the partial softmax states into thread 0's */
+    float *m0 = ws, *l0 = m0 + hp, *f0 = l0 + hp, *a0 = f0 + hp;
+    for (int t = 1; t < nt; t++) {
+        float *mt = ws + (size_t)t * per, *lt = mt + hp, *ft = lt + hp, *at = ft + hp;
+        for (size_t h = 0; h < hp; h++) {
+            const float mx = mt[h] > m0[h] ? mt[h] : m0[h];
+            f0[h] = m0[h] == mx ? 1.0f : expf(m0[h] - mx);
+            ft[h] = lt[h] == 0.0f ? 0.0f : mt[h] == mx ? 1.0f : expf(mt[h] - mx);
+            l0[h] = l0[h] * f0[h] + lt[h] * ft[h];
+            m0[h] = mx;
+        }
+        for (size_t i = 0; i < KL; i++)
+            for (size_t h = 0; h < hp; h++)
+                a0[i * hp + h] = a0[i * hp + h] * f0[h] + at[i * hp + h] * ft[h];
+    }
+    for (size_t h = 0; h < H; h++)
+        for (size_t i = 0; i < KL; i++) xo[h * KL + i] = dsattn_round_bf16(a0[i * hp + h] / l0[h]);
+    dsattn_free(ws);
+    return DSATTN_OK;
+}
+
 static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s, int l,
                                        const float *qa, const float *qpe, const int32_t *idx,
                                        size_t n, int v3, float *xo, int n_threads)
@@ -420,6 +540,8 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
     const dsattn_mla_config *c = &s->m->cfg;
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr;
+    const dsattn_mla_kern *mk = dsattn_mla_kern_for(ctx->k->name);
+    if (mk) return absorbed_row_tiled(ctx, mk, s, l, qa, qpe, idx, n, v3, xo, n_threads);
     int nt = n_threads;
     if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
     /* per thread: m, l [H], acc [H, KL], kb [AB, D], sc [H, AB]; plus Q */

@@ -1,0 +1,481 @@
+/* mla_tile_avx512.c - the AVX-512 table of mla_kernels.h (F/BW/VL/DQ only).
+ *
+ * QK: a register tile of 12 keys x 32 heads (24 accumulators); per latent
+ * element two head vectors of the packed query are loaded and each of the
+ * 12 keys is broadcast from the d-major key tile (one pointer, constant
+ * displacements), 24 FMAs per 14 loads.  PV: 12 latent columns x 32 heads
+ * per tile, the accumulator tile loaded once per key block and scaled by
+ * the softmax rescale on load; per key two probability vectors and 12
+ * broadcasts.  Both keep every operand stream sequential: the packed query
+ * (L2) and the key tile (L1) for QK, the probabilities (L1) and the key
+ * block (L2) for PV.  Softmax: elementwise over head vectors with the
+ * Cephes exp of vmath_avx512.c.  FP8 codes decode through fp16 (an E4M3
+ * code s.eeee.mmm moved to fp16 s.0eeee.mmm0000000 is 2^-8 times its
+ * value; x256 is exact), NaN codes (0x7f/0xff) forced to NaN, so the
+ * decoded values equal numfmt.c's table bit for bit.
+ *
+ * Not here: the driver (mla_forward.c), the scalar cross-check
+ * (mla_tile.c).
+ */
+#include "mla_kernels.h"
+
+#include "numfmt.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define KT DSATTN_MLA_KT
+#define AI static inline __attribute__((always_inline))
+
+/* ---- small vector helpers ---------------------------------------------- */
+
+/* exp(x): Cephes polynomial, 2^n by vscalefps; x < -104 gives 0, NaN kept */
+AI __m512 exp512(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.72283935546875f);
+    __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    __m512 y = _mm512_scalef_ps(p, n);
+    y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(y, nan, x);
+}
+
+/* dsattn_round_bf16 on 16 lanes: RNE, NaN -> quiet NaN with the top bits */
+AI __m512 rbf16(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x), hi = _mm512_set1_epi32((int)0xffff0000u);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    r = _mm512_and_si512(r, hi);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    const __m512i qn = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, qn));
+}
+
+/* 16 E4M3 codes -> their exact fp32 values (NaN codes -> NaN) */
+AI __m512 e4m3x16(const uint8_t *w)
+{
+    const __m128i b8 = _mm_loadu_si128((const __m128i *)w);
+    const __m256i b = _mm256_cvtepu8_epi16(b8);
+    const __m256i h = _mm256_or_si256(
+        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7),
+        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+    const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+    const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(b8, _mm_set1_epi8(0x7f)),
+                                              _mm_set1_epi8(0x7f));
+    return _mm512_mask_mov_ps(f, nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+
+static float le_f32(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+/* ---- QK ------------------------------------------------------------------ */
+
+/* one tile of 12 keys against NV (1 or 2) head vectors of one packed group */
+AI void qk_tile(const float *q, size_t D, const float *k, float *st, size_t ldst, int NV)
+{
+    __m512 a[KT][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < KT; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
+    const size_t w = (size_t)NV * 16;
+    for (size_t d = 0; d < D; d++) {
+        const __m512 q0 = _mm512_loadu_ps(q + d * w);
+        const __m512 q1 = NV > 1 ? _mm512_loadu_ps(q + d * w + 16) : q0;
+        const float *kd = k + d * KT;
+#pragma GCC unroll 12
+        for (int r = 0; r < KT; r++) {
+            const __m512 b = _mm512_set1_ps(kd[r]);
+            a[r][0] = _mm512_fmadd_ps(b, q0, a[r][0]);
+            if (NV > 1) a[r][1] = _mm512_fmadd_ps(b, q1, a[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < KT; r++) {
+        _mm512_storeu_ps(st + (size_t)r * ldst, a[r][0]);
+        if (NV > 1) _mm512_storeu_ps(st + (size_t)r * ldst + 16, a[r][1]);
+    }
+}
+
+static void qk_avx512(const float *qp, size_t hp, size_t D, const float *kt, size_t nk,
+                      float *st, size_t ldst)
+{
+    const size_t nt = (nk + KT - 1) / KT;
+    for (size_t t = 0; t < nt; t++) {
+        const float *k = kt + t * KT * D;
+        float *s = st + t * KT * ldst;
+        size_t h0 = 0;
+        for (; h0 + 32 <= hp; h0 += 32) qk_tile(qp + h0 * D, D, k, s + h0, ldst, 2);
+        if (h0 < hp) qk_tile(qp + h0 * D, D, k, s + h0, ldst, 1);
+    }
+}
+
+/* ---- softmax ------------------------------------------------------------- */
+
+static void softmax_avx512(float *st, size_t ldst, size_t hp, size_t nk, float scale, int bf16,
+                           float *m, float *l, float *alpha)
+{
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (size_t h = 0; h < hp; h += 16) {
+        const __m512 mo = _mm512_loadu_ps(m + h);
+        __m512 mx = mo;
+        for (size_t j = 0; j < nk; j++) {
+            float *p = st + j * ldst + h;
+            __m512 s = _mm512_mul_ps(_mm512_loadu_ps(p), sc);
+            if (bf16) s = rbf16(s);
+            _mm512_storeu_ps(p, s);
+            mx = _mm512_max_ps(mx, s);
+        }
+        __m512 a = exp512(_mm512_sub_ps(mo, mx));
+        a = _mm512_mask_mov_ps(a, _mm512_cmp_ps_mask(mo, mx, _CMP_EQ_OQ), _mm512_set1_ps(1.0f));
+        __m512 sum = _mm512_setzero_ps();
+        for (size_t j = 0; j < nk; j++) {
+            float *p = st + j * ldst + h;
+            const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(p), mx));
+            _mm512_storeu_ps(p, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        _mm512_storeu_ps(l + h, _mm512_fmadd_ps(_mm512_loadu_ps(l + h), a, sum));
+        _mm512_storeu_ps(m + h, mx);
+        _mm512_storeu_ps(alpha + h, a);
+    }
+}
+
+/* ---- PV ------------------------------------------------------------------ */
+
+/* RC latent columns c.. x NV head vectors, over all nk keys of the block */
+AI void pv_tile(const float *p, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
+                size_t c, const float *alpha, float *acct, int RC, int NV)
+{
+    __m512 a[KT][2];
+    const __m512 al0 = _mm512_loadu_ps(alpha), al1 = NV > 1 ? _mm512_loadu_ps(alpha + 16) : al0;
+#pragma GCC unroll 12
+    for (int r = 0; r < RC; r++) {
+        a[r][0] = _mm512_mul_ps(_mm512_loadu_ps(acct + (size_t)r * hp), al0);
+        a[r][1] = NV > 1 ? _mm512_mul_ps(_mm512_loadu_ps(acct + (size_t)r * hp + 16), al1) : al1;
+    }
+    for (size_t j0 = 0; j0 < nk; j0 += KT) {
+        const float *kb = kt + j0 * D + c * KT;
+        const size_t nj = nk - j0 < KT ? nk - j0 : KT;
+        const float *pj = p + j0 * ldp;
+        if (nj == KT) {                     /* full tile: no loop exit to predict */
+#pragma GCC unroll 12
+            for (int jj = 0; jj < KT; jj++) {
+                const __m512 p0 = _mm512_loadu_ps(pj + (size_t)jj * ldp);
+                const __m512 p1 = NV > 1 ? _mm512_loadu_ps(pj + (size_t)jj * ldp + 16) : p0;
+#pragma GCC unroll 12
+                for (int r = 0; r < RC; r++) {
+                    const __m512 b = _mm512_set1_ps(kb[r * KT + jj]);
+                    a[r][0] = _mm512_fmadd_ps(b, p0, a[r][0]);
+                    if (NV > 1) a[r][1] = _mm512_fmadd_ps(b, p1, a[r][1]);
+                }
+            }
+            continue;
+        }
+        for (size_t jj = 0; jj < nj; jj++, pj += ldp) {
+            const __m512 p0 = _mm512_loadu_ps(pj);
+            const __m512 p1 = NV > 1 ? _mm512_loadu_ps(pj + 16) : p0;
+#pragma GCC unroll 12
+            for (int r = 0; r < RC; r++) {
+                const __m512 b = _mm512_set1_ps(kb[r * KT + (int)jj]);
+                a[r][0] = _mm512_fmadd_ps(b, p0, a[r][0]);
+                if (NV > 1) a[r][1] = _mm512_fmadd_ps(b, p1, a[r][1]);
+            }
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < RC; r++) {
+        _mm512_storeu_ps(acct + (size_t)r * hp, a[r][0]);
+        if (NV > 1) _mm512_storeu_ps(acct + (size_t)r * hp + 16, a[r][1]);
+    }
+}
+
+static void pv_avx512(const float *p, size_t ldp, size_t hp, const float *kt, size_t D,
+                      size_t nk, size_t C, const float *alpha, float *acct,
+                      const uint8_t *const *pf, size_t npf, size_t pf_bytes)
+{
+    /* column tiles of 12, then 4, then 1; the prefetch lines are spread
+     * evenly over the tile calls of every head group */
+    const size_t lpr = (pf_bytes + 63) / 64, nl = npf * lpr;
+    const size_t per_group = C / 12 + C % 12 / 4 + C % 4;
+    const size_t steps = (hp + 31) / 32 * per_group;
+    size_t done = 0, step = 0, prow = 0, pline = 0;       /* done = prow * lpr + pline */
+#define PF_NEXT()                                                                   \
+    do {                                                                            \
+        _mm_prefetch((const char *)pf[prow] + pline * 64, _MM_HINT_T1);             \
+        if (++pline == lpr) { pline = 0; prow++; }                                  \
+    } while (0)
+    for (size_t h0 = 0; h0 < hp; h0 += 32) {
+        const int nv = h0 + 32 <= hp ? 2 : 1;
+        const float *ph = p + h0, *ah = alpha + h0;
+        for (size_t c = 0; c < C; step++) {
+            const size_t want = nl * (step + 1) / steps;
+            for (; done < want; done++) PF_NEXT();
+            float *o = acct + c * hp + h0;
+            const size_t left = C - c;
+            if (left >= 12) {
+                if (nv == 2) pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 12, 2);
+                else pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 12, 1);
+                c += 12;
+            } else if (left >= 4) {
+                if (nv == 2) pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 4, 2);
+                else pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 4, 1);
+                c += 4;
+            } else {
+                if (nv == 2) pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 1, 2);
+                else pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 1, 1);
+                c += 1;
+            }
+        }
+    }
+    for (; done < nl; done++) PF_NEXT();
+#undef PF_NEXT
+}
+
+/* ---- key tiles ------------------------------------------------------------ */
+
+/* r[i] = row i (16 columns) -> r[c] = column c (16 rows) */
+AI void tr16(__m512 r[16])
+{
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
+        t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
+        t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
+        r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
+        r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xdd);
+    }
+}
+
+static void tile_rows_avx512(const float *rows, size_t ldr, size_t nr, size_t D, float *kt)
+{
+    size_t d = 0;
+    for (; d + 16 <= D; d += 16) {
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            r[i] = (size_t)i < nr ? _mm512_loadu_ps(rows + (size_t)i * ldr + d) : _mm512_setzero_ps();
+        tr16(r);
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(kt + (d + (size_t)c) * KT, 0x0fff, r[c]);
+    }
+    for (; d < D; d++)
+        for (size_t i = 0; i < KT; i++) kt[d * KT + i] = i < nr ? rows[i * ldr + d] : 0.0f;
+}
+
+AI __m512 bf16x16(const uint8_t *p)
+{
+    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static void tile_bf16_avx512(const uint8_t *const *rows, size_t nr, size_t D, float *kt)
+{
+    if (nr < KT) {                          /* a last partial tile: rare */
+        const uint8_t *rr[KT];
+        for (size_t i = 0; i < KT; i++) rr[i] = rows[i < nr ? i : 0];
+        tile_bf16_avx512(rr, KT, D, kt);
+        for (size_t d = 0; d < D; d++)
+            for (size_t i = nr; i < KT; i++) kt[d * KT + i] = 0.0f;
+        return;
+    }
+    size_t d = 0;
+    for (; d + 16 <= D; d += 16) {
+        __m512 r[16];
+#pragma GCC unroll 12
+        for (int i = 0; i < KT; i++) r[i] = bf16x16(rows[i] + 2 * d);
+#pragma GCC unroll 4
+        for (int i = KT; i < 16; i++) r[i] = _mm512_setzero_ps();
+        tr16(r);
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(kt + (d + (size_t)c) * KT, 0x0fff, r[c]);
+    }
+    for (; d < D; d++)
+        for (size_t i = 0; i < KT; i++) kt[d * KT + i] =
+                dsattn_bf16_to_f32((uint16_t)(rows[i][2 * d] | rows[i][2 * d + 1] << 8));
+}
+
+static void v32_row_avx512(const uint8_t *row, size_t kl, size_t dr, float *out)
+{
+    for (size_t b = 0; b * 128 < kl; b++) {
+        const __m512 s = _mm512_set1_ps(le_f32(row + kl + 4 * b));
+        for (size_t i = b * 128; i < b * 128 + 128; i += 16)
+            _mm512_storeu_ps(out + i, _mm512_mul_ps(e4m3x16(row + i), s));
+    }
+    const uint8_t *rp = row + kl + 4 * (kl / 128);
+    size_t i = 0;
+    for (; i + 16 <= dr; i += 16) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(rp + 2 * i));
+        _mm512_storeu_ps(out + kl + i,
+                         _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    }
+    for (; i < dr; i++)
+        out[kl + i] = dsattn_bf16_to_f32((uint16_t)(rp[2 * i] | rp[2 * i + 1] << 8));
+}
+
+/* ---- absorption weight rows ---------------------------------------------- */
+
+static float w8(const uint8_t *w, const float *scale, size_t bs, size_t i)
+{
+    return dsattn_round_bf16(dsattn_e4m3_to_f32(w[i]) * scale[i / bs]);
+}
+
+/* The weight path.  fp16 bits of 16 codes: (b << 8) >> 1 (arithmetic)
+ * puts the 7 magnitude bits at 7..13 and the sign at 15 and 14; clearing
+ * bit 14 leaves s.0eeee.mmm0000000.  The x256 of the decode is folded into
+ * the block scale: (e/256) * (256 s) is the same real product as e * s, so
+ * it rounds to the same fp32 (256 s is exact while |s| < 2^100; larger
+ * scales keep the separate multiply).  NaN codes decode to finite values
+ * here and are put back as NaN after the rounding (one compare on the
+ * bytes), so the rounding needs no NaN lanes of its own. */
+AI __m512 e4m3x16_div256(const uint8_t *w, __mmask16 *nan)
+{
+    const __m128i b8 = _mm_loadu_si128((const __m128i *)w);
+    const __m256i b = _mm256_cvtepu8_epi16(b8);
+    const __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 1),
+                                       _mm256_set1_epi16((short)0xbfff));
+    *nan = _mm_cmpeq_epi8_mask(_mm_and_si128(b8, _mm_set1_epi8(0x7f)), _mm_set1_epi8(0x7f));
+    return _mm512_cvtph_ps(h);
+}
+
+/* rbf16 for non-NaN lanes */
+AI __m512 rbf16_finite(__m512 x)
+{
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                       _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* the block scale as two factors whose product with e/256 is exact-equal
+ * to e * s before the one rounding */
+AI void wscale(float s, __m512 *f1, __m512 *f2)
+{
+    if (s < 0x1p100f && s > -0x1p100f) {
+        *f1 = _mm512_set1_ps(s * 256.0f);
+        *f2 = _mm512_set1_ps(1.0f);
+    } else {
+        *f1 = _mm512_set1_ps(256.0f);
+        *f2 = _mm512_set1_ps(s);
+    }
+}
+
+/* bf16(e4m3(w) * s) of 16 codes (NaN codes: NaN) */
+AI __m512 wrow16(const uint8_t *w, __m512 f1, __m512 f2, int two)
+{
+    __mmask16 nan;
+    __m512 v = _mm512_mul_ps(e4m3x16_div256(w, &nan), f1);
+    if (two) v = _mm512_mul_ps(v, f2);
+    return _mm512_mask_mov_ps(rbf16_finite(v), nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+
+/* Both walk the row one scale block at a time (no division per vector). */
+static void fp8w_axpy_avx512(const uint8_t *w, const float *scale, size_t bs, size_t n, float a,
+                             float *acc)
+{
+    const __m512 va = _mm512_set1_ps(a);
+    size_t i = 0;
+    for (size_t b0 = 0; b0 + bs <= n; b0 += bs) {
+        __m512 f1, f2;
+        wscale(scale[b0 / bs], &f1, &f2);
+        const int two = _mm512_cvtss_f32(f2) != 1.0f;
+        for (i = b0; i < b0 + bs; i += 16) {
+            const __m512 v = two ? wrow16(w + i, f1, f2, 1) : wrow16(w + i, f1, f2, 0);
+            _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(va, v, _mm512_loadu_ps(acc + i)));
+        }
+    }
+    for (; i < n; i++) acc[i] += a * w8(w, scale, bs, i);
+}
+
+static float fp8w_dot_avx512(const uint8_t *w, const float *scale, size_t bs, size_t n,
+                             const float *x)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    size_t i = 0;
+    for (size_t b0 = 0; b0 + bs <= n; b0 += bs) {
+        __m512 f1, f2;
+        wscale(scale[b0 / bs], &f1, &f2);
+        const int two = _mm512_cvtss_f32(f2) != 1.0f;
+        for (i = b0; i + 32 <= b0 + bs; i += 32) {
+            const __m512 v0 = two ? wrow16(w + i, f1, f2, 1) : wrow16(w + i, f1, f2, 0);
+            const __m512 v1 = two ? wrow16(w + i + 16, f1, f2, 1) : wrow16(w + i + 16, f1, f2, 0);
+            s0 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(x + i), s0);
+            s1 = _mm512_fmadd_ps(v1, _mm512_loadu_ps(x + i + 16), s1);
+        }
+        for (; i < b0 + bs; i += 16)
+            s0 = _mm512_fmadd_ps(wrow16(w + i, f1, f2, two), _mm512_loadu_ps(x + i), s0);
+    }
+    float r = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    for (; i < n; i++) r += w8(w, scale, bs, i) * x[i];
+    return r;
+}
+
+static void bf16w_axpy_avx512(const uint16_t *w, size_t n, float a, float *acc)
+{
+    const __m512 va = _mm512_set1_ps(a);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(w + i));
+        const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(va, v, _mm512_loadu_ps(acc + i)));
+    }
+    for (; i < n; i++) acc[i] += a * dsattn_bf16_to_f32(w[i]);
+}
+
+static void round_bf16_avx512(float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, rbf16(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++) x[i] = dsattn_round_bf16(x[i]);
+}
+
+static const dsattn_mla_kern mla_avx512 = {
+    "avx512", qk_avx512, softmax_avx512, pv_avx512, tile_rows_avx512, tile_bf16_avx512,
+    v32_row_avx512,
+    fp8w_axpy_avx512, fp8w_dot_avx512, bf16w_axpy_avx512, round_bf16_avx512,
+};
+const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr = &mla_avx512;
+
+#else
+const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr = NULL;
+#endif
