@@ -387,26 +387,60 @@ AI __m512 rbf16_finite(__m512 x)
     return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-/* the block scale as two factors whose product with e/256 is exact-equal
- * to e * s before the one rounding */
-AI void wscale(float s, __m512 *f1, __m512 *f2)
+/* How one block scale s is applied.  mode 0: e/256 * (256 s) then the
+ * bf16 rounding (256 s exact while |s| < 2^100).  mode 1: s a power of two
+ * in [2^-100, 2^100]: e * s has e's 4 significant bits, a normal bf16
+ * value, so the rounding is the identity and is skipped (bit-identical;
+ * the V3.2 release's UE8M0 scales and the generated weights).  mode 2:
+ * huge scales, the x256 and s separately, then rounding. */
+AI int wscale(float s, __m512 *f1, __m512 *f2)
 {
+    uint32_t u;
+    memcpy(&u, &s, sizeof u);
+    const uint32_t e = (u >> 23) & 0xff;
+    *f2 = _mm512_set1_ps(s);
+    if ((u & 0x7fffff) == 0 && e >= 127 - 100 && e <= 127 + 100) {
+        *f1 = _mm512_set1_ps(s * 256.0f);
+        return 1;
+    }
     if (s < 0x1p100f && s > -0x1p100f) {
         *f1 = _mm512_set1_ps(s * 256.0f);
-        *f2 = _mm512_set1_ps(1.0f);
-    } else {
-        *f1 = _mm512_set1_ps(256.0f);
-        *f2 = _mm512_set1_ps(s);
+        return 0;
     }
+    *f1 = _mm512_set1_ps(256.0f);
+    return 2;
 }
 
-/* bf16(e4m3(w) * s) of 16 codes (NaN codes: NaN) */
-AI __m512 wrow16(const uint8_t *w, __m512 f1, __m512 f2, int two)
+/* bf16(e4m3(w) * s) of 16 codes (NaN codes: NaN), for wscale's mode */
+AI __m512 wrow16(const uint8_t *w, __m512 f1, __m512 f2, int mode)
 {
     __mmask16 nan;
     __m512 v = _mm512_mul_ps(e4m3x16_div256(w, &nan), f1);
-    if (two) v = _mm512_mul_ps(v, f2);
-    return _mm512_mask_mov_ps(rbf16_finite(v), nan, _mm512_set1_ps(__builtin_nanf("")));
+    if (mode == 2) v = _mm512_mul_ps(v, f2);
+    if (mode != 1) v = rbf16_finite(v);
+    return _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+
+AI void axpy_block(const uint8_t *w, size_t n, __m512 va, __m512 f1, __m512 f2, float *acc,
+                   int mode)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __m512 v = wrow16(w + i, f1, f2, mode);
+        _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(va, v, _mm512_loadu_ps(acc + i)));
+    }
+}
+
+AI __m512 dot_block(const uint8_t *w, size_t n, __m512 f1, __m512 f2, const float *x,
+                    __m512 s0, int mode)
+{
+    __m512 s1 = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(wrow16(w + i, f1, f2, mode), _mm512_loadu_ps(x + i), s0);
+        s1 = _mm512_fmadd_ps(wrow16(w + i + 16, f1, f2, mode), _mm512_loadu_ps(x + i + 16), s1);
+    }
+    if (i < n) s0 = _mm512_fmadd_ps(wrow16(w + i, f1, f2, mode), _mm512_loadu_ps(x + i), s0);
+    return _mm512_add_ps(s0, s1);
 }
 
 /* Both walk the row one scale block at a time (no division per vector). */
@@ -414,39 +448,31 @@ static void fp8w_axpy_avx512(const uint8_t *w, const float *scale, size_t bs, si
                              float *acc)
 {
     const __m512 va = _mm512_set1_ps(a);
-    size_t i = 0;
-    for (size_t b0 = 0; b0 + bs <= n; b0 += bs) {
+    size_t b0 = 0;
+    for (; b0 + bs <= n; b0 += bs) {
         __m512 f1, f2;
-        wscale(scale[b0 / bs], &f1, &f2);
-        const int two = _mm512_cvtss_f32(f2) != 1.0f;
-        for (i = b0; i < b0 + bs; i += 16) {
-            const __m512 v = two ? wrow16(w + i, f1, f2, 1) : wrow16(w + i, f1, f2, 0);
-            _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(va, v, _mm512_loadu_ps(acc + i)));
-        }
+        const int mode = wscale(scale[b0 / bs], &f1, &f2);
+        if (mode == 1) axpy_block(w + b0, bs, va, f1, f2, acc + b0, 1);
+        else if (mode == 0) axpy_block(w + b0, bs, va, f1, f2, acc + b0, 0);
+        else axpy_block(w + b0, bs, va, f1, f2, acc + b0, 2);
     }
-    for (; i < n; i++) acc[i] += a * w8(w, scale, bs, i);
+    for (size_t i = b0; i < n; i++) acc[i] += a * w8(w, scale, bs, i);
 }
 
 static float fp8w_dot_avx512(const uint8_t *w, const float *scale, size_t bs, size_t n,
                              const float *x)
 {
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    size_t i = 0;
-    for (size_t b0 = 0; b0 + bs <= n; b0 += bs) {
+    __m512 s = _mm512_setzero_ps();
+    size_t b0 = 0;
+    for (; b0 + bs <= n; b0 += bs) {
         __m512 f1, f2;
-        wscale(scale[b0 / bs], &f1, &f2);
-        const int two = _mm512_cvtss_f32(f2) != 1.0f;
-        for (i = b0; i + 32 <= b0 + bs; i += 32) {
-            const __m512 v0 = two ? wrow16(w + i, f1, f2, 1) : wrow16(w + i, f1, f2, 0);
-            const __m512 v1 = two ? wrow16(w + i + 16, f1, f2, 1) : wrow16(w + i + 16, f1, f2, 0);
-            s0 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(x + i), s0);
-            s1 = _mm512_fmadd_ps(v1, _mm512_loadu_ps(x + i + 16), s1);
-        }
-        for (; i < b0 + bs; i += 16)
-            s0 = _mm512_fmadd_ps(wrow16(w + i, f1, f2, two), _mm512_loadu_ps(x + i), s0);
+        const int mode = wscale(scale[b0 / bs], &f1, &f2);
+        if (mode == 1) s = dot_block(w + b0, bs, f1, f2, x + b0, s, 1);
+        else if (mode == 0) s = dot_block(w + b0, bs, f1, f2, x + b0, s, 0);
+        else s = dot_block(w + b0, bs, f1, f2, x + b0, s, 2);
     }
-    float r = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-    for (; i < n; i++) r += w8(w, scale, bs, i) * x[i];
+    float r = _mm512_reduce_add_ps(s);
+    for (size_t i = b0; i < n; i++) r += w8(w, scale, bs, i) * x[i];
     return r;
 }
 
