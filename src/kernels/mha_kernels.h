@@ -24,7 +24,7 @@
 
 /* q [G][d] (bf16 values), K / V this KV head's caches (offset
  * dsattn_mha_k_index / v_index(cap, d, g, 0, 0)), T visible keys (1 <= T
- * <= cap), ws: dsattn_mha_attend_ws_bytes(G, T) bytes, 64-byte aligned;
+ * <= cap), ws: dsattn_mha_attend_ws_bytes(G, T) bytes (any alignment);
  * o [G][d] (bf16 values).  G <= 64, d <= 128 and even. */
 typedef void (*dsattn_mha_attend_fn)(const float *q, size_t G, size_t d, const uint16_t *K,
                                      const uint16_t *V, size_t cap, size_t T,
