@@ -191,6 +191,10 @@ DSATTN_TEST(loader, fp4_and_unaligned)
     CHECK_OK(dsattn_st_writer_add(w, "e.w1.weight", DSATTN_DT_I8, 2, s1, packed));
     CHECK_OK(dsattn_st_writer_add(w, "e.w1.scale", DSATTN_DT_F8_E8M0, 2, s2, sc));
     CHECK_OK(dsattn_st_writer_add(w, "b.weight", DSATTN_DT_BF16, 2, s3, bf));
+    int64_t s4[2] = { R, C };
+    CHECK_OK(dsattn_st_writer_add(w, "e.w2.weight", DSATTN_DT_F4, 2, s4, packed));
+    CHECK_OK(dsattn_st_writer_add(w, "e.w2.scale", DSATTN_DT_F8_E8M0, 2, s2, sc));
+    CHECK_OK(dsattn_st_writer_add(w, "e.w3.weight", DSATTN_DT_F4, 2, s4, packed));
     char err[700] = "";
     CHECK_OK(dsattn_st_writer_save(w, pjoin(0, d, "model.safetensors"), err, sizeof err));
     dsattn_st_writer_destroy(w);
@@ -213,6 +217,17 @@ DSATTN_TEST(loader, fp4_and_unaligned)
         }
     }
     CHECK_EQ_INT(bad, 0);
+    /* the same values as safetensors' own F4 (shape in values): same bytes */
+    dsattn_weight wf;
+    CHECK_OK(dsattn_ckpt_weight(ck, "e.w2", DSATTN_WMASK_ANY, R, C, &wf, err, sizeof err));
+    CHECK(wf.kind == DSATTN_W_FP4 && wf.rows == R && wf.cols == C);
+    CHECK(wf.data && memcmp(wf.data, wt.data, R * C / 2) == 0 &&
+          memcmp(wf.scale_e8m0, wt.scale_e8m0, R * C / 32) == 0);
+    dsattn_weight_release(&wf);
+    /* F4 without its E8M0 scale is not a weight dsattn can read */
+    CHECK_EQ_INT(dsattn_ckpt_weight(ck, "e.w3", DSATTN_WMASK_ANY, R, C, &wf, err, sizeof err),
+                 DSATTN_ERR_FORMAT);
+    CHECK(strstr(err, "e.w3.weight") != NULL);
     dsattn_weight_release(&wt);
     /* BF16 at an odd address: copied so uint16 loads are legal */
     CHECK_OK(dsattn_ckpt_weight(ck, "b", DSATTN_WMASK_ANY, 3, 5, &wt, err, sizeof err));
@@ -666,8 +681,10 @@ DSATTN_TEST(loader, defect_bytes)
           DSATTN_ERR_FORMAT, "overlaps" },
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}", -1, 16, 0,
           DSATTN_ERR_FORMAT, "needs 12" },
-        { "{\"a\":{\"dtype\":\"F4\",\"shape\":[4],\"data_offsets\":[0,16]}}", -1, 16, 0,
+        { "{\"a\":{\"dtype\":\"F3\",\"shape\":[4],\"data_offsets\":[0,16]}}", -1, 16, 0,
           DSATTN_ERR_FORMAT, "unknown dtype" },
+        { "{\"a\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}}", -1, 16, 0,
+          DSATTN_ERR_FORMAT, "whole number of bytes" },
         { "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4],"
           "\"data_offsets\":[0,16]}}", -1, 16, 0, DSATTN_ERR_OVERFLOW, "overflow" },
     };

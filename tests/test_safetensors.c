@@ -314,6 +314,49 @@ DSATTN_TEST(safetensors, malformed_unknown_dtype)
                1, DSATTN_ERR_FORMAT, "dtype");
 }
 
+/* Every dtype of the format parses, with its byte count; the sub-byte ones
+ * are packed and must come out in whole bytes. */
+DSATTN_TEST(safetensors, every_format_dtype)
+{
+    static const struct { const char *name; unsigned bits; } dt[] = {
+        { "BOOL", 8 }, { "U8", 8 }, { "I8", 8 }, { "F8_E5M2", 8 }, { "F8_E4M3", 8 },
+        { "F8_E8M0", 8 }, { "F8_E4M3FNUZ", 8 }, { "F8_E5M2FNUZ", 8 }, { "I16", 16 },
+        { "U16", 16 }, { "F16", 16 }, { "BF16", 16 }, { "I32", 32 }, { "U32", 32 },
+        { "F32", 32 }, { "C64", 64 }, { "F64", 64 }, { "I64", 64 }, { "U64", 64 },
+        { "F4", 4 }, { "F6_E2M3", 6 }, { "F6_E3M2", 6 },
+    };
+    for (size_t i = 0; i < sizeof dt / sizeof dt[0]; i++) {
+        dsattn_dtype d;
+        CHECK_OK(dsattn_dtype_parse(dt[i].name, &d));
+        CHECK_EQ_INT(dsattn_dtype_bits(d), dt[i].bits);
+        CHECK(strcmp(dsattn_dtype_name(d), dt[i].name) == 0);
+        CHECK_EQ_INT(dsattn_dtype_size(d), dt[i].bits % 8 ? 0 : dt[i].bits / 8);
+        /* 12 elements: a whole number of bytes at every width */
+        char h[160], err[256] = "";
+        size_t nb = 12 * dt[i].bits / 8;
+        snprintf(h, sizeof h, "{\"a\":{\"dtype\":\"%s\",\"shape\":[3,4],\"data_offsets\":[0,%zu]}}",
+                 dt[i].name, nb);
+        CHECK_MSG(try_buf(h, nb, err, sizeof err) == DSATTN_OK, "%s: %s", dt[i].name, err);
+    }
+    /* 3 F4 values are 12 bits, 5 F6 values 30: not whole bytes */
+    EXPECT_BAD("{\"a\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}}",
+               2, DSATTN_ERR_FORMAT, "whole number of bytes");
+    EXPECT_BAD("{\"a\":{\"dtype\":\"F6_E2M3\",\"shape\":[5],\"data_offsets\":[0,4]}}",
+               4, DSATTN_ERR_FORMAT, "whole number of bytes");
+    /* and the byte count is checked against the offsets like any other */
+    EXPECT_BAD("{\"a\":{\"dtype\":\"F4\",\"shape\":[4],\"data_offsets\":[0,4]}}",
+               4, DSATTN_ERR_FORMAT, "needs 2");
+    size_t nb = 0;
+    CHECK_EQ_INT(dsattn_dtype_nbytes(DSATTN_DT_F4, SIZE_MAX, &nb), DSATTN_ERR_OVERFLOW);
+    CHECK_EQ_INT(dsattn_dtype_nbytes((dsattn_dtype)999, 1, &nb), DSATTN_ERR_INVALID_ARG);
+    /* the writer refuses a partial byte */
+    dsattn_st_writer *w = dsattn_st_writer_create();
+    int64_t three = 3;
+    uint8_t b[2] = { 0, 0 };
+    CHECK_EQ_INT(dsattn_st_writer_add(w, "x", DSATTN_DT_F4, 1, &three, b), DSATTN_ERR_INVALID_ARG);
+    dsattn_st_writer_destroy(w);
+}
+
 DSATTN_TEST(safetensors, malformed_shape_overflow)
 {
     EXPECT_BAD("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"

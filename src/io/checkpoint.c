@@ -488,15 +488,19 @@ dsattn_status dsattn_ckpt_weight(const dsattn_ckpt *ck, const char *base,
                      "weight needs 2 (file offset %zu)", we->file, we->stored_name, t->ndim,
                      t->offset);
     size_t R = (size_t)t->shape[0], C = (size_t)t->shape[1];
-    int fp4 = (t->dtype == DSATTN_DT_I8 || t->dtype == DSATTN_DT_U8) && se &&
-              se->t->dtype == DSATTN_DT_F8_E8M0;
-    if (fp4 && !dsattn_mul_size(C, 2, &C))
+    /* FP4 comes two ways: bytes (I8/U8, shape [R, C/2], as convert.py
+     * writes it) or safetensors' own F4 (shape [R, C] in values); both
+     * hold the even element in the low nibble. */
+    int packed = (t->dtype == DSATTN_DT_I8 || t->dtype == DSATTN_DT_U8) && se &&
+                 se->t->dtype == DSATTN_DT_F8_E8M0;
+    int fp4 = packed || (t->dtype == DSATTN_DT_F4 && se && se->t->dtype == DSATTN_DT_F8_E8M0);
+    if (packed && !dsattn_mul_size(C, 2, &C))
         return W_BAD(DSATTN_ERR_OVERFLOW, "%s: '%s' too large", we->file, we->stored_name);
     if ((rows && rows != R) || (cols && cols != C))
         return W_BAD(DSATTN_ERR_FORMAT,
                      "%s: tensor '%s' is [%zu, %zu]%s, but the config needs [%zu, %zu] "
                      "(wrong shape for the config; file offset %zu)", we->file,
-                     we->stored_name, R, C, fp4 ? " (FP4-unpacked)" : "", rows ? rows : R,
+                     we->stored_name, R, C, packed ? " (FP4-unpacked)" : "", rows ? rows : R,
                      cols ? cols : C, t->offset);
     w->rows = R;
     w->cols = C;
@@ -575,7 +579,8 @@ dsattn_status dsattn_ckpt_weight(const dsattn_ckpt *ck, const char *base,
         break;
     }
     case DSATTN_DT_I8:
-    case DSATTN_DT_U8: {
+    case DSATTN_DT_U8:
+    case DSATTN_DT_F4: {
         if (!fp4)
             return W_BAD(DSATTN_ERR_FORMAT,
                          "%s: '%s' is %s without an F8_E8M0 scale '%s': not a FP4 weight "

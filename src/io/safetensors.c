@@ -36,23 +36,55 @@
 
 static const struct {
     const char *name;
-    size_t      size;
+    unsigned    bits;
 } dsattn_dt_table[] = {
-    [DSATTN_DT_F32]     = { "F32", 4 },
-    [DSATTN_DT_F16]     = { "F16", 2 },
-    [DSATTN_DT_BF16]    = { "BF16", 2 },
-    [DSATTN_DT_F8_E4M3] = { "F8_E4M3", 1 },
-    [DSATTN_DT_F8_E8M0] = { "F8_E8M0", 1 },
-    [DSATTN_DT_I8]      = { "I8", 1 },
-    [DSATTN_DT_U8]      = { "U8", 1 },
-    [DSATTN_DT_I32]     = { "I32", 4 },
-    [DSATTN_DT_I64]     = { "I64", 8 },
+    [DSATTN_DT_F32]          = { "F32", 32 },
+    [DSATTN_DT_F16]          = { "F16", 16 },
+    [DSATTN_DT_BF16]         = { "BF16", 16 },
+    [DSATTN_DT_F8_E4M3]      = { "F8_E4M3", 8 },
+    [DSATTN_DT_F8_E8M0]      = { "F8_E8M0", 8 },
+    [DSATTN_DT_I8]           = { "I8", 8 },
+    [DSATTN_DT_U8]           = { "U8", 8 },
+    [DSATTN_DT_I32]          = { "I32", 32 },
+    [DSATTN_DT_I64]          = { "I64", 64 },
+    [DSATTN_DT_BOOL]         = { "BOOL", 8 },
+    [DSATTN_DT_I16]          = { "I16", 16 },
+    [DSATTN_DT_U16]          = { "U16", 16 },
+    [DSATTN_DT_U32]          = { "U32", 32 },
+    [DSATTN_DT_U64]          = { "U64", 64 },
+    [DSATTN_DT_F64]          = { "F64", 64 },
+    [DSATTN_DT_C64]          = { "C64", 64 },
+    [DSATTN_DT_F8_E5M2]      = { "F8_E5M2", 8 },
+    [DSATTN_DT_F8_E4M3FNUZ]  = { "F8_E4M3FNUZ", 8 },
+    [DSATTN_DT_F8_E5M2FNUZ]  = { "F8_E5M2FNUZ", 8 },
+    [DSATTN_DT_F4]           = { "F4", 4 },
+    [DSATTN_DT_F6_E2M3]      = { "F6_E2M3", 6 },
+    [DSATTN_DT_F6_E3M2]      = { "F6_E3M2", 6 },
 };
+
+unsigned dsattn_dtype_bits(dsattn_dtype dt)
+{
+    if ((unsigned)dt >= DSATTN_ARRAY_LEN(dsattn_dt_table)) return 0;
+    return dsattn_dt_table[dt].bits;
+}
 
 size_t dsattn_dtype_size(dsattn_dtype dt)
 {
-    if ((unsigned)dt >= DSATTN_ARRAY_LEN(dsattn_dt_table)) return 0;
-    return dsattn_dt_table[dt].size;
+    unsigned b = dsattn_dtype_bits(dt);
+    return b % 8 ? 0 : b / 8;
+}
+
+dsattn_status dsattn_dtype_nbytes(dsattn_dtype dt, size_t numel, size_t *out)
+{
+    unsigned b = dsattn_dtype_bits(dt);
+    size_t bits;
+    if (!out || b == 0) return DSATTN_ERR_INVALID_ARG;
+    if (b % 8 == 0)
+        return dsattn_mul_size(numel, b / 8, out) ? DSATTN_OK : DSATTN_ERR_OVERFLOW;
+    if (!dsattn_mul_size(numel, b, &bits)) return DSATTN_ERR_OVERFLOW;
+    if (bits % 8) return DSATTN_ERR_FORMAT;
+    *out = bits / 8;
+    return DSATTN_OK;
 }
 
 const char *dsattn_dtype_name(dsattn_dtype dt)
@@ -272,7 +304,11 @@ static dsattn_status st_parse_entry(dsattn_st_file *f, const cJSON *e,
                                "(header byte offset %zu)", f->path, name, pos);
     }
     t->numel = numel;
-    if (!dsattn_mul_size(numel, dsattn_dtype_size(t->dtype), &t->nbytes))
+    dsattn_status nb = dsattn_dtype_nbytes(t->dtype, numel, &t->nbytes);
+    if (nb == DSATTN_ERR_FORMAT)
+        ST_BAD("%zu %s elements of %u bits are not a whole number of bytes", numel,
+               dsattn_dtype_name(t->dtype), dsattn_dtype_bits(t->dtype));
+    if (nb != DSATTN_OK)
         return dsattn_errf(err, errlen, DSATTN_ERR_OVERFLOW,
                            "%s: tensor '%s': byte size overflows (header byte offset %zu)",
                            f->path, name, pos);
@@ -681,7 +717,7 @@ dsattn_status dsattn_st_writer_add(dsattn_st_writer *w, const char *name,
                                    const int64_t *shape, const void *data)
 {
     if (!w || !name || !name[0] || ndim < 0 || ndim > DSATTN_ST_MAX_NDIM ||
-        (ndim > 0 && !shape) || dsattn_dtype_size(dtype) == 0 ||
+        (ndim > 0 && !shape) || dsattn_dtype_bits(dtype) == 0 ||
         strcmp(name, "__metadata__") == 0)
         return DSATTN_ERR_INVALID_ARG;
     for (size_t i = 0; i < w->n; i++)
@@ -693,8 +729,9 @@ dsattn_status dsattn_st_writer_add(dsattn_st_writer *w, const char *name,
             !dsattn_mul_size(numel, (size_t)shape[d], &numel))
             return DSATTN_ERR_OVERFLOW;
     }
-    if (!dsattn_mul_size(numel, dsattn_dtype_size(dtype), &nbytes) ||
-        !dsattn_add_size(w->data_bytes, nbytes, &w->data_bytes))
+    dsattn_status nb = dsattn_dtype_nbytes(dtype, numel, &nbytes);
+    if (nb == DSATTN_ERR_FORMAT) return DSATTN_ERR_INVALID_ARG;   /* partial byte */
+    if (nb != DSATTN_OK || !dsattn_add_size(w->data_bytes, nbytes, &w->data_bytes))
         return DSATTN_ERR_OVERFLOW;
     if (w->n == w->cap) {
         size_t nc = w->cap ? 2 * w->cap : 16;

@@ -39,13 +39,38 @@ typedef enum {
     DSATTN_DT_U8,
     DSATTN_DT_I32,
     DSATTN_DT_I64,
+    /* The rest of the format's dtypes (the reference Rust crate's Dtype
+     * enum): a checkpoint shard may hold them for tensors dsattn never
+     * loads (MoE experts, say), so the header must parse.  Sub-byte types
+     * are packed: a tensor's bytes are numel * bits / 8, which must be
+     * whole. */
+    DSATTN_DT_BOOL,
+    DSATTN_DT_I16,
+    DSATTN_DT_U16,
+    DSATTN_DT_U32,
+    DSATTN_DT_U64,
+    DSATTN_DT_F64,
+    DSATTN_DT_C64,
+    DSATTN_DT_F8_E5M2,
+    DSATTN_DT_F8_E4M3FNUZ,
+    DSATTN_DT_F8_E5M2FNUZ,
+    DSATTN_DT_F4,        /* "F4": FP4 E2M1, two per byte; shape counts
+                          * values, the lower index in the low nibble    */
+    DSATTN_DT_F6_E2M3,
+    DSATTN_DT_F6_E3M2,
 } dsattn_dtype;
 
 #define DSATTN_ST_MAX_NDIM 8
 /* Largest header we accept: real checkpoints stay far below a few MB. */
 #define DSATTN_ST_MAX_HEADER ((size_t)100 << 20)
 
-size_t      dsattn_dtype_size(dsattn_dtype dt);   /* bytes per element */
+/* Bytes per element; 0 for the sub-byte types (F4, F6_*) and unknown. */
+size_t      dsattn_dtype_size(dsattn_dtype dt);
+unsigned    dsattn_dtype_bits(dsattn_dtype dt);   /* 4, 6, 8, ... 64; 0 unknown */
+/* Bytes of numel elements: OVERFLOW if it does not fit size_t, FORMAT if
+ * a sub-byte tensor is not a whole number of bytes, INVALID_ARG for an
+ * unknown dtype. */
+dsattn_status dsattn_dtype_nbytes(dsattn_dtype dt, size_t numel, size_t *out);
 const char *dsattn_dtype_name(dsattn_dtype dt);   /* "F32", "F8_E4M3", ... */
 /* Parse a safetensors dtype string; DSATTN_ERR_FORMAT if unknown. */
 dsattn_status dsattn_dtype_parse(const char *s, dsattn_dtype *out);
