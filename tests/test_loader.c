@@ -417,6 +417,40 @@ DSATTN_TEST(loader, hf_config_v3)
           c.rope_factor == 40 && c.kv_lora_rank == 512);
 }
 
+/* A V4 HF config.json in the layout public V4 ports read (top-level keys,
+ * HF names, one MTP entry at the end of compress_ratios, UE8M0 fp8
+ * quantization_config): every field lands where the flat inference config
+ * would put it. */
+DSATTN_TEST(loader, hf_config_v4)
+{
+    const char *j =
+        "{\"architectures\":[\"DeepseekV4ForCausalLM\"],\"model_type\":\"deepseek_v4\","
+        "\"hidden_size\":4096,\"num_hidden_layers\":4,\"num_attention_heads\":64,"
+        "\"num_key_value_heads\":1,\"head_dim\":512,\"qk_rope_head_dim\":64,"
+        "\"q_lora_rank\":1024,\"o_lora_rank\":1024,\"o_groups\":8,\"sliding_window\":128,"
+        "\"rms_norm_eps\":1e-06,\"max_position_embeddings\":1048576,"
+        "\"rope_theta\":10000,\"compress_rope_theta\":160000,"
+        "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":16,"
+        "\"original_max_position_embeddings\":65536,\"beta_fast\":32,\"beta_slow\":1},"
+        "\"num_nextn_predict_layers\":1,\"compress_ratios\":[0,4,128,4,0],"
+        "\"index_n_heads\":64,\"index_head_dim\":128,\"index_topk\":512,"
+        "\"hc_mult\":4,\"n_routed_experts\":256,"
+        "\"quantization_config\":{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\","
+        "\"quant_method\":\"fp8\",\"scale_fmt\":\"ue8m0\",\"weight_block_size\":[128,128]}}";
+    dsattn_model_config c;
+    char err[400] = "";
+    CHECK_OK(cfg_from(j, &c, err, sizeof err));
+    CHECK_MSG(c.arch == DSATTN_ARCH_V4, "arch %d (%s)", (int)c.arch, err);
+    CHECK(c.dim == 4096 && c.n_layers == 4 && c.n_mtp == 1 && c.n_heads == 64 &&
+          c.head_dim == 512 && c.rope_head_dim == 64 && c.q_lora_rank == 1024 &&
+          c.o_lora_rank == 1024 && c.o_groups == 8 && c.window_size == 128);
+    CHECK(c.n_compress_ratios == 5 && c.compress_ratios[1] == 4 && c.compress_ratios[2] == 128);
+    CHECK(c.rope_theta == 10000 && c.compress_rope_theta == 160000 && c.rope_factor == 16 &&
+          c.original_seq_len == 65536 && c.beta_fast == 32 && c.beta_slow == 1);
+    CHECK(c.index_n_heads == 64 && c.index_head_dim == 128 && c.index_topk == 512);
+    CHECK(c.weight_block == 128 && strcmp(c.scale_fmt, "ue8m0") == 0 && c.norm_eps == 1e-6);
+}
+
 /* ==== writer round trips ================================================ */
 
 static const char *const mw_cfgs[] = {
