@@ -13,7 +13,7 @@
  *    one line is 32 dims of one key; decoded once, 2 FMAs per head with p
  *    broadcast; accumulators stay in registers over a tile, dims are done
  *    in register-sized blocks, each block a contiguous 4 KB run (a
- *    row-major V read that way strides 256 B and streams ~25% slower).
+ *    row-major V read that way strides 256 B: the V pass ran ~20% slower).
  *  - softmax: the scores (bf16 values after the two roundings) are kept as
  *    bf16 bits, 2 B per key and head, written with streaming stores (no
  *    read-for-ownership, no eviction of the K / V stream: ~9% of a GQA
