@@ -115,7 +115,8 @@ static void attend_ref(const float *q, size_t d, const uint16_t *K, const uint16
 /* ==== Fast, plain C: one query token, the G query heads of one KV head == */
 
 /* The fast-mode arithmetic without SIMD (the kernel of every table but
- * AVX-512, and what the AVX-512 kernel is tested against): q [G][d], K / V
+ * AVX-512; the layer-level test holds the AVX-512 kernel to it and both to
+ * the reference): q [G][d], K / V
  * as attend_ref, T visible keys, ws >= attend_fast_c_floats(G, d, T)
  * floats, o [G][d].  Each K tile is read once for the group (the scores of
  * its keys in a register-sized row per head), each V row decoded once (by
