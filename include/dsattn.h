@@ -92,6 +92,33 @@ typedef struct {
 void dsattn_ctx_counters_reset(dsattn_ctx *ctx);
 dsattn_counters dsattn_ctx_counters(const dsattn_ctx *ctx);
 
+/* Where a step's time goes: wall seconds and bytes read per phase of the
+ * V4 / V4.1 attention forward, and how much of each phase was weight
+ * projections (dsattn_linear).  Off by default (two clock reads per phase
+ * and per projection when on); reset with the counters.  Time outside the
+ * phases (norms and residual of the stand-in stack, other generations'
+ * forwards) is not attributed; weight projections there count as OTHER. */
+typedef enum {
+    DSATTN_PHASE_QUERY = 0,        /* wq_a, q_norm, wq_b, RoPE                */
+    DSATTN_PHASE_WINDOW,           /* wkv, kv_norm, RoPE, FP8 window row      */
+    DSATTN_PHASE_COMPRESS,         /* compressor(s), packed cache entries     */
+    DSATTN_PHASE_INDEX,            /* indexer query, scores, pool, top-k      */
+    DSATTN_PHASE_ATTN,             /* sparse attention over window + picks    */
+    DSATTN_PHASE_OUTPUT,           /* inverse RoPE, wo_a, wo_b                */
+    DSATTN_PHASE_OTHER,
+    DSATTN_PHASE_COUNT
+} dsattn_phase;
+
+typedef struct {
+    double   seconds[DSATTN_PHASE_COUNT];       /* wall time in the phase   */
+    double   proj_seconds[DSATTN_PHASE_COUNT];  /* of which dsattn_linear   */
+    uint64_t bytes_read[DSATTN_PHASE_COUNT];    /* the kernels' counters    */
+} dsattn_profile;
+
+void           dsattn_ctx_set_profiling(dsattn_ctx *ctx, int on);
+dsattn_profile dsattn_ctx_profile(const dsattn_ctx *ctx);
+const char    *dsattn_phase_name(dsattn_phase p);   /* "query", "window", ... */
+
 /* The KV bill of one sequence, measured from its live allocations, the same
  * struct for every generation: global (context-proportional) cache bytes
  * per token = bytes allocated / token capacity; bounded per-sequence state

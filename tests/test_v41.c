@@ -216,6 +216,51 @@ DSATTN_TEST(v41, prefill_then_decode_equals_all_decode_owner_seed3)
     dsattn_v41_destroy(m);
 }
 
+/* The phase profile: off records nothing and changes no bit; on, every
+ * phase a decode step passes through is timed, projections are a part of
+ * their phase, the phases fit in the step, and a counter reset clears it. */
+DSATTN_TEST(v41, phase_profile_seed13)
+{
+    char err[256];
+    dsattn_v41 *m = NULL;
+    CHECK_OK(dsattn_v41_create_random(&m, write_cfg("prof", 256, 5, 3, 4, "fp8"), 13, 1, err, sizeof err));
+    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_FAST);
+    if (!m || !ctx) return;
+    const size_t T = 21, dim = 256;
+    float *x = rand_input(T, dim, 13);
+    float *a = run_stack(ctx, m, x, T, 1, DSATTN_V41_INDEX_K_OWNER);
+    dsattn_profile p = dsattn_ctx_profile(ctx);
+    for (int ph = 0; ph < DSATTN_PHASE_COUNT; ph++) CHECK(p.seconds[ph] == 0 && p.proj_seconds[ph] == 0);
+    dsattn_ctx_set_profiling(ctx, 1);
+    dsattn_ctx_counters_reset(ctx);
+    const double t0 = dsattn_clock();
+    float *b = run_stack(ctx, m, x, T, 1, DSATTN_V41_INDEX_K_OWNER);
+    const double wall = dsattn_clock() - t0;
+    CHECK_BITS("profiling changes nothing", b, a, T * dim);
+    p = dsattn_ctx_profile(ctx);
+    double sum = 0;
+    for (int ph = 0; ph < DSATTN_PHASE_COUNT; ph++) {
+        CHECK_MSG(p.proj_seconds[ph] <= p.seconds[ph] + 1e-6, "%s: projections %g > phase %g",
+                  dsattn_phase_name((dsattn_phase)ph), p.proj_seconds[ph], p.seconds[ph]);
+        sum += p.seconds[ph];
+    }
+    const dsattn_phase seen[] = { DSATTN_PHASE_QUERY, DSATTN_PHASE_WINDOW, DSATTN_PHASE_COMPRESS,
+                                  DSATTN_PHASE_INDEX, DSATTN_PHASE_ATTN, DSATTN_PHASE_OUTPUT };
+    for (size_t i = 0; i < sizeof seen / sizeof seen[0]; i++)
+        CHECK_MSG(p.seconds[seen[i]] > 0 && p.bytes_read[seen[i]] > 0, "phase %s not timed",
+                  dsattn_phase_name(seen[i]));
+    CHECK(p.proj_seconds[DSATTN_PHASE_QUERY] > 0 && p.proj_seconds[DSATTN_PHASE_ATTN] == 0);
+    CHECK(sum <= wall);
+    dsattn_ctx_counters_reset(ctx);
+    p = dsattn_ctx_profile(ctx);
+    CHECK(p.seconds[DSATTN_PHASE_QUERY] == 0);
+    CHECK(strcmp(dsattn_phase_name(DSATTN_PHASE_ATTN), "attention") == 0 &&
+          strcmp(dsattn_phase_name(DSATTN_PHASE_COUNT), "?") == 0);
+    free(x); free(a); free(b);
+    dsattn_ctx_destroy(ctx);
+    dsattn_v41_destroy(m);
+}
+
 DSATTN_TEST(v41, causal_future_token_changes_nothing_before_seed4)
 {
     char err[256];

@@ -61,6 +61,7 @@ typedef struct {
     size_t            n, dim;
     float            *h;
     int               calls;
+    double            last_s;     /* wall time of the last call            */
 } v41_step;
 
 static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
@@ -69,12 +70,48 @@ static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
     for (size_t i = 0; i < a->n * a->dim; i++)
         a->h[i] = (float)((i * 37 + (size_t)a->calls) % 11) - 5.0f;
     a->calls++;
-    if (a->n == 1) return dsattn_v41_stack_forward(ctx, a->seq, a->h, 1, NULL, NULL);
+    const double t0 = dsattn_bench_now();
+    if (a->n == 1) {
+        dsattn_status st = dsattn_v41_stack_forward(ctx, a->seq, a->h, 1, NULL, NULL);
+        a->last_s = dsattn_bench_now() - t0;
+        return st;
+    }
     dsattn_v41_seq *ps = NULL;
     dsattn_status st = dsattn_v41_seq_create(&ps, a->m, a->n + 1, DSATTN_V41_INDEX_K_OWNER);
     if (!st) st = dsattn_v41_stack_forward(ctx, ps, a->h, a->n, NULL, NULL);
+    a->last_s = dsattn_bench_now() - t0;
     dsattn_v41_seq_destroy(ps);
     return st;
+}
+
+/* --profile: where the last timed step of a row went, phase by phase. */
+typedef struct {
+    long long      depth;
+    int            threads;
+    double         step_s;
+    dsattn_profile p;
+} v41_prof_row;
+
+static void print_profile(const v41_prof_row *rows, int n)
+{
+    printf("\nWhere the last timed decode step went (--profile; wall time per phase of the "
+           "attention forward, summed over the 40 layers; \"projections\" is the part spent in "
+           "weight GEMVs):\n\n| depth | thr | phase | ms | %% of step | projections ms | GB read "
+           "| GB/s |\n|--:|--:|---|--:|--:|--:|--:|--:|\n");
+    for (int i = 0; i < n; i++) {
+        double seen = 0;
+        for (int ph = 0; ph < DSATTN_PHASE_COUNT; ph++) {
+            const double t = rows[i].p.seconds[ph], gb = (double)rows[i].p.bytes_read[ph] / 1e9;
+            seen += t;
+            if (t <= 0) continue;
+            printf("| %lld | %d | %s | %.1f | %.1f%% | %.1f | %.3f | %.1f |\n", rows[i].depth,
+                   rows[i].threads, dsattn_phase_name((dsattn_phase)ph), t * 1e3,
+                   100.0 * t / rows[i].step_s, rows[i].p.proj_seconds[ph] * 1e3, gb, gb / t);
+        }
+        printf("| %lld | %d | norms, residual, rest | %.1f | %.1f%% | | | |\n", rows[i].depth,
+               rows[i].threads, (rows[i].step_s - seen) * 1e3,
+               100.0 * (rows[i].step_s - seen) / rows[i].step_s);
+    }
 }
 
 int dsattn_bench_v41(int argc, char **argv)
@@ -82,7 +119,7 @@ int dsattn_bench_v41(int argc, char **argv)
     const char *cfg = "configs/deepseek-v4.1-flash.json";
     const char *data = "tests/data";
     long long depths[8] = { 4096, 65536, 1048576 }, thr[8] = { 1, 2 };
-    int nd = 3, nt = 2, reps = 3, fp8 = 1;
+    int nd = 3, nt = 2, reps = 3, fp8 = 1, profile = 0;
     long long prefill = 128;
     uint64_t seed = 1;
     dsattn_bench_fmt fmt = DSATTN_BENCH_MD;
@@ -93,6 +130,7 @@ int dsattn_bench_v41(int argc, char **argv)
                    "                        [--prefill N (128; 0 = skip)]\n"
                    "                        [--config PATH] [--bf16] [--seed S] [--format md|csv|json]\n"
                    "                        [--data DIR (tests/data, for the pre-timing check)]\n"
+                   "                        [--profile (markdown: per-phase time of the last step)]\n"
                    "Decode ms/token of the 40-layer V4.1-Flash attention stack at real dims\n"
                    "(FP8 weights, random, seeded; synthetic cache fill to each depth) beside\n"
                    "its byte bound, then one prefill of N tokens per thread count.  Every\n"
@@ -100,6 +138,7 @@ int dsattn_bench_v41(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "--bf16")) { fp8 = 0; continue; }
+        if (!strcmp(a, "--profile")) { profile = 1; continue; }
         if (!v) { fprintf(stderr, "bench v41: %s needs a value\n", a); return 2; }
         i++;
         if (!strcmp(a, "--depth")) nd = dsattn_bench_parse_list(v, depths, 8);
@@ -162,15 +201,17 @@ int dsattn_bench_v41(int argc, char **argv)
                              .extra_key = { "byte_bound_ms", "t_over_bound", "t_over_first" } };
     dsattn_bench_begin(&t, getenv("DSATTN_ISA") ? getenv("DSATTN_ISA") : "auto");
     double first[8] = { 0 };
-    int rc = 0;
+    int rc = 0, n_prof = 0;
+    v41_prof_row prof[64];
     for (int di = 0; di < nd && !rc; di++) {
         for (int ti = 0; ti < nt && !rc; ti++) {
             dsattn_ctx *ctx = NULL;
             dsattn_ctx_params p = dsattn_ctx_default_params();
             p.n_threads = (int)thr[ti];
             if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
+            dsattn_ctx_set_profiling(ctx, profile);
             dsattn_v41_seq_fill_synthetic(s, depths[di], seed + (uint64_t)di);
-            v41_step a = { m, s, 1, dim, h, 0 };
+            v41_step a = { m, s, 1, dim, h, 0, 0.0 };
             dsattn_bench_result r = { .depth = depths[di], .kv_bytes = bill.global_bytes_per_token };
             snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
             snprintf(r.variant, sizeof r.variant, "CSA2 stack, decode");
@@ -186,6 +227,9 @@ int dsattn_bench_v41(int argc, char **argv)
                 snprintf(r.extra[2], sizeof r.extra[2], "%.2f",
                          first[ti] > 0 ? r.ms_mean / first[ti] : 1.0);
                 dsattn_bench_row(&t, &r);
+                if (profile && n_prof < 64)
+                    prof[n_prof++] = (v41_prof_row){ depths[di], (int)thr[ti], a.last_s,
+                                                     dsattn_ctx_profile(ctx) };
             }
             dsattn_ctx_destroy(ctx);
         }
@@ -197,7 +241,7 @@ int dsattn_bench_v41(int argc, char **argv)
         dsattn_ctx_params p = dsattn_ctx_default_params();
         p.n_threads = (int)thr[ti];
         if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
-        v41_step a = { m, NULL, (size_t)prefill, dim, h, 0 };
+        v41_step a = { m, NULL, (size_t)prefill, dim, h, 0, 0.0 };
         dsattn_bench_result r = { .depth = 0, .kv_bytes = bill.global_bytes_per_token };
         snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
         snprintf(r.variant, sizeof r.variant, "CSA2 stack, prefill %lld tokens", prefill);
@@ -226,6 +270,7 @@ int dsattn_bench_v41(int argc, char **argv)
              "per-token time and counters of one %lld-token chunk.  Peak RSS %.2f GB.\n",
              (double)bill.window_bytes / 1e6, prefill, peak_rss_gb());
     dsattn_bench_end(&t, footer);
+    if (n_prof && fmt == DSATTN_BENCH_MD) print_profile(prof, n_prof);
     free(h);
     dsattn_v41_seq_destroy(s);
     dsattn_v41_destroy(m);

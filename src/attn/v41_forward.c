@@ -423,17 +423,24 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     float cs[64], sn[64];
 
     /* ---- query path: q_norm(wq_a x) -> wq_b -> RoPE on each head's tail */
-    if ((st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, s, H, D, rd, &L->rope,
-                                ck.start_pos, c->norm_eps, 0, &aq, aqs, qr, q)))
-        return st;
+    dsattn_phase_mark pm;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
+    st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, s, H, D, rd, &L->rope,
+                           ck.start_pos, c->norm_eps, 0, &aq, aqs, qr, q);
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
 
     /* ---- window KV: kv_norm(wkv x) -> RoPE -> FP8 rows; ring slot pos % w */
-    if ((st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope,
-                                    ck.start_pos, c->norm_eps, &aq, aqs, kvw)))
-        return st;
-    for (size_t t = 0; t < s; t++) dsattn_v41_swa_pack(kvw + t * D, D, wrow + t * swab, NULL);
-    for (size_t t = s > w ? s - w : 0; t < s; t++)
-        memcpy(S->ring + (((size_t)ck.start_pos + t) % w) * swab, wrow + t * swab, swab);
+    dsattn_phase_begin(ctx, DSATTN_PHASE_WINDOW, &pm);
+    st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope, ck.start_pos,
+                               c->norm_eps, &aq, aqs, kvw);
+    if (!st) {
+        for (size_t t = 0; t < s; t++) dsattn_v41_swa_pack(kvw + t * D, D, wrow + t * swab, NULL);
+        for (size_t t = s > w ? s - w : 0; t < s; t++)
+            memcpy(S->ring + (((size_t)ck.start_pos + t) % w) * swab, wrow + t * swab, swab);
+    }
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
     dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA, ck.prefill ? wrow : S->ring, swab, wrows, D, 0 };
 
     /* ---- compressed branch */
@@ -445,7 +452,10 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         const size_t compress_len = ((size_t)ck.start_pos + s) / ratio;
         size_t n_new = 0;
         if (L->is_kv_source) {
-            if ((st = run_compressor(ctx, seq, l, x, &ck, lat, &n_new))) return st;
+            dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
+            st = run_compressor(ctx, seq, l, x, &ck, lat, &n_new);
+            dsattn_phase_end(ctx, &pm);
+            if (st) return st;
             seq->rt.compress_kv = l;
         }
         if (!L->is_index_source) {
@@ -457,10 +467,14 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
             seq->rt.topk_layer = l;
             S->sel_rows = s;
             S->sel_w = 0;
-        } else if ((st = run_indexer(ctx, seq, l, x, qr, &ck, lat, n_new, wrows))) {
-            return st;
+        } else {
+            dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
+            st = run_indexer(ctx, seq, l, x, qr, &ck, lat, n_new, wrows);
+            dsattn_phase_end(ctx, &pm);
+            if (st) return st;
         }
         if (n_new) {
+            dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
             const size_t first = (size_t)ck.start_pos / ratio;
             for (size_t i = 0; i < n_new; i++) {
                 float *v = lat + i * D;
@@ -468,6 +482,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
                 dsattn_rope_apply(v + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
                 dsattn_v41_kv_pack(v, D, S->ckv + (first + i) * ckvb, NULL);
             }
+            dsattn_phase_end(ctx, &pm);
         }
         int src = seq->rt.compress_kv;
         if (src < 0) return DSATTN_ERR_INVALID_ARG;
@@ -484,6 +499,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
      * order, so the result does not depend on the thread count. */
     const float scale = (float)pow((double)D, -0.5);
     const size_t n_tasks = s * hg;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (n_tasks > 1)
     for (size_t task = 0; task < n_tasks; task++) {
         const size_t t = task / hg, h0 = (task % hg) * hper;
@@ -497,10 +513,14 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
                            ww + cw, L->sink + h0, scale, -1e30f, o + (t * H + h0) * D, ws);
     }
+    dsattn_phase_end(ctx, &pm);
 
     /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
-    return dsattn_attn_output(ctx, o, s, H, D, rd, &L->rope, ck.start_pos, &L->wo_a, G, R,
-                              &L->wo_b, &aq, aqs, oa, out);
+    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
+    st = dsattn_attn_output(ctx, o, s, H, D, rd, &L->rope, ck.start_pos, &L->wo_a, G, R,
+                            &L->wo_b, &aq, aqs, oa, out);
+    dsattn_phase_end(ctx, &pm);
+    return st;
 }
 
 /* ==== The golden-case stack and accessors =============================== */

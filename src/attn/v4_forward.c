@@ -302,31 +302,44 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     int32_t *crow = (int32_t *)(((uintptr_t)(wrow + s * kvb) + 63) & ~(uintptr_t)63);
 
     /* ---- query: q_norm(wq_a x) -> wq_b -> per-head RMS rescale -> RoPE */
-    if ((st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, s, H, D, rd, &L->rope,
-                                ck.start_pos, c->norm_eps, 1, &aq, aqs, qr, q)))
-        return st;
+    dsattn_phase_mark pm;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
+    st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, s, H, D, rd, &L->rope,
+                           ck.start_pos, c->norm_eps, 1, &aq, aqs, qr, q);
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
 
     /* ---- window KV: kv_norm(wkv x) -> RoPE -> MODEL1 row; ring slot p % w */
-    if ((st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope,
-                                    ck.start_pos, c->norm_eps, &aq, aqs, kvw)))
-        return st;
-    for (size_t t = 0; t < s; t++) dsattn_v4_kv_pack(kvw + t * D, D - rd, rd, wrow + t * kvb, NULL);
-    for (size_t t = s > w ? s - w : 0; t < s; t++)
-        memcpy(S->kv + (((size_t)ck.start_pos + t) % w) * kvb, wrow + t * kvb, kvb);
+    dsattn_phase_begin(ctx, DSATTN_PHASE_WINDOW, &pm);
+    st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope, ck.start_pos,
+                               c->norm_eps, &aq, aqs, kvw);
+    if (!st) {
+        for (size_t t = 0; t < s; t++)
+            dsattn_v4_kv_pack(kvw + t * D, D - rd, rd, wrow + t * kvb, NULL);
+        for (size_t t = s > w ? s - w : 0; t < s; t++)
+            memcpy(S->kv + (((size_t)ck.start_pos + t) % w) * kvb, wrow + t * kvb, kvb);
+    }
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
     const dsattn_kv_src wsrc = { DSATTN_KV_V4, ck.prefill ? wrow : S->kv, kvb, wrows, D, rd };
 
     /* ---- compressed branch: index rows, then the main compressor */
     dsattn_kv_src csrc = { DSATTN_KV_V4, S->kv + w * kvb, kvb, T, D, rd };
     if (L->kind == DSATTN_V4_CSA && cw > 0) {
-        if ((st = run_indexer(ctx, seq, l, x, qr, &ck, offset, crow, cw, aqs))) return st;
+        dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
+        st = run_indexer(ctx, seq, l, x, qr, &ck, offset, crow, cw, aqs);
+        dsattn_phase_end(ctx, &pm);
+        if (st) return st;
     } else if (L->kind == DSATTN_V4_CSA) {
         S->sel_rows = s;
         S->sel_w = 0;
         /* the indexer's compressor still runs (its state fills up) */
         size_t n_new;
-        if ((st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, &ck, S->ikv,
-                                 dsattn_v4_idx_bytes(c), &n_new)))
-            return st;
+        dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
+        st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, &ck, S->ikv,
+                            dsattn_v4_idx_bytes(c), &n_new);
+        dsattn_phase_end(ctx, &pm);
+        if (st) return st;
     } else if (L->kind == DSATTN_V4_HCA) {
         for (size_t t = 0; t < s; t++) {
             const size_t cl = ck.prefill ? (t + 1) / ratio : T;
@@ -336,9 +349,10 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     }
     if (ratio > 0) {
         size_t n_new;
-        if ((st = run_compressor(ctx, c, L, &L->comp, &S->comp, x, &ck, S->kv + w * kvb, kvb,
-                                 &n_new)))
-            return st;
+        dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
+        st = run_compressor(ctx, c, L, &L->comp, &S->comp, x, &ck, S->kv + w * kvb, kvb, &n_new);
+        dsattn_phase_end(ctx, &pm);
+        if (st) return st;
     }
 
     /* ---- one sparse attention over [window rows ; compressed rows]: tasks
@@ -347,6 +361,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     const float scale = (float)pow((double)D, -0.5);
     const float max_init = seq->empty == DSATTN_V4_EMPTY_ZERO ? -1e30f : -INFINITY;
     const size_t n_tasks = s * hg;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (n_tasks > 1)
     for (size_t task = 0; task < n_tasks; task++) {
         const size_t t = task / hg, h0 = (task % hg) * hper;
@@ -366,10 +381,14 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
         dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
                            ww + cw, L->sink ? L->sink + h0 : NULL, scale, max_init, ot, ws);
     }
+    dsattn_phase_end(ctx, &pm);
 
     /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
-    return dsattn_attn_output(ctx, o, s, H, D, rd, &L->rope, ck.start_pos, &L->wo_a, G, R,
-                              &L->wo_b, &aq, aqs, oa, out);
+    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
+    st = dsattn_attn_output(ctx, o, s, H, D, rd, &L->rope, ck.start_pos, &L->wo_a, G, R,
+                            &L->wo_b, &aq, aqs, oa, out);
+    dsattn_phase_end(ctx, &pm);
+    return st;
 }
 
 /* ==== The golden-case stack and accessors =============================== */

@@ -58,6 +58,7 @@ dsattn_status dsattn_ctx_create(dsattn_ctx **out, const dsattn_ctx_params *p)
     dsattn_ctx *c = calloc(1, sizeof *c);
     if (!c) return DSATTN_ERR_NOMEM;
     c->mode = d.mode;
+    c->phase = -1;
     c->isa = isa;
     c->k = table_for(isa);
 #ifdef _OPENMP
@@ -81,7 +82,30 @@ int dsattn_ctx_threads(const dsattn_ctx *ctx) { return ctx->n_threads; }
 
 void dsattn_ctx_counters_reset(dsattn_ctx *ctx)
 {
-    if (ctx) memset(&ctx->cnt, 0, sizeof ctx->cnt);
+    if (!ctx) return;
+    memset(&ctx->cnt, 0, sizeof ctx->cnt);
+    memset(&ctx->prof, 0, sizeof ctx->prof);
+}
+
+void dsattn_ctx_set_profiling(dsattn_ctx *ctx, int on)
+{
+    if (!ctx) return;
+    ctx->prof_on = on != 0;
+    ctx->phase = -1;
+}
+
+dsattn_profile dsattn_ctx_profile(const dsattn_ctx *ctx)
+{
+    dsattn_profile z;
+    memset(&z, 0, sizeof z);
+    return ctx ? ctx->prof : z;
+}
+
+const char *dsattn_phase_name(dsattn_phase p)
+{
+    static const char *const n[DSATTN_PHASE_COUNT] = {
+        "query", "window", "compress", "index", "attention", "output", "other" };
+    return (unsigned)p < DSATTN_PHASE_COUNT ? n[p] : "?";
 }
 
 dsattn_counters dsattn_ctx_counters(const dsattn_ctx *ctx)

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 struct dsattn_kernels;
 
@@ -25,6 +26,9 @@ struct dsattn_ctx {
     int                          n_threads;
     const struct dsattn_kernels *k;       /* kernel table for `isa`        */
     dsattn_counters              cnt;     /* flops / bytes, see dsattn.h   */
+    int                          prof_on; /* dsattn_ctx_set_profiling      */
+    int                          phase;   /* open phase, -1: none          */
+    dsattn_profile               prof;
 };
 
 /* ==== Checked size arithmetic ========================================== */
@@ -99,6 +103,43 @@ static inline void dsattn_count(dsattn_ctx *ctx, uint64_t flops, uint64_t bytes)
 #pragma omp atomic
         ctx->cnt.bytes_read += bytes;
     }
+}
+
+/* ==== Phase profile (dsattn.h dsattn_profile) ========================= */
+
+static inline double dsattn_clock(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct {
+    int      ph;                  /* -1: this mark records nothing        */
+    double   t0;
+    uint64_t b0;
+} dsattn_phase_mark;
+
+/* Phases do not nest: a begin inside an open phase records nothing, so a
+ * helper may mark its own phase and still be called from a bigger one. */
+static inline void dsattn_phase_begin(dsattn_ctx *ctx, dsattn_phase ph, dsattn_phase_mark *m)
+{
+    m->ph = -1;
+    m->t0 = 0.0;
+    m->b0 = 0;
+    if (!ctx->prof_on || ctx->phase >= 0) return;
+    m->ph = (int)ph;
+    ctx->phase = (int)ph;
+    m->b0 = ctx->cnt.bytes_read;
+    m->t0 = dsattn_clock();
+}
+
+static inline void dsattn_phase_end(dsattn_ctx *ctx, const dsattn_phase_mark *m)
+{
+    if (m->ph < 0) return;
+    ctx->prof.seconds[m->ph] += dsattn_clock() - m->t0;
+    ctx->prof.bytes_read[m->ph] += ctx->cnt.bytes_read - m->b0;
+    ctx->phase = -1;
 }
 
 #endif /* DSATTN_INTERNAL_H */

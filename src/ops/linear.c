@@ -134,7 +134,7 @@ static void dequant_rows(const dsattn_weight *W, size_t r0, size_t n, float *out
     }
 }
 
-dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
+static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
                             const float *x, size_t ldx, size_t n_tok,
                             float *y, size_t ldy, dsattn_out_round round,
                             const dsattn_actq *aq, float *scratch)
@@ -202,4 +202,27 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
         for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy, R);
     dsattn_count(ctx, 2ull * n_tok * R * K, weight_bytes(W) + n_tok * K * 4ull);
     return DSATTN_OK;
+}
+
+/* The profiled entry: with profiling on, the call's wall time goes to the
+ * open phase (OTHER outside any).  Calls from inside a parallel region are
+ * not timed: their time is already inside their caller's phase. */
+dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
+                            const float *x, size_t ldx, size_t n_tok,
+                            float *y, size_t ldy, dsattn_out_round round,
+                            const dsattn_actq *aq, float *scratch)
+{
+    if (!ctx || !ctx->prof_on || omp_in_parallel())
+        return linear_run(ctx, W, x, ldx, n_tok, y, ldy, round, aq, scratch);
+    const double t0 = dsattn_clock();
+    const uint64_t b0 = ctx->cnt.bytes_read;
+    dsattn_status st = linear_run(ctx, W, x, ldx, n_tok, y, ldy, round, aq, scratch);
+    const double dt = dsattn_clock() - t0;
+    const int ph = ctx->phase >= 0 ? ctx->phase : DSATTN_PHASE_OTHER;
+    ctx->prof.proj_seconds[ph] += dt;
+    if (ctx->phase < 0) {                 /* no open phase: it is its own */
+        ctx->prof.seconds[ph] += dt;
+        ctx->prof.bytes_read[ph] += ctx->cnt.bytes_read - b0;
+    }
+    return st;
 }
