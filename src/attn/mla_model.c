@@ -374,6 +374,7 @@ static dsattn_status rand_fp8(dsattn_mla *m, size_t rows, size_t cols, uint64_t 
     w->data = p;
     w->scale = scale;
     w->block = bs;
+    w->finite = 1;          /* clamped to +-448 above: no NaN code (0x7f/0xff) */
     return DSATTN_OK;
 }
 
