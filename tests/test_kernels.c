@@ -253,6 +253,9 @@ static void run_gemv(const char *name)
     gemv_f32_case(&isa, &rng, 5, 8200);
     gemv_fp8_case(&isa, &rng, 5, 0, 5, 8200, 128, 0);
     gemv_fp8_case(&isa, &rng, 5, 0, 5, 16448, 32, 0);
+    /* blocks that do not divide the pass: the second pass starts mid-block */
+    gemv_fp8_case(&isa, &rng, 5, 0, 5, 8192 + 200, 96, 0);
+    gemv_fp8_case(&isa, &rng, 7, 0, 7, 8192 + 64, 192, 0);
     gemv_fp4_case(&isa, &rng, 5, 8192 + 96, 0);
     gemv_fp4_case(&isa, &rng, 6, 16384 + 32, 0);
 }

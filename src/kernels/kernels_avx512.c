@@ -256,7 +256,30 @@ static void fp8_arrange_x(const float *x, const float *sc, size_t bs, size_t k0,
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14,
                                          16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
-    for (size_t t0 = 0; t0 < kn; t0 += 64) {
+    size_t t0 = 0;
+    if (bs % 32 == 0 && k0 % 32 == 0) {
+        /* Whole 64-element chunks: each 32-element half lies in one scale
+         * block, whose index advances without a division per vector (a
+         * 64-bit divide per 16 elements cost more than the rest). */
+        size_t blk = k0 / bs, left = bs - k0 % bs;  /* elements left in blk */
+        for (; t0 + 64 <= kn; t0 += 64) {
+            const __m512 s0 = _mm512_set1_ps(sc[blk]);
+            if ((left -= 32) == 0) { blk++; left = bs; }
+            const __m512 s1 = _mm512_set1_ps(sc[blk]);
+            if ((left -= 32) == 0) { blk++; left = bs; }
+            const float *xi = x + t0;
+            __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(xi), s0);
+            __m512 a1 = _mm512_mul_ps(_mm512_loadu_ps(xi + 16), s0);
+            __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(xi + 32), s1);
+            __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(xi + 48), s1);
+            float *o = xb + t0;
+            _mm512_store_ps(o,      _mm512_permutex2var_ps(a0, ie, a1));
+            _mm512_store_ps(o + 16, _mm512_permutex2var_ps(a2, ie, a3));
+            _mm512_store_ps(o + 32, _mm512_permutex2var_ps(a0, io, a1));
+            _mm512_store_ps(o + 48, _mm512_permutex2var_ps(a2, io, a3));
+        }
+    }
+    for (; t0 < kn; t0 += 64) {
         __m512 a[4];
         for (int m = 0; m < 4; m++) {
             size_t off = t0 + 16 * (size_t)m;
