@@ -735,6 +735,68 @@ static int table_complete(const dsattn_kernels *k)
            k->cvt_bf16_f32 && k->mdot_bf16_rows && k->gemv_fp8_finite;
 }
 
+/* ==== Activation quantization =========================================== */
+
+/* Every path's act_quant_fp8_pow2 is the scalar quantizer's deq output bit
+ * for bit: random blocks at several magnitudes, E4M3 grid midpoints (ties
+ * to even), the subnormal/normal edge, values that clamp at 448, signed
+ * zeros, and blocks holding NaN or +-inf. */
+static void run_actq(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    dsattn_rng rng = { 77 };
+    const size_t blocks[] = { 16, 32, 128 };
+    float x[1024], want[1024], got[1024];
+    int bad = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        const size_t block = blocks[trial % 3], n = block * (1 + (size_t)trial % 5);
+        const float mag = ldexpf(1.0f, (trial % 41) - 20);
+        for (size_t i = 0; i < n; i++) {
+            float u = (float)(dsattn_rng_u64(&rng) >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
+            x[i] = u * mag;
+        }
+        const size_t amax_at = (size_t)trial % n;
+        x[amax_at] = mag * 448.0f / 512.0f;       /* sets the scale: s = mag / 512 */
+        switch (trial % 8) {
+        case 1: /* E4M3 midpoints at that scale, both tie directions */
+            for (size_t i = 0; i < n && i < 24; i++)
+                if (i != amax_at)
+                    x[i] = (float)(17 + 2 * (int)i) / 16.0f * ldexpf(mag / 512.0f, (int)i % 9 - 3);
+            break;
+        case 2: /* around the subnormal edge 2^-6 (times the scale) */
+            for (size_t i = 0; i < n && i < 16; i++)
+                if (i != amax_at) x[i] = (0.0155f + 0.0002f * (float)i) * (mag / 512.0f);
+            break;
+        case 3: x[(amax_at + 1) % n] = -0.0f; x[(amax_at + 2) % n] = 0.0f; break;
+        case 4: x[(amax_at + 3) % n] = __builtin_nanf(""); break;
+        case 5: x[(amax_at + 1) % n] = INFINITY; break;
+        case 6: x[(amax_at + 1) % n] = -INFINITY; x[(amax_at + 2) % n] = 1.0f; break;
+        case 7: x[amax_at] = mag * 470.0f / 512.0f; break;   /* rounds past 448 * s */
+        default: break;
+        }
+        dsattn_kernels_ref.act_quant_fp8_pow2(x, n, block, want);
+        isa.k->act_quant_fp8_pow2(x, n, block, got);
+        for (size_t i = 0; i < n; i++) {
+            int same = isnan(want[i]) ? isnan(got[i])
+                                      : memcmp(&want[i], &got[i], sizeof(float)) == 0;
+            if (!same && bad++ < 5)
+                CHECK_MSG(0, "act_quant[%s] trial %d block %zu i %zu: x %a want %a got %a",
+                          isa.k->name, trial, block, i, (double)x[i], (double)want[i],
+                          (double)got[i]);
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* a block that is not a multiple of 16 lanes takes the scalar form */
+    for (size_t i = 0; i < 80; i++) x[i] = (float)i * 0.37f - 9.0f;
+    dsattn_kernels_ref.act_quant_fp8_pow2(x, 80, 40, want);
+    isa.k->act_quant_fp8_pow2(x, 80, 40, got);
+    CHECK(memcmp(want, got, 80 * sizeof(float)) == 0);
+}
+
+DSATTN_TEST(kernels, act_quant_avx512) { run_actq("avx512"); }
+DSATTN_TEST(kernels, act_quant_avx2)   { run_actq("avx2"); }
+
 DSATTN_TEST(kernels, tables_complete)
 {
     CHECK(table_complete(&dsattn_kernels_ref));

@@ -124,9 +124,17 @@ typedef struct dsattn_kernels {
     void (*gemv_fp8_finite)(const uint8_t *W, const float *scale, size_t bs,
                             size_t ldsc, const float *x, float *y,
                             size_t rows, size_t k);
+
+    /* Activation quantization before an FP8 projection (V3.2 / V4 / V4.1
+     * act_quant with UE8M0 scales): deq = the deq output of numfmt.c's
+     * dsattn_quant_fp8_ue8m0(x, n, block, ...), bit for bit on every path,
+     * NaN positions included (as NaN).  n a multiple of block. */
+    void (*act_quant_fp8_pow2)(const float *x, size_t n, size_t block, float *deq);
 } dsattn_kernels;
 
 extern const dsattn_kernels dsattn_kernels_ref;
+/* The scalar entry, shared by the tables without a SIMD form. */
+void dsattn_act_quant_fp8_pow2_ref(const float *x, size_t n, size_t block, float *deq);
 /* NULL when the build has no such path (non-x86 compilers). */
 extern const dsattn_kernels *const dsattn_kernels_avx2_ptr;
 extern const dsattn_kernels *const dsattn_kernels_avx512_ptr;

@@ -631,6 +631,7 @@ static const dsattn_kernels kernels_avx2 = {
     .gemv_bf16            = gemv_bf16_avx2,
     .gemv_fp8             = gemv_fp8_avx2,
     .gemv_fp8_finite      = gemv_fp8_avx2,   /* no cheaper form on AVX2 */
+    .act_quant_fp8_pow2   = dsattn_act_quant_fp8_pow2_ref,
     .gemv_fp4             = gemv_fp4_avx2,
     .dot_f32              = dot_f32_avx2,
     .mdot_f32             = mdot_f32_avx2,

@@ -37,6 +37,7 @@
  * weights are not.
  */
 #include "kernels.h"
+#include "numfmt.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512DQ__) && defined(__FMA__) && defined(__F16C__)
@@ -1176,12 +1177,68 @@ static void mdot_bf16_rows_avx512(const float *q, size_t ldq, size_t nh, const u
 
 /* ==== The table ========================================================= */
 
+/* ==== Activation quantization (act_quant, UE8M0) ======================= */
+/* The scalar quantizer's deq output, 16 lanes at a time.  Per block: amax
+ * (a NaN anywhere makes the scalar's fmaxf(amax, 1e-4) take 1e-4), the
+ * power-of-two scale s = pow2_ceil(amax / 448) from the scalar code itself,
+ * then per element v = clamp(x / s, +-448) with NaN kept (max/min return
+ * their second operand on NaN), rounded to the E4M3 grid: below 2^-6 to a
+ * multiple of 2^-9 (roundscale, RNE), above it to 3 mantissa bits (RNE by
+ * integer add on the bits; a carry moves into the exponent as the scalar's
+ * m == 16 case does), sign restored, times s. */
+static void act_quant_fp8_pow2_avx512(const float *x, size_t n, size_t block, float *deq)
+{
+    if (block % 16 || block == 0) {
+        dsattn_act_quant_fp8_pow2_ref(x, n, block, deq);
+        return;
+    }
+    const float inv448 = (float)(1.0 / 448.0);
+    const __m512 lo = _mm512_set1_ps(-448.0f), hi = _mm512_set1_ps(448.0f);
+    const __m512 sub = _mm512_set1_ps(0x1p-6f);
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff), sgnm = _mm512_set1_epi32((int)0x80000000u);
+    const __m512i rnd = _mm512_set1_epi32(0x7ffff), one = _mm512_set1_epi32(1);
+    const __m512i keep = _mm512_set1_epi32((int)0xfff00000u);
+    for (size_t b = 0; b + block <= n; b += block) {
+        const float *xb = x + b;
+        __m512 m = _mm512_setzero_ps();
+        __mmask16 nan = 0;
+        for (size_t i = 0; i < block; i += 16) {
+            __m512 v = _mm512_loadu_ps(xb + i);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            m = _mm512_max_ps(m, _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absm)));
+        }
+        float amax = _mm512_reduce_max_ps(m);
+        amax = nan ? 1e-4f : (amax > 1e-4f ? amax : 1e-4f);
+        const float s = dsattn_pow2_ceil(amax * inv448);
+        const __m512 sv = _mm512_set1_ps(s);
+        for (size_t i = 0; i < block; i += 16) {
+            __m512 v = _mm512_div_ps(_mm512_loadu_ps(xb + i), sv);
+            v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+            __m512i u = _mm512_castps_si512(v);
+            __m512i sg = _mm512_and_si512(u, sgnm);
+            __m512 a = _mm512_castsi512_ps(_mm512_and_si512(u, absm));
+            __m512 rs = _mm512_roundscale_ps(a, (9 << 4) | _MM_FROUND_TO_NEAREST_INT |
+                                                    _MM_FROUND_NO_EXC);
+            __m512i au = _mm512_castps_si512(a);
+            __m512i rn = _mm512_add_epi32(au, _mm512_add_epi32(rnd, _mm512_and_si512(
+                                                _mm512_srli_epi32(au, 20), one)));
+            rn = _mm512_and_si512(rn, keep);
+            __mmask16 small = _mm512_cmp_ps_mask(a, sub, _CMP_LT_OQ);
+            __m512 g = _mm512_mask_mov_ps(_mm512_castsi512_ps(rn), small, rs);
+            g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);  /* NaN */
+            g = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(g), sg));
+            _mm512_storeu_ps(deq + b + i, _mm512_mul_ps(g, sv));
+        }
+    }
+}
+
 static const dsattn_kernels kernels_avx512 = {
     .name                 = "avx512",
     .gemv_f32             = gemv_f32_avx512,
     .gemv_bf16            = gemv_bf16_avx512,
     .gemv_fp8             = gemv_fp8_avx512,
     .gemv_fp8_finite      = gemv_fp8_finite_avx512,
+    .act_quant_fp8_pow2   = act_quant_fp8_pow2_avx512,
     .gemv_fp4             = gemv_fp4_avx512,
     .dot_f32              = dot_f32_avx512,
     .mdot_f32             = mdot_f32_avx512,

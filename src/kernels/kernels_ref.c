@@ -222,12 +222,18 @@ static void mdot_bf16_rows_ref(const float *q, size_t ldq, size_t nh, const uint
         }
 }
 
+void dsattn_act_quant_fp8_pow2_ref(const float *x, size_t n, size_t block, float *deq)
+{
+    dsattn_quant_fp8_ue8m0(x, n, block, NULL, NULL, deq);
+}
+
 const dsattn_kernels dsattn_kernels_ref = {
     .name      = "ref",
     .gemv_f32  = gemv_f32_ref,
     .gemv_bf16 = gemv_bf16_ref,
     .gemv_fp8  = gemv_fp8_ref,
     .gemv_fp8_finite = gemv_fp8_ref,   /* same function: no NaN code, same result */
+    .act_quant_fp8_pow2 = dsattn_act_quant_fp8_pow2_ref,
     .gemv_fp4  = gemv_fp4_ref,
     .dot_f32   = dot_f32_ref,
     .mdot_f32  = mdot_f32_ref,

@@ -32,11 +32,12 @@ void dsattn_round_bf16_n(float *x, size_t n)
 }
 
 /* act_quant of one row, dequantized values written to q. */
-static void actq_row(const float *x, size_t k, const dsattn_actq *aq, float *q)
+static void actq_row(const dsattn_kernels *kt, const float *x, size_t k, const dsattn_actq *aq,
+                     float *q)
 {
     switch (aq->scale) {
-    case DSATTN_ACTQ_POW2:
-        dsattn_quant_fp8_ue8m0(x, k, aq->block, NULL, NULL, q);
+    case DSATTN_ACTQ_POW2:             /* = dsattn_quant_fp8_ue8m0, bit for bit */
+        kt->act_quant_fp8_pow2(x, k, aq->block, q);
         break;
     case DSATTN_ACTQ_AMAX_MUL:
         for (size_t b = 0; b < k; b += aq->block) {
@@ -146,7 +147,7 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
     int quant = (W->kind == DSATTN_W_FP8 || W->kind == DSATTN_W_FP4);
     if (quant && aq) {
         if (!scratch || aq->block == 0 || K % aq->block) return DSATTN_ERR_UNSUPPORTED;
-        for (size_t t = 0; t < n_tok; t++) actq_row(x + t * ldx, K, aq, scratch + t * K);
+        for (size_t t = 0; t < n_tok; t++) actq_row(ctx->k, x + t * ldx, K, aq, scratch + t * K);
         in = scratch;
         ldin = K;
     }
