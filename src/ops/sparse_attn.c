@@ -10,15 +10,19 @@
  *
  * Reference mode evaluates each block literally (every score and every P.V
  * sum accumulated in double, rounded once).  Fast mode skips invalid rows,
- * dequantizes each gathered row once for all heads, and accumulates in fp32
- * through the kernel table.
+ * dequantizes each gathered row once for all heads, and accumulates in fp32:
+ * on AVX-512 through sparse_attn_tiled (sa_kernels.h, heads in lanes,
+ * register-tiled GEMMs), elsewhere through the kernel table
+ * (sparse_attn_fast).
  */
 #include "blas.h"
 #include "ops.h"
 
 #include "index_vnni.h"
 #include "kernels.h"
+#include "mla_kernels.h"
 #include "numfmt.h"
+#include "sa_kernels.h"
 #include "vmath.h"
 
 #include <math.h>
@@ -52,11 +56,25 @@ static size_t cat_rows(const dsattn_kv_src *s0, const dsattn_kv_src *s1)
 
 #define SA_BLOCK 64
 
+/* keys of one block rounded up to whole 12-key tiles (sparse_attn_tiled) */
+#define SA_TBLOCK ((SA_BLOCK + DSATTN_MLA_KT - 1) / DSATTN_MLA_KT * DSATTN_MLA_KT)
+
+/* The tiled path's workspace (hp = nh rounded up to 16): packed q [hp][d],
+ * acc^T [d][hp], the tiled block [SA_TBLOCK][d], scores [SA_TBLOCK][hp],
+ * 12 decoded rows [12][d], max/sum/alpha [3][hp]. */
+static size_t tiled_scratch(size_t nh, size_t d)
+{
+    const size_t hp = (nh + 15) / 16 * 16;
+    return 2 * hp * d + SA_TBLOCK * (d + 16) + SA_TBLOCK * hp + 3 * hp;
+}
+
 size_t dsattn_sparse_attn_scratch(size_t nh, size_t d)
 {
     /* rows [64][d], scores [nh][64], acc [nh][d], max/sum/scale [3][nh],
-     * and (fast path) dots [64][nh] */
-    return SA_BLOCK * d + nh * SA_BLOCK + nh * d + 3 * nh + SA_BLOCK * nh;
+     * and (fast path) dots [64][nh]; or the tiled path's, if larger */
+    const size_t plain = SA_BLOCK * d + nh * SA_BLOCK + nh * d + 3 * nh + SA_BLOCK * nh;
+    const size_t tiled = tiled_scratch(nh, d);
+    return plain > tiled ? plain : tiled;
 }
 
 static float expd(float x) { return (float)exp((double)x); }
@@ -239,6 +257,108 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
     }
 }
 
+/* Decode one packed row of any layout to fp32: the kernel table's row
+ * decoders for the V4.1 layouts, dsattn_kv_row's otherwise. */
+static void decode_row(const dsattn_kernels *k, const dsattn_kv_src *src, const uint8_t *p,
+                       float *out)
+{
+    if (src->kind == DSATTN_KV_V41_FP4) k->dequant_fp4e4m3_row(p, src->d, out);
+    else if (src->kind == DSATTN_KV_V41_SWA) k->dequant_fp8ue8m0_row(p, src->d, out);
+    else row_at(src, p, out);
+}
+
+/* The valid rows of the block of indices [b0, b0 + nb): where they live,
+ * in index order.  Returns their count. */
+static size_t block_rows(const dsattn_kv_src *s0, const dsattn_kv_src *s1, size_t nrows,
+                         const int32_t *idx, size_t b0, size_t nb, const uint8_t **ptr,
+                         const dsattn_kv_src **src)
+{
+    size_t nv = 0;
+    for (size_t j = 0; j < nb; j++) {
+        int32_t ix = idx[b0 + j];
+        if (ix < 0 || (size_t)ix >= nrows) continue;
+        ptr[nv] = cat_ptr(s0, s1, (size_t)ix, &src[nv]);
+        nv++;
+    }
+    return nv;
+}
+
+/* Tiled form (AVX-512 contexts; sa_kernels.h): per block of 64 indices
+ * the valid rows are decoded once into fp32 rows (12-row tiles, row-major)
+ * that serve both S = Q.K^T and acc^T += P.V for every head of the call,
+ * heads in the SIMD lanes, so the decode is paid once per row rather than
+ * once per head and both GEMMs run from register tiles of 12 keys x 32
+ * heads.  Same block structure and roundings as the reference: running
+ * max from max_init, fp32 P summed into the denominator, P rounded to bf16
+ * for P.V, sink after the loop; only the summation order (fp32, FMA)
+ * differs.  The next block's packed rows are prefetched before P.V. */
+static void sparse_attn_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *mk,
+                              const dsattn_sa_kern *sk, const float *q,
+                              size_t nh, size_t d, const dsattn_kv_src *s0,
+                              const dsattn_kv_src *s1, const int32_t *idx, size_t n_idx,
+                              const float *sink, float scale, float max_init, float *out,
+                              float *ws)
+{
+    const dsattn_kernels *k = ctx->k;
+    const size_t hp = (nh + 15) / 16 * 16, KT = DSATTN_MLA_KT, ld = d + 16;
+    float *qp = ws, *acc = qp + hp * d, *kt = acc + d * hp, *st = kt + SA_TBLOCK * ld;
+    float *mx = st + SA_TBLOCK * hp, *sum = mx + hp, *al = sum + hp;
+    const size_t nrows = cat_rows(s0, s1);
+    size_t rb = s0->stride;
+    if (s1 && s1->stride > rb) rb = s1->stride;
+    const uint8_t *pa[SA_BLOCK], *pb[SA_BLOCK], **cur = pa, **nxt = pb;
+    const dsattn_kv_src *sa[SA_BLOCK], *sb[SA_BLOCK], **scur = sa, **snxt = sb;
+
+    dsattn_mla_pack_q(q, d, nh, hp, d, qp);
+    for (size_t h = 0; h < hp; h++) { mx[h] = max_init; sum[h] = 0.0f; }
+    memset(acc, 0, d * hp * sizeof(float));
+    size_t nv = n_idx ? block_rows(s0, s1, nrows, idx, 0, DSATTN_MIN((size_t)SA_BLOCK, n_idx),
+                                   cur, scur) : 0;
+    for (size_t b0 = 0; b0 < n_idx; b0 += SA_BLOCK) {
+        /* the next block's rows, prefetched during this block's P.V */
+        const size_t b1 = b0 + SA_BLOCK;
+        const size_t nn = b1 < n_idx ? block_rows(s0, s1, nrows, idx, b1,
+                                                  DSATTN_MIN((size_t)SA_BLOCK, n_idx - b1),
+                                                  nxt, snxt) : 0;
+        if (nv == 0) {
+            /* as sparse_attn_fast: only -inf scores, the max stays; a -inf
+             * running max makes the reference's rescale NaN (V4) */
+            for (size_t h = 0; h < hp; h++)
+                if (isinf(mx[h]) && mx[h] < 0) sum[h] = NAN;
+        } else {
+            for (size_t t0 = 0; t0 < nv; t0 += KT) {
+                const size_t nr = DSATTN_MIN(KT, nv - t0);
+                unsigned char kinds[DSATTN_MLA_KT];
+                int packed = 1;
+                for (size_t r = 0; r < nr; r++) {
+                    const dsattn_kv_kind kd = scur[t0 + r]->kind;
+                    packed &= kd == DSATTN_KV_V41_FP4 || kd == DSATTN_KV_V41_SWA;
+                    kinds[r] = kd == DSATTN_KV_V41_FP4 ? DSATTN_SA_FP4 : DSATTN_SA_FP8;
+                }
+                if (packed) {
+                    sk->rows(cur + t0, kinds, nr, d, kt + t0 * ld, ld);
+                } else {
+                    for (size_t r = 0; r < KT; r++) {
+                        if (r < nr) decode_row(k, scur[t0 + r], cur[t0 + r], kt + (t0 + r) * ld);
+                        else memset(kt + (t0 + r) * ld, 0, d * sizeof(float));
+                    }
+                }
+            }
+            sk->qk(qp, hp, d, kt, ld, nv, st, hp);
+            mk->softmax(st, hp, hp, nv, scale, 0, mx, sum, al);
+            mk->round_bf16(st, nv * hp);             /* bf16 P for P.V */
+            for (size_t r = 0; r < nn; r++)          /* next block: into L2 */
+                for (size_t o = 0; o < rb; o += 64) __builtin_prefetch(nxt[r] + o, 0, 2);
+            sk->pv(st, hp, hp, kt, ld, nv, d, al, acc);
+        }
+        const uint8_t **t = cur; cur = nxt; nxt = t;
+        const dsattn_kv_src **u = scur; scur = snxt; snxt = u;
+        nv = nn;
+    }
+    for (size_t h = 0; h < nh; h++) al[h] = sink ? sum[h] + expf(sink[h] - mx[h]) : sum[h];
+    sk->finish(acc, hp, nh, d, al, out);
+}
+
 void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
                         const dsattn_kv_src *src0, const dsattn_kv_src *src1,
                         const int32_t *idx, size_t n_idx, const float *sink,
@@ -246,9 +366,15 @@ void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
 {
     uint64_t nvalid = 0;
     size_t nrows = cat_rows(src0, src1);
+    const dsattn_mla_kern *mk;
+    const dsattn_sa_kern *sk;
     for (size_t j = 0; j < n_idx; j++) nvalid += idx[j] >= 0 && (size_t)idx[j] < nrows;
     if (ctx->mode == DSATTN_MODE_REFERENCE || nh > 512 || nh > d || d > 512)
         sparse_attn_ref(q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
+    else if ((mk = dsattn_mla_kern_for(ctx->k->name)) != NULL &&
+             (sk = dsattn_sa_kern_for(ctx->k->name)) != NULL && d % 32 == 0)
+        sparse_attn_tiled(ctx, mk, sk, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out,
+                          scratch);
     else
         sparse_attn_fast(ctx, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
     size_t rb = src0->kind == DSATTN_KV_F32 ? d * 4 : src0->stride;
