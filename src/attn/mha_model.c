@@ -19,7 +19,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 /* ==== Config ============================================================ */
 
@@ -273,28 +272,6 @@ size_t dsattn_mha_weight_bytes(const dsattn_mha *m)
 
 /* ==== Sequences ========================================================= */
 
-/* One K or V cache, zeroed.  Deep caches (GiBs at 256K tokens) are what
- * a decode step streams, so they are asked for as transparent huge pages
- * where the kernel offers them only on request (THP "madvise" mode): 4 KB
- * pages cost a TLB walk every 64 lines, ~11% of a GQA decode step at 256K.
- * The rounding to 2 MiB is the allocator's, not the layout's: the bill
- * counts the K / V bytes the layout needs.  Freed with dsattn_free. */
-static void *cache_alloc(size_t bytes)
-{
-    const size_t huge = (size_t)2 << 20;
-    if (bytes < 4 * huge) return dsattn_alloc(bytes);
-    size_t padded;
-    if (!dsattn_add_size(bytes, huge - 1, &padded)) return NULL;
-    padded &= ~(huge - 1);
-    void *p = aligned_alloc(huge, padded);
-    if (!p) return NULL;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, padded, MADV_HUGEPAGE);   /* a hint: failure is harmless */
-#endif
-    memset(p, 0, padded);
-    return p;
-}
-
 dsattn_status dsattn_mha_seq_create_layers(dsattn_mha_seq **out,
                                            const dsattn_mha *m,
                                            size_t max_seq_len, int first_layer,
@@ -319,8 +296,10 @@ dsattn_status dsattn_mha_seq_create_layers(dsattn_mha_seq **out,
     s->layer = calloc((size_t)n_layers, sizeof *s->layer);
     if (!s->layer) { free(s); return DSATTN_ERR_NOMEM; }
     for (int i = 0; i < n_layers; i++) {
-        s->layer[i].k = cache_alloc(per);
-        s->layer[i].v = cache_alloc(per);
+        /* deep caches come back 2 MiB aligned as transparent huge pages
+         * (dsattn_alloc, core.c): ~11 % of a GQA step at 256K */
+        s->layer[i].k = dsattn_alloc(per);
+        s->layer[i].v = dsattn_alloc(per);
         if (!s->layer[i].k || !s->layer[i].v) {
             dsattn_mha_seq_destroy(s);
             return DSATTN_ERR_NOMEM;
