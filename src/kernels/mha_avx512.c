@@ -51,33 +51,11 @@ size_t dsattn_mha_attend_ws_bytes(size_t G, size_t T)
     defined(__AVX512DQ__)
 #include <immintrin.h>
 
+#include "exp_avx512.h"
+
 #define UNROLL _Pragma("GCC unroll 8")
 #define INLINE static inline __attribute__((always_inline))
 
-/* exp as in vmath_avx512.c (the Cephes polynomial, within 2 ulp of expf,
- * exact 0 below -104); repeated here so it inlines into the tile loops. */
-INLINE __m512 exp512(__m512 x)
-{
-    const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.72283935546875f);
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 r2 = _mm512_mul_ps(r, r);
-    p = _mm512_fmadd_ps(p, r2, r);
-    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
-    __m512 y = _mm512_scalef_ps(p, n);
-    y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);  /* NaN stays */
-}
 
 /* fp32 -> nearest bf16 value (RNE): dsattn_round_bf16 per lane for every
  * value these kernels round.  Without its NaN branch: a NaN here is an FMA,
@@ -148,7 +126,7 @@ INLINE void score_tile(const float *q, size_t d, const uint16_t *kt, size_t w, s
             mrun[h] = tmax;
         }
         const __m512 mb = _mm512_set1_ps(mrun[h]);
-        __m512 e = exp512(_mm512_sub_ps(se, mb)), f = exp512(_mm512_sub_ps(so, mb));
+        __m512 e = dsattn_exp512(_mm512_sub_ps(se, mb)), f = dsattn_exp512(_mm512_sub_ps(so, mb));
         if (MASKED) {
             e = _mm512_maskz_mov_ps(me, e);
             f = _mm512_maskz_mov_ps(mo, f);
@@ -203,7 +181,7 @@ static void chunk_probs(const uint16_t *sc, size_t ldsc, size_t c0, size_t nk, s
             const __mmask16 m = (__mmask16)((1u << r) - 1);
             const __m256i x = _mm256_maskz_loadu_epi16(m, sc + h * ldsc + c0 + k);
             const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
-            const __m512 e = exp512(_mm512_sub_ps(s, mb));
+            const __m512 e = dsattn_exp512(_mm512_sub_ps(s, mb));
             const __m512 q0 = _mm512_mul_ps(e, rb);
             const __m512 q1 = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, lb, e), rb, q0);
             _mm512_storeu_ps(pb + h * PVC + k, _mm512_maskz_mov_ps(m, round_bf16(q1)));

@@ -26,35 +26,13 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "exp_avx512.h"
+
 #define KT DSATTN_MLA_KT
 #define AI static inline __attribute__((always_inline))
 
 /* ---- small vector helpers ---------------------------------------------- */
 
-/* exp(x): Cephes polynomial, 2^n by vscalefps; x < -104 gives 0, NaN kept */
-AI __m512 exp512(__m512 x)
-{
-    const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.72283935546875f);
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 r2 = _mm512_mul_ps(r, r);
-    p = _mm512_fmadd_ps(p, r2, r);
-    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
-    __m512 y = _mm512_scalef_ps(p, n);
-    y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(y, nan, x);
-}
 
 /* dsattn_round_bf16 on 16 lanes: RNE, NaN -> quiet NaN with the top bits */
 AI __m512 rbf16(__m512 x)
@@ -145,12 +123,12 @@ static void softmax_avx512(float *st, size_t ldst, size_t hp, size_t nk, float s
             _mm512_storeu_ps(p, s);
             mx = _mm512_max_ps(mx, s);
         }
-        __m512 a = exp512(_mm512_sub_ps(mo, mx));
+        __m512 a = dsattn_exp512(_mm512_sub_ps(mo, mx));
         a = _mm512_mask_mov_ps(a, _mm512_cmp_ps_mask(mo, mx, _CMP_EQ_OQ), _mm512_set1_ps(1.0f));
         __m512 sum = _mm512_setzero_ps();
         for (size_t j = 0; j < nk; j++) {
             float *p = st + j * ldst + h;
-            const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(p), mx));
+            const __m512 e = dsattn_exp512(_mm512_sub_ps(_mm512_loadu_ps(p), mx));
             _mm512_storeu_ps(p, e);
             sum = _mm512_add_ps(sum, e);
         }
