@@ -1,0 +1,303 @@
+/* test_sparse_attn.c - the fast sparse_attn path (src/ops/sparse_attn.c,
+ * sparse_attn_tiled) and its kernels (src/kernels/sa_kernels*.c) against
+ * the scalar forms they must track.
+ *
+ * Kernel level: the AVX-512 row decoder equals numfmt.h's unpackers bit for
+ * bit (NaN codes and NaN / extreme scales included); QK and PV equal the
+ * scalar table within fp32 reassociation (rel 1e-5); finish is bit-exact.
+ * Driver level: fast mode vs reference mode of dsattn_sparse_attn on the
+ * V4.1 layouts ([FP8 window rows ; FP4 compressed rows]) over odd shapes -
+ * 1 row, rows not a multiple of the 12-key tile, heads not a multiple of
+ * the 16 / 32-head register tile, -1 and out-of-range indices, all-invalid
+ * rows (exact 0 from -1e30, NaN from -inf), NaN codes - with the bounds
+ * stated at each check.  Under DSATTN_ISA=avx2 / ref the driver checks run
+ * the kernel-table fast path instead (same bounds); the kernel checks skip.
+ */
+#include "harness.h"
+#include "internal.h"
+#include "kernels.h"
+#include "mla_kernels.h"
+#include "numfmt.h"
+#include "ops.h"
+#include "sa_kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dsattn_ctx *mk_ctx(dsattn_mode mode)
+{
+    dsattn_ctx *c = NULL;
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    p.mode = mode;
+    p.n_threads = 1;
+    CHECK_OK(dsattn_ctx_create(&c, &p));
+    return c;
+}
+
+/* n random V4.1 rows of one layout, values ~ N(0, sd) rounded to bf16 */
+static uint8_t *make_rows(int fp4, size_t n, size_t d, float sd, dsattn_rng *g)
+{
+    const size_t rb = fp4 ? dsattn_v41_kv_row_bytes(d) : dsattn_v41_swa_row_bytes(d);
+    uint8_t *rows = malloc(n * rb);
+    float *x = malloc(d * sizeof(float));
+    for (size_t r = 0; r < n; r++) {
+        for (size_t i = 0; i < d; i++) x[i] = dsattn_round_bf16(sd * dsattn_rng_normal(g));
+        if (fp4) dsattn_v41_kv_pack(x, d, rows + r * rb, NULL);
+        else dsattn_v41_swa_pack(x, d, rows + r * rb, NULL);
+    }
+    free(x);
+    return rows;
+}
+
+static int same_bits_or_nan(float a, float b)
+{
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    return dsattn_f32_bits(a) == dsattn_f32_bits(b);
+}
+
+/* ==== Kernels =========================================================== */
+
+DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit)
+{
+    const dsattn_sa_kern *A = dsattn_sa_kern_avx512_ptr, *R = &dsattn_sa_kern_ref;
+    if (!A || !dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    const size_t d = 512, ld = d + 16, n = 24;
+    dsattn_rng g = { 11 };
+    uint8_t *f4 = make_rows(1, n, d, 3.0f, &g), *f8 = make_rows(0, n, d, 3.0f, &g);
+    const size_t b4 = dsattn_v41_kv_row_bytes(d), b8 = dsattn_v41_swa_row_bytes(d);
+    /* every code and scale the formats have, NaN ones included */
+    for (size_t r = 0; r < 4; r++)
+        for (size_t i = 0; i < d; i++) f8[r * b8 + i] = (uint8_t)(i + 37 * r);
+    for (size_t i = 0; i < d / 32; i++) {
+        f8[0 * b8 + d + i] = (uint8_t)(i * 17);         /* 0x00 .. 0xff scales */
+        f8[1 * b8 + d + i] = i & 1 ? 0xff : 0x00;        /* NaN and 2^-127    */
+        f8[2 * b8 + d + i] = (uint8_t)(0xf0 + i % 15);   /* near the top      */
+    }
+    for (size_t i = 0; i < d / 16; i++) {
+        f4[0 * b4 + d / 2 + i] = (uint8_t)(i * 8 + 1);   /* E4M3 scales incl. subnormal */
+        f4[1 * b4 + d / 2 + i] = i & 1 ? 0x7f : 0xff;    /* NaN scales        */
+    }
+    const uint8_t *rp[12];
+    unsigned char kinds[12];
+    float *a = malloc(12 * ld * sizeof(float)), *b = malloc(12 * ld * sizeof(float));
+    for (size_t nr = 1; nr <= 12; nr++) {
+        for (int mix = 0; mix < 3; mix++) {
+            for (size_t r = 0; r < 12; r++) {
+                const int k4 = mix == 0 ? 1 : mix == 1 ? 0 : (int)((r + nr) % 3 == 0);
+                kinds[r] = k4 ? DSATTN_SA_FP4 : DSATTN_SA_FP8;
+                const size_t src = (r * 5 + nr) % n;
+                rp[r] = k4 ? f4 + src * b4 : f8 + src * b8;
+            }
+            memset(a, 0x55, 12 * ld * sizeof(float));
+            memset(b, 0x33, 12 * ld * sizeof(float));
+            A->rows(rp, kinds, nr, d, a, ld);
+            R->rows(rp, kinds, nr, d, b, ld);
+            size_t bad = 0;
+            for (size_t r = 0; r < 12; r++)
+                for (size_t i = 0; i < d; i++) bad += !same_bits_or_nan(a[r * ld + i], b[r * ld + i]);
+            CHECK_MSG(bad == 0, "nr %zu mix %d: %zu decoded values differ", nr, mix, bad);
+            for (size_t r = nr; r < 12; r++) CHECK(a[r * ld] == 0.0f && a[r * ld + d - 1] == 0.0f);
+        }
+    }
+    /* NaN codes did reach the decoder */
+    kinds[0] = DSATTN_SA_FP8;
+    rp[0] = f8;
+    A->rows(rp, kinds, 1, d, a, ld);
+    CHECK(isnan(a[0x7f]) && isnan(a[0xff]) && !isnan(a[0x7e]));
+    free(a); free(b); free(f4); free(f8);
+}
+
+DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table)
+{
+    const dsattn_sa_kern *A = dsattn_sa_kern_avx512_ptr, *R = &dsattn_sa_kern_ref;
+    if (!A || !dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    const size_t D = 96, ld = D + 16, nkmax = 72;
+    const size_t hps[] = { 16, 32, 48, 64 }, nks[] = { 1, 5, 12, 13, 64 };
+    dsattn_rng g = { 5 };
+    float *q = malloc(64 * D * 4), *qp = malloc(64 * D * 4), *rows = malloc(nkmax * ld * 4);
+    float *s1 = malloc(nkmax * 64 * 4), *s2 = malloc(nkmax * 64 * 4), *al = malloc(64 * 4);
+    float *a1 = malloc(D * 64 * 4), *a2 = malloc(D * 64 * 4), *den = malloc(64 * 4);
+    float *o1 = malloc(64 * D * 4), *o2 = malloc(64 * D * 4);
+    for (size_t i = 0; i < 64 * D; i++) q[i] = dsattn_rng_normal(&g);
+    for (size_t i = 0; i < nkmax * ld; i++) rows[i] = dsattn_rng_normal(&g);
+    for (size_t h = 0; h < 64; h++) { al[h] = 0.25f + 0.01f * (float)h; den[h] = 0.7f + (float)h; }
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 5; b++) {
+            const size_t hp = hps[a], nk = nks[b], nkp = (nk + 11) / 12 * 12, H = hp - 3;
+            dsattn_mla_pack_q(q, D, H, hp, D, qp);
+            A->qk(qp, hp, D, rows, ld, nk, s1, hp);
+            R->qk(qp, hp, D, rows, ld, nk, s2, hp);
+            double rel = dsattn_rel_l2(s1, s2, nkp * hp);
+            CHECK_MSG(rel < 1e-5, "qk hp %zu nk %zu rel %g", hp, nk, rel);
+            for (size_t i = 0; i < D * hp; i++) a1[i] = a2[i] = dsattn_rng_normal(&g);
+            A->pv(s2, hp, hp, rows, ld, nk, D, al, a1);
+            R->pv(s2, hp, hp, rows, ld, nk, D, al, a2);
+            rel = dsattn_rel_l2(a1, a2, D * hp);
+            CHECK_MSG(rel < 1e-5, "pv hp %zu nk %zu rel %g", hp, nk, rel);
+            A->finish(a2, hp, H, D, den, o1);
+            R->finish(a2, hp, H, D, den, o2);
+            CHECK_BITS("finish", o1, o2, H * D);
+        }
+    free(q); free(qp); free(rows); free(s1); free(s2); free(al); free(a1); free(a2);
+    free(den); free(o1); free(o2);
+}
+
+/* ==== Driver: fast vs reference ========================================= */
+
+typedef struct {
+    uint8_t *win, *cmp;
+    dsattn_kv_src s0, s1;
+    size_t nw, nc, d;
+} v41_cache;
+
+static void cache_init(v41_cache *c, size_t nw, size_t nc, size_t d, dsattn_rng *g)
+{
+    c->nw = nw; c->nc = nc; c->d = d;
+    c->win = make_rows(0, nw, d, 1.0f, g);
+    c->cmp = make_rows(1, nc, d, 1.0f, g);
+    dsattn_kv_src w = { DSATTN_KV_V41_SWA, c->win, dsattn_v41_swa_row_bytes(d), nw, d, 0 };
+    dsattn_kv_src k = { DSATTN_KV_V41_FP4, c->cmp, dsattn_v41_kv_row_bytes(d), nc, d, 0 };
+    c->s0 = w;
+    c->s1 = k;
+}
+
+static void cache_free(v41_cache *c) { free(c->win); free(c->cmp); }
+
+static size_t g_nan;   /* NaN lanes of the last fast_vs_ref (equal in both modes) */
+
+/* run both modes; returns rel L2 of fast vs reference (NaN lanes must
+ * agree and are left out) */
+static double fast_vs_ref(const v41_cache *c, size_t nh, const int32_t *idx, size_t n_idx,
+                          float max_init, float qsd, uint64_t seed, double *cos_out,
+                          float *o_fast, float *o_ref)
+{
+    const size_t d = c->d;
+    dsattn_rng g = { seed };
+    float *q = malloc(nh * d * 4), *sink = malloc(nh * 4);
+    for (size_t i = 0; i < nh * d; i++) q[i] = dsattn_round_bf16(qsd * dsattn_rng_normal(&g));
+    for (size_t h = 0; h < nh; h++) sink[h] = dsattn_round_bf16(dsattn_rng_normal(&g));
+    float *ws = malloc(dsattn_sparse_attn_scratch(nh, d) * sizeof(float));
+    dsattn_ctx *cr = mk_ctx(DSATTN_MODE_REFERENCE), *cf = mk_ctx(DSATTN_MODE_FAST);
+    const float scale = 1.0f / sqrtf((float)d);
+    dsattn_sparse_attn(cr, q, nh, d, &c->s0, &c->s1, idx, n_idx, sink, scale, max_init, o_ref, ws);
+    dsattn_sparse_attn(cf, q, nh, d, &c->s0, &c->s1, idx, n_idx, sink, scale, max_init, o_fast,
+                       ws);
+    size_t nan_mismatch = 0;
+    g_nan = 0;
+    for (size_t i = 0; i < nh * d; i++) {
+        g_nan += isnan(o_ref[i]);
+        nan_mismatch += isnan(o_ref[i]) != isnan(o_fast[i]);
+        if (isnan(o_ref[i])) o_ref[i] = o_fast[i] = 0.0f;
+    }
+    CHECK_MSG(nan_mismatch == 0, "%zu NaN lanes differ between fast and reference", nan_mismatch);
+    double rel = dsattn_rel_l2(o_fast, o_ref, nh * d);
+    if (getenv("SA_TEST_VERBOSE")) fprintf(stderr, "  nh %zu n_idx %zu rel %.3g\n", nh, n_idx, rel);
+    if (cos_out) *cos_out = dsattn_cosine(o_fast, o_ref, nh * d);
+    dsattn_ctx_destroy(cr);
+    dsattn_ctx_destroy(cf);
+    free(q); free(sink); free(ws);
+    return rel;
+}
+
+/* Bound: fp32 FMA sums vs the reference's double sums, and the bf16 P
+ * and output roundings that flip where a value sits near a tie.  Measured
+ * worst rel L2 3.0e-4 over these cases (SA_TEST_VERBOSE=1 prints each),
+ * identical bf16 outputs for most small cases.  1.5e-3 rel L2 and cosine
+ * > 0.99999 catch a wrong row, head, scale, rescale or a dropped bf16
+ * rounding of P (rel ~1e-2 and more). */
+#define SA_REL 1.5e-3
+#define SA_COS 0.99999
+
+DSATTN_TEST(sparse_attn, fast_vs_reference_odd_shapes)
+{
+    dsattn_rng g = { 21 };
+    v41_cache c;
+    cache_init(&c, 128, 300, 512, &g);
+    const size_t nhs[] = { 1, 3, 17, 32, 40, 64 };
+    const size_t nis[] = { 1, 11, 13, 64, 65, 140, 640 };
+    int32_t *idx = malloc(640 * sizeof(int32_t));
+    float *o1 = malloc(64 * 512 * 4), *o2 = malloc(64 * 512 * 4);
+    for (size_t a = 0; a < sizeof nhs / sizeof nhs[0]; a++)
+        for (size_t b = 0; b < sizeof nis / sizeof nis[0]; b++) {
+            const size_t ni = nis[b];
+            /* window rows first, then compressed (offset 128), as V4.1 */
+            for (size_t i = 0; i < ni; i++)
+                idx[i] = i < ni / 4 ? (int32_t)((i * 7 + a) % 128)
+                                    : (int32_t)(128 + (i * 131 + b) % 300);
+            double cs;
+            const double rel = fast_vs_ref(&c, nhs[a], idx, ni, -1e30f, 0.5f, 100 + a * 10 + b,
+                                           &cs, o1, o2);
+            CHECK_MSG(rel < SA_REL && cs > SA_COS, "nh %zu n_idx %zu: rel %g cos %.7f", nhs[a],
+                      ni, rel, cs);
+        }
+    free(idx); free(o1); free(o2);
+    cache_free(&c);
+}
+
+DSATTN_TEST(sparse_attn, fast_vs_reference_invalid_indices)
+{
+    dsattn_rng g = { 22 };
+    v41_cache c;
+    cache_init(&c, 128, 200, 512, &g);
+    int32_t idx[400];
+    float *o1 = malloc(40 * 512 * 4), *o2 = malloc(40 * 512 * 4);
+    /* -1 and out-of-range entries mixed in; one block of 64 entirely -1 */
+    for (int i = 0; i < 400; i++) {
+        idx[i] = i % 5 == 2 ? -1 : i % 11 == 4 ? 328 + i : (int32_t)((i * 53) % 328);
+        if (i >= 128 && i < 192) idx[i] = -1;
+    }
+    double cs;
+    double rel = fast_vs_ref(&c, 40, idx, 400, -1e30f, 0.5f, 7, &cs, o1, o2);
+    CHECK_MSG(rel < SA_REL && cs > SA_COS, "mixed invalid: rel %g cos %.7f", rel, cs);
+    /* V4's -inf start with a leading all-invalid block: NaN in both */
+    fast_vs_ref(&c, 40, idx + 128, 400 - 128, -INFINITY, 0.5f, 8, &cs, o1, o2);
+    CHECK_MSG(g_nan == 40 * 512, "-inf start, invalid first block: %zu NaN lanes", g_nan);
+    /* all invalid, V4.1 start: exactly 0 in both modes */
+    for (int i = 0; i < 400; i++) idx[i] = i % 2 ? -1 : 100000 + i;
+    memset(o1, 0x7f, 40 * 512 * 4);
+    fast_vs_ref(&c, 40, idx, 400, -1e30f, 0.5f, 9, NULL, o1, o2);
+    size_t nz = 0;
+    for (size_t i = 0; i < 40 * 512; i++) nz += o1[i] != 0.0f || o2[i] != 0.0f;
+    CHECK_MSG(nz == 0, "all-invalid row: %zu non-zero outputs", nz);
+    free(o1); free(o2);
+    cache_free(&c);
+}
+
+DSATTN_TEST(sparse_attn, fast_vs_reference_peaked_scores)
+{
+    /* large queries: the softmax is dominated by few rows and the running
+     * max moves between blocks (the rescale path), window and compressed */
+    dsattn_rng g = { 23 };
+    v41_cache c;
+    cache_init(&c, 128, 600, 512, &g);
+    int32_t idx[640];
+    for (int i = 0; i < 640; i++) idx[i] = i < 128 ? i : 128 + (i * 389) % 600;
+    float *o1 = malloc(32 * 512 * 4), *o2 = malloc(32 * 512 * 4);
+    double cs;
+    const double rel = fast_vs_ref(&c, 32, idx, 640, -1e30f, 4.0f, 31, &cs, o1, o2);
+    CHECK_MSG(rel < SA_REL && cs > SA_COS, "peaked: rel %g cos %.7f", rel, cs);
+    free(o1); free(o2);
+    cache_free(&c);
+}
+
+DSATTN_TEST(sparse_attn, nan_codes_give_nan_in_both_modes)
+{
+    dsattn_rng g = { 24 };
+    v41_cache c;
+    cache_init(&c, 128, 100, 512, &g);
+    c.win[5 * c.s0.stride + 17] = 0x7f;                   /* one FP8 NaN code */
+    c.cmp[3 * c.s1.stride + 256 + 2] = 0xff;              /* one NaN E4M3 scale */
+    int32_t idx[80];
+    float *o1 = malloc(17 * 512 * 4), *o2 = malloc(17 * 512 * 4);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 80; i++) idx[i] = i < 40 ? i + 20 : 128 + (i - 40);
+        idx[pass ? 70 : 10] = pass ? 128 + 3 : 5;
+        /* fast_vs_ref checks the NaN lanes agree; every lane must be NaN */
+        fast_vs_ref(&c, 17, idx, 80, -1e30f, 0.5f, 40 + pass, NULL, o1, o2);
+        CHECK_MSG(g_nan == 17 * 512, "pass %d: %zu of %d lanes NaN", pass, g_nan, 17 * 512);
+    }
+    free(o1); free(o2);
+    cache_free(&c);
+}
