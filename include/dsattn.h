@@ -92,19 +92,20 @@ typedef struct {
 void dsattn_ctx_counters_reset(dsattn_ctx *ctx);
 dsattn_counters dsattn_ctx_counters(const dsattn_ctx *ctx);
 
-/* Where a step's time goes: wall seconds and bytes read per phase of the
- * V4 / V4.1 attention forward, and how much of each phase was weight
- * projections (dsattn_linear).  Off by default (two clock reads per phase
- * and per projection when on); reset with the counters.  Time outside the
- * phases (norms and residual of the stand-in stack, other generations'
- * forwards) is not attributed; weight projections there count as OTHER. */
+/* Where a step's time goes: wall seconds, bytes read and FLOPs per phase
+ * of the attention forward (V4, V4.1, V3 / V3.2 MLA), and how much of each
+ * phase was weight projections (dsattn_linear).  Off by default (two clock
+ * reads per phase and per projection when on); reset with the counters.
+ * Time outside the phases (norms and residual of the stand-in stack, the
+ * MHA/GQA forward) is not attributed; projections there count as OTHER. */
 typedef enum {
-    DSATTN_PHASE_QUERY = 0,        /* wq_a, q_norm, wq_b, RoPE                */
-    DSATTN_PHASE_WINDOW,           /* wkv, kv_norm, RoPE, FP8 window row      */
+    DSATTN_PHASE_QUERY = 0,        /* wq_a, q_norm, wq_b, RoPE (MLA: + W_uk)  */
+    DSATTN_PHASE_KV,               /* the token's own KV: wkv / wkv_a, norm,
+                                    * RoPE, the window row or latent written */
     DSATTN_PHASE_COMPRESS,         /* compressor(s), packed cache entries     */
     DSATTN_PHASE_INDEX,            /* indexer query, scores, pool, top-k      */
-    DSATTN_PHASE_ATTN,             /* sparse attention over window + picks    */
-    DSATTN_PHASE_OUTPUT,           /* inverse RoPE, wo_a, wo_b                */
+    DSATTN_PHASE_ATTN,             /* attention over the cache / picks        */
+    DSATTN_PHASE_OUTPUT,           /* inverse RoPE, wo_a, wo_b (MLA: W_uv, wo) */
     DSATTN_PHASE_OTHER,
     DSATTN_PHASE_COUNT
 } dsattn_phase;
@@ -113,11 +114,12 @@ typedef struct {
     double   seconds[DSATTN_PHASE_COUNT];       /* wall time in the phase   */
     double   proj_seconds[DSATTN_PHASE_COUNT];  /* of which dsattn_linear   */
     uint64_t bytes_read[DSATTN_PHASE_COUNT];    /* the kernels' counters    */
+    uint64_t flops[DSATTN_PHASE_COUNT];
 } dsattn_profile;
 
 void           dsattn_ctx_set_profiling(dsattn_ctx *ctx, int on);
 dsattn_profile dsattn_ctx_profile(const dsattn_ctx *ctx);
-const char    *dsattn_phase_name(dsattn_phase p);   /* "query", "window", ... */
+const char    *dsattn_phase_name(dsattn_phase p);   /* "query", "kv", ... */
 
 /* The KV bill of one sequence, measured from its live allocations, the same
  * struct for every generation: global (context-proportional) cache bytes

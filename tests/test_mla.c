@@ -420,6 +420,45 @@ DSATTN_TEST(mla, fast_absorbed_decode_matches_reference_at_depth)
     }
 }
 
+/* The phase profile over an MLA decode step: every phase the step passes
+ * through is timed, the attention phase carries the attention FLOPs and no
+ * projection, and profiling changes no bit of the output. */
+DSATTN_TEST(mla, phase_profile)
+{
+    cfg_opts o = small(1);
+    o.n_layers = 1;
+    dsattn_mla *m = make_model(&o, 19, 1);
+    dsattn_ctx *ctx = make_ctx(DSATTN_MODE_FAST);
+    if (!m || !ctx) return;
+    const size_t dim = (size_t)dsattn_mla_dim(m);
+    float *x = rand_input(1, dim, 19), *y0 = calloc(dim, sizeof(float)), *y1 = calloc(dim, sizeof(float));
+    dsattn_mla_seq *s0 = NULL, *s1 = NULL;
+    CHECK_OK(dsattn_mla_seq_create(&s0, m, 200, DSATTN_MLA_CACHE_LATENT_BF16));
+    CHECK_OK(dsattn_mla_seq_create(&s1, m, 200, DSATTN_MLA_CACHE_LATENT_BF16));
+    if (s0 && s1) {
+        CHECK_OK(dsattn_mla_seq_fill_synthetic(s0, 150, 3));
+        CHECK_OK(dsattn_mla_seq_fill_synthetic(s1, 150, 3));
+        CHECK_OK(dsattn_mla_attn_forward(ctx, s0, 0, x, 1, y0));
+        dsattn_ctx_set_profiling(ctx, 1);
+        dsattn_ctx_counters_reset(ctx);
+        CHECK_OK(dsattn_mla_attn_forward(ctx, s1, 0, x, 1, y1));
+        CHECK(memcmp(y0, y1, dim * sizeof(float)) == 0);
+        dsattn_profile p = dsattn_ctx_profile(ctx);
+        const dsattn_phase seen[] = { DSATTN_PHASE_QUERY, DSATTN_PHASE_KV, DSATTN_PHASE_INDEX,
+                                      DSATTN_PHASE_ATTN, DSATTN_PHASE_OUTPUT };
+        for (size_t i = 0; i < sizeof seen / sizeof seen[0]; i++)
+            CHECK_MSG(p.seconds[seen[i]] > 0, "phase %s not timed", dsattn_phase_name(seen[i]));
+        CHECK(p.flops[DSATTN_PHASE_ATTN] > 0 && p.proj_seconds[DSATTN_PHASE_ATTN] == 0);
+        CHECK(p.proj_seconds[DSATTN_PHASE_QUERY] > 0 && p.proj_seconds[DSATTN_PHASE_OUTPUT] > 0);
+        CHECK(p.seconds[DSATTN_PHASE_COMPRESS] == 0 && p.seconds[DSATTN_PHASE_OTHER] == 0);
+    }
+    dsattn_mla_seq_destroy(s0);
+    dsattn_mla_seq_destroy(s1);
+    free(x); free(y0); free(y1);
+    dsattn_ctx_destroy(ctx);
+    dsattn_mla_destroy(m);
+}
+
 DSATTN_TEST(mla, fast_index_scores_match_reference)
 {
     /* fp8_index in fast mode (sgemm over decoded key blocks, fp32 head sum)

@@ -244,7 +244,7 @@ DSATTN_TEST(v41, phase_profile_seed13)
                   dsattn_phase_name((dsattn_phase)ph), p.proj_seconds[ph], p.seconds[ph]);
         sum += p.seconds[ph];
     }
-    const dsattn_phase seen[] = { DSATTN_PHASE_QUERY, DSATTN_PHASE_WINDOW, DSATTN_PHASE_COMPRESS,
+    const dsattn_phase seen[] = { DSATTN_PHASE_QUERY, DSATTN_PHASE_KV, DSATTN_PHASE_COMPRESS,
                                   DSATTN_PHASE_INDEX, DSATTN_PHASE_ATTN, DSATTN_PHASE_OUTPUT };
     for (size_t i = 0; i < sizeof seen / sizeof seen[0]; i++)
         CHECK_MSG(p.seconds[seen[i]] > 0 && p.bytes_read[seen[i]] > 0, "phase %s not timed",

@@ -303,6 +303,7 @@ static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_benc
             for (int ri = 0; ri < o->nr; ri++) {
                 progress("mla", ++*done, total, c->key, o->depth[di], (int)o->thr[ti]);
                 dsattn_ctx *ctx = make_ctx(DSATTN_MODE_FAST, (int)o->thr[ti]);
+                if (ctx) dsattn_ctx_set_profiling(ctx, 1);
                 dsattn_bench_result r;
                 memset(&r, 0, sizeof r);
                 snprintf(r.model, sizeof r.model, "%s", c->model);
@@ -328,6 +329,14 @@ static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_benc
                     else
                         snprintf(r.extra[0], sizeof r.extra[0], "%lld", vis);
                     snprintf(r.extra[1], sizeof r.extra[1], "%lld", dsa ? vis : 0LL);
+                    /* the attention phase of the last step alone (the rest of
+                     * the step streams the layer's FP8 projection weights) */
+                    dsattn_profile pr = dsattn_ctx_profile(ctx);
+                    const double at = pr.seconds[DSATTN_PHASE_ATTN];
+                    const double af = (double)pr.flops[DSATTN_PHASE_ATTN] / 1e9;
+                    snprintf(r.extra[2], sizeof r.extra[2], "%.2f", at * 1e3);
+                    snprintf(r.extra[3], sizeof r.extra[3], "%.0f%%",
+                             at > 0 && r.lim_gflops > 0 ? 100.0 * af / at / r.lim_gflops : 0.0);
                     /* the short bench's table has one extra column: layers */
                     if (t->n_extra == 1) snprintf(r.extra[0], sizeof r.extra[0], "1");
                     dsattn_bench_row(t, &r);
@@ -364,7 +373,8 @@ int dsattn_bench_mla(int argc, char **argv)
         "One MLA layer decoding one token at real dims (random FP8 weights; caches filled "
         "synthetically to each depth). ms/token = one layer's step; GB/s and GFLOP/s = the "
         "kernels' counted bytes and FLOPs over that time; KV B/token = the layer's bill.",
-        o.fmt, 2, { "attended", "idx keys" }, { "entries_attended", "index_keys_scored" },
+        o.fmt, 4, { "attended", "idx keys", "attention ms", "attention % FMA peak" },
+        { "entries_attended", "index_keys_scored", "attention_ms", "attention_frac_fma_peak" },
         0, "", NULL };
     dsattn_bench_begin(&t, auto_isa());
     int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr;

@@ -753,6 +753,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     const dsattn_actq *aq = m->use_actq ? &m->actq : NULL;
     dsattn_status st = DSATTN_OK;
     float cs[64], sn[64];
+    dsattn_phase_mark pm = { -1, 0.0, 0, 0 };        /* the open phase, if any */
 
     const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), DSATTN_MAX(KL, H * dv));
     fwd_buf b;
@@ -775,6 +776,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     }
 
     /* ---- query: q_norm(wq_a x) -> wq_b, RoPE on each head's rope tail */
+    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
     if (QL > 0) {
         if ((st = dsattn_linear(ctx, &L->wq_a, x, dim, s, b.qr, QL, DSATTN_OUT_BF16, aq, b.aqs)))
             goto done;
@@ -791,7 +793,10 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
                               DSATTN_OUT_BF16);
     }
 
+    dsattn_phase_end(ctx, &pm);
+
     /* ---- latent: kv_norm(wkv_a x [:KL]) | RoPE(k_pe) */
+    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
     if ((st = dsattn_linear(ctx, &L->wkv_a, x, dim, s, b.kv, KL + dr, DSATTN_OUT_BF16, aq, b.aqs)))
         goto done;
     for (size_t t = 0; t < s; t++) {
@@ -824,9 +829,12 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         }
     }
 
+    dsattn_phase_end(ctx, &pm);
+
     /* ---- V3.2: the lightning indexer's selection per row */
     const size_t width = c->dsa ? DSATTN_MIN((size_t)c->index_topk, end) : 0;
     size_t *nsel = NULL;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
     if (c->dsa) {
         if ((st = dsattn_mla_index_qk(ctx, m, l, x, b.qr, s, start, b.qc, b.wq, S->kidx)))
             goto done;
@@ -846,6 +854,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         S->sel_rows = s;
         S->sel_w = width;
     }
+    dsattn_phase_end(ctx, &pm);
 
     /* ---- attention, row by row */
     const int sparse = c->dsa && !c->force_dense;
@@ -857,12 +866,15 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         if (!b.qa || !b.xo) { st = DSATTN_ERR_NOMEM; goto sel_done; }
         float *qpe = dsattn_alloc_array(s, H * dr * sizeof(float));
         if (!qpe) { st = DSATTN_ERR_NOMEM; goto sel_done; }
+        dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);           /* W_uk */
         for (size_t t = 0; t < s && !st; t++) {
             st = absorb_q(ctx, m, l, b.q + t * H * dqk, b.qa + t * H * KL);
             for (size_t h = 0; h < H; h++)
                 memcpy(qpe + (t * H + h) * dr, b.q + (t * H + h) * dqk + dn, dr * sizeof(float));
         }
+        dsattn_phase_end(ctx, &pm);
         /* rows in parallel (prefill), or one row with its keys split */
+        dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
         const int row_par = !ref && s > 1;
         dsattn_status rst = DSATTN_OK;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (row_par)
@@ -884,17 +896,20 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         }
         dsattn_free(qpe);
         if (!st) st = rst;
-        for (size_t t = 0; t < s && !st; t++)
-            st = absorb_out(ctx, m, l, b.xo + t * H * KL, b.o + t * H * dv);
         uint64_t nk = 0;
         for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
         dsattn_count(ctx, nk * H * (2ull * (KL + dr) + 2ull * KL), nk * seq->row_bytes);
+        dsattn_phase_end(ctx, &pm);
+        dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);          /* W_uv */
+        for (size_t t = 0; t < s && !st; t++)
+            st = absorb_out(ctx, m, l, b.xo + t * H * KL, b.o + t * H * dv);
     } else {
         /* expanded keys: the chunk's own (V3.2 prefill: k_nope and v from
          * wkv_b, the shared k_pe) or the naive cache */
         const kv_view fresh = { b.kvb, b.kv + KL, b.kvb + dn, H * (dn + dv), dn + dv,
                                 KL + dr, 0, H * (dn + dv), dn + dv };
         dsattn_status rst = DSATTN_OK;
+        dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (!ref && s > 1)
         for (size_t t = 0; t < s; t++) {
             const int32_t *idx = sparse ? S->sel + t * width : NULL;
@@ -911,11 +926,14 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         uint64_t nk = 0;
         for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
         dsattn_count(ctx, nk * H * 2ull * (dqk + dv), nk * (seq->row_bytes + seq->v_bytes));
+        dsattn_phase_end(ctx, &pm);
+        dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
     }
     if (!st) st = dsattn_linear(ctx, &L->wo, b.o, H * dv, s, out, dim, DSATTN_OUT_BF16, aq, b.aqs);
 sel_done:
     free(nsel);
 done:
+    dsattn_phase_end(ctx, &pm);                      /* whatever is open */
     dsattn_free(b.qr);
     dsattn_free(b.q);
     dsattn_free(b.kv);

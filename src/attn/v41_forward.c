@@ -431,7 +431,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     if (st) return st;
 
     /* ---- window KV: kv_norm(wkv x) -> RoPE -> FP8 rows; ring slot pos % w */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_WINDOW, &pm);
+    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
     st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope, ck.start_pos,
                                c->norm_eps, &aq, aqs, kvw);
     if (!st) {

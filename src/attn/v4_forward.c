@@ -310,7 +310,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     if (st) return st;
 
     /* ---- window KV: kv_norm(wkv x) -> RoPE -> MODEL1 row; ring slot p % w */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_WINDOW, &pm);
+    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
     st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope, ck.start_pos,
                                c->norm_eps, &aq, aqs, kvw);
     if (!st) {

@@ -104,7 +104,7 @@ dsattn_profile dsattn_ctx_profile(const dsattn_ctx *ctx)
 const char *dsattn_phase_name(dsattn_phase p)
 {
     static const char *const n[DSATTN_PHASE_COUNT] = {
-        "query", "window", "compress", "index", "attention", "output", "other" };
+        "query", "kv", "compress", "index", "attention", "output", "other" };
     return (unsigned)p < DSATTN_PHASE_COUNT ? n[p] : "?";
 }
 

@@ -117,7 +117,7 @@ static inline double dsattn_clock(void)
 typedef struct {
     int      ph;                  /* -1: this mark records nothing        */
     double   t0;
-    uint64_t b0;
+    uint64_t b0, f0;
 } dsattn_phase_mark;
 
 /* Phases do not nest: a begin inside an open phase records nothing, so a
@@ -126,20 +126,25 @@ static inline void dsattn_phase_begin(dsattn_ctx *ctx, dsattn_phase ph, dsattn_p
 {
     m->ph = -1;
     m->t0 = 0.0;
-    m->b0 = 0;
+    m->b0 = m->f0 = 0;
     if (!ctx->prof_on || ctx->phase >= 0) return;
     m->ph = (int)ph;
     ctx->phase = (int)ph;
     m->b0 = ctx->cnt.bytes_read;
+    m->f0 = ctx->cnt.flops;
     m->t0 = dsattn_clock();
 }
 
-static inline void dsattn_phase_end(dsattn_ctx *ctx, const dsattn_phase_mark *m)
+/* Closes the mark's phase; a second end of the same mark does nothing, so
+ * an error path may end whatever is open. */
+static inline void dsattn_phase_end(dsattn_ctx *ctx, dsattn_phase_mark *m)
 {
     if (m->ph < 0) return;
     ctx->prof.seconds[m->ph] += dsattn_clock() - m->t0;
     ctx->prof.bytes_read[m->ph] += ctx->cnt.bytes_read - m->b0;
+    ctx->prof.flops[m->ph] += ctx->cnt.flops - m->f0;
     ctx->phase = -1;
+    m->ph = -1;
 }
 
 #endif /* DSATTN_INTERNAL_H */

@@ -216,7 +216,7 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
     if (!ctx || !ctx->prof_on || omp_in_parallel())
         return linear_run(ctx, W, x, ldx, n_tok, y, ldy, round, aq, scratch);
     const double t0 = dsattn_clock();
-    const uint64_t b0 = ctx->cnt.bytes_read;
+    const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
     dsattn_status st = linear_run(ctx, W, x, ldx, n_tok, y, ldy, round, aq, scratch);
     const double dt = dsattn_clock() - t0;
     const int ph = ctx->phase >= 0 ? ctx->phase : DSATTN_PHASE_OTHER;
@@ -224,6 +224,7 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
     if (ctx->phase < 0) {                 /* no open phase: it is its own */
         ctx->prof.seconds[ph] += dt;
         ctx->prof.bytes_read[ph] += ctx->cnt.bytes_read - b0;
+        ctx->prof.flops[ph] += ctx->cnt.flops - f0;
     }
     return st;
 }
