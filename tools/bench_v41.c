@@ -86,29 +86,33 @@ static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
 
 /* --profile: where the last timed step of a row went, phase by phase. */
 typedef struct {
-    long long      depth;
-    int            threads;
+    long long      depth;         /* decode: cache depth; prefill: tokens  */
+    int            threads, prefill;
     double         step_s;
     dsattn_profile p;
 } v41_prof_row;
 
 static void print_profile(const v41_prof_row *rows, int n)
 {
-    printf("\nWhere the last timed decode step went (--profile; wall time per phase of the "
+    printf("\nWhere the last timed step went (--profile; wall time per phase of the "
            "attention forward, summed over the 40 layers; \"projections\" is the part spent in "
-           "weight GEMVs):\n\n| depth | thr | phase | ms | %% of step | projections ms | GB read "
-           "| GB/s |\n|--:|--:|---|--:|--:|--:|--:|--:|\n");
+           "weight projections):\n\n| step | thr | phase | ms | %% of step | projections ms "
+           "| GB read | GB/s | GFLOP/s |\n|---|--:|---|--:|--:|--:|--:|--:|--:|\n");
     for (int i = 0; i < n; i++) {
+        char what[48];
+        snprintf(what, sizeof what, rows[i].prefill ? "prefill %lld" : "decode @%lld",
+                 rows[i].depth);
         double seen = 0;
         for (int ph = 0; ph < DSATTN_PHASE_COUNT; ph++) {
             const double t = rows[i].p.seconds[ph], gb = (double)rows[i].p.bytes_read[ph] / 1e9;
             seen += t;
             if (t <= 0) continue;
-            printf("| %lld | %d | %s | %.1f | %.1f%% | %.1f | %.3f | %.1f |\n", rows[i].depth,
+            printf("| %s | %d | %s | %.1f | %.1f%% | %.1f | %.3f | %.1f | %.1f |\n", what,
                    rows[i].threads, dsattn_phase_name((dsattn_phase)ph), t * 1e3,
-                   100.0 * t / rows[i].step_s, rows[i].p.proj_seconds[ph] * 1e3, gb, gb / t);
+                   100.0 * t / rows[i].step_s, rows[i].p.proj_seconds[ph] * 1e3, gb, gb / t,
+                   (double)rows[i].p.flops[ph] / 1e9 / t);
         }
-        printf("| %lld | %d | norms, residual, rest | %.1f | %.1f%% | | | |\n", rows[i].depth,
+        printf("| %s | %d | norms, residual, rest | %.1f | %.1f%% | | | | |\n", what,
                rows[i].threads, (rows[i].step_s - seen) * 1e3,
                100.0 * (rows[i].step_s - seen) / rows[i].step_s);
     }
@@ -228,7 +232,7 @@ int dsattn_bench_v41(int argc, char **argv)
                          first[ti] > 0 ? r.ms_mean / first[ti] : 1.0);
                 dsattn_bench_row(&t, &r);
                 if (profile && n_prof < 64)
-                    prof[n_prof++] = (v41_prof_row){ depths[di], (int)thr[ti], a.last_s,
+                    prof[n_prof++] = (v41_prof_row){ depths[di], (int)thr[ti], 0, a.last_s,
                                                      dsattn_ctx_profile(ctx) };
             }
             dsattn_ctx_destroy(ctx);
@@ -241,6 +245,7 @@ int dsattn_bench_v41(int argc, char **argv)
         dsattn_ctx_params p = dsattn_ctx_default_params();
         p.n_threads = (int)thr[ti];
         if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
+        dsattn_ctx_set_profiling(ctx, profile);
         v41_step a = { m, NULL, (size_t)prefill, dim, h, 0, 0.0 };
         dsattn_bench_result r = { .depth = 0, .kv_bytes = bill.global_bytes_per_token };
         snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
@@ -259,6 +264,9 @@ int dsattn_bench_v41(int argc, char **argv)
             snprintf(r.extra[2], sizeof r.extra[2], "%.1f tok/s",
                      r.ms_mean > 0 ? 1e3 / r.ms_mean : 0);
             dsattn_bench_row(&t, &r);
+            if (profile && n_prof < 64)
+                prof[n_prof++] = (v41_prof_row){ prefill, (int)thr[ti], 1, a.last_s,
+                                                 dsattn_ctx_profile(ctx) };
         }
         dsattn_ctx_destroy(ctx);
     }
