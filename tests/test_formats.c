@@ -490,6 +490,15 @@ DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
         dsattn_index_scores_bf16_at(ref, q, nh, dh, w, &src, sel, n, s_ref);
         dsattn_index_scores_bf16_at(fast, q, nh, dh, w, &src, sel, n, s_fast);
         CHECK_BITS("index scores (rows)", s_fast, s_ref, n);
+        /* both integer forms directly: VNNI always, AMX where it runs */
+        static dsattn_index_vnni_q vq;
+        CHECK(dsattn_index_vnni_prepare(&vq, q, nh, dh, w));
+        for (int amx = 0; amx <= dsattn_index_amx_ok(); amx++) {
+            vq.use_amx = amx;
+            memset(s_fast, 0, n * sizeof(float));
+            dsattn_index_vnni_scores(&vq, rows, rb, sel, 0, n - 3, s_fast);  /* odd tail */
+            CHECK_BITS(amx ? "AMX index scores" : "VNNI index scores", s_fast, s_ref, n - 3);
+        }
         free(q); free(w); free(key); free(rows); free(s_ref); free(s_fast); free(sel);
     }
     dsattn_ctx_destroy(ref);

@@ -11,8 +11,16 @@ typedef struct {
     int8_t  qb[64 * 4 * 64] __attribute__((aligned(64)));  /* [dh/4][64 heads][4] */
     int32_t bias[8 * 64];                                   /* [block][head] 12*sum q */
     float   unit[8 * 64];                                   /* [block][head] u_q      */
+    double  unitd[8 * 64];                                  /* the same, as doubles   */
+    int32_t nbias[8 * 64];                                  /* -bias: acc start value */
     float   w[64];                                          /* head weights (bf16)    */
+    int     use_amx;        /* prepare sets it where AMX-INT8 runs; 0 forces VNNI */
 } dsattn_index_vnni_q;
+
+/* Does this CPU and OS run AMX-INT8 tiles for this process?  The first call
+ * asks Linux for the tile-data permission (arch_prctl); 0 where either is
+ * missing.  The AMX form gives the same bits as the VNNI form. */
+int  dsattn_index_amx_ok(void);
 
 /* Does this CPU run the path for nh heads of dh dims? */
 int  dsattn_index_vnni_ok(size_t nh, size_t dh);

@@ -16,6 +16,13 @@
  * bias correction, because vpdpbusd multiplies unsigned by signed bytes:
  * keys are stored as k + 12 (0..24) and 12 * sum(q) is subtracted.
  *
+ * Where the CPU and OS offer AMX-INT8 (checked at run time; the machines
+ * dsattn targets may not have it), the integer block dots of 16 keys x 16
+ * heads come from one tile multiply (TDPBUSD: the same unsigned x signed
+ * byte products, summed exactly in int32) instead of 32 vpdpbusd; the
+ * scaling and head weighting that follow are the same code, so both forms
+ * give the same bits.
+ *
  * Limits: nh a multiple of 16 up to 64, dh a multiple of 32 up to 256;
  * callers check dsattn_index_vnni_ok() and fall back to the reference.
  */
@@ -27,7 +34,10 @@
 #include <string.h>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
@@ -43,6 +53,26 @@ int dsattn_index_vnni_ok(size_t nh, size_t dh)
            dh <= 256;
 }
 
+int dsattn_index_amx_ok(void)
+{
+    static int have = -1;                 /* immutable once known, like cpuid */
+    int h = __atomic_load_n(&have, __ATOMIC_ACQUIRE);
+    if (h >= 0) return h;
+    unsigned a, b, c, d;
+    h = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 25)) &&
+        __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27))) {        /* AMX-TILE, -INT8, OSXSAVE */
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        (void)hi;
+        /* XTILECFG and XTILEDATA enabled by the OS, then the per-process
+         * permission for tile data (ARCH_REQ_XCOMP_PERM, XFEATURE 18) */
+        if ((lo & (3u << 17)) == (3u << 17) && syscall(SYS_arch_prctl, 0x1023, 18) == 0) h = 1;
+    }
+    __atomic_store_n(&have, h, __ATOMIC_RELEASE);
+    return h;
+}
+
 /* E2M1 code -> 2*value + 12 (unsigned half-units, biased) */
 static const int8_t k_lut[16] = { 12, 13, 14, 15, 16, 18, 20, 24,
                                   12, 11, 10, 9, 8, 6, 4, 0 };
@@ -53,6 +83,7 @@ int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
     if (nh > 64 || dh > 256 || nh % 16 || dh % 32) return 0;
     p->nh = nh;
     p->dh = dh;
+    p->use_amx = dsattn_index_amx_ok();
     const size_t nb = dh / 32;
     memset(p->qb, 0, sizeof p->qb);
     for (size_t h = 0; h < nh; h++) {
@@ -74,7 +105,9 @@ int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
                 sum += iv;
             }
             p->bias[b * 64 + h] = 12 * sum;
+            p->nbias[b * 64 + h] = -12 * sum;
             p->unit[b * 64 + h] = u;
+            p->unitd[b * 64 + h] = (double)u;
         }
     }
     return 1;
@@ -106,20 +139,16 @@ VNNI_TARGET static inline void decode_row(const uint8_t *row, size_t dh, __m512i
     }
 }
 
-/* Exact block dot (int32, bias removed) scaled into the double totals. */
-VNNI_TARGET static inline void block_to_tot(__m512i acc, const int32_t *bias,
-                                            const float *unit, __m512d ksd, __m512d *t0,
-                                            __m512d *t1)
+/* Exact block dot (int32; the accumulator started at -bias, so the bias is
+ * already removed) scaled into the double totals: corr * u_q * s_k, an
+ * integer times powers of two, exact in double; one fused add each. */
+VNNI_TARGET static inline void block_to_tot(__m512i corr, const double *unitd, __m512d ksd,
+                                            __m512d *t0, __m512d *t1)
 {
-    __m512i corr = _mm512_sub_epi32(acc, _mm512_loadu_si512((const void *)bias));
-    __m512 f = _mm512_cvtepi32_ps(corr);                   /* |corr| <= 9216: exact */
-    __m512 u = _mm512_loadu_ps(unit);
-    __m512d f0 = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
-    __m512d f1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
-    __m512d u0 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(u)), ksd);
-    __m512d u1 = _mm512_mul_pd(
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1))), ksd);
-    /* integer times powers of two: exact in double */
+    __m512d f0 = _mm512_cvtepi32_pd(_mm512_castsi512_si256(corr));  /* |corr| <= 9216 */
+    __m512d f1 = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(corr, 1));
+    __m512d u0 = _mm512_mul_pd(_mm512_loadu_pd(unitd), ksd);
+    __m512d u1 = _mm512_mul_pd(_mm512_loadu_pd(unitd + 8), ksd);
     *t0 = _mm512_fmadd_pd(f0, u0, *t0);
     *t1 = _mm512_fmadd_pd(f1, u1, *t1);
 }
@@ -167,7 +196,8 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
 #pragma GCC unroll 4
         for (size_t r = 0; r < NR; r++)
 #pragma GCC unroll 4
-            for (size_t hc = 0; hc < NHC; hc++) acc[r][hc] = _mm512_setzero_si512();
+            for (size_t hc = 0; hc < NHC; hc++)
+                acc[r][hc] = _mm512_loadu_si512((const void *)(p->nbias + b * 64 + hc * 16));
 #pragma GCC unroll 8
         for (size_t g = 0; g < 8; g++) {
             const int8_t *qg = p->qb + ((b * 8 + g) * 64) * 4;
@@ -193,12 +223,83 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
             const __m512d ksd = _mm512_castsi512_pd(_mm512_set1_epi64((long long)((e + 1023 - 128) << 52)));
 #pragma GCC unroll 4
             for (size_t hc = 0; hc < NHC; hc++)
-                block_to_tot(acc[r][hc], p->bias + b * 64 + hc * 16, p->unit + b * 64 + hc * 16,
-                             ksd, &tot[r][2 * hc], &tot[r][2 * hc + 1]);
+                block_to_tot(acc[r][hc], p->unitd + b * 64 + hc * 16, ksd, &tot[r][2 * hc],
+                             &tot[r][2 * hc + 1]);
         }
     }
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) out[r] = head_sum(tot[r], NHC, p->w);
+}
+
+/* ---- AMX form: 16 keys per pass ------------------------------------- */
+
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8")))
+#define KB_STRIDE (256 + 64)
+
+typedef struct {
+    uint8_t  palette, start_row, rsv[14];
+    uint16_t colsb[16];
+    uint8_t  rows[16];
+} amx_cfg;
+
+/* tmm0: 16 keys x 32 biased bytes (one 32-dim block), tmm1: the block's
+ * queries for 16 heads (8 rows of 4 dims x 16 heads, the qb layout), tmm2..5:
+ * 16 keys x 16 heads int32 per head chunk. */
+AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *base, size_t rb,
+                                 const int32_t *sel, size_t j0, size_t n, __m512i lut,
+                                 float *score)
+{
+    const size_t dh = p->dh, nb = dh / 32, nhc = p->nh / 16;
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[0] = 16; cfg.colsb[0] = 32;
+    cfg.rows[1] = 8;  cfg.colsb[1] = 64;
+    for (int t = 2; t < 6; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+    uint8_t kb[16][KB_STRIDE] __attribute__((aligned(64)));
+    int32_t cb[8][4][16][16] __attribute__((aligned(64)));    /* [block][chunk][key][head] */
+    memset(kb, 0, sizeof kb);
+    for (size_t j = 0; j < n; j += 16) {
+        const size_t nr = n - j < 16 ? n - j : 16;
+        for (size_t r = 0; r < nr; r++)
+            decode_row(base + (sel ? (size_t)sel[j + r] : j0 + j + r) * rb, dh, lut, kb[r]);
+        for (size_t b = 0; b < nb; b++) {
+            _tile_loadd(0, kb[0] + b * 32, KB_STRIDE);
+            /* one chunk at a time through tmm1; the tile numbers must be
+             * constants, hence the unrolled switch */
+#define AMX_CHUNK(HC, T)                                                              \
+            if (HC < nhc) {                                                           \
+                _tile_loadd(1, p->qb + ((b * 8) * 64 + HC * 16) * 4, 256);            \
+                _tile_zero(T);                                                        \
+                _tile_dpbusd(T, 0, 1);                                                \
+                _tile_stored(T, cb[b][HC], 64);                                       \
+            }
+            AMX_CHUNK(0, 2)
+            AMX_CHUNK(1, 3)
+            AMX_CHUNK(2, 4)
+            AMX_CHUNK(3, 5)
+#undef AMX_CHUNK
+        }
+        for (size_t r = 0; r < nr; r++) {
+            const uint8_t *row = base + (sel ? (size_t)sel[j + r] : j0 + j + r) * rb;
+            __m512d tot[8];
+            for (size_t v = 0; v < 2 * nhc; v++) tot[v] = _mm512_setzero_pd();
+            for (size_t b = 0; b < nb; b++) {
+                const uint64_t e = row[dh / 2 + b];
+                const __m512d ksd = _mm512_castsi512_pd(_mm512_set1_epi64((long long)((e + 1023 - 128) << 52)));
+                for (size_t hc = 0; hc < nhc; hc++) {
+                    __m512i corr = _mm512_add_epi32(
+                        _mm512_load_si512((const void *)cb[b][hc][r]),
+                        _mm512_loadu_si512((const void *)(p->nbias + b * 64 + hc * 16)));
+                    block_to_tot(corr, p->unitd + b * 64 + hc * 16, ksd, &tot[2 * hc],
+                                 &tot[2 * hc + 1]);
+                }
+            }
+            score[j + r] = head_sum(tot, nhc, p->w);
+        }
+    }
+    _tile_release();
 }
 
 #define SCORE_CASE(NHC)                                                                 \
@@ -229,6 +330,10 @@ VNNI_TARGET void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p,
                                           float *score)
 {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_lut));
+    if (p->use_amx && dsattn_index_amx_ok()) {
+        score_amx(p, base, row_bytes, sel, j0, n, lut, score);
+        return;
+    }
     switch (p->nh / 16) {
     case 1: score_1(p, base, row_bytes, sel, j0, n, lut, score); break;
     case 2: score_2(p, base, row_bytes, sel, j0, n, lut, score); break;
@@ -240,6 +345,7 @@ VNNI_TARGET void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p,
 #else
 
 int dsattn_index_vnni_ok(size_t nh, size_t dh) { (void)nh; (void)dh; return 0; }
+int dsattn_index_amx_ok(void) { return 0; }
 int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
                               size_t dh, const float *w)
 { (void)p; (void)q; (void)nh; (void)dh; (void)w; return 0; }
