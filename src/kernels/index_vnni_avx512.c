@@ -262,6 +262,13 @@ AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *ba
     memset(kb, 0, sizeof kb);
     for (size_t j = 0; j < n; j += 16) {
         const size_t nr = n - j < 16 ? n - j : 16;
+        /* the rows two passes ahead (selected rows are scattered, and even
+         * in order a pass is too short for the hardware prefetcher) */
+        for (size_t r = j + 32; r < j + 48 && r < n; r++) {
+            const char *a = (const char *)(base + (sel ? (size_t)sel[r] : j0 + r) * rb);
+            _mm_prefetch(a, _MM_HINT_T0);
+            _mm_prefetch(a + rb - 1, _MM_HINT_T0);
+        }
         for (size_t r = 0; r < nr; r++)
             decode_row(base + (sel ? (size_t)sel[j + r] : j0 + j + r) * rb, dh, lut, kb[r]);
         for (size_t b = 0; b < nb; b++) {
@@ -310,6 +317,11 @@ AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *ba
         size_t j = 0;                                                                   \
         const uint8_t *row[VNNI_ROWS];                                                  \
         for (; j + VNNI_ROWS <= n; j += VNNI_ROWS) {                                    \
+            for (size_t r = j + 16; r < j + 16 + VNNI_ROWS && r < n; r++) {             \
+                const char *a = (const char *)(base + (sel ? (size_t)sel[r] : j0 + r) * rb); \
+                _mm_prefetch(a, _MM_HINT_T0);                                           \
+                _mm_prefetch(a + rb - 1, _MM_HINT_T0);                                  \
+            }                                                                           \
             for (size_t r = 0; r < VNNI_ROWS; r++)                                      \
                 row[r] = base + (sel ? (size_t)sel[j + r] : j0 + j + r) * rb;           \
             score_rows(p, row, p->dh, lut, VNNI_ROWS, NHC, score + j);                  \
