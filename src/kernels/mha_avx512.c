@@ -51,7 +51,7 @@ size_t dsattn_mha_attend_ws_bytes(size_t G, size_t T)
     defined(__AVX512DQ__)
 #include <immintrin.h>
 
-#include "exp_avx512.h"
+#include "simd_avx512.h"
 
 #define UNROLL _Pragma("GCC unroll 8")
 #define INLINE static inline __attribute__((always_inline))

@@ -26,7 +26,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "exp_avx512.h"
+#include "simd_avx512.h"
 
 #define KT DSATTN_MLA_KT
 #define AI static inline __attribute__((always_inline))
@@ -34,17 +34,6 @@
 /* ---- small vector helpers ---------------------------------------------- */
 
 
-/* dsattn_round_bf16 on 16 lanes: RNE, NaN -> quiet NaN with the top bits */
-AI __m512 rbf16(__m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x), hi = _mm512_set1_epi32((int)0xffff0000u);
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    r = _mm512_and_si512(r, hi);
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    const __m512i qn = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
-    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, qn));
-}
 
 /* 16 E4M3 codes -> their exact fp32 values (NaN codes -> NaN) */
 AI __m512 e4m3x16(const uint8_t *w)
@@ -119,7 +108,7 @@ static void softmax_avx512(float *st, size_t ldst, size_t hp, size_t nk, float s
         for (size_t j = 0; j < nk; j++) {
             float *p = st + j * ldst + h;
             __m512 s = _mm512_mul_ps(_mm512_loadu_ps(p), sc);
-            if (bf16) s = rbf16(s);
+            if (bf16) s = dsattn_rbf16(s);
             _mm512_storeu_ps(p, s);
             mx = _mm512_max_ps(mx, s);
         }
@@ -231,39 +220,6 @@ static void pv_avx512(const float *p, size_t ldp, size_t hp, const float *kt, si
 
 /* ---- key tiles ------------------------------------------------------------ */
 
-/* r[i] = row i (16 columns) -> r[c] = column c (16 rows) */
-AI void tr16(__m512 r[16])
-{
-    __m512 t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
-        t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
-        t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
-        t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
-        r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
-        r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xdd);
-    }
-}
 
 static void tile_rows_avx512(const float *rows, size_t ldr, size_t nr, size_t D, float *kt)
 {
@@ -273,7 +229,7 @@ static void tile_rows_avx512(const float *rows, size_t ldr, size_t nr, size_t D,
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++)
             r[i] = (size_t)i < nr ? _mm512_loadu_ps(rows + (size_t)i * ldr + d) : _mm512_setzero_ps();
-        tr16(r);
+        dsattn_tr16(r);
 #pragma GCC unroll 16
         for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(kt + (d + (size_t)c) * KT, 0x0fff, r[c]);
     }
@@ -304,7 +260,7 @@ static void tile_bf16_avx512(const uint8_t *const *rows, size_t nr, size_t D, fl
         for (int i = 0; i < KT; i++) r[i] = bf16x16(rows[i] + 2 * d);
 #pragma GCC unroll 4
         for (int i = KT; i < 16; i++) r[i] = _mm512_setzero_ps();
-        tr16(r);
+        dsattn_tr16(r);
 #pragma GCC unroll 16
         for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(kt + (d + (size_t)c) * KT, 0x0fff, r[c]);
     }
@@ -469,7 +425,7 @@ static void bf16w_axpy_avx512(const uint16_t *w, size_t n, float a, float *acc)
 static void round_bf16_avx512(float *x, size_t n)
 {
     size_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, rbf16(_mm512_loadu_ps(x + i)));
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, dsattn_rbf16(_mm512_loadu_ps(x + i)));
     for (; i < n; i++) x[i] = dsattn_round_bf16(x[i]);
 }
 

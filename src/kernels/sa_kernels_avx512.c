@@ -32,43 +32,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "simd_avx512.h"
+
 #define KT DSATTN_MLA_KT
 #define AI static inline __attribute__((always_inline))
 
-/* r[i] = row i (16 columns) -> r[c] = column c (16 rows); the same
- * unpack / shuffle network as mla_tile_avx512.c's tr16 (static there). */
-AI void tr16(__m512 r[16])
-{
-    __m512 t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
-        t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
-        t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
-        t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
-        r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
-        r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xdd);
-    }
-}
 
 /* values c0..c0+15 of a V4.1 FP4 row (c0 % 16 == 0) */
 AI __m512 fp4x16(const uint8_t *row, size_t d, size_t c0, __m512 tab)
@@ -209,17 +177,6 @@ static void pv_rm_avx512(const float *p, size_t ldp, size_t hp, const float *row
     }
 }
 
-/* dsattn_round_bf16 on 16 lanes: RNE, NaN -> quiet NaN with the top bits */
-AI __m512 rbf16(__m512 x)
-{
-    const __m512i u = _mm512_castps_si512(x), hi = _mm512_set1_epi32((int)0xffff0000u);
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                 _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    r = _mm512_and_si512(r, hi);
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    const __m512i qn = _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi);
-    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, qn));
-}
 
 static void finish_avx512(const float *acct, size_t hp, size_t nh, size_t d, const float *den,
                           float *out)
@@ -237,8 +194,8 @@ static void finish_avx512(const float *acct, size_t hp, size_t nh, size_t d, con
             __m512 r[16];
 #pragma GCC unroll 16
             for (int c = 0; c < 16; c++)
-                r[c] = rbf16(_mm512_div_ps(_mm512_loadu_ps(acct + (c0 + (size_t)c) * hp + h0), dv));
-            tr16(r);
+                r[c] = dsattn_rbf16(_mm512_div_ps(_mm512_loadu_ps(acct + (c0 + (size_t)c) * hp + h0), dv));
+            dsattn_tr16(r);
 #pragma GCC unroll 16
             for (int h = 0; h < 16; h++) _mm512_storeu_ps(out + (h0 + (size_t)h) * d + c0, r[h]);
         }

@@ -1,12 +1,12 @@
 /* vmath_avx512.c - AVX-512 exp(x - m) with sum (vmath.h), on the shared
- * exp of exp_avx512.h (Cephes polynomial, vscalefps; exactly 0 below -104,
+ * exp of simd_avx512.h (Cephes polynomial, vscalefps; exactly 0 below -104,
  * NaN propagates). */
 #include "vmath.h"
 
 #include <math.h>
 
 #if defined(__x86_64__)
-#include "exp_avx512.h"
+#include "simd_avx512.h"
 
 float dsattn_exp_sub_sum_avx512(float *x, size_t n, float m)
 {
