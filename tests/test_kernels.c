@@ -966,7 +966,7 @@ DSATTN_TEST(kernels, sgemm_small)
 static int cli_env(const char *env_prefix, char *out, size_t n)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u DSATTN_BLAS_REEXEC %s "
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE -u DSATTN_BLAS_REEXEC -u OMP_WAIT_POLICY %s "
                               "timeout 60 '%s' bench blas 2>&1", env_prefix, DSATTN_CLI_PATH);
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
@@ -979,21 +979,25 @@ DSATTN_TEST(kernels, blas_coretype_reexec)
 {
     static char out[4096];
     CHECK(cli_env("", out, sizeof out));
+    /* re-exec'd exactly once, with the core (AVX-512 only) and the wait policy set */
+    CHECK_MSG(strstr(out, "DSATTN_BLAS_REEXEC=1\n") && strstr(out, "OMP_WAIT_POLICY=active\n"),
+              "no re-exec: %s", out);
     if (dsattn_cpu_has_avx512()) {
-        /* re-exec'd exactly once, with the core set */
-        CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=SkylakeX\n") && strstr(out, "DSATTN_BLAS_REEXEC=1\n"),
-                  "no re-exec: %s", out);
+        CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=SkylakeX\n") != NULL, "core unset: %s", out);
         CHECK_MSG(strstr(out, "openblas_core: SkylakeX") != NULL, "core: %s", out);
-    } else {
-        CHECK(strstr(out, "DSATTN_BLAS_REEXEC=\n") != NULL);
     }
-    /* a core the user chose is left alone, and nothing re-execs */
+    /* what the user chose is left alone, and with both chosen nothing re-execs */
+    CHECK(cli_env("OPENBLAS_CORETYPE=Haswell OMP_WAIT_POLICY=passive", out, sizeof out));
+    CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=Haswell\n") && strstr(out, "DSATTN_BLAS_REEXEC=\n") &&
+              strstr(out, "OMP_WAIT_POLICY=passive\n"), "user choice overridden: %s", out);
+    /* only the wait policy missing: re-exec sets it, the user's core stays */
     CHECK(cli_env("OPENBLAS_CORETYPE=Haswell", out, sizeof out));
-    CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=Haswell\n") && strstr(out, "DSATTN_BLAS_REEXEC=\n"),
-              "user core overridden: %s", out);
+    CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=Haswell\n") && strstr(out, "OMP_WAIT_POLICY=active\n"),
+              "partial: %s", out);
     /* the marker alone stops the re-exec (the loop guard) */
     CHECK(cli_env("DSATTN_BLAS_REEXEC=1", out, sizeof out));
-    CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=\n") != NULL, "marker ignored: %s", out);
+    CHECK_MSG(strstr(out, "OPENBLAS_CORETYPE=\n") && strstr(out, "OMP_WAIT_POLICY=\n"),
+              "marker ignored: %s", out);
 }
 
 DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)

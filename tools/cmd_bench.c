@@ -715,8 +715,9 @@ static int bench_blas(int argc, char **argv)
     (void)argc;
     (void)argv;
     const char *ct = getenv("OPENBLAS_CORETYPE"), *mk = getenv("DSATTN_BLAS_REEXEC");
-    printf("openblas_core: %s\nOPENBLAS_CORETYPE=%s\nDSATTN_BLAS_REEXEC=%s\n",
-           dsattn_blas_corename(), ct ? ct : "", mk ? mk : "");
+    const char *wp = getenv("OMP_WAIT_POLICY");
+    printf("openblas_core: %s\nOPENBLAS_CORETYPE=%s\nDSATTN_BLAS_REEXEC=%s\nOMP_WAIT_POLICY=%s\n",
+           dsattn_blas_corename(), ct ? ct : "", mk ? mk : "", wp ? wp : "");
     size_t M = 256, N = 2048, K = 2048;
     float *A = dsattn_alloc_array(M * K, sizeof(float)), *B = dsattn_alloc_array(N * K, sizeof(float));
     float *C = dsattn_alloc_array(M * N, sizeof(float));

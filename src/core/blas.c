@@ -34,16 +34,19 @@ const char *dsattn_blas_corename(void)
 
 void dsattn_blas_reexec_coretype(char **argv)
 {
-    if (!argv || !argv[0]) return;
-    if (getenv("OPENBLAS_CORETYPE") || getenv("DSATTN_BLAS_REEXEC")) return;
-    if (!dsattn_cpu_has_avx512()) return;
+    if (!argv || !argv[0] || getenv("DSATTN_BLAS_REEXEC")) return;
+    const int core = !getenv("OPENBLAS_CORETYPE") && dsattn_cpu_has_avx512();
+    const int wait = !getenv("OMP_WAIT_POLICY");
+    if (!core && !wait) return;
     /* The marker first: whatever happens next, the child cannot loop. */
     if (setenv("DSATTN_BLAS_REEXEC", "1", 1) != 0) return;
-    if (setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) != 0) return;
+    if (core && setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) != 0) return;
+    if (wait && setenv("OMP_WAIT_POLICY", "active", 1) != 0) return;
     execv("/proc/self/exe", argv);
-    /* exec failed (no /proc?): run on with what the library picked, and
+    /* exec failed (no /proc?): run on with what the libraries picked, and
      * leave the environment as we found it for our children */
-    unsetenv("OPENBLAS_CORETYPE");
+    if (core) unsetenv("OPENBLAS_CORETYPE");
+    if (wait) unsetenv("OMP_WAIT_POLICY");
 }
 
 void dsattn_sgemm_rowmajor_ref(size_t M, size_t N, size_t K, const float *A,

@@ -19,12 +19,18 @@
  * "none" in a build without CBLAS. */
 const char *dsattn_blas_corename(void);
 
-/* Call first thing in main().  If $OPENBLAS_CORETYPE is unset, the CPU runs
- * AVX-512 (F/BW/VL/DQ) and $DSATTN_BLAS_REEXEC is unset: set
- * OPENBLAS_CORETYPE=SkylakeX and DSATTN_BLAS_REEXEC=1 and execv
- * /proc/self/exe with the same argv.  Returns (doing nothing else) when no
- * re-exec is needed or the exec failed; the marker makes a loop impossible.
- * Set OPENBLAS_CORETYPE yourself to choose another core or skip this. */
+/* Call first thing in main().  Both settings below are read by the shared
+ * libraries when they load, before main(), hence a re-exec.  Unless
+ * $DSATTN_BLAS_REEXEC is set: when $OPENBLAS_CORETYPE is unset and the CPU
+ * runs AVX-512 (F/BW/VL/DQ), set OPENBLAS_CORETYPE=SkylakeX; when
+ * $OMP_WAIT_POLICY is unset, set OMP_WAIT_POLICY=active; if either was set,
+ * set DSATTN_BLAS_REEXEC=1 and execv /proc/self/exe with the same argv.
+ * Why active waiting: a decode step opens ~600 short parallel regions, and
+ * with libgomp's default (spin briefly, then sleep) one busy process on
+ * either core made a V4.1 step 2-6x slower (dsattn bench v41: 707 ms vs
+ * 305 ms under a busy loop; 592 ms with "passive").  Returns (doing
+ * nothing else) when no re-exec is needed or the exec failed; the marker
+ * makes a loop impossible.  Set the variables yourself to choose otherwise. */
 void dsattn_blas_reexec_coretype(char **argv);
 
 /* C[M, N] = A[M, K] . B[N, K]^T, all row-major: A rows are tokens, B is a
