@@ -77,6 +77,9 @@ struct dsattn_mla_seq {
     size_t              row_bytes;    /* MLA cache bytes per token per layer */
     size_t              v_bytes;      /* NAIVE V bytes per token per layer   */
     size_t              idx_bytes;    /* 132 at real size, 0 for V3          */
+    void               *tile_ws;      /* decode scratch of the tiled fast path,
+                                       * grow-only (no allocation per step)   */
+    size_t              tile_ws_bytes;
     dsattn_mla_layer_s  layer[DSATTN_MLA_MAX_LAYERS];
 };
 

@@ -225,23 +225,32 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, con
     if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
     const dsattn_kv_src ksrc = { DSATTN_KV_FP4_IDX, S->ikv, ib, T, Di, 0 };
     /* rows are independent: one thread per row (prefill), so the result does
-     * not depend on the thread count */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (nthr > 1)
-    for (size_t t = 0; t < s; t++) {
-        const int th = omp_get_thread_num();
-        float *score = scores + (size_t)th * (T + 1);
-        int32_t *pk = pick + (size_t)th * (kw + 1);
-        /* entry j is visible to query t iff j < (t+1) // m */
-        const size_t cl = ck->prefill ? (t + 1) / m : T;
-        const size_t k = DSATTN_MIN(kw, cl);
-        dsattn_index_scores_bf16(ctx, qi + t * Hi * Di, Hi, Di, wts + t * Hi, &ksrc, 0, cl, score);
-        dsattn_topk(score, cl, k, pk, NULL);
-        for (size_t i = 0; i < kw; i++) {
-            const int32_t j = i < k ? pk[i] : -1;
-            S->sel[t * kw + i] = j;
-            rows[t * kw + i] = j >= 0 ? j + (int32_t)offset : -1;
-        }
+     * not depend on the thread count.  A single decode row runs outside any
+     * region, so the scorer's own parallel loop is a top-level team (nested
+     * in an inactive region, libgomp starts extra threads beside the pool). */
+#define INDEX_ROW(t, th)                                                                   \
+    do {                                                                                  \
+        float *score = scores + (size_t)(th) * (T + 1);                                   \
+        int32_t *pk = pick + (size_t)(th) * (kw + 1);                                     \
+        /* entry j is visible to query t iff j < (t+1) // m */                            \
+        const size_t cl = ck->prefill ? ((t) + 1) / m : T;                                \
+        const size_t k = DSATTN_MIN(kw, cl);                                              \
+        dsattn_index_scores_bf16(ctx, qi + (t) * Hi * Di, Hi, Di, wts + (t) * Hi, &ksrc, 0, cl, \
+                                 score);                                                  \
+        dsattn_topk(score, cl, k, pk, NULL);                                              \
+        for (size_t i = 0; i < kw; i++) {                                                 \
+            const int32_t j = i < k ? pk[i] : -1;                                         \
+            S->sel[(t) * kw + i] = j;                                                     \
+            rows[(t) * kw + i] = j >= 0 ? j + (int32_t)offset : -1;                       \
+        }                                                                                 \
+    } while (0)
+    if (nthr > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr)
+        for (size_t t = 0; t < s; t++) INDEX_ROW(t, omp_get_thread_num());
+    } else {
+        for (size_t t = 0; t < s; t++) INDEX_ROW(t, 0);
     }
+#undef INDEX_ROW
     S->sel_rows = s;
     S->sel_w = kw;
 done:
