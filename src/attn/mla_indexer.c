@@ -23,9 +23,9 @@
  */
 #include "mla.h"
 
+#include "blas.h"
 #include "numfmt.h"
 
-#include <cblas.h>
 #include <math.h>
 
 static void put_f32le(uint8_t *p, float v)
@@ -139,9 +139,9 @@ static void scores_fast(const float *qc, const float *w, size_t Hi, size_t Di,
             const uint8_t *row = kcache + (b0 + j) * kb;
             for (size_t i = 0; i < Di; i++) kbuf[j * Di + i] = lut[row[i]];
         }
-        /* lg[j, h] = k_j . q_h */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb, (int)Hi, (int)Di, 1.0f,
-                    kbuf, (int)Di, qc, (int)Di, 0.0f, lg, (int)Hi);
+        /* lg[j, h] = k_j . q_h, on this thread only (with nt = 1 the region
+         * around is inactive and OpenBLAS would fork a team inside it) */
+        dsattn_sgemm_small(1, 1, nb, Hi, Di, kbuf, Di, qc, Di, 0.0f, lg, Hi);
         for (size_t j = 0; j < nb; j++) {
             const float *lj = lg + j * Hi;
             float sum = 0.0f;
