@@ -751,6 +751,11 @@ DSATTN_TEST(loader, cli_info_exit_codes)
     snprintf(cmd, sizeof cmd, "'%s' info '%s/model.safetensors.index.json' -q >/dev/null 2>&1",
              DSATTN_CLI_PATH, sub);
     CHECK_EQ_INT(system(cmd), 0);
+    /* run takes the checkpoint's own config.json (the tiny dims), not the
+     * default real-size config */
+    snprintf(cmd, sizeof cmd, "'%s' run --weights '%s' --prefill 5 --decode 2 --threads 1 "
+             ">/dev/null 2>&1", DSATTN_CLI_PATH, sub);
+    CHECK_EQ_INT(system(cmd), 0);
     /* drop a shard: non-zero, and stderr names it */
     snprintf(cmd, sizeof cmd, "rm '%s/model-00002-of-00002.safetensors' && '%s' info '%s' "
              "2>&1 >/dev/null | grep -q 'model-00002-of-00002.safetensors'",

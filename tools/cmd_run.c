@@ -42,7 +42,8 @@ static void run_usage(FILE *f)
         "seed, or a checkpoint with --weights.  Inputs are seeded random rows standing in\n"
         "for token embeddings (no embedding, FFN or LM head: an attention library).\n\n"
         "options:\n"
-        "  --config FILE        config (default configs/deepseek-v4.1-flash.json)\n"
+        "  --config FILE        config (default: the checkpoint's own config.json with\n"
+        "                       --weights, else configs/deepseek-v4.1-flash.json)\n"
         "  --weights PATH       checkpoint: a .safetensors file, a shard index or a folder\n"
         "                       (official inference or HF names); default random weights\n"
         "  --seed N             random weights and inputs (default 1)\n"
@@ -152,7 +153,8 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
         else { fprintf(stderr, "dsattn run: bad option %s %s\n", a, v); run_usage(stderr); return 2; }
     }
     if (n_prefill < 1 || n_decode < 0) { run_usage(stderr); return 2; }
-    if (!config) config = find_config();
+    /* a checkpoint brings its own config.json unless --config says otherwise */
+    if (!config && !weights) config = find_config();
 
     char err[1024] = "", b1[48], b2[48];
     dsattn_ctx_params p = dsattn_ctx_default_params();
@@ -178,7 +180,8 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
         goto out;
     }
     const int L = dsattn_v41_n_layers(m), dim = dsattn_v41_dim(m);
-    printf("dsattn run: V4.1 attention stack from %s\n", config);
+    printf("dsattn run: V4.1 attention stack from %s\n",
+           config ? config : "the config.json beside the weights");
     printf("  %d layers, dim %d, weights %s (%.2f GiB, %s), made in %.1f s\n", L, dim,
            weights ? weights : "random", (double)dsattn_v41_weight_bytes(m) / 1073741824.0,
            weights ? "as stored" : fp8 ? "FP8 E4M3, seed" : "bf16, seed", now_s() - t0);
