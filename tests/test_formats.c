@@ -454,14 +454,17 @@ DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
      * (exact products, double sum, bf16 chain) bit for bit. */
     if (!dsattn_index_vnni_ok(32, 128)) { dsattn_test_skip("no AVX-512 VNNI"); return; }
     dsattn_rng r = { 9 };
-    const size_t dims[3][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 } };
+    /* the last case draws narrow scales, so most keys take the exact fp32
+     * block scaling; the others mostly the double one */
+    const size_t dims[4][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 }, { 64, 128 } };
     dsattn_ctx *ref = NULL, *fast = NULL;
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.mode = DSATTN_MODE_REFERENCE;
     CHECK_OK(dsattn_ctx_create(&ref, &p));
     p.mode = DSATTN_MODE_FAST;
     CHECK_OK(dsattn_ctx_create(&fast, &p));
-    for (int c = 0; c < 3 && ref && fast; c++) {
+    for (int c = 0; c < 4 && ref && fast; c++) {
+        const int narrow = c == 3;
         size_t nh = dims[c][0], dh = dims[c][1], n = 5000, rb = dsattn_fp4_index_row_bytes(dh);
         float *q = malloc(nh * dh * sizeof(float)), *w = malloc(nh * sizeof(float));
         float *key = malloc(dh * sizeof(float));
@@ -470,7 +473,8 @@ DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
         int32_t *sel = malloc(n * sizeof(int32_t));
         for (size_t h = 0; h < nh; h++) {
             for (size_t i = 0; i < dh; i++) {
-                float amp = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 12) - 6);
+                float amp = ldexpf(1.0f, narrow ? (int)(dsattn_rng_u64(&r) % 2)
+                                                : (int)(dsattn_rng_u64(&r) % 12) - 6);
                 q[h * dh + i] = dsattn_round_bf16(dsattn_rng_normal(&r) * amp);
             }
             if (h == 1) memset(q + h * dh, 0, dh * sizeof(float));   /* zero head */
@@ -479,6 +483,7 @@ DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
         }
         for (size_t j = 0; j < n; j++) {
             float amp = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 30) - 15);
+            if (narrow && j % 5 == 0) amp = ldexpf(1.0f, 100);  /* past the fp32 form's range */
             for (size_t i = 0; i < dh; i++) key[i] = dsattn_round_bf16(dsattn_rng_normal(&r) * amp);
             dsattn_fp4_index_pack(key, dh, rows + j * rb, NULL);
             sel[j] = (int32_t)((j * 7919) % n);
@@ -490,15 +495,23 @@ DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
         dsattn_index_scores_bf16_at(ref, q, nh, dh, w, &src, sel, n, s_ref);
         dsattn_index_scores_bf16_at(fast, q, nh, dh, w, &src, sel, n, s_fast);
         CHECK_BITS("index scores (rows)", s_fast, s_ref, n);
-        /* both integer forms directly: VNNI always, AMX where it runs */
+        /* both integer forms directly (VNNI always, AMX where it runs), each
+         * with the fp32 block scaling allowed and forced off */
         static dsattn_index_vnni_q vq;
         CHECK(dsattn_index_vnni_prepare(&vq, q, nh, dh, w));
-        for (int amx = 0; amx <= dsattn_index_amx_ok(); amx++) {
-            vq.use_amx = amx;
-            memset(s_fast, 0, n * sizeof(float));
-            dsattn_index_vnni_scores(&vq, rows, rb, sel, 0, n - 3, s_fast);  /* odd tail */
-            CHECK_BITS(amx ? "AMX index scores" : "VNNI index scores", s_fast, s_ref, n - 3);
-        }
+        size_t nf = 0;
+        for (size_t j = 0; j < n; j++) nf += (size_t)dsattn_index_vnni_key_f32(&vq, rows + j * rb);
+        if (narrow) CHECK_MSG(nf > n / 2 && nf < n, "fp32 scaling on %zu of %zu keys", nf, n);
+        for (int amx = 0; amx <= dsattn_index_amx_ok(); amx++)
+            for (int f = 0; f <= 1; f++) {
+                vq.use_amx = amx;
+                vq.use_f32 = f;
+                memset(s_fast, 0, n * sizeof(float));
+                dsattn_index_vnni_scores(&vq, rows, rb, sel, 0, n - 3, s_fast);  /* odd tail */
+                CHECK_BITS(amx ? (f ? "AMX, fp32 scaling" : "AMX, double scaling")
+                               : (f ? "VNNI, fp32 scaling" : "VNNI, double scaling"),
+                           s_fast, s_ref, n - 3);
+            }
         free(q); free(w); free(key); free(rows); free(s_ref); free(s_fast); free(sel);
     }
     dsattn_ctx_destroy(ref);

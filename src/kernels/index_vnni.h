@@ -15,6 +15,10 @@ typedef struct {
     int32_t nbias[8 * 64];                                  /* -bias: acc start value */
     float   w[64];                                          /* head weights (bf16)    */
     int     use_amx;        /* prepare sets it where AMX-INT8 runs; 0 forces VNNI */
+    /* exponents of the nonzero query blocks' units: for the exact fp32
+     * scaling of the block sums (index_vnni_avx512.c, key_fits_f32) */
+    int     ue_min, ue_max, ue_span;  /* ue_span: max over heads of max - min */
+    int     use_f32;        /* 1: keys that fit take the fp32 scaling; 0 forces double */
 } dsattn_index_vnni_q;
 
 /* Does this CPU and OS run AMX-INT8 tiles for this process?  The first call
@@ -28,6 +32,8 @@ int  dsattn_index_vnni_ok(size_t nh, size_t dh);
  * Returns 0 if q is not exactly FP4 QDQ values (then use the reference). */
 int  dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
                                size_t dh, const float *w);
+/* Does key row `row` take the exact fp32 scaling (for the tests)? */
+int  dsattn_index_vnni_key_f32(const dsattn_index_vnni_q *p, const uint8_t *row);
 /* score[j] for key rows sel[j] (or j0 + j when sel is NULL), each row the
  * 68-B-style FP4 index layout of dh values. */
 void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p, const uint8_t *base,

@@ -23,6 +23,15 @@
  * scaling and head weighting that follow are the same code, so both forms
  * give the same bits.
  *
+ * The block sums are scaled and added in double (the reference's exact
+ * products and double sum).  When a key's block scales and the query's
+ * block units lie close together - within 8 binades, and far from the ends
+ * of fp32's range, which key_fits_f32 checks from the exponents alone - the
+ * four terms of every head (integers below 2^14 times powers of two) and
+ * all their partial sums fit in 24 bits, so the same sums formed in fp32 are
+ * exact too, and equal the rounded double; those keys take the cheaper fp32
+ * form.  The others keep the double form.
+ *
  * Limits: nh a multiple of 16 up to 64, dh a multiple of 32 up to 256;
  * callers check dsattn_index_vnni_ok() and fall back to the reference.
  */
@@ -84,10 +93,15 @@ int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
     p->nh = nh;
     p->dh = dh;
     p->use_amx = dsattn_index_amx_ok();
+    p->use_f32 = 1;
+    p->ue_min = 1000;
+    p->ue_max = -1000;
+    p->ue_span = 0;
     const size_t nb = dh / 32;
     memset(p->qb, 0, sizeof p->qb);
     for (size_t h = 0; h < nh; h++) {
         p->w[h] = w[h];
+        int hmin = 1000, hmax = -1000;
         for (size_t b = 0; b < nb; b++) {
             const float *qq = q + h * dh + b * 32;
             float amax = 0.0f;
@@ -108,8 +122,21 @@ int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
             p->nbias[b * 64 + h] = -12 * sum;
             p->unit[b * 64 + h] = u;
             p->unitd[b * 64 + h] = (double)u;
+            if (amax > 0.0f) {              /* an all-zero block adds exactly 0 */
+                int e;
+                (void)frexpf(u, &e);
+                e -= 1;                                     /* u = 2^e */
+                hmin = e < hmin ? e : hmin;
+                hmax = e > hmax ? e : hmax;
+            }
+        }
+        if (hmax >= hmin) {
+            p->ue_min = hmin < p->ue_min ? hmin : p->ue_min;
+            p->ue_max = hmax > p->ue_max ? hmax : p->ue_max;
+            p->ue_span = hmax - hmin > p->ue_span ? hmax - hmin : p->ue_span;
         }
     }
+    if (p->ue_max < p->ue_min) p->ue_min = p->ue_max = 0;    /* all-zero query */
     return 1;
 }
 
@@ -153,6 +180,57 @@ VNNI_TARGET static inline void block_to_tot(__m512i corr, const double *unitd, _
     *t1 = _mm512_fmadd_pd(f1, u1, *t1);
 }
 
+/* Can this key's block sums be scaled in fp32 exactly?  Its scales are
+ * 2^(e_b - 128) (UE8M0 byte e_b); the terms are corr * 2^(ue + e_b - 128)
+ * with |corr| < 2^14.  Exact if, per head, the term exponents span at most
+ * 8 (four terms then fit 14 + 8 + 2 = 24 bits), the smallest stays >= 2^-120
+ * (normal) and the sum stays < 2^110. */
+static inline int key_fits_f32(const dsattn_index_vnni_q *p, const uint8_t *scales, size_t nb)
+{
+    if (!p->use_f32) return 0;
+    int kmin = 255, kmax = 0;
+    for (size_t b = 0; b < nb; b++) {
+        const int e = scales[b];
+        kmin = e < kmin ? e : kmin;
+        kmax = e > kmax ? e : kmax;
+    }
+    return p->ue_span + (kmax - kmin) <= 8 && p->ue_min + kmin - 128 >= -120 &&
+           p->ue_max + kmax - 128 + 16 <= 110;
+}
+
+int dsattn_index_vnni_key_f32(const dsattn_index_vnni_q *p, const uint8_t *row)
+{
+    return key_fits_f32(p, row + p->dh / 2, p->dh / 32);
+}
+
+/* The fp32 form of block_to_tot: corr * (u * s_k), all exact (key_fits_f32). */
+VNNI_TARGET static inline void block_to_tot32(__m512i corr, const float *unit, __m512 ks,
+                                              __m512 *t)
+{
+    *t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_mul_ps(_mm512_loadu_ps(unit), ks), *t);
+}
+
+/* 2^(e - 128) as a float, for key_fits_f32 keys (normal range) */
+VNNI_TARGET static inline __m512 key_scale32(uint8_t e)
+{
+    return _mm512_castsi512_ps(_mm512_set1_epi32((int)(((uint32_t)e + 127u - 128u) << 23)));
+}
+
+/* Head weighting from fp32 block totals (equal to the rounded double ones). */
+VNNI_TARGET static inline float head_sum32(const __m512 *tot, size_t nhc, const float *w)
+{
+    __m512d hs = _mm512_setzero_pd();
+    for (size_t hc = 0; hc < nhc; hc++) {
+        __m512 d = round_bf16_ps(tot[hc]);
+        d = _mm512_max_ps(d, _mm512_setzero_ps());
+        __m512 pr = round_bf16_ps(_mm512_mul_ps(d, _mm512_loadu_ps(w + hc * 16)));
+        hs = _mm512_add_pd(hs, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
+        hs = _mm512_add_pd(hs, _mm512_cvtps_pd(
+            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
+    }
+    return dsattn_round_bf16((float)_mm512_reduce_add_pd(hs));
+}
+
 /* Head weighting: bf16(dot) -> relu -> bf16(* w) -> double sum -> bf16. */
 VNNI_TARGET static inline float head_sum(const __m512d *tot, size_t nhc, const float *w)
 {
@@ -187,10 +265,16 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) decode_row(row[r], dh, lut, kb[r]);
     __m512d tot[VNNI_ROWS][8];
+    __m512 tot32[VNNI_ROWS][4];
+    int f32[VNNI_ROWS];
 #pragma GCC unroll 4
-    for (size_t r = 0; r < NR; r++)
+    for (size_t r = 0; r < NR; r++) {
+        f32[r] = key_fits_f32(p, row[r] + dh / 2, nb);
 #pragma GCC unroll 8
         for (size_t v = 0; v < 2 * NHC; v++) tot[r][v] = _mm512_setzero_pd();
+#pragma GCC unroll 4
+        for (size_t v = 0; v < NHC; v++) tot32[r][v] = _mm512_setzero_ps();
+    }
     for (size_t b = 0; b < nb; b++) {
         __m512i acc[VNNI_ROWS][4];
 #pragma GCC unroll 4
@@ -218,8 +302,16 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
         }
 #pragma GCC unroll 4
         for (size_t r = 0; r < NR; r++) {
+            const uint8_t e8 = row[r][dh / 2 + b];
+            if (f32[r]) {
+                const __m512 ks = key_scale32(e8);
+#pragma GCC unroll 4
+                for (size_t hc = 0; hc < NHC; hc++)
+                    block_to_tot32(acc[r][hc], p->unit + b * 64 + hc * 16, ks, &tot32[r][hc]);
+                continue;
+            }
             /* UE8M0 byte e -> 2^(e-127) / 2 as a double, from the bits */
-            const uint64_t e = row[r][dh / 2 + b];
+            const uint64_t e = e8;
             const __m512d ksd = _mm512_castsi512_pd(_mm512_set1_epi64((long long)((e + 1023 - 128) << 52)));
 #pragma GCC unroll 4
             for (size_t hc = 0; hc < NHC; hc++)
@@ -228,7 +320,8 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
         }
     }
 #pragma GCC unroll 4
-    for (size_t r = 0; r < NR; r++) out[r] = head_sum(tot[r], NHC, p->w);
+    for (size_t r = 0; r < NR; r++)
+        out[r] = f32[r] ? head_sum32(tot32[r], NHC, p->w) : head_sum(tot[r], NHC, p->w);
 }
 
 /* ---- AMX form: 16 keys per pass ------------------------------------- */
@@ -290,6 +383,21 @@ AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *ba
         }
         for (size_t r = 0; r < nr; r++) {
             const uint8_t *row = base + (sel ? (size_t)sel[j + r] : j0 + j + r) * rb;
+            if (key_fits_f32(p, row + dh / 2, nb)) {
+                __m512 t32[4];
+                for (size_t v = 0; v < nhc; v++) t32[v] = _mm512_setzero_ps();
+                for (size_t b = 0; b < nb; b++) {
+                    const __m512 ks = key_scale32(row[dh / 2 + b]);
+                    for (size_t hc = 0; hc < nhc; hc++) {
+                        __m512i corr = _mm512_add_epi32(
+                            _mm512_load_si512((const void *)cb[b][hc][r]),
+                            _mm512_loadu_si512((const void *)(p->nbias + b * 64 + hc * 16)));
+                        block_to_tot32(corr, p->unit + b * 64 + hc * 16, ks, &t32[hc]);
+                    }
+                }
+                score[j + r] = head_sum32(t32, nhc, p->w);
+                continue;
+            }
             __m512d tot[8];
             for (size_t v = 0; v < 2 * nhc; v++) tot[v] = _mm512_setzero_pd();
             for (size_t b = 0; b < nb; b++) {
@@ -358,6 +466,8 @@ VNNI_TARGET void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p,
 
 int dsattn_index_vnni_ok(size_t nh, size_t dh) { (void)nh; (void)dh; return 0; }
 int dsattn_index_amx_ok(void) { return 0; }
+int dsattn_index_vnni_key_f32(const dsattn_index_vnni_q *p, const uint8_t *row)
+{ (void)p; (void)row; return 0; }
 int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
                               size_t dh, const float *w)
 { (void)p; (void)q; (void)nh; (void)dh; (void)w; return 0; }
