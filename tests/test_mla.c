@@ -634,6 +634,36 @@ DSATTN_TEST(mla, tile_kernels_avx512_match_scalar_on_odd_sizes)
         const float da = A->fp8w_dot(w, scale, bs, n - 16, x);
         const float dr_ = R->fp8w_dot(w, scale, bs, n - 16, x);
         CHECK_MSG(fabsf(da - dr_) <= 1e-5f * (fabsf(dr_) + 1.0f), "fp8w_dot %g vs %g", da, dr_);
+        /* the four-row forms equal four one-row calls bit for bit, on both
+         * tables (rows with different scales, a tail past the blocks) */
+        {
+            static uint8_t w4b[4][272];
+            const float sc4[4][3] = { { 0x1p-9f, 3.0e-3f, 0x1p-7f }, { 0x1p-3f, 0x1p-3f, 0x1p-3f },
+                                      { 5.0e-4f, 0x1p-12f, 7.0e-2f }, { 0x1p-20f, 1.0f, 0x1p-8f } };
+            const uint8_t *w4[4];
+            const float *s4[4];
+            const float a4[4] = { 0.75f, -1.5f, 3.0e-2f, 11.0f };
+            for (int k = 0; k < 4; k++) {
+                for (size_t i = 0; i < n; i++) {
+                    uint8_t c = (uint8_t)(i * (5 + 2 * k) + 11 * k);
+                    w4b[k][i] = (c & 0x7f) == 0x7f ? 0x41 : c;
+                }
+                w4[k] = w4b[k];
+                s4[k] = sc4[k];
+            }
+            const dsattn_mla_kern *T[2] = { A, R };
+            for (int t = 0; t < 2; t++) {
+                float acc1[272], acc4[272], d1[4], d4[4];
+                fill_rand(acc1, n, 11, 2.0f);
+                memcpy(acc4, acc1, sizeof acc1);
+                for (int k = 0; k < 4; k++) T[t]->fp8w_axpy(w4[k], s4[k], bs, n, a4[k], acc1);
+                T[t]->fp8w_axpy4(w4, s4, bs, n, a4, acc4);
+                CHECK_BITS(t ? "fp8w_axpy4 (ref)" : "fp8w_axpy4", acc4, acc1, n);
+                for (int k = 0; k < 4; k++) d1[k] = T[t]->fp8w_dot(w4[k], s4[k], bs, n, x);
+                T[t]->fp8w_dot4(w4, s4, bs, n, x, d4);
+                CHECK_BITS(t ? "fp8w_dot4 (ref)" : "fp8w_dot4", d4, d1, 4);
+            }
+        }
         uint16_t wb[40];
         for (size_t i = 0; i < 40; i++) wb[i] = dsattn_f32_to_bf16(x[i]);
         memset(ya, 0, sizeof ya);

@@ -254,7 +254,23 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                 for (size_t i = 0; i < KL; i++) qa[h * KL + i] = dsattn_round_bf16((float)acc[i]);
             } else {
                 for (size_t i = 0; i < KL; i++) accf[i] = 0.0f;
-                for (size_t d = 0; d < dn; d++) {
+                size_t d0 = 0;
+                if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
+                    /* four rows per pass over the accumulator, same chain */
+                    const size_t bs = W->block, sc = (KL + bs - 1) / bs;
+                    for (; d0 + 4 <= dn; d0 += 4) {
+                        const uint8_t *w4[4];
+                        const float *s4[4];
+                        for (int k = 0; k < 4; k++) {
+                            const size_t r = h * (dn + dv) + d0 + (size_t)k;
+                            w4[k] = (const uint8_t *)W->data + r * KL;
+                            s4[k] = W->scale + (r / bs) * sc;
+                            prefetch_row(W, r + 16, KL);
+                        }
+                        mk->fp8w_axpy4(w4, s4, bs, KL, qh + d0, accf);
+                    }
+                }
+                for (size_t d = d0; d < dn; d++) {
                     const float a = qh[d];
                     const size_t r = h * (dn + dv) + d;
                     if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
@@ -304,7 +320,25 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
         for (size_t h = 0; h < H; h++) {
             if (!wr) continue;
             const float *xh = x + h * KL;
-            for (size_t d = 0; d < dv; d++) {
+            size_t d0 = 0;
+            if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
+                /* four rows per pass, the x loads shared; same bits */
+                const size_t bs = W->block, sc = (KL + bs - 1) / bs;
+                for (; d0 + 4 <= dv; d0 += 4) {
+                    const uint8_t *w4[4];
+                    const float *s4[4];
+                    float y4[4];
+                    for (int k = 0; k < 4; k++) {
+                        const size_t r = h * (dn + dv) + dn + d0 + (size_t)k;
+                        w4[k] = (const uint8_t *)W->data + r * KL;
+                        s4[k] = W->scale + (r / bs) * sc;
+                        prefetch_row(W, r + 16, KL);
+                    }
+                    mk->fp8w_dot4(w4, s4, bs, KL, xh, y4);
+                    for (int k = 0; k < 4; k++) o[h * dv + d0 + (size_t)k] = dsattn_round_bf16(y4[k]);
+                }
+            }
+            for (size_t d = d0; d < dv; d++) {
                 size_t r = h * (dn + dv) + dn + d;
                 float y;
                 if (!ref && W->kind == DSATTN_W_BF16) {

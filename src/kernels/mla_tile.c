@@ -123,12 +123,24 @@ static void fp8w_axpy_ref(const uint8_t *w, const float *scale, size_t bs, size_
     for (size_t i = 0; i < n; i++) acc[i] += a * w8(w, scale, bs, i);
 }
 
+static void fp8w_axpy4_ref(const uint8_t *const *w, const float *const *scale, size_t bs,
+                           size_t n, const float *a, float *acc)
+{
+    for (int k = 0; k < 4; k++) fp8w_axpy_ref(w[k], scale[k], bs, n, a[k], acc);
+}
+
 static float fp8w_dot_ref(const uint8_t *w, const float *scale, size_t bs, size_t n,
                           const float *x)
 {
     float s = 0.0f;
     for (size_t i = 0; i < n; i++) s += w8(w, scale, bs, i) * x[i];
     return s;
+}
+
+static void fp8w_dot4_ref(const uint8_t *const *w, const float *const *scale, size_t bs,
+                          size_t n, const float *x, float *out)
+{
+    for (int k = 0; k < 4; k++) out[k] = fp8w_dot_ref(w[k], scale[k], bs, n, x);
 }
 
 static void bf16w_axpy_ref(const uint16_t *w, size_t n, float a, float *acc)
@@ -143,7 +155,7 @@ static void round_bf16_ref(float *x, size_t n)
 
 const dsattn_mla_kern dsattn_mla_kern_ref = {
     "ref", qk_ref, softmax_ref, pv_ref, tile_rows_ref, tile_bf16_ref, v32_row_ref,
-    fp8w_axpy_ref, fp8w_dot_ref, bf16w_axpy_ref, round_bf16_ref,
+    fp8w_axpy_ref, fp8w_dot_ref, fp8w_axpy4_ref, fp8w_dot4_ref, bf16w_axpy_ref, round_bf16_ref,
 };
 
 const dsattn_mla_kern *dsattn_mla_kern_for(const char *isa)

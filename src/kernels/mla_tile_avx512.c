@@ -393,6 +393,31 @@ static void fp8w_axpy_avx512(const uint8_t *w, const float *scale, size_t bs, si
     for (size_t i = b0; i < n; i++) acc[i] += a * w8(w, scale, bs, i);
 }
 
+/* Four rows per pass over acc (the W_uk absorption adds 128 rows into one
+ * 512-float accumulator per head: one row per pass reloaded it 128 times). */
+static void fp8w_axpy4_avx512(const uint8_t *const *w, const float *const *scale, size_t bs,
+                              size_t n, const float *a, float *acc)
+{
+    const __m512 va0 = _mm512_set1_ps(a[0]), va1 = _mm512_set1_ps(a[1]);
+    const __m512 va2 = _mm512_set1_ps(a[2]), va3 = _mm512_set1_ps(a[3]);
+    size_t b0 = 0;
+    for (; b0 + bs <= n; b0 += bs) {
+        __m512 f1[4], f2[4];
+        int mode[4];
+        for (int k = 0; k < 4; k++) mode[k] = wscale(scale[k][b0 / bs], &f1[k], &f2[k]);
+        for (size_t i = b0; i < b0 + bs; i += 16) {
+            __m512 s = _mm512_loadu_ps(acc + i);
+            s = _mm512_fmadd_ps(va0, wrow16(w[0] + i, f1[0], f2[0], mode[0]), s);
+            s = _mm512_fmadd_ps(va1, wrow16(w[1] + i, f1[1], f2[1], mode[1]), s);
+            s = _mm512_fmadd_ps(va2, wrow16(w[2] + i, f1[2], f2[2], mode[2]), s);
+            s = _mm512_fmadd_ps(va3, wrow16(w[3] + i, f1[3], f2[3], mode[3]), s);
+            _mm512_storeu_ps(acc + i, s);
+        }
+    }
+    for (size_t i = b0; i < n; i++)
+        for (int k = 0; k < 4; k++) acc[i] += a[k] * w8(w[k], scale[k], bs, i);
+}
+
 static float fp8w_dot_avx512(const uint8_t *w, const float *scale, size_t bs, size_t n,
                              const float *x)
 {
@@ -408,6 +433,46 @@ static float fp8w_dot_avx512(const uint8_t *w, const float *scale, size_t bs, si
     float r = _mm512_reduce_add_ps(s);
     for (size_t i = b0; i < n; i++) r += w8(w, scale, bs, i) * x[i];
     return r;
+}
+
+/* fp8w_dot of four rows: each row keeps fp8w_dot's two chains (s0 on the
+ * even 16-element steps, s1 on the odd ones), so the bits are the same;
+ * the x vectors are loaded once for the four rows. */
+static void fp8w_dot4_avx512(const uint8_t *const *w, const float *const *scale, size_t bs,
+                             size_t n, const float *x, float *out)
+{
+    __m512 s0[4], s1[4];
+    for (int k = 0; k < 4; k++) s0[k] = s1[k] = _mm512_setzero_ps();
+    size_t b0 = 0;
+    for (; b0 + bs <= n; b0 += bs) {
+        __m512 f1[4], f2[4];
+        int mode[4];
+        for (int k = 0; k < 4; k++) mode[k] = wscale(scale[k][b0 / bs], &f1[k], &f2[k]);
+        size_t i = b0;
+        for (; i + 32 <= b0 + bs; i += 32) {
+            const __m512 xa = _mm512_loadu_ps(x + i), xb = _mm512_loadu_ps(x + i + 16);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                s0[k] = _mm512_fmadd_ps(wrow16(w[k] + i, f1[k], f2[k], mode[k]), xa, s0[k]);
+                s1[k] = _mm512_fmadd_ps(wrow16(w[k] + i + 16, f1[k], f2[k], mode[k]), xb, s1[k]);
+            }
+        }
+        if (i < b0 + bs) {
+            const __m512 xa = _mm512_loadu_ps(x + i);
+            for (int k = 0; k < 4; k++)
+                s0[k] = _mm512_fmadd_ps(wrow16(w[k] + i, f1[k], f2[k], mode[k]), xa, s0[k]);
+        }
+        /* fp8w_dot folds s1 into s0 after every block (dot_block's return) */
+        for (int k = 0; k < 4; k++) {
+            s0[k] = _mm512_add_ps(s0[k], s1[k]);
+            s1[k] = _mm512_setzero_ps();
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        float r = _mm512_reduce_add_ps(s0[k]);
+        for (size_t i = b0; i < n; i++) r += w8(w[k], scale[k], bs, i) * x[i];
+        out[k] = r;
+    }
 }
 
 static void bf16w_axpy_avx512(const uint16_t *w, size_t n, float a, float *acc)
@@ -432,7 +497,8 @@ static void round_bf16_avx512(float *x, size_t n)
 static const dsattn_mla_kern mla_avx512 = {
     "avx512", qk_avx512, softmax_avx512, pv_avx512, tile_rows_avx512, tile_bf16_avx512,
     v32_row_avx512,
-    fp8w_axpy_avx512, fp8w_dot_avx512, bf16w_axpy_avx512, round_bf16_avx512,
+    fp8w_axpy_avx512, fp8w_dot_avx512, fp8w_axpy4_avx512, fp8w_dot4_avx512, bf16w_axpy_avx512,
+    round_bf16_avx512,
 };
 const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr = &mla_avx512;
 
