@@ -9,10 +9,9 @@
 typedef struct {
     size_t  nh, dh;
     int8_t  qb[64 * 4 * 64] __attribute__((aligned(64)));  /* [dh/4][64 heads][4] */
-    int32_t bias[8 * 64];                                   /* [block][head] 12*sum q */
     float   unit[8 * 64];                                   /* [block][head] u_q      */
     double  unitd[8 * 64];                                  /* the same, as doubles   */
-    int32_t nbias[8 * 64];                                  /* -bias: acc start value */
+    int32_t nbias[8 * 64];          /* [block][head] -12*sum q: the acc start */
     float   w[64];                                          /* head weights (bf16)    */
     int     use_amx;        /* prepare sets it where AMX-INT8 runs; 0 forces VNNI */
     /* exponents of the nonzero query blocks' units: for the exact fp32

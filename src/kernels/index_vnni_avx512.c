@@ -118,7 +118,6 @@ int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
                 p->qb[((d / 4) * 64 + h) * 4 + d % 4] = (int8_t)iv;
                 sum += iv;
             }
-            p->bias[b * 64 + h] = 12 * sum;
             p->nbias[b * 64 + h] = -12 * sum;
             p->unit[b * 64 + h] = u;
             p->unitd[b * 64 + h] = (double)u;
