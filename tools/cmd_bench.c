@@ -164,6 +164,7 @@ typedef enum { W_F32, W_BF16, W_FP8, W_FP4 } wkind;
 typedef struct {
     wkind kind;
     size_t rows, k, bs;         /* bs: FP8 block edge */
+    int finite;                 /* FP8: the no-NaN-code entry the models use */
 } gemv_case;
 
 static size_t gemv_wbytes(const gemv_case *c)
@@ -195,8 +196,8 @@ static void gemv_call(const dsattn_kernels *K, const gemv_case *c, const uint8_t
     case W_BF16: K->gemv_bf16((const uint16_t *)w + r0 * k, x, y + r0, n, k); break;
     case W_FP8: {
         size_t ldsc = (k + c->bs - 1) / c->bs;
-        K->gemv_fp8(w + r0 * k, (const float *)s + (r0 / c->bs) * ldsc, c->bs, ldsc, x,
-                    y + r0, n, k);
+        (c->finite ? K->gemv_fp8_finite : K->gemv_fp8)(
+            w + r0 * k, (const float *)s + (r0 / c->bs) * ldsc, c->bs, ldsc, x, y + r0, n, k);
         break;
     }
     case W_FP4: K->gemv_fp4(w + r0 * k / 2, s + r0 * (k / 32), x, y + r0, n, k); break;
@@ -274,7 +275,7 @@ static const char *wname(const gemv_case *c, char *buf, size_t n)
     switch (c->kind) {
     case W_F32:  snprintf(buf, n, "gemv_f32"); break;
     case W_BF16: snprintf(buf, n, "gemv_bf16"); break;
-    case W_FP8:  snprintf(buf, n, "gemv_fp8 b%zu", c->bs); break;
+    case W_FP8:  snprintf(buf, n, "gemv_fp8%s b%zu", c->finite ? "_finite" : "", c->bs); break;
     case W_FP4:  snprintf(buf, n, "gemv_fp4"); break;
     }
     return buf;
@@ -626,7 +627,7 @@ static int bench_kernels(int argc, char **argv)
     }
     b.K = ctx->k;
     b.pool_bytes = mib << 20;
-    b.pool = aligned_alloc(4096, b.pool_bytes);
+    b.pool = dsattn_alloc(b.pool_bytes);   /* huge pages, as the model weights */
     if (!b.pool) { fprintf(stderr, "bench: cannot allocate %zu MiB\n", mib); dsattn_ctx_destroy(ctx); return 1; }
     fill_pool(b.pool, b.pool_bytes, FILL_F32, 99);
 
@@ -669,11 +670,12 @@ static int bench_kernels(int argc, char **argv)
     fflush(f);
 
     const gemv_case gc[] = {
-        { W_F32, 32768, 1280, 0 },  { W_F32, 5120, 8192, 0 },  { W_F32, 1280, 5120, 0 },
-        { W_BF16, 32768, 1280, 0 }, { W_BF16, 5120, 8192, 0 }, { W_BF16, 1280, 5120, 0 },
-        { W_FP8, 32768, 1280, 128 }, { W_FP8, 5120, 8192, 128 }, { W_FP8, 1280, 5120, 128 },
-        { W_FP8, 32768, 1280, 32 },  { W_FP8, 5120, 8192, 32 },
-        { W_FP4, 32768, 1280, 0 },  { W_FP4, 5120, 8192, 0 },  { W_FP4, 1280, 5120, 0 },
+        { W_F32, 32768, 1280, 0, 0 },  { W_F32, 5120, 8192, 0, 0 },  { W_F32, 1280, 5120, 0, 0 },
+        { W_BF16, 32768, 1280, 0, 0 }, { W_BF16, 5120, 8192, 0, 0 }, { W_BF16, 1280, 5120, 0, 0 },
+        { W_FP8, 32768, 1280, 128, 0 }, { W_FP8, 5120, 8192, 128, 0 }, { W_FP8, 1280, 5120, 128, 0 },
+        { W_FP8, 32768, 1280, 32, 0 },  { W_FP8, 5120, 8192, 32, 0 },
+        { W_FP8, 32768, 1280, 32, 1 }, { W_FP8, 5120, 8192, 32, 1 },
+        { W_FP4, 32768, 1280, 0, 0 },  { W_FP4, 5120, 8192, 0, 0 },  { W_FP4, 1280, 5120, 0, 0 },
     };
     const fused_case fc[] = {
         { F_MDOT_FP4KV, 4, 512 },  { F_MDOT_FP4KV, 8, 512 },  { F_MDOT_FP4KV, 64, 512 },
@@ -689,7 +691,7 @@ static int bench_kernels(int argc, char **argv)
     size_t cap = (DSATTN_ARRAY_LEN(gc) + DSATTN_ARRAY_LEN(fc)) * (size_t)b.n_threads;
     bench_row *rows = calloc(cap, sizeof *rows);
     size_t n = 0;
-    if (!rows) { free(b.pool); dsattn_ctx_destroy(ctx); return 1; }
+    if (!rows) { dsattn_free(b.pool); dsattn_ctx_destroy(ctx); return 1; }
     for (size_t i = 0; i < DSATTN_ARRAY_LEN(gc); i++) {
         if (b.quick && gc[i].rows * gc[i].k > 8u << 20 && gc[i].kind == W_F32) continue;
         n += bench_gemv(&b, &gc[i], rows + n);
@@ -705,7 +707,7 @@ static int bench_kernels(int argc, char **argv)
     int fail = 0;
     for (size_t i = 0; i < n; i++) fail |= strcmp(rows[i].check, "ok") != 0;
     free(rows);
-    free(b.pool);
+    dsattn_free(b.pool);
     dsattn_ctx_destroy(ctx);
     return fail ? 1 : 0;
 }
