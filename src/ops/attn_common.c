@@ -81,25 +81,6 @@ dsattn_status dsattn_attn_window_kv(dsattn_ctx *ctx, const dsattn_weight *wkv,
     return DSATTN_OK;
 }
 
-/* wo_a rows [r0, r0+n) as a weight of its own (bf16 / fp32 storage). */
-/* Rows [r0, r0+n) of a weight as a weight of its own (r0 a multiple of the
- * FP8 block when FP8). */
-static dsattn_weight sub_rows(const dsattn_weight *w, size_t r0, size_t n)
-{
-    dsattn_weight v = *w;
-    if (w->kind == DSATTN_W_FP8) {
-        size_t ldsc = (w->cols + w->block - 1) / w->block;
-        v.data = (const uint8_t *)w->data + r0 * w->cols;
-        v.scale = w->scale + (r0 / w->block) * ldsc;
-    } else {
-        size_t es = w->kind == DSATTN_W_F32 ? 4 : 2;
-        v.data = (const uint8_t *)w->data + r0 * w->cols * es;
-    }
-    v.rows = n;
-    v.owned = NULL;
-    return v;
-}
-
 dsattn_status dsattn_attn_output(dsattn_ctx *ctx, float *o, size_t s, size_t H,
                                  size_t D, size_t rd, const dsattn_rope *rope,
                                  int64_t start_pos, const dsattn_weight *wo_a,
@@ -122,13 +103,10 @@ dsattn_status dsattn_attn_output(dsattn_ctx *ctx, float *o, size_t s, size_t H,
         for (size_t h = 0; h < H; h++)
             dsattn_rope_apply(o + (t * H + h) * D + D - rd, rd, cs, sn, 1, 1, DSATTN_OUT_BF16);
     }
-    const size_t gd = H * D / G;
-    for (size_t g = 0; g < G; g++) {
-        dsattn_weight wg = sub_rows(wo_a, g * R, R);
-        if ((st = dsattn_linear(ctx, &wg, o + g * gd, H * D, s, oa + g * R, G * R,
-                                DSATTN_OUT_BF16, NULL, NULL)))
-            return st;
-    }
+    if (wo_a->rows != G * R) return DSATTN_ERR_INVALID_ARG;
+    if ((st = dsattn_linear_grouped(ctx, wo_a, G, o, H * D, H * D / G, s, oa, G * R,
+                                    DSATTN_OUT_BF16)))
+        return st;
     return dsattn_linear(ctx, wo_b, oa, G * R, s, out, wo_b->rows, DSATTN_OUT_BF16, aq, aqs);
 }
 

@@ -135,6 +135,38 @@ static void dequant_rows(const dsattn_weight *W, size_t r0, size_t n, float *out
     }
 }
 
+/* The decode-sized path (and every reference-mode call): one parallel
+ * region in which each thread takes ONE contiguous row range per token (a
+ * multiple of 128 rows, so every FP8 block edge and the kernels' 4-row
+ * passes fall where a whole-matrix call puts them), streams it with its
+ * prefetch running ahead, and rounds its own outputs.  Each output is
+ * computed by one thread in one order, so the result does not depend on the
+ * thread count.  W's rows are G groups of rows/G; group g reads its input
+ * at x + g*gx and writes y + g*(rows/G) (G = 1: a plain Linear); a range
+ * may span group edges, so a grouped weight streams as one matrix. */
+static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
+                       const float *x, size_t ldx, size_t gx, size_t n_tok,
+                       float *y, size_t ldy, dsattn_out_round round)
+{
+    const dsattn_kernels *k = ctx->k;
+    const size_t R = W->rows, K = W->cols, Rg = R / G;
+    const size_t nthr = (size_t)DSATTN_MAX(1, ctx->n_threads);
+    const size_t per = ((R + nthr - 1) / nthr + 127) / 128 * 128;
+    const size_t n_rng = (R + per - 1) / per;
+    const size_t n_tasks = n_tok * n_rng;
+#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n_tok * R * K >= 65536 && n_tasks > 1)
+    for (size_t task = 0; task < n_tasks; task++) {
+        size_t t = task / n_rng, c = task % n_rng;
+        size_t r0 = c * per, r1 = DSATTN_MIN(R, r0 + per);
+        float *yt = y + t * ldy;
+        for (size_t g = r0 / Rg; g < G && g * Rg < r1; g++) {
+            size_t a = DSATTN_MAX(r0, g * Rg), b = DSATTN_MIN(r1, (g + 1) * Rg);
+            gemv_rows(k, W, x + t * ldx + g * gx, yt, a, b);
+        }
+        if (round == DSATTN_OUT_BF16) dsattn_round_bf16_n(yt + r0, r1 - r0);
+    }
+}
+
 static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
                             const float *x, size_t ldx, size_t n_tok,
                             float *y, size_t ldy, dsattn_out_round round,
@@ -152,8 +184,6 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
         ldin = K;
     }
     if (W->kind == DSATTN_W_FP4 && K % 32) return DSATTN_ERR_UNSUPPORTED;
-
-    const dsattn_kernels *k = ctx->k;
 
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
         /* Prefill-sized: each thread dequantizes its own row panels (SIMD
@@ -185,26 +215,27 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
         }
         dsattn_free(wbuf);
     } else {
-        /* One parallel region; each thread takes ONE contiguous row range
-         * per token (a multiple of 128 rows, every FP8 block edge divides
-         * it), so the kernel streams its rows with its prefetch running
-         * ahead, instead of restarting on 64-row pieces.  Each output is
-         * still computed by one thread in one order. */
-        const size_t nthr = (size_t)DSATTN_MAX(1, ctx->n_threads);
-        const size_t per = ((R + nthr - 1) / nthr + 127) / 128 * 128;
-        const size_t n_rng = (R + per - 1) / per;
-        const size_t n_tasks = n_tok * n_rng;
-#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n_tok * R * K >= 65536 && n_tasks > 1)
-        for (size_t task = 0; task < n_tasks; task++) {
-            size_t t = task / n_rng, c = task % n_rng;
-            size_t r0 = c * per, r1 = DSATTN_MIN(R, r0 + per);
-            gemv_rows(k, W, in + t * ldin, y + t * ldy, r0, r1);
-        }
+        gemv_tasks(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round);
+        round = DSATTN_OUT_F32;                     /* rounded by the tasks */
     }
     if (round == DSATTN_OUT_BF16)
         for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy, R);
     dsattn_count(ctx, 2ull * n_tok * R * K, weight_bytes(W) + n_tok * K * 4ull);
     return DSATTN_OK;
+}
+
+/* A timed projection call of dt seconds (counters were b0/f0 before it):
+ * its time goes to the open phase's projection time, or to OTHER as a phase
+ * of its own when none is open. */
+static void prof_add(dsattn_ctx *ctx, double dt, uint64_t b0, uint64_t f0)
+{
+    const int ph = ctx->phase >= 0 ? ctx->phase : DSATTN_PHASE_OTHER;
+    ctx->prof.proj_seconds[ph] += dt;
+    if (ctx->phase < 0) {                 /* no open phase: it is its own */
+        ctx->prof.seconds[ph] += dt;
+        ctx->prof.bytes_read[ph] += ctx->cnt.bytes_read - b0;
+        ctx->prof.flops[ph] += ctx->cnt.flops - f0;
+    }
 }
 
 /* The profiled entry: with profiling on, the call's wall time goes to the
@@ -220,13 +251,59 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
     const double t0 = dsattn_clock();
     const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
     dsattn_status st = linear_run(ctx, W, x, ldx, n_tok, y, ldy, round, aq, scratch);
-    const double dt = dsattn_clock() - t0;
-    const int ph = ctx->phase >= 0 ? ctx->phase : DSATTN_PHASE_OTHER;
-    ctx->prof.proj_seconds[ph] += dt;
-    if (ctx->phase < 0) {                 /* no open phase: it is its own */
-        ctx->prof.seconds[ph] += dt;
-        ctx->prof.bytes_read[ph] += ctx->cnt.bytes_read - b0;
-        ctx->prof.flops[ph] += ctx->cnt.flops - f0;
-    }
+    prof_add(ctx, dsattn_clock() - t0, b0, f0);
     return st;
+}
+
+/* Rows [r0, r0+n) of a weight as a weight of its own (r0 a multiple of the
+ * FP8 block when FP8). */
+static dsattn_weight sub_rows(const dsattn_weight *w, size_t r0, size_t n)
+{
+    dsattn_weight v = *w;
+    switch (w->kind) {
+    case DSATTN_W_FP8: {
+        size_t ldsc = (w->cols + w->block - 1) / w->block;
+        v.data = (const uint8_t *)w->data + r0 * w->cols;
+        v.scale = w->scale + (r0 / w->block) * ldsc;
+        break;
+    }
+    case DSATTN_W_FP4:
+        v.data = (const uint8_t *)w->data + r0 * (w->cols / 2);
+        v.scale_e8m0 = w->scale_e8m0 + r0 * (w->cols / 32);
+        break;
+    case DSATTN_W_F32:
+    case DSATTN_W_BF16:
+        v.data = (const uint8_t *)w->data + r0 * w->cols * (w->kind == DSATTN_W_F32 ? 4 : 2);
+        break;
+    }
+    v.rows = n;
+    v.owned = NULL;
+    return v;
+}
+
+dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
+                                    const float *x, size_t ldx, size_t gx, size_t n_tok,
+                                    float *y, size_t ldy, dsattn_out_round round)
+{
+    if (!ctx || !W || !x || !y || G == 0 || W->rows % G) return DSATTN_ERR_INVALID_ARG;
+    const size_t Rg = W->rows / G;
+    if ((W->kind == DSATTN_W_FP8 && Rg % W->block) || (W->kind == DSATTN_W_FP4 && W->cols % 32))
+        return DSATTN_ERR_UNSUPPORTED;
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
+        /* prefill-sized: the panel + sgemm path, one group at a time */
+        for (size_t g = 0; g < G; g++) {
+            dsattn_weight wg = sub_rows(W, g * Rg, Rg);
+            dsattn_status st = dsattn_linear(ctx, &wg, x + g * gx, ldx, n_tok, y + g * Rg, ldy,
+                                             round, NULL, NULL);
+            if (st) return st;
+        }
+        return DSATTN_OK;
+    }
+    const int timed = ctx->prof_on && !omp_in_parallel();
+    const double t0 = timed ? dsattn_clock() : 0.0;
+    const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
+    gemv_tasks(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round);
+    dsattn_count(ctx, 2ull * n_tok * W->rows * W->cols, weight_bytes(W) + n_tok * G * W->cols * 4ull);
+    if (timed) prof_add(ctx, dsattn_clock() - t0, b0, f0);
+    return DSATTN_OK;
 }

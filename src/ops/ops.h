@@ -54,6 +54,16 @@ dsattn_status dsattn_linear(dsattn_ctx *ctx, const dsattn_weight *W,
                             float *y, size_t ldy, dsattn_out_round round,
                             const dsattn_actq *aq, float *scratch);
 
+/* A grouped (block-diagonal) Linear: W's rows are G equal groups, group g
+ * maps x[t, g*gx .. +W->cols) to y[t, g*(rows/G) ..).  The same sums as G
+ * dsattn_linear calls on the row blocks (no activation quantization: the
+ * V4/V4.1 wo_a einsum), but a decode call streams W as ONE matrix in one
+ * parallel region instead of G small ones.  FP8: rows/G a multiple of the
+ * block. */
+dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
+                                    const float *x, size_t ldx, size_t gx, size_t n_tok,
+                                    float *y, size_t ldy, dsattn_out_round round);
+
 /* Round n floats to bf16 in place. */
 void dsattn_round_bf16_n(float *x, size_t n);
 

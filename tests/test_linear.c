@@ -1,0 +1,95 @@
+/* test_linear.c - the grouped Linear (V4 / V4.1 wo_a) against one plain
+ * Linear per row block: the same bits in both modes, on every thread count
+ * and weight format it takes, decode- and prefill-sized; bad shapes are
+ * refused. */
+#include "harness.h"
+
+#include "ops.h"
+#include "weights.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static dsattn_ctx *ctx_of(dsattn_mode mode, int threads)
+{
+    dsattn_ctx *c = NULL;
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    p.mode = mode;
+    p.n_threads = threads;
+    CHECK_OK(dsattn_ctx_create(&c, &p));
+    return c;
+}
+
+/* Rows [r0, r0+n) as a weight of their own: what the grouped call must
+ * equal, built here independently of linear.c. */
+static dsattn_weight rows_of(const dsattn_weight *w, size_t r0, size_t n)
+{
+    dsattn_weight v = *w;
+    if (w->kind == DSATTN_W_FP8) {
+        size_t ldsc = (w->cols + w->block - 1) / w->block;
+        v.data = (const uint8_t *)w->data + r0 * w->cols;
+        v.scale = w->scale + (r0 / w->block) * ldsc;
+    } else {
+        v.data = (const uint16_t *)w->data + r0 * w->cols;
+    }
+    v.rows = n;
+    return v;
+}
+
+DSATTN_TEST(linear, grouped_equals_one_linear_per_group)
+{
+    /* 4 groups of 160 rows (5 FP8 blocks of 32: thread ranges of 128 rows
+     * cross group edges) over 96 inputs each; 1, 3 and 9 tokens (9: the
+     * prefill-sized path in fast mode). */
+    enum { G = 4, RG = 160, K = 96, BS = 32, TMAX = 9 };
+    dsattn_rng r = { 99 };
+    uint8_t *w8 = malloc((size_t)G * RG * K);
+    uint16_t *w16 = malloc((size_t)G * RG * K * 2);
+    float *sc = malloc((size_t)(G * RG / BS) * (K / BS) * 4);
+    float *x = malloc((size_t)TMAX * G * K * 4);
+    float *ya = malloc((size_t)TMAX * G * RG * 4), *yb = malloc((size_t)TMAX * G * RG * 4);
+    for (size_t i = 0; i < (size_t)G * RG * K; i++) {
+        w8[i] = (uint8_t)(dsattn_rng_u64(&r) & 0xf7);       /* no NaN code */
+        w16[i] = (uint16_t)(0x3c00 + (dsattn_rng_u64(&r) & 0x83ff));
+    }
+    for (size_t i = 0; i < (size_t)(G * RG / BS) * (K / BS); i++)
+        sc[i] = (float)(1 + i % 5) / 64.0f;
+    for (size_t i = 0; i < (size_t)TMAX * G * K; i++) x[i] = dsattn_rng_uniform(&r) * 2.0f;
+    dsattn_weight w[2] = {
+        { .kind = DSATTN_W_FP8, .rows = G * RG, .cols = K, .data = w8, .scale = sc,
+          .block = BS, .finite = 1 },
+        { .kind = DSATTN_W_BF16, .rows = G * RG, .cols = K, .data = w16 },
+    };
+    const dsattn_mode modes[2] = { DSATTN_MODE_REFERENCE, DSATTN_MODE_FAST };
+    const int threads[3] = { 1, 2, 3 };
+    const size_t toks[3] = { 1, 3, TMAX };
+    for (int mi = 0; mi < 2; mi++)
+        for (int ti = 0; ti < 3; ti++) {
+            dsattn_ctx *c = ctx_of(modes[mi], threads[ti]);
+            if (!c) continue;
+            for (int wi = 0; wi < 2; wi++)
+                for (int ni = 0; ni < 3; ni++) {
+                    const size_t T = toks[ni];
+                    memset(ya, 0xff, (size_t)TMAX * G * RG * 4);
+                    memset(yb, 0, (size_t)TMAX * G * RG * 4);
+                    CHECK_OK(dsattn_linear_grouped(c, &w[wi], G, x, G * K, K, T, ya, G * RG,
+                                                   DSATTN_OUT_BF16));
+                    for (size_t g = 0; g < G; g++) {
+                        dsattn_weight wg = rows_of(&w[wi], g * RG, RG);
+                        CHECK_OK(dsattn_linear(c, &wg, x + g * K, G * K, T, yb + g * RG, G * RG,
+                                               DSATTN_OUT_BF16, NULL, NULL));
+                    }
+                    CHECK_MSG(memcmp(ya, yb, T * G * RG * 4) == 0,
+                              "mode %d threads %d kind %d tokens %zu", mi, threads[ti], wi, T);
+                }
+            /* refused: rows not a multiple of G; FP8 groups cutting a block */
+            CHECK(dsattn_linear_grouped(c, &w[0], 7, x, G * K, K, 1, ya, G * RG,
+                                        DSATTN_OUT_BF16) == DSATTN_ERR_INVALID_ARG);
+            CHECK(dsattn_linear_grouped(c, &w[0], 40, x, G * K, K, 1, ya, G * RG,
+                                        DSATTN_OUT_BF16) == DSATTN_ERR_UNSUPPORTED);
+            CHECK(dsattn_linear_grouped(c, &w[0], 0, x, G * K, K, 1, ya, G * RG,
+                                        DSATTN_OUT_BF16) == DSATTN_ERR_INVALID_ARG);
+            dsattn_ctx_destroy(c);
+        }
+    free(w8); free(w16); free(sc); free(x); free(ya); free(yb);
+}
