@@ -17,6 +17,15 @@ double dsattn_bench_read_bw(int threads);
  * 1 = AVX2, 0 = plain C; best of reps passes. */
 double dsattn_bench_read_bw_pool(int simd, const float *a, size_t n, int threads, int reps);
 
+/* Seconds for `threads` threads to merely read a list of buffers, one
+ * parallel region per buffer, each thread summing one contiguous share -
+ * the access pattern of the decode GEMVs over the same memory, with no
+ * compute.  Best of reps passes.  A model's weights are GBs in hundreds of
+ * separate buffers; on a VM the reach of the TLBs and page walks makes that
+ * slower to read than the 1 GiB probe above (bench v41 reports both). */
+double dsattn_bench_replay_read(const void *const *buf, const size_t *bytes, size_t n,
+                                int threads, int reps);
+
 /* fp32 FMA GFLOP/s of `threads` threads (independent chains), best of 3;
  * cached per thread count.  1.0 when the CPU has no AVX2/AVX-512. */
 double dsattn_bench_fma_peak(int threads);
@@ -45,7 +54,7 @@ typedef enum { DSATTN_BENCH_MD = 0, DSATTN_BENCH_CSV = 1, DSATTN_BENCH_JSON = 2 
 /* "md" / "markdown", "csv", "json"; -1 otherwise. */
 int dsattn_bench_parse_fmt(const char *s, dsattn_bench_fmt *f);
 
-#define DSATTN_BENCH_MAX_EXTRA 4
+#define DSATTN_BENCH_MAX_EXTRA 5
 
 typedef struct {
     const char      *mode;        /* "mla", "v4", ...                        */
