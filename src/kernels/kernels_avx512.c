@@ -324,7 +324,7 @@ AI void fp8_rows(const uint8_t *W, size_t k, const float *xb, size_t kn, float *
         __mmask64 m = mask64(kn - t0);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(W + 2 * R * k) + (t0 / 64 * R + r) * 64, _MM_HINT_T1);
+            _mm_prefetch((const char *)(W + (2 * R + r) * k + t0), _MM_HINT_T1);
             __m512i v = _mm512_maskz_loadu_epi8(m, W + r * k + t0);
             if (track_nan) nanv[r] = _mm512_max_epu8(nanv[r], _mm512_or_si512(v, msb));
             __m512i lo = e4m3w_to_h(v);
@@ -466,7 +466,7 @@ AI void fp4_rows(const uint8_t *W, size_t rs, const float *xb, size_t kn,
         __mmask16 m = mask16(nb / 4);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(W + 2 * R * rs) + (t0 / 128 * R + r) * 64, _MM_HINT_T1);
+            _mm_prefetch((const char *)(W + (2 * R + r) * rs + t0 / 2), _MM_HINT_T1);
             v[r] = _mm512_maskz_loadu_epi32(m, W + r * rs + t0 / 2);
             blk[r] = _mm512_mul_ps(_mm512_permutexvar_ps(v[r], tab), _mm512_load_ps(xc));
         }
