@@ -220,6 +220,18 @@ static inline void prefetch_row(const dsattn_weight *W, size_t r, size_t n)
     for (size_t i = 0; i < n; i += 64) __builtin_prefetch(p + i, 0, 2);
 }
 
+/* Row `ahead` rows past row d of head h's n-row block (block of head g at
+ * g*stride + off): in the same block, or - past its end - in the next
+ * head's, which is where the loop goes next; the W_uk and W_uv blocks
+ * alternate in wkv_b, so "16 rows further in memory" would prefetch the
+ * other block's rows instead. */
+static inline size_t row_ahead(size_t h, size_t d, size_t ahead, size_t n, size_t stride,
+                               size_t off)
+{
+    d += ahead;
+    return d < n ? h * stride + off + d : (h + 1) * stride + off + (d - n);
+}
+
 /* q'[h] = bf16(q_nope[h] . W_uk[h]) for all heads: W_uk[h] = rows
  * h*(dn+dv) .. +dn of wkv_b (bf16 values of weight_dequant), [dn, KL]. */
 static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *q,
@@ -265,7 +277,7 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                             const size_t r = h * (dn + dv) + d0 + (size_t)k;
                             w4[k] = (const uint8_t *)W->data + r * KL;
                             s4[k] = W->scale + (r / bs) * sc;
-                            prefetch_row(W, r + 16, KL);
+                            prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dn, dn + dv, 0), KL);
                         }
                         mk->fp8w_axpy4(w4, s4, bs, KL, qh + d0, accf);
                     }
@@ -275,7 +287,7 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                     const size_t r = h * (dn + dv) + d;
                     if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
                         const size_t bs = W->block, sc = (KL + bs - 1) / bs;
-                        prefetch_row(W, r + 16, KL);
+                        prefetch_row(W, row_ahead(h, d, 16, dn, dn + dv, 0), KL);
                         mk->fp8w_axpy((const uint8_t *)W->data + r * KL, W->scale + (r / bs) * sc,
                                       bs, KL, a, accf);
                     } else if (mk && W->kind == DSATTN_W_BF16) {
@@ -332,7 +344,7 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
                         const size_t r = h * (dn + dv) + dn + d0 + (size_t)k;
                         w4[k] = (const uint8_t *)W->data + r * KL;
                         s4[k] = W->scale + (r / bs) * sc;
-                        prefetch_row(W, r + 16, KL);
+                        prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dv, dn + dv, dn), KL);
                     }
                     mk->fp8w_dot4(w4, s4, bs, KL, xh, y4);
                     for (int k = 0; k < 4; k++) o[h * dv + d0 + (size_t)k] = dsattn_round_bf16(y4[k]);
@@ -345,7 +357,7 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
                     ctx->k->gemv_bf16((const uint16_t *)W->data + r * KL, xh, &y, 1, KL);
                 } else if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
                     const size_t bs = W->block, sc = (KL + bs - 1) / bs;
-                    prefetch_row(W, r + 16, KL);
+                    prefetch_row(W, row_ahead(h, d, 16, dv, dn + dv, dn), KL);
                     y = mk->fp8w_dot((const uint8_t *)W->data + r * KL, W->scale + (r / bs) * sc,
                                      bs, KL, xh);
                 } else {
