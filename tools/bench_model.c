@@ -67,9 +67,25 @@ typedef struct {
     long long        depth[MAXL], thr[MAXL], reps[MAXL];
     int              nd, nt, nr;
     uint64_t         seed;
+    int              profile;    /* --profile: print the phase table      */
 } opts;
 
 static double t_start;
+
+/* --profile rows of the running bench (markdown only) */
+static dsattn_bench_prof_row g_prof[64];
+static int g_nprof;
+
+static void prof_keep(const opts *o, dsattn_ctx *ctx, const char *key, long long depth, int thr,
+                      double step_s)
+{
+    if (!o->profile || g_nprof >= 64) return;
+    dsattn_bench_prof_row *r = &g_prof[g_nprof++];
+    snprintf(r->what, sizeof r->what, "%s @%lld", key, depth);
+    r->threads = thr;
+    r->step_s = step_s;
+    r->p = dsattn_ctx_profile(ctx);
+}
 
 static void progress(const char *mode, int i, int n, const char *what, long long depth, int thr)
 {
@@ -147,6 +163,7 @@ static int parse_opts(const char *mode, int argc, char **argv, opts *o, const ch
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { printf("%s", usage); return 1; }
+        if (!strcmp(a, "--profile")) { o->profile = 1; continue; }
         if (!v) { fprintf(stderr, "bench %s: %s needs a value\n", mode, a); return 2; }
         i++;
         if (!strcmp(a, "--depth")) o->nd = dsattn_bench_parse_list(v, o->depth, MAXL);
@@ -223,12 +240,15 @@ typedef struct {
     dsattn_mla_seq *s;
     const float    *x;
     float          *y;
+    double          last_s;       /* wall time of the last step            */
 } mla_step_arg;
 
 static dsattn_status mla_step(dsattn_ctx *ctx, void *p)
 {
     mla_step_arg *a = p;
+    const double t0 = dsattn_bench_now();
     dsattn_status st = dsattn_mla_attn_forward(ctx, a->s, 0, a->x, 1, a->y);
+    a->last_s = dsattn_bench_now() - t0;
     return st ? st : dsattn_mla_seq_advance(a->s, 1);
 }
 
@@ -310,7 +330,7 @@ static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_benc
                 snprintf(r.variant, sizeof r.variant, "%s", c->variant);
                 r.depth = o->depth[di];
                 r.kv_bytes = kb.global_bytes_per_token;
-                mla_step_arg a = { s, x, y };
+                mla_step_arg a = { s, x, y, 0.0 };
                 dsattn_status st = !ctx ? DSATTN_ERR_NOMEM
                                    : dsattn_mla_seq_fill_synthetic(s, o->depth[di],
                                                                    o->seed + (uint64_t)di);
@@ -340,6 +360,7 @@ static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_benc
                     /* the short bench's table has one extra column: layers */
                     if (t->n_extra == 1) snprintf(r.extra[0], sizeof r.extra[0], "1");
                     dsattn_bench_row(t, &r);
+                    prof_keep(o, ctx, c->key, o->depth[di], (int)o->thr[ti], a.last_s);
                 }
                 dsattn_ctx_destroy(ctx);
             }
@@ -355,13 +376,14 @@ int dsattn_bench_mla(int argc, char **argv)
     static const char usage[] =
         "usage: dsattn bench mla [--model v3,v3-fp8,v3.2] [--depth 4K,32K,128K] [--threads 1,2]\n"
         "                        [--reps 3] [--configs DIR] [--seed S] [--format md|csv|json]\n"
+        "                        [--profile (markdown: per-phase time of each row's last step)]\n"
         "One MLA layer of DeepSeek-V3 (absorbed decode; bf16 latent cache 1152 B/token, or\n"
         "FP8 rows 656 B) and of V3.2 (MLA + DSA: indexer over every token, attention over\n"
         "the top-2048; 656 + 132 B) at real dims, FP8 weights, decoding one token over a\n"
         "synthetically filled cache.  Every list is cross-multiplied; one warm-up step,\n"
         "then reps timed steps per row.  Checked against reference mode first.\n";
     opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs", DSATTN_BENCH_MD,
-               "v3,v3-fp8,v3.2", { 4096, 32768, 131072 }, { 1, 2 }, { 3 }, 3, 2, 1, 1 };
+               "v3,v3-fp8,v3.2", { 4096, 32768, 131072 }, { 1, 2 }, { 3 }, 3, 2, 1, 1, 0 };
     int pr = parse_opts("mla", argc, argv, &o, usage);
     if (pr) return pr == 1 ? 0 : pr;
     t_start = dsattn_bench_now();
@@ -400,6 +422,7 @@ int dsattn_bench_mla(int argc, char **argv)
         printf("attended = cache entries the step's query attended; idx keys = index keys the "
                "DSA indexer scored (every cached token). Fast path checked against reference "
                "mode at depth 512 before timing (rel <= 3e-2, cosine >= 0.9995).\n");
+    if (g_nprof && o.fmt == DSATTN_BENCH_MD) dsattn_bench_print_profile(g_prof, g_nprof, "the layer");
     return rc;
 }
 
@@ -419,12 +442,15 @@ typedef struct {
     dsattn_v4_seq *s;
     const float   *x;
     float         *y;
+    double         last_s;        /* wall time of the last step            */
 } v4_step_arg;
 
 static dsattn_status v4_step(dsattn_ctx *ctx, void *p)
 {
     v4_step_arg *a = p;
+    const double t0 = dsattn_bench_now();
     dsattn_status st = dsattn_v4_attn_forward(ctx, a->s, 0, a->x, 1, a->y);
+    a->last_s = dsattn_bench_now() - t0;
     return st ? st : dsattn_v4_seq_advance(a->s, 1);
 }
 
@@ -536,7 +562,7 @@ int dsattn_bench_v4(int argc, char **argv)
         "usage: dsattn bench v4 [--model csa,hca] [--depth 4K,64K,256K,1M] [--threads 1,2]\n"
         "                       [--reps 3] [--configs DIR] [--config PATH (V4 config;\n"
         "                       default DIR/deepseek-v4-flash.json)] [--seed S]\n"
-        "                       [--format md|csv|json]\n"
+        "                       [--format md|csv|json] [--profile]\n"
         "One CSA layer (ratio 4: overlapping compressor, lightning indexer over every\n"
         "compressed entry, top-k attention) and one HCA layer (ratio 128: every entry) of\n"
         "DeepSeek-V4-Flash at real dims, FP8 weights, decoding one token over a\n"
@@ -552,7 +578,7 @@ int dsattn_bench_v4(int argc, char **argv)
         av[ac++] = argv[i];
     }
     opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs", DSATTN_BENCH_MD,
-               "csa,hca", { 4096, 65536, 262144, 1048576 }, { 1, 2 }, { 3 }, 4, 2, 1, 1 };
+               "csa,hca", { 4096, 65536, 262144, 1048576 }, { 1, 2 }, { 3 }, 4, 2, 1, 1, 0 };
     int pr = parse_opts("v4", ac, av, &o, usage);
     free(av);
     if (pr) return pr == 1 ? 0 : pr;
@@ -615,7 +641,8 @@ int dsattn_bench_v4(int argc, char **argv)
                     snprintf(r.variant, sizeof r.variant, "%s", c->variant);
                     r.depth = o.depth[di];
                     r.kv_bytes = kb.global_bytes_per_token;
-                    v4_step_arg a = { s, x, y };
+                    v4_step_arg a = { s, x, y, 0.0 };
+                    if (ctx && o.profile) dsattn_ctx_set_profiling(ctx, 1);
                     dsattn_status st = !ctx ? DSATTN_ERR_NOMEM
                                        : dsattn_v4_seq_fill_synthetic(s, o.depth[di],
                                                                       o.seed + (uint64_t)di);
@@ -626,6 +653,7 @@ int dsattn_bench_v4(int argc, char **argv)
                         dsattn_ctx_destroy(ctx);
                         continue;
                     }
+                    prof_keep(&o, ctx, c->key, o.depth[di], (int)o.thr[ti], a.last_s);
                     if (c->ratio == 4) {
                         dsattn_bench_result keep = r;
                         size_t keys = 0;
@@ -671,6 +699,7 @@ int dsattn_bench_v4(int argc, char **argv)
             printf("The indexer scan is < 50%% of the CSA step in every row above.\n");
         printf("Fast path checked against reference mode at depth 512 before timing "
                "(rel <= 3e-2, cosine >= 0.9995).\n");
+        if (g_nprof) dsattn_bench_print_profile(g_prof, g_nprof, "the layer");
     }
     return rc;
 }
@@ -816,7 +845,7 @@ int dsattn_bench_short(const char *configs, int threads)
     if (!m) { fprintf(stderr, "bench: V3: %s\n", err); rc = 1; }
     else if (mla_verify(m, c, seed)) { fprintf(stderr, "bench: V3 not timed\n"); rc = 1; }
     else {
-        opts o = { configs, DSATTN_BENCH_MD, c->key, { dmla }, { T }, { reps }, 1, 1, 1, seed };
+        opts o = { configs, DSATTN_BENCH_MD, c->key, { dmla }, { T }, { reps }, 1, 1, 1, seed, 0 };
         int done = 0;
         rc |= mla_rows(&o, c, m, &t, &done, 1);
     }

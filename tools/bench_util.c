@@ -157,6 +157,29 @@ double dsattn_bench_replay_read(const void *const *buf, const size_t *bytes, siz
     return best;
 }
 
+void dsattn_bench_print_profile(const dsattn_bench_prof_row *rows, int n, const char *scope)
+{
+    printf("\nWhere the last timed step went (--profile; wall time per phase of the "
+           "attention forward, summed over %s; \"projections\" is the part spent in "
+           "weight projections):\n\n| step | thr | phase | ms | %% of step | projections ms "
+           "| GB read | GB/s | GFLOP/s |\n|---|--:|---|--:|--:|--:|--:|--:|--:|\n", scope);
+    for (int i = 0; i < n; i++) {
+        double seen = 0;
+        for (int ph = 0; ph < DSATTN_PHASE_COUNT; ph++) {
+            const double t = rows[i].p.seconds[ph], gb = (double)rows[i].p.bytes_read[ph] / 1e9;
+            seen += t;
+            if (t <= 0) continue;
+            printf("| %s | %d | %s | %.2f | %.1f%% | %.2f | %.3f | %.1f | %.1f |\n", rows[i].what,
+                   rows[i].threads, dsattn_phase_name((dsattn_phase)ph), t * 1e3,
+                   100.0 * t / rows[i].step_s, rows[i].p.proj_seconds[ph] * 1e3, gb, gb / t,
+                   (double)rows[i].p.flops[ph] / 1e9 / t);
+        }
+        printf("| %s | %d | norms, residual, rest | %.2f | %.1f%% | | | | |\n", rows[i].what,
+               rows[i].threads, (rows[i].step_s - seen) * 1e3,
+               100.0 * (rows[i].step_s - seen) / rows[i].step_s);
+    }
+}
+
 double dsattn_bench_read_bw(int threads)
 {
     static double cache[65];

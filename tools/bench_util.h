@@ -26,6 +26,17 @@ double dsattn_bench_read_bw_pool(int simd, const float *a, size_t n, int threads
 double dsattn_bench_replay_read(const void *const *buf, const size_t *bytes, size_t n,
                                 int threads, int reps);
 
+/* --profile: where the last timed step of a row went, phase by phase
+ * (dsattn_ctx_profile), printed as one markdown table after the results.
+ * scope says what the phases sum over ("the 40 layers", "the layer"). */
+typedef struct {
+    char           what[48];      /* "decode @4096", "prefill 128", ...   */
+    int            threads;
+    double         step_s;        /* wall time of that step              */
+    dsattn_profile p;
+} dsattn_bench_prof_row;
+void dsattn_bench_print_profile(const dsattn_bench_prof_row *rows, int n, const char *scope);
+
 /* fp32 FMA GFLOP/s of `threads` threads (independent chains), best of 3;
  * cached per thread count.  1.0 when the CPU has no AVX2/AVX-512. */
 double dsattn_bench_fma_peak(int threads);

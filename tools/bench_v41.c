@@ -137,40 +137,6 @@ static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
     return st;
 }
 
-/* --profile: where the last timed step of a row went, phase by phase. */
-typedef struct {
-    long long      depth;         /* decode: cache depth; prefill: tokens  */
-    int            threads, prefill;
-    double         step_s;
-    dsattn_profile p;
-} v41_prof_row;
-
-static void print_profile(const v41_prof_row *rows, int n)
-{
-    printf("\nWhere the last timed step went (--profile; wall time per phase of the "
-           "attention forward, summed over the 40 layers; \"projections\" is the part spent in "
-           "weight projections):\n\n| step | thr | phase | ms | %% of step | projections ms "
-           "| GB read | GB/s | GFLOP/s |\n|---|--:|---|--:|--:|--:|--:|--:|--:|\n");
-    for (int i = 0; i < n; i++) {
-        char what[48];
-        snprintf(what, sizeof what, rows[i].prefill ? "prefill %lld" : "decode @%lld",
-                 rows[i].depth);
-        double seen = 0;
-        for (int ph = 0; ph < DSATTN_PHASE_COUNT; ph++) {
-            const double t = rows[i].p.seconds[ph], gb = (double)rows[i].p.bytes_read[ph] / 1e9;
-            seen += t;
-            if (t <= 0) continue;
-            printf("| %s | %d | %s | %.1f | %.1f%% | %.1f | %.3f | %.1f | %.1f |\n", what,
-                   rows[i].threads, dsattn_phase_name((dsattn_phase)ph), t * 1e3,
-                   100.0 * t / rows[i].step_s, rows[i].p.proj_seconds[ph] * 1e3, gb, gb / t,
-                   (double)rows[i].p.flops[ph] / 1e9 / t);
-        }
-        printf("| %s | %d | norms, residual, rest | %.1f | %.1f%% | | | | |\n", what,
-               rows[i].threads, (rows[i].step_s - seen) * 1e3,
-               100.0 * (rows[i].step_s - seen) / rows[i].step_s);
-    }
-}
-
 int dsattn_bench_v41(int argc, char **argv)
 {
     const char *cfg = "configs/deepseek-v4.1-flash.json";
@@ -268,7 +234,7 @@ int dsattn_bench_v41(int argc, char **argv)
     dsattn_bench_begin(&t, getenv("DSATTN_ISA") ? getenv("DSATTN_ISA") : "auto");
     double first[8] = { 0 };
     int rc = 0, n_prof = 0;
-    v41_prof_row prof[64];
+    dsattn_bench_prof_row prof[64];
     for (int di = 0; di < nd && !rc; di++) {
         for (int ti = 0; ti < nt && !rc; ti++) {
             dsattn_ctx *ctx = NULL;
@@ -301,9 +267,13 @@ int dsattn_bench_v41(int argc, char **argv)
                 snprintf(r.extra[4], sizeof r.extra[4], "%.2f",
                          first[ti] > 0 ? r.ms_mean / first[ti] : 1.0);
                 dsattn_bench_row(&t, &r);
-                if (profile && n_prof < 64)
-                    prof[n_prof++] = (v41_prof_row){ depths[di], (int)thr[ti], 0, a.last_s,
-                                                     dsattn_ctx_profile(ctx) };
+                if (profile && n_prof < 64) {
+                    dsattn_bench_prof_row *pr = &prof[n_prof++];
+                    snprintf(pr->what, sizeof pr->what, "decode @%lld", depths[di]);
+                    pr->threads = (int)thr[ti];
+                    pr->step_s = a.last_s;
+                    pr->p = dsattn_ctx_profile(ctx);
+                }
             }
             dsattn_ctx_destroy(ctx);
         }
@@ -336,9 +306,13 @@ int dsattn_bench_v41(int argc, char **argv)
             snprintf(r.extra[4], sizeof r.extra[4], "%.1f tok/s",
                      r.ms_mean > 0 ? 1e3 / r.ms_mean : 0);
             dsattn_bench_row(&t, &r);
-            if (profile && n_prof < 64)
-                prof[n_prof++] = (v41_prof_row){ prefill, (int)thr[ti], 1, a.last_s,
-                                                 dsattn_ctx_profile(ctx) };
+            if (profile && n_prof < 64) {
+                dsattn_bench_prof_row *pr = &prof[n_prof++];
+                snprintf(pr->what, sizeof pr->what, "prefill %lld", prefill);
+                pr->threads = (int)thr[ti];
+                pr->step_s = a.last_s;
+                pr->p = dsattn_ctx_profile(ctx);
+            }
         }
         dsattn_ctx_destroy(ctx);
     }
@@ -357,7 +331,7 @@ int dsattn_bench_v41(int argc, char **argv)
     free(wl.buf);
     free(wl.bytes);
     dsattn_bench_end(&t, footer);
-    if (n_prof && fmt == DSATTN_BENCH_MD) print_profile(prof, n_prof);
+    if (n_prof && fmt == DSATTN_BENCH_MD) dsattn_bench_print_profile(prof, n_prof, "the 40 layers");
     free(h);
     dsattn_v41_seq_destroy(s);
     dsattn_v41_destroy(m);
