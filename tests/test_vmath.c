@@ -53,6 +53,32 @@ DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp)
 #include "numfmt.h"
 #include "wdequant.h"
 
+DSATTN_TEST(vmath, softmax_exp_flushes_below_2_pow_minus_100_and_nothing_else)
+{
+    /* the attention softmaxes' exp: dsattn_exp512's bits where x >= -69.3
+     * (checked through exp_sub_sum with m = 0), exactly 0 below, never a
+     * subnormal, NaN kept, exp(-inf) = 0 */
+    if (!dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    enum { N = 4000 };
+    static float x[N], y[N], ref[N];
+    for (int i = 0; i < N; i++) x[i] = -120.0f + 0.05f * (float)i;      /* -120 .. 80 */
+    x[0] = -INFINITY; x[1] = NAN; x[2] = -69.3f; x[3] = nextafterf(-69.3f, -INFINITY);
+    x[4] = -87.5f; x[5] = -104.5f; x[6] = 0.0f;
+    memcpy(ref, x, sizeof x);
+    dsattn_exp_sub_sum_avx512(ref, N, 0.0f);
+    dsattn_exp_ftz_avx512(x, N, y);
+    size_t sub = 0, bad = 0;
+    for (int i = 0; i < N; i++) {
+        sub += y[i] != 0.0f && fabsf(y[i]) < 0x1p-126f;
+        if (isnan(x[i])) bad += !isnan(y[i]);
+        else if (x[i] < -69.3f) bad += y[i] != 0.0f;
+        else bad += memcmp(&y[i], &ref[i], sizeof(float)) != 0;
+    }
+    CHECK_MSG(sub == 0, "%zu subnormal results", sub);
+    CHECK_MSG(bad == 0, "%zu results off the rule", bad);
+    CHECK(y[2] > 0.0f && y[2] >= 0x1p-100f * 0.99f && y[3] == 0.0f && y[0] == 0.0f);
+}
+
 DSATTN_TEST(vmath, fp8_weight_row_dequant_exact)
 {
     /* every non-NaN code, several block sizes and ragged tails: bit-exact */

@@ -126,7 +126,7 @@ INLINE void score_tile(const float *q, size_t d, const uint16_t *kt, size_t w, s
             mrun[h] = tmax;
         }
         const __m512 mb = _mm512_set1_ps(mrun[h]);
-        __m512 e = dsattn_exp512(_mm512_sub_ps(se, mb)), f = dsattn_exp512(_mm512_sub_ps(so, mb));
+        __m512 e = dsattn_exp512_ftz(_mm512_sub_ps(se, mb)), f = dsattn_exp512_ftz(_mm512_sub_ps(so, mb));
         if (MASKED) {
             e = _mm512_maskz_mov_ps(me, e);
             f = _mm512_maskz_mov_ps(mo, f);
@@ -181,7 +181,7 @@ static void chunk_probs(const uint16_t *sc, size_t ldsc, size_t c0, size_t nk, s
             const __mmask16 m = (__mmask16)((1u << r) - 1);
             const __m256i x = _mm256_maskz_loadu_epi16(m, sc + h * ldsc + c0 + k);
             const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
-            const __m512 e = dsattn_exp512(_mm512_sub_ps(s, mb));
+            const __m512 e = dsattn_exp512_ftz(_mm512_sub_ps(s, mb));
             const __m512 q0 = _mm512_mul_ps(e, rb);
             const __m512 q1 = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, lb, e), rb, q0);
             _mm512_storeu_ps(pb + h * PVC + k, _mm512_maskz_mov_ps(m, round_bf16(q1)));

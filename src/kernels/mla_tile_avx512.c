@@ -112,12 +112,12 @@ static void softmax_avx512(float *st, size_t ldst, size_t hp, size_t nk, float s
             _mm512_storeu_ps(p, s);
             mx = _mm512_max_ps(mx, s);
         }
-        __m512 a = dsattn_exp512(_mm512_sub_ps(mo, mx));
+        __m512 a = dsattn_exp512_ftz(_mm512_sub_ps(mo, mx));
         a = _mm512_mask_mov_ps(a, _mm512_cmp_ps_mask(mo, mx, _CMP_EQ_OQ), _mm512_set1_ps(1.0f));
         __m512 sum = _mm512_setzero_ps();
         for (size_t j = 0; j < nk; j++) {
             float *p = st + j * ldst + h;
-            const __m512 e = dsattn_exp512(_mm512_sub_ps(_mm512_loadu_ps(p), mx));
+            const __m512 e = dsattn_exp512_ftz(_mm512_sub_ps(_mm512_loadu_ps(p), mx));
             _mm512_storeu_ps(p, e);
             sum = _mm512_add_ps(sum, e);
         }

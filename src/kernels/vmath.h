@@ -15,6 +15,12 @@ typedef float (*dsattn_exp_sub_sum_fn)(float *x, size_t n, float m);
 float dsattn_exp_sub_sum_ref(float *x, size_t n, float m);
 float dsattn_exp_sub_sum_avx512(float *x, size_t n, float m);
 
+/* out[i] = the attention softmaxes' exp (simd_avx512.h dsattn_exp512_ftz)
+ * of x[i]: dsattn_exp512's value where that is >= 2^-100, else exactly 0
+ * (no subnormal).  For the tests; AVX-512 builds only (elsewhere: expf
+ * with the same cut). */
+void dsattn_exp_ftz_avx512(const float *x, size_t n, float *out);
+
 /* The best implementation this CPU runs (AVX-512 when it has it). */
 dsattn_exp_sub_sum_fn dsattn_exp_sub_sum_best(void);
 

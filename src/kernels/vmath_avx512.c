@@ -27,6 +27,18 @@ float dsattn_exp_sub_sum_avx512(float *x, size_t n, float m)
     return _mm512_reduce_add_ps(acc);
 }
 
+void dsattn_exp_ftz_avx512(const float *x, size_t n, float *out)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = (__mmask16)(n - i >= 16 ? 0xffffu : (1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(out + i, k, dsattn_exp512_ftz(_mm512_maskz_loadu_ps(k, x + i)));
+    }
+}
+
 #else
 float dsattn_exp_sub_sum_avx512(float *x, size_t n, float m) { return dsattn_exp_sub_sum_ref(x, n, m); }
+void dsattn_exp_ftz_avx512(const float *x, size_t n, float *out)
+{
+    for (size_t i = 0; i < n; i++) out[i] = x[i] < -69.3f ? 0.0f : expf(x[i]);
+}
 #endif
