@@ -97,14 +97,6 @@ uint8_t dsattn_f32_to_ue8m0(float pow2)
     return (uint8_t)b;
 }
 
-float dsattn_pow2_ceil(float x)
-{
-    uint32_t u = dsattn_f32_bits(x);
-    uint32_t ex = (u >> 23) & 0xffu, man = u & 0x7fffffu;
-    if (ex == 0xffu) return x;                    /* inf/NaN: pass through */
-    int e = (int)ex - 127 + (man != 0);
-    return dsattn_bits_f32((uint32_t)(e + 127) << 23);
-}
 
 /* ==== Block quantizers ================================================== */
 

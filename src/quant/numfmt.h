@@ -49,8 +49,18 @@ float   dsattn_ue8m0_to_f32(uint8_t b);
 uint8_t dsattn_f32_to_ue8m0(float pow2);
 
 /* The reference's ceil rule from the bits: 2^ceil(log2(x)), computed as
- * exponent - 127 + (mantissa != 0) ("fast_round_scale").  x = amax * inv. */
-float dsattn_pow2_ceil(float x);
+ * exponent - 127 + (mantissa != 0) ("fast_round_scale").  x = amax * inv.
+ * Inline (bit operations only), so an AVX-512 kernel calling it per block
+ * runs it in its own encoding: an out-of-line call into this file's SSE
+ * code from AVX-512 code paid an SSE/AVX transition each time. */
+static inline float dsattn_pow2_ceil(float x)
+{
+    const uint32_t u = dsattn_f32_bits(x);
+    const uint32_t ex = (u >> 23) & 0xffu, man = u & 0x7fffffu;
+    if (ex == 0xffu) return x;                    /* inf/NaN: pass through */
+    const int e = (int)ex - 127 + (man != 0);
+    return dsattn_bits_f32((uint32_t)(e + 127) << 23);
+}
 
 /* ==== Block quantizers (quant -> dequant, optionally packed) ============ */
 
