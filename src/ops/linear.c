@@ -1,4 +1,5 @@
-/* linear.c - every Linear layer of every generation, one function.
+/* linear.c - every Linear layer of every generation: dsattn_linear, and
+ * dsattn_linear_grouped for the block-diagonal wo_a of V4 / V4.1.
  *
  * What the reference's linear() does, per weight format:
  *   bf16 weight  -> F.linear in bf16: fp32 accumulation, bf16 output
@@ -12,8 +13,10 @@
  * Reference mode: one ref-kernel GEMV per token, rows split across OpenMP
  * threads (each output is computed by one thread in one order, so the
  * result does not depend on the thread count).  Fast mode: SIMD GEMV for
- * decode-sized inputs; for prefill-sized inputs the weight is dequantized
- * in row panels and multiplied with OpenBLAS sgemm.
+ * decode-sized inputs (one parallel region per call, one contiguous row
+ * range per thread, a grouped weight streamed as one matrix); for
+ * prefill-sized inputs the weight is dequantized in row panels and
+ * multiplied with OpenBLAS sgemm.
  */
 #include "blas.h"
 #include "ops.h"
