@@ -34,14 +34,21 @@ static inline __attribute__((always_inline)) __m512 dsattn_exp512_core(__m512 xc
     return _mm512_scalef_ps(p, n);
 }
 
-static inline __attribute__((always_inline)) __m512 dsattn_exp512(__m512 x)
+/* exp with every lane below `lo` exactly 0 (clamped there first, so the
+ * polynomial and 2^n never see it); NaN propagates */
+static inline __attribute__((always_inline)) __m512 dsattn_exp512_cut(__m512 x, float lo)
 {
-    const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(88.72283935546875f);
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    const __m512 vlo = _mm512_set1_ps(lo), hi = _mm512_set1_ps(88.72283935546875f);
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, vlo, _CMP_LT_OQ);
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    __m512 y = dsattn_exp512_core(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
+    __m512 y = dsattn_exp512_core(_mm512_min_ps(_mm512_max_ps(x, vlo), hi));
     y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
     return _mm512_mask_mov_ps(y, nan, x);
+}
+
+static inline __attribute__((always_inline)) __m512 dsattn_exp512(__m512 x)
+{
+    return dsattn_exp512_cut(x, -104.0f);
 }
 
 /* dsattn_exp512 for softmax weights: results below 2^-100 (x < -69.3)
@@ -54,12 +61,7 @@ static inline __attribute__((always_inline)) __m512 dsattn_exp512(__m512 x)
  * ms before, about 14 ms after - what the CPU's flush-to-zero mode gives. */
 static inline __attribute__((always_inline)) __m512 dsattn_exp512_ftz(__m512 x)
 {
-    const __m512 lo = _mm512_set1_ps(-69.3f), hi = _mm512_set1_ps(88.72283935546875f);
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    __m512 y = dsattn_exp512_core(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
-    y = _mm512_mask_mov_ps(y, tiny, _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(y, nan, x);
+    return dsattn_exp512_cut(x, -69.3f);
 }
 
 /* dsattn_round_bf16 on 16 lanes: RNE, NaN -> quiet NaN with the top bits */
