@@ -217,12 +217,11 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
             dsattn_sgemm_small(1, 1, n_tok, n, K, in, ldin, wb, K, 0.0f, y + r0, ldy);
         }
         dsattn_free(wbuf);
+        if (round == DSATTN_OUT_BF16)
+            for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy, R);
     } else {
-        gemv_tasks(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round);
-        round = DSATTN_OUT_F32;                     /* rounded by the tasks */
+        gemv_tasks(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round);   /* rounds its rows */
     }
-    if (round == DSATTN_OUT_BF16)
-        for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy, R);
     dsattn_count(ctx, 2ull * n_tok * R * K, weight_bytes(W) + n_tok * K * 4ull);
     return DSATTN_OK;
 }
