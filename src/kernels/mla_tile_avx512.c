@@ -35,20 +35,6 @@
 
 
 
-/* 16 E4M3 codes -> their exact fp32 values (NaN codes -> NaN) */
-AI __m512 e4m3x16(const uint8_t *w)
-{
-    const __m128i b8 = _mm_loadu_si128((const __m128i *)w);
-    const __m256i b = _mm256_cvtepu8_epi16(b8);
-    const __m256i h = _mm256_or_si256(
-        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7),
-        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
-    const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
-    const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(b8, _mm_set1_epi8(0x7f)),
-                                              _mm_set1_epi8(0x7f));
-    return _mm512_mask_mov_ps(f, nan, _mm512_set1_ps(__builtin_nanf("")));
-}
-
 static float le_f32(const uint8_t *p)
 {
     float f;
@@ -274,7 +260,7 @@ static void v32_row_avx512(const uint8_t *row, size_t kl, size_t dr, float *out)
     for (size_t b = 0; b * 128 < kl; b++) {
         const __m512 s = _mm512_set1_ps(le_f32(row + kl + 4 * b));
         for (size_t i = b * 128; i < b * 128 + 128; i += 16)
-            _mm512_storeu_ps(out + i, _mm512_mul_ps(e4m3x16(row + i), s));
+            _mm512_storeu_ps(out + i, _mm512_mul_ps(dsattn_e4m3x16(row + i), s));
     }
     const uint8_t *rp = row + kl + 4 * (kl / 128);
     size_t i = 0;

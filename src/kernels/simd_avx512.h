@@ -1,6 +1,7 @@
 /* simd_avx512.h - small AVX-512 helpers that several kernel files inline
  * into their tile loops (so the values stay in registers): the exp of the
- * softmaxes, the bf16 rounding of 16 lanes, and a 16 x 16 transpose.
+ * softmaxes, the bf16 rounding of 16 lanes, a 16 x 16 transpose, and the
+ * exact decode of 16 E4M3 codes.
  * Include only from files compiled for AVX-512 (names ending _avx512.c).
  *
  * dsattn_exp512: exp(x) = 2^n * exp(r), n = round(x / ln2), r = x - n ln2 (ln2 split in a
@@ -14,6 +15,7 @@
 #define DSATTN_SIMD_AVX512_H
 
 #include <immintrin.h>
+#include <stdint.h>
 
 /* exp of lanes already clamped to [lo, 88.72]: the polynomial and 2^n */
 static inline __attribute__((always_inline)) __m512 dsattn_exp512_core(__m512 xc)
@@ -108,6 +110,20 @@ static inline __attribute__((always_inline)) void dsattn_tr16(__m512 r[16])
         r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
         r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xdd);
     }
+}
+
+/* 16 E4M3 codes -> their exact fp32 values (NaN codes -> NaN) */
+static inline __attribute__((always_inline)) __m512 dsattn_e4m3x16(const uint8_t *w)
+{
+    const __m128i b8 = _mm_loadu_si128((const __m128i *)w);
+    const __m256i b = _mm256_cvtepu8_epi16(b8);
+    const __m256i h = _mm256_or_si256(
+        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7),
+        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+    const __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+    const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(b8, _mm_set1_epi8(0x7f)),
+                                              _mm_set1_epi8(0x7f));
+    return _mm512_mask_mov_ps(f, nan, _mm512_set1_ps(__builtin_nanf("")));
 }
 
 #endif /* DSATTN_SIMD_AVX512_H */

@@ -3,8 +3,8 @@
  * An E4M3 code s.eeee.mmm moved into fp16 as s.0eeee.mmm0000000 is the
  * value 2^-8 times the E4M3 value, normals and subnormals alike (fp16's
  * extra exponent bit absorbs the bias difference of 8), so vcvtph2ps and
- * one exact multiply by 256 decode it.  The NaN codes (0x7f/0xff) decode
- * to +-480 here; weights with NaN codes are rejected by the loader. */
+ * one exact multiply by 256 decode it (dsattn_e4m3x16 of simd_avx512.h);
+ * the NaN codes (0x7f/0xff) give NaN, as numfmt.c's table. */
 #include "wdequant.h"
 
 #include "numfmt.h"
@@ -12,17 +12,14 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "simd_avx512.h"
+
 void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, size_t k,
                                float *out)
 {
-    const __m256i lo7 = _mm256_set1_epi16(0x7f), sgn = _mm256_set1_epi16(0x80);
-    const __m512 k256 = _mm512_set1_ps(256.0f);
     size_t i = 0;
     for (; i + 16 <= k; i += 16) {
-        __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + i)));
-        __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, lo7), 7),
-                                    _mm256_slli_epi16(_mm256_and_si256(b, sgn), 8));
-        __m512 f = _mm512_mul_ps(_mm512_cvtph_ps(h), k256);
+        const __m512 f = dsattn_e4m3x16(w + i);
         __m512 s;
         if (bs % 16 == 0) s = _mm512_set1_ps(scale[i / bs]);
         else {
