@@ -70,7 +70,12 @@ dsattn_status dsattn_ctx_create(dsattn_ctx **out, const dsattn_ctx_params *p)
     return DSATTN_OK;
 }
 
-void dsattn_ctx_destroy(dsattn_ctx *ctx) { free(ctx); }
+void dsattn_ctx_destroy(dsattn_ctx *ctx)
+{
+    if (!ctx) return;
+    dsattn_free(ctx->lin_ws);
+    free(ctx);
+}
 
 const char *dsattn_ctx_isa_name(const dsattn_ctx *ctx)
 {

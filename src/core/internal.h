@@ -29,6 +29,11 @@ struct dsattn_ctx {
     int                          prof_on; /* dsattn_ctx_set_profiling      */
     int                          phase;   /* open phase, -1: none          */
     dsattn_profile               prof;
+    /* grow-only scratch of the prefill Linear (linear.c), kept between
+     * calls so each chunk does not re-fault and re-zero megabytes; used
+     * only outside parallel regions (a context runs one call at a time) */
+    void                        *lin_ws;
+    size_t                       lin_ws_bytes;
 };
 
 /* ==== Checked size arithmetic ========================================== */

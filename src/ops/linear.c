@@ -15,14 +15,18 @@
  * result does not depend on the thread count).  Fast mode: SIMD GEMV for
  * decode-sized inputs (one parallel region per call, one contiguous row
  * range per thread, a grouped weight streamed as one matrix); for
- * prefill-sized inputs the weight is dequantized in row panels and
- * multiplied with OpenBLAS sgemm.
+ * prefill-sized inputs the weight is decoded 12 rows at a time into
+ * register-tile panels and multiplied by pgemm.h's tiles (AVX-512), or
+ * dequantized in row panels and multiplied with OpenBLAS sgemm (other
+ * ISAs).
  */
 #include "blas.h"
 #include "ops.h"
 
 #include "kernels.h"
+#include "mla_kernels.h"
 #include "numfmt.h"
+#include "pgemm.h"
 #include "wdequant.h"
 
 #include <math.h>
@@ -170,6 +174,103 @@ static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
     }
 }
 
+/* The prefill path on AVX-512 (pgemm.h).  The activations are packed
+ * once into groups of 32 tokens; each thread then takes panels of
+ * PG_ROWS weight rows (dynamic), decodes them 12 rows at a time into the
+ * k-major tile layout, and runs the 12 x 32 register tile over k slices of
+ * PG_KC (the tile's weight slice, 24 KB, stays in L1 and the token
+ * group's slice, 64 KB, in L2 while the panel's tiles pass over it).  The
+ * panel's sums live in a [PG_ROWS][np] buffer and are written to y
+ * transposed at the end. */
+#define PG_ROWS 96
+#define PG_KC 512
+
+static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
+                                   const dsattn_mla_kern *mk, const dsattn_weight *W,
+                                   const float *x, size_t ldx, size_t n_tok, float *y, size_t ldy,
+                                   dsattn_out_round round)
+{
+    const size_t K = W->cols, R = W->rows, MR = DSATTN_PGEMM_MR, NR = DSATTN_PGEMM_NR;
+    const size_t ng = (n_tok + NR - 1) / NR, np = ng * NR;
+    const size_t n_pan = (R + PG_ROWS - 1) / PG_ROWS;
+    const int nthr = DSATTN_MAX(1, ctx->n_threads);
+    /* per thread: 12 decoded rows, the panel's tiles, the panel's sums */
+    size_t nb, a1, a2, per_thr, nall;
+    if (!dsattn_mul_size(np, K, &nb) || !dsattn_mul_size(MR + PG_ROWS, K, &a1) ||
+        !dsattn_mul_size(PG_ROWS, np, &a2) || !dsattn_add_size(a1, a2, &per_thr) ||
+        !dsattn_mul_size(per_thr, (size_t)nthr, &nall))
+        return DSATTN_ERR_NOMEM;
+    size_t need;
+    if (!dsattn_add_size(nb, nall, &need) || !dsattn_mul_size(need, sizeof(float), &need))
+        return DSATTN_ERR_NOMEM;
+    /* the context's scratch, unless called from inside a parallel region
+     * (several callers may run at once there): then a private one */
+    const int own = omp_in_parallel();
+    float *ws;
+    if (own) {
+        if (!(ws = dsattn_alloc(need))) return DSATTN_ERR_NOMEM;
+    } else {
+        if (ctx->lin_ws_bytes < need) {
+            dsattn_free(ctx->lin_ws);
+            ctx->lin_ws_bytes = 0;
+            if (!(ctx->lin_ws = dsattn_alloc(need))) return DSATTN_ERR_NOMEM;
+            ctx->lin_ws_bytes = need;
+        }
+        ws = ctx->lin_ws;
+    }
+    float *bp = ws, *tbuf = bp + nb;
+    const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_best();
+    const int fused = W->kind == DSATTN_W_FP8 && W->block % 16 == 0 && K % 16 == 0;
+#pragma omp parallel num_threads(nthr)
+    {
+        float *rows = tbuf + (size_t)omp_get_thread_num() * per_thr;
+        float *ap = rows + MR * K, *cb = ap + PG_ROWS * K;
+#pragma omp for schedule(static)
+        for (size_t g = 0; g < ng; g++)
+            pk->pack_b(x + g * NR * ldx, ldx, DSATTN_MIN(NR, n_tok - g * NR), K, bp + g * NR * K);
+#pragma omp for schedule(dynamic, 1)
+        for (size_t pi = 0; pi < n_pan; pi++) {
+            const size_t r0 = pi * PG_ROWS, n = DSATTN_MIN((size_t)PG_ROWS, R - r0);
+            const size_t nt = (n + MR - 1) / MR;
+            for (size_t i = 0; i < nt; i++) {
+                const size_t a = r0 + i * MR, m = DSATTN_MIN(MR, r0 + n - a);
+                if (fused) {
+                    const size_t ldsc = (K + W->block - 1) / W->block;
+                    const float *sc[DSATTN_PGEMM_MR];
+                    for (size_t r = 0; r < MR; r++)
+                        sc[r] = W->scale + ((a + DSATTN_MIN(r, m - 1)) / W->block) * ldsc;
+                    pk->tile_fp8((const uint8_t *)W->data + a * K, K, sc, W->block, m,
+                                 W->finite, ap + i * MR * K);
+                    continue;
+                }
+                if (W->kind == DSATTN_W_FP8) {
+                    const size_t ldsc = (K + W->block - 1) / W->block;
+                    for (size_t r = 0; r < m; r++)
+                        fp8_row((const uint8_t *)W->data + (a + r) * K,
+                                W->scale + ((a + r) / W->block) * ldsc, W->block, K, rows + r * K);
+                } else {
+                    dequant_rows(W, a, m, rows);
+                }
+                mk->tile_rows(rows, K, m, K, ap + i * MR * K);
+            }
+            for (size_t k0 = 0; k0 < K; k0 += PG_KC) {
+                const size_t kc = DSATTN_MIN((size_t)PG_KC, K - k0);
+                for (size_t g = 0; g < ng; g++) {
+                    const int nw = n_tok - g * NR > 16 ? 32 : 16;
+                    for (size_t i = 0; i < nt; i++)
+                        pk->tile(ap + i * MR * K + k0 * MR, bp + g * NR * K + k0 * NR, kc, nw,
+                                 cb + i * MR * np + g * NR, np, k0 == 0);
+                }
+            }
+            if (round == DSATTN_OUT_BF16) mk->round_bf16(cb, n * np);
+            for (size_t t = 0; t < n_tok; t++)
+                for (size_t r = 0; r < n; r++) y[t * ldy + r0 + r] = cb[r * np + t];
+        }
+    }
+    if (own) dsattn_free(ws);
+    return DSATTN_OK;
+}
+
 static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
                             const float *x, size_t ldx, size_t n_tok,
                             float *y, size_t ldy, dsattn_out_round round,
@@ -188,7 +289,14 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
     }
     if (W->kind == DSATTN_W_FP4 && K % 32) return DSATTN_ERR_UNSUPPORTED;
 
-    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
+    const dsattn_pgemm_kern *pk;
+    const dsattn_mla_kern *mk;
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
+        (pk = dsattn_pgemm_for(ctx->k->name)) != NULL &&
+        (mk = dsattn_mla_kern_for(ctx->k->name)) != NULL) {
+        dsattn_status st = prefill_tiled(ctx, pk, mk, W, in, ldin, n_tok, y, ldy, round);
+        if (st) return st;
+    } else if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
         /* Prefill-sized: each thread dequantizes its own row panels (SIMD
          * for FP8) and multiplies them with sgemm, which OpenBLAS runs
          * single-threaded inside our region - one thread pool, no

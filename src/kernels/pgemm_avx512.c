@@ -1,0 +1,130 @@
+/* pgemm_avx512.c - the AVX-512 table of pgemm.h (F/BW/VL/DQ only).
+ *
+ * The tile keeps 12 rows x 32 tokens in 24 accumulators; per k it loads
+ * the two token vectors of the packed activations and broadcasts the 12
+ * row values of the weight tile (one pointer, constant displacements):
+ * 24 FMAs per 14 loads, the shape of the MLA score tile.  Each lane is one
+ * FMA chain over k, the `ref` tile's order.  pack_b and tile_fp8
+ * transpose 16 x 16 blocks in registers.
+ */
+#include "pgemm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "simd_avx512.h"
+
+#define MR DSATTN_PGEMM_MR
+#define NR DSATTN_PGEMM_NR
+#define AI static inline __attribute__((always_inline))
+
+static void pack_b_avx512(const float *x, size_t ldx, size_t nt, size_t K, float *bp)
+{
+    for (size_t t0 = 0; t0 < NR; t0 += 16) {
+        size_t k0 = 0;
+        for (; k0 < K; k0 += 16) {
+            const __mmask16 m = K - k0 >= 16 ? 0xffff : (__mmask16)((1u << (K - k0)) - 1u);
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                r[i] = t0 + (size_t)i < nt ? _mm512_maskz_loadu_ps(m, x + (t0 + (size_t)i) * ldx + k0)
+                                           : _mm512_setzero_ps();
+            dsattn_tr16(r);
+            for (size_t c = 0; c < 16 && k0 + c < K; c++)
+                _mm512_storeu_ps(bp + (k0 + c) * NR + t0, r[c]);
+        }
+    }
+}
+
+AI void tile_nv(const float *a, const float *b, size_t kc, float *c, size_t ldc, int first,
+                const int NV)
+{
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        acc[r][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (size_t)r * ldc);
+        acc[r][1] = first || NV < 2 ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (size_t)r * ldc + 16);
+    }
+    for (size_t k = 0; k < kc; k++) {
+        const __m512 b0 = _mm512_loadu_ps(b + k * NR);
+        const __m512 b1 = NV > 1 ? _mm512_loadu_ps(b + k * NR + 16) : b0;
+        const float *ak = a + k * MR;
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            const __m512 av = _mm512_set1_ps(ak[r]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            if (NV > 1) acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        _mm512_storeu_ps(c + (size_t)r * ldc, acc[r][0]);
+        if (NV > 1) _mm512_storeu_ps(c + (size_t)r * ldc + 16, acc[r][1]);
+    }
+}
+
+static void tile_avx512(const float *a, const float *b, size_t kc, int nw, float *c,
+                        size_t ldc, int first)
+{
+    if (nw > 16) tile_nv(a, b, kc, c, ldc, first, 2);
+    else tile_nv(a, b, kc, c, ldc, first, 1);
+}
+
+/* 16 codes of a finite row: E4M3 s.eeee.mmm moved to fp16 s.0eeee.mmm0000000
+ * ((b << 8) >> 1 arithmetic, then bit 14 cleared) is 2^-8 times its value;
+ * the caller's scale carries the x256.  NaN codes would decode as finite
+ * numbers, hence only for weights without them. */
+AI __m512 e4m3x16_div256(const uint8_t *w)
+{
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)w));
+    const __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 1),
+                                       _mm256_set1_epi16((short)0xBF80));
+    return _mm512_cvtph_ps(h);
+}
+
+/* 16 columns of the 12 rows at a time: decode, scale, transpose.  With
+ * finite codes the x256 of the cheap decode is folded into the scale:
+ * (e / 256) * (256 s) is the real product e * s rounded once, the same bits
+ * as e * s, unless 256 s overflows (then the exact decode is used). */
+AI void tile_fp8_impl(const uint8_t *w, size_t K, const float *const *sc, size_t bs, size_t nr,
+                      float *a, const int cheap)
+{
+    size_t blk = 0, left = bs;              /* scale block of column d, columns left in it */
+    for (size_t d = 0; d < K; d += 16) {
+        __m512 r[16];
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            const uint8_t *wi = w + (size_t)i * K + d;
+            if ((size_t)i >= nr) r[i] = _mm512_setzero_ps();
+            else if (cheap) r[i] = _mm512_mul_ps(e4m3x16_div256(wi), _mm512_set1_ps(256.0f * sc[i][blk]));
+            else r[i] = _mm512_mul_ps(dsattn_e4m3x16(wi), _mm512_set1_ps(sc[i][blk]));
+        }
+        if ((left -= 16) == 0) { blk++; left = bs; }
+#pragma GCC unroll 4
+        for (int i = MR; i < 16; i++) r[i] = _mm512_setzero_ps();
+        dsattn_tr16(r);
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(a + (d + (size_t)c) * MR, 0x0fff, r[c]);
+    }
+}
+
+static void tile_fp8_avx512(const uint8_t *w, size_t K, const float *const *sc, size_t bs,
+                            size_t nr, int finite, float *a)
+{
+    int cheap = finite;
+    for (size_t r = 0; r < nr && cheap; r++) {
+        if (r > 0 && sc[r] == sc[r - 1]) continue;      /* rows of one scale block */
+        for (size_t b = 0; b < (K + bs - 1) / bs && cheap; b++)
+            cheap = !__builtin_isinf(256.0f * sc[r][b]) || __builtin_isinf(sc[r][b]);
+    }
+    if (cheap) tile_fp8_impl(w, K, sc, bs, nr, a, 1);
+    else tile_fp8_impl(w, K, sc, bs, nr, a, 0);
+}
+
+static const dsattn_pgemm_kern pgemm_avx512 = {"avx512", pack_b_avx512, tile_avx512,
+                                               tile_fp8_avx512};
+const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr = &pgemm_avx512;
+
+#else
+const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr = 0;
+#endif

@@ -1,0 +1,198 @@
+/* test_pgemm.c - the prefill GEMM: its AVX-512 table against the scalar
+ * `ref` table bit for bit (register tile, activation packing, FP8 tile
+ * decode with and without NaN codes, the x256 fold and its overflow
+ * fallback), and the prefill Linear of fast mode against reference mode
+ * on shapes that cut every tile, slice and group edge, thread counts
+ * included. */
+#include "harness.h"
+#include "internal.h"
+#include "kernels.h"
+#include "mla_kernels.h"
+#include "numfmt.h"
+#include "ops.h"
+#include "pgemm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const dsattn_pgemm_kern *avx512_or_skip(void)
+{
+    if (!dsattn_pgemm_avx512_ptr || !dsattn_cpu_has_avx512()) {
+        dsattn_test_skip("no AVX-512 (CPU or build)");
+        return NULL;
+    }
+    return dsattn_pgemm_avx512_ptr;
+}
+
+DSATTN_TEST(pgemm, tile_and_pack_equal_ref_bit_for_bit)
+{
+    const dsattn_pgemm_kern *pk = avx512_or_skip(), *rk = &dsattn_pgemm_ref;
+    if (!pk) return;
+    enum { KMAX = 530, LDC = 40 };
+    dsattn_rng r = { 7 };
+    float *a = malloc(KMAX * 12 * 4), *b = malloc(KMAX * 32 * 4);
+    float *c0 = malloc(12 * LDC * 4), *c1 = malloc(12 * LDC * 4), *c2 = malloc(12 * LDC * 4);
+    for (size_t i = 0; i < KMAX * 12; i++) a[i] = dsattn_rng_normal(&r);
+    for (size_t i = 0; i < KMAX * 32; i++) b[i] = dsattn_rng_normal(&r);
+    for (size_t i = 0; i < 12 * LDC; i++) c0[i] = dsattn_rng_normal(&r);
+    const size_t kcs[4] = { 1, 7, 64, KMAX };
+    for (int ki = 0; ki < 4; ki++)
+        for (int nw = 16; nw <= 32; nw += 16)
+            for (int first = 0; first < 2; first++) {
+                memcpy(c1, c0, 12 * LDC * 4);
+                memcpy(c2, c0, 12 * LDC * 4);
+                pk->tile(a, b, kcs[ki], nw, c1, LDC, first);
+                rk->tile(a, b, kcs[ki], nw, c2, LDC, first);
+                CHECK_MSG(memcmp(c1, c2, 12 * LDC * 4) == 0, "tile kc %zu nw %d first %d",
+                          kcs[ki], nw, first);
+            }
+
+    /* packing: tokens short of a group, K short of a 16-block */
+    float *x = malloc(32 * 101 * 4), *p1 = malloc(101 * 32 * 4), *p2 = malloc(101 * 32 * 4);
+    for (size_t i = 0; i < 32 * 101; i++) x[i] = dsattn_rng_normal(&r);
+    const size_t nts[4] = { 1, 13, 17, 32 }, ks[4] = { 1, 15, 16, 100 };
+    for (int ni = 0; ni < 4; ni++)
+        for (int ki = 0; ki < 4; ki++) {
+            memset(p1, 0xff, 101 * 32 * 4);
+            memset(p2, 0xff, 101 * 32 * 4);
+            pk->pack_b(x, 101, nts[ni], ks[ki], p1);
+            rk->pack_b(x, 101, nts[ni], ks[ki], p2);
+            CHECK_MSG(memcmp(p1, p2, ks[ki] * 32 * 4) == 0, "pack nt %zu K %zu", nts[ni], ks[ki]);
+        }
+    free(a); free(b); free(c0); free(c1); free(c2); free(x); free(p1); free(p2);
+}
+
+DSATTN_TEST(pgemm, fp8_tile_decode_equals_ref_on_every_code)
+{
+    const dsattn_pgemm_kern *pk = avx512_or_skip(), *rk = &dsattn_pgemm_ref;
+    if (!pk) return;
+    enum { K = 512 };
+    uint8_t *w = malloc(12 * K);
+    float *t1 = malloc(K * 12 * 4), *t2 = malloc(K * 12 * 4);
+    float scales[4][K / 16];
+    dsattn_rng r = { 11 };
+    /* every code (NaN codes 0x7f / 0xff too) in every row */
+    for (size_t i = 0; i < 12 * K; i++) w[i] = (uint8_t)(i * 37 + i / K);
+    for (size_t s = 0; s < 4; s++)
+        for (size_t j = 0; j < K / 16; j++) scales[s][j] = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 40) - 20);
+    scales[2][3] = 0x1p121f;          /* 256 s overflows: the exact decode */
+    scales[3][1] = INFINITY;
+    scales[3][2] = NAN;
+    const size_t bss[3] = { 16, 32, 128 }, nrs[3] = { 1, 5, 12 };
+    for (int bi = 0; bi < 3; bi++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int s = 0; s < 4; s++)
+                for (int finite = 0; finite < 2; finite++) {
+                    if (finite)      /* the caller's promise: no NaN code */
+                        for (size_t i = 0; i < 12 * K; i++)
+                            if ((w[i] & 0x7f) == 0x7f) w[i] ^= 1;
+                    const float *sc[12];
+                    for (int i = 0; i < 12; i++) sc[i] = scales[(s + (i >= 6)) % 4];
+                    pk->tile_fp8(w, K, sc, bss[bi], nrs[ni], finite, t1);
+                    rk->tile_fp8(w, K, sc, bss[bi], nrs[ni], finite, t2);
+                    CHECK_MSG(CHECK_BITS("fp8 tile", t1, t2, (size_t)K * 12),
+                              "bs %zu nr %zu scales %d finite %d", bss[bi], nrs[ni], s, finite);
+                }
+    free(w); free(t1); free(t2);
+}
+
+static dsattn_ctx *ctx_of(dsattn_mode mode, int threads)
+{
+    dsattn_ctx *c = NULL;
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    p.mode = mode;
+    p.n_threads = threads;
+    CHECK_OK(dsattn_ctx_create(&c, &p));
+    return c;
+}
+
+/* |fast - ref| <= 2^-20 * sum |w x| per output (K <= 1100 terms of fp32
+ * rounding, far inside), NaN where the reference has NaN. */
+static void check_prefill(const char *what, const float *got, const float *want,
+                          const float *mag, size_t n)
+{
+    size_t bad = 0, at = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ok = isnan(want[i]) ? isnan(got[i]) : fabsf(got[i] - want[i]) <= 0x1p-20f * mag[i];
+        if (!ok && bad++ == 0) at = i;
+    }
+    CHECK_MSG(bad == 0, "%s: %zu outputs off, first at %zu: %g vs %g", what, bad, at,
+              (double)got[at], (double)want[at]);
+}
+
+DSATTN_TEST(pgemm, prefill_linear_fast_matches_reference_and_ignores_threads)
+{
+    /* R cuts 12-row tiles and 96-row panels; K = 528 cuts a 512 slice
+     * (fused FP8 decode), K = 520 is not a multiple of 16 (row decode,
+     * partial scale block); T cuts 32-token groups, T = 17 ends on a
+     * 16-wide tile. */
+    const size_t Rs[3] = { 1, 13, 200 }, Ks[2] = { 528, 520 }, Ts[3] = { 8, 17, 70 };
+    enum { BS = 32, RMAX = 200, KMAX = 528, TMAX = 70 };
+    dsattn_rng r = { 21 };
+    uint8_t *w8 = malloc(RMAX * KMAX);
+    uint16_t *w16 = malloc(RMAX * KMAX * 2);
+    float *w32 = malloc(RMAX * KMAX * 4);
+    float *sc = malloc(((RMAX + BS - 1) / BS) * ((KMAX + BS - 1) / BS) * 4);
+    float *x = malloc(TMAX * KMAX * 4), *mag = malloc(TMAX * RMAX * 4);
+    float *yr = malloc(TMAX * RMAX * 4), *yf = malloc(TMAX * RMAX * 4), *y1 = malloc(TMAX * RMAX * 4);
+    for (size_t i = 0; i < RMAX * KMAX; i++) {
+        w8[i] = (uint8_t)(dsattn_rng_u64(&r) & 0xf7);      /* no NaN code */
+        w16[i] = (uint16_t)(0x3c00 + (dsattn_rng_u64(&r) & 0x83ff));
+        w32[i] = dsattn_rng_normal(&r);
+    }
+    for (size_t i = 0; i < ((RMAX + BS - 1) / BS) * ((KMAX + BS - 1) / BS); i++)
+        sc[i] = ldexpf(1.0f, (int)(i % 7) - 9);
+    for (size_t i = 0; i < TMAX * KMAX; i++) x[i] = dsattn_rng_normal(&r);
+    dsattn_ctx *cr = ctx_of(DSATTN_MODE_REFERENCE, 2);
+    dsattn_ctx *cf[3] = { ctx_of(DSATTN_MODE_FAST, 1), ctx_of(DSATTN_MODE_FAST, 2),
+                          ctx_of(DSATTN_MODE_FAST, 3) };
+    for (int kind = 0; kind < 4; kind++)          /* FP8, FP8 with a NaN code, BF16, F32 */
+        for (int ri = 0; ri < 3; ri++)
+            for (int ki = 0; ki < 2; ki++)
+                for (int ti = 0; ti < 3; ti++) {
+                    const size_t R = Rs[ri], K = Ks[ki], T = Ts[ti];
+                    dsattn_weight w = { .rows = R, .cols = K };
+                    if (kind < 2) {
+                        w.kind = DSATTN_W_FP8;
+                        w.data = w8;
+                        w.scale = sc;
+                        w.block = BS;
+                        w.finite = kind == 0;
+                        w8[R / 2 * K + 3] = kind == 1 ? 0x7f : 0x11;
+                    } else {
+                        w.kind = kind == 2 ? DSATTN_W_BF16 : DSATTN_W_F32;
+                        w.data = kind == 2 ? (const void *)w16 : (const void *)w32;
+                    }
+                    for (size_t t = 0; t < T; t++)
+                        for (size_t o = 0; o < R; o++) {
+                            float m = 0.0f;
+                            for (size_t k = 0; k < K; k++) {
+                                float wv;
+                                if (kind < 2) wv = dsattn_e4m3_to_f32(w8[o * K + k]) *
+                                                   sc[(o / BS) * ((K + BS - 1) / BS) + k / BS];
+                                else if (kind == 2) wv = dsattn_bf16_to_f32(w16[o * K + k]);
+                                else wv = w32[o * K + k];
+                                m += fabsf(wv * x[t * K + k]);
+                            }
+                            mag[t * R + o] = m;
+                        }
+                    CHECK_OK(dsattn_linear(cr, &w, x, K, T, yr, R, DSATTN_OUT_F32, NULL, NULL));
+                    for (int c = 0; c < 3; c++) {
+                        float *y = c == 0 ? y1 : yf;
+                        memset(y, 0xff, TMAX * RMAX * 4);
+                        CHECK_OK(dsattn_linear(cf[c], &w, x, K, T, y, R, DSATTN_OUT_F32, NULL,
+                                               NULL));
+                        char what[96];
+                        snprintf(what, sizeof what, "kind %d R %zu K %zu T %zu threads %d", kind,
+                                 R, K, T, c + 1);
+                        check_prefill(what, y, yr, mag, T * R);
+                        if (c > 0)
+                            CHECK_MSG(memcmp(y, y1, T * R * 4) == 0, "%s: not the 1-thread bits",
+                                      what);
+                    }
+                }
+    dsattn_ctx_destroy(cr);
+    for (int c = 0; c < 3; c++) dsattn_ctx_destroy(cf[c]);
+    free(w8); free(w16); free(w32); free(sc); free(x); free(mag); free(yr); free(yf); free(y1);
+}
