@@ -175,8 +175,9 @@ static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
 }
 
 /* The prefill path on AVX-512 (pgemm.h).  The activations are packed
- * once into groups of 32 tokens; each thread then takes panels of
- * PG_ROWS weight rows (dynamic), decodes them 12 rows at a time into the
+ * once into groups of 32 tokens (per row group of a grouped weight: G
+ * groups of rows/G rows, group g reading x + g*gx); each thread then
+ * takes panels of PG_ROWS weight rows inside one group (dynamic), decodes them 12 rows at a time into the
  * k-major tile layout, and runs the 12 x 32 register tile over k slices of
  * PG_KC (the tile's weight slice, 24 KB, stays in L1 and the token
  * group's slice, 64 KB, in L2 while the panel's tiles pass over it).  The
@@ -186,17 +187,18 @@ static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
 #define PG_KC 512
 
 static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
-                                   const dsattn_mla_kern *mk, const dsattn_weight *W,
-                                   const float *x, size_t ldx, size_t n_tok, float *y, size_t ldy,
-                                   dsattn_out_round round)
+                                   const dsattn_mla_kern *mk, const dsattn_weight *W, size_t G,
+                                   const float *x, size_t ldx, size_t gx, size_t n_tok, float *y,
+                                   size_t ldy, dsattn_out_round round)
 {
-    const size_t K = W->cols, R = W->rows, MR = DSATTN_PGEMM_MR, NR = DSATTN_PGEMM_NR;
+    const size_t K = W->cols, R = W->rows, Rg = R / G, MR = DSATTN_PGEMM_MR, NR = DSATTN_PGEMM_NR;
     const size_t ng = (n_tok + NR - 1) / NR, np = ng * NR;
-    const size_t n_pan = (R + PG_ROWS - 1) / PG_ROWS;
+    const size_t pan_g = (Rg + PG_ROWS - 1) / PG_ROWS, n_pan = G * pan_g;   /* panels */
     const int nthr = DSATTN_MAX(1, ctx->n_threads);
-    /* per thread: 12 decoded rows, the panel's tiles, the panel's sums */
+    /* shared: the packed tokens of every group; per thread: 12 decoded
+     * rows, the panel's tiles, the panel's sums */
     size_t nb, a1, a2, per_thr, nall;
-    if (!dsattn_mul_size(np, K, &nb) || !dsattn_mul_size(MR + PG_ROWS, K, &a1) ||
+    if (!dsattn_mul3_size(G, np, K, &nb) || !dsattn_mul_size(MR + PG_ROWS, K, &a1) ||
         !dsattn_mul_size(PG_ROWS, np, &a2) || !dsattn_add_size(a1, a2, &per_thr) ||
         !dsattn_mul_size(per_thr, (size_t)nthr, &nall))
         return DSATTN_ERR_NOMEM;
@@ -226,11 +228,16 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
         float *rows = tbuf + (size_t)omp_get_thread_num() * per_thr;
         float *ap = rows + MR * K, *cb = ap + PG_ROWS * K;
 #pragma omp for schedule(static)
-        for (size_t g = 0; g < ng; g++)
-            pk->pack_b(x + g * NR * ldx, ldx, DSATTN_MIN(NR, n_tok - g * NR), K, bp + g * NR * K);
+        for (size_t j = 0; j < G * ng; j++) {
+            const size_t gr = j / ng, g = j % ng;
+            pk->pack_b(x + gr * gx + g * NR * ldx, ldx, DSATTN_MIN(NR, n_tok - g * NR), K,
+                       bp + (gr * np + g * NR) * K);
+        }
 #pragma omp for schedule(dynamic, 1)
         for (size_t pi = 0; pi < n_pan; pi++) {
-            const size_t r0 = pi * PG_ROWS, n = DSATTN_MIN((size_t)PG_ROWS, R - r0);
+            const size_t gr = pi / pan_g, r0 = gr * Rg + pi % pan_g * PG_ROWS;
+            const size_t n = DSATTN_MIN((size_t)PG_ROWS, (gr + 1) * Rg - r0);
+            const float *bg = bp + gr * np * K;
             const size_t nt = (n + MR - 1) / MR;
             for (size_t i = 0; i < nt; i++) {
                 const size_t a = r0 + i * MR, m = DSATTN_MIN(MR, r0 + n - a);
@@ -258,7 +265,7 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
                 for (size_t g = 0; g < ng; g++) {
                     const int nw = n_tok - g * NR > 16 ? 32 : 16;
                     for (size_t i = 0; i < nt; i++)
-                        pk->tile(ap + i * MR * K + k0 * MR, bp + g * NR * K + k0 * NR, kc, nw,
+                        pk->tile(ap + i * MR * K + k0 * MR, bg + g * NR * K + k0 * NR, kc, nw,
                                  cb + i * MR * np + g * NR, np, k0 == 0);
                 }
             }
@@ -294,7 +301,7 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
         (pk = dsattn_pgemm_for(ctx->k->name)) != NULL &&
         (mk = dsattn_mla_kern_for(ctx->k->name)) != NULL) {
-        dsattn_status st = prefill_tiled(ctx, pk, mk, W, in, ldin, n_tok, y, ldy, round);
+        dsattn_status st = prefill_tiled(ctx, pk, mk, W, 1, in, ldin, 0, n_tok, y, ldy, round);
         if (st) return st;
     } else if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
         /* Prefill-sized: each thread dequantizes its own row panels (SIMD
@@ -399,6 +406,22 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     const size_t Rg = W->rows / G;
     if ((W->kind == DSATTN_W_FP8 && Rg % W->block) || (W->kind == DSATTN_W_FP4 && W->cols % 32))
         return DSATTN_ERR_UNSUPPORTED;
+    const dsattn_pgemm_kern *pk;
+    const dsattn_mla_kern *mk;
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
+        (pk = dsattn_pgemm_for(ctx->k->name)) != NULL &&
+        (mk = dsattn_mla_kern_for(ctx->k->name)) != NULL) {
+        /* prefill-sized on AVX-512: every group's panels in one region */
+        const int timed = ctx->prof_on && !omp_in_parallel();
+        const double t0 = timed ? dsattn_clock() : 0.0;
+        const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
+        dsattn_status st = prefill_tiled(ctx, pk, mk, W, G, x, ldx, gx, n_tok, y, ldy, round);
+        if (st) return st;
+        dsattn_count(ctx, 2ull * n_tok * W->rows * W->cols,
+                     weight_bytes(W) + n_tok * G * W->cols * 4ull);
+        if (timed) prof_add(ctx, dsattn_clock() - t0, b0, f0);
+        return DSATTN_OK;
+    }
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
         /* prefill-sized: the panel + sgemm path, one group at a time */
         for (size_t g = 0; g < G; g++) {
