@@ -47,26 +47,7 @@ static float le_f32(const uint8_t *p)
 /* one tile of 12 keys against NV (1 or 2) head vectors of one packed group */
 AI void qk_tile(const float *q, size_t D, const float *k, float *st, size_t ldst, int NV)
 {
-    __m512 a[KT][2];
-#pragma GCC unroll 12
-    for (int r = 0; r < KT; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
-    const size_t w = (size_t)NV * 16;
-    for (size_t d = 0; d < D; d++) {
-        const __m512 q0 = _mm512_loadu_ps(q + d * w);
-        const __m512 q1 = NV > 1 ? _mm512_loadu_ps(q + d * w + 16) : q0;
-        const float *kd = k + d * KT;
-#pragma GCC unroll 12
-        for (int r = 0; r < KT; r++) {
-            const __m512 b = _mm512_set1_ps(kd[r]);
-            a[r][0] = _mm512_fmadd_ps(b, q0, a[r][0]);
-            if (NV > 1) a[r][1] = _mm512_fmadd_ps(b, q1, a[r][1]);
-        }
-    }
-#pragma GCC unroll 12
-    for (int r = 0; r < KT; r++) {
-        _mm512_storeu_ps(st + (size_t)r * ldst, a[r][0]);
-        if (NV > 1) _mm512_storeu_ps(st + (size_t)r * ldst + 16, a[r][1]);
-    }
+    dsattn_tile12(k, q, (size_t)NV * 16, D, st, ldst, 1, NV);
 }
 
 static void qk_avx512(const float *qp, size_t hp, size_t D, const float *kt, size_t nk,

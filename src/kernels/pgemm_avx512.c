@@ -1,10 +1,10 @@
 /* pgemm_avx512.c - the AVX-512 table of pgemm.h (F/BW/VL/DQ only).
  *
- * The tile keeps 12 rows x 32 tokens in 24 accumulators; per k it loads
- * the two token vectors of the packed activations and broadcasts the 12
- * row values of the weight tile (one pointer, constant displacements):
- * 24 FMAs per 14 loads, the shape of the MLA score tile.  Each lane is one
- * FMA chain over k, the `ref` tile's order.  pack_b and tile_fp8
+ * The tile is simd_avx512.h's dsattn_tile12, the MLA score tile: 12 rows
+ * x 32 tokens in 24 accumulators; per k it loads the two token vectors of
+ * the packed activations and broadcasts the 12 row values of the weight
+ * tile, 24 FMAs per 14 loads.  Each lane is one FMA chain over k, the `ref`
+ * tile's order.  pack_b and tile_fp8
  * transpose 16 x 16 blocks in registers.
  */
 #include "pgemm.h"
@@ -36,38 +36,11 @@ static void pack_b_avx512(const float *x, size_t ldx, size_t nt, size_t K, float
     }
 }
 
-AI void tile_nv(const float *a, const float *b, size_t kc, float *c, size_t ldc, int first,
-                const int NV)
-{
-    __m512 acc[MR][2];
-#pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
-        acc[r][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (size_t)r * ldc);
-        acc[r][1] = first || NV < 2 ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (size_t)r * ldc + 16);
-    }
-    for (size_t k = 0; k < kc; k++) {
-        const __m512 b0 = _mm512_loadu_ps(b + k * NR);
-        const __m512 b1 = NV > 1 ? _mm512_loadu_ps(b + k * NR + 16) : b0;
-        const float *ak = a + k * MR;
-#pragma GCC unroll 12
-        for (int r = 0; r < MR; r++) {
-            const __m512 av = _mm512_set1_ps(ak[r]);
-            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-            if (NV > 1) acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-        }
-    }
-#pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) {
-        _mm512_storeu_ps(c + (size_t)r * ldc, acc[r][0]);
-        if (NV > 1) _mm512_storeu_ps(c + (size_t)r * ldc + 16, acc[r][1]);
-    }
-}
-
 static void tile_avx512(const float *a, const float *b, size_t kc, int nw, float *c,
                         size_t ldc, int first)
 {
-    if (nw > 16) tile_nv(a, b, kc, c, ldc, first, 2);
-    else tile_nv(a, b, kc, c, ldc, first, 1);
+    if (nw > 16) dsattn_tile12(a, b, NR, kc, c, ldc, first, 2);
+    else dsattn_tile12(a, b, NR, kc, c, ldc, first, 1);
 }
 
 /* 16 codes of a finite row: E4M3 s.eeee.mmm moved to fp16 s.0eeee.mmm0000000

@@ -1,7 +1,8 @@
 /* simd_avx512.h - small AVX-512 helpers that several kernel files inline
  * into their tile loops (so the values stay in registers): the exp of the
- * softmaxes, the bf16 rounding of 16 lanes, a 16 x 16 transpose, and the
- * exact decode of 16 E4M3 codes.
+ * softmaxes, the bf16 rounding of 16 lanes, a 16 x 16 transpose, the
+ * exact decode of 16 E4M3 codes, and the 12-row register tile that the MLA
+ * scores and the prefill GEMM share.
  * Include only from files compiled for AVX-512 (names ending _avx512.c).
  *
  * dsattn_exp512: exp(x) = 2^n * exp(r), n = round(x / ln2), r = x - n ln2 (ln2 split in a
@@ -124,6 +125,41 @@ static inline __attribute__((always_inline)) __m512 dsattn_e4m3x16(const uint8_t
     const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(b8, _mm_set1_epi8(0x7f)),
                                               _mm_set1_epi8(0x7f));
     return _mm512_mask_mov_ps(f, nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+
+/* The 12-row register tile (MLA scores, prefill GEMM):
+ *   c[r*ldc + 16v + j] = (first ? 0 : c[r*ldc + 16v + j])
+ *                        + sum_{k<kc} a[k*12 + r] * b[k*ldb + 16v + j]
+ * for r < 12, v < NV (1 or 2), j < 16: 12 x NV accumulators, per k NV
+ * vector loads of b and 12 broadcasts of a (one pointer, constant
+ * displacements), each lane one FMA chain over k in order. */
+static inline __attribute__((always_inline)) void dsattn_tile12(const float *a, const float *b,
+                                                                size_t ldb, size_t kc, float *c,
+                                                                size_t ldc, int first, const int NV)
+{
+    __m512 acc[12][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        acc[r][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (size_t)r * ldc);
+        acc[r][1] = first || NV < 2 ? _mm512_setzero_ps()
+                                    : _mm512_loadu_ps(c + (size_t)r * ldc + 16);
+    }
+    for (size_t k = 0; k < kc; k++) {
+        const __m512 b0 = _mm512_loadu_ps(b + k * ldb);
+        const __m512 b1 = NV > 1 ? _mm512_loadu_ps(b + k * ldb + 16) : b0;
+        const float *ak = a + k * 12;
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            const __m512 av = _mm512_set1_ps(ak[r]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            if (NV > 1) acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        _mm512_storeu_ps(c + (size_t)r * ldc, acc[r][0]);
+        if (NV > 1) _mm512_storeu_ps(c + (size_t)r * ldc + 16, acc[r][1]);
+    }
 }
 
 #endif /* DSATTN_SIMD_AVX512_H */
