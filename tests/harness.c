@@ -162,3 +162,13 @@ int main(int argc, char **argv)
     printf("%zu passed, %zu failed, %zu skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
+
+dsattn_ctx *dsattn_test_ctx(dsattn_mode mode, int threads)
+{
+    dsattn_ctx *c = NULL;
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    p.mode = mode;
+    if (threads > 0) p.n_threads = threads;
+    CHECK_OK(dsattn_ctx_create(&c, &p));
+    return c;
+}

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dsattn.h"
+
 typedef void (*dsattn_test_fn)(void);
 
 void dsattn_test_register(const char *suite, const char *name, dsattn_test_fn fn);
@@ -71,6 +73,10 @@ int dsattn_check_bits(const char *file, int line, const char *what,
 /* Summary statistics used by the statistical tier. */
 double dsattn_rel_l2(const float *a, const float *b, size_t n);  /* |a-b|/|b| */
 double dsattn_cosine(const float *a, const float *b, size_t n);
+
+/* A context in `mode` with `threads` threads (0: the default); a failed
+ * creation is a failed check and NULL. */
+dsattn_ctx *dsattn_test_ctx(dsattn_mode mode, int threads);
 
 /* Seeded xorshift RNG, one per test. */
 typedef struct { uint64_t s; } dsattn_rng;

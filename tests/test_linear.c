@@ -10,16 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dsattn_ctx *ctx_of(dsattn_mode mode, int threads)
-{
-    dsattn_ctx *c = NULL;
-    dsattn_ctx_params p = dsattn_ctx_default_params();
-    p.mode = mode;
-    p.n_threads = threads;
-    CHECK_OK(dsattn_ctx_create(&c, &p));
-    return c;
-}
-
 /* Rows [r0, r0+n) as a weight of their own: what the grouped call must
  * equal, built here independently of linear.c. */
 static dsattn_weight rows_of(const dsattn_weight *w, size_t r0, size_t n)
@@ -65,7 +55,7 @@ DSATTN_TEST(linear, grouped_equals_one_linear_per_group)
     const size_t toks[3] = { 1, 3, TMAX };
     for (int mi = 0; mi < 2; mi++)
         for (int ti = 0; ti < 3; ti++) {
-            dsattn_ctx *c = ctx_of(modes[mi], threads[ti]);
+            dsattn_ctx *c = dsattn_test_ctx(modes[mi], threads[ti]);
             if (!c) continue;
             for (int wi = 0; wi < 2; wi++)
                 for (int ni = 0; ni < 3; ni++) {

@@ -45,15 +45,6 @@ static const char *tiny_cfg(const char *tag, int kv, int layers)
     return write_cfg(tag, j);
 }
 
-static dsattn_ctx *mk_ctx(dsattn_mode mode)
-{
-    dsattn_ctx_params p = dsattn_ctx_default_params();
-    p.mode = mode;
-    dsattn_ctx *c = NULL;
-    CHECK_OK(dsattn_ctx_create(&c, &p));
-    return c;
-}
-
 /* bf16-valued random inputs [n, dim] */
 static float *rand_x(size_t n, size_t dim, uint64_t seed)
 {
@@ -106,7 +97,7 @@ static void real_bill(const char *cfg, int layers, int heads, int kv, int hidden
     /* a config-only model has no forward */
     float x[1] = { 0 };
     CHECK_EQ_INT(dsattn_mha_attn_forward(NULL, s, 0, x, 1, x), DSATTN_ERR_INVALID_ARG);
-    dsattn_ctx *c = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     float *xx = calloc((size_t)hidden, sizeof(float));
     CHECK_EQ_INT(dsattn_mha_attn_forward(c, s, 0, xx, 1, xx), DSATTN_ERR_UNSUPPORTED);
     free(xx);
@@ -134,7 +125,7 @@ static void split_invariance(dsattn_mode mode, double rel_tol, uint64_t seed)
     dsattn_mha *m = NULL;
     CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("split", 2, LAYERS), seed, err, sizeof err));
     if (!m) return;
-    dsattn_ctx *c = mk_ctx(mode);
+    dsattn_ctx *c = dsattn_test_ctx(mode, 0);
     float *x[LAYERS], *a[LAYERS], *b[LAYERS];
     for (int l = 0; l < LAYERS; l++) {
         x[l] = rand_x(N, DIM, seed * 10 + (uint64_t)l);
@@ -187,7 +178,7 @@ DSATTN_TEST(mha, causal_future_tokens_change_nothing_before_seed3)
     dsattn_mha *m = NULL;
     CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("causal", 2, 1), 3, err, sizeof err));
     if (!m) return;
-    dsattn_ctx *c = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     float *x1 = rand_x(N, DIM, 31), *x2 = rand_x(N, DIM, 31);
     for (size_t i = (K + 1) * DIM; i < N * DIM; i++) x2[i] = -x2[i] + 0.5f;  /* new future */
     float *o1 = calloc(N * DIM, 4), *o2 = calloc(N * DIM, 4);
@@ -230,7 +221,7 @@ DSATTN_TEST(mha, gqa_equals_mha_with_repeated_kv_heads_seed4)
     }
     float *x = rand_x(N, DIM, 41), *og = calloc(N * DIM, 4), *om = calloc(N * DIM, 4);
     for (int mode = 0; mode < 2; mode++) {
-        dsattn_ctx *c = mk_ctx(mode ? DSATTN_MODE_FAST : DSATTN_MODE_REFERENCE);
+        dsattn_ctx *c = dsattn_test_ctx(mode ? DSATTN_MODE_FAST : DSATTN_MODE_REFERENCE, 0);
         dsattn_mha_seq *sg = NULL, *sm = NULL;
         CHECK_OK(dsattn_mha_seq_create(&sg, g, N));
         CHECK_OK(dsattn_mha_seq_create(&sm, mh, N));
@@ -293,7 +284,7 @@ DSATTN_TEST(mha, fast_matches_reference_prefill_and_deep_decode_seed5)
     dsattn_mha *m = NULL;
     CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("fast", 1, 1), 5, err, sizeof err));
     if (!m) return;
-    dsattn_ctx *cr = mk_ctx(DSATTN_MODE_REFERENCE), *cf = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *cf = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     float *x = rand_x(N, DIM, 51), *of = calloc(N * DIM, 4), *orf = calloc(N * DIM, 4);
     dsattn_mha_seq *sf = NULL, *sr = NULL;
     CHECK_OK(dsattn_mha_seq_create(&sf, m, N));
@@ -341,7 +332,7 @@ DSATTN_TEST(mha, reference_agrees_with_float64_llama_attention_seed6)
     if (!m) return;
     const dsattn_mha_layer_w *L = &m->layer[0];
     float *x = rand_x(N, DIM, 61), *o = calloc(N * DIM, 4), *want = calloc(N * DIM, 4);
-    dsattn_ctx *c = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     dsattn_mha_seq *s = NULL;
     CHECK_OK(dsattn_mha_seq_create(&s, m, N));
     CHECK_OK(dsattn_mha_attn_forward(c, s, 0, x, N, o));
@@ -526,7 +517,7 @@ DSATTN_TEST(mha, fast_decode_every_isa_matches_reference_at_tile_edges_seed8)
     dsattn_mha *m = NULL;
     CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("edges", 2, 1), 8, err, sizeof err));
     if (!m) return;
-    dsattn_ctx *cr = mk_ctx(DSATTN_MODE_REFERENCE), *cf[2] = { NULL, NULL };
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *cf[2] = { NULL, NULL };
     const dsattn_isa isa[2] = { DSATTN_ISA_AVX512, DSATTN_ISA_REF };
     for (int k = 0; k < 2; k++) {
         dsattn_ctx_params p = dsattn_ctx_default_params();
@@ -599,7 +590,7 @@ DSATTN_TEST(mha, bad_configs_and_calls_are_errors)
     if (!m) return;
     CHECK(!dsattn_mha_has_weights(m, 0) && dsattn_mha_has_weights(m, 1) &&
           !dsattn_mha_has_weights(m, 2));
-    dsattn_ctx *c = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     dsattn_mha_seq *s = NULL;
     CHECK_EQ_INT(dsattn_mha_seq_create_layers(&s, m, 8, 2, 2), DSATTN_ERR_INVALID_ARG);
     CHECK_OK(dsattn_mha_seq_create_layers(&s, m, 4, 1, 1));

@@ -77,15 +77,6 @@ static dsattn_mla *make_model(const cfg_opts *o, uint64_t seed, int fp8)
     return m;
 }
 
-static dsattn_ctx *make_ctx(dsattn_mode mode)
-{
-    dsattn_ctx *c = NULL;
-    dsattn_ctx_params p = dsattn_ctx_default_params();
-    p.mode = mode;
-    CHECK_OK(dsattn_ctx_create(&c, &p));
-    return c;
-}
-
 static float *rand_input(size_t T, size_t dim, uint64_t seed)
 {
     dsattn_rng r = { seed * 77 + 1 };
@@ -145,7 +136,7 @@ DSATTN_TEST(mla, v3_prefill_then_decode_equals_one_prefill)
      * mode each row's arithmetic is the same, so the results are identical. */
     cfg_opts o = small(0);
     dsattn_mla *m = make_model(&o, 1, 0);
-    dsattn_ctx *ref = make_ctx(DSATTN_MODE_REFERENCE), *fast = make_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *fast = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     const size_t T = 24, dim = 256;
     float *x = rand_input(T, dim, 3), *a = malloc(T * dim * 4), *b = malloc(T * dim * 4);
     if (m && ref && fast) {
@@ -175,7 +166,7 @@ DSATTN_TEST(mla, v32_prefill_then_decode_close_to_one_prefill)
     o.topk = 5;                                /* sparse: T > topk */
     o.n_layers = 1;
     dsattn_mla *m = make_model(&o, 2, 0);
-    dsattn_ctx *ref = make_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     const size_t T = 24, dim = 256, kw = 5;
     float *x = rand_input(T, dim, 4), *a = malloc(T * dim * 4), *b = malloc(T * dim * 4);
     float *aa = malloc(T * dim * 4), *ab = malloc(T * dim * 4);
@@ -203,7 +194,7 @@ DSATTN_TEST(mla, causal_future_token_changes_nothing_before_it)
             cfg_opts o = small(dsa);
             o.topk = 6;
             dsattn_mla *m = make_model(&o, 5 + (uint64_t)dsa, 0);
-            dsattn_ctx *ctx = make_ctx(mode ? DSATTN_MODE_REFERENCE : DSATTN_MODE_FAST);
+            dsattn_ctx *ctx = dsattn_test_ctx(mode ? DSATTN_MODE_REFERENCE : DSATTN_MODE_FAST, 0);
             float *x = rand_input(T, dim, 6), *a = malloc(T * dim * 4), *b = malloc(T * dim * 4);
             if (m && ctx) {
                 CHECK_OK(run(ctx, m, DSATTN_MLA_CACHE_LATENT_BF16, x, T, T, a, NULL, NULL, 0));
@@ -230,7 +221,7 @@ DSATTN_TEST(mla, absorbed_equals_naive)
     for (int dsa = 0; dsa < 2; dsa++) {
         cfg_opts o = small(dsa);
         dsattn_mla *m = make_model(&o, 7 + (uint64_t)dsa, 0);
-        dsattn_ctx *ref = make_ctx(DSATTN_MODE_REFERENCE);
+        dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
         float *x = rand_input(T, dim, 8), *a = malloc(T * dim * 4), *b = malloc(T * dim * 4);
         if (m && ref) {
             CHECK_OK(run(ref, m, DSATTN_MLA_CACHE_LATENT_BF16, x, T, 6, a, NULL, NULL, 0));
@@ -256,7 +247,7 @@ DSATTN_TEST(mla, dsa_with_topk_ge_visible_equals_dense)
     cfg_opts o = small(1);
     o.topk = 32;                           /* >= every row's visible count */
     dsattn_mla *m = make_model(&o, 9, 0);
-    dsattn_ctx *ref = make_ctx(DSATTN_MODE_REFERENCE), *fast = make_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *fast = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     float *x = rand_input(T, dim, 10), *a = malloc(T * dim * 4), *b = malloc(T * dim * 4);
     if (m && ref && fast) {
         for (int mode = 0; mode < 2; mode++) {
@@ -303,7 +294,7 @@ DSATTN_TEST(mla, dsa_selection_equals_brute_force_topk)
     o.topk = (int)K;
     o.n_layers = 1;
     dsattn_mla *m = make_model(&o, 11, 0);
-    dsattn_ctx *ref = make_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     if (!m || !ref) goto out;
     const dsattn_mla_config *c = &m->cfg;
     const size_t QL = (size_t)c->q_lora_rank, Hi = (size_t)c->index_n_heads;
@@ -373,7 +364,7 @@ out:
 static void decode_at_depth(const dsattn_mla *m, dsattn_mla_cache fmt, int64_t depth, float *o_ref,
                             float *o_fast, int32_t *sel_ref, int32_t *sel_fast, size_t kw)
 {
-    dsattn_ctx *ref = make_ctx(DSATTN_MODE_REFERENCE), *fast = make_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *fast = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     const size_t dim = (size_t)dsattn_mla_dim(m);
     float *x = rand_input(1, dim, 99);
     for (int mode = 0; mode < 2 && ref && fast; mode++) {
@@ -428,7 +419,7 @@ DSATTN_TEST(mla, phase_profile)
     cfg_opts o = small(1);
     o.n_layers = 1;
     dsattn_mla *m = make_model(&o, 19, 1);
-    dsattn_ctx *ctx = make_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     if (!m || !ctx) return;
     const size_t dim = (size_t)dsattn_mla_dim(m);
     float *x = rand_input(1, dim, 19), *y0 = calloc(dim, sizeof(float)), *y1 = calloc(dim, sizeof(float));
@@ -474,7 +465,7 @@ DSATTN_TEST(mla, fast_index_scores_match_reference)
         for (size_t i = 0; i < Di; i++) v[i] = dsattn_rng_normal(&r);
         dsattn_v32_index_pack(v, Di, kc + j * kb, NULL);
     }
-    dsattn_ctx *ref = make_ctx(DSATTN_MODE_REFERENCE), *fast = make_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *fast = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     if (ref && fast) {
         dsattn_mla_index_scores(ref, q, w, Hi, Di, kc, n, sa);
         dsattn_mla_index_scores(fast, q, w, Hi, Di, kc, n, sb);
@@ -730,7 +721,7 @@ DSATTN_TEST(mla, fp8_latent_cache_close_to_bf16)
     cfg_opts o = small(1);
     o.n_layers = 1;
     dsattn_mla *m = make_model(&o, 19, 0);
-    dsattn_ctx *ref = make_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     float *x = rand_input(T, dim, 20), *a = malloc(T * dim * 4), *b = malloc(T * dim * 4);
     float *aa = malloc(T * dim * 4), *ab = malloc(T * dim * 4);
     if (m && ref) {
@@ -760,7 +751,7 @@ DSATTN_TEST(mla, fp8_weights_fast_vs_reference)
         o.n_layers = 1;
         o.topk = 4;
         dsattn_mla *m = make_model(&o, 21 + (uint64_t)dsa, 1);
-        dsattn_ctx *ref = make_ctx(DSATTN_MODE_REFERENCE), *fast = make_ctx(DSATTN_MODE_FAST);
+        dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *fast = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
         float *x = rand_input(T, dim, 22), *a = malloc(T * dim * 4), *b = malloc(T * dim * 4);
         if (m && ref && fast) {
             CHECK_EQ_INT(m->layer[0].wkv_b.kind, DSATTN_W_FP8);
@@ -838,7 +829,7 @@ DSATTN_TEST(mla, cache_bytes_per_token_at_released_dims)
         /* no weights: forward refuses */
         float x[1] = { 0 };
         CHECK_EQ_INT(dsattn_mla_attn_forward(NULL, s, 0, x, 1, x), DSATTN_ERR_INVALID_ARG);
-        dsattn_ctx *c = make_ctx(DSATTN_MODE_FAST);
+        dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
         float *xx = calloc(7168, sizeof *xx);
         CHECK_EQ_INT(dsattn_mla_attn_forward(c, s, 0, xx, 1, xx), DSATTN_ERR_UNSUPPORTED);
         free(xx);
@@ -858,7 +849,7 @@ DSATTN_TEST(mla, argument_errors)
     cfg_opts o = small(1);
     o.n_layers = 1;
     dsattn_mla *m = make_model(&o, 23, 0);
-    dsattn_ctx *c = make_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     if (!m || !c) goto out;
     dsattn_mla_seq *s = NULL;
     CHECK_EQ_INT(dsattn_mla_seq_create(&s, m, 0, DSATTN_MLA_CACHE_LATENT_BF16), DSATTN_ERR_INVALID_ARG);

@@ -97,16 +97,6 @@ DSATTN_TEST(pgemm, fp8_tile_decode_equals_ref_on_every_code)
     free(w); free(t1); free(t2);
 }
 
-static dsattn_ctx *ctx_of(dsattn_mode mode, int threads)
-{
-    dsattn_ctx *c = NULL;
-    dsattn_ctx_params p = dsattn_ctx_default_params();
-    p.mode = mode;
-    p.n_threads = threads;
-    CHECK_OK(dsattn_ctx_create(&c, &p));
-    return c;
-}
-
 /* |fast - ref| <= 2^-20 * sum |w x| per output (K <= 1100 terms of fp32
  * rounding, far inside), NaN where the reference has NaN. */
 static void check_prefill(const char *what, const float *got, const float *want,
@@ -144,9 +134,9 @@ DSATTN_TEST(pgemm, prefill_linear_fast_matches_reference_and_ignores_threads)
     for (size_t i = 0; i < ((RMAX + BS - 1) / BS) * ((KMAX + BS - 1) / BS); i++)
         sc[i] = ldexpf(1.0f, (int)(i % 7) - 9);
     for (size_t i = 0; i < TMAX * KMAX; i++) x[i] = dsattn_rng_normal(&r);
-    dsattn_ctx *cr = ctx_of(DSATTN_MODE_REFERENCE, 2);
-    dsattn_ctx *cf[3] = { ctx_of(DSATTN_MODE_FAST, 1), ctx_of(DSATTN_MODE_FAST, 2),
-                          ctx_of(DSATTN_MODE_FAST, 3) };
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 2);
+    dsattn_ctx *cf[3] = { dsattn_test_ctx(DSATTN_MODE_FAST, 1), dsattn_test_ctx(DSATTN_MODE_FAST, 2),
+                          dsattn_test_ctx(DSATTN_MODE_FAST, 3) };
     for (int kind = 0; kind < 4; kind++)          /* FP8, FP8 with a NaN code, BF16, F32 */
         for (int ri = 0; ri < 3; ri++)
             for (int ki = 0; ki < 2; ki++)

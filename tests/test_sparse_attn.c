@@ -26,16 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dsattn_ctx *mk_ctx(dsattn_mode mode)
-{
-    dsattn_ctx *c = NULL;
-    dsattn_ctx_params p = dsattn_ctx_default_params();
-    p.mode = mode;
-    p.n_threads = 1;
-    CHECK_OK(dsattn_ctx_create(&c, &p));
-    return c;
-}
-
 /* n random V4.1 rows of one layout, values ~ N(0, sd) rounded to bf16 */
 static uint8_t *make_rows(int fp4, size_t n, size_t d, float sd, dsattn_rng *g)
 {
@@ -179,7 +169,7 @@ static double fast_vs_ref(const v41_cache *c, size_t nh, const int32_t *idx, siz
     for (size_t i = 0; i < nh * d; i++) q[i] = dsattn_round_bf16(qsd * dsattn_rng_normal(&g));
     for (size_t h = 0; h < nh; h++) sink[h] = dsattn_round_bf16(dsattn_rng_normal(&g));
     float *ws = malloc(dsattn_sparse_attn_scratch(nh, d) * sizeof(float));
-    dsattn_ctx *cr = mk_ctx(DSATTN_MODE_REFERENCE), *cf = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 1), *cf = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
     const float scale = 1.0f / sqrtf((float)d);
     dsattn_sparse_attn(cr, q, nh, d, &c->s0, &c->s1, idx, n_idx, sink, scale, max_init, o_ref, ws);
     dsattn_sparse_attn(cf, q, nh, d, &c->s0, &c->s1, idx, n_idx, sink, scale, max_init, o_fast,

@@ -47,15 +47,6 @@ static float *golden_x(size_t *T, size_t *dim)
     return x;
 }
 
-static dsattn_ctx *mk_ctx(dsattn_mode mode)
-{
-    dsattn_ctx_params p = dsattn_ctx_default_params();
-    p.mode = mode;
-    dsattn_ctx *c = NULL;
-    CHECK_OK(dsattn_ctx_create(&c, &p));
-    return c;
-}
-
 /* Run the stand-in stack over x[0..n): a prefill of P tokens, then one
  * token at a time.  Writes the final residuals to out [n, dim]; returns
  * the sequence (caller destroys). */
@@ -233,7 +224,7 @@ DSATTN_TEST(v4, prefill_then_decode_equals_full_prefill)
     float *x = golden_x(&T, &dim);
     const size_t N = 40;                     /* 2.5 HCA groups (m = 16), 10 CSA groups */
     CHECK(x && T >= N && m->cfg.compress_ratios[2] == 4 && m->cfg.compress_ratios[3] == 16);
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     float *full = malloc(N * dim * 4), *split = malloc(N * dim * 4);
     dsattn_v4_seq *sf = run_stack(ctx, m, x, N, N, full, DSATTN_V4_EMPTY_REFERENCE);
     /* group boundaries of CSA (4) and HCA (16): m-1, m, m+1, 2m, ... */
@@ -273,7 +264,7 @@ DSATTN_TEST(v4, forced_topk_attends_every_visible_entry)
     size_t T, dim;
     float *x = golden_x(&T, &dim);
     const size_t N = 48;
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     float *a = malloc(N * dim * 4), *b = malloc(N * dim * 4), *c = malloc(N * dim * 4);
     dsattn_v4_seq *s0 = run_stack(ctx, m, x, N, 13, c, DSATTN_V4_EMPTY_REFERENCE);  /* top-4 */
     m->cfg.index_topk = 1 << 20;
@@ -331,7 +322,7 @@ DSATTN_TEST(v4, sink_joins_only_the_denominator)
     int32_t idx[3] = { 5, -1, 7 };
     const dsattn_mode modes[] = { DSATTN_MODE_REFERENCE, DSATTN_MODE_FAST };
     for (size_t mi = 0; mi < 2; mi++) {
-        dsattn_ctx *ctx = mk_ctx(modes[mi]);
+        dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], 0);
         /* sink off (NULL) and sink -inf: o = v (softmax weight 1) */
         float off[2] = { -INFINITY, -INFINITY };
         one_row_attn(ctx, v, d, idx, 3, NULL, -INFINITY, 0.5f, out);
@@ -363,7 +354,7 @@ DSATTN_TEST(v4, all_invalid_rows)
     for (int i = 0; i < 70; i++) late[i] = i == 66 ? 3 : -1;
     const dsattn_mode modes[] = { DSATTN_MODE_REFERENCE, DSATTN_MODE_FAST };
     for (size_t mi = 0; mi < 2; mi++) {
-        dsattn_ctx *ctx = mk_ctx(modes[mi]);
+        dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], 0);
         /* V4 (-inf running max): NaN, as the reference kernel */
         one_row_attn(ctx, v, d, none, 4, sink, -INFINITY, 1.0f, out);
         for (size_t i = 0; i < 2 * d; i++) CHECK_MSG(isnan(out[i]), "mode %zu: not NaN", mi);
@@ -402,7 +393,7 @@ DSATTN_TEST(v4, layer_sink_on_off)
     size_t T, dim;
     float *x = golden_x(&T, &dim);
     const size_t N = 20;
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     float *a = malloc(N * dim * 4), *b = malloc(N * dim * 4), *c = malloc(N * dim * 4);
     float *saved[DSATTN_V4_MAX_LAYERS];
     float minf[64];
@@ -454,7 +445,7 @@ static void bill_of(const char *cfg, size_t max_len, dsattn_kv_bill *b, int *n_c
         CHECK_EQ_INT(dsattn_v4_seq_pos(s), (int64_t)max_len - 1);
         /* forward needs weights */
         float x[8] = { 0 };
-        dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+        dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
         CHECK_EQ_INT(dsattn_v4_attn_forward(ctx, s, 0, x, 1, x), DSATTN_ERR_UNSUPPORTED);
         dsattn_ctx_destroy(ctx);
     }
@@ -527,7 +518,7 @@ DSATTN_TEST(v4, fast_matches_reference_fp8)
     float *x = malloc(N * dim * 4), *r = malloc(N * dim * 4), *f = malloc(N * dim * 4);
     dsattn_rng g = { 11 };
     for (size_t i = 0; i < N * dim; i++) x[i] = dsattn_rng_normal(&g);
-    dsattn_ctx *cr = mk_ctx(DSATTN_MODE_REFERENCE), *cf = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *cf = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     dsattn_v4_seq_destroy(run_stack(cr, m, x, N, 21, r, DSATTN_V4_EMPTY_REFERENCE));
     dsattn_v4_seq_destroy(run_stack(cf, m, x, N, 21, f, DSATTN_V4_EMPTY_REFERENCE));
     for (size_t i = 0; i < N * dim; i++) CHECK_MSG(isfinite(r[i]), "non-finite at %zu", i);
@@ -588,7 +579,7 @@ DSATTN_TEST(v4, loads_fp8_release_checkpoint)
         float *x = malloc(N * dim * 4), *a = malloc(N * dim * 4), *b = malloc(N * dim * 4);
         dsattn_rng g = { 5 };
         for (size_t i = 0; i < N * dim; i++) x[i] = dsattn_rng_normal(&g);
-        dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+        dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
         dsattn_v4_seq_destroy(run_stack(ctx, m1, x, N, 9, a, DSATTN_V4_EMPTY_REFERENCE));
         dsattn_v4_seq_destroy(run_stack(ctx, m2, x, N, 9, b, DSATTN_V4_EMPTY_REFERENCE));
         size_t f;
@@ -626,7 +617,7 @@ DSATTN_TEST(v4, sparse_attn_model1_rows_fast_vs_reference)
     dsattn_kv_src s1 = { DSATTN_KV_V4, rows + 20 * kvb, kvb, n - 20, D, rd };
     float *o1 = malloc(nh * D * 4), *o2 = malloc(nh * D * 4);
     float *ws = malloc(dsattn_sparse_attn_scratch(nh, D) * 4);
-    dsattn_ctx *cr = mk_ctx(DSATTN_MODE_REFERENCE), *cf = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *cf = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     dsattn_sparse_attn(cr, q, nh, D, &s0, &s1, idx, 140, sink, 0.0884f, -INFINITY, o1, ws);
     dsattn_sparse_attn(cf, q, nh, D, &s0, &s1, idx, 140, sink, 0.0884f, -INFINITY, o2, ws);
     const double rel = dsattn_rel_l2(o2, o1, nh * D);
@@ -688,7 +679,7 @@ DSATTN_TEST(v4, bad_configs_are_errors)
     if (!m) return;
     dsattn_v4_seq *s = NULL;
     CHECK_OK(dsattn_v4_seq_create(&s, m, 16, DSATTN_V4_EMPTY_REFERENCE));
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     float *x = calloc(2 * 256, 4), *o = calloc(2 * 256, 4);
     CHECK_OK(dsattn_v4_stack_forward(ctx, s, x, 2, NULL, NULL));
     CHECK_EQ_INT(dsattn_v4_attn_forward(ctx, s, 0, x, 2, o), DSATTN_ERR_UNSUPPORTED);

@@ -155,15 +155,6 @@ static const char *write_cfg(const char *tag, int dim, int topk, int cand_blocks
     return path;
 }
 
-static dsattn_ctx *mk_ctx(dsattn_mode mode)
-{
-    dsattn_ctx *c = NULL;
-    dsattn_ctx_params p = dsattn_ctx_default_params();
-    p.mode = mode;
-    CHECK_OK(dsattn_ctx_create(&c, &p));
-    return c;
-}
-
 static float *rand_input(size_t T, size_t dim, uint64_t seed)
 {
     dsattn_rng r = { seed };
@@ -198,7 +189,7 @@ DSATTN_TEST(v41, prefill_then_decode_equals_all_decode_owner_seed3)
     char err[256];
     dsattn_v41 *m = NULL;
     CHECK_OK(dsattn_v41_create_random(&m, write_cfg("pd", 256, 5, 3, 4, "bf16"), 3, 0, err, sizeof err));
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     if (!m || !ctx) return;
     const size_t T = 29, dim = 256;
     float *x = rand_input(T, dim, 3);
@@ -224,7 +215,7 @@ DSATTN_TEST(v41, phase_profile_seed13)
     char err[256];
     dsattn_v41 *m = NULL;
     CHECK_OK(dsattn_v41_create_random(&m, write_cfg("prof", 256, 5, 3, 4, "fp8"), 13, 1, err, sizeof err));
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     if (!m || !ctx) return;
     const size_t T = 21, dim = 256;
     float *x = rand_input(T, dim, 13);
@@ -266,7 +257,7 @@ DSATTN_TEST(v41, causal_future_token_changes_nothing_before_seed4)
     char err[256];
     dsattn_v41 *m = NULL;
     CHECK_OK(dsattn_v41_create_random(&m, write_cfg("causal", 256, 5, 3, 4, "fp8"), 4, 1, err, sizeof err));
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     if (!m || !ctx) return;
     const size_t T = 24, dim = 256;
     float *x = rand_input(T, dim, 4);
@@ -287,7 +278,7 @@ DSATTN_TEST(v41, forced_dense_selects_every_visible_entry_seed5)
     char err[256];
     dsattn_v41 *m = NULL;
     CHECK_OK(dsattn_v41_create_random(&m, write_cfg("dense", 256, 64, 64, 4, "bf16"), 5, 0, err, sizeof err));
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     if (!m || !ctx) return;
     const size_t T = 27, P = 11, dim = 256;
     float *h = rand_input(T, dim, 5);
@@ -328,7 +319,7 @@ DSATTN_TEST(v41, reuse_layers_read_their_sources_seed6)
     char err[256];
     dsattn_v41 *m = NULL;
     CHECK_OK(dsattn_v41_create_random(&m, write_cfg("reuse", 256, 5, 3, 4, "bf16"), 6, 0, err, sizeof err));
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     if (!m || !ctx) return;
     static const int want_mode[12] = { 0, 0, 1, 3, 1, 3, 1, 3, 2, 3, 2, 3 };
     static const int want_src[12] = { -1, -1, 2, 2, 4, 4, 6, 6, 6, 6, 6, 6 };
@@ -389,7 +380,7 @@ DSATTN_TEST(v41, reindex_picks_lie_inside_the_pool_seed7)
     char err[256];
     dsattn_v41 *m = NULL;
     CHECK_OK(dsattn_v41_create_random(&m, write_cfg("pool", 256, 3, 2, 2, "bf16"), 7, 0, err, sizeof err));
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     if (!m || !ctx) return;
     const size_t T = 30, dim = 256;
     float *h = rand_input(T, dim, 7);
@@ -433,7 +424,7 @@ DSATTN_TEST(v41, reindex_picks_lie_inside_the_pool_seed7)
 DSATTN_TEST(v41, all_invalid_row_gives_exact_zero)
 {
     for (int mode = 0; mode < 2; mode++) {
-        dsattn_ctx *ctx = mk_ctx(mode ? DSATTN_MODE_REFERENCE : DSATTN_MODE_FAST);
+        dsattn_ctx *ctx = dsattn_test_ctx(mode ? DSATTN_MODE_REFERENCE : DSATTN_MODE_FAST, 0);
         float kv[4 * 64], q[2 * 64], out[2 * 64], sink[2] = { 0.5f, 80.0f };
         for (int i = 0; i < 4 * 64; i++) kv[i] = (float)(i % 7) - 3.0f;
         for (int i = 0; i < 2 * 64; i++) q[i] = 1.0f;
@@ -483,7 +474,7 @@ DSATTN_TEST(v41, kv_bill_is_890_bytes_at_real_size)
     CHECK_EQ_INT(dsattn_v41_layer_mode(m, 24), DSATTN_V41_REINDEX);
     /* a config-only model refuses to run */
     float x[5120] = { 0 }, y[5120];
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_FAST);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
     CHECK_EQ_INT(dsattn_v41_attn_forward(ctx, s, 0, x, 1, y), DSATTN_ERR_UNSUPPORTED);
     dsattn_ctx_destroy(ctx);
     dsattn_v41_seq_destroy(s);
@@ -542,7 +533,7 @@ static float *run_ckpt(const char *dir, const float *x, size_t T, size_t P)
     dsattn_status st = dsattn_v41_load(&m, NULL, dir, err, sizeof err);
     CHECK_MSG(st == DSATTN_OK, "load %s: %s", dir, err);
     if (st) return NULL;
-    dsattn_ctx *ctx = mk_ctx(DSATTN_MODE_REFERENCE);
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     float *h = run_stack(ctx, m, x, T, P, DSATTN_V41_INDEX_K_OWNER);
     dsattn_ctx_destroy(ctx);
     dsattn_v41_destroy(m);
@@ -626,7 +617,7 @@ DSATTN_TEST(v41, fast_vs_reference_statistical_gates_seed21)
     float *o = malloc(P * dim * sizeof(float));
     double inter = 0, uni = 0, worst_rel = 0, worst_cos = 1, dd = 0, ww = 0;
     dsattn_v41_seq *s[2] = { NULL, NULL };
-    dsattn_ctx *ctx[2] = { mk_ctx(DSATTN_MODE_REFERENCE), mk_ctx(DSATTN_MODE_FAST) };
+    dsattn_ctx *ctx[2] = { dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), dsattn_test_ctx(DSATTN_MODE_FAST, 0) };
     for (int k = 0; k < 2; k++) CHECK_OK(dsattn_v41_seq_create(&s[k], m, T, DSATTN_V41_INDEX_K_OWNER));
     for (size_t t = 0; t < T && s[0] && s[1];) {
         size_t n = t == 0 ? P : 1;
