@@ -199,15 +199,23 @@ static inline size_t key_at(const int32_t *idx, size_t i) { return idx ? (size_t
  * then the same bf16 rounding; other kinds fall back to the shared one.
  * Per decode step absorb_q and absorb_out dequantize all of wkv_b (16.8 M
  * values for V3), which the scalar path spent ~70 ms on. */
+/* FP8 weight row r: its codes, and in *scale its row of block scales */
+static inline const uint8_t *fp8_row(const dsattn_weight *W, size_t r, const float **scale)
+{
+    *scale = W->scale + (r / W->block) * ((W->cols + W->block - 1) / W->block);
+    return (const uint8_t *)W->data + r * W->cols;
+}
+
 static void weight_row_bf16_fast(const dsattn_weight *w, size_t r, float *out)
 {
     if (w->kind != DSATTN_W_FP8) {
         dsattn_mla_weight_row_bf16(w, r, out);
         return;
     }
-    const size_t C = w->cols, bs = w->block, sc = (C + bs - 1) / bs;
-    dsattn_fp8_row_best()((const uint8_t *)w->data + r * C, w->scale + (r / bs) * sc, bs, C, out);
-    for (size_t i = 0; i < C; i++) out[i] = dsattn_round_bf16(out[i]);
+    const float *sc;
+    const uint8_t *codes = fp8_row(w, r, &sc);
+    dsattn_fp8_row_best()(codes, sc, w->block, w->cols, out);
+    for (size_t i = 0; i < w->cols; i++) out[i] = dsattn_round_bf16(out[i]);
 }
 
 /* FP8 weight row r (n bytes) on its way into the cache: the absorption
@@ -269,27 +277,24 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                 size_t d0 = 0;
                 if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
                     /* four rows per pass over the accumulator, same chain */
-                    const size_t bs = W->block, sc = (KL + bs - 1) / bs;
                     for (; d0 + 4 <= dn; d0 += 4) {
                         const uint8_t *w4[4];
                         const float *s4[4];
                         for (int k = 0; k < 4; k++) {
-                            const size_t r = h * (dn + dv) + d0 + (size_t)k;
-                            w4[k] = (const uint8_t *)W->data + r * KL;
-                            s4[k] = W->scale + (r / bs) * sc;
+                            w4[k] = fp8_row(W, h * (dn + dv) + d0 + (size_t)k, &s4[k]);
                             prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dn, dn + dv, 0), KL);
                         }
-                        mk->fp8w_axpy4(w4, s4, bs, KL, qh + d0, accf);
+                        mk->fp8w_axpy4(w4, s4, W->block, KL, qh + d0, accf);
                     }
                 }
                 for (size_t d = d0; d < dn; d++) {
                     const float a = qh[d];
                     const size_t r = h * (dn + dv) + d;
                     if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
-                        const size_t bs = W->block, sc = (KL + bs - 1) / bs;
+                        const float *sc;
+                        const uint8_t *codes = fp8_row(W, r, &sc);
                         prefetch_row(W, row_ahead(h, d, 16, dn, dn + dv, 0), KL);
-                        mk->fp8w_axpy((const uint8_t *)W->data + r * KL, W->scale + (r / bs) * sc,
-                                      bs, KL, a, accf);
+                        mk->fp8w_axpy(codes, sc, W->block, KL, a, accf);
                     } else if (mk && W->kind == DSATTN_W_BF16) {
                         mk->bf16w_axpy((const uint16_t *)W->data + r * KL, KL, a, accf);
                     } else if (W->kind == DSATTN_W_BF16) {
@@ -335,18 +340,15 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
             size_t d0 = 0;
             if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
                 /* four rows per pass, the x loads shared; same bits */
-                const size_t bs = W->block, sc = (KL + bs - 1) / bs;
                 for (; d0 + 4 <= dv; d0 += 4) {
                     const uint8_t *w4[4];
                     const float *s4[4];
                     float y4[4];
                     for (int k = 0; k < 4; k++) {
-                        const size_t r = h * (dn + dv) + dn + d0 + (size_t)k;
-                        w4[k] = (const uint8_t *)W->data + r * KL;
-                        s4[k] = W->scale + (r / bs) * sc;
+                        w4[k] = fp8_row(W, h * (dn + dv) + dn + d0 + (size_t)k, &s4[k]);
                         prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dv, dn + dv, dn), KL);
                     }
-                    mk->fp8w_dot4(w4, s4, bs, KL, xh, y4);
+                    mk->fp8w_dot4(w4, s4, W->block, KL, xh, y4);
                     for (int k = 0; k < 4; k++) o[h * dv + d0 + (size_t)k] = dsattn_round_bf16(y4[k]);
                 }
             }
@@ -356,10 +358,10 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
                 if (!ref && W->kind == DSATTN_W_BF16) {
                     ctx->k->gemv_bf16((const uint16_t *)W->data + r * KL, xh, &y, 1, KL);
                 } else if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
-                    const size_t bs = W->block, sc = (KL + bs - 1) / bs;
+                    const float *sc;
+                    const uint8_t *codes = fp8_row(W, r, &sc);
                     prefetch_row(W, row_ahead(h, d, 16, dv, dn + dv, dn), KL);
-                    y = mk->fp8w_dot((const uint8_t *)W->data + r * KL, W->scale + (r / bs) * sc,
-                                     bs, KL, xh);
+                    y = mk->fp8w_dot(codes, sc, W->block, KL, xh);
                 } else {
                     if (ref) dsattn_mla_weight_row_bf16(W, r, wr);
                     else weight_row_bf16_fast(W, r, wr);

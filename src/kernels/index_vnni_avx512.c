@@ -223,34 +223,33 @@ VNNI_TARGET static inline __m512 key_scale32(uint8_t e)
     return _mm512_castsi512_ps(_mm512_set1_epi32((int)(((uint32_t)e + 127u - 128u) << 23)));
 }
 
+/* One chunk of 16 heads' fp32 dots into the double head sum:
+ * bf16(dot) -> relu -> bf16(* w) -> added in double. */
+VNNI_TARGET static inline __m512d head_chunk(__m512d hs, __m512 dot, const float *w)
+{
+    __m512 d = _mm512_max_ps(round_bf16_ps(dot), _mm512_setzero_ps());
+    __m512 pr = round_bf16_ps(_mm512_mul_ps(d, _mm512_loadu_ps(w)));
+    hs = _mm512_add_pd(hs, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
+    return _mm512_add_pd(hs, _mm512_cvtps_pd(
+        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
+}
+
 /* Head weighting from fp32 block totals (equal to the rounded double ones). */
 VNNI_TARGET static inline float head_sum32(const __m512 *tot, size_t nhc, const float *w)
 {
     __m512d hs = _mm512_setzero_pd();
-    for (size_t hc = 0; hc < nhc; hc++) {
-        __m512 d = round_bf16_ps(tot[hc]);
-        d = _mm512_max_ps(d, _mm512_setzero_ps());
-        __m512 pr = round_bf16_ps(_mm512_mul_ps(d, _mm512_loadu_ps(w + hc * 16)));
-        hs = _mm512_add_pd(hs, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
-        hs = _mm512_add_pd(hs, _mm512_cvtps_pd(
-            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
-    }
+    for (size_t hc = 0; hc < nhc; hc++) hs = head_chunk(hs, tot[hc], w + hc * 16);
     return dsattn_round_bf16((float)_mm512_reduce_add_pd(hs));
 }
 
-/* Head weighting: bf16(dot) -> relu -> bf16(* w) -> double sum -> bf16. */
+/* Head weighting from double totals: each rounded to fp32 first, then as
+ * head_sum32. */
 VNNI_TARGET static inline float head_sum(const __m512d *tot, size_t nhc, const float *w)
 {
     __m512d hs = _mm512_setzero_pd();
     for (size_t hc = 0; hc < nhc; hc++) {
         __m256 d0 = _mm512_cvtpd_ps(tot[2 * hc]), d1 = _mm512_cvtpd_ps(tot[2 * hc + 1]);
-        __m512 d = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
-        d = round_bf16_ps(d);
-        d = _mm512_max_ps(d, _mm512_setzero_ps());
-        __m512 pr = round_bf16_ps(_mm512_mul_ps(d, _mm512_loadu_ps(w + hc * 16)));
-        hs = _mm512_add_pd(hs, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
-        hs = _mm512_add_pd(hs, _mm512_cvtps_pd(
-            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
+        hs = head_chunk(hs, _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1), w + hc * 16);
     }
     return dsattn_round_bf16((float)_mm512_reduce_add_pd(hs));
 }
