@@ -626,33 +626,75 @@ DSATTN_TEST(mla, tile_kernels_avx512_match_scalar_on_odd_sizes)
         const float dr_ = R->fp8w_dot(w, scale, bs, n - 16, x);
         CHECK_MSG(fabsf(da - dr_) <= 1e-5f * (fabsf(dr_) + 1.0f), "fp8w_dot %g vs %g", da, dr_);
         /* the four-row forms equal four one-row calls bit for bit, on both
-         * tables (rows with different scales, a tail past the blocks) */
+         * tables, with and without the finite promise: rows with different
+         * scale modes in one block (the general loop), then blocks where
+         * all four rows share mode 1 (power of two), 0 (any scale) or 2
+         * (huge) - the finite forms' 32-code steps - with bs = 128 and
+         * bs = 48 (a 16-element step left in every block), and a tail past
+         * the blocks. */
         {
-            static uint8_t w4b[4][272];
-            const float sc4[4][3] = { { 0x1p-9f, 3.0e-3f, 0x1p-7f }, { 0x1p-3f, 0x1p-3f, 0x1p-3f },
-                                      { 5.0e-4f, 0x1p-12f, 7.0e-2f }, { 0x1p-20f, 1.0f, 0x1p-8f } };
-            const uint8_t *w4[4];
-            const float *s4[4];
+            enum { NMAX = 400 };
+            static uint8_t w4b[4][NMAX];
+            static const float sc_mixed[4][4] = {
+                { 0x1p-9f, 3.0e-3f, 0x1p-7f, 0.5f }, { 0x1p-3f, 0x1p-3f, 0x1p-3f, 0.5f },
+                { 5.0e-4f, 0x1p-12f, 7.0e-2f, 0.5f }, { 0x1p-20f, 1.0f, 0x1p-8f, 0.5f } };
+            static const float sc_same[4][9] = {
+                { 0x1p-9f, 3.0e-3f, 0x1p110f, 0x1p-2f, 0.7f, 0x1p105f, 0x1p-9f, 1.0f, 0.3f },
+                { 0x1p-3f, 1.7e-2f, 0x1p112f, 0x1p-12f, 1.3f, 0x1p101f, 0x1p-3f, 1.0f, 0.3f },
+                { 0x1p-12f, 5.0e-4f, 0x1p104f, 0x1p3f, 0.1f, 0x1p120f, 0x1p-12f, 1.0f, 0.3f },
+                { 0x1p-20f, 9.0e-1f, 0x1p101f, 0x1p-7f, 2.3f, 0x1p103f, 0x1p-20f, 1.0f, 0.3f } };
+            const struct { size_t bs, n; int same; } cfg[3] = {
+                { 128, 272, 0 }, { 128, 400, 1 }, { 48, 400, 1 } };
             const float a4[4] = { 0.75f, -1.5f, 3.0e-2f, 11.0f };
-            for (int k = 0; k < 4; k++) {
-                for (size_t i = 0; i < n; i++) {
-                    uint8_t c = (uint8_t)(i * (5 + 2 * k) + 11 * k);
-                    w4b[k][i] = (c & 0x7f) == 0x7f ? 0x41 : c;
+            float xw[NMAX];
+            fill_rand(xw, NMAX, 12, 1.0f);
+            for (int c = 0; c < 3; c++) {
+                const size_t wbs = cfg[c].bs, wn = cfg[c].n;
+                const uint8_t *w4[4];
+                const float *s4[4];
+                for (int k = 0; k < 4; k++) {
+                    for (size_t i = 0; i < wn; i++) {
+                        uint8_t b = (uint8_t)(i * (5 + 2 * k) + 11 * k);
+                        w4b[k][i] = (b & 0x7f) == 0x7f ? 0x41 : b;
+                    }
+                    w4[k] = w4b[k];
+                    s4[k] = cfg[c].same ? sc_same[k] : sc_mixed[k];
                 }
-                w4[k] = w4b[k];
-                s4[k] = sc4[k];
-            }
-            const dsattn_mla_kern *T[2] = { A, R };
-            for (int t = 0; t < 2; t++) {
-                float acc1[272], acc4[272], d1[4], d4[4];
-                fill_rand(acc1, n, 11, 2.0f);
-                memcpy(acc4, acc1, sizeof acc1);
-                for (int k = 0; k < 4; k++) T[t]->fp8w_axpy(w4[k], s4[k], bs, n, a4[k], acc1);
-                T[t]->fp8w_axpy4(w4, s4, bs, n, a4, acc4);
-                CHECK_BITS(t ? "fp8w_axpy4 (ref)" : "fp8w_axpy4", acc4, acc1, n);
-                for (int k = 0; k < 4; k++) d1[k] = T[t]->fp8w_dot(w4[k], s4[k], bs, n, x);
-                T[t]->fp8w_dot4(w4, s4, bs, n, x, d4);
-                CHECK_BITS(t ? "fp8w_dot4 (ref)" : "fp8w_dot4", d4, d1, 4);
+                const dsattn_mla_kern *T[2] = { A, R };
+                for (int t = 0; t < 2; t++)
+                    for (int fin = 0; fin < 2; fin++) {
+                        float acc1[NMAX], acc4[NMAX], d1[4], d4[4];
+                        fill_rand(acc1, wn, 11, 2.0f);
+                        memcpy(acc4, acc1, wn * sizeof(float));
+                        for (int k = 0; k < 4; k++)
+                            T[t]->fp8w_axpy(w4[k], s4[k], wbs, wn, a4[k], acc1);
+                        T[t]->fp8w_axpy4(w4, s4, wbs, wn, a4, acc4, fin);
+                        CHECK_MSG(memcmp(acc4, acc1, wn * sizeof(float)) == 0,
+                                  "fp8w_axpy4 (%s, bs %zu, finite %d) differs", T[t]->name, wbs,
+                                  fin);
+                        for (int k = 0; k < 4; k++)
+                            d1[k] = T[t]->fp8w_dot(w4[k], s4[k], wbs, wn, xw);
+                        T[t]->fp8w_dot4(w4, s4, wbs, wn, xw, d4, fin);
+                        CHECK_MSG(memcmp(d4, d1, sizeof d4) == 0,
+                                  "fp8w_dot4 (%s, bs %zu, finite %d) differs", T[t]->name, wbs, fin);
+                    }
+                /* the SIMD four-row forms against the scalar table (within
+                 * rounding: the sums run in other orders) */
+                float ra[NMAX], rb[NMAX], dsa[4], dsb[4];
+                memset(ra, 0, wn * sizeof(float));
+                memset(rb, 0, wn * sizeof(float));
+                A->fp8w_axpy4(w4, s4, wbs, wn, a4, ra, 1);
+                R->fp8w_axpy4(w4, s4, wbs, wn, a4, rb, 0);
+                for (size_t i = 0; i < wn; i++)
+                    CHECK_MSG(ra[i] == rb[i] || (isnan(ra[i]) && isnan(rb[i])) ||
+                                  fabsf(ra[i] - rb[i]) <= 1e-5f * (fabsf(rb[i]) + 1.0f),
+                              "fp8w_axpy4 SIMD vs scalar at %zu: %g vs %g", i, ra[i], rb[i]);
+                A->fp8w_dot4(w4, s4, wbs, wn, xw, dsa, 1);
+                R->fp8w_dot4(w4, s4, wbs, wn, xw, dsb, 0);
+                for (int k = 0; k < 4; k++)
+                    CHECK_MSG(dsa[k] == dsb[k] || (isnan(dsa[k]) && isnan(dsb[k])) ||
+                                  fabsf(dsa[k] - dsb[k]) <= 1e-5f * (fabsf(dsb[k]) + 1.0f),
+                              "fp8w_dot4 SIMD vs scalar row %d: %g vs %g", k, dsa[k], dsb[k]);
             }
         }
         uint16_t wb[40];

@@ -284,7 +284,7 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                             w4[k] = fp8_row(W, h * (dn + dv) + d0 + (size_t)k, &s4[k]);
                             prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dn, dn + dv, 0), KL);
                         }
-                        mk->fp8w_axpy4(w4, s4, W->block, KL, qh + d0, accf);
+                        mk->fp8w_axpy4(w4, s4, W->block, KL, qh + d0, accf, W->finite);
                     }
                 }
                 for (size_t d = d0; d < dn; d++) {
@@ -348,7 +348,7 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
                         w4[k] = fp8_row(W, h * (dn + dv) + dn + d0 + (size_t)k, &s4[k]);
                         prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dv, dn + dv, dn), KL);
                     }
-                    mk->fp8w_dot4(w4, s4, W->block, KL, xh, y4);
+                    mk->fp8w_dot4(w4, s4, W->block, KL, xh, y4, W->finite);
                     for (int k = 0; k < 4; k++) o[h * dv + d0 + (size_t)k] = dsattn_round_bf16(y4[k]);
                 }
             }

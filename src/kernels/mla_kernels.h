@@ -81,13 +81,16 @@ typedef struct dsattn_mla_kern {
     float (*fp8w_dot)(const uint8_t *w, const float *scale, size_t bs, size_t n,
                       const float *x);                   /* sum_i w(i) * x[i]  */
     /* fp8w_axpy of rows 0..3 in that order, one pass over acc: the same
-     * bits as four fp8w_axpy calls (each element sees the same chain). */
+     * bits as four fp8w_axpy calls (each element sees the same chain).
+     * finite != 0 promises no NaN code in the four rows (the weight's
+     * dsattn_weight.finite); the SIMD form then decodes 32 codes a step
+     * without the NaN compare - same bits. */
     void (*fp8w_axpy4)(const uint8_t *const *w, const float *const *scale, size_t bs, size_t n,
-                       const float *a, float *acc);
+                       const float *a, float *acc, int finite);
     /* out[k] = fp8w_dot(w[k], scale[k], ...) for rows 0..3, bit for bit,
-     * with the x loads shared */
+     * with the x loads shared; finite as for fp8w_axpy4 */
     void (*fp8w_dot4)(const uint8_t *const *w, const float *const *scale, size_t bs, size_t n,
-                      const float *x, float *out);
+                      const float *x, float *out, int finite);
     void (*bf16w_axpy)(const uint16_t *w, size_t n, float a, float *acc);
     /* x[i] = bf16(x[i]), the RNE rounding of dsattn_round_bf16 (NaN kept) */
     void (*round_bf16)(float *x, size_t n);

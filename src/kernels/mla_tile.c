@@ -124,8 +124,9 @@ static void fp8w_axpy_ref(const uint8_t *w, const float *scale, size_t bs, size_
 }
 
 static void fp8w_axpy4_ref(const uint8_t *const *w, const float *const *scale, size_t bs,
-                           size_t n, const float *a, float *acc)
+                           size_t n, const float *a, float *acc, int finite)
 {
+    (void)finite;                       /* a promise the scalar code needs not */
     for (int k = 0; k < 4; k++) fp8w_axpy_ref(w[k], scale[k], bs, n, a[k], acc);
 }
 
@@ -138,8 +139,9 @@ static float fp8w_dot_ref(const uint8_t *w, const float *scale, size_t bs, size_
 }
 
 static void fp8w_dot4_ref(const uint8_t *const *w, const float *const *scale, size_t bs,
-                          size_t n, const float *x, float *out)
+                          size_t n, const float *x, float *out, int finite)
 {
+    (void)finite;
     for (int k = 0; k < 4; k++) out[k] = fp8w_dot_ref(w[k], scale[k], bs, n, x);
 }
 
