@@ -79,6 +79,18 @@ DSATTN_TEST(vmath, softmax_exp_flushes_below_2_pow_minus_100_and_nothing_else)
     CHECK(y[2] > 0.0f && y[2] >= 0x1p-100f * 0.99f && y[3] == 0.0f && y[0] == 0.0f);
 }
 
+DSATTN_TEST(vmath, fp8_weight_row_decoder_follows_the_table)
+{
+    /* the ISA override reaches the prefill's row decoder: only the
+     * "avx512" table gets the AVX-512 decoder */
+    CHECK(dsattn_fp8_row_for("avx2") == dsattn_fp8_row_f32_ref);
+    CHECK(dsattn_fp8_row_for("ref") == dsattn_fp8_row_f32_ref);
+    CHECK(dsattn_fp8_row_for(NULL) == dsattn_fp8_row_f32_ref);
+#if defined(__x86_64__)
+    CHECK(dsattn_fp8_row_for("avx512") == dsattn_fp8_row_f32_avx512);
+#endif
+}
+
 DSATTN_TEST(vmath, fp8_weight_row_dequant_exact)
 {
     /* every code (the NaN codes 0x7f / 0xff give NaN), several block sizes
@@ -93,7 +105,7 @@ DSATTN_TEST(vmath, fp8_weight_row_dequant_exact)
     for (int t = 0; t < 3; t++)
         for (size_t k = 1; k <= 300; k += 37) {
             dsattn_fp8_row_f32_ref(w, sc, bss[t], k, a);
-            dsattn_fp8_row_best()(w, sc, bss[t], k, b);
+            dsattn_fp8_row_for(dsattn_cpu_has_avx512() ? "avx512" : "ref")(w, sc, bss[t], k, b);
             CHECK_BITS("fp8 row", b, a, k);
         }
 }

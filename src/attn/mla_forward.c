@@ -206,7 +206,8 @@ static inline const uint8_t *fp8_row(const dsattn_weight *W, size_t r, const flo
     return (const uint8_t *)W->data + r * W->cols;
 }
 
-static void weight_row_bf16_fast(const dsattn_weight *w, size_t r, float *out)
+static void weight_row_bf16_fast(const dsattn_ctx *ctx, const dsattn_weight *w, size_t r,
+                                 float *out)
 {
     if (w->kind != DSATTN_W_FP8) {
         dsattn_mla_weight_row_bf16(w, r, out);
@@ -214,7 +215,7 @@ static void weight_row_bf16_fast(const dsattn_weight *w, size_t r, float *out)
     }
     const float *sc;
     const uint8_t *codes = fp8_row(w, r, &sc);
-    dsattn_fp8_row_best()(codes, sc, w->block, w->cols, out);
+    dsattn_fp8_row_for(ctx->k->name)(codes, sc, w->block, w->cols, out);
     for (size_t i = 0; i < w->cols; i++) out[i] = dsattn_round_bf16(out[i]);
 }
 
@@ -301,7 +302,7 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                         const uint16_t *p = (const uint16_t *)W->data + (h * (dn + dv) + d) * KL;
                         for (size_t i = 0; i < KL; i++) accf[i] += a * dsattn_bf16_to_f32(p[i]);
                     } else {
-                        weight_row_bf16_fast(W, h * (dn + dv) + d, wr);
+                        weight_row_bf16_fast(ctx, W, h * (dn + dv) + d, wr);
                         for (size_t i = 0; i < KL; i++) accf[i] += a * wr[i];
                     }
                 }
@@ -364,7 +365,7 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
                     y = mk->fp8w_dot(codes, sc, W->block, KL, xh);
                 } else {
                     if (ref) dsattn_mla_weight_row_bf16(W, r, wr);
-                    else weight_row_bf16_fast(W, r, wr);
+                    else weight_row_bf16_fast(ctx, W, r, wr);
                     if (ref) {
                         double a = 0.0;
                         for (size_t i = 0; i < KL; i++) a += (double)xh[i] * (double)wr[i];

@@ -16,6 +16,8 @@ void dsattn_fp8_row_f32_ref(const uint8_t *w, const float *scale, size_t bs, siz
                             float *out);
 void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, size_t k,
                                float *out);
-dsattn_fp8_row_fn dsattn_fp8_row_best(void);
+/* the row decoder of kernel table `isa` (dsattn_kernels.name): the AVX-512
+ * one for "avx512", else the scalar reference */
+dsattn_fp8_row_fn dsattn_fp8_row_for(const char *isa);
 
 #endif

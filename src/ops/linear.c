@@ -221,7 +221,7 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
         ws = ctx->lin_ws;
     }
     float *bp = ws, *tbuf = bp + nb;
-    const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_best();
+    const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_for(ctx->k->name);
     const int fused = W->kind == DSATTN_W_FP8 && W->block % 16 == 0 && K % 16 == 0;
 #pragma omp parallel num_threads(nthr)
     {
@@ -313,7 +313,7 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
         const int nthr = DSATTN_MAX(1, ctx->n_threads);
         float *wbuf = dsattn_alloc_array((size_t)nthr * panel * K, sizeof(float));
         if (!wbuf) return DSATTN_ERR_NOMEM;
-        const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_best();
+        const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_for(ctx->k->name);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr)
         for (size_t pi = 0; pi < n_pan; pi++) {
             size_t r0 = pi * panel, n = DSATTN_MIN(panel, R - r0);
