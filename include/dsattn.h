@@ -81,6 +81,12 @@ void          dsattn_ctx_destroy(dsattn_ctx *ctx);
 const char   *dsattn_ctx_isa_name(const dsattn_ctx *ctx);
 dsattn_mode   dsattn_ctx_mode(const dsattn_ctx *ctx);
 int           dsattn_ctx_threads(const dsattn_ctx *ctx);
+/* AMX-BF16 tiles (fast mode, avx512 table, where the CPU and OS offer
+ * them; $DSATTN_AMX=0 turns them off at creation).  Today they run the V3
+ * absorbed attention over the bf16 latent cache.  set_amx(ctx, 0) turns
+ * them off, set_amx(ctx, 1) on where possible; both return the new state. */
+int           dsattn_ctx_amx(const dsattn_ctx *ctx);
+int           dsattn_ctx_set_amx(dsattn_ctx *ctx, int on);
 
 /* Work counters: every kernel adds the FLOPs it performed and the bytes it
  * read (weights, caches, activations) so tools print a measured bill. */

@@ -29,12 +29,12 @@
 /* ==== Helpers =========================================================== */
 
 typedef struct {
-    int dsa, topk, max_seq_len, n_layers, kv_lora, n_heads, q_lora;
+    int dsa, topk, max_seq_len, n_layers, kv_lora, n_heads, q_lora, rope;
 } cfg_opts;
 
 static cfg_opts small(int dsa)
 {
-    cfg_opts o = { dsa, 2048, 64, 2, 128, 4, 128 };
+    cfg_opts o = { dsa, 2048, 64, 2, 128, 4, 128, 16 };
     return o;
 }
 
@@ -52,11 +52,11 @@ static const char *write_cfg(const cfg_opts *o)
     fprintf(f,
             "{\"model_type\": \"%s\", \"dim\": 256, \"n_layers\": %d, \"n_heads\": %d,\n"
             " \"q_lora_rank\": %d, \"kv_lora_rank\": %d, \"qk_nope_head_dim\": 32,\n"
-            " \"qk_rope_head_dim\": 16, \"v_head_dim\": 32, \"original_seq_len\": 4096,\n"
+            " \"qk_rope_head_dim\": %d, \"v_head_dim\": 32, \"original_seq_len\": 4096,\n"
             " \"rope_theta\": 10000.0, \"rope_factor\": 40, \"beta_fast\": 32, \"beta_slow\": 1,\n"
             " \"mscale\": 1.0, \"max_seq_len\": %d, \"dtype\": \"bf16\"",
             o->dsa ? "deepseek_v32" : "deepseek_v3", o->n_layers, o->n_heads, o->q_lora,
-            o->kv_lora, o->max_seq_len);
+            o->kv_lora, o->rope, o->max_seq_len);
     if (o->dsa)
         fprintf(f, ", \"index_n_heads\": 4, \"index_head_dim\": 128, \"index_topk\": %d,"
                    " \"scale_fmt\": \"ue8m0\"", o->topk);
@@ -750,6 +750,90 @@ DSATTN_TEST(mla, tiled_decode_off_tile_sizes_matches_reference)
             }
         dsattn_mla_destroy(m);
     }
+}
+
+/* ==== AMX form ============================================================ */
+
+DSATTN_TEST(mla, amx_pack_q_takes_only_bf16_numbers)
+{
+    /* the B-tile layout (row k, column 2n + e = q[16g + n][32s + 2k + e]),
+     * zero padded heads, and the refusal of a value with fp32-only bits */
+    enum { H = 20, HP = 32, D = 64 };
+    static float q[H * D];
+    static uint16_t qb[HP * D] __attribute__((aligned(64)));
+    for (size_t i = 0; i < H * D; i++) q[i] = dsattn_round_bf16((float)i * 0.37f - 11.0f);
+    if (!dsattn_cpu_has_avx512()) {
+        dsattn_test_skip("no AVX-512 build path");
+        return;
+    }
+    CHECK(dsattn_mla_amx_pack_q(q, D, H, HP, D, qb));
+    for (size_t h = 0; h < HP; h++)
+        for (size_t d = 0; d < D; d++) {
+            const size_t g = h / 16, n = h % 16, st = d / 32, k = (d % 32) / 2, e = d % 2;
+            const uint16_t got = qb[(g * (D / 32) + st) * 512 + k * 32 + 2 * n + e];
+            const uint16_t want = h < H ? dsattn_f32_to_bf16(q[h * D + d]) : 0;
+            CHECK_MSG(got == want, "qb head %zu dim %zu: %04x, want %04x", h, d, got, want);
+        }
+    q[7 * D + 33] = 1.0f + 0x1p-12f;                 /* not a bf16 number */
+    CHECK(!dsattn_mla_amx_pack_q(q, D, H, HP, D, qb));
+}
+
+DSATTN_TEST(mla, amx_decode_matches_reference_and_the_fma_tiles)
+{
+    /* Where the CPU and OS offer AMX-BF16: the V3 absorbed decode over the
+     * bf16 latent cache through the tiles, against reference mode and
+     * against the same context with AMX off (the FMA tiles): 20 heads (12
+     * padded) and 64; 1, 32, 301 keys (a staged partial block, a full
+     * block, two blocks and a tail on one thread) and 1200 (split over
+     * threads); V3.2 with top-64 (gathered, staged rows).  Bound as the
+     * tiled test: rel <= 1e-2, cosine >= 0.9999; and past one key the AMX
+     * output is not bit-identical to the FMA tiles' (so the tile path
+     * really ran). */
+    dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
+    dsattn_ctx *amx = dsattn_test_ctx(DSATTN_MODE_FAST, 0), *fma = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
+    if (!ref || !amx || !fma || !dsattn_ctx_set_amx(amx, 1)) {
+        dsattn_test_skip("no AMX-BF16 here");
+        goto out;
+    }
+    CHECK(dsattn_ctx_set_amx(fma, 0) == 0);
+    const int64_t depths[] = { 0, 31, 300, 1199 };
+    for (int v = 0; v < 3; v++) {
+        cfg_opts o = small(v == 2);
+        o.n_layers = 1;
+        o.n_heads = v == 1 ? 64 : 20;
+        o.rope = 32;                               /* D = 160: whole 32-dim tile steps */
+        o.topk = v == 2 ? 64 : 4096;
+        o.max_seq_len = 2048;
+        dsattn_mla *m = make_model(&o, 41 + (uint64_t)v, 0);
+        const size_t dim = m ? (size_t)dsattn_mla_dim(m) : 0;
+        float *x = rand_input(1, dim, 98), out[3][256];
+        for (size_t di = 0; m && x && di < 4; di++) {
+            dsattn_ctx *cs[3] = { ref, amx, fma };
+            for (int k = 0; k < 3; k++) {
+                dsattn_mla_seq *s = NULL;
+                CHECK_OK(dsattn_mla_seq_create(&s, m, (size_t)depths[di] + 1,
+                                               DSATTN_MLA_CACHE_LATENT_BF16));
+                CHECK_OK(dsattn_mla_seq_fill_synthetic(s, depths[di], 1234));
+                CHECK_OK(dsattn_mla_attn_forward(cs[k], s, 0, x, 1, out[k]));
+                dsattn_mla_seq_destroy(s);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "H %d dsa %d depth %lld: AMX vs reference", o.n_heads,
+                     o.dsa, (long long)depths[di]);
+            check_stat(what, out[1], out[0], dim, 1e-2, 0.9999);
+            snprintf(what, sizeof what, "H %d dsa %d depth %lld: AMX vs FMA tiles", o.n_heads,
+                     o.dsa, (long long)depths[di]);
+            check_stat(what, out[1], out[2], dim, 1e-2, 0.9999);
+            if (depths[di] > 0)                      /* one key: p = 1 in both */
+                CHECK_MSG(!same_bits(out[1], out[2], dim), "%s: identical bits", what);
+        }
+        free(x);
+        dsattn_mla_destroy(m);
+    }
+out:
+    dsattn_ctx_destroy(ref);
+    dsattn_ctx_destroy(amx);
+    dsattn_ctx_destroy(fma);
 }
 
 /* ==== FP8 ================================================================ */

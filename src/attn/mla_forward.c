@@ -596,6 +596,98 @@ static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *
     return DSATTN_OK;
 }
 
+/* The AMX-BF16 form (mla_kernels.h, mla_amx_avx512.c) for the bf16 latent
+ * cache: the keys split over threads as in absorbed_row_tiled, each part's
+ * (m, l, O) merged into thread 0's.  Returns 0 without touching xo when it
+ * does not apply (no AMX in the context, other shapes, a query value that is
+ * not a bf16 number); *st carries an allocation failure. */
+static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_mla_seq *s,
+                            int l, const float *qa, const float *qpe, const int32_t *idx,
+                            size_t n, int v3, float *xo, int n_threads, dsattn_mla_seq *ws_keep,
+                            dsattn_status *st)
+{
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    const size_t D = KL + dr, hp = (H + 31) / 32 * 32;
+    if (!ctx->amx || s->fmt != DSATTN_MLA_CACHE_LATENT_BF16 || !dsattn_mla_amx_fits(hp, D, KL) ||
+        s->row_bytes < D * 2)
+        return 0;
+    int nt = n_threads;
+    if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
+    /* per thread: m, l [hp], O [hp, KL], the part's scratch; shared: Q, qb */
+    const size_t part = dsattn_mla_amx_ws_bytes(hp, D, KL);
+    const size_t per = (2 * hp + hp * KL) * sizeof(float) + (part + 63) / 64 * 64;
+    const size_t bytes = (size_t)nt * per + H * D * sizeof(float) + hp * D * 2 + 64;
+    void *ws;
+    if (ws_keep) {
+        if (ws_keep->tile_ws_bytes < bytes) {
+            dsattn_free(ws_keep->tile_ws);
+            ws_keep->tile_ws = dsattn_alloc(bytes);
+            ws_keep->tile_ws_bytes = ws_keep->tile_ws ? bytes : 0;
+        }
+        ws = ws_keep->tile_ws;
+    } else {
+        ws = dsattn_alloc(bytes);
+    }
+    if (!ws) {
+        *st = DSATTN_ERR_NOMEM;
+        return 1;
+    }
+    uint8_t *w8 = ws;
+    float *Q = (float *)(w8 + (size_t)nt * per);
+    uint16_t *qb = (uint16_t *)(w8 + (size_t)nt * per + H * D * sizeof(float));
+    for (size_t h = 0; h < H; h++) {
+        memcpy(Q + h * D, qa + h * KL, KL * sizeof(float));
+        memcpy(Q + h * D + KL, qpe + h * dr, dr * sizeof(float));
+    }
+    if (!dsattn_mla_amx_pack_q(Q, D, H, hp, D, qb)) {
+        if (!ws_keep) dsattn_free(ws);
+        return 0;
+    }
+    const uint8_t *cache = s->layer[l].cache;
+    const float scale = c->softmax_scale;
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = 0, nth = 1;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+        nth = omp_get_num_threads();
+#endif
+        float *mm = (float *)(w8 + (size_t)tid * per), *ll = mm + hp, *o = ll + hp;
+        void *pw = o + hp * KL;
+        for (size_t h = 0; h < hp; h++) { mm[h] = -INFINITY; ll[h] = 0.0f; }
+        memset(o, 0, hp * KL * sizeof(float));
+        const size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
+        const size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
+        if (i0 < i1)
+            dsattn_mla_amx_part(mk, qb, hp, D, KL, cache, s->row_bytes, idx, i0, i1, scale, v3,
+                                mm, ll, o, pw);
+    }
+    /* merge the parts into thread 0's (a part with l = 0 adds nothing) */
+    const size_t ncg = KL / 16;
+    float *m0 = (float *)w8, *l0 = m0 + hp, *o0 = l0 + hp;
+    for (int t = 1; t < nt; t++) {
+        float *mt = (float *)(w8 + (size_t)t * per), *lt = mt + hp, *ot = lt + hp;
+        for (size_t h = 0; h < H; h++) {
+            if (lt[h] == 0.0f) continue;
+            const float mx = mt[h] > m0[h] ? mt[h] : m0[h];
+            const float f0 = l0[h] == 0.0f ? 0.0f : expf(m0[h] - mx), ft = expf(mt[h] - mx);
+            l0[h] = l0[h] * f0 + lt[h] * ft;
+            m0[h] = mx;
+            for (size_t cg = 0; cg < ncg; cg++) {
+                const size_t at = ((h / 16) * ncg + cg) * 256 + (h % 16) * 16;
+                for (size_t i = 0; i < 16; i++) o0[at + i] = o0[at + i] * f0 + ot[at + i] * ft;
+            }
+        }
+    }
+    for (size_t h = 0; h < H; h++)
+        for (size_t i = 0; i < KL; i++)
+            xo[h * KL + i] = dsattn_round_bf16(
+                o0[((h / 16) * ncg + i / 16) * 256 + (h % 16) * 16 + i % 16] / l0[h]);
+    if (!ws_keep) dsattn_free(ws);
+    return 1;
+}
+
 static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s, int l,
                                        const float *qa, const float *qpe, const int32_t *idx,
                                        size_t n, int v3, float *xo, int n_threads,
@@ -605,6 +697,9 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr;
     const dsattn_mla_kern *mk = dsattn_mla_kern_for(ctx->k->name);
+    dsattn_status ast = DSATTN_OK;
+    if (mk && absorbed_row_amx(ctx, mk, s, l, qa, qpe, idx, n, v3, xo, n_threads, ws_keep, &ast))
+        return ast;
     if (mk) return absorbed_row_tiled(ctx, mk, s, l, qa, qpe, idx, n, v3, xo, n_threads, ws_keep);
     int nt = n_threads;
     if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);

@@ -61,6 +61,8 @@ dsattn_status dsattn_ctx_create(dsattn_ctx **out, const dsattn_ctx_params *p)
     c->phase = -1;
     c->isa = isa;
     c->k = table_for(isa);
+    const char *amx = getenv("DSATTN_AMX");
+    c->amx = isa == DSATTN_ISA_AVX512 && dsattn_cpu_has_amx_bf16() && !(amx && !strcmp(amx, "0"));
 #ifdef _OPENMP
     c->n_threads = d.n_threads > 0 ? d.n_threads : omp_get_max_threads();
 #else
@@ -80,6 +82,15 @@ void dsattn_ctx_destroy(dsattn_ctx *ctx)
 const char *dsattn_ctx_isa_name(const dsattn_ctx *ctx)
 {
     return ctx ? ctx->k->name : "none";
+}
+
+int dsattn_ctx_amx(const dsattn_ctx *ctx) { return ctx ? ctx->amx : 0; }
+
+int dsattn_ctx_set_amx(dsattn_ctx *ctx, int on)
+{
+    if (!ctx) return 0;
+    ctx->amx = on && ctx->isa == DSATTN_ISA_AVX512 && dsattn_cpu_has_amx_bf16();
+    return ctx->amx;
 }
 
 dsattn_mode dsattn_ctx_mode(const dsattn_ctx *ctx) { return ctx->mode; }

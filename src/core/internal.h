@@ -25,6 +25,9 @@ struct dsattn_ctx {
     dsattn_isa                   isa;     /* resolved, never AUTO          */
     int                          n_threads;
     const struct dsattn_kernels *k;       /* kernel table for `isa`        */
+    int                          amx;     /* AMX-BF16 forms allowed: avx512
+                                           * table, CPU and OS have them,
+                                           * $DSATTN_AMX is not "0"        */
     dsattn_counters              cnt;     /* flops / bytes, see dsattn.h   */
     int                          prof_on; /* dsattn_ctx_set_profiling      */
     int                          phase;   /* open phase, -1: none          */

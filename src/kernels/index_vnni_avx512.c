@@ -37,16 +37,14 @@
  */
 #include "index_vnni.h"
 
+#include "kernels.h"
 #include "numfmt.h"
 
 #include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
@@ -62,25 +60,7 @@ int dsattn_index_vnni_ok(size_t nh, size_t dh)
            dh <= 256;
 }
 
-int dsattn_index_amx_ok(void)
-{
-    static int have = -1;                 /* immutable once known, like cpuid */
-    int h = __atomic_load_n(&have, __ATOMIC_ACQUIRE);
-    if (h >= 0) return h;
-    unsigned a, b, c, d;
-    h = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 25)) &&
-        __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27))) {        /* AMX-TILE, -INT8, OSXSAVE */
-        unsigned lo, hi;
-        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-        (void)hi;
-        /* XTILECFG and XTILEDATA enabled by the OS, then the per-process
-         * permission for tile data (ARCH_REQ_XCOMP_PERM, XFEATURE 18) */
-        if ((lo & (3u << 17)) == (3u << 17) && syscall(SYS_arch_prctl, 0x1023, 18) == 0) h = 1;
-    }
-    __atomic_store_n(&have, h, __ATOMIC_RELEASE);
-    return h;
-}
+int dsattn_index_amx_ok(void) { return dsattn_cpu_has_amx_int8(); }
 
 /* E2M1 code -> 2*value + 12 (unsigned half-units, biased) */
 static const int8_t k_lut[16] = { 12, 13, 14, 15, 16, 18, 20, 24,
