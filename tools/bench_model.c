@@ -203,7 +203,7 @@ static const char *auto_isa(void)
 {
     static char name[16] = "?";
     dsattn_ctx *c = make_ctx(DSATTN_MODE_FAST, 1);
-    if (c) snprintf(name, sizeof name, "%s", dsattn_ctx_isa_name(c));
+    if (c) snprintf(name, sizeof name, "%s%s", dsattn_ctx_isa_name(c), dsattn_ctx_amx(c) ? "+amx" : "");
     dsattn_ctx_destroy(c);
     return name;
 }
@@ -217,6 +217,10 @@ static void limits_note(char *buf, size_t n, const opts *o)
         k += (size_t)snprintf(buf + k, n - k, "%s %lld: %.2f, %.1f", i ? ";" : "", o->thr[i],
                               dsattn_bench_read_bw((int)o->thr[i]),
                               dsattn_bench_fma_peak((int)o->thr[i]));
+    /* the AMX-BF16 tile peak where the CPU has the tiles */
+    for (int i = 0; i < o->nt && k < n && dsattn_bench_amx_bf16_peak(1) > 0; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s %lld thr %.0f", i ? "," : "; AMX-BF16 GFLOP/s:",
+                              o->thr[i], dsattn_bench_amx_bf16_peak((int)o->thr[i]));
     if (k < n) snprintf(buf + k, n - k, ".\n");
 }
 
@@ -357,6 +361,14 @@ static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_benc
                     snprintf(r.extra[2], sizeof r.extra[2], "%.2f", at * 1e3);
                     snprintf(r.extra[3], sizeof r.extra[3], "%.0f%%",
                              at > 0 && r.lim_gflops > 0 ? 100.0 * af / at / r.lim_gflops : 0.0);
+                    /* the bf16 latent cache runs on AMX-BF16 tiles where the
+                     * context has them (mla_kernels.h): their own roofline */
+                    const double amx = dsattn_ctx_amx(ctx) && c->cache == DSATTN_MLA_CACHE_LATENT_BF16
+                                           ? dsattn_bench_amx_bf16_peak((int)o->thr[ti]) : 0.0;
+                    if (amx > 0 && at > 0)
+                        snprintf(r.extra[4], sizeof r.extra[4], "%.0f%%", 100.0 * af / at / amx);
+                    else
+                        snprintf(r.extra[4], sizeof r.extra[4], "-");
                     /* the short bench's table has one extra column: layers */
                     if (t->n_extra == 1) snprintf(r.extra[0], sizeof r.extra[0], "1");
                     dsattn_bench_row(t, &r);
@@ -395,8 +407,10 @@ int dsattn_bench_mla(int argc, char **argv)
         "One MLA layer decoding one token at real dims (random FP8 weights; caches filled "
         "synthetically to each depth). ms/token = one layer's step; GB/s and GFLOP/s = the "
         "kernels' counted bytes and FLOPs over that time; KV B/token = the layer's bill.",
-        o.fmt, 4, { "attended", "idx keys", "attention ms", "attention % FMA peak" },
-        { "entries_attended", "index_keys_scored", "attention_ms", "attention_frac_fma_peak" },
+        o.fmt, 5, { "attended", "idx keys", "attention ms", "attention % FMA peak",
+                    "attention % AMX-BF16 peak" },
+        { "entries_attended", "index_keys_scored", "attention_ms", "attention_frac_fma_peak",
+          "attention_frac_amx_bf16_peak" },
         0, "", NULL };
     dsattn_bench_begin(&t, auto_isa());
     int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr;
@@ -421,7 +435,10 @@ int dsattn_bench_mla(int argc, char **argv)
     if (o.fmt == DSATTN_BENCH_MD)
         printf("attended = cache entries the step's query attended; idx keys = index keys the "
                "DSA indexer scored (every cached token). Fast path checked against reference "
-               "mode at depth 512 before timing (rel <= 3e-2, cosine >= 0.9995).\n");
+               "mode at depth 512 before timing (rel <= 3e-2, cosine >= 0.9995). Where the "
+               "CPU has AMX-BF16 (isa \"avx512+amx\"), the bf16-latent rows run their "
+               "attention on the tiles: %% FMA peak (fp32 FMA) then exceeds 100 and the "
+               "AMX column is the fraction of the measured tile peak.\n");
     if (g_nprof && o.fmt == DSATTN_BENCH_MD) dsattn_bench_print_profile(g_prof, g_nprof, "the layer");
     return rc;
 }

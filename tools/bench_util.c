@@ -269,6 +269,73 @@ double dsattn_bench_fma_peak(int threads)
     return p;
 }
 
+#if defined(__x86_64__)
+typedef struct {
+    uint8_t  palette, start_row, rsv[14];
+    uint16_t colsb[16];
+    uint8_t  rows[16];
+} amx_probe_cfg;
+
+/* 4 tile products of 16 x 16 x 32 bf16 pairs per iteration */
+__attribute__((target("amx-tile,amx-bf16"))) static float amx_bf16_loop(long iters)
+{
+    amx_probe_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    static const uint16_t one[512] __attribute__((aligned(64))) = { 0x3f80 };   /* 1, then 0 */
+    float c[256] __attribute__((aligned(64)));
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, one, 64);
+    _tile_loadd(5, one, 64);
+    _tile_loadd(6, one, 64);
+    _tile_loadd(7, one, 64);
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, 64);
+    _tile_release();
+    return c[0];
+}
+#endif
+
+double dsattn_bench_amx_bf16_peak(int threads)
+{
+#if defined(__x86_64__)
+    static double cache[65];
+    if (threads < 1) threads = 1;
+    if (threads <= 64 && cache[threads] > 0) return cache[threads];
+    if (!dsattn_cpu_has_amx_bf16()) return 0;
+    const long iters = 2000000;
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        float tot = 0;
+        double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : tot)
+        tot += amx_bf16_loop(iters);
+        double t = now_s() - t0;
+        probe_sink = tot;
+        if (t < best) best = t;
+    }
+    const double p = (double)iters * threads * 4 * 16 * 16 * 32 * 2 / best / 1e9;
+    if (threads <= 64) cache[threads] = p;
+    return p;
+#else
+    (void)threads;
+    return 0;
+#endif
+}
+
 int dsattn_bench_compare_out(const char *pa, const char *pb, double *rel, double *cosine)
 {
     char err[256];

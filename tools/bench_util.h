@@ -43,6 +43,10 @@ double dsattn_bench_fma_peak(int threads);
 /* The probe itself: simd 2 = AVX-512, 1 = AVX2 (0: returns 0). */
 double dsattn_bench_fma_peak_probe(int simd, int threads);
 
+/* AMX-BF16 tile GFLOP/s of `threads` threads (TDPBF16PS on 4 independent
+ * accumulator tiles), best of 3, cached; 0 where the CPU or OS has no AMX. */
+double dsattn_bench_amx_bf16_peak(int threads);
+
 /* "model name" of /proc/cpuinfo, or "unknown". */
 void dsattn_bench_cpu_model(char *buf, size_t n);
 
