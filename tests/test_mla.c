@@ -14,6 +14,7 @@
  */
 #include "harness.h"
 
+#include "amx_attn.h"
 #include "internal.h"
 #include "kernels.h"
 #include "mla.h"
@@ -766,7 +767,7 @@ DSATTN_TEST(mla, amx_pack_q_takes_only_bf16_numbers)
         dsattn_test_skip("no AVX-512 build path");
         return;
     }
-    CHECK(dsattn_mla_amx_pack_q(q, D, H, HP, D, qb));
+    CHECK(dsattn_amx_pack_q(q, D, H, HP, D, qb));
     for (size_t h = 0; h < HP; h++)
         for (size_t d = 0; d < D; d++) {
             const size_t g = h / 16, n = h % 16, st = d / 32, k = (d % 32) / 2, e = d % 2;
@@ -775,7 +776,7 @@ DSATTN_TEST(mla, amx_pack_q_takes_only_bf16_numbers)
             CHECK_MSG(got == want, "qb head %zu dim %zu: %04x, want %04x", h, d, got, want);
         }
     q[7 * D + 33] = 1.0f + 0x1p-12f;                 /* not a bf16 number */
-    CHECK(!dsattn_mla_amx_pack_q(q, D, H, HP, D, qb));
+    CHECK(!dsattn_amx_pack_q(q, D, H, HP, D, qb));
 }
 
 DSATTN_TEST(mla, amx_decode_matches_reference_and_the_fma_tiles)

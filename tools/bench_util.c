@@ -288,6 +288,10 @@ __attribute__((target("amx-tile,amx-bf16"))) static float amx_bf16_loop(long ite
     }
     static const uint16_t one[512] __attribute__((aligned(64))) = { 0x3f80 };   /* 1, then 0 */
     float c[256] __attribute__((aligned(64)));
+    /* GCC's ldtilecfg builtin does not tell the optimiser that it reads
+     * the 64 bytes: without this the rows / colsb stores were dropped as
+     * dead (SIGILL on the first tile load) */
+    __asm__ volatile("" : : "m"(cfg) : "memory");
     _tile_loadconfig(&cfg);
     _tile_zero(0);
     _tile_zero(1);

@@ -37,6 +37,7 @@
 #include "mla.h"
 
 #include "kernels.h"
+#include "amx_attn.h"
 #include "mla_kernels.h"
 #include "numfmt.h"
 #include "vmath.h"
@@ -596,9 +597,31 @@ static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *
     return DSATTN_OK;
 }
 
-/* The AMX-BF16 form (mla_kernels.h, mla_amx_avx512.c) for the bf16 latent
- * cache: the keys split over threads as in absorbed_row_tiled, each part's
- * (m, l, O) merged into thread 0's.  Returns 0 without touching xo when it
+/* One thread's keys i0..i1 (cache rows idx[i], or i) through the AMX
+ * blocks of amx_attn.h; r carries the next block's first rows for the
+ * prefetch. */
+static void amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                     size_t KL, const uint8_t *cache, size_t rb, const int32_t *idx, size_t i0,
+                     size_t i1, float scale, int v3, float *m, float *l, float *o, void *ws)
+{
+    const size_t MB = DSATTN_AMX_MB;
+    const uint8_t *r[DSATTN_AMX_MB + 32];
+    dsattn_amx_begin();
+    for (size_t b0 = i0; b0 < i1; b0 += MB) {
+        const size_t nk = DSATTN_MIN(MB, i1 - b0), nq = (nk + 31) / 32;
+        for (size_t i = 0; i < 32 * nq + 32; i++) {
+            const int real = i < nk || (i >= 32 * nq && nk == MB && b0 + i < i1);
+            r[i] = real ? cache + key_at(idx, b0 + i) * rb : NULL;
+        }
+        dsattn_amx_block(mk, qb, hp, D, KL, r, nk, rb, !idx && nk == 32 * nq, scale, v3, m, l,
+                         o, ws);
+    }
+    dsattn_amx_end();
+}
+
+/* The AMX-BF16 form (amx_attn.h) for the bf16 latent cache: the keys split
+ * over threads as in absorbed_row_tiled, each part's (m, l, O) merged into
+ * thread 0's.  Returns 0 without touching xo when it
  * does not apply (no AMX in the context, other shapes, a query value that is
  * not a bf16 number); *st carries an allocation failure. */
 static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_mla_seq *s,
@@ -609,13 +632,13 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
     const dsattn_mla_config *c = &s->m->cfg;
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr, hp = (H + 31) / 32 * 32;
-    if (!ctx->amx || s->fmt != DSATTN_MLA_CACHE_LATENT_BF16 || !dsattn_mla_amx_fits(hp, D, KL) ||
+    if (!ctx->amx || s->fmt != DSATTN_MLA_CACHE_LATENT_BF16 || !dsattn_amx_fits(hp, D, KL) ||
         s->row_bytes < D * 2)
         return 0;
     int nt = n_threads;
     if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
     /* per thread: m, l [hp], O [hp, KL], the part's scratch; shared: Q, qb */
-    const size_t part = dsattn_mla_amx_ws_bytes(hp, D, KL);
+    const size_t part = dsattn_amx_ws_bytes(hp, D, KL);
     const size_t per = (2 * hp + hp * KL) * sizeof(float) + (part + 63) / 64 * 64;
     const size_t bytes = (size_t)nt * per + H * D * sizeof(float) + hp * D * 2 + 64;
     void *ws;
@@ -640,7 +663,7 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
         memcpy(Q + h * D, qa + h * KL, KL * sizeof(float));
         memcpy(Q + h * D + KL, qpe + h * dr, dr * sizeof(float));
     }
-    if (!dsattn_mla_amx_pack_q(Q, D, H, hp, D, qb)) {
+    if (!dsattn_amx_pack_q(Q, D, H, hp, D, qb)) {
         if (!ws_keep) dsattn_free(ws);
         return 0;
     }
@@ -660,8 +683,8 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
         const size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
         const size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
         if (i0 < i1)
-            dsattn_mla_amx_part(mk, qb, hp, D, KL, cache, s->row_bytes, idx, i0, i1, scale, v3,
-                                mm, ll, o, pw);
+            amx_part(mk, qb, hp, D, KL, cache, s->row_bytes, idx, i0, i1, scale, v3, mm, ll, o,
+                     pw);
     }
     /* merge the parts into thread 0's (a part with l = 0 adds nothing) */
     const size_t ncg = KL / 16;

@@ -335,6 +335,10 @@ AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *ba
     cfg.rows[0] = 16; cfg.colsb[0] = 32;
     cfg.rows[1] = 8;  cfg.colsb[1] = 64;
     for (int t = 2; t < 6; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    /* GCC's ldtilecfg builtin does not tell the optimiser that it reads
+     * the 64 bytes: without this the rows / colsb stores were dropped as
+     * dead (SIGILL on the first tile load) */
+    __asm__ volatile("" : : "m"(cfg) : "memory");
     _tile_loadconfig(&cfg);
     uint8_t kb[16][KB_STRIDE] __attribute__((aligned(64)));
     int32_t cb[8][4][16][16] __attribute__((aligned(64)));    /* [block][chunk][key][head] */

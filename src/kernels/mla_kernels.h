@@ -109,30 +109,4 @@ const dsattn_mla_kern *dsattn_mla_kern_for(const char *isa);
  * rows h >= H zero.  qp has hp * D floats. */
 void dsattn_mla_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D, float *qp);
 
-/* ---- AMX form (mla_amx_avx512.c) ----------------------------------------
- * The absorbed attention over a bf16 latent cache (rows of D bf16: KL latent
- * then the rope key) on AMX-BF16 tiles, for contexts where
- * dsattn_cpu_has_amx_bf16() (the caller checks).  Every operand is a bf16
- * number (the cache; q' and q_pe, which pack_q checks), so the tile
- * products are exact and only the fp32 summation order and the bf16
- * rounding of P (as the reference's p) differ from the FMA tiles.
- *
- * O, the per-thread P.V sums, is kept as 16 x 16 tiles:
- *   head h, column c at o[((h / 16) * (KL / 16) + c / 16) * 256 + (h % 16) * 16 + c % 16]
- * 64-byte aligned, zero before the first call. */
-int dsattn_mla_amx_fits(size_t hp, size_t D, size_t KL);       /* hp % 32, D % 32, KL % 32 */
-/* q rows (H of ldq floats, D used; heads H..hp-1 zero) -> qb (hp * D
- * uint16, 64-byte aligned); 0 when a value is not a bf16 number */
-int dsattn_mla_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D,
-                          uint16_t *qb);
-/* scratch of one dsattn_mla_amx_part call */
-size_t dsattn_mla_amx_ws_bytes(size_t hp, size_t D, size_t KL);
-/* Keys i0..i1 (cache rows idx[i], or i when idx is NULL; stride rb bytes):
- * the online softmax (mk->softmax: scale, bf16 scores when v3) into m, l
- * [hp] and the P.V sums into o. */
-void dsattn_mla_amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
-                         size_t KL, const uint8_t *cache, size_t rb, const int32_t *idx,
-                         size_t i0, size_t i1, float scale, int v3, float *m, float *l, float *o,
-                         void *ws);
-
 #endif /* DSATTN_MLA_KERNELS_H */

@@ -1,33 +1,10 @@
-/* mla_amx_avx512.c - the absorbed MLA decode over a bf16 latent cache on
- * AMX-BF16 tiles (mla_kernels.h, "AMX form").
+/* amx_attn_avx512.c - amx_attn.h: attention blocks over bf16 key rows on
+ * AMX-BF16 tiles (the layouts and the arithmetic are described there).
  *
- * Why it is exact enough to exist: with the bf16 latent cache of V3 every
- * operand of both GEMMs is a bf16 number - the cached latent and rope key,
- * q' = bf16(q_nope . W_uk) and the bf16 q_pe (dsattn_mla_amx_pack_q checks
- * the queries and refuses otherwise) - so each tile product is an exact
- * fp32 product summed in fp32, like the FMA kernels.  P goes to the P.V
- * tile as bf16 (RNE of the unnormalised exp); the reference rounds its
- * normalised p to bf16 as well.  What differs from the AVX-512 tiles is the
- * fp32 summation order and that rounding of P.
- *
- * Per thread and block of MB keys (the block's scores, P^T and V stay in
- * L2):
- *   S^T [keys, heads] = K . Q^T : A = 16 cache rows x 32 dims straight from
- *       the cache (stride = the row), B = the packed queries (pairs of dims
- *       x 16 heads), C = 16 keys x 16 heads, 2 x 2 C tiles per pass;
- *   the heads-in-lanes online softmax of mla_kernels.h on S^T;
- *   rows of O whose head's max moved are scaled by alpha;
- *   O [heads, KL] += P . V : A = P^T (16 heads x 32 keys, bf16, transposed
- *       from S^T), B = V with pairs of keys interleaved (rebuilt from the
- *       block's rows), C = 16 heads x 16 latent columns, kept in memory as
- *       tiles between blocks.
- * Partial tiles (a block's tail, gathered key sets) are staged with zero
- * rows; padded keys get P = 0 and zero V rows.
- *
- * Not here: the choice of path, the thread split and the merge
- * (absorbed_row_tiled in src/attn/mla_forward.c).
+ * Not here: which rows a block holds, the choice of path, the thread split
+ * and the merge (src/attn/mla_forward.c, src/ops/sparse_attn.c).
  */
-#include "mla_kernels.h"
+#include "amx_attn.h"
 
 #include "simd_avx512.h"
 
@@ -37,7 +14,7 @@
 #include <immintrin.h>
 
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
-#define MB 256                          /* keys per block, a multiple of 32 */
+#define MB DSATTN_AMX_MB
 
 typedef struct {
     uint8_t  palette, start_row, rsv[14];
@@ -45,16 +22,13 @@ typedef struct {
     uint8_t  rows[16];
 } amx_cfg;
 
-int dsattn_mla_amx_fits(size_t hp, size_t D, size_t KL)
+int dsattn_amx_fits(size_t hp, size_t D, size_t C)
 {
-    return hp % 32 == 0 && hp > 0 && D % 32 == 0 && KL % 32 == 0 && KL <= D && D <= 1024;
+    return hp % 32 == 0 && hp > 0 && D % 32 == 0 && C % 32 == 0 && C > 0 && C <= D && D <= 1024;
 }
 
-int dsattn_mla_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D,
-                          uint16_t *qb)
+int dsattn_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D, uint16_t *qb)
 {
-    /* tile (g, s) at qb + (g * D/32 + s) * 512: row k, column 2n + e holds
-     * q[16g + n][32s + 2k + e] */
     const size_t ns = D / 32;
     for (size_t g = 0; g < hp / 16; g++)
         for (size_t s = 0; s < ns; s++) {
@@ -73,11 +47,11 @@ int dsattn_mla_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_
     return 1;
 }
 
-/* per thread: S^T [MB, hp] f32, P^T [hp, MB] bf16, V pairs [MB, KL] bf16,
- * staged keys [32, D] bf16, alpha [hp] */
-size_t dsattn_mla_amx_ws_bytes(size_t hp, size_t D, size_t KL)
+/* S^T [MB, hp] f32, P^T [hp, MB] bf16, V pairs [MB, C] bf16, staged keys
+ * [32, D] bf16, alpha [hp], alignment */
+size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C)
 {
-    return (size_t)MB * hp * 4 + hp * MB * 2 + (size_t)MB * KL * 2 + 32 * D * 2 + hp * 4 + 256;
+    return (size_t)MB * hp * 4 + hp * MB * 2 + (size_t)MB * C * 2 + 32 * D * 2 + hp * 4 + 64;
 }
 
 /* 16 bf16 of P (fp32, finite, >= 0) by RNE, as 16-bit words */
@@ -87,8 +61,8 @@ static inline __m256i bf16x16(__m512 x)
 }
 
 /* The block's rows r[0..32*nq) (NULL = a zero row) into V pairs: tile (s, cg)
- * at vb + (s * KL/16 + cg) * 512, row k, column 2n + e = V[32s + 2k + e][16cg + n] */
-static void v_pairs(const uint8_t *const *r, size_t nq, size_t KL, const uint16_t *zero,
+ * at vb + (s * C/16 + cg) * 512, row k, column 2n + e = V[32s + 2k + e][16cg + n] */
+static void v_pairs(const uint8_t *const *r, size_t nq, size_t C, const uint16_t *zero,
                     uint16_t *vb)
 {
     /* word 2n + e of the low half: V[2k + e][n] -> index n + 32e */
@@ -97,13 +71,13 @@ static void v_pairs(const uint8_t *const *r, size_t nq, size_t KL, const uint16_
         8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47 };
     const __m512i lo = _mm512_load_si512(lo_idx);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    const size_t ncg = KL / 16;
+    const size_t ncg = C / 16;
     for (size_t s = 0; s < nq; s++)
         for (size_t k = 0; k < 16; k++) {
             const uint8_t *ra = r[32 * s + 2 * k], *rb = r[32 * s + 2 * k + 1];
             const uint16_t *a = ra ? (const uint16_t *)ra : zero;
             const uint16_t *b = rb ? (const uint16_t *)rb : zero;
-            for (size_t c = 0; c < KL; c += 32) {
+            for (size_t c = 0; c < C; c += 32) {
                 const __m512i va = _mm512_loadu_si512(a + c), vb2 = _mm512_loadu_si512(b + c);
                 uint16_t *t = vb + (s * ncg + c / 16) * 512 + k * 32;
                 _mm512_store_si512(t, _mm512_permutex2var_epi16(va, lo, vb2));
@@ -129,8 +103,8 @@ static void p_tiles(const float *st, size_t ldst, size_t hp, size_t nk, size_t n
 }
 
 AMX_TARGET static void scores(const uint16_t *qb, size_t hp, size_t D,
-                              const uint8_t *const *r, size_t nq, const uint8_t *cache,
-                              size_t rb, int contiguous, uint16_t *stage, float *st)
+                              const uint8_t *const *r, size_t nq, size_t rb, int contiguous,
+                              uint16_t *stage, float *st)
 {
     const size_t ns = D / 32, ng = hp / 16;
     for (size_t q = 0; q < nq; q++) {
@@ -141,7 +115,7 @@ AMX_TARGET static void scores(const uint16_t *qb, size_t hp, size_t D,
         const size_t lines = 32 * (D * 2 / 64), per = (lines + ng / 2 * ns - 1) / (ng / 2 * ns);
         size_t pl = 0;                  /* next line: row pl / (D/32), line pl % (D/32) */
         /* 32 keys: straight from the cache, or staged with zero rows */
-        const uint8_t *base = r[32 * q] ? r[32 * q] : cache;
+        const uint8_t *base = r[32 * q];
         size_t stride = rb;
         if (!contiguous) {
             for (size_t i = 0; i < 32; i++) {
@@ -178,10 +152,10 @@ AMX_TARGET static void scores(const uint16_t *qb, size_t hp, size_t D,
     }
 }
 
-AMX_TARGET static void pv(const uint16_t *pa, const uint16_t *vb, size_t hp, size_t KL,
+AMX_TARGET static void pv(const uint16_t *pa, const uint16_t *vb, size_t hp, size_t C,
                           size_t nq, float *o)
 {
-    const size_t ng = hp / 16, ncg = KL / 16;
+    const size_t ng = hp / 16, ncg = C / 16;
     for (size_t g = 0; g < ng; g += 2)
         for (size_t cg = 0; cg < ncg; cg += 2) {
             float *o00 = o + (g * ncg + cg) * 256, *o01 = o00 + 256;
@@ -207,10 +181,7 @@ AMX_TARGET static void pv(const uint16_t *pa, const uint16_t *vb, size_t hp, siz
         }
 }
 
-AMX_TARGET void dsattn_mla_amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp,
-                                    size_t D, size_t KL, const uint8_t *cache, size_t rb,
-                                    const int32_t *idx, size_t i0, size_t i1, float scale,
-                                    int v3, float *m, float *l, float *o, void *ws)
+AMX_TARGET void dsattn_amx_begin(void)
 {
     amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -219,69 +190,74 @@ AMX_TARGET void dsattn_mla_amx_part(const dsattn_mla_kern *mk, const uint16_t *q
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
     }
+    /* GCC's ldtilecfg builtin does not tell the optimiser that it reads
+     * the 64 bytes: without this the rows / colsb stores were dropped as
+     * dead (SIGILL on the first tile load) */
+    __asm__ volatile("" : : "m"(cfg) : "memory");
     _tile_loadconfig(&cfg);
+}
+
+AMX_TARGET void dsattn_amx_end(void) { _tile_release(); }
+
+void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                      size_t C, const uint8_t *const *r, size_t nk, size_t stride,
+                      int contiguous, float scale, int bf16_scores, float *m, float *l, float *o,
+                      void *ws)
+{
     uint8_t *w = (uint8_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     float *st = (float *)w;
     uint16_t *pa = (uint16_t *)(st + (size_t)MB * hp);
     uint16_t *vb = pa + hp * MB;
-    uint16_t *stage = vb + (size_t)MB * KL;
+    uint16_t *stage = vb + (size_t)MB * C;
     float *alpha = (float *)(stage + 32 * D);
-    const uint8_t *r[MB + 32];
-    const uint16_t zero[1024] = { 0 };                /* KL <= D <= 1024 */
-    const size_t ncg = KL / 16;
-    for (size_t b0 = i0; b0 < i1; b0 += MB) {
-        const size_t nk = i1 - b0 < MB ? i1 - b0 : MB, nq = (nk + 31) / 32;
-        int contiguous = !idx && nk == 32 * nq;
-        for (size_t i = 0; i < 32 * nq; i++)
-            r[i] = i < nk ? cache + (idx ? (size_t)idx[b0 + i] : b0 + i) * rb : NULL;
-        for (size_t i = 32 * nq; i < 32 * nq + 32; i++)     /* prefetch only */
-            r[i] = nk == MB && b0 + i < i1
-                       ? cache + (idx ? (size_t)idx[b0 + i] : b0 + i) * rb : NULL;
-        scores(qb, hp, D, r, nq, cache, rb, contiguous, stage, st);
-        mk->softmax(st, hp, hp, nk, scale, v3, m, l, alpha);
-        /* O rows of heads whose max moved */
-        for (size_t h = 0; h < hp; h++) {
-            if (alpha[h] == 1.0f) continue;
-            const __m512 a = _mm512_set1_ps(alpha[h]);
-            float *row = o + (h / 16) * ncg * 256 + (h % 16) * 16;
-            for (size_t cg = 0; cg < ncg; cg++)
-                _mm512_store_ps(row + cg * 256, _mm512_mul_ps(a, _mm512_load_ps(row + cg * 256)));
-        }
-        p_tiles(st, hp, hp, nk, nq, pa);
-        v_pairs(r, nq, KL, zero, vb);
-        pv(pa, vb, hp, KL, nq, o);
+    static const uint16_t zero[1024] __attribute__((aligned(64)));      /* C <= D <= 1024 */
+    const size_t ncg = C / 16, nq = (nk + 31) / 32;
+    scores(qb, hp, D, r, nq, stride, contiguous, stage, st);
+    mk->softmax(st, hp, hp, nk, scale, bf16_scores, m, l, alpha);
+    /* O rows of heads whose max moved */
+    for (size_t h = 0; h < hp; h++) {
+        if (alpha[h] == 1.0f) continue;
+        const __m512 a = _mm512_set1_ps(alpha[h]);
+        float *row = o + (h / 16) * ncg * 256 + (h % 16) * 16;
+        for (size_t cg = 0; cg < ncg; cg++)
+            _mm512_store_ps(row + cg * 256, _mm512_mul_ps(a, _mm512_load_ps(row + cg * 256)));
     }
-    _tile_release();
+    p_tiles(st, hp, hp, nk, nq, pa);
+    v_pairs(r, nq, C, zero, vb);
+    pv(pa, vb, hp, C, nq, o);
 }
 
-#else  /* no AVX-512 build: the AMX form does not exist */
+#else  /* no AVX-512 build: the AMX form does not exist (callers never get
+        * here: dsattn_amx_fits says no) */
 
-int dsattn_mla_amx_fits(size_t hp, size_t D, size_t KL)
+int dsattn_amx_fits(size_t hp, size_t D, size_t C)
 {
-    (void)hp; (void)D; (void)KL;
+    (void)hp; (void)D; (void)C;
     return 0;
 }
 
-int dsattn_mla_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D,
-                          uint16_t *qb)
+int dsattn_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D, uint16_t *qb)
 {
     (void)q; (void)ldq; (void)H; (void)hp; (void)D; (void)qb;
     return 0;
 }
 
-size_t dsattn_mla_amx_ws_bytes(size_t hp, size_t D, size_t KL)
+size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C)
 {
-    (void)hp; (void)D; (void)KL;
+    (void)hp; (void)D; (void)C;
     return 0;
 }
 
-void dsattn_mla_amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
-                         size_t KL, const uint8_t *cache, size_t rb, const int32_t *idx,
-                         size_t i0, size_t i1, float scale, int v3, float *m, float *l, float *o,
-                         void *ws)
+void dsattn_amx_begin(void) {}
+void dsattn_amx_end(void) {}
+
+void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                      size_t C, const uint8_t *const *r, size_t nk, size_t stride,
+                      int contiguous, float scale, int bf16_scores, float *m, float *l, float *o,
+                      void *ws)
 {
-    (void)mk; (void)qb; (void)hp; (void)D; (void)KL; (void)cache; (void)rb; (void)idx;
-    (void)i0; (void)i1; (void)scale; (void)v3; (void)m; (void)l; (void)o; (void)ws;
+    (void)mk; (void)qb; (void)hp; (void)D; (void)C; (void)r; (void)nk; (void)stride;
+    (void)contiguous; (void)scale; (void)bf16_scores; (void)m; (void)l; (void)o; (void)ws;
 }
 
 #endif

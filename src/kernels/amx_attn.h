@@ -1,0 +1,64 @@
+/* amx_attn.h - attention over bf16 key rows on AMX-BF16 tiles: the V3
+ * absorbed MLA decode over its bf16 latent cache (src/attn/mla_forward.c)
+ * and the V4.1 / V4 sparse attention over decoded FP8 / FP4 rows
+ * (src/ops/sparse_attn.c).  Implemented in amx_attn_avx512.c.
+ *
+ * Why it may run where the FMA tiles of mla_kernels.h / sa_kernels.h do:
+ * every operand is a bf16 number - the bf16 cache, or rows whose packed
+ * values are exact in bf16 (callers check), and queries that
+ * dsattn_amx_pack_q checks - so each tile product is an exact fp32 product
+ * summed in fp32.  P goes to the P.V tile rounded to bf16 (RNE), as the
+ * sparse attention's reference does and the MLA reference does with its
+ * normalised p.  Only fp32 summation orders differ from the FMA tiles.
+ *
+ * Shapes: hp heads (a multiple of 32; heads past the real ones have zero
+ * queries), rows of D bf16 (a multiple of 32, <= 1024), the first C of
+ * them the values (C a multiple of 32, <= D; K and V share the rows).
+ *
+ * Per block of nk <= DSATTN_AMX_MB keys (block's scores, P^T and V pairs
+ * in the caller's scratch, in L2):
+ *   S^T [keys, heads] = K . Q^T  (A = 16 rows x 32 dims from the rows,
+ *       B = the packed queries, 2 x 2 accumulator tiles per pass);
+ *   mk->softmax on S^T (heads in lanes: scale, optional bf16 scores, the
+ *       running max / sum in m, l, the rescale factors);
+ *   rows of O whose head's max moved are scaled;
+ *   O [heads, C] += P . V  (A = P^T in bf16, B = V with pairs of keys
+ *       interleaved, rebuilt per block).
+ * O is kept as 16 x 16 tiles, 64-byte aligned, zero before the first block:
+ *   head h, column c at o[((h / 16) * (C / 16) + c / 16) * 256 + (h % 16) * 16 + c % 16]
+ *
+ * The caller checks dsattn_cpu_has_amx_bf16() (the context's amx flag),
+ * and brackets the blocks of one thread with dsattn_amx_begin / _end
+ * (tile configuration and release).
+ */
+#ifndef DSATTN_AMX_ATTN_H
+#define DSATTN_AMX_ATTN_H
+
+#include "mla_kernels.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DSATTN_AMX_MB 256               /* keys per block, a multiple of 32 */
+
+int dsattn_amx_fits(size_t hp, size_t D, size_t C);
+/* q rows (H of ldq floats, D used; heads H..hp-1 zero) -> qb (hp * D
+ * uint16, 64-byte aligned): tile (g, s) at qb + (g * D/32 + s) * 512, row k,
+ * column 2n + e = q[16g + n][32s + 2k + e].  0 when a value is not a bf16
+ * number (the caller keeps its FMA path). */
+int dsattn_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D, uint16_t *qb);
+/* scratch of dsattn_amx_block (any alignment) */
+size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C);
+void dsattn_amx_begin(void);
+void dsattn_amx_end(void);
+/* One block: key i's bf16 row at r[i] (i < nk); r[nk .. 32*ceil(nk/32)) are
+ * NULL (zero rows), and the 32 entries after those are the next block's
+ * first rows or NULL (prefetched only).  contiguous: row i is at
+ * r[0] + i * stride for every i < 32*ceil(nk/32) (tile loads straight from
+ * the rows); otherwise the rows are staged. */
+void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                      size_t C, const uint8_t *const *r, size_t nk, size_t stride,
+                      int contiguous, float scale, int bf16_scores, float *m, float *l, float *o,
+                      void *ws);
+
+#endif /* DSATTN_AMX_ATTN_H */
