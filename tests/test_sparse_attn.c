@@ -159,6 +159,10 @@ static size_t g_nan;   /* NaN lanes of the last fast_vs_ref (equal in both modes
 
 /* run both modes; returns rel L2 of fast vs reference (NaN lanes must
  * agree and are left out) */
+/* the fast context's AMX tiles: -1 as created, 0 off, 1 on (where the CPU
+ * has them) */
+static int g_amx = -1;
+
 static double fast_vs_ref(const v41_cache *c, size_t nh, const int32_t *idx, size_t n_idx,
                           float max_init, float qsd, uint64_t seed, double *cos_out,
                           float *o_fast, float *o_ref)
@@ -170,6 +174,7 @@ static double fast_vs_ref(const v41_cache *c, size_t nh, const int32_t *idx, siz
     for (size_t h = 0; h < nh; h++) sink[h] = dsattn_round_bf16(dsattn_rng_normal(&g));
     float *ws = malloc(dsattn_sparse_attn_scratch(nh, d) * sizeof(float));
     dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 1), *cf = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
+    if (cf && g_amx >= 0) dsattn_ctx_set_amx(cf, g_amx);
     const float scale = 1.0f / sqrtf((float)d);
     dsattn_sparse_attn(cr, q, nh, d, &c->s0, &c->s1, idx, n_idx, sink, scale, max_init, o_ref, ws);
     dsattn_sparse_attn(cf, q, nh, d, &c->s0, &c->s1, idx, n_idx, sink, scale, max_init, o_fast,
@@ -289,5 +294,57 @@ DSATTN_TEST(sparse_attn, nan_codes_give_nan_in_both_modes)
         CHECK_MSG(g_nan == 17 * 512, "pass %d: %zu of %d lanes NaN", pass, g_nan, 17 * 512);
     }
     free(o1); free(o2);
+    cache_free(&c);
+}
+
+DSATTN_TEST(sparse_attn, amx_tiles_and_fma_tiles_both_match_reference)
+{
+    /* Where the CPU has AMX-BF16: the same cases through the tile form
+     * (rows decoded, checked bf16, one tile block per 64 indices) and the
+     * FMA tiles, each against reference mode with the bound above; V4's
+     * -inf start with a leading block of 64 invalid indices gives NaN in
+     * both (fast_vs_ref compares the NaN lanes); and the two fast forms do
+     * not give identical bits everywhere (so the tile form really ran). */
+    dsattn_ctx *probe = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
+    const int have = probe && dsattn_ctx_set_amx(probe, 1);
+    dsattn_ctx_destroy(probe);
+    if (!have) {
+        dsattn_test_skip("no AMX-BF16 here");
+        return;
+    }
+    dsattn_rng g = { 23 };
+    v41_cache c;
+    cache_init(&c, 128, 300, 512, &g);
+    const size_t nhs[] = { 1, 17, 32, 64 };
+    const size_t nis[] = { 13, 64, 140, 640 };
+    int32_t *idx = malloc(640 * sizeof(int32_t));
+    float *oa = malloc(64 * 512 * 4), *of = malloc(64 * 512 * 4), *orf = malloc(64 * 512 * 4);
+    size_t differ = 0;
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (int v4 = 0; v4 < 2; v4++) {
+                const size_t ni = nis[b];
+                for (size_t i = 0; i < ni; i++)
+                    idx[i] = i < ni / 4 ? (int32_t)((i * 5 + a) % 128)
+                                        : (int32_t)(128 + (i * 97 + b) % 300);
+                if (v4)                 /* a leading block with no valid row */
+                    for (size_t i = 0; i < ni && i < 64; i++) idx[i] = -1;
+                const float mi = v4 ? -INFINITY : -1e30f;
+                double ca, cf;
+                g_amx = 1;
+                const double ra = fast_vs_ref(&c, nhs[a], idx, ni, mi, 0.5f, 300 + a * 10 + b, &ca,
+                                              oa, orf);
+                g_amx = 0;
+                const double rf = fast_vs_ref(&c, nhs[a], idx, ni, mi, 0.5f, 300 + a * 10 + b, &cf,
+                                              of, orf);
+                CHECK_MSG(ra < SA_REL && ca > SA_COS, "AMX nh %zu n_idx %zu v4 %d: rel %g cos %.7f",
+                          nhs[a], ni, v4, ra, ca);
+                CHECK_MSG(rf < SA_REL && cf > SA_COS, "FMA nh %zu n_idx %zu v4 %d: rel %g cos %.7f",
+                          nhs[a], ni, v4, rf, cf);
+                differ += memcmp(oa, of, nhs[a] * 512 * sizeof(float)) != 0;
+            }
+    g_amx = -1;
+    CHECK_MSG(differ > 0, "the AMX and FMA forms gave identical bits in every case");
+    free(idx); free(oa); free(of); free(orf);
     cache_free(&c);
 }

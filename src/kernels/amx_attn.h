@@ -52,13 +52,21 @@ size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C);
 void dsattn_amx_begin(void);
 void dsattn_amx_end(void);
 /* One block: key i's bf16 row at r[i] (i < nk); r[nk .. 32*ceil(nk/32)) are
- * NULL (zero rows), and the 32 entries after those are the next block's
- * first rows or NULL (prefetched only).  contiguous: row i is at
+ * NULL or point to zero rows (padding: they get P = 0), and the 32 entries
+ * after those are the next block's first rows or NULL (prefetched only).  contiguous: row i is at
  * r[0] + i * stride for every i < 32*ceil(nk/32) (tile loads straight from
  * the rows); otherwise the rows are staged. */
 void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
                       size_t C, const uint8_t *const *r, size_t nk, size_t stride,
                       int contiguous, float scale, int bf16_scores, float *m, float *l, float *o,
                       void *ws);
+
+/* nr fp32 rows (row r at x + r*ldx, d values, d % 16 == 0) -> bf16 rows
+ * out + r*d; 0 unless every value is a bf16 number the tiles read as is
+ * (no fp32-only mantissa bits, not subnormal: AMX reads those as zero).
+ * NaN passes, as on the FMA path. */
+int dsattn_amx_rows_bf16(const float *x, size_t ldx, size_t nr, size_t d, uint16_t *out);
+/* out[h*C + c] = bf16(O(h, c) / den[h]) for h < nh (dsattn_round_bf16) */
+void dsattn_amx_finish(const float *o, size_t C, size_t nh, const float *den, float *out);
 
 #endif /* DSATTN_AMX_ATTN_H */

@@ -227,6 +227,34 @@ void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, 
     pv(pa, vb, hp, C, nq, o);
 }
 
+int dsattn_amx_rows_bf16(const float *x, size_t ldx, size_t nr, size_t d, uint16_t *out)
+{
+    const __m512i lo = _mm512_set1_epi32(0xffff), ex = _mm512_set1_epi32(0x7f800000);
+    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
+    __mmask16 bad = 0;
+    for (size_t r = 0; r < nr; r++)
+        for (size_t i = 0; i < d; i += 16) {
+            const __m512i u = _mm512_loadu_si512(x + r * ldx + i);
+            bad |= _mm512_test_epi32_mask(u, lo);                      /* fp32-only bits */
+            bad |= _mm512_testn_epi32_mask(u, ex) & _mm512_test_epi32_mask(u, mag); /* subnormal */
+            _mm256_storeu_si256((__m256i *)(out + r * d + i),
+                                _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+        }
+    return bad == 0;
+}
+
+void dsattn_amx_finish(const float *o, size_t C, size_t nh, const float *den, float *out)
+{
+    const size_t ncg = C / 16;
+    for (size_t h = 0; h < nh; h++) {
+        const __m512 dn = _mm512_set1_ps(den[h]);
+        const float *row = o + (h / 16) * ncg * 256 + (h % 16) * 16;
+        for (size_t cg = 0; cg < ncg; cg++)
+            _mm512_storeu_ps(out + h * C + cg * 16,
+                             dsattn_rbf16(_mm512_div_ps(_mm512_load_ps(row + cg * 256), dn)));
+    }
+}
+
 #else  /* no AVX-512 build: the AMX form does not exist (callers never get
         * here: dsattn_amx_fits says no) */
 
@@ -246,6 +274,17 @@ size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C)
 {
     (void)hp; (void)D; (void)C;
     return 0;
+}
+
+int dsattn_amx_rows_bf16(const float *x, size_t ldx, size_t nr, size_t d, uint16_t *out)
+{
+    (void)x; (void)ldx; (void)nr; (void)d; (void)out;
+    return 0;
+}
+
+void dsattn_amx_finish(const float *o, size_t C, size_t nh, const float *den, float *out)
+{
+    (void)o; (void)C; (void)nh; (void)den; (void)out;
 }
 
 void dsattn_amx_begin(void) {}

@@ -18,6 +18,7 @@
 #include "blas.h"
 #include "ops.h"
 
+#include "amx_attn.h"
 #include "index_vnni.h"
 #include "kernels.h"
 #include "mla_kernels.h"
@@ -68,13 +69,25 @@ static size_t tiled_scratch(size_t nh, size_t d)
     return 2 * hp * d + SA_TBLOCK * (d + 16) + SA_TBLOCK * hp + 3 * hp;
 }
 
+/* The AMX path's workspace (hp = nh rounded up to 32), in floats: packed
+ * q [hp][d] bf16, O [hp][d], max/sum/den [3][hp], the block's bf16 rows
+ * [DSATTN_AMX_MB][d], 12 decoded fp32 rows [12][d + 16], the block
+ * operator's scratch, and 64-byte alignment for each piece. */
+static size_t amx_scratch(size_t nh, size_t d)
+{
+    const size_t hp = (nh + 31) / 32 * 32;
+    return hp * d / 2 + hp * d + 3 * hp + (size_t)DSATTN_AMX_MB * d / 2 +
+           DSATTN_MLA_KT * (d + 16) + dsattn_amx_ws_bytes(hp, d, d) / 4 + 6 * 16;
+}
+
 size_t dsattn_sparse_attn_scratch(size_t nh, size_t d)
 {
     /* rows [64][d], scores [nh][64], acc [nh][d], max/sum/scale [3][nh],
-     * and (fast path) dots [64][nh]; or the tiled path's, if larger */
+     * and (fast path) dots [64][nh]; or the tiled or AMX path's, if larger */
     const size_t plain = SA_BLOCK * d + nh * SA_BLOCK + nh * d + 3 * nh + SA_BLOCK * nh;
-    const size_t tiled = tiled_scratch(nh, d);
-    return plain > tiled ? plain : tiled;
+    const size_t tiled = tiled_scratch(nh, d), amx = amx_scratch(nh, d);
+    const size_t m = plain > tiled ? plain : tiled;
+    return m > amx ? m : amx;
 }
 
 static float expd(float x) { return (float)exp((double)x); }
@@ -359,6 +372,80 @@ static void sparse_attn_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *mk,
     sk->finish(acc, hp, nh, d, al, out);
 }
 
+static float *align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* AMX form (amx_attn.h; contexts with ctx->amx): the valid rows of each
+ * block of 64 indices are decoded (the tiled path's exact row decoders),
+ * checked to be bf16 numbers and run through one tile block, q packed once.  The V4 quirk of sparse_attn_tiled is kept: a
+ * block of 64 indices with no valid row while the running max is still
+ * -inf makes the sum NaN.  Returns 0 (out untouched) when it does not apply:
+ * shapes, a query or row value that is not a bf16 number. */
+static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_sa_kern *sk,
+                           const float *q, size_t nh, size_t d, const dsattn_kv_src *s0,
+                           const dsattn_kv_src *s1, const int32_t *idx, size_t n_idx,
+                           const float *sink, float scale, float max_init, float *out,
+                           float *ws)
+{
+    const size_t hp = (nh + 31) / 32 * 32, MB = DSATTN_AMX_MB, ld = d + 16;
+    if (!ctx->amx || !dsattn_amx_fits(hp, d, d)) return 0;
+    uint16_t *qb = (uint16_t *)align64(ws);
+    float *o = align64((float *)(qb + hp * d));
+    float *mx = o + hp * d, *sum = mx + hp, *den = sum + hp;
+    uint16_t *rows = (uint16_t *)align64(den + hp);
+    float *dec = align64((float *)(rows + MB * d));
+    void *bw = align64(dec + DSATTN_MLA_KT * ld);
+    if (!dsattn_amx_pack_q(q, d, nh, hp, d, qb)) return 0;
+    const size_t nrows = cat_rows(s0, s1);
+    const uint8_t *ptr[DSATTN_AMX_MB + 32];
+    const dsattn_kv_src *src[DSATTN_AMX_MB];
+    for (size_t h = 0; h < hp; h++) { mx[h] = max_init; sum[h] = 0.0f; }
+    memset(o, 0, hp * d * sizeof(float));
+    int nan_sum = 0, seen = 0, ok = 1;
+    dsattn_amx_begin();
+    for (size_t b0 = 0; b0 < n_idx && ok; b0 += SA_BLOCK) {
+        /* one tile block per block of 64 indices: the reference rounds P
+         * to bf16 against the running max of each such block, and matching
+         * that keeps the roundings the reference makes (blocks of up to
+         * 256 rows measured 5x the error against it) */
+        const size_t nv = block_rows(s0, s1, nrows, idx, b0,
+                                     DSATTN_MIN((size_t)SA_BLOCK, n_idx - b0), ptr, src);
+        if (nv == 0 && !seen && isinf(max_init) && max_init < 0) nan_sum = 1;
+        seen |= nv > 0;
+        if (nv == 0) continue;
+        /* decode 12 at a time into fp32, then into the block's bf16 rows */
+        for (size_t t0 = 0; t0 < nv && ok; t0 += DSATTN_MLA_KT) {
+            const size_t nr = DSATTN_MIN((size_t)DSATTN_MLA_KT, nv - t0);
+            unsigned char kinds[DSATTN_MLA_KT];
+            int packed = 1;
+            for (size_t r = 0; r < nr; r++) {
+                const dsattn_kv_kind kd = src[t0 + r]->kind;
+                packed &= kd == DSATTN_KV_V41_FP4 || kd == DSATTN_KV_V41_SWA;
+                kinds[r] = kd == DSATTN_KV_V41_FP4 ? DSATTN_SA_FP4 : DSATTN_SA_FP8;
+            }
+            if (packed) sk->rows(ptr + t0, kinds, nr, d, dec, ld);
+            else
+                for (size_t r = 0; r < nr; r++) decode_row(ctx->k, src[t0 + r], ptr[t0 + r], dec + r * ld);
+            ok &= dsattn_amx_rows_bf16(dec, ld, nr, d, rows + t0 * d);
+        }
+        if (!ok) break;
+        /* zero rows up to a whole 32-key step: the tiles load straight from
+         * the block's rows */
+        const size_t nq = (nv + 31) / 32;
+        memset(rows + nv * d, 0, (32 * nq - nv) * d * sizeof(uint16_t));
+        for (size_t i = 0; i < 32 * nq + 32; i++)
+            ptr[i] = i < 32 * nq ? (const uint8_t *)(rows + i * d) : NULL;
+        dsattn_amx_block(mk, qb, hp, d, d, ptr, nv, d * 2, 1, scale, 0, mx, sum, o, bw);
+    }
+    dsattn_amx_end();
+    if (!ok) return 0;
+    for (size_t h = 0; h < nh; h++) {
+        den[h] = sink ? sum[h] + expf(sink[h] - mx[h]) : sum[h];
+        if (nan_sum) den[h] = NAN;
+    }
+    dsattn_amx_finish(o, d, nh, den, out);
+    return 1;
+}
+
 void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
                         const dsattn_kv_src *src0, const dsattn_kv_src *src1,
                         const int32_t *idx, size_t n_idx, const float *sink,
@@ -372,9 +459,12 @@ void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
     if (ctx->mode == DSATTN_MODE_REFERENCE || nh > 512 || nh > d || d > 512)
         sparse_attn_ref(q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
     else if ((mk = dsattn_mla_kern_for(ctx->k->name)) != NULL &&
-             (sk = dsattn_sa_kern_for(ctx->k->name)) != NULL && d % 32 == 0)
-        sparse_attn_tiled(ctx, mk, sk, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out,
-                          scratch);
+             (sk = dsattn_sa_kern_for(ctx->k->name)) != NULL && d % 32 == 0) {
+        if (!sparse_attn_amx(ctx, mk, sk, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init,
+                             out, scratch))
+            sparse_attn_tiled(ctx, mk, sk, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init,
+                              out, scratch);
+    }
     else
         sparse_attn_fast(ctx, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
     size_t rb = src0->kind == DSATTN_KV_F32 ? d * 4 : src0->stride;
