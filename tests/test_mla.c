@@ -786,7 +786,8 @@ DSATTN_TEST(mla, amx_decode_matches_reference_and_the_fma_tiles)
      * against the same context with AMX off (the FMA tiles): 20 heads (12
      * padded) and 64; 1, 32, 301 keys (a staged partial block, a full
      * block, two blocks and a tail on one thread) and 1200 (split over
-     * threads); V3.2 with top-64 (gathered, staged rows).  Bound as the
+     * threads); V3.2 with top-64 (gathered, staged rows); the bf16 latent
+     * rows and the FP8 ones (decoded to bf16 numbers per block).  Bound as the
      * tiled test: rel <= 1e-2, cosine >= 0.9999; and past one key the AMX
      * output is not bit-identical to the FMA tiles' (so the tile path
      * really ran). */
@@ -808,24 +809,25 @@ DSATTN_TEST(mla, amx_decode_matches_reference_and_the_fma_tiles)
         dsattn_mla *m = make_model(&o, 41 + (uint64_t)v, 0);
         const size_t dim = m ? (size_t)dsattn_mla_dim(m) : 0;
         float *x = rand_input(1, dim, 98), out[3][256];
-        for (size_t di = 0; m && x && di < 4; di++) {
+        for (size_t di = 0; m && x && di < 8; di++) {
             dsattn_ctx *cs[3] = { ref, amx, fma };
+            const dsattn_mla_cache fmt = di < 4 ? DSATTN_MLA_CACHE_LATENT_BF16
+                                                : DSATTN_MLA_CACHE_LATENT_FP8;
             for (int k = 0; k < 3; k++) {
                 dsattn_mla_seq *s = NULL;
-                CHECK_OK(dsattn_mla_seq_create(&s, m, (size_t)depths[di] + 1,
-                                               DSATTN_MLA_CACHE_LATENT_BF16));
-                CHECK_OK(dsattn_mla_seq_fill_synthetic(s, depths[di], 1234));
+                CHECK_OK(dsattn_mla_seq_create(&s, m, (size_t)depths[di % 4] + 1, fmt));
+                CHECK_OK(dsattn_mla_seq_fill_synthetic(s, depths[di % 4], 1234));
                 CHECK_OK(dsattn_mla_attn_forward(cs[k], s, 0, x, 1, out[k]));
                 dsattn_mla_seq_destroy(s);
             }
-            char what[96];
-            snprintf(what, sizeof what, "H %d dsa %d depth %lld: AMX vs reference", o.n_heads,
-                     o.dsa, (long long)depths[di]);
+            char what[112];
+            snprintf(what, sizeof what, "H %d dsa %d %s depth %lld: AMX vs reference", o.n_heads,
+                     o.dsa, di < 4 ? "bf16" : "fp8", (long long)depths[di % 4]);
             check_stat(what, out[1], out[0], dim, 1e-2, 0.9999);
-            snprintf(what, sizeof what, "H %d dsa %d depth %lld: AMX vs FMA tiles", o.n_heads,
-                     o.dsa, (long long)depths[di]);
+            snprintf(what, sizeof what, "H %d dsa %d %s depth %lld: AMX vs FMA tiles", o.n_heads,
+                     o.dsa, di < 4 ? "bf16" : "fp8", (long long)depths[di % 4]);
             check_stat(what, out[1], out[2], dim, 1e-2, 0.9999);
-            if (depths[di] > 0)                      /* one key: p = 1 in both */
+            if (depths[di % 4] > 0)                  /* one key: p = 1 in both */
                 CHECK_MSG(!same_bits(out[1], out[2], dim), "%s: identical bits", what);
         }
         free(x);

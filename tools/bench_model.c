@@ -361,9 +361,9 @@ static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_benc
                     snprintf(r.extra[2], sizeof r.extra[2], "%.2f", at * 1e3);
                     snprintf(r.extra[3], sizeof r.extra[3], "%.0f%%",
                              at > 0 && r.lim_gflops > 0 ? 100.0 * af / at / r.lim_gflops : 0.0);
-                    /* the bf16 latent cache runs on AMX-BF16 tiles where the
-                     * context has them (mla_kernels.h): their own roofline */
-                    const double amx = dsattn_ctx_amx(ctx) && c->cache == DSATTN_MLA_CACHE_LATENT_BF16
+                    /* the attention runs on AMX-BF16 tiles where the context
+                     * has them (amx_attn.h): their own roofline */
+                    const double amx = dsattn_ctx_amx(ctx)
                                            ? dsattn_bench_amx_bf16_peak((int)o->thr[ti]) : 0.0;
                     if (amx > 0 && at > 0)
                         snprintf(r.extra[4], sizeof r.extra[4], "%.0f%%", 100.0 * af / at / amx);
@@ -436,9 +436,9 @@ int dsattn_bench_mla(int argc, char **argv)
         printf("attended = cache entries the step's query attended; idx keys = index keys the "
                "DSA indexer scored (every cached token). Fast path checked against reference "
                "mode at depth 512 before timing (rel <= 3e-2, cosine >= 0.9995). Where the "
-               "CPU has AMX-BF16 (isa \"avx512+amx\"), the bf16-latent rows run their "
-               "attention on the tiles: %% FMA peak (fp32 FMA) then exceeds 100 and the "
-               "AMX column is the fraction of the measured tile peak.\n");
+               "CPU has AMX-BF16 (isa \"avx512+amx\"), the attention runs on the tiles: "
+               "%% FMA peak (fp32 FMA) can then exceed 100 and the AMX column is the "
+               "fraction of the measured tile peak.\n");
     if (g_nprof && o.fmt == DSATTN_BENCH_MD) dsattn_bench_print_profile(g_prof, g_nprof, "the layer");
     return rc;
 }

@@ -597,29 +597,59 @@ static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *
     return DSATTN_OK;
 }
 
+/* Extra per-thread scratch of amx_part for FP8 latent rows: a block of
+ * bf16 rows [DSATTN_AMX_MB + 32][D] and 16 decoded fp32 rows [16][D]. */
+static size_t amx_fp8_scratch(size_t D)
+{
+    return ((size_t)(DSATTN_AMX_MB + 32) * D * 2 + 16 * D * 4 + 127) / 64 * 64;
+}
+
 /* One thread's keys i0..i1 (cache rows idx[i], or i) through the AMX
  * blocks of amx_attn.h; r carries the next block's first rows for the
- * prefetch. */
-static void amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
-                     size_t KL, const uint8_t *cache, size_t rb, const int32_t *idx, size_t i0,
-                     size_t i1, float scale, int v3, float *m, float *l, float *o, void *ws)
+ * prefetch.  bf16 rows go to the tiles as they are; FP8 rows (E4M3 per
+ * 128 times a power-of-two scale, bf16 rope: bf16 numbers) are decoded
+ * with mk->v32_row and converted with dsattn_amx_rows_bf16, which checks
+ * that every value is one.  Returns 0 if a row was not (the caller falls
+ * back to the FMA tiles for the whole row). */
+static int amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                    size_t KL, size_t dr, const uint8_t *cache, size_t rb, int fp8,
+                    const int32_t *idx, size_t i0, size_t i1, float scale, int v3, float *m,
+                    float *l, float *o, void *ws, void *fws)
 {
     const size_t MB = DSATTN_AMX_MB;
     const uint8_t *r[DSATTN_AMX_MB + 32];
+    uint16_t *rows = fws;
+    float *dec = fws ? (float *)(rows + (MB + 32) * D) : NULL;
+    int ok = 1;
     dsattn_amx_begin();
-    for (size_t b0 = i0; b0 < i1; b0 += MB) {
+    for (size_t b0 = i0; b0 < i1 && ok; b0 += MB) {
         const size_t nk = DSATTN_MIN(MB, i1 - b0), nq = (nk + 31) / 32;
         for (size_t i = 0; i < 32 * nq + 32; i++) {
             const int real = i < nk || (i >= 32 * nq && nk == MB && b0 + i < i1);
             r[i] = real ? cache + key_at(idx, b0 + i) * rb : NULL;
         }
-        dsattn_amx_block(mk, qb, hp, D, KL, r, nk, rb, !idx && nk == 32 * nq, scale, v3, m, l,
-                         o, ws);
+        if (fp8) {
+            /* decode into contiguous bf16 rows, zero up to the 32-key step */
+            for (size_t t0 = 0; t0 < nk && ok; t0 += 16) {
+                const size_t nr = DSATTN_MIN((size_t)16, nk - t0);
+                for (size_t i = 0; i < nr; i++) mk->v32_row(r[t0 + i], KL, dr, dec + i * D);
+                ok &= dsattn_amx_rows_bf16(dec, D, nr, D, rows + t0 * D);
+            }
+            memset(rows + nk * D, 0, (32 * nq - nk) * D * sizeof(uint16_t));
+            for (size_t i = 0; i < 32 * nq; i++) r[i] = (const uint8_t *)(rows + i * D);
+            for (size_t i = 32 * nq; i < 32 * nq + 32; i++) r[i] = NULL;
+            if (ok)
+                dsattn_amx_block(mk, qb, hp, D, KL, r, nk, D * 2, 1, scale, v3, m, l, o, ws);
+        } else {
+            dsattn_amx_block(mk, qb, hp, D, KL, r, nk, rb, !idx && nk == 32 * nq, scale, v3, m,
+                             l, o, ws);
+        }
     }
     dsattn_amx_end();
+    return ok;
 }
 
-/* The AMX-BF16 form (amx_attn.h) for the bf16 latent cache: the keys split
+/* The AMX-BF16 form (amx_attn.h) for the latent caches: the keys split
  * over threads as in absorbed_row_tiled, each part's (m, l, O) merged into
  * thread 0's.  Returns 0 without touching xo when it
  * does not apply (no AMX in the context, other shapes, a query value that is
@@ -632,14 +662,17 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
     const dsattn_mla_config *c = &s->m->cfg;
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr, hp = (H + 31) / 32 * 32;
-    if (!ctx->amx || s->fmt != DSATTN_MLA_CACHE_LATENT_BF16 || !dsattn_amx_fits(hp, D, KL) ||
-        s->row_bytes < D * 2)
+    const int fp8 = s->fmt == DSATTN_MLA_CACHE_LATENT_FP8;
+    if (!ctx->amx || !dsattn_amx_fits(hp, D, KL) || KL % 128 ||
+        !(fp8 || (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16 && s->row_bytes >= D * 2)))
         return 0;
     int nt = n_threads;
     if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
-    /* per thread: m, l [hp], O [hp, KL], the part's scratch; shared: Q, qb */
-    const size_t part = dsattn_amx_ws_bytes(hp, D, KL);
-    const size_t per = (2 * hp + hp * KL) * sizeof(float) + (part + 63) / 64 * 64;
+    /* per thread: m, l [hp], O [hp, KL], the part's scratch (and FP8
+     * rows' decode); shared: Q, qb */
+    const size_t part = (dsattn_amx_ws_bytes(hp, D, KL) + 63) / 64 * 64;
+    const size_t fpart = fp8 ? amx_fp8_scratch(D) : 0;
+    const size_t per = (2 * hp + hp * KL) * sizeof(float) + part + fpart;
     const size_t bytes = (size_t)nt * per + H * D * sizeof(float) + hp * D * 2 + 64;
     void *ws;
     if (ws_keep) {
@@ -669,6 +702,7 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
     }
     const uint8_t *cache = s->layer[l].cache;
     const float scale = c->softmax_scale;
+    int failed = 0;
 #pragma omp parallel num_threads(nt)
     {
         int tid = 0, nth = 1;
@@ -677,14 +711,20 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
         nth = omp_get_num_threads();
 #endif
         float *mm = (float *)(w8 + (size_t)tid * per), *ll = mm + hp, *o = ll + hp;
-        void *pw = o + hp * KL;
+        uint8_t *pw = (uint8_t *)(o + hp * KL);
         for (size_t h = 0; h < hp; h++) { mm[h] = -INFINITY; ll[h] = 0.0f; }
         memset(o, 0, hp * KL * sizeof(float));
         const size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
         const size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
-        if (i0 < i1)
-            amx_part(mk, qb, hp, D, KL, cache, s->row_bytes, idx, i0, i1, scale, v3, mm, ll, o,
-                     pw);
+        if (i0 < i1 && !amx_part(mk, qb, hp, D, KL, dr, cache, s->row_bytes, fp8, idx, i0, i1,
+                                 scale, v3, mm, ll, o, pw, fp8 ? pw + part : NULL)) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    if (failed) {                   /* a row value that is not a bf16 number */
+        if (!ws_keep) dsattn_free(ws);
+        return 0;
     }
     /* merge the parts into thread 0's (a part with l = 0 adds nothing) */
     const size_t ncg = KL / 16;
