@@ -758,7 +758,8 @@ DSATTN_TEST(mla, tiled_decode_off_tile_sizes_matches_reference)
 DSATTN_TEST(mla, amx_pack_q_takes_only_bf16_numbers)
 {
     /* the B-tile layout (row k, column 2n + e = q[16g + n][32s + 2k + e]),
-     * zero padded heads, and the refusal of a value with fp32-only bits */
+     * zero padded heads, and the refusal of a value with fp32-only bits or
+     * a subnormal one (signed zero passes) */
     enum { H = 20, HP = 32, D = 64 };
     static float q[H * D];
     static uint16_t qb[HP * D] __attribute__((aligned(64)));
@@ -777,6 +778,10 @@ DSATTN_TEST(mla, amx_pack_q_takes_only_bf16_numbers)
         }
     q[7 * D + 33] = 1.0f + 0x1p-12f;                 /* not a bf16 number */
     CHECK(!dsattn_amx_pack_q(q, D, H, HP, D, qb));
+    q[7 * D + 33] = 0x1p-130f;                       /* subnormal: the tiles read 0 */
+    CHECK(!dsattn_amx_pack_q(q, D, H, HP, D, qb));
+    q[7 * D + 33] = -0.0f;
+    CHECK(dsattn_amx_pack_q(q, D, H, HP, D, qb));
 }
 
 DSATTN_TEST(mla, amx_decode_matches_reference_and_the_fma_tiles)

@@ -186,3 +186,111 @@ DSATTN_TEST(pgemm, prefill_linear_fast_matches_reference_and_ignores_threads)
     for (int c = 0; c < 3; c++) dsattn_ctx_destroy(cf[c]);
     free(w8); free(w16); free(w32); free(sc); free(x); free(mag); free(yr); free(yf); free(y1);
 }
+
+DSATTN_TEST(pgemm, prefill_linear_amx_matches_reference_fma_and_ignores_threads)
+{
+    /* Where the CPU has AMX-BF16: the prefill Linear on the tiles (FP8
+     * weights with power-of-two scales in blocks of 32 - the direct bf16
+     * decode - and of 48 - through fp32 rows -, bf16 weights, plain and
+     * grouped in 2; 8, 33 and 130 tokens: a partial and a second token
+     * chunk) against reference mode within check_prefill's bound, the same
+     * bits on 1 and 2 threads, and not the FMA tile's bits (so the tiles
+     * ran).  Then the fallbacks: a scale that is not a power of two, or
+     * activations that are not bf16 numbers, give exactly the FMA tile's
+     * bits. */
+    enum { RMAX = 96, KMAX = 544, TMAX = 130 };
+    dsattn_ctx *probe = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
+    const int have = probe && dsattn_ctx_set_amx(probe, 1);
+    dsattn_ctx_destroy(probe);
+    if (!have) {
+        dsattn_test_skip("no AMX-BF16 here");
+        return;
+    }
+    dsattn_rng r = { 31 };
+    uint8_t *w8 = malloc(RMAX * KMAX);
+    uint16_t *w16 = malloc(RMAX * KMAX * 2);
+    float *sc = malloc(RMAX * KMAX * 4);
+    float *x = malloc(TMAX * KMAX * 4), *mag = malloc(TMAX * RMAX * 4);
+    float *yr = malloc(TMAX * RMAX * 4), *ya = malloc(TMAX * RMAX * 4);
+    float *y2 = malloc(TMAX * RMAX * 4), *yf = malloc(TMAX * RMAX * 4);
+    for (size_t i = 0; i < RMAX * KMAX; i++) {
+        w8[i] = (uint8_t)(dsattn_rng_u64(&r) & 0xf7);      /* no NaN code */
+        w16[i] = (uint16_t)(0x3c00 + (dsattn_rng_u64(&r) & 0x83ff));
+    }
+    for (size_t i = 0; i < RMAX * KMAX; i++) sc[i] = ldexpf(1.0f, (int)(i % 7) - 9);
+    for (size_t i = 0; i < TMAX * KMAX; i++) x[i] = dsattn_round_bf16(dsattn_rng_normal(&r));
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 2);
+    dsattn_ctx *a1 = dsattn_test_ctx(DSATTN_MODE_FAST, 1), *a2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
+    dsattn_ctx *f2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
+    dsattn_ctx_set_amx(a1, 1);
+    dsattn_ctx_set_amx(a2, 1);
+    dsattn_ctx_set_amx(f2, 0);
+    const size_t Rs[2] = { 32, 96 }, Ks[2] = { 256, 544 }, Ts[3] = { 8, 33, 130 };
+    size_t differ = 0;
+    for (int kind = 0; kind < 3; kind++)           /* FP8 bs 32, FP8 bs 48, BF16 */
+        for (int ri = 0; ri < 2; ri++)
+            for (int ki = 0; ki < 2; ki++)
+                for (int ti = 0; ti < 3; ti++)
+                    for (size_t G = 1; G <= 2; G++) {
+                        const size_t R = Rs[ri] * G, K = Ks[ki], T = Ts[ti];
+                        const size_t bs = kind == 1 ? 48 : 32, ldsc = (K + bs - 1) / bs;
+                        if (R > RMAX || (kind < 2 && Rs[ri] % bs)) continue;   /* groups: whole blocks */
+                        dsattn_weight w = { .rows = R, .cols = K };
+                        if (kind < 2) {
+                            w.kind = DSATTN_W_FP8;
+                            w.data = w8;
+                            w.scale = sc;
+                            w.block = bs;
+                            w.finite = 1;
+                        } else {
+                            w.kind = DSATTN_W_BF16;
+                            w.data = w16;
+                        }
+                        /* every group reads the same x (gx = 0) */
+                        for (size_t t = 0; t < T; t++)
+                            for (size_t o = 0; o < R; o++) {
+                                float m = 0.0f;
+                                for (size_t k = 0; k < K; k++) {
+                                    const float wv = kind < 2
+                                        ? dsattn_e4m3_to_f32(w8[o * K + k]) * sc[(o / bs) * ldsc + k / bs]
+                                        : dsattn_bf16_to_f32(w16[o * K + k]);
+                                    m += fabsf(wv * x[t * K + k]);
+                                }
+                                mag[t * R + o] = m;
+                            }
+                        CHECK_OK(dsattn_linear_grouped(cr, &w, G, x, K, 0, T, yr, R, DSATTN_OUT_F32));
+                        CHECK_OK(dsattn_linear_grouped(a1, &w, G, x, K, 0, T, ya, R, DSATTN_OUT_F32));
+                        CHECK_OK(dsattn_linear_grouped(a2, &w, G, x, K, 0, T, y2, R, DSATTN_OUT_F32));
+                        CHECK_OK(dsattn_linear_grouped(f2, &w, G, x, K, 0, T, yf, R, DSATTN_OUT_F32));
+                        char what[96];
+                        snprintf(what, sizeof what, "AMX kind %d R %zu K %zu T %zu G %zu", kind, R,
+                                 K, T, G);
+                        check_prefill(what, ya, yr, mag, T * R);
+                        CHECK_MSG(memcmp(ya, y2, T * R * 4) == 0, "%s: 1 and 2 threads differ", what);
+                        differ += memcmp(ya, yf, T * R * 4) != 0;
+                    }
+    CHECK_MSG(differ > 0, "the AMX prefill gave the FMA tile's bits in every case");
+    /* fallbacks: the FMA tile's bits exactly */
+    {
+        const size_t R = 64, K = 256, T = 33;
+        dsattn_weight w = { .kind = DSATTN_W_FP8, .rows = R, .cols = K, .data = w8, .scale = sc,
+                            .block = 32, .finite = 1 };
+        const float keep = sc[1];
+        sc[1] = 3.0e-3f;                                  /* not a power of two */
+        CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "non-power-of-two scale: not the FMA bits");
+        sc[1] = keep;
+        const float xk = x[5 * K + 7];
+        x[5 * K + 7] = 1.0f + 0x1p-12f;                   /* not a bf16 number */
+        CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "non-bf16 activation: not the FMA bits");
+        x[5 * K + 7] = xk;
+    }
+    dsattn_ctx_destroy(cr);
+    dsattn_ctx_destroy(a1);
+    dsattn_ctx_destroy(a2);
+    dsattn_ctx_destroy(f2);
+    free(w8); free(w16); free(sc); free(x); free(mag); free(yr); free(ya); free(y2); free(yf);
+}

@@ -61,6 +61,23 @@ void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, 
                       int contiguous, float scale, int bf16_scores, float *m, float *l, float *o,
                       void *ws);
 
+/* The score product alone, as a GEMM for the prefill projections
+ * (src/ops/linear.c): c[i*hp + h] = sum_d rows[i][d] * q(h, d) for
+ * i < 32 * n32, rows contiguous bf16 [32*n32][D] (D a multiple of 32, no
+ * upper limit here), q packed by dsattn_amx_pack_q with hp columns.  The
+ * pf_bytes at pf (the caller's next weight rows; may be 0) are prefetched
+ * into L2, spread over the tile steps. */
+void dsattn_amx_gemm_nt(const uint16_t *qb, size_t hp, size_t D, const uint16_t *rows,
+                        size_t n32, float *c, const uint8_t *pf, size_t pf_bytes);
+
+/* One FP8 weight row (K E4M3 codes without NaN codes, one scale per bs
+ * columns: scale[c / bs]) -> K bf16 values, e4m3(w) * scale exactly.
+ * bs % 32 == 0, K % 32 == 0.  0 unless every scale is a power of two with
+ * which every product stays a normal bf16 (2^-117 .. 2^119): the caller
+ * keeps its FMA path then. */
+int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, size_t K,
+                            uint16_t *out);
+
 /* nr fp32 rows (row r at x + r*ldx, d values, d % 16 == 0) -> bf16 rows
  * out + r*d; 0 unless every value is a bf16 number the tiles read as is
  * (no fp32-only mantissa bits, not subnormal: AMX reads those as zero).

@@ -16,6 +16,18 @@
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
 #define MB DSATTN_AMX_MB
 
+/* 32 E4M3 codes (no NaN code) -> their values / 256 as two fp32 vectors
+ * (elements 0..15, 16..31): sign and the 7 magnitude bits moved into an
+ * fp16 (s.0eeee.mmm0000000 is e4m3 * 2^-8, subnormals included) */
+static inline void e4m3x32_h(const uint8_t *w, __m512 *v0, __m512 *v1)
+{
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)w));
+    const __m512i h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(b, 8), 1),
+                                       _mm512_set1_epi16((short)0xbfff));
+    *v0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    *v1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
 typedef struct {
     uint8_t  palette, start_row, rsv[14];
     uint16_t colsb[16];
@@ -27,24 +39,40 @@ int dsattn_amx_fits(size_t hp, size_t D, size_t C)
     return hp % 32 == 0 && hp > 0 && D % 32 == 0 && C % 32 == 0 && C > 0 && C <= D && D <= 1024;
 }
 
+/* Head n's 32 values of one 32-dim step as bf16 pairs: dword k = (d 2k,
+ * d 2k+1); *bad collects values that are not bf16 numbers (fp32-only bits)
+ * or subnormal (read as zero by the tiles). */
+static inline __m512 pairs32(const float *v, __mmask16 *bad)
+{
+    const __m512i lo = _mm512_set1_epi32(0xffff), ex = _mm512_set1_epi32(0x7f800000);
+    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
+    const __m512i a = _mm512_loadu_si512(v), b = _mm512_loadu_si512(v + 16);
+    *bad |= _mm512_test_epi32_mask(a, lo) | _mm512_test_epi32_mask(b, lo);
+    *bad |= (_mm512_testn_epi32_mask(a, ex) & _mm512_test_epi32_mask(a, mag)) |
+            (_mm512_testn_epi32_mask(b, ex) & _mm512_test_epi32_mask(b, mag));
+    const __m256i ha = _mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16));
+    const __m256i hb = _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16));
+    return _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1));
+}
+
 int dsattn_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D, uint16_t *qb)
 {
+    /* per 16 heads and 32 dims: 16 x 16 dword pairs, transposed (tile row
+     * k = pair k of every head) */
     const size_t ns = D / 32;
+    __mmask16 bad = 0;
     for (size_t g = 0; g < hp / 16; g++)
-        for (size_t s = 0; s < ns; s++) {
-            uint16_t *t = qb + (g * ns + s) * 512;
-            for (size_t k = 0; k < 16; k++)
-                for (size_t n = 0; n < 16; n++)
-                    for (size_t e = 0; e < 2; e++) {
-                        const size_t h = 16 * g + n, d = 32 * s + 2 * k + e;
-                        float v = h < H ? q[h * ldq + d] : 0.0f;
-                        uint32_t u;
-                        memcpy(&u, &v, sizeof u);
-                        if (u & 0xffffu) return 0;          /* not a bf16 number */
-                        t[k * 32 + 2 * n + e] = (uint16_t)(u >> 16);
-                    }
+        for (size_t st = 0; st < ns; st++) {
+            __m512 r[16];
+            for (size_t n = 0; n < 16; n++) {
+                const size_t h = 16 * g + n;
+                r[n] = h < H ? pairs32(q + h * ldq + 32 * st, &bad) : _mm512_setzero_ps();
+            }
+            dsattn_tr16(r);
+            uint16_t *t = qb + (g * ns + st) * 512;
+            for (size_t k = 0; k < 16; k++) _mm512_store_ps((float *)(t + k * 32), r[k]);
         }
-    return 1;
+    return bad == 0;
 }
 
 /* S^T [MB, hp] f32, P^T [hp, MB] bf16, V pairs [MB, C] bf16, staged keys
@@ -227,6 +255,70 @@ void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, 
     pv(pa, vb, hp, C, nq, o);
 }
 
+AMX_TARGET void dsattn_amx_gemm_nt(const uint16_t *qb, size_t hp, size_t D,
+                                   const uint16_t *rows, size_t n32, float *c,
+                                   const uint8_t *pf, size_t pf_bytes)
+{
+    const size_t ns = D / 32, ng = hp / 16, stride = D * 2;
+    const size_t lines = (pf_bytes + 63) / 64, steps = n32 * (ng / 2) * ns;
+    const size_t per = steps ? (lines + steps - 1) / steps : 0;
+    size_t pl = 0;
+    for (size_t q = 0; q < n32; q++) {
+        const uint8_t *base = (const uint8_t *)(rows + 32 * q * D);
+        for (size_t g = 0; g < ng; g += 2) {
+            _tile_zero(4);
+            _tile_zero(5);
+            _tile_zero(6);
+            _tile_zero(7);
+            for (size_t s = 0; s < ns; s++) {
+                for (size_t e = 0; e < per && pl < lines; e++, pl++)
+                    _mm_prefetch((const char *)pf + pl * 64, _MM_HINT_T1);
+                _tile_loadd(0, base + s * 64, stride);
+                _tile_loadd(1, base + 16 * stride + s * 64, stride);
+                _tile_loadd(2, qb + (g * ns + s) * 512, 64);
+                _tile_loadd(3, qb + ((g + 1) * ns + s) * 512, 64);
+                _tile_dpbf16ps(4, 0, 2);
+                _tile_dpbf16ps(5, 0, 3);
+                _tile_dpbf16ps(6, 1, 2);
+                _tile_dpbf16ps(7, 1, 3);
+            }
+            float *o = c + (32 * q) * hp + 16 * g;
+            _tile_stored(4, o, hp * 4);
+            _tile_stored(5, o + 16, hp * 4);
+            _tile_stored(6, o + 16 * hp, hp * 4);
+            _tile_stored(7, o + 16 * hp + 16, hp * 4);
+        }
+    }
+}
+
+int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, size_t K,
+                            uint16_t *out)
+{
+    /* odd 16-bit words of two fp32 vectors = their bf16 high halves */
+    static const uint16_t odd[32] __attribute__((aligned(64))) = {
+        1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+        33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63 };
+    const __m512i sel = _mm512_load_si512(odd);
+    for (size_t b0 = 0; b0 < K; b0 += bs) {
+        const float sc = scale[b0 / bs];
+        uint32_t u;
+        memcpy(&u, &sc, sizeof u);
+        const int e = (int)((u >> 23) & 0xff) - 127;
+        if ((u & 0x807fffffu) || e < -117 || e > 119) return 0;
+        /* e4m3 / 256 from the fp16 bits, times 256 s: exact (power of two) */
+        const __m512 f = _mm512_set1_ps(sc * 256.0f);
+        const size_t b1 = b0 + bs < K ? b0 + bs : K;
+        for (size_t i = b0; i < b1; i += 32) {
+            __m512 v0, v1;
+            e4m3x32_h(w + i, &v0, &v1);
+            const __m512i a = _mm512_castps_si512(_mm512_mul_ps(v0, f));
+            const __m512i b = _mm512_castps_si512(_mm512_mul_ps(v1, f));
+            _mm512_storeu_si512(out + i, _mm512_permutex2var_epi16(a, sel, b));
+        }
+    }
+    return 1;
+}
+
 int dsattn_amx_rows_bf16(const float *x, size_t ldx, size_t nr, size_t d, uint16_t *out)
 {
     const __m512i lo = _mm512_set1_epi32(0xffff), ex = _mm512_set1_epi32(0x7f800000);
@@ -273,6 +365,19 @@ int dsattn_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D,
 size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C)
 {
     (void)hp; (void)D; (void)C;
+    return 0;
+}
+
+void dsattn_amx_gemm_nt(const uint16_t *qb, size_t hp, size_t D, const uint16_t *rows,
+                        size_t n32, float *c, const uint8_t *pf, size_t pf_bytes)
+{
+    (void)qb; (void)hp; (void)D; (void)rows; (void)n32; (void)c; (void)pf; (void)pf_bytes;
+}
+
+int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, size_t K,
+                            uint16_t *out)
+{
+    (void)w; (void)scale; (void)bs; (void)K; (void)out;
     return 0;
 }
 

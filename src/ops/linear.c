@@ -23,6 +23,7 @@
 #include "blas.h"
 #include "ops.h"
 
+#include "amx_attn.h"
 #include "kernels.h"
 #include "mla_kernels.h"
 #include "numfmt.h"
@@ -278,6 +279,116 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
     return DSATTN_OK;
 }
 
+/* The prefill path on AMX-BF16 tiles (contexts with ctx->amx; amx_attn.h).
+ * The reference's FP8 linear() quantizes the activations to E4M3 times a
+ * power-of-two scale, and FP8 weights with UE8M0 / power-of-two block
+ * scales decode to E4M3 times a power of two: both are bf16 numbers, so a
+ * TDPBF16PS product is exact and only the fp32 summation order differs
+ * from the FMA tile (as between any two fast paths).  bf16 weights go in
+ * as they are.  Per chunk of tokens (<= 128, and <= 1 MB of packed bf16
+ * per group) the tokens are packed once as the tiles' B operand
+ * (dsattn_amx_pack_q, which checks they are bf16 numbers); each thread
+ * takes 32-row panels (dynamic), decodes FP8 rows to bf16 with the check,
+ * and runs the score GEMM of amx_attn.h against the chunk: C [32 rows]
+ * [chunk] -> rounded -> y.  Returns 0 (y possibly written, to be
+ * overwritten) when a value is not a bf16 number or the shapes do not
+ * fit; *st carries an allocation failure. */
+static int prefill_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_weight *W,
+                       size_t G, const float *x, size_t ldx, size_t gx, size_t n_tok, float *y,
+                       size_t ldy, dsattn_out_round round, dsattn_status *st)
+{
+    const size_t K = W->cols, R = W->rows, Rg = R / G;
+    if (!ctx->amx || K % 32 || Rg % 32 || n_tok == 0 ||
+        !((W->kind == DSATTN_W_FP8 && W->finite) || W->kind == DSATTN_W_BF16))
+        return 0;
+    size_t tc = ((size_t)1 << 20) / (2 * K) / 32 * 32;        /* tokens per chunk */
+    tc = DSATTN_MAX((size_t)32, DSATTN_MIN(tc, (size_t)128));
+    tc = DSATTN_MIN(tc, (n_tok + 31) / 32 * 32);
+    const int nthr = DSATTN_MAX(1, ctx->n_threads);
+    /* shared: the packed chunk of every group; per thread: 32 bf16 rows,
+     * one fp32 row, C [32][tc] */
+    size_t qbytes, per, all, need;
+    if (!dsattn_mul3_size(G, tc, K * 2, &qbytes) ||
+        !dsattn_add_size(32 * K * 2 + K * 4 + 32 * tc * 4 + 256, 0, &per) ||
+        !dsattn_mul_size(per, (size_t)nthr, &all) || !dsattn_add_size(qbytes + 64, all, &need)) {
+        *st = DSATTN_ERR_NOMEM;
+        return 1;
+    }
+    const int own = omp_in_parallel();
+    uint8_t *ws;
+    if (own) {
+        if (!(ws = dsattn_alloc(need))) { *st = DSATTN_ERR_NOMEM; return 1; }
+    } else {
+        if (ctx->lin_ws_bytes < need) {
+            dsattn_free(ctx->lin_ws);
+            ctx->lin_ws_bytes = 0;
+            if (!(ctx->lin_ws = dsattn_alloc(need))) { *st = DSATTN_ERR_NOMEM; return 1; }
+            ctx->lin_ws_bytes = need;
+        }
+        ws = ctx->lin_ws;
+    }
+    uint16_t *qb = (uint16_t *)ws;
+    uint8_t *tws = ws + (qbytes + 63) / 64 * 64;
+    const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_for(ctx->k->name);
+    const size_t n_pan = R / 32;
+    int failed = 0;
+    for (size_t c0 = 0; c0 < n_tok && !failed; c0 += tc) {
+        const size_t nc = DSATTN_MIN(tc, n_tok - c0);
+        for (size_t g = 0; g < G && !failed; g++)
+            failed = !dsattn_amx_pack_q(x + g * gx + c0 * ldx, ldx, nc, tc, K, qb + g * tc * K);
+        if (failed) break;
+#pragma omp parallel num_threads(nthr)
+        {
+            uint8_t *mine = tws + (size_t)omp_get_thread_num() * ((per + 63) / 64 * 64);
+            uint16_t *rows = (uint16_t *)mine;
+            float *frow = (float *)(mine + 32 * K * 2), *cb = frow + K;
+            int bad = 0;
+            dsattn_amx_begin();
+            /* interleaved panels: a thread's next panel is known, and its
+             * weight rows are prefetched while this panel's tiles run (the
+             * decode waited on memory otherwise: 4 KB rows, a new stream
+             * at every page) */
+#pragma omp for schedule(static, 1)
+            for (size_t pi = 0; pi < n_pan; pi++) {
+                const size_t r0 = pi * 32, g = r0 / Rg;
+                if (bad) continue;
+                const size_t nx = pi + (size_t)omp_get_num_threads();
+                const size_t wb = W->kind == DSATTN_W_BF16 ? 2 : 1;
+                const uint8_t *pf = nx < n_pan ? (const uint8_t *)W->data + nx * 32 * K * wb : NULL;
+                const uint16_t *pr;
+                if (W->kind == DSATTN_W_BF16) {
+                    pr = (const uint16_t *)W->data + r0 * K;
+                } else {
+                    const size_t ldsc = (K + W->block - 1) / W->block;
+                    for (size_t r = 0; r < 32 && !bad; r++) {
+                        const uint8_t *wr = (const uint8_t *)W->data + (r0 + r) * K;
+                        const float *sr = W->scale + ((r0 + r) / W->block) * ldsc;
+                        if (W->block % 32 == 0) {
+                            bad = !dsattn_amx_fp8_row_bf16(wr, sr, W->block, K, rows + r * K);
+                        } else {
+                            fp8_row(wr, sr, W->block, K, frow);
+                            bad = !dsattn_amx_rows_bf16(frow, K, 1, K, rows + r * K);
+                        }
+                    }
+                    pr = rows;
+                }
+                if (bad) continue;
+                dsattn_amx_gemm_nt(qb + g * tc * K, tc, K, pr, 1, cb, pf, pf ? 32 * K * wb : 0);
+                if (round == DSATTN_OUT_BF16) mk->round_bf16(cb, 32 * tc);
+                for (size_t t = 0; t < nc; t++)
+                    for (size_t r = 0; r < 32; r++) y[(c0 + t) * ldy + r0 + r] = cb[r * tc + t];
+            }
+            dsattn_amx_end();
+            if (bad) {
+#pragma omp atomic write
+                failed = 1;
+            }
+        }
+    }
+    if (own) dsattn_free(ws);
+    return !failed;
+}
+
 static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
                             const float *x, size_t ldx, size_t n_tok,
                             float *y, size_t ldy, dsattn_out_round round,
@@ -301,7 +412,9 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
         (pk = dsattn_pgemm_for(ctx->k->name)) != NULL &&
         (mk = dsattn_mla_kern_for(ctx->k->name)) != NULL) {
-        dsattn_status st = prefill_tiled(ctx, pk, mk, W, 1, in, ldin, 0, n_tok, y, ldy, round);
+        dsattn_status st = DSATTN_OK;
+        if (!prefill_amx(ctx, mk, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st))
+            st = prefill_tiled(ctx, pk, mk, W, 1, in, ldin, 0, n_tok, y, ldy, round);
         if (st) return st;
     } else if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
         /* Prefill-sized: each thread dequantizes its own row panels (SIMD
@@ -415,7 +528,9 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
         const int timed = ctx->prof_on && !omp_in_parallel();
         const double t0 = timed ? dsattn_clock() : 0.0;
         const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
-        dsattn_status st = prefill_tiled(ctx, pk, mk, W, G, x, ldx, gx, n_tok, y, ldy, round);
+        dsattn_status st = DSATTN_OK;
+        if (!prefill_amx(ctx, mk, W, G, x, ldx, gx, n_tok, y, ldy, round, &st))
+            st = prefill_tiled(ctx, pk, mk, W, G, x, ldx, gx, n_tok, y, ldy, round);
         if (st) return st;
         dsattn_count(ctx, 2ull * n_tok * W->rows * W->cols,
                      weight_bytes(W) + n_tok * G * W->cols * 4ull);
