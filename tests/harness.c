@@ -172,3 +172,12 @@ dsattn_ctx *dsattn_test_ctx(dsattn_mode mode, int threads)
     CHECK_OK(dsattn_ctx_create(&c, &p));
     return c;
 }
+
+int dsattn_test_amx_or_skip(void)
+{
+    dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
+    const int have = c && dsattn_ctx_set_amx(c, 1);
+    dsattn_ctx_destroy(c);
+    if (!have) dsattn_test_skip("no AMX-BF16 here");
+    return have;
+}

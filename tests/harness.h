@@ -77,6 +77,9 @@ double dsattn_cosine(const float *a, const float *b, size_t n);
 /* A context in `mode` with `threads` threads (0: the default); a failed
  * creation is a failed check and NULL. */
 dsattn_ctx *dsattn_test_ctx(dsattn_mode mode, int threads);
+/* 1 where a fast context can run AMX-BF16 tiles; else marks the test
+ * skipped ("no AMX-BF16 here") and returns 0. */
+int dsattn_test_amx_or_skip(void);
 
 /* Seeded xorshift RNG, one per test. */
 typedef struct { uint64_t s; } dsattn_rng;

@@ -199,13 +199,7 @@ DSATTN_TEST(pgemm, prefill_linear_amx_matches_reference_fma_and_ignores_threads)
      * activations that are not bf16 numbers, give exactly the FMA tile's
      * bits. */
     enum { RMAX = 96, KMAX = 544, TMAX = 130 };
-    dsattn_ctx *probe = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
-    const int have = probe && dsattn_ctx_set_amx(probe, 1);
-    dsattn_ctx_destroy(probe);
-    if (!have) {
-        dsattn_test_skip("no AMX-BF16 here");
-        return;
-    }
+    if (!dsattn_test_amx_or_skip()) return;
     dsattn_rng r = { 31 };
     uint8_t *w8 = malloc(RMAX * KMAX);
     uint16_t *w16 = malloc(RMAX * KMAX * 2);

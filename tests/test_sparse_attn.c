@@ -305,13 +305,7 @@ DSATTN_TEST(sparse_attn, amx_tiles_and_fma_tiles_both_match_reference)
      * -inf start with a leading block of 64 invalid indices gives NaN in
      * both (fast_vs_ref compares the NaN lanes); and the two fast forms do
      * not give identical bits everywhere (so the tile form really ran). */
-    dsattn_ctx *probe = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
-    const int have = probe && dsattn_ctx_set_amx(probe, 1);
-    dsattn_ctx_destroy(probe);
-    if (!have) {
-        dsattn_test_skip("no AMX-BF16 here");
-        return;
-    }
+    if (!dsattn_test_amx_or_skip()) return;
     dsattn_rng g = { 23 };
     v41_cache c;
     cache_init(&c, 128, 300, 512, &g);

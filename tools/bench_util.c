@@ -11,6 +11,7 @@
 #include "dsattn_commit.h"
 #include "bench_util.h"
 
+#include "amx_attn.h"
 #include "internal.h"
 #include "kernels.h"
 #include "safetensors.h"
@@ -270,29 +271,12 @@ double dsattn_bench_fma_peak(int threads)
 }
 
 #if defined(__x86_64__)
-typedef struct {
-    uint8_t  palette, start_row, rsv[14];
-    uint16_t colsb[16];
-    uint8_t  rows[16];
-} amx_probe_cfg;
-
 /* 4 tile products of 16 x 16 x 32 bf16 pairs per iteration */
 __attribute__((target("amx-tile,amx-bf16"))) static float amx_bf16_loop(long iters)
 {
-    amx_probe_cfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
     static const uint16_t one[512] __attribute__((aligned(64))) = { 0x3f80 };   /* 1, then 0 */
     float c[256] __attribute__((aligned(64)));
-    /* GCC's ldtilecfg builtin does not tell the optimiser that it reads
-     * the 64 bytes: without this the rows / colsb stores were dropped as
-     * dead (SIGILL on the first tile load) */
-    __asm__ volatile("" : : "m"(cfg) : "memory");
-    _tile_loadconfig(&cfg);
+    dsattn_amx_begin();                   /* 8 tiles of 16 rows x 64 bytes */
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -308,7 +292,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static float amx_bf16_loop(long ite
         _tile_dpbf16ps(3, 5, 7);
     }
     _tile_stored(0, c, 64);
-    _tile_release();
+    dsattn_amx_end();
     return c[0];
 }
 #endif

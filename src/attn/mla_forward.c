@@ -500,6 +500,34 @@ static void absorbed_part_fast(const dsattn_kernels *kt, const dsattn_mla_seq *s
  * while the QK and PV kernels run over it. */
 #define MT_BLOCK 192
 
+/* Inside a parallel region: this thread's number and its share [i0, i1)
+ * of n keys split evenly over the region's threads. */
+static int thread_keys(size_t n, size_t *i0, size_t *i1)
+{
+    int tid = 0, nth = 1;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+    nth = omp_get_num_threads();
+#endif
+    const size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
+    *i0 = DSATTN_MIN(n, (size_t)tid * chunk);
+    *i1 = DSATTN_MIN(n, *i0 + chunk);
+    return tid;
+}
+
+/* Scratch of one decode row: the sequence's grow-only buffer when ws_keep
+ * is given (one call at a time), else a fresh one the caller frees. */
+static void *row_scratch(dsattn_mla_seq *ws_keep, size_t bytes)
+{
+    if (!ws_keep) return dsattn_alloc(bytes);
+    if (ws_keep->tile_ws_bytes < bytes) {
+        dsattn_free(ws_keep->tile_ws);
+        ws_keep->tile_ws = dsattn_alloc(bytes);
+        ws_keep->tile_ws_bytes = ws_keep->tile_ws ? bytes : 0;
+    }
+    return ws_keep->tile_ws;
+}
+
 /* ws_keep: the sequence's grow-only scratch for a decode row (one call at a
  * time), or NULL when rows run in parallel (prefill: each call allocates). */
 static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *mk,
@@ -516,17 +544,7 @@ static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *
     const size_t per = 3 * hp + KL * hp + MT_BLOCK * D + MT_BLOCK * hp + DSATTN_MLA_KT * D;
     const size_t wsf = (size_t)nt * per + hp * D + H * D;      /* floats, then row pointers */
     const size_t bytes = wsf * sizeof(float) + (size_t)nt * 2 * MT_BLOCK * sizeof(uint8_t *);
-    float *ws;
-    if (ws_keep) {
-        if (ws_keep->tile_ws_bytes < bytes) {
-            dsattn_free(ws_keep->tile_ws);
-            ws_keep->tile_ws = dsattn_alloc(bytes);
-            ws_keep->tile_ws_bytes = ws_keep->tile_ws ? bytes : 0;
-        }
-        ws = ws_keep->tile_ws;
-    } else {
-        ws = dsattn_alloc(bytes);
-    }
+    float *ws = row_scratch(ws_keep, bytes);
     if (!ws) return DSATTN_ERR_NOMEM;
     const uint8_t **rp = (const uint8_t **)(void *)(ws + wsf);
     float *qp = ws + (size_t)nt * per, *Q = qp + hp * D;
@@ -540,18 +558,13 @@ static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *
     const int bf16 = s->fmt == DSATTN_MLA_CACHE_LATENT_BF16;
 #pragma omp parallel num_threads(nt)
     {
-        int tid = 0, nth = 1;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();
-#endif
+        size_t i0, i1;
+        const int tid = thread_keys(n, &i0, &i1);
         float *mm = ws + (size_t)tid * per, *ll = mm + hp, *al = ll + hp, *acc = al + hp;
         float *kt = acc + KL * hp, *st = kt + MT_BLOCK * D, *rows = st + MT_BLOCK * hp;
         const uint8_t **cur = rp + (size_t)tid * 2 * MT_BLOCK, **nxt = cur + MT_BLOCK;
         for (size_t h = 0; h < hp; h++) { mm[h] = -INFINITY; ll[h] = 0.0f; }
         memset(acc, 0, KL * hp * sizeof(float));
-        const size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
-        const size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
         size_t nb = DSATTN_MIN((size_t)MT_BLOCK, i1 - i0);
         for (size_t i = 0; i < nb; i++) cur[i] = cache + key_at(idx, i0 + i) * rb;
         for (size_t b0 = i0; b0 < i1; b0 += MT_BLOCK) {
@@ -674,17 +687,7 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
     const size_t fpart = fp8 ? amx_fp8_scratch(D) : 0;
     const size_t per = (2 * hp + hp * KL) * sizeof(float) + part + fpart;
     const size_t bytes = (size_t)nt * per + H * D * sizeof(float) + hp * D * 2 + 64;
-    void *ws;
-    if (ws_keep) {
-        if (ws_keep->tile_ws_bytes < bytes) {
-            dsattn_free(ws_keep->tile_ws);
-            ws_keep->tile_ws = dsattn_alloc(bytes);
-            ws_keep->tile_ws_bytes = ws_keep->tile_ws ? bytes : 0;
-        }
-        ws = ws_keep->tile_ws;
-    } else {
-        ws = dsattn_alloc(bytes);
-    }
+    void *ws = row_scratch(ws_keep, bytes);
     if (!ws) {
         *st = DSATTN_ERR_NOMEM;
         return 1;
@@ -705,17 +708,12 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
     int failed = 0;
 #pragma omp parallel num_threads(nt)
     {
-        int tid = 0, nth = 1;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();
-#endif
+        size_t i0, i1;
+        const int tid = thread_keys(n, &i0, &i1);
         float *mm = (float *)(w8 + (size_t)tid * per), *ll = mm + hp, *o = ll + hp;
         uint8_t *pw = (uint8_t *)(o + hp * KL);
         for (size_t h = 0; h < hp; h++) { mm[h] = -INFINITY; ll[h] = 0.0f; }
         memset(o, 0, hp * KL * sizeof(float));
-        const size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
-        const size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
         if (i0 < i1 && !amx_part(mk, qb, hp, D, KL, dr, cache, s->row_bytes, fp8, idx, i0, i1,
                                  scale, v3, mm, ll, o, pw, fp8 ? pw + part : NULL)) {
 #pragma omp atomic write

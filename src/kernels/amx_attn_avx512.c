@@ -130,18 +130,63 @@ static void p_tiles(const float *st, size_t ldst, size_t hp, size_t nk, size_t n
         }
 }
 
-AMX_TARGET static void scores(const uint16_t *qb, size_t hp, size_t D,
-                              const uint8_t *const *r, size_t nq, size_t rb, int contiguous,
-                              uint16_t *stage, float *st)
+/* Lines to bring into L2 a few per tile step while the tiles run: the
+ * 32 rows rows[0..32) of row_lines lines each (NULL rows skipped), or one
+ * region of `lines` lines. */
+typedef struct {
+    const uint8_t *const *rows;
+    const uint8_t *region;
+    size_t row_lines, lines, per, at;
+} pf_cursor;
+
+static inline void pf_step(pf_cursor *c)
+{
+    for (size_t e = 0; e < c->per && c->at < c->lines; e++, c->at++) {
+        const uint8_t *p = c->rows ? c->rows[c->at / c->row_lines] : c->region;
+        const size_t line = c->rows ? c->at % c->row_lines : c->at;
+        if (p) _mm_prefetch((const char *)p + line * 64, _MM_HINT_T1);
+    }
+}
+
+/* c[i*hp + h] = row i . q(h) for 32 rows at base (stride bytes apart):
+ * per pair of 16-head groups, 2 x 2 accumulator tiles over the D/32 steps */
+AMX_TARGET static void rows32(const uint8_t *base, size_t stride, const uint16_t *qb, size_t hp,
+                              size_t D, float *c, pf_cursor *pf)
+{
+    const size_t ns = D / 32;
+    for (size_t g = 0; g < hp / 16; g += 2) {
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_zero(6);
+        _tile_zero(7);
+        for (size_t s = 0; s < ns; s++) {
+            pf_step(pf);
+            _tile_loadd(0, base + s * 64, stride);
+            _tile_loadd(1, base + 16 * stride + s * 64, stride);
+            _tile_loadd(2, qb + (g * ns + s) * 512, 64);
+            _tile_loadd(3, qb + ((g + 1) * ns + s) * 512, 64);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
+            _tile_dpbf16ps(6, 1, 2);
+            _tile_dpbf16ps(7, 1, 3);
+        }
+        float *o = c + 16 * g;
+        _tile_stored(4, o, hp * 4);
+        _tile_stored(5, o + 16, hp * 4);
+        _tile_stored(6, o + 16 * hp, hp * 4);
+        _tile_stored(7, o + 16 * hp + 16, hp * 4);
+    }
+}
+
+static void scores(const uint16_t *qb, size_t hp, size_t D, const uint8_t *const *r, size_t nq,
+                   size_t rb, int contiguous, uint16_t *stage, float *st)
 {
     const size_t ns = D / 32, ng = hp / 16;
     for (size_t q = 0; q < nq; q++) {
         /* the next 32 rows (r has 32 entries past the block: the next
          * block's first rows, or NULL) into L2 while these compute: the
          * strided tile loads straight from memory stalled ~30 % of the time */
-        const uint8_t *const *nx = r + 32 * (q + 1);
-        const size_t lines = 32 * (D * 2 / 64), per = (lines + ng / 2 * ns - 1) / (ng / 2 * ns);
-        size_t pl = 0;                  /* next line: row pl / (D/32), line pl % (D/32) */
+        pf_cursor pf = { r + 32 * (q + 1), NULL, ns, 32 * ns, (32 + ng / 2 - 1) / (ng / 2), 0 };
         /* 32 keys: straight from the cache, or staged with zero rows */
         const uint8_t *base = r[32 * q];
         size_t stride = rb;
@@ -154,29 +199,7 @@ AMX_TARGET static void scores(const uint16_t *qb, size_t hp, size_t D,
             base = (const uint8_t *)stage;
             stride = D * 2;
         }
-        for (size_t g = 0; g < ng; g += 2) {
-            _tile_zero(4);
-            _tile_zero(5);
-            _tile_zero(6);
-            _tile_zero(7);
-            for (size_t s = 0; s < ns; s++) {
-                for (size_t e = 0; e < per && pl < lines; e++, pl++)
-                    if (nx[pl / ns]) _mm_prefetch((const char *)nx[pl / ns] + pl % ns * 64, _MM_HINT_T1);
-                _tile_loadd(0, base + s * 64, stride);
-                _tile_loadd(1, base + 16 * stride + s * 64, stride);
-                _tile_loadd(2, qb + (g * ns + s) * 512, 64);
-                _tile_loadd(3, qb + ((g + 1) * ns + s) * 512, 64);
-                _tile_dpbf16ps(4, 0, 2);
-                _tile_dpbf16ps(5, 0, 3);
-                _tile_dpbf16ps(6, 1, 2);
-                _tile_dpbf16ps(7, 1, 3);
-            }
-            float *o = st + (32 * q) * hp + 16 * g;
-            _tile_stored(4, o, hp * 4);
-            _tile_stored(5, o + 16, hp * 4);
-            _tile_stored(6, o + 16 * hp, hp * 4);
-            _tile_stored(7, o + 16 * hp + 16, hp * 4);
-        }
+        rows32(base, stride, qb, hp, D, st + 32 * q * hp, &pf);
     }
 }
 
@@ -255,40 +278,13 @@ void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, 
     pv(pa, vb, hp, C, nq, o);
 }
 
-AMX_TARGET void dsattn_amx_gemm_nt(const uint16_t *qb, size_t hp, size_t D,
-                                   const uint16_t *rows, size_t n32, float *c,
-                                   const uint8_t *pf, size_t pf_bytes)
+void dsattn_amx_gemm_nt(const uint16_t *qb, size_t hp, size_t D, const uint16_t *rows,
+                        size_t n32, float *c, const uint8_t *pf, size_t pf_bytes)
 {
-    const size_t ns = D / 32, ng = hp / 16, stride = D * 2;
-    const size_t lines = (pf_bytes + 63) / 64, steps = n32 * (ng / 2) * ns;
-    const size_t per = steps ? (lines + steps - 1) / steps : 0;
-    size_t pl = 0;
-    for (size_t q = 0; q < n32; q++) {
-        const uint8_t *base = (const uint8_t *)(rows + 32 * q * D);
-        for (size_t g = 0; g < ng; g += 2) {
-            _tile_zero(4);
-            _tile_zero(5);
-            _tile_zero(6);
-            _tile_zero(7);
-            for (size_t s = 0; s < ns; s++) {
-                for (size_t e = 0; e < per && pl < lines; e++, pl++)
-                    _mm_prefetch((const char *)pf + pl * 64, _MM_HINT_T1);
-                _tile_loadd(0, base + s * 64, stride);
-                _tile_loadd(1, base + 16 * stride + s * 64, stride);
-                _tile_loadd(2, qb + (g * ns + s) * 512, 64);
-                _tile_loadd(3, qb + ((g + 1) * ns + s) * 512, 64);
-                _tile_dpbf16ps(4, 0, 2);
-                _tile_dpbf16ps(5, 0, 3);
-                _tile_dpbf16ps(6, 1, 2);
-                _tile_dpbf16ps(7, 1, 3);
-            }
-            float *o = c + (32 * q) * hp + 16 * g;
-            _tile_stored(4, o, hp * 4);
-            _tile_stored(5, o + 16, hp * 4);
-            _tile_stored(6, o + 16 * hp, hp * 4);
-            _tile_stored(7, o + 16 * hp + 16, hp * 4);
-        }
-    }
+    const size_t lines = (pf_bytes + 63) / 64, steps = n32 * (hp / 32) * (D / 32);
+    pf_cursor cur = { NULL, pf, 0, lines, steps ? (lines + steps - 1) / steps : 0, 0 };
+    for (size_t q = 0; q < n32; q++)
+        rows32((const uint8_t *)(rows + 32 * q * D), D * 2, qb, hp, D, c + 32 * q * hp, &cur);
 }
 
 int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, size_t K,

@@ -296,6 +296,30 @@ static size_t block_rows(const dsattn_kv_src *s0, const dsattn_kv_src *s1, size_
     return nv;
 }
 
+/* nr <= 12 valid rows (ptr[r] in the layout of src[r]) -> fp32 rows out +
+ * r*ld, rows nr..11 zero: the tile decoder for the V4.1 packed layouts,
+ * the generic row decode otherwise. */
+static void decode_tile(const dsattn_kernels *k, const dsattn_sa_kern *sk,
+                        const uint8_t *const *ptr, const dsattn_kv_src *const *src, size_t nr,
+                        size_t d, float *out, size_t ld)
+{
+    unsigned char kinds[DSATTN_MLA_KT];
+    int packed = 1;
+    for (size_t r = 0; r < nr; r++) {
+        const dsattn_kv_kind kd = src[r]->kind;
+        packed &= kd == DSATTN_KV_V41_FP4 || kd == DSATTN_KV_V41_SWA;
+        kinds[r] = kd == DSATTN_KV_V41_FP4 ? DSATTN_SA_FP4 : DSATTN_SA_FP8;
+    }
+    if (packed) {
+        sk->rows(ptr, kinds, nr, d, out, ld);
+        return;
+    }
+    for (size_t r = 0; r < DSATTN_MLA_KT; r++) {
+        if (r < nr) decode_row(k, src[r], ptr[r], out + r * ld);
+        else memset(out + r * ld, 0, d * sizeof(float));
+    }
+}
+
 /* Tiled form (AVX-512 contexts; sa_kernels.h): per block of 64 indices
  * the valid rows are decoded once into fp32 rows (12-row tiles, row-major)
  * that serve both S = Q.K^T and acc^T += P.V for every head of the call,
@@ -339,24 +363,9 @@ static void sparse_attn_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *mk,
             for (size_t h = 0; h < hp; h++)
                 if (isinf(mx[h]) && mx[h] < 0) sum[h] = NAN;
         } else {
-            for (size_t t0 = 0; t0 < nv; t0 += KT) {
-                const size_t nr = DSATTN_MIN(KT, nv - t0);
-                unsigned char kinds[DSATTN_MLA_KT];
-                int packed = 1;
-                for (size_t r = 0; r < nr; r++) {
-                    const dsattn_kv_kind kd = scur[t0 + r]->kind;
-                    packed &= kd == DSATTN_KV_V41_FP4 || kd == DSATTN_KV_V41_SWA;
-                    kinds[r] = kd == DSATTN_KV_V41_FP4 ? DSATTN_SA_FP4 : DSATTN_SA_FP8;
-                }
-                if (packed) {
-                    sk->rows(cur + t0, kinds, nr, d, kt + t0 * ld, ld);
-                } else {
-                    for (size_t r = 0; r < KT; r++) {
-                        if (r < nr) decode_row(k, scur[t0 + r], cur[t0 + r], kt + (t0 + r) * ld);
-                        else memset(kt + (t0 + r) * ld, 0, d * sizeof(float));
-                    }
-                }
-            }
+            for (size_t t0 = 0; t0 < nv; t0 += KT)
+                decode_tile(k, sk, cur + t0, scur + t0, DSATTN_MIN(KT, nv - t0), d,
+                            kt + t0 * ld, ld);
             sk->qk(qp, hp, d, kt, ld, nv, st, hp);
             mk->softmax(st, hp, hp, nv, scale, 0, mx, sum, al);
             mk->round_bf16(st, nv * hp);             /* bf16 P for P.V */
@@ -415,16 +424,7 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
         /* decode 12 at a time into fp32, then into the block's bf16 rows */
         for (size_t t0 = 0; t0 < nv && ok; t0 += DSATTN_MLA_KT) {
             const size_t nr = DSATTN_MIN((size_t)DSATTN_MLA_KT, nv - t0);
-            unsigned char kinds[DSATTN_MLA_KT];
-            int packed = 1;
-            for (size_t r = 0; r < nr; r++) {
-                const dsattn_kv_kind kd = src[t0 + r]->kind;
-                packed &= kd == DSATTN_KV_V41_FP4 || kd == DSATTN_KV_V41_SWA;
-                kinds[r] = kd == DSATTN_KV_V41_FP4 ? DSATTN_SA_FP4 : DSATTN_SA_FP8;
-            }
-            if (packed) sk->rows(ptr + t0, kinds, nr, d, dec, ld);
-            else
-                for (size_t r = 0; r < nr; r++) decode_row(ctx->k, src[t0 + r], ptr[t0 + r], dec + r * ld);
+            decode_tile(ctx->k, sk, ptr + t0, src + t0, nr, d, dec, ld);
             ok &= dsattn_amx_rows_bf16(dec, ld, nr, d, rows + t0 * d);
         }
         if (!ok) break;
