@@ -117,11 +117,7 @@ int dsattn_bench_mha(int argc, char **argv)
     const char *names[2] = { "7b", "67b" };
     int nm = dsattn_bench_in_list(models, names[0]) + dsattn_bench_in_list(models, names[1]);
     if (!nm) { fprintf(stderr, "bench mha: --model takes 7b, 67b\n"); return 2; }
-    dsattn_ctx *probe = NULL;
-    dsattn_ctx_params pp = dsattn_ctx_default_params();
-    pp.n_threads = 1;
-    const char *isa = "?";
-    if (!dsattn_ctx_create(&probe, &pp)) isa = dsattn_ctx_isa_name(probe);
+    const char *isa = dsattn_bench_isa_label();
     dsattn_bench_table t = { "mha",
         "One attention layer decoding one token at real dims (bf16 weights and cache; synthetic "
         "cache fill to each depth); bytes = cache + the layer's weights, counted by the kernels. "
@@ -185,7 +181,6 @@ int dsattn_bench_mha(int argc, char **argv)
         free(y);
         dsattn_mha_destroy(m);
     }
-    dsattn_ctx_destroy(probe);
     char note[1024];
     size_t k = (size_t)snprintf(note, sizeof note, "Machine limits measured in this run (threads: "
                                 "DRAM read GB/s, fp32 FMA GFLOP/s):");

@@ -199,15 +199,6 @@ static dsattn_ctx *make_ctx(dsattn_mode mode, int threads)
     return dsattn_ctx_create(&c, &p) ? NULL : c;
 }
 
-static const char *auto_isa(void)
-{
-    static char name[16] = "?";
-    dsattn_ctx *c = make_ctx(DSATTN_MODE_FAST, 1);
-    if (c) snprintf(name, sizeof name, "%s%s", dsattn_ctx_isa_name(c), dsattn_ctx_amx(c) ? "+amx" : "");
-    dsattn_ctx_destroy(c);
-    return name;
-}
-
 /* The machine limits each used thread count was measured at. */
 static void limits_note(char *buf, size_t n, const opts *o)
 {
@@ -412,7 +403,7 @@ int dsattn_bench_mla(int argc, char **argv)
         { "entries_attended", "index_keys_scored", "attention_ms", "attention_frac_fma_peak",
           "attention_frac_amx_bf16_peak" },
         0, "", NULL };
-    dsattn_bench_begin(&t, auto_isa());
+    dsattn_bench_begin(&t, dsattn_bench_isa_label());
     int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr;
     for (size_t i = 0; i < sizeof MLA_CASES / sizeof MLA_CASES[0]; i++) {
         const mla_case *c = &MLA_CASES[i];
@@ -616,7 +607,7 @@ int dsattn_bench_v4(int argc, char **argv)
     dsattn_bench_table t = { "v4", title, o.fmt, 3,
         { "idx keys", "idx scan ms", "idx scan % of step" },
         { "index_keys_scored", "index_scan_ms", "index_scan_pct" }, 0, "", NULL };
-    dsattn_bench_begin(&t, auto_isa());
+    dsattn_bench_begin(&t, dsattn_bench_isa_label());
     int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr;
     char dominated[512] = "";
     long long maxr = 0;
@@ -816,7 +807,7 @@ int dsattn_bench_short(const char *configs, int threads)
         DSATTN_BENCH_MD, 1, { "layers" }, { "layers" }, 0, "", NULL };
     int rc = 0;
     char path[256], err[512] = "";
-    dsattn_bench_begin(&t, dsattn_ctx_isa_name(ctx));
+    dsattn_bench_begin(&t, dsattn_bench_isa_label());
 
     /* V4.1 sampler at 64K */
     dsattn_v41 *m41 = v41_sampler(configs, seed, path, sizeof path, err, sizeof err);
@@ -868,9 +859,12 @@ int dsattn_bench_short(const char *configs, int threads)
     }
     dsattn_mla_destroy(m);
     char note[512];
+    const double amx = dsattn_bench_amx_bf16_peak(T);
+    char amxs[64] = "";
+    if (amx > 0) snprintf(amxs, sizeof amxs, ", AMX-BF16 tiles %.0f GFLOP/s", amx);
     snprintf(note, sizeof note, "Limits measured here (%d threads): DRAM read %.2f GB/s, fp32 FMA "
-             "%.1f GFLOP/s. The machine may be shared: treat times as indicative. (%.0f s)\n", T,
-             dsattn_bench_read_bw(T), dsattn_bench_fma_peak(T), dsattn_bench_now() - t_start);
+             "%.1f GFLOP/s%s. The machine may be shared: treat times as indicative. (%.0f s)\n", T,
+             dsattn_bench_read_bw(T), dsattn_bench_fma_peak(T), amxs, dsattn_bench_now() - t_start);
     dsattn_bench_end(&t, note);
     dsattn_ctx_destroy(ctx);
     return rc;

@@ -297,6 +297,18 @@ __attribute__((target("amx-tile,amx-bf16"))) static float amx_bf16_loop(long ite
 }
 #endif
 
+const char *dsattn_bench_isa_label(void)
+{
+    static char name[24] = "?";
+    dsattn_ctx *c = NULL;
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    p.n_threads = 1;
+    if (dsattn_ctx_create(&c, &p) == DSATTN_OK)
+        snprintf(name, sizeof name, "%s%s", dsattn_ctx_isa_name(c), dsattn_ctx_amx(c) ? "+amx" : "");
+    dsattn_ctx_destroy(c);
+    return name;
+}
+
 double dsattn_bench_amx_bf16_peak(int threads)
 {
 #if defined(__x86_64__)

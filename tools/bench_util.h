@@ -43,6 +43,11 @@ double dsattn_bench_fma_peak(int threads);
 /* The probe itself: simd 2 = AVX-512, 1 = AVX2 (0: returns 0). */
 double dsattn_bench_fma_peak_probe(int simd, int threads);
 
+/* The label of what a fast context of this process runs: its kernel
+ * table's name, "+amx" where it uses the AMX-BF16 tiles ($DSATTN_ISA and
+ * $DSATTN_AMX honoured).  A static buffer. */
+const char *dsattn_bench_isa_label(void);
+
 /* AMX-BF16 tile GFLOP/s of `threads` threads (TDPBF16PS on 4 independent
  * accumulator tiles), best of 3, cached; 0 where the CPU or OS has no AMX. */
 double dsattn_bench_amx_bf16_peak(int threads);

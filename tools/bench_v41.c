@@ -231,7 +231,7 @@ int dsattn_bench_v41(int argc, char **argv)
                                         "t / replay bound", "t / t(first depth)" },
                              .extra_key = { "byte_bound_ms", "t_over_bound", "replay_bound_ms",
                                             "t_over_replay_bound", "t_over_first" } };
-    dsattn_bench_begin(&t, getenv("DSATTN_ISA") ? getenv("DSATTN_ISA") : "auto");
+    dsattn_bench_begin(&t, dsattn_bench_isa_label());
     double first[8] = { 0 };
     int rc = 0, n_prof = 0;
     dsattn_bench_prof_row prof[64];
