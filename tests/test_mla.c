@@ -453,36 +453,55 @@ DSATTN_TEST(mla, phase_profile)
 
 DSATTN_TEST(mla, fast_index_scores_match_reference)
 {
-    /* fp8_index in fast mode (sgemm over decoded key blocks, fp32 head sum)
-     * vs the double-accumulating reference, over 3000 random keys. */
-    const size_t Hi = 8, Di = 128, n = 3000, kb = Di + 4;
-    dsattn_rng r = { 17 };
-    float *q = malloc(Hi * Di * 4), *w = malloc(Hi * 4), *sa = malloc(n * 4), *sb = malloc(n * 4);
-    uint8_t *kc = malloc(n * kb);
-    float v[128];
-    for (size_t i = 0; i < Hi * Di; i++) q[i] = dsattn_e4m3_to_f32(dsattn_f32_to_e4m3(dsattn_rng_normal(&r) * 100));
-    for (size_t h = 0; h < Hi; h++) w[h] = dsattn_rng_normal(&r) * 0x1p-9f;
-    for (size_t j = 0; j < n; j++) {
-        for (size_t i = 0; i < Di; i++) v[i] = dsattn_rng_normal(&r);
-        dsattn_v32_index_pack(v, Di, kc + j * kb, NULL);
+    /* fp8_index in fast mode vs the double-accumulating reference over 3000
+     * random keys, 8 and 64 heads: the FMA form (sgemm over decoded key
+     * blocks, the kernel table's head sum) and, where the CPU has AMX, the
+     * tile form (not the FMA form's bits, so it ran); then a NaN key code,
+     * which the tile form hands back to the FMA form (the same bits). */
+    const size_t Di = 128, n = 3000, kb = Di + 4;
+    for (size_t Hi = 8; Hi <= 64; Hi *= 8) {
+        dsattn_rng r = { 17 + Hi };
+        float *q = malloc(Hi * Di * 4), *w = malloc(Hi * 4), *sa = malloc(n * 4);
+        float *sb = malloc(n * 4), *sc = malloc(n * 4);
+        uint8_t *kc = malloc(n * kb);
+        float v[128];
+        for (size_t i = 0; i < Hi * Di; i++)
+            q[i] = dsattn_e4m3_to_f32(dsattn_f32_to_e4m3(dsattn_rng_normal(&r) * 100));
+        for (size_t h = 0; h < Hi; h++) w[h] = dsattn_rng_normal(&r) * 0x1p-9f;
+        for (size_t j = 0; j < n; j++) {
+            for (size_t i = 0; i < Di; i++) v[i] = dsattn_rng_normal(&r);
+            dsattn_v32_index_pack(v, Di, kc + j * kb, NULL);
+        }
+        dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
+        dsattn_ctx *fma = dsattn_test_ctx(DSATTN_MODE_FAST, 0), *amx = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
+        if (ref && fma && amx) {
+            dsattn_ctx_set_amx(fma, 0);
+            const int have_amx = dsattn_ctx_set_amx(amx, 1);
+            dsattn_mla_index_scores(ref, q, w, Hi, Di, kc, n, sa);
+            dsattn_mla_index_scores(fma, q, w, Hi, Di, kc, n, sb);
+            dsattn_mla_index_scores(amx, q, w, Hi, Di, kc, n, sc);
+            /* fp32 head sums: the bound grows with the heads summed */
+            const double tol = 1e-6 * (double)Hi / 8;
+            CHECK_CLOSE("index scores FMA vs ref", sb, sa, n, tol, 1e-5);
+            CHECK_CLOSE("index scores AMX (or FMA) vs ref", sc, sa, n, tol, 1e-5);
+            if (have_amx) CHECK_MSG(memcmp(sb, sc, n * 4) != 0, "H %zu: AMX gave the FMA bits", Hi);
+            /* the top-64 sets agree */
+            int32_t ia[64], ib[64];
+            dsattn_topk(sa, n, 64, ia, NULL);
+            dsattn_topk(sc, n, 64, ib, NULL);
+            dsattn_sort_idx_valid_first(ia, 64);
+            dsattn_sort_idx_valid_first(ib, 64);
+            size_t same = 0;
+            for (size_t i = 0; i < 64; i++) same += ia[i] == ib[i];
+            CHECK_MSG(same >= 62, "top-64 of 3000 differs in %zu places", 64 - same);
+            kc[1234 * kb + 5] = 0x7f;                   /* a NaN code */
+            dsattn_mla_index_scores(fma, q, w, Hi, Di, kc, n, sb);
+            dsattn_mla_index_scores(amx, q, w, Hi, Di, kc, n, sc);
+            CHECK_MSG(memcmp(sb, sc, n * 4) == 0, "H %zu: NaN code not handed to the FMA form", Hi);
+        }
+        free(q); free(w); free(sa); free(sb); free(sc); free(kc);
+        dsattn_ctx_destroy(ref); dsattn_ctx_destroy(fma); dsattn_ctx_destroy(amx);
     }
-    dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *fast = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
-    if (ref && fast) {
-        dsattn_mla_index_scores(ref, q, w, Hi, Di, kc, n, sa);
-        dsattn_mla_index_scores(fast, q, w, Hi, Di, kc, n, sb);
-        CHECK_CLOSE("index scores fast vs ref", sb, sa, n, 1e-6, 1e-5);
-        /* the top-64 sets agree */
-        int32_t ia[64], ib[64];
-        dsattn_topk(sa, n, 64, ia, NULL);
-        dsattn_topk(sb, n, 64, ib, NULL);
-        dsattn_sort_idx_valid_first(ia, 64);
-        dsattn_sort_idx_valid_first(ib, 64);
-        size_t same = 0;
-        for (size_t i = 0; i < 64; i++) same += ia[i] == ib[i];
-        CHECK_MSG(same >= 62, "top-64 of 3000 differs in %zu places", 64 - same);
-    }
-    free(q); free(w); free(sa); free(sb); free(kc);
-    dsattn_ctx_destroy(ref); dsattn_ctx_destroy(fast);
 }
 
 DSATTN_TEST(mla, dsa_sparse_decode_at_depth_fast_vs_reference)
@@ -696,6 +715,24 @@ DSATTN_TEST(mla, tile_kernels_avx512_match_scalar_on_odd_sizes)
                     CHECK_MSG(dsa[k] == dsb[k] || (isnan(dsa[k]) && isnan(dsb[k])) ||
                                   fabsf(dsa[k] - dsb[k]) <= 1e-5f * (fabsf(dsb[k]) + 1.0f),
                               "fp8w_dot4 SIMD vs scalar row %d: %g vs %g", k, dsa[k], dsb[k]);
+            }
+        }
+        /* the indexer's head sum (64 heads and a 20-head tail case) */
+        {
+            float cw[3 * 72], hw[72], oa3[3], or3[3];
+            fill_rand(cw, 3 * 72, 13, 1.0f);
+            fill_rand(hw, 72, 14, 1.0f);
+            for (size_t nh = 20; nh <= 64; nh += 44) {
+                A->relu_wsum(cw, 72, 3, hw, nh, oa3);
+                R->relu_wsum(cw, 72, 3, hw, nh, or3);
+                for (int j = 0; j < 3; j++) {
+                    double want = 0.0;
+                    for (size_t h = 0; h < nh; h++)
+                        want += (cw[j * 72 + h] > 0 ? cw[j * 72 + h] : 0.0) * hw[h];
+                    CHECK_MSG(fabs(oa3[j] - want) <= 1e-5 * (fabs(want) + 1.0) &&
+                                  fabs(or3[j] - want) <= 1e-5 * (fabs(want) + 1.0),
+                              "relu_wsum nh %zu key %d: %g / %g vs %g", nh, j, oa3[j], or3[j], want);
+                }
             }
         }
         uint16_t wb[40];

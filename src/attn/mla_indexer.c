@@ -23,7 +23,10 @@
  */
 #include "mla.h"
 
+#include "amx_attn.h"
+#include "mla_kernels.h"
 #include "blas.h"
+#include "kernels.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -129,9 +132,9 @@ static void scores_ref(const float *qc, const float *w, size_t Hi, size_t Di,
 
 #define IDX_BLOCK 128
 
-static void scores_fast(const float *qc, const float *w, size_t Hi, size_t Di,
-                        const uint8_t *kcache, size_t kb, size_t j0, size_t j1, float *score,
-                        const float *lut, float *kbuf, float *lg)
+static void scores_fast(const dsattn_mla_kern *mk, const float *qc, const float *w, size_t Hi,
+                        size_t Di, const uint8_t *kcache, size_t kb, size_t j0, size_t j1,
+                        float *score, const float *lut, float *kbuf, float *lg)
 {
     for (size_t b0 = j0; b0 < j1; b0 += IDX_BLOCK) {
         size_t nb = DSATTN_MIN((size_t)IDX_BLOCK, j1 - b0);
@@ -142,13 +145,57 @@ static void scores_fast(const float *qc, const float *w, size_t Hi, size_t Di,
         /* lg[j, h] = k_j . q_h, on this thread only (with nt = 1 the region
          * around is inactive and OpenBLAS would fork a team inside it) */
         dsattn_sgemm_small(1, 1, nb, Hi, Di, kbuf, Di, qc, Di, 0.0f, lg, Hi);
-        for (size_t j = 0; j < nb; j++) {
-            const float *lj = lg + j * Hi;
-            float sum = 0.0f;
-            for (size_t h = 0; h < Hi; h++) sum += (lj[h] > 0.0f ? lj[h] : 0.0f) * w[h];
-            score[b0 + j] = sum * get_f32le(kcache + (b0 + j) * kb + Di);
-        }
+        mk->relu_wsum(lg, Hi, nb, w, Hi, score + b0);
+        for (size_t j = 0; j < nb; j++) score[b0 + j] *= get_f32le(kcache + (b0 + j) * kb + Di);
     }
+}
+
+/* AMX-BF16 form (amx_attn.h; contexts with ctx->amx): the queries are
+ * E4M3 values (quantized above) and the keys E4M3 codes, bf16 numbers both,
+ * so each logit k_j . q_h is a tile product of exact terms summed in fp32,
+ * as the sgemm path sums them in another order; relu, weights and the key
+ * scale as scores_fast.  Blocks of 256 keys over the threads; a NaN key
+ * code sends the call back to the FMA path.  Returns 0 when it does not
+ * apply (nothing written that the FMA path does not overwrite). */
+static int scores_amx(dsattn_ctx *ctx, const float *qc, const float *w, size_t Hi, size_t Di,
+                      const uint8_t *kcache, size_t kb, size_t n, float *score)
+{
+    const size_t hp = (Hi + 31) / 32 * 32, MB = DSATTN_AMX_MB;
+    const dsattn_mla_kern *mk = dsattn_mla_kern_for(ctx->k->name);
+    if (!ctx->amx || !mk || !dsattn_amx_fits(hp, Di, Di) || Di % 32 || n < MB) return 0;
+    uint16_t *qb = dsattn_alloc_array(hp * Di, sizeof(uint16_t));
+    if (!qb) return 0;
+    int ok = dsattn_amx_pack_q(qc, Di, Hi, hp, Di, qb);
+    const size_t nblk = (n + MB - 1) / MB;
+    const float one = 1.0f;
+#pragma omp parallel num_threads(ctx->n_threads) if (ok && nblk > 1)
+    {
+        uint16_t *rows = dsattn_alloc_array(MB * Di, sizeof(uint16_t));
+        float *c = dsattn_alloc_array(MB * hp, sizeof(float));
+        int mine = rows && c && ok;
+        if (mine) dsattn_amx_begin();
+#pragma omp for schedule(static)
+        for (size_t b = 0; b < nblk; b++) {
+            if (!mine) continue;
+            const size_t j0 = b * MB, nb = DSATTN_MIN(MB, n - j0), n32 = (nb + 31) / 32;
+            for (size_t j = 0; j < nb && mine; j++)
+                mine = dsattn_amx_fp8_row_bf16(kcache + (j0 + j) * kb, &one, Di, Di, rows + j * Di);
+            if (!mine) continue;
+            memset(rows + nb * Di, 0, (32 * n32 - nb) * Di * sizeof(uint16_t));
+            dsattn_amx_gemm_nt(qb, hp, Di, rows, n32, c, NULL, 0);
+            mk->relu_wsum(c, hp, nb, w, Hi, score + j0);
+            for (size_t j = 0; j < nb; j++) score[j0 + j] *= get_f32le(kcache + (j0 + j) * kb + Di);
+        }
+        if (rows && c && ok) dsattn_amx_end();
+        if (!mine) {
+#pragma omp atomic write
+            ok = 0;
+        }
+        dsattn_free(rows);
+        dsattn_free(c);
+    }
+    dsattn_free(qb);
+    return ok;
 }
 
 void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
@@ -156,11 +203,19 @@ void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
                              size_t n, float *score)
 {
     const size_t kb = dsattn_v32_index_row_bytes(Di);
+    if (ctx->mode == DSATTN_MODE_FAST && Di <= 512 &&
+        scores_amx(ctx, qc, w, Hi, Di, kcache, kb, n, score)) {
+        dsattn_count(ctx, 2ull * n * Hi * Di + 3ull * n * Hi, (uint64_t)n * kb + Hi * Di * 4ull);
+        return;
+    }
     if (ctx->mode == DSATTN_MODE_REFERENCE || Di > 512) {
         scores_ref(qc, w, Hi, Di, kcache, kb, 0, n, score);
     } else {
         float lut[256];
         for (int i = 0; i < 256; i++) lut[i] = dsattn_e4m3_to_f32((uint8_t)i);
+        /* the head sum: the context's SIMD form, or the scalar one */
+        const dsattn_mla_kern *mk = dsattn_mla_kern_for(ctx->k->name);
+        if (!mk) mk = &dsattn_mla_kern_ref;
         const size_t nblk = (n + IDX_BLOCK - 1) / IDX_BLOCK;
         int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
         if (nblk < 4) nt = 1;
@@ -170,7 +225,7 @@ void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
 #pragma omp for schedule(static)
             for (size_t b = 0; b < nblk; b++) {
                 size_t j0 = b * IDX_BLOCK, j1 = DSATTN_MIN(n, j0 + IDX_BLOCK);
-                if (kbuf) scores_fast(qc, w, Hi, Di, kcache, kb, j0, j1, score, lut, kbuf,
+                if (kbuf) scores_fast(mk, qc, w, Hi, Di, kcache, kb, j0, j1, score, lut, kbuf,
                                       kbuf + IDX_BLOCK * Di);
                 else scores_ref(qc, w, Hi, Di, kcache, kb, j0, j1, score);
             }

@@ -70,11 +70,11 @@ void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, 
 void dsattn_amx_gemm_nt(const uint16_t *qb, size_t hp, size_t D, const uint16_t *rows,
                         size_t n32, float *c, const uint8_t *pf, size_t pf_bytes);
 
-/* One FP8 weight row (K E4M3 codes without NaN codes, one scale per bs
- * columns: scale[c / bs]) -> K bf16 values, e4m3(w) * scale exactly.
- * bs % 32 == 0, K % 32 == 0.  0 unless every scale is a power of two with
- * which every product stays a normal bf16 (2^-117 .. 2^119): the caller
- * keeps its FMA path then. */
+/* One FP8 row (K E4M3 codes, one scale per bs columns: scale[c / bs]) ->
+ * K bf16 values, e4m3(w) * scale exactly.  bs % 32 == 0, K % 32 == 0.  0
+ * when a code is a NaN code (0x7f / 0xff) or a scale is not a power of two
+ * with which every product stays a normal bf16 (2^-117 .. 2^119): the
+ * caller keeps its FMA path then. */
 int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, size_t K,
                             uint16_t *out);
 

@@ -295,6 +295,8 @@ int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, siz
         1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
         33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63 };
     const __m512i sel = _mm512_load_si512(odd);
+    const __m256i m7f = _mm256_set1_epi8(0x7f);
+    __mmask32 nan = 0;
     for (size_t b0 = 0; b0 < K; b0 += bs) {
         const float sc = scale[b0 / bs];
         uint32_t u;
@@ -306,13 +308,15 @@ int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, siz
         const size_t b1 = b0 + bs < K ? b0 + bs : K;
         for (size_t i = b0; i < b1; i += 32) {
             __m512 v0, v1;
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(w + i));
+            nan |= _mm256_cmpeq_epi8_mask(_mm256_and_si256(c, m7f), m7f);
             e4m3x32_h(w + i, &v0, &v1);
             const __m512i a = _mm512_castps_si512(_mm512_mul_ps(v0, f));
             const __m512i b = _mm512_castps_si512(_mm512_mul_ps(v1, f));
             _mm512_storeu_si512(out + i, _mm512_permutex2var_epi16(a, sel, b));
         }
     }
-    return 1;
+    return nan == 0;
 }
 
 int dsattn_amx_rows_bf16(const float *x, size_t ldx, size_t nr, size_t d, uint16_t *out)

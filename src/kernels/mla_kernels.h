@@ -94,6 +94,11 @@ typedef struct dsattn_mla_kern {
     void (*bf16w_axpy)(const uint16_t *w, size_t n, float a, float *acc);
     /* x[i] = bf16(x[i]), the RNE rounding of dsattn_round_bf16 (NaN kept) */
     void (*round_bf16)(float *x, size_t n);
+    /* The V3.2 indexer's head sum: out[j] = sum_h relu(c[j*ldc + h]) * w[h],
+     * h < nh, j < nk, in fp32 (ref: h in order; avx512: 16 heads per lane,
+     * lanes added at the end) */
+    void (*relu_wsum)(const float *c, size_t ldc, size_t nk, const float *w, size_t nh,
+                      float *out);
 } dsattn_mla_kern;
 
 extern const dsattn_mla_kern dsattn_mla_kern_ref;

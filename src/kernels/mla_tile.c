@@ -155,9 +155,20 @@ static void round_bf16_ref(float *x, size_t n)
     for (size_t i = 0; i < n; i++) x[i] = dsattn_round_bf16(x[i]);
 }
 
+static void relu_wsum_ref(const float *c, size_t ldc, size_t nk, const float *w, size_t nh,
+                          float *out)
+{
+    for (size_t j = 0; j < nk; j++) {
+        float sum = 0.0f;
+        for (size_t h = 0; h < nh; h++) sum += (c[j * ldc + h] > 0.0f ? c[j * ldc + h] : 0.0f) * w[h];
+        out[j] = sum;
+    }
+}
+
 const dsattn_mla_kern dsattn_mla_kern_ref = {
     "ref", qk_ref, softmax_ref, pv_ref, tile_rows_ref, tile_bf16_ref, v32_row_ref,
     fp8w_axpy_ref, fp8w_dot_ref, fp8w_axpy4_ref, fp8w_dot4_ref, bf16w_axpy_ref, round_bf16_ref,
+    relu_wsum_ref,
 };
 
 const dsattn_mla_kern *dsattn_mla_kern_for(const char *isa)

@@ -553,11 +553,27 @@ static void round_bf16_avx512(float *x, size_t n)
     for (; i < n; i++) x[i] = dsattn_round_bf16(x[i]);
 }
 
+static void relu_wsum_avx512(const float *c, size_t ldc, size_t nk, const float *w, size_t nh,
+                             float *out)
+{
+    const size_t n16 = nh / 16 * 16;
+    for (size_t j = 0; j < nk; j++) {
+        const float *cj = c + j * ldc;
+        __m512 acc = _mm512_setzero_ps();
+        for (size_t h = 0; h < n16; h += 16)
+            acc = _mm512_fmadd_ps(_mm512_max_ps(_mm512_loadu_ps(cj + h), _mm512_setzero_ps()),
+                                  _mm512_loadu_ps(w + h), acc);
+        float sum = _mm512_reduce_add_ps(acc);
+        for (size_t h = n16; h < nh; h++) sum += (cj[h] > 0.0f ? cj[h] : 0.0f) * w[h];
+        out[j] = sum;
+    }
+}
+
 static const dsattn_mla_kern mla_avx512 = {
     "avx512", qk_avx512, softmax_avx512, pv_avx512, tile_rows_avx512, tile_bf16_avx512,
     v32_row_avx512,
     fp8w_axpy_avx512, fp8w_dot_avx512, fp8w_axpy4_avx512, fp8w_dot4_avx512, bf16w_axpy_avx512,
-    round_bf16_avx512,
+    round_bf16_avx512, relu_wsum_avx512,
 };
 const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr = &mla_avx512;
 
