@@ -1,7 +1,10 @@
-/* amx_attn.h - attention over bf16 key rows on AMX-BF16 tiles: the V3
- * absorbed MLA decode over its bf16 latent cache (src/attn/mla_forward.c)
- * and the V4.1 / V4 sparse attention over decoded FP8 / FP4 rows
- * (src/ops/sparse_attn.c).  Implemented in amx_attn_avx512.c.
+/* amx_attn.h - products over bf16 rows on AMX-BF16 tiles: the attention
+ * blocks of the V3 absorbed MLA decode over its latent cache
+ * (src/attn/mla_forward.c) and of the V4.1 / V4 sparse attention over
+ * decoded FP8 / FP4 rows (src/ops/sparse_attn.c), and the same score
+ * product as a GEMM for the prefill projections (src/ops/linear.c) and the
+ * V3.2 indexer's logits (src/attn/mla_indexer.c).  Implemented in
+ * amx_attn_avx512.c.
  *
  * Why it may run where the FMA tiles of mla_kernels.h / sa_kernels.h do:
  * every operand is a bf16 number - the bf16 cache, or rows whose packed
