@@ -111,6 +111,37 @@ static void check_prefill(const char *what, const float *got, const float *want,
               (double)got[at], (double)want[at]);
 }
 
+/* An FP8 weight over the test's codes and block scales */
+static dsattn_weight fp8_weight(size_t R, size_t K, const uint8_t *w8, const float *sc, size_t bs,
+                                int finite)
+{
+    dsattn_weight w = { .kind = DSATTN_W_FP8, .rows = R, .cols = K, .data = w8, .scale = sc,
+                        .block = bs, .finite = finite };
+    return w;
+}
+
+/* mag[t*R + o] = sum_k |w(o, k) x(t, k)|: the scale of check_prefill's bound */
+static void magnitudes(const dsattn_weight *w, const float *x, size_t T, float *mag)
+{
+    const size_t R = w->rows, K = w->cols;
+    for (size_t t = 0; t < T; t++)
+        for (size_t o = 0; o < R; o++) {
+            float m = 0.0f;
+            for (size_t k = 0; k < K; k++) {
+                float wv;
+                if (w->kind == DSATTN_W_FP8)
+                    wv = dsattn_e4m3_to_f32(((const uint8_t *)w->data)[o * K + k]) *
+                         w->scale[(o / w->block) * ((K + w->block - 1) / w->block) + k / w->block];
+                else if (w->kind == DSATTN_W_BF16)
+                    wv = dsattn_bf16_to_f32(((const uint16_t *)w->data)[o * K + k]);
+                else
+                    wv = ((const float *)w->data)[o * K + k];
+                m += fabsf(wv * x[t * K + k]);
+            }
+            mag[t * R + o] = m;
+        }
+}
+
 DSATTN_TEST(pgemm, prefill_linear_fast_matches_reference_and_ignores_threads)
 {
     /* R cuts 12-row tiles and 96-row panels; K = 528 cuts a 512 slice
@@ -144,29 +175,13 @@ DSATTN_TEST(pgemm, prefill_linear_fast_matches_reference_and_ignores_threads)
                     const size_t R = Rs[ri], K = Ks[ki], T = Ts[ti];
                     dsattn_weight w = { .rows = R, .cols = K };
                     if (kind < 2) {
-                        w.kind = DSATTN_W_FP8;
-                        w.data = w8;
-                        w.scale = sc;
-                        w.block = BS;
-                        w.finite = kind == 0;
+                        w = fp8_weight(R, K, w8, sc, BS, kind == 0);
                         w8[R / 2 * K + 3] = kind == 1 ? 0x7f : 0x11;
                     } else {
                         w.kind = kind == 2 ? DSATTN_W_BF16 : DSATTN_W_F32;
                         w.data = kind == 2 ? (const void *)w16 : (const void *)w32;
                     }
-                    for (size_t t = 0; t < T; t++)
-                        for (size_t o = 0; o < R; o++) {
-                            float m = 0.0f;
-                            for (size_t k = 0; k < K; k++) {
-                                float wv;
-                                if (kind < 2) wv = dsattn_e4m3_to_f32(w8[o * K + k]) *
-                                                   sc[(o / BS) * ((K + BS - 1) / BS) + k / BS];
-                                else if (kind == 2) wv = dsattn_bf16_to_f32(w16[o * K + k]);
-                                else wv = w32[o * K + k];
-                                m += fabsf(wv * x[t * K + k]);
-                            }
-                            mag[t * R + o] = m;
-                        }
+                    magnitudes(&w, x, T, mag);
                     CHECK_OK(dsattn_linear(cr, &w, x, K, T, yr, R, DSATTN_OUT_F32, NULL, NULL));
                     for (int c = 0; c < 3; c++) {
                         float *y = c == 0 ? y1 : yf;
@@ -227,31 +242,17 @@ DSATTN_TEST(pgemm, prefill_linear_amx_matches_reference_fma_and_ignores_threads)
                 for (int ti = 0; ti < 3; ti++)
                     for (size_t G = 1; G <= 2; G++) {
                         const size_t R = Rs[ri] * G, K = Ks[ki], T = Ts[ti];
-                        const size_t bs = kind == 1 ? 48 : 32, ldsc = (K + bs - 1) / bs;
+                        const size_t bs = kind == 1 ? 48 : 32;
                         if (R > RMAX || (kind < 2 && Rs[ri] % bs)) continue;   /* groups: whole blocks */
                         dsattn_weight w = { .rows = R, .cols = K };
                         if (kind < 2) {
-                            w.kind = DSATTN_W_FP8;
-                            w.data = w8;
-                            w.scale = sc;
-                            w.block = bs;
-                            w.finite = 1;
+                            w = fp8_weight(R, K, w8, sc, bs, 1);
                         } else {
                             w.kind = DSATTN_W_BF16;
                             w.data = w16;
                         }
                         /* every group reads the same x (gx = 0) */
-                        for (size_t t = 0; t < T; t++)
-                            for (size_t o = 0; o < R; o++) {
-                                float m = 0.0f;
-                                for (size_t k = 0; k < K; k++) {
-                                    const float wv = kind < 2
-                                        ? dsattn_e4m3_to_f32(w8[o * K + k]) * sc[(o / bs) * ldsc + k / bs]
-                                        : dsattn_bf16_to_f32(w16[o * K + k]);
-                                    m += fabsf(wv * x[t * K + k]);
-                                }
-                                mag[t * R + o] = m;
-                            }
+                        magnitudes(&w, x, T, mag);
                         CHECK_OK(dsattn_linear_grouped(cr, &w, G, x, K, 0, T, yr, R, DSATTN_OUT_F32));
                         CHECK_OK(dsattn_linear_grouped(a1, &w, G, x, K, 0, T, ya, R, DSATTN_OUT_F32));
                         CHECK_OK(dsattn_linear_grouped(a2, &w, G, x, K, 0, T, y2, R, DSATTN_OUT_F32));
@@ -267,8 +268,7 @@ DSATTN_TEST(pgemm, prefill_linear_amx_matches_reference_fma_and_ignores_threads)
     /* fallbacks: the FMA tile's bits exactly */
     {
         const size_t R = 64, K = 256, T = 33;
-        dsattn_weight w = { .kind = DSATTN_W_FP8, .rows = R, .cols = K, .data = w8, .scale = sc,
-                            .block = 32, .finite = 1 };
+        dsattn_weight w = fp8_weight(R, K, w8, sc, 32, 1);
         const float keep = sc[1];
         sc[1] = 3.0e-3f;                                  /* not a power of two */
         CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));

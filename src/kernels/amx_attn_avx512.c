@@ -16,18 +16,6 @@
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
 #define MB DSATTN_AMX_MB
 
-/* 32 E4M3 codes (no NaN code) -> their values / 256 as two fp32 vectors
- * (elements 0..15, 16..31): sign and the 7 magnitude bits moved into an
- * fp16 (s.0eeee.mmm0000000 is e4m3 * 2^-8, subnormals included) */
-static inline void e4m3x32_h(const uint8_t *w, __m512 *v0, __m512 *v1)
-{
-    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)w));
-    const __m512i h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(b, 8), 1),
-                                       _mm512_set1_epi16((short)0xbfff));
-    *v0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-    *v1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-}
-
 typedef struct {
     uint8_t  palette, start_row, rsv[14];
     uint16_t colsb[16];
@@ -39,19 +27,23 @@ int dsattn_amx_fits(size_t hp, size_t D, size_t C)
     return hp % 32 == 0 && hp > 0 && D % 32 == 0 && C % 32 == 0 && C > 0 && C <= D && D <= 1024;
 }
 
-/* Head n's 32 values of one 32-dim step as bf16 pairs: dword k = (d 2k,
- * d 2k+1); *bad collects values that are not bf16 numbers (fp32-only bits)
- * or subnormal (read as zero by the tiles). */
-static inline __m512 pairs32(const float *v, __mmask16 *bad)
+/* 16 fp32 lanes -> their high halves (the bf16 bits); *bad collects lanes
+ * that are not bf16 numbers the tiles take as is: fp32-only mantissa bits,
+ * or subnormal (the tiles read those as zero).  NaN passes. */
+static inline __m256i bf16_exact16(__m512i u, __mmask16 *bad)
 {
     const __m512i lo = _mm512_set1_epi32(0xffff), ex = _mm512_set1_epi32(0x7f800000);
-    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
-    const __m512i a = _mm512_loadu_si512(v), b = _mm512_loadu_si512(v + 16);
-    *bad |= _mm512_test_epi32_mask(a, lo) | _mm512_test_epi32_mask(b, lo);
-    *bad |= (_mm512_testn_epi32_mask(a, ex) & _mm512_test_epi32_mask(a, mag)) |
-            (_mm512_testn_epi32_mask(b, ex) & _mm512_test_epi32_mask(b, mag));
-    const __m256i ha = _mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16));
-    const __m256i hb = _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16));
+    *bad |= _mm512_test_epi32_mask(u, lo) |
+            (_mm512_testn_epi32_mask(u, ex) & _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7fffffff)));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+}
+
+/* Head n's 32 values of one 32-dim step as bf16 pairs: dword k = (d 2k,
+ * d 2k+1), checked by bf16_exact16 */
+static inline __m512 pairs32(const float *v, __mmask16 *bad)
+{
+    const __m256i ha = bf16_exact16(_mm512_loadu_si512(v), bad);
+    const __m256i hb = bf16_exact16(_mm512_loadu_si512(v + 16), bad);
     return _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1));
 }
 
@@ -310,7 +302,7 @@ int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, siz
             __m512 v0, v1;
             const __m256i c = _mm256_loadu_si256((const __m256i *)(w + i));
             nan |= _mm256_cmpeq_epi8_mask(_mm256_and_si256(c, m7f), m7f);
-            e4m3x32_h(w + i, &v0, &v1);
+            dsattn_e4m3x32_div256(w + i, &v0, &v1);
             const __m512i a = _mm512_castps_si512(_mm512_mul_ps(v0, f));
             const __m512i b = _mm512_castps_si512(_mm512_mul_ps(v1, f));
             _mm512_storeu_si512(out + i, _mm512_permutex2var_epi16(a, sel, b));
@@ -321,17 +313,11 @@ int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, siz
 
 int dsattn_amx_rows_bf16(const float *x, size_t ldx, size_t nr, size_t d, uint16_t *out)
 {
-    const __m512i lo = _mm512_set1_epi32(0xffff), ex = _mm512_set1_epi32(0x7f800000);
-    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
     __mmask16 bad = 0;
     for (size_t r = 0; r < nr; r++)
-        for (size_t i = 0; i < d; i += 16) {
-            const __m512i u = _mm512_loadu_si512(x + r * ldx + i);
-            bad |= _mm512_test_epi32_mask(u, lo);                      /* fp32-only bits */
-            bad |= _mm512_testn_epi32_mask(u, ex) & _mm512_test_epi32_mask(u, mag); /* subnormal */
+        for (size_t i = 0; i < d; i += 16)
             _mm256_storeu_si256((__m256i *)(out + r * d + i),
-                                _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
-        }
+                                bf16_exact16(_mm512_loadu_si512(x + r * ldx + i), &bad));
     return bad == 0;
 }
 

@@ -279,20 +279,6 @@ AI __m512 e4m3x16_div256(const uint8_t *w, __mmask16 *nan)
     return _mm512_cvtph_ps(h);
 }
 
-/* 32 codes of a row without NaN codes (dsattn_weight.finite): the same
- * fp16 bits as e4m3x16_div256, from one 32-byte load and one widening, and
- * no NaN compare - about half the vector work per code, which is what the
- * absorption spends its time on (it runs at ~7 GB/s a core with the
- * 16-code form, below the DRAM share of a core). */
-AI void e4m3x32_div256(const uint8_t *w, __m512 *v0, __m512 *v1)
-{
-    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)w));
-    const __m512i h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(b, 8), 1),
-                                       _mm512_set1_epi16((short)0xbfff));
-    *v0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-    *v1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-}
-
 /* rbf16 for non-NaN lanes */
 AI __m512 rbf16_finite(__m512 x)
 {
@@ -340,7 +326,7 @@ AI __m512 wrow16(const uint8_t *w, __m512 f1, __m512 f2, int mode)
 AI void wrow32_finite(const uint8_t *w, __m512 f1, __m512 f2, int mode, __m512 *v0, __m512 *v1)
 {
     __m512 a, b;
-    e4m3x32_div256(w, &a, &b);
+    dsattn_e4m3x32_div256(w, &a, &b);   /* no NaN compare: finite rows */
     a = _mm512_mul_ps(a, f1);
     b = _mm512_mul_ps(b, f1);
     if (mode == 2) {

@@ -127,6 +127,21 @@ static inline __attribute__((always_inline)) __m512 dsattn_e4m3x16(const uint8_t
     return _mm512_mask_mov_ps(f, nan, _mm512_set1_ps(__builtin_nanf("")));
 }
 
+/* 32 E4M3 codes without NaN codes -> their values / 256, elements 0..15
+ * in *v0 and 16..31 in *v1: sign and the 7 magnitude bits moved into an
+ * fp16 (s.0eeee.mmm0000000 is the E4M3 value times 2^-8, subnormals
+ * included), one 32-byte load and one widening for 32 codes.  The callers
+ * fold the x256 into their scale (MLA absorption rows, AMX row decode). */
+static inline __attribute__((always_inline)) void dsattn_e4m3x32_div256(const uint8_t *w,
+                                                                      __m512 *v0, __m512 *v1)
+{
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)w));
+    const __m512i h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(b, 8), 1),
+                                       _mm512_set1_epi16((short)0xbfff));
+    *v0 = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    *v1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
 /* The 12-row register tile (MLA scores, prefill GEMM):
  *   c[r*ldc + 16v + j] = (first ? 0 : c[r*ldc + 16v + j])
  *                        + sum_{k<kc} a[k*12 + r] * b[k*ldb + 16v + j]
