@@ -1,12 +1,15 @@
-/* test_linear.c - the grouped Linear (V4 / V4.1 wo_a) against one plain
- * Linear per row block: the same bits in both modes, on every thread count
- * and weight format it takes, decode- and prefill-sized; bad shapes are
- * refused. */
+/* test_linear.c - the decode-sized Linear's split into chunks taken by any
+ * thread (the same bits on every team size, nested teams included), and the
+ * grouped Linear (V4 / V4.1 wo_a) against one plain Linear per row block:
+ * the same bits in both modes, on every thread count and weight format it
+ * takes, decode- and prefill-sized; bad shapes are refused. */
 #include "harness.h"
 
 #include "ops.h"
 #include "weights.h"
 
+#include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,4 +85,71 @@ DSATTN_TEST(linear, grouped_equals_one_linear_per_group)
             dsattn_ctx_destroy(c);
         }
     free(w8); free(w16); free(sc); free(x); free(ya); free(yb);
+}
+
+/* One decode-sized call: y (n_tok rows of R) starts as NaN, so a chunk that
+ * no thread took stays visible. */
+static void decode_call(dsattn_ctx *c, const dsattn_weight *w, const float *x, size_t n_tok,
+                        float *y)
+{
+    for (size_t i = 0; i < n_tok * w->rows; i++) y[i] = NAN;
+    CHECK_OK(dsattn_linear(c, w, x, w->cols, n_tok, y, w->rows, DSATTN_OUT_BF16, NULL, NULL));
+}
+
+DSATTN_TEST(linear, decode_chunks_same_bits_on_any_team)
+{
+    /* Big enough for many ~256 KB chunks: FP8 2016 x 2048 in 32x32 blocks
+     * (63 blocks of rows: the last chunk is short) and bf16 1001 x 1024 (a
+     * last row outside any 4-row pass).  One thread is one whole-matrix
+     * kernel call; 2, 3 and 7 threads, and a call from inside a parallel
+     * region (a team of one that must take every other run from the back),
+     * must give exactly its bits, on 1 and 3 tokens. */
+    enum { R8 = 2016, K8 = 2048, BS = 32, R16 = 1001, K16 = 1024, T = 3 };
+    dsattn_rng r = { 7 };
+    uint8_t *w8 = malloc((size_t)R8 * K8);
+    uint16_t *w16 = malloc((size_t)R16 * K16 * 2);
+    float *sc = malloc((size_t)(R8 / BS) * (K8 / BS) * 4);
+    float *x = malloc((size_t)T * K8 * 4);
+    float *y1 = malloc((size_t)T * R8 * 4), *yn = malloc((size_t)T * R8 * 4);
+    for (size_t i = 0; i < (size_t)R8 * K8; i++) w8[i] = (uint8_t)(dsattn_rng_u64(&r) & 0xf7);
+    for (size_t i = 0; i < (size_t)R16 * K16; i++)
+        w16[i] = (uint16_t)(0x3c00 + (dsattn_rng_u64(&r) & 0x83ff));
+    for (size_t i = 0; i < (size_t)(R8 / BS) * (K8 / BS); i++) sc[i] = (float)(1 + i % 7) / 128.0f;
+    for (size_t i = 0; i < (size_t)T * K8; i++) x[i] = dsattn_rng_uniform(&r) * 2.0f - 1.0f;
+    const dsattn_weight w[2] = {
+        { .kind = DSATTN_W_FP8, .rows = R8, .cols = K8, .data = w8, .scale = sc, .block = BS,
+          .finite = 1 },
+        { .kind = DSATTN_W_BF16, .rows = R16, .cols = K16, .data = w16 },
+    };
+    const dsattn_mode modes[2] = { DSATTN_MODE_REFERENCE, DSATTN_MODE_FAST };
+    const int threads[4] = { 2, 3, 7, 3 };             /* the last: nested */
+    for (int mi = 0; mi < 2; mi++)
+        for (int wi = 0; wi < 2; wi++)
+            for (size_t n_tok = 1; n_tok <= T; n_tok += T - 1) {
+                const size_t n = n_tok * w[wi].rows;
+                dsattn_ctx *c1 = dsattn_test_ctx(modes[mi], 1);
+                if (!c1) continue;
+                decode_call(c1, &w[wi], x, n_tok, y1);
+                dsattn_ctx_destroy(c1);
+                size_t finite = 0;
+                for (size_t i = 0; i < n; i++) finite += isfinite(y1[i]) != 0;
+                CHECK_MSG(finite == n, "mode %d kind %d: %zu of %zu outputs finite", mi, wi,
+                          finite, n);
+                for (int ti = 0; ti < 4; ti++) {
+                    dsattn_ctx *c = dsattn_test_ctx(modes[mi], threads[ti]);
+                    if (!c) continue;
+                    if (ti == 3) {
+#pragma omp parallel num_threads(2)
+                        {
+                            if (omp_get_thread_num() == 0) decode_call(c, &w[wi], x, n_tok, yn);
+                        }
+                    } else {
+                        decode_call(c, &w[wi], x, n_tok, yn);
+                    }
+                    CHECK_MSG(memcmp(y1, yn, n * 4) == 0, "mode %d kind %d tokens %zu: %d threads%s",
+                              mi, wi, n_tok, threads[ti], ti == 3 ? " (nested)" : "");
+                    dsattn_ctx_destroy(c);
+                }
+            }
+    free(w8); free(w16); free(sc); free(x); free(y1); free(yn);
 }

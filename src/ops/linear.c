@@ -13,8 +13,9 @@
  * Reference mode: one ref-kernel GEMV per token, rows split across OpenMP
  * threads (each output is computed by one thread in one order, so the
  * result does not depend on the thread count).  Fast mode: SIMD GEMV for
- * decode-sized inputs (one parallel region per call, one contiguous row
- * range per thread, a grouped weight streamed as one matrix); for
+ * decode-sized inputs (one parallel region per call, ~256 KB row chunks:
+ * one contiguous run per thread, the rest taken by whichever thread is
+ * free; a grouped weight streamed as one matrix); for
  * prefill-sized inputs the weight is decoded 12 rows at a time into
  * register-tile panels and multiplied by pgemm.h's tiles (AVX-512), or
  * dequantized in row panels and multiplied with OpenBLAS sgemm (other
@@ -32,6 +33,8 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 void dsattn_round_bf16_n(float *x, size_t n)
@@ -143,35 +146,119 @@ static void dequant_rows(const dsattn_weight *W, size_t r0, size_t n, float *out
     }
 }
 
-/* The decode-sized path (and every reference-mode call): one parallel
- * region in which each thread takes ONE contiguous row range per token (a
- * multiple of 128 rows, so every FP8 block edge and the kernels' 4-row
- * passes fall where a whole-matrix call puts them), streams it with its
- * prefetch running ahead, and rounds its own outputs.  Each output is
- * computed by one thread in one order, so the result does not depend on the
- * thread count.  W's rows are G groups of rows/G; group g reads its input
- * at x + g*gx and writes y + g*(rows/G) (G = 1: a plain Linear); a range
- * may span group edges, so a grouped weight streams as one matrix. */
-static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
-                       const float *x, size_t ldx, size_t gx, size_t n_tok,
-                       float *y, size_t ldy, dsattn_out_round round)
+/* The decode-sized path (and every reference-mode call).  The rows are cut
+ * into chunks of ~GEMV_CHUNK_BYTES (a multiple of 4 rows and of the FP8
+ * block, so every block edge and the kernels' 4-row passes fall where a
+ * whole-matrix call puts them: each output is computed by one kernel call
+ * in one order, and the result does not depend on the thread count or on
+ * which thread ran it).  Each thread owns one contiguous run of chunks and
+ * streams it front to back, its kernel prefetch running ahead across chunk
+ * edges; a thread that is done takes chunks from the back of the run with
+ * the most left.  The shared machine slows one core or the other by 5-10 %
+ * from call to call: with fixed halves the faster thread's idle time at the
+ * end of the calls summed to ~18 ms per V4.1 decode step at 4K (measured),
+ * while the other streamed at one core's bandwidth; with chunks, ~2.5 ms.
+ * Chunks of 64 KB measured slower (more stream restarts), 1 MB the same.
+ *
+ * W's rows are G groups of rows/G; group g reads its input at x + g*gx and
+ * writes y + g*(rows/G) (G = 1: a plain Linear); a chunk may span group
+ * edges, so a grouped weight streams as one matrix.  Every token of a
+ * chunk is done before the next chunk, while the chunk is in L2. */
+#define GEMV_CHUNK_BYTES ((size_t)256 << 10)
+#define GEMV_MAX_OWNERS 64
+
+/* One thread's run of chunks: next chunk from the front in the low 32
+ * bits, end (exclusive) in the high 32; owner and thieves both move it
+ * with compare-and-swap, so every chunk is taken exactly once. */
+typedef struct {
+    _Atomic uint64_t run;
+    char pad[64 - sizeof(uint64_t)];
+} gemv_run;
+
+static int run_take(gemv_run *r, int from_back, uint32_t *chunk)
 {
-    const dsattn_kernels *k = ctx->k;
-    const size_t R = W->rows, K = W->cols, Rg = R / G;
-    const size_t nthr = (size_t)DSATTN_MAX(1, ctx->n_threads);
-    const size_t per = ((R + nthr - 1) / nthr + 127) / 128 * 128;
-    const size_t n_rng = (R + per - 1) / per;
-    const size_t n_tasks = n_tok * n_rng;
-#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n_tok * R * K >= 65536 && n_tasks > 1)
-    for (size_t task = 0; task < n_tasks; task++) {
-        size_t t = task / n_rng, c = task % n_rng;
-        size_t r0 = c * per, r1 = DSATTN_MIN(R, r0 + per);
+    uint64_t v = atomic_load_explicit(&r->run, memory_order_relaxed);
+    for (;;) {
+        uint32_t f = (uint32_t)v, e = (uint32_t)(v >> 32);
+        if (f >= e) return 0;
+        uint64_t nv = from_back ? ((uint64_t)(e - 1) << 32 | f) : ((uint64_t)e << 32 | (f + 1));
+        if (atomic_compare_exchange_weak_explicit(&r->run, &v, nv, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *chunk = from_back ? e - 1 : f;
+            return 1;
+        }
+    }
+}
+
+/* Chunk rows: whole FP8 blocks and whole 4-row passes, about
+ * GEMV_CHUNK_BYTES of weights, at least one unit. */
+static size_t chunk_rows(const dsattn_weight *W)
+{
+    size_t unit = 4;
+    if (W->kind == DSATTN_W_FP8 && W->block > 0)
+        unit = W->block % 4 == 0 ? W->block : 4 * W->block;
+    size_t row_bytes = DSATTN_MAX((size_t)1, weight_bytes(W) / DSATTN_MAX((size_t)1, W->rows));
+    size_t units = GEMV_CHUNK_BYTES / (unit * row_bytes);
+    return unit * DSATTN_MAX((size_t)1, units);
+}
+
+static void gemv_chunk(const dsattn_kernels *k, const dsattn_weight *W, size_t G,
+                       const float *x, size_t ldx, size_t gx, size_t n_tok,
+                       float *y, size_t ldy, dsattn_out_round round, size_t r0, size_t r1)
+{
+    const size_t Rg = W->rows / G;
+    for (size_t t = 0; t < n_tok; t++) {
         float *yt = y + t * ldy;
         for (size_t g = r0 / Rg; g < G && g * Rg < r1; g++) {
             size_t a = DSATTN_MAX(r0, g * Rg), b = DSATTN_MIN(r1, (g + 1) * Rg);
             gemv_rows(k, W, x + t * ldx + g * gx, yt, a, b);
         }
         if (round == DSATTN_OUT_BF16) dsattn_round_bf16_n(yt + r0, r1 - r0);
+    }
+}
+
+static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
+                       const float *x, size_t ldx, size_t gx, size_t n_tok,
+                       float *y, size_t ldy, dsattn_out_round round)
+{
+    const dsattn_kernels *k = ctx->k;
+    const size_t R = W->rows, K = W->cols;
+    const size_t cr = chunk_rows(W);
+    const size_t n_chunks = (R + cr - 1) / cr;
+    const size_t owners = DSATTN_MIN((size_t)DSATTN_MAX(1, ctx->n_threads),
+                                     DSATTN_MIN(n_chunks, (size_t)GEMV_MAX_OWNERS));
+    if (owners < 2 || n_tok * R * K < 65536 || n_chunks > UINT32_MAX) {
+        gemv_chunk(k, W, G, x, ldx, gx, n_tok, y, ldy, round, 0, R);
+        return;
+    }
+    gemv_run runs[GEMV_MAX_OWNERS];
+    for (size_t o = 0; o < owners; o++) {
+        uint64_t f = n_chunks * o / owners, e = n_chunks * (o + 1) / owners;
+        atomic_init(&runs[o].run, e << 32 | f);
+    }
+#pragma omp parallel num_threads((int)owners)
+    {
+        /* a smaller team (nested, or the runtime's limit) leaves whole
+         * runs to be taken from the back: every chunk is still done */
+        const size_t me = (size_t)omp_get_thread_num();
+        uint32_t c;
+        for (;;) {
+            int got = me < owners && run_take(&runs[me], 0, &c);
+            while (!got) {                  /* the run with the most left */
+                size_t best = owners;
+                uint64_t most = 0;
+                for (size_t q = 0; q < owners; q++) {
+                    uint64_t v = atomic_load_explicit(&runs[q].run, memory_order_relaxed);
+                    uint32_t f = (uint32_t)v, e = (uint32_t)(v >> 32);
+                    if (e > f && e - f > most) { most = e - f; best = q; }
+                }
+                if (best == owners) break;
+                got = run_take(&runs[best], 1, &c);
+            }
+            if (!got) break;
+            size_t r0 = (size_t)c * cr;
+            gemv_chunk(k, W, G, x, ldx, gx, n_tok, y, ldy, round, r0, DSATTN_MIN(R, r0 + cr));
+        }
     }
 }
 
