@@ -405,36 +405,54 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
     void *bw = align64(dec + DSATTN_MLA_KT * ld);
     if (!dsattn_amx_pack_q(q, d, nh, hp, d, qb)) return 0;
     const size_t nrows = cat_rows(s0, s1);
-    const uint8_t *ptr[DSATTN_AMX_MB + 32];
-    const dsattn_kv_src *src[DSATTN_AMX_MB];
+    const uint8_t *ptr[SA_BLOCK], *nptr[SA_BLOCK];
+    const dsattn_kv_src *src[SA_BLOCK], *nsrc[SA_BLOCK];
     for (size_t h = 0; h < hp; h++) { mx[h] = max_init; sum[h] = 0.0f; }
     memset(o, 0, hp * d * sizeof(float));
     int nan_sum = 0, seen = 0, ok = 1;
+    size_t nv = n_idx ? block_rows(s0, s1, nrows, idx, 0, DSATTN_MIN((size_t)SA_BLOCK, n_idx),
+                                   ptr, src) : 0;
     dsattn_amx_begin();
     for (size_t b0 = 0; b0 < n_idx && ok; b0 += SA_BLOCK) {
         /* one tile block per block of 64 indices: the reference rounds P
          * to bf16 against the running max of each such block, and matching
          * that keeps the roundings the reference makes (blocks of up to
          * 256 rows measured 5x the error against it) */
-        const size_t nv = block_rows(s0, s1, nrows, idx, b0,
-                                     DSATTN_MIN((size_t)SA_BLOCK, n_idx - b0), ptr, src);
+        const size_t b1 = b0 + SA_BLOCK;
+        const size_t nn = b1 < n_idx ? block_rows(s0, s1, nrows, idx, b1,
+                                                  DSATTN_MIN((size_t)SA_BLOCK, n_idx - b1),
+                                                  nptr, nsrc) : 0;
         if (nv == 0 && !seen && isinf(max_init) && max_init < 0) nan_sum = 1;
         seen |= nv > 0;
-        if (nv == 0) continue;
-        /* decode 12 at a time into fp32, then into the block's bf16 rows */
-        for (size_t t0 = 0; t0 < nv && ok; t0 += DSATTN_MLA_KT) {
+        /* decode 12 at a time into fp32, then into the block's bf16 rows;
+         * meanwhile the next block's packed rows come into L2, 12 rows per
+         * tile: they are gathered from a cache that the weight stream keeps
+         * pushing out of L3.  Measured in V4.1 decode at 4K: decode + bf16
+         * ~470 cycles a row before, ~320 (FP4 rows) after; attention phase
+         * 10.8-11.2 -> 9.7-10.1 ms a step. */
+        for (size_t t0 = 0; t0 < DSATTN_MAX(nv, nn) && ok; t0 += DSATTN_MLA_KT) {
+            for (size_t r = t0; r < DSATTN_MIN(nn, t0 + DSATTN_MLA_KT); r++)
+                for (size_t off = 0; off < nsrc[r]->stride; off += 64)
+                    __builtin_prefetch(nptr[r] + off, 0, 2);
+            if (t0 >= nv) continue;
             const size_t nr = DSATTN_MIN((size_t)DSATTN_MLA_KT, nv - t0);
             decode_tile(ctx->k, sk, ptr + t0, src + t0, nr, d, dec, ld);
             ok &= dsattn_amx_rows_bf16(dec, ld, nr, d, rows + t0 * d);
         }
         if (!ok) break;
-        /* zero rows up to a whole 32-key step: the tiles load straight from
-         * the block's rows */
-        const size_t nq = (nv + 31) / 32;
-        memset(rows + nv * d, 0, (32 * nq - nv) * d * sizeof(uint16_t));
-        for (size_t i = 0; i < 32 * nq + 32; i++)
-            ptr[i] = i < 32 * nq ? (const uint8_t *)(rows + i * d) : NULL;
-        dsattn_amx_block(mk, qb, hp, d, d, ptr, nv, d * 2, 1, scale, 0, mx, sum, o, bw);
+        if (nv > 0) {
+            /* zero rows up to a whole 32-key step: the tiles load straight
+             * from the block's rows */
+            const size_t nq = (nv + 31) / 32;
+            memset(rows + nv * d, 0, (32 * nq - nv) * d * sizeof(uint16_t));
+            const uint8_t *tp[SA_BLOCK + 32];
+            for (size_t i = 0; i < 32 * nq + 32; i++)
+                tp[i] = i < 32 * nq ? (const uint8_t *)(rows + i * d) : NULL;
+            dsattn_amx_block(mk, qb, hp, d, d, tp, nv, d * 2, 1, scale, 0, mx, sum, o, bw);
+        }
+        memcpy(ptr, nptr, nn * sizeof *ptr);
+        memcpy(src, nsrc, nn * sizeof *src);
+        nv = nn;
     }
     dsattn_amx_end();
     if (!ok) return 0;
