@@ -99,6 +99,56 @@ DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit)
     free(a); free(b); free(f4); free(f8);
 }
 
+DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals)
+{
+    /* rows_bf16 (the AMX form's decoder) against rows: the same values as
+     * bf16, on both tables, for random rows and the formats' edge codes and
+     * scales; an FP8 block whose scale makes a subnormal is refused by both,
+     * the same tiny scale over codes that stay normal is not. */
+    const dsattn_sa_kern *A = dsattn_sa_kern_avx512_ptr, *R = &dsattn_sa_kern_ref;
+    if (!A || !dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    const size_t d = 512, ld = d + 16, n = 16;
+    dsattn_rng g = { 23 };
+    uint8_t *f4 = make_rows(1, n, d, 3.0f, &g), *f8 = make_rows(0, n, d, 3.0f, &g);
+    const size_t b4 = dsattn_v41_kv_row_bytes(d), b8 = dsattn_v41_swa_row_bytes(d);
+    for (size_t i = 0; i < d; i++) f8[i] = (uint8_t)i;                  /* every FP8 code  */
+    for (size_t i = 0; i < d / 32; i++) {
+        f8[d + i] = (uint8_t)(10 + i * 15);                             /* 2^-117 .. NaN   */
+        f8[b8 + d + i] = i == 3 ? 9 : f8[b8 + d + i];                    /* one block at 2^-118 */
+        f8[2 * b8 + d + i] = i == 5 ? 0 : f8[2 * b8 + d + i];            /* 2^-127, big codes */
+    }
+    for (size_t i = 0; i < 32; i++) {
+        f8[b8 + 3 * 32 + i] = (uint8_t)(i == 7 ? 0x01 : 0x40);          /* 2^-9 x 2^-118   */
+        f8[2 * b8 + 5 * 32 + i] = (uint8_t)(i & 1 ? 0xfe : 0x7d);       /* >= 2^-127 x 320 */
+    }
+    for (size_t i = 0; i < d / 16; i++)
+        f4[d / 2 + i] = (uint8_t)(i * 8 + 1);                           /* every E4M3 range */
+    f4[b4 + d / 2 + 2] = 0x7f;                                          /* a NaN scale     */
+    float *v = malloc(DSATTN_MLA_KT * ld * sizeof(float));    /* rows writes 12 rows */
+    uint16_t *ha = malloc(d * 2 * n), *hr = malloc(d * 2 * n);
+    for (int fp4 = 0; fp4 < 2; fp4++)
+        for (size_t r = 0; r < n; r++) {
+            const uint8_t *rp[1] = { fp4 ? f4 + r * b4 : f8 + r * b8 };
+            const unsigned char kind[1] = { fp4 ? DSATTN_SA_FP4 : DSATTN_SA_FP8 };
+            const int oka = A->rows_bf16(rp, kind, 1, d, ha);
+            const int okr = R->rows_bf16(rp, kind, 1, d, hr);
+            const int refuse = !fp4 && r == 1;
+            CHECK_MSG(oka == !refuse && okr == !refuse, "fp4 %d row %zu: avx512 %d ref %d", fp4,
+                      r, oka, okr);
+            if (refuse) continue;
+            R->rows(rp, kind, 1, d, v, ld);
+            size_t bad = 0, nan = 0;
+            for (size_t c = 0; c < d; c++) {
+                const float fa = dsattn_bf16_to_f32(ha[c]), fr = dsattn_bf16_to_f32(hr[c]);
+                bad += !same_bits_or_nan(fa, v[c]) || !same_bits_or_nan(fr, v[c]);
+                nan += isnan(fa);
+            }
+            CHECK_MSG(bad == 0, "fp4 %d row %zu: %zu values differ from rows", fp4, r, bad);
+            if ((!fp4 && r == 0) || (fp4 && r == 1)) CHECK_MSG(nan > 0, "fp4 %d row %zu: no NaN", fp4, r);
+        }
+    free(v); free(ha); free(hr); free(f4); free(f8);
+}
+
 DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table)
 {
     const dsattn_sa_kern *A = dsattn_sa_kern_avx512_ptr, *R = &dsattn_sa_kern_ref;

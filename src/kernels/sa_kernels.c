@@ -29,6 +29,25 @@ static void rows_ref(const uint8_t *const *rows, const unsigned char *kinds, siz
     }
 }
 
+static int rows_bf16_ref(const uint8_t *const *rows, const unsigned char *kinds, size_t nr,
+                         size_t d, uint16_t *out)
+{
+    float v[1024];
+    if (d > 1024) return 0;
+    for (size_t r = 0; r < nr; r++) {
+        if (kinds[r] == DSATTN_SA_FP4) dsattn_v41_kv_unpack(rows[r], d, v);
+        else dsattn_v41_swa_unpack(rows[r], d, v);
+        for (size_t c = 0; c < d; c++) {
+            const uint32_t u = dsattn_f32_bits(v[c]);
+            const int nan = (u & 0x7fffffffu) > 0x7f800000u;
+            if (!nan && ((u & 0xffffu) || ((u & 0x7f800000u) == 0 && (u & 0x7fffffffu))))
+                return 0;
+            out[r * d + c] = (uint16_t)(u >> 16);
+        }
+    }
+    return 1;
+}
+
 /* q(c, h) of dsattn_mla_pack_q's layout */
 static float qat(const float *qp, size_t hp, size_t D, size_t c, size_t h)
 {
@@ -61,7 +80,7 @@ static void pv_ref(const float *p, size_t ldp, size_t hp, const float *rows, siz
 }
 
 const dsattn_sa_kern dsattn_sa_kern_ref = {
-    "ref", finish_ref, rows_ref, qk_ref, pv_ref,
+    "ref", finish_ref, rows_ref, rows_bf16_ref, qk_ref, pv_ref,
 };
 
 const dsattn_sa_kern *dsattn_sa_kern_for(const char *isa)

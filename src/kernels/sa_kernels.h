@@ -42,6 +42,14 @@ typedef struct dsattn_sa_kern {
      * each, the unpackers' values), rows nr..11 zero.  d % 32 == 0. */
     void (*rows)(const uint8_t *const *rows, const unsigned char *kinds, size_t nr, size_t d,
                  float *out, size_t ld);
+    /* The same values as bf16 bits for the AMX tiles: nr packed rows ->
+     * out + r * d.  Returns 0 (out partly written) when a value is not a
+     * bf16 number the tiles take as it is: fp32-only mantissa bits or a
+     * subnormal (read as zero) - only an FP8 block whose UE8M0 scale is
+     * below 2^-117 can give one; NaN and inf pass, as in
+     * dsattn_amx_rows_bf16.  d % 32 == 0, d <= 1024. */
+    int (*rows_bf16)(const uint8_t *const *rows, const unsigned char *kinds, size_t nr, size_t d,
+                     uint16_t *out);
     /* st[j*ldst + h] = sum_{c<D} row(j, c) * q(c, h) for j < nk rounded up
      * to 12 (rows of the padding must exist, zero), h < hp; qp packed by
      * dsattn_mla_pack_q, row j at rows + j * ld. */

@@ -84,6 +84,50 @@ static void rows_avx512(const uint8_t *const *rows, const unsigned char *kinds, 
     }
 }
 
+/* Two fp32 vectors that are bf16 numbers -> their 32 bf16 (the high
+ * halves, in order) */
+AI __m512i bf16_pack(__m512 a, __m512 b)
+{
+    static const uint16_t odd[32] __attribute__((aligned(64))) = {
+        1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+        33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63 };
+    return _mm512_permutex2var_epi16(_mm512_castps_si512(a), _mm512_load_si512(odd),
+                                     _mm512_castps_si512(b));
+}
+
+/* Lanes that are subnormal (not zero, exponent field 0) */
+AI __mmask16 subnormal16(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    return _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) &
+           _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7fffffff));
+}
+
+/* Straight to bf16: E2M1 x E4M3 has at most 5 significant bits and lies
+ * in [2^-10, 2688] (or is NaN), E4M3 x 2^(e-127) has 4 and is normal for
+ * every code once e >= 10, so only FP8 blocks with e < 10 are checked. */
+static int rows_bf16_avx512(const uint8_t *const *rows, const unsigned char *kinds, size_t nr,
+                            size_t d, uint16_t *out)
+{
+    const __m512 tab = _mm512_loadu_ps(dsattn_e2m1_table);
+    for (size_t r = 0; r < nr; r++) {
+        uint16_t *o = out + r * d;
+        const uint8_t *row = rows[r];
+        if (kinds[r] == DSATTN_SA_FP4) {
+            for (size_t c0 = 0; c0 < d; c0 += 32)
+                _mm512_storeu_si512(o + c0, bf16_pack(fp4x16(row, d, c0, tab),
+                                                      fp4x16(row, d, c0 + 16, tab)));
+            continue;
+        }
+        for (size_t c0 = 0; c0 < d; c0 += 32) {
+            const __m512 a = fp8x16(row, d, c0), b = fp8x16(row, d, c0 + 16);
+            if (row[d + c0 / 32] < 10 && (subnormal16(a) | subnormal16(b))) return 0;
+            _mm512_storeu_si512(o + c0, bf16_pack(a, b));
+        }
+    }
+    return 1;
+}
+
 /* 12 keys (rows k + r*ld) x NV head vectors of one packed query group */
 AI void qk_rm_tile(const float *q, size_t D, const float *k, size_t ld, float *st, size_t ldst,
                    int NV)
@@ -203,7 +247,7 @@ static void finish_avx512(const float *acct, size_t hp, size_t nh, size_t d, con
 }
 
 static const dsattn_sa_kern sa_avx512 = {
-    "avx512", finish_avx512, rows_avx512, qk_rm_avx512, pv_rm_avx512,
+    "avx512", finish_avx512, rows_avx512, rows_bf16_avx512, qk_rm_avx512, pv_rm_avx512,
 };
 const dsattn_sa_kern *const dsattn_sa_kern_avx512_ptr = &sa_avx512;
 

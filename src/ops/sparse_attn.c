@@ -299,18 +299,25 @@ static size_t block_rows(const dsattn_kv_src *s0, const dsattn_kv_src *s1, size_
 /* nr <= 12 valid rows (ptr[r] in the layout of src[r]) -> fp32 rows out +
  * r*ld, rows nr..11 zero: the tile decoder for the V4.1 packed layouts,
  * the generic row decode otherwise. */
-static void decode_tile(const dsattn_kernels *k, const dsattn_sa_kern *sk,
-                        const uint8_t *const *ptr, const dsattn_kv_src *const *src, size_t nr,
-                        size_t d, float *out, size_t ld)
+/* The sa_kernels.h layout of each of nr rows; 0 when one is not a V4.1
+ * packed layout. */
+static int packed_kinds(const dsattn_kv_src *const *src, size_t nr, unsigned char *kinds)
 {
-    unsigned char kinds[DSATTN_MLA_KT];
     int packed = 1;
     for (size_t r = 0; r < nr; r++) {
         const dsattn_kv_kind kd = src[r]->kind;
         packed &= kd == DSATTN_KV_V41_FP4 || kd == DSATTN_KV_V41_SWA;
         kinds[r] = kd == DSATTN_KV_V41_FP4 ? DSATTN_SA_FP4 : DSATTN_SA_FP8;
     }
-    if (packed) {
+    return packed;
+}
+
+static void decode_tile(const dsattn_kernels *k, const dsattn_sa_kern *sk,
+                        const uint8_t *const *ptr, const dsattn_kv_src *const *src, size_t nr,
+                        size_t d, float *out, size_t ld)
+{
+    unsigned char kinds[DSATTN_MLA_KT];
+    if (packed_kinds(src, nr, kinds)) {
         sk->rows(ptr, kinds, nr, d, out, ld);
         return;
     }
@@ -436,8 +443,14 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
                     __builtin_prefetch(nptr[r] + off, 0, 2);
             if (t0 >= nv) continue;
             const size_t nr = DSATTN_MIN((size_t)DSATTN_MLA_KT, nv - t0);
-            decode_tile(ctx->k, sk, ptr + t0, src + t0, nr, d, dec, ld);
-            ok &= dsattn_amx_rows_bf16(dec, ld, nr, d, rows + t0 * d);
+            unsigned char kinds[DSATTN_MLA_KT];
+            if (packed_kinds(src + t0, nr, kinds)) {
+                /* V4.1 rows straight to bf16 (no fp32 round trip) */
+                ok &= sk->rows_bf16(ptr + t0, kinds, nr, d, rows + t0 * d);
+            } else {
+                decode_tile(ctx->k, sk, ptr + t0, src + t0, nr, d, dec, ld);
+                ok &= dsattn_amx_rows_bf16(dec, ld, nr, d, rows + t0 * d);
+            }
         }
         if (!ok) break;
         if (nv > 0) {
