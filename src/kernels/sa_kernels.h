@@ -10,7 +10,8 @@
  * keys stay row-major: QK broadcasts 12 keys from 12 row pointers, PV 12
  * consecutive columns of one key, so decoding needs no transpose - at 32
  * heads per call (the V4.1 decode split) the transpose cost ~10 % of the
- * step.  Register tiles of 12 keys (or columns) x 32 heads, FMA.
+ * step.  Register tiles of 12 keys (or columns) x 32 heads, FMA.  The AMX
+ * form (sparse_attn_amx) takes the same rows as bf16 from rows_bf16.
  *
  * Two tables: `ref` (sa_kernels.c: plain scalar C, the decode through
  * numfmt.h's unpackers - the cross-check in tests/test_sparse_attn.c) and
