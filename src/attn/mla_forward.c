@@ -652,10 +652,11 @@ static int amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, si
             for (size_t i = 0; i < 32 * nq; i++) r[i] = (const uint8_t *)(rows + i * D);
             for (size_t i = 32 * nq; i < 32 * nq + 32; i++) r[i] = NULL;
             if (ok)
-                dsattn_amx_block(mk, qb, hp, D, KL, r, nk, D * 2, 1, scale, v3, m, l, o, ws);
+                dsattn_amx_block(mk, qb, hp, D, KL, r, nk, D * 2, 1, 1, scale, v3, m, l, o,
+                                 ws);
         } else {
-            dsattn_amx_block(mk, qb, hp, D, KL, r, nk, rb, !idx && nk == 32 * nq, scale, v3, m,
-                             l, o, ws);
+            dsattn_amx_block(mk, qb, hp, D, KL, r, nk, rb, !idx && nk == 32 * nq, 0, scale, v3,
+                             m, l, o, ws);
         }
     }
     dsattn_amx_end();

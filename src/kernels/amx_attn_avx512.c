@@ -171,14 +171,15 @@ AMX_TARGET static void rows32(const uint8_t *base, size_t stride, const uint16_t
 }
 
 static void scores(const uint16_t *qb, size_t hp, size_t D, const uint8_t *const *r, size_t nq,
-                   size_t rb, int contiguous, uint16_t *stage, float *st)
+                   size_t rb, int contiguous, int hot, uint16_t *stage, float *st)
 {
     const size_t ns = D / 32, ng = hp / 16;
     for (size_t q = 0; q < nq; q++) {
         /* the next 32 rows (r has 32 entries past the block: the next
          * block's first rows, or NULL) into L2 while these compute: the
          * strided tile loads straight from memory stalled ~30 % of the time */
-        pf_cursor pf = { r + 32 * (q + 1), NULL, ns, 32 * ns, (32 + ng / 2 - 1) / (ng / 2), 0 };
+        pf_cursor pf = { r + 32 * (q + 1), NULL, ns, hot ? 0 : 32 * ns,
+                         (32 + ng / 2 - 1) / (ng / 2), 0 };
         /* 32 keys: straight from the cache, or staged with zero rows */
         const uint8_t *base = r[32 * q];
         size_t stride = rb;
@@ -244,8 +245,8 @@ AMX_TARGET void dsattn_amx_end(void) { _tile_release(); }
 
 void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
                       size_t C, const uint8_t *const *r, size_t nk, size_t stride,
-                      int contiguous, float scale, int bf16_scores, float *m, float *l, float *o,
-                      void *ws)
+                      int contiguous, int hot, float scale, int bf16_scores, float *m, float *l,
+                      float *o, void *ws)
 {
     uint8_t *w = (uint8_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     float *st = (float *)w;
@@ -255,7 +256,7 @@ void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, 
     float *alpha = (float *)(stage + 32 * D);
     static const uint16_t zero[1024] __attribute__((aligned(64)));      /* C <= D <= 1024 */
     const size_t ncg = C / 16, nq = (nk + 31) / 32;
-    scores(qb, hp, D, r, nq, stride, contiguous, stage, st);
+    scores(qb, hp, D, r, nq, stride, contiguous, hot, stage, st);
     mk->softmax(st, hp, hp, nk, scale, bf16_scores, m, l, alpha);
     /* O rows of heads whose max moved */
     for (size_t h = 0; h < hp; h++) {
@@ -383,11 +384,11 @@ void dsattn_amx_end(void) {}
 
 void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
                       size_t C, const uint8_t *const *r, size_t nk, size_t stride,
-                      int contiguous, float scale, int bf16_scores, float *m, float *l, float *o,
-                      void *ws)
+                      int contiguous, int hot, float scale, int bf16_scores, float *m, float *l,
+                      float *o, void *ws)
 {
     (void)mk; (void)qb; (void)hp; (void)D; (void)C; (void)r; (void)nk; (void)stride;
-    (void)contiguous; (void)scale; (void)bf16_scores; (void)m; (void)l; (void)o; (void)ws;
+    (void)contiguous; (void)hot; (void)scale; (void)bf16_scores; (void)m; (void)l; (void)o; (void)ws;
 }
 
 #endif

@@ -461,7 +461,7 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
             const uint8_t *tp[SA_BLOCK + 32];
             for (size_t i = 0; i < 32 * nq + 32; i++)
                 tp[i] = i < 32 * nq ? (const uint8_t *)(rows + i * d) : NULL;
-            dsattn_amx_block(mk, qb, hp, d, d, tp, nv, d * 2, 1, scale, 0, mx, sum, o, bw);
+            dsattn_amx_block(mk, qb, hp, d, d, tp, nv, d * 2, 1, 1, scale, 0, mx, sum, o, bw);
         }
         memcpy(ptr, nptr, nn * sizeof *ptr);
         memcpy(src, nsrc, nn * sizeof *src);
