@@ -323,7 +323,8 @@ typedef struct {
 
 /* tmm0: 16 keys x 32 biased bytes (one 32-dim block), tmm1: the block's
  * queries for 16 heads (8 rows of 4 dims x 16 heads, the qb layout), tmm2..5:
- * 16 keys x 16 heads int32 per head chunk. */
+ * 16 keys x 16 heads int32 per head chunk, loaded with the bias correction
+ * in every row (a stride-0 tile load) so the products add onto it. */
 AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *base, size_t rb,
                                  const int32_t *sel, size_t j0, size_t n, __m512i lut,
                                  float *score)
@@ -361,7 +362,7 @@ AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *ba
 #define AMX_CHUNK(HC, T)                                                              \
             if (HC < nhc) {                                                           \
                 _tile_loadd(1, p->qb + ((b * 8) * 64 + HC * 16) * 4, 256);            \
-                _tile_zero(T);                                                        \
+                _tile_loadd(T, p->nbias + b * 64 + HC * 16, 0);                       \
                 _tile_dpbusd(T, 0, 1);                                                \
                 _tile_stored(T, cb[b][HC], 64);                                       \
             }
@@ -379,9 +380,7 @@ AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *ba
                 for (size_t b = 0; b < nb; b++) {
                     const __m512 ks = key_scale32(row[dh / 2 + b]);
                     for (size_t hc = 0; hc < nhc; hc++) {
-                        __m512i corr = _mm512_add_epi32(
-                            _mm512_load_si512((const void *)cb[b][hc][r]),
-                            _mm512_loadu_si512((const void *)(p->nbias + b * 64 + hc * 16)));
+                        const __m512i corr = _mm512_load_si512((const void *)cb[b][hc][r]);
                         block_to_tot32(corr, p->unit + b * 64 + hc * 16, ks, &t32[hc]);
                     }
                 }
@@ -394,9 +393,7 @@ AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *ba
                 const uint64_t e = row[dh / 2 + b];
                 const __m512d ksd = _mm512_castsi512_pd(_mm512_set1_epi64((long long)((e + 1023 - 128) << 52)));
                 for (size_t hc = 0; hc < nhc; hc++) {
-                    __m512i corr = _mm512_add_epi32(
-                        _mm512_load_si512((const void *)cb[b][hc][r]),
-                        _mm512_loadu_si512((const void *)(p->nbias + b * 64 + hc * 16)));
+                    const __m512i corr = _mm512_load_si512((const void *)cb[b][hc][r]);
                     block_to_tot(corr, p->unitd + b * 64 + hc * 16, ksd, &tot[2 * hc],
                                  &tot[2 * hc + 1]);
                 }
