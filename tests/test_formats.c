@@ -558,3 +558,41 @@ DSATTN_TEST(formats, topk_heap_equals_full_sort_seed13)
     CHECK(!memcmp(a, want, sizeof want));
     free(a); free(b); free(s);
 }
+
+DSATTN_TEST(formats, topk_parallel_parts_equal_one_heap_seed17)
+{
+    /* dsattn_topk_par against dsattn_topk: the same indices in the same
+     * order on 1-5 threads, over sizes that give 1 to 4 parts, with heavy
+     * ties that straddle the part edges, -inf runs and NaN; and with the
+     * best entries all in the last part (a merge that lost a part's
+     * winners would show). */
+    dsattn_rng r = { 17 };
+    const size_t n_max = 300000, k_max = 2048;
+    float *s = malloc(n_max * sizeof(float));
+    int32_t *a = malloc(k_max * sizeof(int32_t)), *b = malloc(k_max * sizeof(int32_t));
+    void *scr = malloc(dsattn_topk_par_scratch(n_max, k_max, 5));
+    const size_t ns[] = { 1000, 131072, 200003, 300000 };
+    const size_t ks[] = { 1, 512, 2048 };
+    for (size_t ni = 0; ni < 4; ni++)
+        for (int layout = 0; layout < 2; layout++) {
+            const size_t n = ns[ni];
+            for (size_t i = 0; i < n; i++) {
+                s[i] = dsattn_round_bf16((float)(dsattn_rng_u64(&r) % 23) * 0.125f);
+                if (i % 97 == 5) s[i] = -INFINITY;
+                if (layout == 1) s[i] = i < n - n / 5 ? -1.0f : s[i];   /* best at the end */
+            }
+            s[n / 2] = NAN;
+            for (size_t ki = 0; ki < 3; ki++)
+                for (int thr = 1; thr <= 5; thr++) {
+                    const size_t k = ks[ki], kk = k < n ? k : n;       /* k > n: n */
+                    memset(a, 0xff, k * sizeof(int32_t));
+                    dsattn_topk(s, n, k, b, NULL);
+                    dsattn_topk_par(s, n, k, thr, a, scr);
+                    CHECK_MSG(!memcmp(a, b, kk * sizeof(int32_t)), "n %zu k %zu threads %d layout %d",
+                              n, k, thr, layout);
+                }
+        }
+    CHECK(dsattn_topk_par_scratch(300000, 512, 4) == 4 * 512 * sizeof(int32_t));
+    CHECK(dsattn_topk_par_scratch(100000, 512, 4) == 512 * sizeof(int32_t));   /* one part */
+    free(s); free(a); free(b); free(scr);
+}

@@ -169,23 +169,25 @@ size_t dsattn_v41_candidate_pool(const float *scores, size_t T, size_t cl, size_
 }
 
 /* Complete a top-k the way torch.topk over the full masked row would:
- * `fin` holds the finite-score candidates (positions + scores); if fewer
- * than k, the rest are the lowest positions in [0, T) not among them (all
- * tied at -inf, lower index first).  Result: k positions, any order. */
-static size_t complete_topk(const int32_t *fpos, const float *fscore, size_t nf,
-                            size_t T, size_t k, int32_t *out, int32_t *tmp)
+ * `fin` holds the finite-score candidates (positions fpos, NULL: 0..nf-1,
+ * ascending; scores fscore); if fewer than k, the rest are the lowest
+ * positions in [0, T) not among them (all tied at -inf, lower index
+ * first).  Result: k positions, any order.  scr: the parallel top-k's
+ * scratch (dsattn_topk_par_scratch). */
+static size_t complete_topk(const dsattn_ctx *ctx, const int32_t *fpos, const float *fscore,
+                            size_t nf, size_t T, size_t k, int32_t *out, int32_t *tmp, void *scr)
 {
     if (nf >= k) {
-        dsattn_topk(fscore, nf, k, tmp, NULL);
-        for (size_t i = 0; i < k; i++) out[i] = fpos[tmp[i]];
+        dsattn_topk_par(fscore, nf, k, dsattn_ctx_threads(ctx), tmp, scr);
+        for (size_t i = 0; i < k; i++) out[i] = fpos ? fpos[tmp[i]] : tmp[i];
         return k;
     }
-    for (size_t i = 0; i < nf; i++) out[i] = fpos[i];
+    for (size_t i = 0; i < nf; i++) out[i] = fpos ? fpos[i] : (int32_t)i;
     /* fpos is ascending: walk [0,T) skipping members */
     size_t n = nf, fi = 0;
     for (size_t j = 0; j < T && n < k; j++) {
-        while (fi < nf && (size_t)fpos[fi] < j) fi++;
-        if (fi < nf && (size_t)fpos[fi] == j) continue;
+        while (fi < nf && (size_t)(fpos ? fpos[fi] : (int32_t)fi) < j) fi++;
+        if (fi < nf && (size_t)(fpos ? fpos[fi] : (int32_t)fi) == j) continue;
         out[n++] = (int32_t)j;
     }
     return n;
@@ -297,6 +299,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
         const size_t cl = ck->prefill ? (t + 1) / ratio : T;  /* visible entries */
         const float *q = qi + t * Hi * Di, *w = wts + t * Hi;
         size_t nf = 0;
+        const int32_t *pos = fpos;                     /* NULL: 0..nf-1 */
         if (L->uses_candidates) {
             /* Reindex: only the pool, O(pool) whatever the context length */
             const int32_t *pool = seq->rt.cand + t * seq->rt.cand_stride;
@@ -304,7 +307,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
                 if ((size_t)pool[i] < cl) fpos[nf++] = pool[i];
             dsattn_index_scores_bf16_at(ctx, q, Hi, Di, w, &ksrc, fpos, nf, fsc);
         } else {
-            for (size_t j = 0; j < cl; j++) fpos[j] = (int32_t)j;
+            pos = NULL;
             nf = cl;
             dsattn_index_scores_bf16(ctx, q, Hi, Di, w, &ksrc, 0, nf, fsc);
         }
@@ -314,7 +317,8 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
                                                (size_t)c->candidate_topk_blocks, bscore, tmp,
                                                seq->rt.cand + t * seq->rt.cand_stride);
         }
-        complete_topk(fpos, fsc, nf, T, kw, pick, tmp);
+        /* score is free again (the pool is built): the top-k's scratch */
+        complete_topk(ctx, pos, fsc, nf, T, kw, pick, tmp, score);
         dsattn_sort_idx_valid_first(pick, kw);
         int32_t *row = seq->rt.topk + t * kw, *own_row = S->sel + t * kw;
         for (size_t i = 0; i < kw; i++) {

@@ -223,6 +223,13 @@ void dsattn_hadamard(const float *x, size_t n, float scale, float *y,
 size_t dsattn_topk_scratch(size_t n, size_t k);
 void dsattn_topk(const float *score, size_t n, size_t k, int32_t *idx_out,
                  void *scratch);
+/* dsattn_topk on up to `threads` OpenMP threads: contiguous parts of at
+ * least 64K entries keep their own k best, one more heap takes the k best
+ * of their union.  The same indices in the same order as dsattn_topk.
+ * scratch: dsattn_topk_par_scratch(n, k, threads) bytes (int32-aligned). */
+size_t dsattn_topk_par_scratch(size_t n, size_t k, int threads);
+void dsattn_topk_par(const float *score, size_t n, size_t k, int threads, int32_t *idx_out,
+                     void *scratch);
 /* The same by a full sort of all n keys: the readable statement of the rule
  * (tests compare the two).  Allocates; not for hot paths. */
 void dsattn_topk_ref(const float *score, size_t n, size_t k, int32_t *idx_out);

@@ -8,8 +8,9 @@
  * dsattn_topk_ref sorts all n keys (the clear statement of the rule);
  * dsattn_topk keeps a k-entry min-heap, which rejects most entries with one
  * comparison when k << n (index top-512 out of a million entries), then
- * heap-sorts the k.  Both return the same indices in the same
- * (descending) order.
+ * heap-sorts the k; dsattn_topk_par runs that heap on contiguous parts in
+ * parallel and once more over their winners.  All return the same indices
+ * in the same (descending) order.
  */
 #include "ops.h"
 
@@ -58,18 +59,39 @@ static int cmp_desc(const void *a, const void *b)
     return 0;
 }
 
-void dsattn_topk(const float *score, size_t n, size_t k, int32_t *idx_out,
-                 void *scratch)
+/* The k best of the candidates cand[0..n) (cand NULL: base + 0..n-1) into
+ * h[0..k), k <= n, in descending key order: a k-entry min-heap of indices
+ * into score, then heap-sorted. */
+static void topk_heap(const float *score, const int32_t *cand, size_t base, size_t n, size_t k,
+                      int32_t *h)
 {
-    (void)scratch;
-    if (k > n) k = n;
-    if (k == 0) return;
-    int32_t *h = idx_out;
-    for (size_t i = 0; i < k; i++) h[i] = (int32_t)i;
+    for (size_t i = 0; i < k; i++) h[i] = cand ? cand[i] : (int32_t)(base + i);
     for (size_t i = k / 2; i-- > 0;) sift_down(score, h, k, i);
-    for (size_t i = k; i < n; i++) {
-        if (key_gt(score[i], (int32_t)i, score[h[0]], h[0])) {
-            h[0] = (int32_t)i;
+    size_t i = k;
+    if (!cand) {
+        /* Runs of 16 entries that cannot enter the heap are skipped with a
+         * branch-free test the compiler vectorises: a later entry beats the
+         * weakest kept one only by a higher score or by being NaN (an equal
+         * score loses on its higher index). */
+        const float *sb = score + base;
+        for (; i + 16 <= n; i += 16) {
+            const float t = score[h[0]];
+            int any = 0;
+            for (size_t j = 0; j < 16; j++) any |= (sb[i + j] > t) | (sb[i + j] != sb[i + j]);
+            if (!any && t == t) continue;
+            for (size_t j = i; j < i + 16; j++) {
+                const int32_t c = (int32_t)(base + j);
+                if (key_gt(score[c], c, score[h[0]], h[0])) {
+                    h[0] = c;
+                    sift_down(score, h, k, 0);
+                }
+            }
+        }
+    }
+    for (; i < n; i++) {
+        const int32_t c = cand ? cand[i] : (int32_t)(base + i);
+        if (key_gt(score[c], c, score[h[0]], h[0])) {
+            h[0] = c;
             sift_down(score, h, k, 0);
         }
     }
@@ -82,6 +104,50 @@ void dsattn_topk(const float *score, size_t n, size_t k, int32_t *idx_out,
         int32_t t = h[0]; h[0] = h[m - 1]; h[m - 1] = t;
         sift_down(score, h, m - 1, 0);
     }
+}
+
+void dsattn_topk(const float *score, size_t n, size_t k, int32_t *idx_out,
+                 void *scratch)
+{
+    (void)scratch;
+    if (k > n) k = n;
+    if (k == 0) return;
+    topk_heap(score, NULL, 0, n, k, idx_out);
+}
+
+/* Parts worth a thread each: at least 64K entries and 16 k per part. */
+static size_t topk_parts(size_t n, size_t k, int threads)
+{
+    size_t p = threads > 1 ? (size_t)threads : 1;
+    while (p > 1 && (n / p < 65536 || n / p < 16 * k)) p--;
+    return p;
+}
+
+size_t dsattn_topk_par_scratch(size_t n, size_t k, int threads)
+{
+    return topk_parts(n, k, threads) * DSATTN_MIN(k, n) * sizeof(int32_t);
+}
+
+void dsattn_topk_par(const float *score, size_t n, size_t k, int threads, int32_t *idx_out,
+                     void *scratch)
+{
+    if (k > n) k = n;
+    if (k == 0) return;
+    const size_t parts = topk_parts(n, k, threads);
+    if (parts < 2) {
+        topk_heap(score, NULL, 0, n, k, idx_out);
+        return;
+    }
+    /* every one of the k best is among the k best of its own part, so
+     * the k best of the parts' winners are the k best: the same set, and
+     * with distinct keys the same order */
+    int32_t *win = scratch;
+#pragma omp parallel for schedule(static) num_threads((int)parts)
+    for (size_t p = 0; p < parts; p++) {
+        const size_t a = n * p / parts, b = n * (p + 1) / parts;
+        topk_heap(score, NULL, a, b - a, k, win + p * k);
+    }
+    topk_heap(score, win, 0, parts * k, k, idx_out);
 }
 
 /* Reference: sort all indices by key.  Not thread-safe (qsort context);
