@@ -596,3 +596,47 @@ DSATTN_TEST(formats, topk_parallel_parts_equal_one_heap_seed17)
     CHECK(dsattn_topk_par_scratch(100000, 512, 4) == 512 * sizeof(int32_t));   /* one part */
     free(s); free(a); free(b); free(scr);
 }
+
+static int cmp_i32(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+DSATTN_TEST(formats, topk_set_equals_heap_set_in_index_order_seed19)
+{
+    /* dsattn_topk_set against dsattn_topk sorted by index: the same set,
+     * ascending, for k from 1 to n, with heavy ties (the index rule
+     * decides), -inf runs, NaN, sorted and reversed inputs (quickselect's
+     * bad cases) and one all-equal array. */
+    dsattn_rng r = { 19 };
+    const size_t n_max = 20000;
+    float *s = malloc(n_max * sizeof(float));
+    int32_t *a = malloc(n_max * sizeof(int32_t)), *b = malloc(n_max * sizeof(int32_t));
+    void *scr = malloc(dsattn_topk_set_scratch(n_max));
+    const size_t ns[] = { 1, 17, 100, 2048, 20000 };
+    for (size_t ni = 0; ni < 5; ni++)
+        for (int layout = 0; layout < 4; layout++) {
+            const size_t n = ns[ni];
+            for (size_t i = 0; i < n; i++) {
+                s[i] = layout == 0 ? dsattn_round_bf16((float)(dsattn_rng_u64(&r) % 29) * 0.5f)
+                     : layout == 1 ? (float)i                       /* ascending  */
+                     : layout == 2 ? (float)(n - i)                 /* descending */
+                                   : 1.0f;                          /* all equal  */
+                if (layout == 0 && i % 53 == 7) s[i] = -INFINITY;
+            }
+            if (layout == 0 && n > 40) { s[n / 3] = NAN; s[n - 1] = NAN; }
+            const size_t ks[] = { 1, 2, n / 4 + 1, n / 2, n - 1, n, n + 3 };
+            for (size_t ki = 0; ki < 7; ki++) {
+                const size_t k = ks[ki], kk = k < n ? k : n;
+                if (kk == 0) continue;
+                dsattn_topk(s, n, k, b, NULL);
+                qsort(b, kk, sizeof *b, cmp_i32);
+                memset(a, 0xff, kk * sizeof(int32_t));
+                dsattn_topk_set(s, n, k, a, scr);
+                CHECK_MSG(!memcmp(a, b, kk * sizeof(int32_t)), "n %zu k %zu layout %d", n, k,
+                          layout);
+            }
+        }
+    free(s); free(a); free(b); free(scr);
+}

@@ -172,15 +172,20 @@ size_t dsattn_v41_candidate_pool(const float *scores, size_t T, size_t cl, size_
  * `fin` holds the finite-score candidates (positions fpos, NULL: 0..nf-1,
  * ascending; scores fscore); if fewer than k, the rest are the lowest
  * positions in [0, T) not among them (all tied at -inf, lower index
- * first).  Result: k positions, any order.  scr: the parallel top-k's
- * scratch (dsattn_topk_par_scratch). */
-static size_t complete_topk(const dsattn_ctx *ctx, const int32_t *fpos, const float *fscore,
-                            size_t nf, size_t T, size_t k, int32_t *out, int32_t *tmp, void *scr)
+ * first).  Result: k positions; returns 1 when they are already ascending.
+ * scr: scratch for the selection, nf int32 at least (>= both
+ * dsattn_topk_set_scratch and dsattn_topk_par_scratch). */
+static int complete_topk(const dsattn_ctx *ctx, const int32_t *fpos, const float *fscore,
+                         size_t nf, size_t T, size_t k, int32_t *out, int32_t *tmp, void *scr)
 {
     if (nf >= k) {
-        dsattn_topk_par(fscore, nf, k, dsattn_ctx_threads(ctx), tmp, scr);
+        /* a large share (a few thousand entries): quickselect, in index
+         * order; a small share of many: the parallel heap */
+        const int set = 16 * k > nf;
+        if (set) dsattn_topk_set(fscore, nf, k, tmp, scr);
+        else dsattn_topk_par(fscore, nf, k, dsattn_ctx_threads(ctx), tmp, scr);
         for (size_t i = 0; i < k; i++) out[i] = fpos ? fpos[tmp[i]] : tmp[i];
-        return k;
+        return set;
     }
     for (size_t i = 0; i < nf; i++) out[i] = fpos ? fpos[i] : (int32_t)i;
     /* fpos is ascending: walk [0,T) skipping members */
@@ -190,7 +195,7 @@ static size_t complete_topk(const dsattn_ctx *ctx, const int32_t *fpos, const fl
         if (fi < nf && (size_t)(fpos ? fpos[fi] : (int32_t)fi) == j) continue;
         out[n++] = (int32_t)j;
     }
-    return n;
+    return 0;
 }
 
 /* ==== The layer forward ================================================= */
@@ -318,8 +323,8 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
                                                seq->rt.cand + t * seq->rt.cand_stride);
         }
         /* score is free again (the pool is built): the top-k's scratch */
-        complete_topk(ctx, pos, fsc, nf, T, kw, pick, tmp, score);
-        dsattn_sort_idx_valid_first(pick, kw);
+        if (!complete_topk(ctx, pos, fsc, nf, T, kw, pick, tmp, score))
+            dsattn_sort_idx_valid_first(pick, kw);
         int32_t *row = seq->rt.topk + t * kw, *own_row = S->sel + t * kw;
         for (size_t i = 0; i < kw; i++) {
             int valid = pick[i] >= 0 && (size_t)pick[i] < cl;

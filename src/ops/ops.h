@@ -230,6 +230,11 @@ void dsattn_topk(const float *score, size_t n, size_t k, int32_t *idx_out,
 size_t dsattn_topk_par_scratch(size_t n, size_t k, int threads);
 void dsattn_topk_par(const float *score, size_t n, size_t k, int threads, int32_t *idx_out,
                      void *scratch);
+/* The same k indices as dsattn_topk, in ascending index order (quickselect;
+ * a heap past 2 log2 n rounds).  scratch: dsattn_topk_set_scratch(n) bytes
+ * (int32-aligned). */
+size_t dsattn_topk_set_scratch(size_t n);
+void dsattn_topk_set(const float *score, size_t n, size_t k, int32_t *idx_out, void *scratch);
 /* The same by a full sort of all n keys: the readable statement of the rule
  * (tests compare the two).  Allocates; not for hot paths. */
 void dsattn_topk_ref(const float *score, size_t n, size_t k, int32_t *idx_out);

@@ -10,7 +10,10 @@
  * comparison when k << n (index top-512 out of a million entries), then
  * heap-sorts the k; dsattn_topk_par runs that heap on contiguous parts in
  * parallel and once more over their winners.  All return the same indices
- * in the same (descending) order.
+ * in the same (descending) order.  dsattn_topk_set returns the same set
+ * in ascending index order, by quickselect: for k a large share of n
+ * (the index top-512 of a few thousand entries) it skips the heap's many
+ * insertions and the sort a caller wanting index order would add.
  */
 #include "ops.h"
 
@@ -148,6 +151,68 @@ void dsattn_topk_par(const float *score, size_t n, size_t k, int threads, int32_
         topk_heap(score, NULL, a, b - a, k, win + p * k);
     }
     topk_heap(score, win, 0, parts * k, k, idx_out);
+}
+
+/* a[lo..hi) rearranged so that a[lo..m) are the m - lo best keys
+ * (quickselect, median-of-three pivots; past depth 2 log2 n it finishes
+ * with a heap, so no input costs O(n^2)). */
+static void select_best(const float *s, int32_t *a, size_t lo, size_t hi, size_t m, int depth)
+{
+    while (lo < m && m < hi && hi - lo > 16) {
+        if (depth-- <= 0) {
+            /* the heap's k best, in place: h is a scratch-free rotation */
+            topk_heap(s, a + lo, 0, hi - lo, m - lo, a + lo);
+            return;
+        }
+        size_t mid = lo + (hi - lo) / 2;
+        int32_t x = a[lo], y = a[mid], z = a[hi - 1], p;
+        /* the median of three keys as the pivot */
+        if (key_gt(s[x], x, s[y], y)) { int32_t t = x; x = y; y = t; }   /* x <= y */
+        if (key_gt(s[y], y, s[z], z)) y = key_gt(s[x], x, s[z], z) ? x : z;
+        p = y;
+        /* three-way is not needed: keys are distinct (index tie rule) */
+        size_t i = lo, j = hi - 1;
+        for (;;) {
+            while (key_gt(s[a[i]], a[i], s[p], p)) i++;
+            while (key_gt(s[p], p, s[a[j]], a[j])) j--;
+            if (i >= j) break;
+            int32_t t = a[i]; a[i] = a[j]; a[j] = t;
+            i++;
+            j--;
+        }
+        /* a[lo..j] >= pivot >= a[j+1..hi) (Hoare); both sides hold one of
+         * the three sampled keys, so each pass shrinks the range */
+        if (m <= j + 1) hi = j + 1;
+        else lo = j + 1;
+    }
+    if (m <= lo || m >= hi) return;
+    /* insertion sort of the short rest, best first */
+    for (size_t i = lo + 1; i < hi; i++) {
+        int32_t v = a[i];
+        size_t j = i;
+        while (j > lo && key_gt(s[v], v, s[a[j - 1]], a[j - 1])) { a[j] = a[j - 1]; j--; }
+        a[j] = v;
+    }
+}
+
+size_t dsattn_topk_set_scratch(size_t n) { return n * sizeof(int32_t); }
+
+void dsattn_topk_set(const float *score, size_t n, size_t k, int32_t *idx_out, void *scratch)
+{
+    if (k > n) k = n;
+    if (k == 0) return;
+    int32_t *a = scratch;
+    for (size_t i = 0; i < n; i++) a[i] = (int32_t)i;
+    int depth = 2;
+    for (size_t v = n; v > 1; v >>= 1) depth += 2;
+    select_best(score, a, 0, n, k, depth);
+    /* the k best are a[0..k): list them by index, ascending */
+    int32_t worst = a[0];
+    for (size_t i = 1; i < k; i++)
+        if (key_gt(score[worst], worst, score[a[i]], a[i])) worst = a[i];
+    size_t o = 0;
+    for (size_t i = 0; i < n && o < k; i++)
+        if (!key_gt(score[worst], worst, score[i], (int32_t)i)) idx_out[o++] = (int32_t)i;
 }
 
 /* Reference: sort all indices by key.  Not thread-safe (qsort context);
