@@ -262,6 +262,22 @@ static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
     }
 }
 
+/* need bytes of prefill scratch: the context's grow-only buffer, or a
+ * private one when called from inside a parallel region (several callers
+ * may run at once there; *own = 1, the caller frees it).  NULL: no memory. */
+static void *lin_scratch(dsattn_ctx *ctx, size_t need, int *own)
+{
+    *own = omp_in_parallel();
+    if (*own) return dsattn_alloc(need);
+    if (ctx->lin_ws_bytes < need) {
+        dsattn_free(ctx->lin_ws);
+        ctx->lin_ws_bytes = 0;
+        if (!(ctx->lin_ws = dsattn_alloc(need))) return NULL;
+        ctx->lin_ws_bytes = need;
+    }
+    return ctx->lin_ws;
+}
+
 /* The prefill path on AVX-512 (pgemm.h).  The activations are packed
  * once into groups of 32 tokens (per row group of a grouped weight: G
  * groups of rows/G rows, group g reading x + g*gx); each thread then
@@ -293,21 +309,9 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
     size_t need;
     if (!dsattn_add_size(nb, nall, &need) || !dsattn_mul_size(need, sizeof(float), &need))
         return DSATTN_ERR_NOMEM;
-    /* the context's scratch, unless called from inside a parallel region
-     * (several callers may run at once there): then a private one */
-    const int own = omp_in_parallel();
-    float *ws;
-    if (own) {
-        if (!(ws = dsattn_alloc(need))) return DSATTN_ERR_NOMEM;
-    } else {
-        if (ctx->lin_ws_bytes < need) {
-            dsattn_free(ctx->lin_ws);
-            ctx->lin_ws_bytes = 0;
-            if (!(ctx->lin_ws = dsattn_alloc(need))) return DSATTN_ERR_NOMEM;
-            ctx->lin_ws_bytes = need;
-        }
-        ws = ctx->lin_ws;
-    }
+    int own;
+    float *ws = lin_scratch(ctx, need, &own);
+    if (!ws) return DSATTN_ERR_NOMEM;
     float *bp = ws, *tbuf = bp + nb;
     const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_for(ctx->k->name);
     const int fused = W->kind == DSATTN_W_FP8 && W->block % 16 == 0 && K % 16 == 0;
@@ -396,24 +400,14 @@ static int prefill_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_
      * one fp32 row, C [32][tc] */
     size_t qbytes, per, all, need;
     if (!dsattn_mul3_size(G, tc, K * 2, &qbytes) ||
-        !dsattn_add_size(32 * K * 2 + K * 4 + 32 * tc * 4 + 256, 0, &per) ||
+        !dsattn_mul_size(K, 32 * 2 + 4, &per) || !dsattn_add_size(per, 32 * tc * 4 + 256, &per) ||
         !dsattn_mul_size(per, (size_t)nthr, &all) || !dsattn_add_size(qbytes + 64, all, &need)) {
         *st = DSATTN_ERR_NOMEM;
         return 1;
     }
-    const int own = omp_in_parallel();
-    uint8_t *ws;
-    if (own) {
-        if (!(ws = dsattn_alloc(need))) { *st = DSATTN_ERR_NOMEM; return 1; }
-    } else {
-        if (ctx->lin_ws_bytes < need) {
-            dsattn_free(ctx->lin_ws);
-            ctx->lin_ws_bytes = 0;
-            if (!(ctx->lin_ws = dsattn_alloc(need))) { *st = DSATTN_ERR_NOMEM; return 1; }
-            ctx->lin_ws_bytes = need;
-        }
-        ws = ctx->lin_ws;
-    }
+    int own;
+    uint8_t *ws = lin_scratch(ctx, need, &own);
+    if (!ws) { *st = DSATTN_ERR_NOMEM; return 1; }
     uint16_t *qb = (uint16_t *)ws;
     uint8_t *tws = ws + (qbytes + 63) / 64 * 64;
     const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_for(ctx->k->name);
@@ -476,6 +470,22 @@ static int prefill_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_
     return !failed;
 }
 
+/* The prefill-sized fast path where the kernel table has register tiles
+ * (AVX-512): AMX-BF16 tiles where they apply, else the FMA tile.  Returns 0
+ * when this ISA has none (the caller's sgemm path); *st carries an
+ * allocation failure. */
+static int prefill_avx512(dsattn_ctx *ctx, const dsattn_weight *W, size_t G, const float *x,
+                          size_t ldx, size_t gx, size_t n_tok, float *y, size_t ldy,
+                          dsattn_out_round round, dsattn_status *st)
+{
+    const dsattn_pgemm_kern *pk = dsattn_pgemm_for(ctx->k->name);
+    const dsattn_mla_kern *mk = dsattn_mla_kern_for(ctx->k->name);
+    if (!pk || !mk) return 0;
+    if (!prefill_amx(ctx, mk, W, G, x, ldx, gx, n_tok, y, ldy, round, st))
+        *st = prefill_tiled(ctx, pk, mk, W, G, x, ldx, gx, n_tok, y, ldy, round);
+    return 1;
+}
+
 static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
                             const float *x, size_t ldx, size_t n_tok,
                             float *y, size_t ldy, dsattn_out_round round,
@@ -494,14 +504,9 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
     }
     if (W->kind == DSATTN_W_FP4 && K % 32) return DSATTN_ERR_UNSUPPORTED;
 
-    const dsattn_pgemm_kern *pk;
-    const dsattn_mla_kern *mk;
+    dsattn_status st = DSATTN_OK;
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
-        (pk = dsattn_pgemm_for(ctx->k->name)) != NULL &&
-        (mk = dsattn_mla_kern_for(ctx->k->name)) != NULL) {
-        dsattn_status st = DSATTN_OK;
-        if (!prefill_amx(ctx, mk, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st))
-            st = prefill_tiled(ctx, pk, mk, W, 1, in, ldin, 0, n_tok, y, ldy, round);
+        prefill_avx512(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st)) {
         if (st) return st;
     } else if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
         /* Prefill-sized: each thread dequantizes its own row panels (SIMD
@@ -606,26 +611,10 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     const size_t Rg = W->rows / G;
     if ((W->kind == DSATTN_W_FP8 && Rg % W->block) || (W->kind == DSATTN_W_FP4 && W->cols % 32))
         return DSATTN_ERR_UNSUPPORTED;
-    const dsattn_pgemm_kern *pk;
-    const dsattn_mla_kern *mk;
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
-        (pk = dsattn_pgemm_for(ctx->k->name)) != NULL &&
-        (mk = dsattn_mla_kern_for(ctx->k->name)) != NULL) {
-        /* prefill-sized on AVX-512: every group's panels in one region */
-        const int timed = ctx->prof_on && !omp_in_parallel();
-        const double t0 = timed ? dsattn_clock() : 0.0;
-        const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
-        dsattn_status st = DSATTN_OK;
-        if (!prefill_amx(ctx, mk, W, G, x, ldx, gx, n_tok, y, ldy, round, &st))
-            st = prefill_tiled(ctx, pk, mk, W, G, x, ldx, gx, n_tok, y, ldy, round);
-        if (st) return st;
-        dsattn_count(ctx, 2ull * n_tok * W->rows * W->cols,
-                     weight_bytes(W) + n_tok * G * W->cols * 4ull);
-        if (timed) prof_add(ctx, dsattn_clock() - t0, b0, f0);
-        return DSATTN_OK;
-    }
-    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
-        /* prefill-sized: the panel + sgemm path, one group at a time */
+        (!dsattn_pgemm_for(ctx->k->name) || !dsattn_mla_kern_for(ctx->k->name))) {
+        /* prefill-sized without register tiles: the panel + sgemm path,
+         * one group at a time */
         for (size_t g = 0; g < G; g++) {
             dsattn_weight wg = sub_rows(W, g * Rg, Rg);
             dsattn_status st = dsattn_linear(ctx, &wg, x + g * gx, ldx, n_tok, y + g * Rg, ldy,
@@ -637,7 +626,14 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     const int timed = ctx->prof_on && !omp_in_parallel();
     const double t0 = timed ? dsattn_clock() : 0.0;
     const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
-    gemv_tasks(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round);
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
+        /* prefill-sized on AVX-512: every group's panels in one region */
+        dsattn_status st = DSATTN_OK;
+        prefill_avx512(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round, &st);
+        if (st) return st;
+    } else {
+        gemv_tasks(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round);
+    }
     dsattn_count(ctx, 2ull * n_tok * W->rows * W->cols, weight_bytes(W) + n_tok * G * W->cols * 4ull);
     if (timed) prof_add(ctx, dsattn_clock() - t0, b0, f0);
     return DSATTN_OK;
