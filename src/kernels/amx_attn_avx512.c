@@ -283,11 +283,6 @@ void dsattn_amx_gemm_nt(const uint16_t *qb, size_t hp, size_t D, const uint16_t 
 int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, size_t K,
                             uint16_t *out)
 {
-    /* odd 16-bit words of two fp32 vectors = their bf16 high halves */
-    static const uint16_t odd[32] __attribute__((aligned(64))) = {
-        1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-        33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63 };
-    const __m512i sel = _mm512_load_si512(odd);
     const __m256i m7f = _mm256_set1_epi8(0x7f);
     __mmask32 nan = 0;
     for (size_t b0 = 0; b0 < K; b0 += bs) {
@@ -304,9 +299,8 @@ int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, siz
             const __m256i c = _mm256_loadu_si256((const __m256i *)(w + i));
             nan |= _mm256_cmpeq_epi8_mask(_mm256_and_si256(c, m7f), m7f);
             dsattn_e4m3x32_div256(w + i, &v0, &v1);
-            const __m512i a = _mm512_castps_si512(_mm512_mul_ps(v0, f));
-            const __m512i b = _mm512_castps_si512(_mm512_mul_ps(v1, f));
-            _mm512_storeu_si512(out + i, _mm512_permutex2var_epi16(a, sel, b));
+            _mm512_storeu_si512(out + i,
+                                dsattn_bf16_hi32(_mm512_mul_ps(v0, f), _mm512_mul_ps(v1, f)));
         }
     }
     return nan == 0;

@@ -84,17 +84,6 @@ static void rows_avx512(const uint8_t *const *rows, const unsigned char *kinds, 
     }
 }
 
-/* Two fp32 vectors that are bf16 numbers -> their 32 bf16 (the high
- * halves, in order) */
-AI __m512i bf16_pack(__m512 a, __m512 b)
-{
-    static const uint16_t odd[32] __attribute__((aligned(64))) = {
-        1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-        33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63 };
-    return _mm512_permutex2var_epi16(_mm512_castps_si512(a), _mm512_load_si512(odd),
-                                     _mm512_castps_si512(b));
-}
-
 /* Lanes that are subnormal (not zero, exponent field 0) */
 AI __mmask16 subnormal16(__m512 v)
 {
@@ -115,14 +104,14 @@ static int rows_bf16_avx512(const uint8_t *const *rows, const unsigned char *kin
         const uint8_t *row = rows[r];
         if (kinds[r] == DSATTN_SA_FP4) {
             for (size_t c0 = 0; c0 < d; c0 += 32)
-                _mm512_storeu_si512(o + c0, bf16_pack(fp4x16(row, d, c0, tab),
-                                                      fp4x16(row, d, c0 + 16, tab)));
+                _mm512_storeu_si512(o + c0, dsattn_bf16_hi32(fp4x16(row, d, c0, tab),
+                                                             fp4x16(row, d, c0 + 16, tab)));
             continue;
         }
         for (size_t c0 = 0; c0 < d; c0 += 32) {
             const __m512 a = fp8x16(row, d, c0), b = fp8x16(row, d, c0 + 16);
             if (row[d + c0 / 32] < 10 && (subnormal16(a) | subnormal16(b))) return 0;
-            _mm512_storeu_si512(o + c0, bf16_pack(a, b));
+            _mm512_storeu_si512(o + c0, dsattn_bf16_hi32(a, b));
         }
     }
     return 1;

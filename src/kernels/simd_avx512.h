@@ -142,6 +142,16 @@ static inline __attribute__((always_inline)) void dsattn_e4m3x32_div256(const ui
     *v1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
 
+/* Two fp32 vectors whose values are bf16 numbers -> their 32 bf16 bits in
+ * order (the high 16-bit word of each lane: no rounding happens). */
+static inline __attribute__((always_inline)) __m512i dsattn_bf16_hi32(__m512 a, __m512 b)
+{
+    const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37,
+                                         35, 33, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9,
+                                         7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(_mm512_castps_si512(a), odd, _mm512_castps_si512(b));
+}
+
 /* The 12-row register tile (MLA scores, prefill GEMM):
  *   c[r*ldc + 16v + j] = (first ? 0 : c[r*ldc + 16v + j])
  *                        + sum_{k<kc} a[k*12 + r] * b[k*ldb + 16v + j]
