@@ -173,7 +173,8 @@ static int scores_amx(dsattn_ctx *ctx, const float *qc, const float *w, size_t H
         uint16_t *rows = dsattn_alloc_array(MB * Di, sizeof(uint16_t));
         float *c = dsattn_alloc_array(MB * hp, sizeof(float));
         int mine = rows && c && ok;
-        if (mine) dsattn_amx_begin();
+        const int tiles = mine;          /* ok may change under other threads */
+        if (tiles) dsattn_amx_begin();
 #pragma omp for schedule(static)
         for (size_t b = 0; b < nblk; b++) {
             if (!mine) continue;
@@ -186,7 +187,7 @@ static int scores_amx(dsattn_ctx *ctx, const float *qc, const float *w, size_t H
             mk->relu_wsum(c, hp, nb, w, Hi, score + j0);
             for (size_t j = 0; j < nb; j++) score[j0 + j] *= get_f32le(kcache + (j0 + j) * kb + Di);
         }
-        if (rows && c && ok) dsattn_amx_end();
+        if (tiles) dsattn_amx_end();
         if (!mine) {
 #pragma omp atomic write
             ok = 0;

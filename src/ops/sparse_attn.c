@@ -391,8 +391,10 @@ static void sparse_attn_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *mk,
 static float *align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 /* AMX form (amx_attn.h; contexts with ctx->amx): the valid rows of each
- * block of 64 indices are decoded (the tiled path's exact row decoders),
- * checked to be bf16 numbers and run through one tile block, q packed once.  The V4 quirk of sparse_attn_tiled is kept: a
+ * block of 64 indices are decoded to bf16 - V4.1 packed rows by rows_bf16,
+ * other layouts by the tiled path's row decoders and a bf16-number check -
+ * and run through one tile block, q packed once; the next block's rows are
+ * prefetched meanwhile.  The V4 quirk of sparse_attn_tiled is kept: a
  * block of 64 indices with no valid row while the running max is still
  * -inf makes the sum NaN.  Returns 0 (out untouched) when it does not apply:
  * shapes, a query or row value that is not a bf16 number. */
@@ -431,10 +433,10 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
                                                   nptr, nsrc) : 0;
         if (nv == 0 && !seen && isinf(max_init) && max_init < 0) nan_sum = 1;
         seen |= nv > 0;
-        /* decode 12 at a time into fp32, then into the block's bf16 rows;
-         * meanwhile the next block's packed rows come into L2, 12 rows per
-         * tile: they are gathered from a cache that the weight stream keeps
-         * pushing out of L3.  Measured in V4.1 decode at 4K: decode + bf16
+        /* decode 12 rows at a time into the block's bf16 rows; meanwhile
+         * the next block's packed rows come into L2, 12 rows per tile: they
+         * are gathered from a cache that the weight stream keeps pushing
+         * out of L3.  Measured in V4.1 decode at 4K: decode + bf16
          * ~470 cycles a row before, ~320 (FP4 rows) after; attention phase
          * 10.8-11.2 -> 9.7-10.1 ms a step. */
         for (size_t t0 = 0; t0 < DSATTN_MAX(nv, nn) && ok; t0 += DSATTN_MLA_KT) {

@@ -160,7 +160,8 @@ static void select_best(const float *s, int32_t *a, size_t lo, size_t hi, size_t
 {
     while (lo < m && m < hi && hi - lo > 16) {
         if (depth-- <= 0) {
-            /* the heap's k best, in place: h is a scratch-free rotation */
+            /* the heap's m - lo best, in place: the heap lives in
+             * a[lo..m), the candidates it still reads lie past it */
             topk_heap(s, a + lo, 0, hi - lo, m - lo, a + lo);
             return;
         }
