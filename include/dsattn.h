@@ -31,6 +31,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)  /* the exported API: see CMakeLists.txt */
+#endif
 
 #define DSATTN_VERSION_MAJOR 0
 #define DSATTN_VERSION_MINOR 1
@@ -253,6 +256,9 @@ dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b)
 dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
                                             uint64_t seed);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif
@@ -261,5 +267,48 @@ dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
 #include "dsattn_mha.h"   /* MHA (DeepSeek-LLM 7B), GQA (67B)          */
 #include "dsattn_mla.h"   /* MLA (V3), MLA + DSA indexer (V3.2)        */
 #include "dsattn_v4.h"    /* CSA + HCA (V4 Flash / Pro)                */
+
+/* ==== Trace: a golden case folder, every observable tensor ============== */
+/*
+ * What `dsattn trace` runs, for programs that compare dsattn with another
+ * implementation of the official reference.  case_dir holds config.json,
+ * weights.safetensors and input.safetensors (x F32 [T, dim], prefill_len
+ * [1]); config.json's model_type picks the generation (deepseek_v3,
+ * deepseek_v32, deepseek_v4, deepseek_v41 or V4.1 keys without one).  The
+ * run is a prefill of x[:prefill_len] at position 0, then one-token decode
+ * steps through the golden-case stand-in stack, and out_path receives a
+ * safetensors file: `out` [T, dim] (the final residual),
+ * layer.{i}.attn_in / attn_out [T, dim], layer.{i}.topk (I32, -1 padded)
+ * where the generation selects, and the packed caches as cache.{i}.*.
+ * docs/reference-mode.md and tests/data/golden/README.md say what each
+ * tensor means.
+ */
+#ifdef __cplusplus
+extern "C" {
+#endif
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)  /* the exported API: see CMakeLists.txt */
+#endif
+
+typedef struct {
+    dsattn_mode        mode;       /* REFERENCE (default): the bit-exact contract */
+    int                n_threads;  /* fast mode; <= 0: OpenMP default           */
+    dsattn_v41_index_k index_k;    /* V4.1 index_k quirk (default OWNER)        */
+    int                mla_naive;  /* V3 / V3.2: 1 = naive path (default 0: absorb) */
+    dsattn_v4_empty    v4_empty;   /* V4 all-invalid rows (default REFERENCE: NaN) */
+} dsattn_trace_params;
+
+dsattn_trace_params dsattn_trace_default_params(void);
+/* p NULL: the defaults.  out_path is written at the end of a successful run. */
+dsattn_status dsattn_trace_write(const char *case_dir, const char *out_path,
+                                 const dsattn_trace_params *p, char *err,
+                                 size_t errlen);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* DSATTN_H */

@@ -34,6 +34,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)  /* the exported API: see CMakeLists.txt */
+#endif
 
 typedef struct dsattn_mha     dsattn_mha;
 typedef struct dsattn_mha_seq dsattn_mha_seq;
@@ -106,6 +109,9 @@ dsattn_status dsattn_mha_seq_kv_bill(const dsattn_mha_seq *s, dsattn_kv_bill *b)
 dsattn_status dsattn_mha_seq_fill_synthetic(dsattn_mha_seq *s, int64_t depth,
                                             uint64_t seed);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

@@ -50,6 +50,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)  /* the exported API: see CMakeLists.txt */
+#endif
 
 typedef enum {
     DSATTN_MLA_CACHE_NAIVE       = 0,
@@ -137,6 +140,9 @@ dsattn_status dsattn_mla_seq_kv_bill(const dsattn_mla_seq *s, dsattn_kv_bill *b)
 dsattn_status dsattn_mla_seq_fill_synthetic(dsattn_mla_seq *s, int64_t depth,
                                             uint64_t seed);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

@@ -36,6 +36,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)  /* the exported API: see CMakeLists.txt */
+#endif
 
 typedef enum {
     DSATTN_V4_SWA = 0,      /* compress ratio 0: sliding window only       */
@@ -137,6 +140,9 @@ dsattn_status dsattn_v4_seq_kv_bill(const dsattn_v4_seq *s, dsattn_kv_bill *b);
 dsattn_status dsattn_v4_seq_fill_synthetic(dsattn_v4_seq *s, int64_t depth,
                                            uint64_t seed);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

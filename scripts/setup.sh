@@ -5,9 +5,11 @@
 #   libcjson-dev              the JSON parser for safetensors headers and config.json
 #   clang, libclang-rt-14-dev libFuzzer and sanitizer runtimes (tests only)
 #   libomp-dev                OpenMP for the clang (fuzzing) build
+#   pkg-config                the install test builds a program with `pkg-config --libs dsattn`
 set -euo pipefail
 need=()
-for p in cmake gcc make libopenblas-openmp-dev libcjson-dev clang libclang-rt-14-dev libomp-dev; do
+for p in cmake gcc make libopenblas-openmp-dev libcjson-dev clang libclang-rt-14-dev libomp-dev \
+         pkg-config; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

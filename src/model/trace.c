@@ -179,3 +179,32 @@ dsattn_status dsattn_trace_add_common(dsattn_st_writer *w, const dsattn_trace_re
     }
     return st;
 }
+
+/* ==== The public entry point (include/dsattn.h, "Trace") ================ */
+
+dsattn_trace_params dsattn_trace_default_params(void)
+{
+    dsattn_trace_params p;
+    memset(&p, 0, sizeof p);
+    p.mode = DSATTN_MODE_REFERENCE;
+    p.index_k = DSATTN_V41_INDEX_K_OWNER;
+    p.v4_empty = DSATTN_V4_EMPTY_REFERENCE;
+    return p;
+}
+
+dsattn_status dsattn_trace_write(const char *case_dir, const char *out_path,
+                                 const dsattn_trace_params *p, char *err, size_t errlen)
+{
+    dsattn_trace_params d = dsattn_trace_default_params();
+    if (!p) p = &d;
+    if (!case_dir || !out_path)
+        return dsattn_errf(err, errlen, DSATTN_ERR_INVALID_ARG, "trace: case_dir and out_path are required");
+    if ((p->mode != DSATTN_MODE_FAST && p->mode != DSATTN_MODE_REFERENCE) ||
+        (p->index_k != DSATTN_V41_INDEX_K_OWNER && p->index_k != DSATTN_V41_INDEX_K_REFERENCE) ||
+        (p->mla_naive != 0 && p->mla_naive != 1) ||
+        (p->v4_empty != DSATTN_V4_EMPTY_REFERENCE && p->v4_empty != DSATTN_V4_EMPTY_ZERO))
+        return dsattn_errf(err, errlen, DSATTN_ERR_INVALID_ARG, "trace: a parameter is out of its domain");
+    dsattn_trace_opts o = { p->mode, p->n_threads, p->index_k == DSATTN_V41_INDEX_K_REFERENCE,
+                            p->mla_naive, p->v4_empty == DSATTN_V4_EMPTY_ZERO };
+    return dsattn_trace_case(case_dir, out_path, &o, err, errlen);
+}
