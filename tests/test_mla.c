@@ -908,6 +908,49 @@ DSATTN_TEST(mla, fp8_latent_cache_close_to_bf16)
     dsattn_mla_destroy(m);
 }
 
+/* Shapes the reference runs with bf16 weights but no fast kernel tiles
+ * evenly (dim 160, 5 heads, q_lora_rank 80, kv_lora_rank 96, nope 24,
+ * rope 16, v 40; V3.2 with 3 index heads): fast within the stack gates. */
+DSATTN_TEST(mla, odd_shapes_bf16_fast_matches_reference)
+{
+    for (int dsa = 0; dsa < 2; dsa++) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/dsattn_mla_odd_XXXXXX");
+        int fd = mkstemp(path);
+        if (fd < 0) continue;
+        FILE *f = fdopen(fd, "w");
+        if (!f) { close(fd); continue; }
+        fprintf(f,
+                "{\"model_type\": \"%s\", \"dim\": 160, \"n_layers\": 2, \"n_heads\": 5,"
+                " \"q_lora_rank\": 80, \"kv_lora_rank\": 96, \"qk_nope_head_dim\": 24,"
+                " \"qk_rope_head_dim\": 16, \"v_head_dim\": 40, \"original_seq_len\": 4096,"
+                " \"rope_theta\": 10000.0, \"rope_factor\": 40, \"beta_fast\": 32,"
+                " \"beta_slow\": 1, \"mscale\": 1.0, \"max_seq_len\": 64, \"dtype\": \"bf16\"%s}\n",
+                dsa ? "deepseek_v32" : "deepseek_v3",
+                dsa ? ", \"index_n_heads\": 3, \"index_head_dim\": 128, \"index_topk\": 2048,"
+                      " \"scale_fmt\": \"ue8m0\"" : "");
+        fclose(f);
+        dsattn_mla *m = NULL;
+        char err[512] = "";
+        dsattn_status st = dsattn_mla_create_random(&m, path, 9 + (uint64_t)dsa, 0, err, sizeof err);
+        CHECK_MSG(st == DSATTN_OK, "create_random: %s", err);
+        unlink(path);
+        if (!m) continue;
+        const size_t T = 37, P = 21, dim = 160;
+        float *x = rand_input(T, dim, 9), *hr = malloc(T * dim * 4), *hf = malloc(T * dim * 4);
+        dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
+        dsattn_ctx *cf = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
+        CHECK_OK(run(cr, m, DSATTN_MLA_CACHE_LATENT_BF16, x, T, P, hr, NULL, NULL, 0));
+        CHECK_OK(run(cf, m, DSATTN_MLA_CACHE_LATENT_BF16, x, T, P, hf, NULL, NULL, 0));
+        for (size_t i = 0; i < T * dim; i++) { hr[i] -= x[i]; hf[i] -= x[i]; }
+        check_stat(dsa ? "v3.2 odd shapes" : "v3 odd shapes", hf, hr, T * dim, 1e-2, 0.9999);
+        dsattn_ctx_destroy(cr);
+        dsattn_ctx_destroy(cf);
+        free(x); free(hr); free(hf);
+        dsattn_mla_destroy(m);
+    }
+}
+
 DSATTN_TEST(mla, fp8_weights_fast_vs_reference)
 {
     /* Random FP8 weights (128x128 power-of-two blocks): V3 dequantizes to

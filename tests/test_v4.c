@@ -535,6 +535,55 @@ DSATTN_TEST(v4, fast_matches_reference_fp8)
     free(cfg);
 }
 
+/* Shapes the reference runs with bf16 weights but no fast kernel tiles
+ * evenly: dim 160, 6 heads in 3 output groups of rank 48, q_lora_rank 80,
+ * 5 index heads.  Only the dims the reference quantizes keep their blocks
+ * (the nope part of a head: 64; index_head_dim: a power of two).  Fast and
+ * reference agree within the same gates as above. */
+DSATTN_TEST(v4, odd_shapes_bf16_fast_matches_reference)
+{
+    char *cfg = write_cfg(
+        "{\"model_type\": \"deepseek_v4\", \"dim\": 160, \"n_layers\": 3, \"n_heads\": 6,"
+        " \"q_lora_rank\": 80, \"head_dim\": 80, \"rope_head_dim\": 16, \"o_groups\": 3,"
+        " \"o_lora_rank\": 48, \"window_size\": 16, \"original_seq_len\": 65536,"
+        " \"rope_theta\": 10000, \"rope_factor\": 16, \"beta_fast\": 32, \"beta_slow\": 1,"
+        " \"index_n_heads\": 5, \"index_head_dim\": 32, \"index_topk\": 1024,"
+        " \"dtype\": \"bf16\", \"compress_rope_theta\": 160000,"
+        " \"compress_ratios\": [4, 16, 0, 0]}");
+    if (!cfg) return;
+    char err[512] = "";
+    dsattn_v4 *m = NULL;
+    dsattn_status st = dsattn_v4_create_random(&m, cfg, 5, 0, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "random bf16: %s", err);
+    if (st) { unlink(cfg); free(cfg); return; }
+    const size_t N = 45, dim = 160;
+    float *x = malloc(N * dim * 4), *r = malloc(N * dim * 4), *f = malloc(N * dim * 4);
+    dsattn_rng g = { 12 };
+    for (size_t i = 0; i < N * dim; i++) x[i] = dsattn_rng_normal(&g);
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *cf = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
+    dsattn_v4_seq_destroy(run_stack(cr, m, x, N, 23, r, DSATTN_V4_EMPTY_REFERENCE));
+    dsattn_v4_seq_destroy(run_stack(cf, m, x, N, 23, f, DSATTN_V4_EMPTY_REFERENCE));
+    for (size_t i = 0; i < N * dim; i++) CHECK_MSG(isfinite(r[i]), "non-finite at %zu", i);
+    for (size_t i = 0; i < N * dim; i++) { r[i] -= x[i]; f[i] -= x[i]; }
+    const double rel = dsattn_rel_l2(f, r, N * dim), cs = dsattn_cosine(f, r, N * dim);
+    double nr = 0;
+    for (size_t i = 0; i < N * dim; i++) nr += (double)r[i] * r[i];
+    CHECK_MSG(nr > 1e-3 * (double)(N * dim), "attention contributes nothing (%g)", nr);
+    fprintf(stderr, "    odd-shape bf16 stack fast vs reference: rel %.3g cosine %.7f\n", rel, cs);
+    CHECK_MSG(rel <= 1e-2 && cs >= 0.9999, "fast vs reference: rel %g cos %g", rel, cs);
+    /* FP8 weights need the 128 activation block on every FP8 input dim */
+    dsattn_v4 *m8 = NULL;
+    st = dsattn_v4_create_random(&m8, cfg, 5, 1, err, sizeof err);
+    CHECK_MSG(st != DSATTN_OK && strstr(err, "multiples of 128"), "fp8: %d %s", st, err);
+    CHECK(m8 == NULL);
+    dsattn_ctx_destroy(cr);
+    dsattn_ctx_destroy(cf);
+    free(x); free(r); free(f);
+    dsattn_v4_destroy(m);
+    unlink(cfg);
+    free(cfg);
+}
+
 /* An FP8 checkpoint in the release's layout (written by the io layer's
  * writer: E4M3 + UE8M0 128x128 blocks for wq_a, wq_b, wkv, wo_a, wo_b,
  * indexer.wq_b) loads through the shared checkpoint path - wo_a comes out

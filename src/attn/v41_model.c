@@ -39,36 +39,72 @@ size_t dsattn_v41_kidx_bytes(const dsattn_v41_config *c)
         if (!(cond)) return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, __VA_ARGS__); \
     } while (0)
 
+/* What FP8 weights add to the shape rules: the reference quantizes every
+ * FP8 Linear's input in blocks of 32 (act_quant(x, 32, ...), which asserts
+ * the last dim is a multiple of the block), so every FP8 Linear's input dim
+ * must be one.  bf16 weights run F.linear, which has no such rule. */
+static dsattn_status v41_check_fp8_dims(const dsattn_v41_config *c, char *err, size_t errlen)
+{
+    CHECKF(c->dim % 32 == 0, "dim %lld is not a multiple of the FP8 activation block 32 "
+           "(FP8 weights; bf16 weights accept any dim)", (long long)c->dim);
+    CHECKF(c->q_lora_rank % 32 == 0, "q_lora_rank %lld is not a multiple of the FP8 activation "
+           "block 32 (FP8 weights; bf16 weights accept any q_lora_rank)",
+           (long long)c->q_lora_rank);
+    CHECKF((c->o_groups * c->o_lora_rank) % 32 == 0,
+           "o_groups * o_lora_rank = %lld is not a multiple of the FP8 activation block 32 "
+           "(the input of the FP8 wo_b; bf16 weights accept any o_lora_rank)",
+           (long long)(c->o_groups * c->o_lora_rank));
+    return DSATTN_OK;
+}
+
 dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
                                          size_t errlen)
 {
+    /* Two kinds of rule: the reference's own (quantization blocks, RoPE
+     * pairs, the layer plan), and dsattn's fixed per-row buffers (the upper
+     * bounds, all above every published config), each message saying which. */
     CHECKF(c->n_layers > 0 && c->n_layers <= c->n_total_layers &&
                c->n_total_layers <= DSATTN_V41_MAX_LAYERS,
            "n_layers %lld / compress_ratios length %lld out of range (max %d)",
            (long long)c->n_layers, (long long)c->n_total_layers, DSATTN_V41_MAX_LAYERS);
-    CHECKF(c->dim > 0 && c->dim <= (1 << 16) && c->dim % 32 == 0,
-           "dim %lld must be a positive multiple of 32", (long long)c->dim);
-    CHECKF(c->n_heads > 0 && c->n_heads <= 512, "n_heads %lld out of range", (long long)c->n_heads);
-    CHECKF(c->head_dim > 0 && c->head_dim <= 512 && c->head_dim % 32 == 0,
-           "head_dim %lld must be a multiple of 32 and <= 512 (FP8 blocks of 32)",
+    CHECKF(c->dim > 0 && c->dim <= (1 << 16),
+           "dim %lld must be positive and at most 65536 (a dsattn limit)", (long long)c->dim);
+    CHECKF(c->n_heads > 0 && c->n_heads <= 512,
+           "n_heads %lld must be positive and at most 512 (a dsattn limit)", (long long)c->n_heads);
+    CHECKF(c->head_dim > 0 && c->head_dim % 32 == 0,
+           "head_dim %lld is not a positive multiple of 32, the block of the window KV's "
+           "FP8 quantization", (long long)c->head_dim);
+    CHECKF(c->head_dim <= 512, "head_dim %lld is above 512 (a dsattn limit: per-row buffers)",
            (long long)c->head_dim);
     CHECKF(c->rope_head_dim > 0 && c->rope_head_dim % 2 == 0 &&
-               c->rope_head_dim <= c->head_dim && c->rope_head_dim <= 128 &&
-               c->rope_head_dim <= c->index_head_dim,
-           "rope_head_dim %lld must be even, <= 128, <= head_dim and <= index_head_dim",
-           (long long)c->rope_head_dim);
-    CHECKF(c->q_lora_rank > 0 && c->q_lora_rank % 32 == 0,
-           "q_lora_rank %lld must be a positive multiple of 32", (long long)c->q_lora_rank);
+               c->rope_head_dim <= c->head_dim && c->rope_head_dim <= c->index_head_dim,
+           "rope_head_dim %lld must be even (RoPE rotates pairs), <= head_dim and <= "
+           "index_head_dim", (long long)c->rope_head_dim);
+    CHECKF(c->rope_head_dim <= 128, "rope_head_dim %lld is above 128 (a dsattn limit: "
+           "per-row RoPE tables)", (long long)c->rope_head_dim);
+    CHECKF(c->q_lora_rank > 0 && c->q_lora_rank <= (1 << 16),
+           "q_lora_rank %lld must be positive and at most 65536 (a dsattn limit)",
+           (long long)c->q_lora_rank);
     CHECKF(c->o_groups > 0 && c->n_heads % c->o_groups == 0,
            "o_groups %lld must divide n_heads %lld", (long long)c->o_groups, (long long)c->n_heads);
-    CHECKF(c->o_lora_rank > 0 && (c->o_groups * c->o_lora_rank) % 32 == 0,
-           "o_lora_rank %lld out of range", (long long)c->o_lora_rank);
-    CHECKF(c->window_size > 0 && c->window_size <= (1 << 20), "window_size %lld out of range",
+    CHECKF(c->o_lora_rank > 0 && c->o_lora_rank <= (1 << 16),
+           "o_lora_rank %lld must be positive and at most 65536 (a dsattn limit)",
+           (long long)c->o_lora_rank);
+    CHECKF(c->window_size > 0 && c->window_size <= (1 << 20),
+           "window_size %lld must be positive and at most 1048576 (a dsattn limit)",
            (long long)c->window_size);
-    CHECKF(c->index_n_heads > 0 && c->index_n_heads <= 256, "index_n_heads %lld out of range",
+    CHECKF(c->index_n_heads > 0 && c->index_n_heads <= 256,
+           "index_n_heads %lld must be positive and at most 256 (a dsattn limit)",
            (long long)c->index_n_heads);
-    CHECKF(c->index_head_dim > 0 && c->index_head_dim <= 512 && c->index_head_dim % 32 == 0,
-           "index_head_dim %lld must be a multiple of 32 and <= 512", (long long)c->index_head_dim);
+    CHECKF(c->index_head_dim > 0 && c->index_head_dim % 32 == 0,
+           "index_head_dim %lld is not a positive multiple of 32, the block of the index "
+           "keys' FP4 quantization", (long long)c->index_head_dim);
+    CHECKF(c->index_head_dim <= 512, "index_head_dim %lld is above 512 (a dsattn limit)",
+           (long long)c->index_head_dim);
+    if (c->fp8) {
+        dsattn_status st = v41_check_fp8_dims(c, err, errlen);
+        if (st) return st;
+    }
     CHECKF(c->index_topk > 0, "index_topk must be positive");
     CHECKF(c->norm_eps >= 0.0f, "norm_eps must be >= 0");
 
@@ -293,6 +329,12 @@ static dsattn_status bind_mat(binder *b, const char *name, unsigned accept, size
     if (st) return st;
     if (w->owned && (st = own(b->m, w->owned))) return st;
     w->owned = NULL;                 /* the model frees it, not the caller */
+    /* a quantized Linear quantizes its input in blocks of 32 (act_quant) */
+    if ((w->kind == DSATTN_W_FP8 || w->kind == DSATTN_W_FP4) && w->cols % 32)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
+                           "%s: stored as %s with %zu input dims, not a multiple of the "
+                           "activation block 32 its quantized GEMM needs (store it as bf16)",
+                           name, w->kind == DSATTN_W_FP8 ? "FP8" : "FP4", w->cols);
     return DSATTN_OK;
 }
 
@@ -403,6 +445,10 @@ dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json
     dsattn_status st = dsattn_v41_config_load(&m->cfg, config_json, err, errlen);
     if (st) { dsattn_v41_destroy(m); return st; }
     m->cfg.fp8 = fp8;
+    if (fp8 && (st = v41_check_fp8_dims(&m->cfg, err, errlen))) {
+        dsattn_v41_destroy(m);
+        return st;
+    }
     plan_layers(m);
     const dsattn_v41_config *c = &m->cfg;
     size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
