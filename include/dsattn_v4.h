@@ -68,7 +68,8 @@ typedef struct dsattn_v4_seq dsattn_v4_seq;
  * with the official inference names (layers.{i}.attn.*,
  * layers.{i}.attn_norm.weight): one .safetensors file, a
  * model.safetensors.index.json with its shards, or a folder holding
- * either.  Files are memory-mapped and weights borrowed from the mapping,
+ * either, convert.py's model0-mp1.safetensors or one .safetensors file
+ * (docs/checkpoints.md, "Folders").  Files are memory-mapped and weights borrowed from the mapping,
  * except FP8 wo_a, which is dequantized to bf16 as the official conversion
  * does (the reference runs wo_a as a bf16 einsum). */
 dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json,

@@ -12,7 +12,11 @@
 #include "names.h"
 #include "numfmt.h"
 #include "safetensors.h"
+#include "mla.h"
+#include "v4.h"
+#include "v41.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -451,6 +455,59 @@ DSATTN_TEST(loader, hf_config_v4)
     CHECK(c.weight_block == 128 && strcmp(c.scale_fmt, "ue8m0") == 0 && c.norm_eps == 1e-6);
 }
 
+/* The official inference/config.json files carry no model_type: the
+ * generation comes from the keys (kv_source_layers: V4.1; compress_ratios:
+ * V4; index_n_heads: V3.2; kv_lora_rank: V3), and each generation's own
+ * config reader takes them as the reference's ModelArgs would. */
+DSATTN_TEST(loader, inference_configs_without_model_type)
+{
+    static const struct { const char *file; dsattn_arch arch; } cfgs[] = {
+        { "deepseek-v3.json", DSATTN_ARCH_V3 },          { "deepseek-v3.2.json", DSATTN_ARCH_V32 },
+        { "deepseek-v4-flash.json", DSATTN_ARCH_V4 },    { "deepseek-v4-pro.json", DSATTN_ARCH_V4 },
+        { "deepseek-v4.1-flash.json", DSATTN_ARCH_V41 } };
+    const char *d = scratch("infcfg");
+    for (size_t k = 0; k < DSATTN_ARRAY_LEN_T(cfgs); k++) {
+        char src[700], err[700] = "";
+        snprintf(src, sizeof src, "%s/../../configs/%s", DSATTN_TEST_DATA, cfgs[k].file);
+        cJSON *root = NULL;
+        CHECK_OK(dsattn_jcfg_load(&root, src, err, sizeof err));
+        if (!root) continue;
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "model_type");
+        char *txt = cJSON_Print(root);
+        cJSON_Delete(root);
+        CHECK(txt != NULL && strstr(txt, "model_type") == NULL);
+        const char *dst = pjoin(0, d, cfgs[k].file);
+        FILE *f = fopen(dst, "w");
+        CHECK(f != NULL && txt != NULL);
+        if (f && txt) fputs(txt, f);
+        if (f) fclose(f);
+        cJSON_free(txt);
+        dsattn_model_config c;
+        CHECK_OK(dsattn_config_load(&c, dst, err, sizeof err));
+        CHECK_MSG(c.arch == cfgs[k].arch, "%s: arch %d want %d", cfgs[k].file, (int)c.arch,
+                  (int)cfgs[k].arch);
+        CHECK_MSG(!c.hf_keys, "%s read as HF keys", cfgs[k].file);
+        dsattn_status st;
+        if (cfgs[k].arch == DSATTN_ARCH_V4) {
+            dsattn_v4_config v4;
+            st = dsattn_v4_config_load(&v4, dst, err, sizeof err);
+            CHECK_MSG(st == DSATTN_OK && v4.dim == c.dim && v4.n_layers == c.n_layers,
+                      "%s: %s", cfgs[k].file, err);
+        } else if (cfgs[k].arch == DSATTN_ARCH_V41) {
+            dsattn_v41_config v41;
+            st = dsattn_v41_config_load(&v41, dst, err, sizeof err);
+            CHECK_MSG(st == DSATTN_OK && v41.n_layers == 40 && v41.candidate_source_layer == 20,
+                      "%s: %s", cfgs[k].file, err);
+        } else {
+            dsattn_mla_config mla;
+            st = dsattn_mla_config_load(&mla, dst, err, sizeof err);
+            CHECK_MSG(st == DSATTN_OK && mla.dsa == (cfgs[k].arch == DSATTN_ARCH_V32) &&
+                          mla.kv_lora_rank == 512, "%s: %s", cfgs[k].file, err);
+        }
+    }
+    cleanup();
+}
+
 /* ==== writer round trips ================================================ */
 
 static const char *const mw_cfgs[] = {
@@ -673,6 +730,65 @@ DSATTN_TEST(loader, defect_shards)
     fputs("{\"weight_map\": {\"x\": \"../../etc/passwd\"}}", fp);
     fclose(fp);
     expect_invalid(d, DSATTN_ERR_FORMAT, "plain shard file name", NULL);
+    cleanup();
+}
+
+/* The layouts a folder may hold besides model.safetensors(.index.json):
+ * what the official convert.py writes (model{rank}-mp{world}.safetensors;
+ * mp 1 loads, mp > 1 is refused with the way to convert), and exactly one
+ * *.safetensors of any name.  Anything ambiguous is an error naming it. */
+static void mv(const char *dir, const char *from, const char *to)
+{
+    CHECK_MSG(rename(pjoin(0, dir, from), pjoin(1, dir, to)) == 0, "rename %s -> %s", from, to);
+}
+
+static void expect_layout(const char *dir, const char *layout)
+{
+    char err[700] = "";
+    size_t n = 0;
+    dsattn_status st = validate_path(dir, NULL, &n, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK && n == 0, "%s: %d %s", layout, (int)st, err);
+    dsattn_ckpt *ck = NULL;
+    CHECK_OK(dsattn_ckpt_open(&ck, dir, NULL, err, sizeof err));
+    if (!ck) return;
+    CHECK_MSG(strstr(dsattn_ckpt_layout(ck), layout) != NULL, "layout '%s', want '%s'",
+              dsattn_ckpt_layout(ck), layout);
+    CHECK_EQ_INT(dsattn_ckpt_n_files(ck), 1);
+    dsattn_ckpt_close(ck);
+}
+
+DSATTN_TEST(loader, folder_layouts_convert_py_and_single_file)
+{
+    const char *d = scratch("layouts");
+    mkgood(d, "golden/v41/tiny-seed0/config.json", DSATTN_MW_BF16, DSATTN_MW_NAMES_INFERENCE, 1);
+    /* convert.py's own output name, mp 1: loads and runs */
+    mv(d, "model.safetensors", "model0-mp1.safetensors");
+    expect_layout(d, "model0-mp1.safetensors");
+    char err[700] = "";
+    dsattn_v41 *m = NULL;
+    CHECK_OK(dsattn_v41_load(&m, NULL, d, err, sizeof err));
+    CHECK(m != NULL && dsattn_v41_n_layers(m) > 0);
+    dsattn_v41_destroy(m);
+    /* one file of any name */
+    mv(d, "model0-mp1.safetensors", "my-weights.safetensors");
+    expect_layout(d, "one .safetensors file");
+    /* two files and no index: which one is meant is not ours to guess */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s/my-weights.safetensors' '%s/other.safetensors'", d, d);
+    CHECK(system(cmd) == 0);
+    expect_invalid(d, DSATTN_ERR_FORMAT, "2 .safetensors files", "name the file");
+    /* split for 2 model-parallel ranks: refused, with the way to mp 1 */
+    mv(d, "my-weights.safetensors", "model0-mp2.safetensors");
+    mv(d, "other.safetensors", "model1-mp2.safetensors");
+    expect_invalid(d, DSATTN_ERR_UNSUPPORTED, "model{rank}-mp2.safetensors",
+                   "--model-parallel 1");
+    /* world sizes that disagree */
+    mv(d, "model1-mp2.safetensors", "model0-mp1.safetensors");
+    expect_invalid(d, DSATTN_ERR_FORMAT, "different world sizes", NULL);
+    /* none at all */
+    CHECK(unlink(pjoin(0, d, "model0-mp1.safetensors")) == 0);
+    CHECK(unlink(pjoin(0, d, "model0-mp2.safetensors")) == 0);
+    expect_invalid(d, DSATTN_ERR_NOT_FOUND, "no .safetensors file", "model0-mp1.safetensors");
     cleanup();
 }
 

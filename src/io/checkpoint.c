@@ -21,6 +21,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 typedef struct {
@@ -87,6 +88,117 @@ static int ends_with(const char *s, const char *suf)
 {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* "model{rank}-mp{world}.safetensors", the names the official convert.py
+ * writes (and generate.py reads): 1 on a match, with rank and world. */
+static int parse_mp_name(const char *name, unsigned long *rank, unsigned long *world)
+{
+    const char *p = name;
+    if (strncmp(p, "model", 5)) return 0;
+    p += 5;
+    unsigned long v[2] = { 0, 0 };
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) {
+            if (strncmp(p, "-mp", 3)) return 0;
+            p += 3;
+        }
+        if (*p < '0' || *p > '9') return 0;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (v[k] > 100000) return 0;
+            v[k] = v[k] * 10 + (unsigned long)(*p - '0');
+        }
+    }
+    if (strcmp(p, ".safetensors")) return 0;
+    *rank = v[0];
+    *world = v[1];
+    return 1;
+}
+
+/* A folder without model.safetensors(.index.json): the official converted
+ * layout (model0-mp1.safetensors), or the one *.safetensors file it holds.
+ * *out is the file to open; errors say what was found and what to do. */
+static dsattn_status find_folder_weights(const char *path, char **out, const char **layout,
+                                         char *err, size_t errlen)
+{
+    *out = NULL;
+    DIR *d = opendir(path);
+    if (!d)
+        return dsattn_errf(err, errlen, DSATTN_ERR_IO, "%s: cannot list the folder: %s", path,
+                           strerror(errno));
+    char *single = NULL, *mp1 = NULL;
+    size_t n_st = 0, n_mp = 0;
+    unsigned long mp_world = 0;
+    int mixed = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *nm = de->d_name;
+        if (!ends_with(nm, ".safetensors")) continue;
+        char *full = path_join(path, nm);
+        if (!full) {
+            free(single);
+            free(mp1);
+            closedir(d);
+            return dsattn_errf(err, errlen, DSATTN_ERR_NOMEM, "out of memory");
+        }
+        if (!is_file(full)) {
+            free(full);
+            continue;
+        }
+        n_st++;
+        unsigned long r = 0, w = 0;
+        if (parse_mp_name(nm, &r, &w)) {
+            if (n_mp++ && w != mp_world) mixed = 1;
+            mp_world = w;
+            if (w == 1 && r == 0) {
+                free(mp1);
+                mp1 = full;
+                full = NULL;
+            }
+        }
+        if (full) {
+            free(single);
+            single = full;
+        }
+    }
+    closedir(d);
+    dsattn_status st = DSATTN_OK;
+    if (mp1 && !mixed) {
+        *out = mp1;
+        mp1 = NULL;
+        *layout = "folder (model0-mp1.safetensors, convert.py layout)";
+    } else if (n_mp && !mixed && mp_world > 1) {
+        /* convert.py splits column-parallel weights (wq_b, wkv_b, ...)
+         * along dim 0 and row-parallel ones (wo, ...) along dim 1, with their
+         * FP8 scale grids, and replicates the rest; dsattn reads one
+         * unsplit set instead of re-deriving those rules per generation. */
+        st = dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                         "%s: holds model{rank}-mp%lu.safetensors, a checkpoint split for %lu "
+                         "model-parallel ranks by convert.py; dsattn reads mp 1: rerun "
+                         "convert.py --hf-ckpt-path <HF folder> --save-path <out> "
+                         "--n-experts <n> --model-parallel 1, or point dsattn at the HF "
+                         "folder itself (model.safetensors.index.json)",
+                         path, mp_world, mp_world);
+    } else if (n_st == 1 && single) {
+        *out = single;
+        single = NULL;
+        *layout = "folder (one .safetensors file)";
+    } else if (n_st == 0) {
+        st = dsattn_errf(err, errlen, DSATTN_ERR_NOT_FOUND,
+                         "%s: folder holds no .safetensors file (looked for "
+                         "model.safetensors.index.json, model.safetensors, "
+                         "model0-mp1.safetensors, or any one *.safetensors)", path);
+    } else {
+        st = dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
+                         "%s: folder holds %zu .safetensors files%s but no "
+                         "model.safetensors.index.json: name the file to load, or add the "
+                         "index that says which tensor is in which shard", path, n_st,
+                         mixed ? " (model{rank}-mp{world} files of different world sizes)"
+                               : "");
+    }
+    free(single);
+    free(mp1);
+    return st;
 }
 
 /* ==== open ============================================================== */
@@ -313,10 +425,8 @@ dsattn_status dsattn_ckpt_open(dsattn_ckpt **out, const char *path,
         } else {
             free(ip);
             free(sp);
-            st = dsattn_errf(err, errlen, DSATTN_ERR_NOT_FOUND,
-                             "%s: folder has neither model.safetensors.index.json nor "
-                             "model.safetensors", path);
-            goto fail;
+            st = find_folder_weights(path, &weights, &layout, err, errlen);
+            if (st != DSATTN_OK) goto fail;
         }
     } else {
         weights = strdup(path);
