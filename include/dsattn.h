@@ -172,7 +172,7 @@ typedef enum {
                                  not run by the attention stack            */
 } dsattn_v41_mode;
 
-/* The reference's index_k quirk (reference-semantics.md §13.1): on decode
+/* The reference's index_k quirk (docs/semantics.md §7.7): on decode
  * steps where a ratio-2 group is still filling, the official code's owners
  * score against whichever index_k was published last (layer 20's).
  * OWNER (default): each owner always scores and publishes its own keys, as

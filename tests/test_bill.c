@@ -2,7 +2,7 @@
  *
  * The bill measures bytes per token from live allocations; this test
  * recomputes every row from the config files' dimensions with the
- * formulas of reference-semantics.md §11 and compares (a hidden constant
+ * formulas of docs/semantics.md §11 and compares (a hidden constant
  * or a wrong cache layout in any generation shows up as a mismatch).  It
  * also checks the 437x ratio, that a decode step's counters saw at least
  * the cache bytes and attention FLOPs the structure implies, and that the

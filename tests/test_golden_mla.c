@@ -1,14 +1,14 @@
 /* test_golden_mla.c - the V3 (MLA) and V3.2 (MLA + DSA) golden cases of the
  * independent oracle (tests/data/golden/{v3,v32}/tiny-seed0).
  *
- * Reference mode (golden-cases.md §3A): dsattn_trace_case is written to a
+ * Reference mode (tests/data/golden/README.md, tier A): dsattn_trace_case is written to a
  * temp file, read back with the safetensors reader and every tensor of
  * expected.safetensors must match bit for bit: out, layer.{i}.attn_in /
  * attn_out, cache.{i}.kv_cache / pe_cache, and for V3.2 layer.{i}.topk (as
  * sets per row, and here also element for element), cache.{i}.index_k
  * (E4M3 bytes) and index_k_scale.
  *
- * Fast mode (§3B): V3 end to end within out rel <= 1e-2, cosine >= 0.9999.
+ * Fast mode (tier B): V3 end to end within out rel <= 1e-2, cosine >= 0.9999.
  * The tiny V3.2 case is top-k chaotic (its own metadata puts the out noise
  * floor of 1e-7 jitter at ~0.1 relative), so fast V3.2 is checked teacher-
  * forced: each layer runs the whole sequence on the expected attn_in, its

@@ -1,11 +1,11 @@
 /* test_golden_v4.c - the V4 (CSA + HCA) golden case tests/data/golden/v4/
  * tiny-seed0, computed by an independent implementation of the official
- * V4-Flash inference/model.py (golden-cases.md protocol).
+ * V4-Flash inference/model.py (tests/data/golden/README.md protocol).
  *
  * Reference mode must reproduce every tensor bit for bit: out, every
  * layer's attn_in / attn_out, the CSA top-k (as sets) and its score order,
  * and the packed caches with their dequantized twins.  Fast mode is the
- * statistical tier (golden-cases.md §3B): the case is discontinuous (a
+ * statistical tier (tests/data/golden/README.md, tier B): the case is discontinuous (a
  * 1e-7 jitter flips top-k entries the file marks topk_unstable), so the
  * gates are: top-k agreement on the entries the golden marks stable >=
  * 0.98, and on the rows where every CSA layer picked the golden's set, out

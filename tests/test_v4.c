@@ -494,7 +494,8 @@ static char *write_cfg(const char *json)
 
 /* A small stack with real-format FP8 weights (dims multiples of 128), the
  * top-k forced past the visible count so the comparison is not dominated by
- * top-k discontinuities: fast and reference agree within the §3B gates. */
+ * top-k discontinuities: fast and reference agree within the statistical gates of
+ * tests/data/golden/README.md (tier B). */
 DSATTN_TEST(v4, fast_matches_reference_fp8)
 {
     char *cfg = write_cfg(

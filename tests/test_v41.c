@@ -668,9 +668,10 @@ static void fast_vs_reference(const char *cfg, uint64_t seed, int fp8, size_t T,
 
 DSATTN_TEST(v41, fast_vs_reference_statistical_gates_seed21)
 {
-    /* golden-cases.md §3B on a case larger than the tiny ones.  The stack is
-     * numerically chaotic (a 4e-4 input difference becomes 1e-2 after one
-     * compressed layer through FP4 codes and bf16 top-k), so the gate is
+    /* The statistical tier of tests/data/golden/README.md on a case larger
+     * than the tiny ones.  The stack is numerically chaotic (a 4e-4 input
+     * difference becomes 1e-2 after one compressed layer through FP4 codes
+     * and bf16 top-k), so the gate is
      * taken per layer under teacher forcing: every fast layer gets the
      * reference's input for that layer and step, with its own caches.
      * Gates: attn_out relative error <= 1e-2 over all layers and steps,

@@ -2,7 +2,7 @@
  * the caches and the attention forward of both generations, both paths.
  *
  * The order of work inside a layer is the reference's MLA.forward
- * (reference-semantics.md §8-§9):
+ * (docs/semantics.md §4-§5):
  *   q  = wq_b(q_norm(wq_a(x))) -> [H, dn | dr], interleaved RoPE on the last
  *        dr dims of each head
  *   kv = wkv_a(x) -> kv_norm(latent [KL]) | interleaved RoPE(k_pe [dr])
@@ -22,7 +22,7 @@
  * The index mask keeps only the selected positions; attending the selected
  * set directly is identical (masked entries add exact zeros to every sum).
  *
- * Reference mode follows golden-cases.md §4 (exact products, double sums,
+ * Reference mode follows docs/reference-mode.md (exact products, double sums,
  * one rounding; softmax e = exp(s - max), p = e / sum).  Fast mode keeps the
  * same cast points where they are free, but accumulates in fp32: the
  * absorbed attention streams the latent cache once for all heads in blocks

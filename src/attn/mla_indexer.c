@@ -1,7 +1,7 @@
 /* mla_indexer.c - the DeepSeek-V3.2 lightning indexer (Indexer.forward and
  * the fp8_index kernel), exactly as the reference computes it.
  *
- * Per token (reference-semantics.md §8, with the later official fix that
+ * Per token (docs/semantics.md §5, with the later official fix that
  * the indexer RoPE is NOT interleaved):
  *   q = wq_b(qr) -> [Hi, Di]; RoPE on the FIRST dr dims, half-split pairs
  *   (x[i], x[i + dr/2]); Hadamard 128 scaled by Di^-0.5 (bf16 out);

@@ -78,7 +78,7 @@ struct dsattn_v41_seq {
     dsattn_v41_layer_s  layer[DSATTN_V41_MAX_LAYERS];
 
     /* The shared attention runtime: four slots, written and read in layer
-     * order (reference-semantics.md §4.5).  Owned by the sequence. */
+     * order (docs/semantics.md §7.2).  Owned by the sequence. */
     struct {
         int      compress_kv;     /* layer whose compressed cache is current */
         int      index_k;         /* layer whose index-key cache is current  */

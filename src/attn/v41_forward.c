@@ -2,7 +2,7 @@
  * shared attention runtime, and the attention forward of every layer mode.
  *
  * The order of work inside a layer is the reference's Attention.forward
- * (reference-semantics.md §4): query path; window KV (FP8 rows, ring slot
+ * (docs/semantics.md §7): query path; window KV (FP8 rows, ring slot
  * pos % w); then, for compressed layers, the compressor (KV sources), the
  * indexer (index sources: index keys from the pre-RoPE latent, scores in
  * bf16, candidate pool, top-k) which publishes top-k rows for Reuse layers,

@@ -247,7 +247,7 @@ static void plan_layers(dsattn_v41 *m)
         else if (L->is_index_source) L->mode = DSATTN_V41_REINDEX;
         else L->mode = DSATTN_V41_REUSE;
         /* compress_ratio > 0 (not > 1): ratio-1 layers use the long-range
-         * table too (reference-semantics.md §6.1 trap). */
+         * table too (docs/semantics.md §2.3). */
         if (L->ratio > 0)
             dsattn_rope_init(&L->rope, (size_t)c->rope_head_dim, c->compress_rope_theta, 1,
                              c->original_seq_len, c->rope_factor, c->beta_fast, c->beta_slow);

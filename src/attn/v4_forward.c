@@ -3,7 +3,7 @@
  * forward of every layer kind.
  *
  * The order of work inside a layer is the reference's Attention.forward
- * (reference-semantics.md §7): query path with V4's per-head RMS rescale;
+ * (docs/semantics.md §6): query path with V4's per-head RMS rescale;
  * window KV (kv_norm, RoPE, FP8 on the nope dims, rope dims bf16: one
  * MODEL1 row, ring slot pos % w); for CSA the indexer (its own compressor
  * over x with RoPE -> Hadamard -> FP4 keys, queries RoPE -> Hadamard ->

@@ -90,7 +90,7 @@ static inline int64_t dsattn_config_ratio(const dsattn_model_config *c, int64_t 
 }
 
 /* ==== V4.1 layer plan =================================================== */
-/* The rule (model.py Attention.__init__ flags, crosscheck.md row 1):
+/* The rule (model.py Attention.__init__ flags, docs/semantics.md §7.1):
  *   layer < n_layers, ratio 0                          -> SWA (window only)
  *   ratio > 0 and in kv_source_layers                   -> FULL (publishes
  *       compressed KV, index K, top-k; candidates if candidate source)

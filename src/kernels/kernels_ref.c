@@ -1,6 +1,6 @@
 /* kernels_ref.c - the scalar reference of every kernel in the table.
  *
- * Contract (golden-cases.md §4): each product is formed exactly (fp32*fp32
+ * Contract (docs/reference-mode.md): each product is formed exactly (fp32*fp32
  * fits a double exactly; FP8/FP4 codes times power-of-two scales do too),
  * the sum runs in double, and the result is rounded once to fp32.  This
  * file is compiled with -ffp-contract=off and never gets -m ISA flags.

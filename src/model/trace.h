@@ -5,7 +5,7 @@
  * A case folder holds config.json, weights.safetensors and
  * input.safetensors (x F32 [T, dim], prefill_len I32 [1]); the run is a
  * prefill of x[:P] at position 0, then one-token decode steps
- * (golden-cases.md §1-§2).  config.json's model_type picks the generation:
+ * (tests/data/golden/README.md, "Protocol").  config.json's model_type picks the generation:
  * deepseek_v3 (MLA), deepseek_v32 (MLA + DSA), deepseek_v4 (CSA/HCA), and
  * deepseek_v41 or V4.1 keys without a model_type (CSA2).
  */

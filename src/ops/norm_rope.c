@@ -4,7 +4,7 @@
  *
  * These ops are O(d) per token, so one scalar implementation serves both
  * modes; what matters here is the order of fp32 operations, which follows
- * the reference line by line (golden-cases.md §4.4): RMSNorm
+ * the reference line by line (docs/reference-mode.md, item 4): RMSNorm
  * var = fp32(sum x^2)/n, r = fp32(1/sqrt(var+eps)), y = w*(x*r); RoPE
  * re = a*c - b*s, im = a*s + b*c with the angle fp32(pos)*fp32(freq) and
  * cos/sin correctly rounded from it.  The file is built with

@@ -9,7 +9,7 @@
  * Numbers: activations are float arrays that hold bf16 values wherever the
  * reference holds a bf16 tensor ("bf16 semantics"); each op says where it
  * rounds.  In DSATTN_MODE_REFERENCE every op follows the arithmetic contract
- * of golden-cases.md §4 (exact products, double accumulation, one rounding,
+ * of docs/reference-mode.md (exact products, double accumulation, one rounding,
  * no FMA contraction, lower index wins ties) and is bit-reproducible; in
  * DSATTN_MODE_FAST the same op runs SIMD kernels with fp32 accumulation and
  * OpenMP threads, tested against the reference.
@@ -314,7 +314,7 @@ dsattn_status dsattn_index_weights(dsattn_ctx *ctx, const dsattn_weight *wproj,
 /* ==== The golden cases' stand-in block =================================== */
 
 /* h_{l+1} = h_l + attn_l(bf16(RMSNorm_l(h_l))) over n_layers layers, with an
- * fp32 residual and no FFN (golden-cases.md §1): every generation's
+ * fp32 residual and no FFN (docs/semantics.md §1): every generation's
  * *_stack_forward is this loop around its own layer call.  norm(seq, l)
  * returns layer l's attn_norm weight; attn_in / attn_out (optional) receive
  * [n_layers, n, dim].  The caller advances its sequence afterwards. */

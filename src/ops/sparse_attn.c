@@ -1,7 +1,7 @@
 /* sparse_attn.c - the attention kernel of V4 and V4.1 (sparse_attn), the
  * lightning-indexer score and the packed-row gather they share.
  *
- * sparse_attn follows the TileLang kernel (reference-semantics.md §4.7):
+ * sparse_attn follows the TileLang kernel (docs/semantics.md §2.5):
  * indices in blocks of 64 in index order, invalid (-1) rows score -inf, the
  * running max starts at max_init (-1e30 in V4.1 so an all-invalid row gives
  * exactly 0; -inf in V4, where such a row gives NaN), P is rounded to bf16

@@ -1,7 +1,7 @@
 /* topk.c - top-k selection with a deterministic tie rule.
  *
  * torch.topk leaves the order of equal scores unspecified; dsattn breaks
- * ties by the LOWER index (golden-cases.md §4.5), for entries and for
+ * ties by the LOWER index (docs/reference-mode.md, item 5), for entries and for
  * candidate blocks alike.  -inf scores are ordinary (selectable) values, as
  * in torch.topk; NaN ranks above everything.
  *

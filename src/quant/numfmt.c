@@ -4,7 +4,7 @@
  * bytes DeepSeek's caches and checkpoints hold.  It is scalar on purpose:
  * quantization runs once per new cache entry (O(d) per token), never in the
  * attention inner loop, so clarity and exactness beat speed here.  The
- * rounding rules mirror the reference kernels (reference-semantics.md §5):
+ * rounding rules mirror the reference kernels (docs/semantics.md §2.6):
  * RNE with saturation, scales from the bits (ceil rule), true fp32 division.
  */
 #include "numfmt.h"
