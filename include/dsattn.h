@@ -141,6 +141,50 @@ typedef struct {
     size_t state_bytes;           /* compressor / overlap fp32 state       */
 } dsattn_kv_bill;
 
+/* ==== Sessions ========================================================== */
+/*
+ * Every generation's sequence saves to a session file and loads back from
+ * it (dsattn_<gen>_seq_save / _seq_load / _seq_load_buffer), and clones in
+ * memory (dsattn_<gen>_seq_clone): a prefix shared by two continuations.
+ * A session holds everything the next step reads - the packed caches as
+ * stored, the sliding-window rings, the compressor state of an incomplete
+ * group, the runtime slots that carry across steps - and the position;
+ * per-chunk observations (the last chunk's selection, which layer read
+ * what) are not state and start empty in a loaded or cloned sequence.
+ * Saving is atomic (a temporary file in the same folder, fsync, rename,
+ * fsync of the folder); loading validates the whole file (magic, format,
+ * generation, model config and weight-shape hashes, every section's length
+ * and checksum, the whole-file checksum) before it creates the sequence,
+ * and fails with the file and the section named.  A loaded sequence may
+ * get a larger capacity (max_seq_len) than the saved one; 0 keeps the
+ * saved capacity.  Format: docs/sessions.md.
+ */
+typedef enum {
+    DSATTN_SESSION_MHA = 1,
+    DSATTN_SESSION_MLA = 2,
+    DSATTN_SESSION_V4  = 3,
+    DSATTN_SESSION_V41 = 4,
+} dsattn_session_gen;
+
+typedef struct {
+    unsigned           format;           /* session format version          */
+    char               lib_version[16];  /* dsattn_version() of the writer  */
+    dsattn_session_gen generation;
+    uint32_t           variant[2];       /* the sequence's options (docs)   */
+    uint32_t           n_sections;
+    uint64_t           config_hash, shapes_hash;
+    int64_t            pos;              /* tokens consumed                 */
+    uint64_t           capacity;         /* max_seq_len when saved          */
+    uint64_t           file_bytes;
+} dsattn_session_info;
+
+/* Read and fully validate a session file's header, sections and checksums
+ * (not against a model). */
+dsattn_status dsattn_session_info_read(const char *path, dsattn_session_info *info,
+                                       char *err, size_t errlen);
+/* "mha", "mla", "v4", "v41". */
+const char *dsattn_session_gen_name(dsattn_session_gen g);
+
 /* ==== CSA2: DeepSeek-V4.1 (Flash) ======================================= */
 /*
  * A dsattn_v41 is the attention part of a V4.1 model: config, layer plan and
@@ -255,6 +299,19 @@ dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b)
  * the runtime slots are left as a decode step expects them. */
 dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
                                             uint64_t seed);
+
+/* Sessions (see "Sessions" above).  The loaded sequence keeps the saved
+ * index_k mode. */
+dsattn_status dsattn_v41_seq_save(const dsattn_v41_seq *s, const char *path,
+                                  char *err, size_t errlen);
+dsattn_status dsattn_v41_seq_load(dsattn_v41_seq **out, const dsattn_v41 *m,
+                                  const char *path, size_t max_seq_len,
+                                  char *err, size_t errlen);
+dsattn_status dsattn_v41_seq_load_buffer(dsattn_v41_seq **out, const dsattn_v41 *m,
+                                         const void *buf, size_t len,
+                                         size_t max_seq_len, char *err,
+                                         size_t errlen);
+dsattn_status dsattn_v41_seq_clone(dsattn_v41_seq **out, const dsattn_v41_seq *s);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -109,6 +109,14 @@ dsattn_status dsattn_mha_seq_kv_bill(const dsattn_mha_seq *s, dsattn_kv_bill *b)
 dsattn_status dsattn_mha_seq_fill_synthetic(dsattn_mha_seq *s, int64_t depth,
                                             uint64_t seed);
 
+/* Sessions (the "Sessions" section of dsattn.h).  The loaded sequence holds the saved layers. */
+dsattn_status dsattn_mha_seq_save(const dsattn_mha_seq *s, const char *path, char *err, size_t errlen);
+dsattn_status dsattn_mha_seq_load(dsattn_mha_seq **out, const dsattn_mha *m, const char *path,
+                                  size_t max_seq_len, char *err, size_t errlen);
+dsattn_status dsattn_mha_seq_load_buffer(dsattn_mha_seq **out, const dsattn_mha *m, const void *buf,
+                                         size_t len, size_t max_seq_len, char *err, size_t errlen);
+dsattn_status dsattn_mha_seq_clone(dsattn_mha_seq **out, const dsattn_mha_seq *s);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -140,6 +140,14 @@ dsattn_status dsattn_mla_seq_kv_bill(const dsattn_mla_seq *s, dsattn_kv_bill *b)
 dsattn_status dsattn_mla_seq_fill_synthetic(dsattn_mla_seq *s, int64_t depth,
                                             uint64_t seed);
 
+/* Sessions (the "Sessions" section of dsattn.h).  The loaded sequence keeps the saved cache format. */
+dsattn_status dsattn_mla_seq_save(const dsattn_mla_seq *s, const char *path, char *err, size_t errlen);
+dsattn_status dsattn_mla_seq_load(dsattn_mla_seq **out, const dsattn_mla *m, const char *path,
+                                  size_t max_seq_len, char *err, size_t errlen);
+dsattn_status dsattn_mla_seq_load_buffer(dsattn_mla_seq **out, const dsattn_mla *m, const void *buf,
+                                         size_t len, size_t max_seq_len, char *err, size_t errlen);
+dsattn_status dsattn_mla_seq_clone(dsattn_mla_seq **out, const dsattn_mla_seq *s);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -141,6 +141,14 @@ dsattn_status dsattn_v4_seq_kv_bill(const dsattn_v4_seq *s, dsattn_kv_bill *b);
 dsattn_status dsattn_v4_seq_fill_synthetic(dsattn_v4_seq *s, int64_t depth,
                                            uint64_t seed);
 
+/* Sessions (the "Sessions" section of dsattn.h).  The loaded sequence keeps the saved empty-row mode. */
+dsattn_status dsattn_v4_seq_save(const dsattn_v4_seq *s, const char *path, char *err, size_t errlen);
+dsattn_status dsattn_v4_seq_load(dsattn_v4_seq **out, const dsattn_v4 *m, const char *path,
+                                 size_t max_seq_len, char *err, size_t errlen);
+dsattn_status dsattn_v4_seq_load_buffer(dsattn_v4_seq **out, const dsattn_v4 *m, const void *buf,
+                                        size_t len, size_t max_seq_len, char *err, size_t errlen);
+dsattn_status dsattn_v4_seq_clone(dsattn_v4_seq **out, const dsattn_v4_seq *s);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -3,13 +3,15 @@
 #   cmake, gcc, make          the build
 #   libopenblas-openmp-dev    fp32 GEMM for prefill (OpenMP variant: one thread pool)
 #   libcjson-dev              the JSON parser for safetensors headers and config.json
+#   libxxhash-dev             the XXH3 checksums of session files (found through pkg-config)
 #   clang, libclang-rt-14-dev libFuzzer and sanitizer runtimes (tests only)
 #   libomp-dev                OpenMP for the clang (fuzzing) build
-#   pkg-config                the install test builds a program with `pkg-config --libs dsattn`
+#   pkg-config                finds libxxhash for the build; the install test builds a program
+#                             with `pkg-config --libs dsattn`
 set -euo pipefail
 need=()
-for p in cmake gcc make libopenblas-openmp-dev libcjson-dev clang libclang-rt-14-dev libomp-dev \
-         pkg-config; do
+for p in cmake gcc make libopenblas-openmp-dev libcjson-dev libxxhash-dev clang libclang-rt-14-dev \
+         libomp-dev pkg-config; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
