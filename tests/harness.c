@@ -7,6 +7,8 @@
  */
 #include "harness.h"
 
+#include "blas.h"
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +128,9 @@ const char *dsattn_test_data(const char *rel)
 
 int main(int argc, char **argv)
 {
+    /* OpenBLAS's core type, decided where the CLI decides it
+     * (src/core/blas.c): may re-exec this runner once. */
+    dsattn_blas_reexec(argv, DSATTN_REEXEC_CORETYPE);
     const char *suite = NULL, *pat = NULL;
     int list = 0;
     for (int i = 1; i < argc; i++) {

@@ -32,11 +32,12 @@ const char *dsattn_blas_corename(void)
 #endif
 }
 
-void dsattn_blas_reexec_coretype(char **argv)
+void dsattn_blas_reexec(char **argv, unsigned what)
 {
     if (!argv || !argv[0] || getenv("DSATTN_BLAS_REEXEC")) return;
-    const int core = !getenv("OPENBLAS_CORETYPE") && dsattn_cpu_has_avx512();
-    const int wait = !getenv("OMP_WAIT_POLICY");
+    const int core = (what & DSATTN_REEXEC_CORETYPE) && !getenv("OPENBLAS_CORETYPE") &&
+                     dsattn_cpu_has_avx512();
+    const int wait = (what & DSATTN_REEXEC_WAIT_ACTIVE) && !getenv("OMP_WAIT_POLICY");
     if (!core && !wait) return;
     /* The marker first: whatever happens next, the child cannot loop. */
     if (setenv("DSATTN_BLAS_REEXEC", "1", 1) != 0) return;
@@ -47,6 +48,11 @@ void dsattn_blas_reexec_coretype(char **argv)
      * leave the environment as we found it for our children */
     if (core) unsetenv("OPENBLAS_CORETYPE");
     if (wait) unsetenv("OMP_WAIT_POLICY");
+}
+
+void dsattn_blas_reexec_coretype(char **argv)
+{
+    dsattn_blas_reexec(argv, DSATTN_REEXEC_CORETYPE | DSATTN_REEXEC_WAIT_ACTIVE);
 }
 
 void dsattn_sgemm_rowmajor_ref(size_t M, size_t N, size_t K, const float *A,

@@ -5,8 +5,9 @@
  * shared library loads, before main().  On CPUs it does not recognise it
  * falls back to generic SSE3 kernels (several times slower); the cure is
  * OPENBLAS_CORETYPE in the environment *before* the load, hence a re-exec.
- * The library itself never re-execs: only the CLI's main() calls
- * dsattn_blas_reexec_coretype().
+ * The library itself never re-execs: only the mains of the CLI and of the
+ * test runner call dsattn_blas_reexec_coretype(), so the choice is made in
+ * one place for every program the project runs (scripts set nothing).
  */
 #ifndef DSATTN_BLAS_H
 #define DSATTN_BLAS_H
@@ -32,6 +33,13 @@ const char *dsattn_blas_corename(void);
  * nothing else) when no re-exec is needed or the exec failed; the marker
  * makes a loop impossible.  Set the variables yourself to choose otherwise. */
 void dsattn_blas_reexec_coretype(char **argv);
+
+/* The same with a choice of the two settings (the CLI takes both; the test
+ * runner only the core type: its suites gain nothing from active waiting,
+ * and spinning threads slow a machine that runs several suites at once). */
+#define DSATTN_REEXEC_CORETYPE    1u
+#define DSATTN_REEXEC_WAIT_ACTIVE 2u
+void dsattn_blas_reexec(char **argv, unsigned what);
 
 /* C[M, N] = A[M, K] . B[N, K]^T, all row-major: A rows are tokens, B is a
  * weight in torch Linear layout [out, in].  lda >= K, ldb >= K, ldc >= N.
