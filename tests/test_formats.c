@@ -640,3 +640,56 @@ DSATTN_TEST(formats, topk_set_equals_heap_set_in_index_order_seed19)
         }
     free(s); free(a); free(b); free(scr);
 }
+
+/* ==== RMSNorm's sum of squares ========================================== */
+
+/* The reading the reference's x.square().mean(-1) implies: every square an
+ * fp32 value, then the reduction (double, one rounding), then the rest as in
+ * dsattn_rmsnorm.  `exact` sums the unrounded products instead (a dot
+ * product's reading, which the reference does not use here). */
+static void rms_reading(const float *x, const float *w, size_t n, float eps, int exact,
+                        float *y)
+{
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const float sq = x[i] * x[i];
+        ss += exact ? (double)x[i] * (double)x[i] : (double)sq;
+    }
+    const float var = (float)ss / (float)n;
+    const float r = (float)(1.0 / sqrt((double)(var + eps)));
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i] * r;
+        y[i] = dsattn_round_bf16(w[i] * v);
+    }
+}
+
+/* Inputs where the two readings round to different bf16 outputs are rare
+ * (a near-tie); search for them with a fixed seed, then require the library
+ * to give the fp32-squares answer on every input, and require that the search
+ * found inputs that tell the readings apart (else the test proves nothing). */
+DSATTN_TEST(formats, rmsnorm_sums_fp32_squares_seed23)
+{
+    enum { N = 64 };
+    float x[N], w[N], y[N], yf[N], ye[N];
+    uint64_t s = 23;
+    size_t told_apart = 0, tried = 0;
+    for (size_t i = 0; i < N; i++) w[i] = dsattn_round_bf16(0.5f + (float)i / N);
+    while (told_apart < 8 && tried < 400000) {
+        tried++;
+        for (size_t i = 0; i < N; i++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            /* 24 random mantissa bits over a few binades: squares that are
+             * not fp32 numbers, so the two sums differ */
+            const float m = 1.0f + (float)((s >> 40) & 0xffffff) / 16777216.0f;
+            x[i] = ((s >> 20) & 1 ? -m : m) * (float)(1 << ((s >> 21) & 3));
+        }
+        rms_reading(x, w, N, 1e-6f, 0, yf);
+        rms_reading(x, w, N, 1e-6f, 1, ye);
+        dsattn_rmsnorm(x, w, N, 1e-6f, y, DSATTN_OUT_BF16);
+        CHECK_MSG(!memcmp(y, yf, sizeof y), "input %zu: not the fp32-squares reading", tried);
+        if (memcmp(yf, ye, sizeof yf)) told_apart++;
+        if (dsattn_test_failed()) return;
+    }
+    CHECK_MSG(told_apart >= 8, "only %zu of %zu inputs tell the readings apart", told_apart,
+              tried);
+}

@@ -5,7 +5,9 @@
  * These ops are O(d) per token, so one scalar implementation serves both
  * modes; what matters here is the order of fp32 operations, which follows
  * the reference line by line (docs/reference-mode.md, item 4): RMSNorm
- * var = fp32(sum x^2)/n, r = fp32(1/sqrt(var+eps)), y = w*(x*r); RoPE
+ * var = fp32(sum fp32(x*x))/n - the squares rounded to fp32 first, as the
+ * reference's x.square() materialises them -, r = fp32(1/sqrt(var+eps)),
+ * y = w*(x*r); RoPE
  * re = a*c - b*s, im = a*s + b*c with the angle fp32(pos)*fp32(freq) and
  * cos/sin correctly rounded from it.  The file is built with
  * -ffp-contract=off, so no step is fused into an FMA.
@@ -24,8 +26,14 @@ static float maybe_bf16(float v, dsattn_out_round round)
 void dsattn_rmsnorm(const float *x, const float *w, size_t n, float eps,
                     float *y, dsattn_out_round round)
 {
+    /* x.square() is an fp32 tensor: each square is rounded to fp32 before
+     * the reduction sums it (in double, one rounding) - not the exact
+     * products a dot product would sum. */
     double ss = 0.0;
-    for (size_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    for (size_t i = 0; i < n; i++) {
+        const float sq = x[i] * x[i];
+        ss += (double)sq;
+    }
     float var = (float)ss / (float)n;
     float r = (float)(1.0 / sqrt((double)(var + eps)));
     for (size_t i = 0; i < n; i++) {
