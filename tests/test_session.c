@@ -790,3 +790,41 @@ out:
     dsattn_v41_destroy(m);
     dsattn_ctx_destroy(ctx);
 }
+
+/* ==== The CLI ========================================================== */
+
+static int run_cli(const char *args, char *out, size_t outlen)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", DSATTN_CLI_PATH, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, outlen - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+DSATTN_TEST(session, cli_info_prints_header_and_refuses_damage)
+{
+    dsattn_v41 *m = v41_model();
+    if (!m) return;
+    char f[256], args[512], out[4096];
+    snprintf(f, sizeof f, "%s", v41_session(m, 9, "cli"));
+    snprintf(args, sizeof args, "info '%s'", f);
+    CHECK_EQ_INT(run_cli(args, out, sizeof out), 0);
+    CHECK_MSG(strstr(out, "generation:  v41 (index_k reference)") &&
+                  strstr(out, "position:    9 tokens consumed, capacity 17") &&
+                  strstr(out, "every checksum verified"), "output: %s", out);
+    size_t n = 0;
+    uint8_t *b = slurp(f, &n);
+    if (b) {
+        b[n - 20] ^= 0x40;
+        spit(f, b, n);
+        CHECK_EQ_INT(run_cli(args, out, sizeof out), 1);
+        CHECK_MSG(strstr(out, f) && strstr(out, "checksum mismatch"), "output: %s", out);
+    }
+    free(b);
+    unlink(f);
+    dsattn_v41_destroy(m);
+}

@@ -124,6 +124,8 @@ int dsattn_bench_v41(int argc, char **argv);
 int dsattn_bench_mha(int argc, char **argv);
 int dsattn_bench_mla(int argc, char **argv);
 int dsattn_bench_v4(int argc, char **argv);
+/* `dsattn bench session` (bench_session.c): session save / load vs cp. */
+int dsattn_bench_session(int argc, char **argv);
 /* The short labelled bench `dsattn` with no arguments prints after the
  * bill (bench_model.c): a few V4.1 layers at 64K and one V3 MLA layer at
  * 32K, verified first.  threads <= 0: the OpenMP default. */

@@ -757,6 +757,7 @@ static const bench_mode bench_modes[] = {
     { "mha",     "one MHA/GQA layer (DeepSeek-LLM 7B/67B) decode vs DRAM read BW", dsattn_bench_mha },
     { "mla",     "one MLA layer (V3 bf16/FP8 latent, V3.2 MLA+DSA) decode vs BW and FMA peak", dsattn_bench_mla },
     { "v4",      "one V4-Flash CSA / HCA layer decode to 1M, indexer scan share", dsattn_bench_v4 },
+    { "session", "V4.1-Flash session save / load MB/s vs cp, session size at 64K / 1M", dsattn_bench_session },
 };
 
 DSATTN_CMD(bench, 20, "measure speed against the machine's limits (dsattn bench: modes)")

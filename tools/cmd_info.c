@@ -1,12 +1,14 @@
 /* cmd_info.c - `dsattn info PATH`: validate a checkpoint (file, shard index
  * or folder) against its config, list every tensor with what it feeds, and
- * print the layer plan the config implies.  Exit 0 only when the
+ * print the layer plan the config implies.  On a session file (the
+ * session magic), validate it and print its header (cli_session.c).  Exit 0 only when the
  * checkpoint is complete and consistent for its architecture; 1 when it is
  * not; 2 on usage errors.  All checking is the library's (checkpoint.h);
  * this file only prints.
  */
 #include "checkpoint.h"
 #include "cli.h"
+#include "cli_session.h"
 #include "config.h"
 #include "names.h"
 
@@ -19,6 +21,7 @@ static void info_usage(FILE *f)
     fprintf(f,
             "usage: dsattn info PATH [--config config.json] [--quiet]\n"
             "  PATH: a .safetensors file, a model.safetensors.index.json, or a folder\n"
+            "        (or a session file: its header, after checking every checksum)\n"
             "  Lists every tensor (inference name, dtype, shape, bytes, what it feeds),\n"
             "  the layer plan, and every problem found. Exit 0 only if complete.\n");
 }
@@ -107,6 +110,7 @@ DSATTN_CMD(info, 30, "validate and list a checkpoint (file, shard index or folde
         info_usage(stderr);
         return 2;
     }
+    if (dsattn_cli_is_session(path)) return dsattn_cli_session_info(path);
     char err[1024];
     dsattn_ckpt *ck = NULL;
     dsattn_status st = dsattn_ckpt_open(&ck, path, cfg, err, sizeof err);
