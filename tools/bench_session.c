@@ -33,6 +33,25 @@
 
 #define DSATTN_BENCH_MIN(a, b) ((a) < (b) ? (a) : (b))
 
+/* A comma list of 1..max depths (digits, an optional K or M suffix), each
+ * in [1, 2^30]; -1 on anything else. */
+static int parse_depths(const char *s, long long *v, int max)
+{
+    int n = 0;
+    while (s && *s) {
+        long long x = 0;
+        const char *p = s;
+        while (*p >= '0' && *p <= '9' && x <= (1ll << 40)) x = 10 * x + (*p++ - '0');
+        if (p == s || n == max) return -1;
+        if (*p == 'K' || *p == 'k') x <<= 10, p++;
+        else if (*p == 'M' || *p == 'm') x <<= 20, p++;
+        if ((*p && *p != ',') || x < 1 || x > (1ll << 30) || (*p == ',' && !p[1])) return -1;
+        v[n++] = x;
+        s = *p ? p + 1 : p;
+    }
+    return n ? n : -1;
+}
+
 /* Wall time of a shell command; +inf if it failed (never the best). */
 static double timed_system(const char *cmd)
 {
@@ -66,7 +85,9 @@ int dsattn_bench_session(int argc, char **argv)
         if (!strcmp(a, "--config") && v) cfg = v, i++;
         else if (!strcmp(a, "--dir") && v) dir = v, i++;
         else if (!strcmp(a, "--depth") && v) depths = v, i++;
-        else if (!strcmp(a, "--reps") && v && atoi(v) > 0 && atoi(v) <= 100) reps = atoi(v), i++;
+        else if (!strcmp(a, "--reps") && v && strlen(v) <= 2 && strspn(v, "0123456789") == strlen(v) &&
+                 atoi(v) > 0)
+            reps = atoi(v), i++;
         else {
             fprintf(stderr, "usage: dsattn bench session [--config FILE] [--dir DIR] "
                             "[--depth N,N..] [--reps N] (default 65536,1M, /tmp, 3)\n");
@@ -74,7 +95,7 @@ int dsattn_bench_session(int argc, char **argv)
         }
     }
     long long dv[16];
-    int nd = dsattn_bench_parse_list(depths, dv, 16);
+    int nd = parse_depths(depths, dv, 16);
     if (nd <= 0) {
         fprintf(stderr, "bench session: bad --depth '%s'\n", depths);
         return 2;
