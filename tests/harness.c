@@ -6,6 +6,7 @@
  *   dsattn_test --list          list tests
  */
 #include "harness.h"
+#include "ktab.h"
 
 #include "blas.h"
 
@@ -176,6 +177,16 @@ dsattn_ctx *dsattn_test_ctx(dsattn_mode mode, int threads)
     if (threads > 0) p.n_threads = threads;
     CHECK_OK(dsattn_ctx_create(&c, &p));
     return c;
+}
+
+const struct dsattn_ktab *dsattn_test_avx512_ktab(void)
+{
+    static dsattn_ktab t;
+    if (dsattn_ktab_fill(&t, DSATTN_ISA_AVX512, 0) != DSATTN_OK) {
+        dsattn_test_skip("no AVX-512 (CPU or build)");
+        return NULL;
+    }
+    return &t;
 }
 
 int dsattn_test_amx_or_skip(void)

@@ -80,6 +80,10 @@ dsattn_ctx *dsattn_test_ctx(dsattn_mode mode, int threads);
 /* 1 where a fast context can run AMX-BF16 tiles; else marks the test
  * skipped ("no AMX-BF16 here") and returns 0. */
 int dsattn_test_amx_or_skip(void);
+/* The AVX-512 table of tables (src/kernels/ktab.h, AMX slot empty) - the
+ * fast slots the kernel tests check against their scalar twins - or NULL
+ * after marking the test skipped when this CPU or build has none. */
+const struct dsattn_ktab *dsattn_test_avx512_ktab(void);
 
 /* Seeded xorshift RNG, one per test. */
 typedef struct { uint64_t s; } dsattn_rng;

@@ -18,7 +18,7 @@
  */
 #include "harness.h"
 #include "internal.h"
-#include "kernels.h"
+#include "ktab.h"
 #include "numfmt.h"
 
 #include <omp.h>
@@ -35,23 +35,17 @@ typedef struct {
     double lanes;
 } isa_t;
 
+/* The base slot of the named table (ktab.h), as the context would get it. */
 static int get_isa(const char *name, isa_t *out)
 {
-    if (!strcmp(name, "avx512")) {
-        if (!dsattn_kernels_avx512_ptr || !dsattn_cpu_has_avx512()) {
-            dsattn_test_skip("no AVX-512 (CPU or build)");
-            return 0;
-        }
-        out->k = dsattn_kernels_avx512_ptr;
-        out->lanes = 16;
-    } else {
-        if (!dsattn_kernels_avx2_ptr || !dsattn_cpu_has_avx2()) {
-            dsattn_test_skip("no AVX2+FMA (CPU or build)");
-            return 0;
-        }
-        out->k = dsattn_kernels_avx2_ptr;
-        out->lanes = 8;
+    dsattn_ktab t;
+    const int w = !strcmp(name, "avx512");
+    if (dsattn_ktab_fill(&t, w ? DSATTN_ISA_AVX512 : DSATTN_ISA_AVX2, 0) != DSATTN_OK) {
+        dsattn_test_skip(w ? "no AVX-512 (CPU or build)" : "no AVX2+FMA (CPU or build)");
+        return 0;
     }
+    out->k = t.k;
+    out->lanes = w ? 16 : 8;
     return 1;
 }
 
@@ -811,6 +805,81 @@ DSATTN_TEST(kernels, tables_complete)
     }
 }
 
+/* Every slot of every sub-table filled (a NULL entry would crash the
+ * algorithm code that trusts a non-NULL slot). */
+static int mla_complete(const dsattn_mla_kern *m)
+{
+    return m->name && m->qk && m->softmax && m->pv && m->tile_rows && m->tile_bf16 &&
+           m->v32_row && m->fp8w_axpy && m->fp8w_dot && m->fp8w_axpy4 && m->fp8w_dot4 &&
+           m->bf16w_axpy && m->round_bf16 && m->relu_wsum;
+}
+
+static int ktab_complete(const dsattn_ktab *t)
+{
+    int ok = t->name && t->k && table_complete(t->k) && !strcmp(t->name, t->k->name);
+    ok &= t->wdq && t->wdq->name && t->wdq->fp8_row != NULL;         /* never NULL */
+    ok &= t->vmath && t->vmath->name && t->vmath->exp_sub_sum != NULL;
+    if (t->mla) ok &= mla_complete(t->mla);
+    if (t->sa) ok &= t->sa->name && t->sa->finish && t->sa->rows && t->sa->rows_bf16 &&
+                     t->sa->qk && t->sa->pv;
+    if (t->pgemm) ok &= t->pgemm->name && t->pgemm->pack_b && t->pgemm->tile &&
+                        t->pgemm->tile_fp8;
+    if (t->mha) ok &= t->mha->name && t->mha->attend && t->mha->ws_bytes;
+    if (t->amx) ok &= t->amx->name && t->amx->fits && t->amx->pack_q && t->amx->begin &&
+                      t->amx->end && t->amx->block && t->amx->gemm_nt &&
+                      t->amx->fp8_row_bf16 && t->amx->rows_bf16 && t->amx->finish;
+    if (t->index) ok &= t->index->name && t->index->ok && t->index->prepare && t->index->scores;
+    /* the tiled slots come as a set: sa, pgemm and amx use mla's kernels */
+    if (t->sa || t->pgemm || t->amx) ok &= t->mla != NULL;
+    return ok;
+}
+
+DSATTN_TEST(kernels, every_table_of_tables_complete_with_scalar_twins)
+{
+    /* Enumerate every table this build and CPU can hand a context (ktab.h):
+     * each complete, every filled fast slot with a scalar twin that is itself
+     * complete - the twins are what tests/test_kernels.c (k), test_mla.c
+     * (mla, amx), test_sparse_attn.c (sa, amx), test_pgemm.c (pgemm, amx),
+     * test_vmath.c (wdq, vmath), test_mha.c (mha) and test_formats.c
+     * (index) check the fast slots against. */
+    dsattn_ktab sc;
+    dsattn_ktab_scalar(&sc);
+    CHECK(table_complete(sc.k) && !strcmp(sc.k->name, "ref"));
+    CHECK(sc.mla && mla_complete(sc.mla) && !strcmp(sc.mla->name, "ref"));
+    CHECK(sc.sa && !strcmp(sc.sa->name, "ref") && sc.pgemm && !strcmp(sc.pgemm->name, "ref"));
+    CHECK(!strcmp(sc.wdq->name, "ref") && !strcmp(sc.vmath->name, "ref"));
+    CHECK(!sc.mha && !sc.amx && !sc.index);
+    const dsattn_isa isas[3] = { DSATTN_ISA_REF, DSATTN_ISA_AVX2, DSATTN_ISA_AVX512 };
+    const char *names[3] = { "ref", "avx2", "avx512" };
+    int seen = 0;
+    for (int i = 0; i < 3; i++)
+        for (int amx = 0; amx <= 1; amx++) {
+            dsattn_ktab t;
+            dsattn_status st = dsattn_ktab_fill(&t, isas[i], amx);
+            if (st == DSATTN_ERR_UNSUPPORTED) continue;
+            CHECK_OK(st);
+            if (st) continue;
+            seen++;
+            CHECK_MSG(ktab_complete(&t), "%s amx %d", names[i], amx);
+            CHECK(!strcmp(t.name, names[i]));
+            /* every filled slot is the ISA's own form, and its twin exists */
+            for (size_t s = 1; s < DSATTN_KTAB_SLOTS; s++) {
+                const char *impl = dsattn_ktab_impl_name(&t, s);
+                if (!strcmp(impl, "-")) continue;
+                CHECK_MSG(i == 2 || !strcmp(impl, "ref"), "%s slot %s: %s", names[i],
+                          dsattn_ktab_slot_name(s), impl);
+                CHECK_MSG(s >= 6 || strcmp(dsattn_ktab_impl_name(&sc, s), "-"),
+                          "slot %s has no scalar twin", dsattn_ktab_slot_name(s));
+            }
+            if (i < 2) CHECK(!t.mla && !t.sa && !t.pgemm && !t.mha && !t.amx && !t.index);
+            if (!amx) CHECK(t.amx == NULL);
+        }
+    CHECK(seen >= 2);                       /* ref, at least, with and without amx */
+    dsattn_ktab t;
+    CHECK_EQ_INT(dsattn_ktab_fill(&t, DSATTN_ISA_AUTO, 0), DSATTN_ERR_INVALID_ARG);
+    CHECK(!strcmp(dsattn_ktab_slot_name(DSATTN_KTAB_SLOTS), "?"));
+}
+
 static const char *ctx_isa(dsattn_mode mode, dsattn_isa isa, dsattn_status *st,
                            const dsattn_kernels **table)
 {
@@ -823,6 +892,18 @@ static const char *ctx_isa(dsattn_mode mode, dsattn_isa isa, dsattn_status *st,
     if (*st != DSATTN_OK) return "error";
     snprintf(name, sizeof name, "%s", dsattn_ctx_isa_name(c));
     *table = c->k;
+    /* the context's table of tables: its base slot, its name, and the
+     * ISA's sub-tables exactly as dsattn_ktab_fill gives them */
+    dsattn_ktab t;
+    CHECK(c->kt->k == c->k && !strcmp(c->kt->name, name));
+    CHECK_OK(dsattn_ktab_fill(&t, c->isa, dsattn_ctx_amx(c)));
+    CHECK(t.k == c->kt->k && t.mla == c->kt->mla && t.sa == c->kt->sa &&
+          t.pgemm == c->kt->pgemm && t.wdq == c->kt->wdq && t.vmath == c->kt->vmath &&
+          t.mha == c->kt->mha && t.amx == c->kt->amx && t.index == c->kt->index);
+    /* DSATTN_AMX-style switch: off empties the slot, on refills it where it runs */
+    CHECK(dsattn_ctx_set_amx(c, 0) == 0 && c->kt->amx == NULL && !dsattn_ctx_amx(c));
+    CHECK(dsattn_ctx_set_amx(c, 1) == (c->kt->amx != NULL));
+    CHECK(c->kt->amx == NULL || c->isa == DSATTN_ISA_AVX512);
     dsattn_ctx_destroy(c);
     return name;
 }

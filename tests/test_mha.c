@@ -8,6 +8,7 @@
  * bound, half-split RoPE, and the cache bytes the released configs
  * allocate (16,384 / 4,096 B per token per layer). */
 #include "harness.h"
+#include "ktab.h"
 
 #include "kernels.h"
 #include "mha.h"
@@ -465,10 +466,9 @@ static int within_2ulp(const char *what, const float *f, const float *r, size_t 
  * partial 32-dim block (80, 96), and a deep case with prefetch active. */
 DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
 {
-    if (!dsattn_mha_attend_avx512_ptr || !dsattn_cpu_has_avx512()) {
-        dsattn_test_skip("no AVX-512 (CPU or compiler)");
-        return;
-    }
+    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
+    if (!KT) return;
+    if (!KT->mha) { dsattn_test_skip("no AVX-512 MHA kernel (compiler)"); return; }
     static const struct { size_t G, d, cap, T; float qs; } cs[] = {
         { 1, 128, 1, 1, 1 },      { 8, 128, 40, 1, 1 },     { 8, 128, 40, 33, 1 },
         { 8, 128, 40, 40, 4 },    { 2, 64, 100, 97, 1 },    { 3, 80, 70, 64, 2 },
@@ -483,7 +483,7 @@ DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
         float *q = malloc(G * d * 4), *of = malloc(G * d * 4), *oc = malloc(G * d * 4),
               *o1 = malloc(G * d * 4);
         /* odd cases hand the kernel a ws 8 bytes off a 64-byte boundary */
-        char *wsb = dsattn_alloc(dsattn_mha_attend_ws_bytes(G, T) + 8);
+        char *wsb = dsattn_alloc(KT->mha->ws_bytes(G, T) + 8);
         void *ws = wsb + (c & 1) * 8;
         for (size_t i = 0; i < cap * d; i++) {
             K[i] = dsattn_f32_to_bf16(dsattn_rng_uniform(&r));
@@ -491,14 +491,14 @@ DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
         }
         for (size_t i = 0; i < G * d; i++) q[i] = dsattn_round_bf16(cs[c].qs * dsattn_rng_normal(&r));
         const float inv = 1.0f / sqrtf((float)d);
-        dsattn_mha_attend_avx512_ptr(q, G, d, K, V, cap, T, inv, ws, of);
+        KT->mha->attend(q, G, d, K, V, cap, T, inv, ws, of);
         contract_attend(q, G, d, K, V, cap, T, oc);
         char what[96];
         snprintf(what, sizeof what, "G %zu d %zu cap %zu T %zu", G, d, cap, T);
         if (!within_2ulp(what, of, oc, G * d)) CHECK_MSG(0, "case %zu", c);
         /* heads one at a time give the same bits as the batch (GQA == MHA) */
         for (size_t h = 0; h < G; h++)
-            dsattn_mha_attend_avx512_ptr(q + h * d, 1, d, K, V, cap, T, inv, ws, o1 + h * d);
+            KT->mha->attend(q + h * d, 1, d, K, V, cap, T, inv, ws, o1 + h * d);
         CHECK_BITS(what, o1, of, G * d);
         free(K); free(V); free(q); free(of); free(oc); free(o1);
         dsattn_free(wsb);

@@ -10,7 +10,7 @@
 #include "mla_kernels.h"
 #include "numfmt.h"
 #include "ops.h"
-#include "pgemm.h"
+#include "ktab.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -18,11 +18,9 @@
 
 static const dsattn_pgemm_kern *avx512_or_skip(void)
 {
-    if (!dsattn_pgemm_avx512_ptr || !dsattn_cpu_has_avx512()) {
-        dsattn_test_skip("no AVX-512 (CPU or build)");
-        return NULL;
-    }
-    return dsattn_pgemm_avx512_ptr;
+    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
+    if (KT && !KT->pgemm) dsattn_test_skip("no AVX-512 GEMM tiles (build)");
+    return KT ? KT->pgemm : NULL;
 }
 
 DSATTN_TEST(pgemm, tile_and_pack_equal_ref_bit_for_bit)

@@ -19,7 +19,7 @@
 #include "mla_kernels.h"
 #include "numfmt.h"
 #include "ops.h"
-#include "sa_kernels.h"
+#include "ktab.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -51,8 +51,10 @@ static int same_bits_or_nan(float a, float b)
 
 DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit)
 {
-    const dsattn_sa_kern *A = dsattn_sa_kern_avx512_ptr, *R = &dsattn_sa_kern_ref;
-    if (!A || !dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
+    const dsattn_sa_kern *A = KT ? KT->sa : NULL, *R = &dsattn_sa_kern_ref;
+    if (!KT) return;
+    if (!A) { dsattn_test_skip("no AVX-512 sparse-attention tiles (build)"); return; }
     const size_t d = 512, ld = d + 16, n = 24;
     dsattn_rng g = { 11 };
     uint8_t *f4 = make_rows(1, n, d, 3.0f, &g), *f8 = make_rows(0, n, d, 3.0f, &g);
@@ -105,8 +107,10 @@ DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals)
      * bf16, on both tables, for random rows and the formats' edge codes and
      * scales; an FP8 block whose scale makes a subnormal is refused by both,
      * the same tiny scale over codes that stay normal is not. */
-    const dsattn_sa_kern *A = dsattn_sa_kern_avx512_ptr, *R = &dsattn_sa_kern_ref;
-    if (!A || !dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
+    const dsattn_sa_kern *A = KT ? KT->sa : NULL, *R = &dsattn_sa_kern_ref;
+    if (!KT) return;
+    if (!A) { dsattn_test_skip("no AVX-512 sparse-attention tiles (build)"); return; }
     const size_t d = 512, ld = d + 16, n = 16;
     dsattn_rng g = { 23 };
     uint8_t *f4 = make_rows(1, n, d, 3.0f, &g), *f8 = make_rows(0, n, d, 3.0f, &g);
@@ -151,8 +155,10 @@ DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals)
 
 DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table)
 {
-    const dsattn_sa_kern *A = dsattn_sa_kern_avx512_ptr, *R = &dsattn_sa_kern_ref;
-    if (!A || !dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
+    const dsattn_sa_kern *A = KT ? KT->sa : NULL, *R = &dsattn_sa_kern_ref;
+    if (!KT) return;
+    if (!A) { dsattn_test_skip("no AVX-512 sparse-attention tiles (build)"); return; }
     const size_t D = 96, ld = D + 16, nkmax = 72;
     const size_t hps[] = { 16, 32, 48, 64 }, nks[] = { 1, 5, 12, 13, 64 };
     dsattn_rng g = { 5 };

@@ -3,7 +3,7 @@
 #include "harness.h"
 
 #include "kernels.h"
-#include "vmath.h"
+#include "ktab.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -18,7 +18,11 @@ static double ulp_diff(float a, float b)
 
 DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp)
 {
-    if (!dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    /* the AVX-512 table's vmath slot against its scalar twin */
+    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
+    if (!KT) return;
+    const dsattn_exp_sub_sum_fn fast = KT->vmath->exp_sub_sum;
+    CHECK(fast != dsattn_vmath_ref.exp_sub_sum);
     dsattn_rng r = { 5 };
     enum { N = 4099 };
     static float a[N], b[N];
@@ -30,7 +34,7 @@ DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp)
         float s_ref = dsattn_exp_sub_sum_ref(b, n, 0.0f);
         float c[64];
         memcpy(c, a + 9, n * sizeof(float));
-        float s = dsattn_exp_sub_sum_avx512(c, n, 0.0f);
+        float s = fast(c, n, 0.0f);
         for (size_t i = 0; i < n; i++) CHECK_MSG(ulp_diff(c[i], b[i]) <= 2, "n %zu [%zu]", n, i);
         CHECK_MSG(fabs((double)s - s_ref) <= 1e-5 * fabs((double)s_ref) + 1e-30, "n %zu sum %.9g ref %.9g", n, (double)s, (double)s_ref);
     }
@@ -39,7 +43,7 @@ DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp)
     dsattn_exp_sub_sum_ref(b, N, m);
     static float c[N];
     memcpy(c, a, sizeof a);
-    dsattn_exp_sub_sum_avx512(c, N, m);
+    fast(c, N, m);
     double worst = 0;
     for (int i = 0; i < N; i++) {
         if (i == 6) { CHECK(isnan(c[i])); continue; }
@@ -81,14 +85,17 @@ DSATTN_TEST(vmath, softmax_exp_flushes_below_2_pow_minus_100_and_nothing_else)
 
 DSATTN_TEST(vmath, fp8_weight_row_decoder_follows_the_table)
 {
-    /* the ISA override reaches the prefill's row decoder: only the
-     * "avx512" table gets the AVX-512 decoder */
-    CHECK(dsattn_fp8_row_for("avx2") == dsattn_fp8_row_f32_ref);
-    CHECK(dsattn_fp8_row_for("ref") == dsattn_fp8_row_f32_ref);
-    CHECK(dsattn_fp8_row_for(NULL) == dsattn_fp8_row_f32_ref);
-#if defined(__x86_64__)
-    CHECK(dsattn_fp8_row_for("avx512") == dsattn_fp8_row_f32_avx512);
-#endif
+    /* the ISA override reaches the prefill's row decoder and the softmax
+     * exp: only the "avx512" table gets the AVX-512 forms */
+    dsattn_ktab t;
+    CHECK_OK(dsattn_ktab_fill(&t, DSATTN_ISA_REF, 1));
+    CHECK(t.wdq == &dsattn_wdequant_ref && t.vmath == &dsattn_vmath_ref);
+    if (dsattn_ktab_fill(&t, DSATTN_ISA_AVX2, 1) == DSATTN_OK)
+        CHECK(t.wdq == &dsattn_wdequant_ref && t.vmath == &dsattn_vmath_ref);
+    if (dsattn_ktab_fill(&t, DSATTN_ISA_AVX512, 1) == DSATTN_OK && dsattn_wdequant_avx512_ptr) {
+        CHECK(t.wdq == dsattn_wdequant_avx512_ptr && t.vmath == dsattn_vmath_avx512_ptr);
+        CHECK(t.wdq->fp8_row == dsattn_fp8_row_f32_avx512);
+    }
 }
 
 DSATTN_TEST(vmath, fp8_weight_row_dequant_exact)
@@ -102,10 +109,15 @@ DSATTN_TEST(vmath, fp8_weight_row_dequant_exact)
     w[40] = 0xff;
     for (int i = 0; i < 16; i++) sc[i] = ldexpf(1.0f + (float)(i % 3) * 0.25f, i - 8);
     const size_t bss[3] = { 32, 128, 24 };
+    /* the table's slot (AVX-512 where this CPU has it) against the scalar twin */
+    dsattn_ktab kt;
+    if (dsattn_ktab_fill(&kt, DSATTN_ISA_AVX512, 0) != DSATTN_OK)
+        dsattn_ktab_fill(&kt, DSATTN_ISA_REF, 0);
+    const dsattn_fp8_row_fn fast = kt.wdq->fp8_row;
     for (int t = 0; t < 3; t++)
         for (size_t k = 1; k <= 300; k += 37) {
             dsattn_fp8_row_f32_ref(w, sc, bss[t], k, a);
-            dsattn_fp8_row_for(dsattn_cpu_has_avx512() ? "avx512" : "ref")(w, sc, bss[t], k, b);
+            fast(w, sc, bss[t], k, b);
             CHECK_BITS("fp8 row", b, a, k);
         }
 }

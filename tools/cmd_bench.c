@@ -23,7 +23,7 @@
 #include "cli.h"
 #include "dsattn.h"
 #include "internal.h"
-#include "kernels.h"
+#include "ktab.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -614,7 +614,8 @@ static int bench_kernels(int argc, char **argv)
                     "  Measures DRAM read bandwidth (sum over --mem MiB, default 1024) and\n"
                     "  FMA peak, then every GEMV at V4.1 shapes and the fused packed-row\n"
                     "  attention kernels, as fractions of those limits.  Each case is\n"
-                    "  verified against the scalar reference before it is timed.\n");
+                    "  verified against the scalar reference before it is timed.  The\n"
+                    "  header lists the context's kernel table: what each slot runs.\n");
             return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
         }
     }
@@ -654,10 +655,19 @@ static int bench_kernels(int argc, char **argv)
         for (int ti = 0; ti < b.n_threads; ti++)
             fprintf(f, "%s{\"threads\": %d, \"read_gb_s\": %.3f, \"fma_gflop_s\": %.3f}",
                     ti ? ", " : "", b.threads[ti], b.bw[ti], b.peak[ti]);
-        fprintf(f, "],\n");
+        fprintf(f, "],\n  \"table\": {");
+        for (size_t s = 0; s < DSATTN_KTAB_SLOTS; s++)
+            fprintf(f, "%s\"%s\": \"%s\"", s ? ", " : "", dsattn_ktab_slot_name(s),
+                    dsattn_ktab_impl_name(ctx->kt, s));
+        fprintf(f, "},\n");
     } else if (b.fmt == FMT_MD) {
         fprintf(f, "dsattn bench kernels - commit %s, isa %s, cpu \"%s\", openblas %s\n\n",
                 DSATTN_GIT_COMMIT, b.K->name, cpu, dsattn_blas_corename());
+        /* the context's whole table (ktab.h): what each slot runs */
+        fprintf(f, "kernel table:");
+        for (size_t s = 0; s < DSATTN_KTAB_SLOTS; s++)
+            fprintf(f, " %s=%s", dsattn_ktab_slot_name(s), dsattn_ktab_impl_name(ctx->kt, s));
+        fprintf(f, "\n\n");
         fprintf(f, "| threads | DRAM read (sum over %zu MiB) | FMA peak (fp32) |\n|--:|--:|--:|\n", mib);
         for (int ti = 0; ti < b.n_threads; ti++)
             fprintf(f, "| %d | %.2f GB/s | %.1f GFLOP/s |\n", b.threads[ti], b.bw[ti], b.peak[ti]);

@@ -12,6 +12,7 @@
 
 #include "dsattn.h"
 #include "internal.h"
+#include "mha_kernels.h"
 #include "ops.h"
 #include "weights.h"
 
@@ -56,8 +57,7 @@ struct dsattn_mha {
  * keys wide): the bill sees the bytes the layout needs.  One KV head's
  * K and V are each contiguous, so the fast decode streams them once for all
  * G query heads of its group. */
-#define DSATTN_MHA_KTILE 32
-#define DSATTN_MHA_VTILE 64
+/* DSATTN_MHA_KTILE / DSATTN_MHA_VTILE: mha_kernels.h */
 
 typedef struct {
     uint16_t *k, *v;

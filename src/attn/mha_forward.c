@@ -37,8 +37,7 @@
  */
 #include "mha.h"
 
-#include "kernels.h"
-#include "mha_kernels.h"
+#include "ktab.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -178,15 +177,13 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     if (G > 64) return DSATTN_ERR_UNSUPPORTED;
     const int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
-    const dsattn_kernels *ktab = ctx->k;
-    dsattn_mha_attend_fn attend = attend_fast_c;
-    if (!strcmp(ktab->name, "avx512") && dsattn_mha_attend_avx512_ptr)
-        attend = dsattn_mha_attend_avx512_ptr;
+    const dsattn_mha_kern *mhk = ctx->kt->mha;
+    dsattn_mha_attend_fn attend = mhk ? mhk->attend : attend_fast_c;
     /* per-thread work, floats, rounded to 64 bytes (the kernel's scratch is
      * aligned); Tmax <= cap, whose caches are allocated, so no overflow */
     size_t per_thread = ref ? Tmax
                       : attend == attend_fast_c ? attend_fast_c_floats(G, d, Tmax)
-                      : (dsattn_mha_attend_ws_bytes(G, Tmax) + 3) / 4;
+                      : (mhk->ws_bytes(G, Tmax) + 3) / 4;
     per_thread = (per_thread + 15) & ~(size_t)15;
 
     /* scratch: q [n, H*d] | kv [n, 2*Hkv*d] | o [n, H*d] | threads' work */

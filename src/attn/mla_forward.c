@@ -36,12 +36,8 @@
  */
 #include "mla.h"
 
-#include "kernels.h"
-#include "amx_attn.h"
-#include "mla_kernels.h"
+#include "ktab.h"
 #include "numfmt.h"
-#include "vmath.h"
-#include "wdequant.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -216,7 +212,7 @@ static void weight_row_bf16_fast(const dsattn_ctx *ctx, const dsattn_weight *w, 
     }
     const float *sc;
     const uint8_t *codes = fp8_row(w, r, &sc);
-    dsattn_fp8_row_for(ctx->k->name)(codes, sc, w->block, w->cols, out);
+    ctx->kt->wdq->fp8_row(codes, sc, w->block, w->cols, out);
     for (size_t i = 0; i < w->cols; i++) out[i] = dsattn_round_bf16(out[i]);
 }
 
@@ -252,7 +248,7 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
     const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dr = (size_t)c->rope;
     const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
-    const dsattn_mla_kern *mk = ref ? NULL : dsattn_mla_kern_for(ctx->k->name);
+    const dsattn_mla_kern *mk = ref ? NULL : ctx->kt->mla;
     dsattn_status st = DSATTN_OK;
 #pragma omp parallel num_threads(ctx->n_threads) if (!ref && H >= 4)
     {
@@ -326,7 +322,7 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
     const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope;
     const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
-    const dsattn_mla_kern *mk = ref ? NULL : dsattn_mla_kern_for(ctx->k->name);
+    const dsattn_mla_kern *mk = ref ? NULL : ctx->kt->mla;
     dsattn_status st = DSATTN_OK;
 #pragma omp parallel num_threads(ctx->n_threads) if (!ref && H >= 4)
     {
@@ -434,7 +430,7 @@ static dsattn_status absorbed_row_ref(const dsattn_mla_seq *s, int l, const floa
 
 /* Fast partial: keys [i0, i1) of the set; online softmax state m[H], l[H],
  * acc[H, KL] (fp32).  Q = [q' | q_pe] rows [H, KL+dr]. */
-static void absorbed_part_fast(const dsattn_kernels *kt, const dsattn_mla_seq *s, int l,
+static void absorbed_part_fast(const dsattn_ktab *kt, const dsattn_mla_seq *s, int l,
                                const float *Q, const int32_t *idx, size_t i0, size_t i1,
                                int v3, float *m, float *lsum, float *acc, float *kb, float *sc,
                                const float *lut)
@@ -443,14 +439,14 @@ static void absorbed_part_fast(const dsattn_kernels *kt, const dsattn_mla_seq *s
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr;
     const float scale = c->softmax_scale;
-    const dsattn_exp_sub_sum_fn vexp = dsattn_exp_sub_sum_best();
+    const dsattn_exp_sub_sum_fn vexp = kt->vmath->exp_sub_sum;
     for (size_t b0 = i0; b0 < i1; b0 += AB_BLOCK) {
         const size_t nb = DSATTN_MIN((size_t)AB_BLOCK, i1 - b0);
         for (size_t i = 0; i < nb; i++) {
             const size_t j = key_at(idx, b0 + i);
             if (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16) {
                 const uint16_t *row = (const uint16_t *)(s->layer[l].cache + j * s->row_bytes);
-                kt->cvt_bf16_f32(row, D, kb + i * D);      /* SIMD shift, exact */
+                kt->k->cvt_bf16_f32(row, D, kb + i * D);      /* SIMD shift, exact */
             } else {
                 /* dsattn_v32_kv_unpack with a code table: the same fp32
                  * products code * scale, bf16 rope */
@@ -621,11 +617,11 @@ static size_t amx_fp8_scratch(size_t D)
  * blocks of amx_attn.h; r carries the next block's first rows for the
  * prefetch.  bf16 rows go to the tiles as they are; FP8 rows (E4M3 per
  * 128 times a power-of-two scale, bf16 rope: bf16 numbers) are decoded
- * with mk->v32_row and converted with dsattn_amx_rows_bf16, which checks
+ * with mk->v32_row and converted with ak->rows_bf16, which checks
  * that every value is one.  Returns 0 if a row was not (the caller falls
  * back to the FMA tiles for the whole row). */
-static int amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
-                    size_t KL, size_t dr, const uint8_t *cache, size_t rb, int fp8,
+static int amx_part(const dsattn_amx_kern *ak, const dsattn_mla_kern *mk, const uint16_t *qb,
+                    size_t hp, size_t D, size_t KL, size_t dr, const uint8_t *cache, size_t rb, int fp8,
                     const int32_t *idx, size_t i0, size_t i1, float scale, int v3, float *m,
                     float *l, float *o, void *ws, void *fws)
 {
@@ -634,7 +630,7 @@ static int amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, si
     uint16_t *rows = fws;
     float *dec = fws ? (float *)(rows + (MB + 32) * D) : NULL;
     int ok = 1;
-    dsattn_amx_begin();
+    ak->begin();
     for (size_t b0 = i0; b0 < i1 && ok; b0 += MB) {
         const size_t nk = DSATTN_MIN(MB, i1 - b0), nq = (nk + 31) / 32;
         for (size_t i = 0; i < 32 * nq + 32; i++) {
@@ -646,20 +642,19 @@ static int amx_part(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, si
             for (size_t t0 = 0; t0 < nk && ok; t0 += 16) {
                 const size_t nr = DSATTN_MIN((size_t)16, nk - t0);
                 for (size_t i = 0; i < nr; i++) mk->v32_row(r[t0 + i], KL, dr, dec + i * D);
-                ok &= dsattn_amx_rows_bf16(dec, D, nr, D, rows + t0 * D);
+                ok &= ak->rows_bf16(dec, D, nr, D, rows + t0 * D);
             }
             memset(rows + nk * D, 0, (32 * nq - nk) * D * sizeof(uint16_t));
             for (size_t i = 0; i < 32 * nq; i++) r[i] = (const uint8_t *)(rows + i * D);
             for (size_t i = 32 * nq; i < 32 * nq + 32; i++) r[i] = NULL;
             if (ok)
-                dsattn_amx_block(mk, qb, hp, D, KL, r, nk, D * 2, 1, 1, scale, v3, m, l, o,
-                                 ws);
+                ak->block(mk, qb, hp, D, KL, r, nk, D * 2, 1, 1, scale, v3, m, l, o, ws);
         } else {
-            dsattn_amx_block(mk, qb, hp, D, KL, r, nk, rb, !idx && nk == 32 * nq, 0, scale, v3,
-                             m, l, o, ws);
+            ak->block(mk, qb, hp, D, KL, r, nk, rb, !idx && nk == 32 * nq, 0, scale, v3, m, l, o,
+                      ws);
         }
     }
-    dsattn_amx_end();
+    ak->end();
     return ok;
 }
 
@@ -677,7 +672,8 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr, hp = (H + 31) / 32 * 32;
     const int fp8 = s->fmt == DSATTN_MLA_CACHE_LATENT_FP8;
-    if (!ctx->amx || !dsattn_amx_fits(hp, D, KL) || KL % 128 ||
+    const dsattn_amx_kern *ak = ctx->kt->amx;
+    if (!ak || !ak->fits(hp, D, KL) || KL % 128 ||
         !(fp8 || (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16 && s->row_bytes >= D * 2)))
         return 0;
     int nt = n_threads;
@@ -700,7 +696,7 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
         memcpy(Q + h * D, qa + h * KL, KL * sizeof(float));
         memcpy(Q + h * D + KL, qpe + h * dr, dr * sizeof(float));
     }
-    if (!dsattn_amx_pack_q(Q, D, H, hp, D, qb)) {
+    if (!ak->pack_q(Q, D, H, hp, D, qb)) {
         if (!ws_keep) dsattn_free(ws);
         return 0;
     }
@@ -715,8 +711,8 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
         uint8_t *pw = (uint8_t *)(o + hp * KL);
         for (size_t h = 0; h < hp; h++) { mm[h] = -INFINITY; ll[h] = 0.0f; }
         memset(o, 0, hp * KL * sizeof(float));
-        if (i0 < i1 && !amx_part(mk, qb, hp, D, KL, dr, cache, s->row_bytes, fp8, idx, i0, i1,
-                                 scale, v3, mm, ll, o, pw, fp8 ? pw + part : NULL)) {
+        if (i0 < i1 && !amx_part(ak, mk, qb, hp, D, KL, dr, cache, s->row_bytes, fp8, idx, i0,
+                                 i1, scale, v3, mm, ll, o, pw, fp8 ? pw + part : NULL)) {
 #pragma omp atomic write
             failed = 1;
         }
@@ -758,7 +754,7 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
     const dsattn_mla_config *c = &s->m->cfg;
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr;
-    const dsattn_mla_kern *mk = dsattn_mla_kern_for(ctx->k->name);
+    const dsattn_mla_kern *mk = ctx->kt->mla;
     dsattn_status ast = DSATTN_OK;
     if (mk && absorbed_row_amx(ctx, mk, s, l, qa, qpe, idx, n, v3, xo, n_threads, ws_keep, &ast))
         return ast;
@@ -797,7 +793,7 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
         memset(acc, 0, H * KL * sizeof(float));
         size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
         size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
-        if (i0 < i1) absorbed_part_fast(ctx->k, s, l, Q, idx, i0, i1, v3, mm, ll, acc, kb, sc, lut);
+        if (i0 < i1) absorbed_part_fast(ctx->kt, s, l, Q, idx, i0, i1, v3, mm, ll, acc, kb, sc, lut);
     }
     /* merge the partial softmax states into thread 0's */
     float *m0 = ws, *l0 = m0 + H, *a0 = l0 + H;

@@ -23,10 +23,8 @@
  */
 #include "mla.h"
 
-#include "amx_attn.h"
-#include "mla_kernels.h"
 #include "blas.h"
-#include "kernels.h"
+#include "ktab.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -150,8 +148,8 @@ static void scores_fast(const dsattn_mla_kern *mk, const float *qc, const float 
     }
 }
 
-/* AMX-BF16 form (amx_attn.h; contexts with ctx->amx): the queries are
- * E4M3 values (quantized above) and the keys E4M3 codes, bf16 numbers both,
+/* AMX-BF16 form (amx_attn.h; contexts whose table has the amx slot): the
+ * queries are E4M3 values (quantized above) and the keys E4M3 codes, bf16 numbers both,
  * so each logit k_j . q_h is a tile product of exact terms summed in fp32,
  * as the sgemm path sums them in another order; relu, weights and the key
  * scale as scores_fast.  Blocks of 256 keys over the threads; a NaN key
@@ -161,11 +159,12 @@ static int scores_amx(dsattn_ctx *ctx, const float *qc, const float *w, size_t H
                       const uint8_t *kcache, size_t kb, size_t n, float *score)
 {
     const size_t hp = (Hi + 31) / 32 * 32, MB = DSATTN_AMX_MB;
-    const dsattn_mla_kern *mk = dsattn_mla_kern_for(ctx->k->name);
-    if (!ctx->amx || !mk || !dsattn_amx_fits(hp, Di, Di) || Di % 32 || n < MB) return 0;
+    const dsattn_mla_kern *mk = ctx->kt->mla;
+    const dsattn_amx_kern *ak = ctx->kt->amx;
+    if (!ak || !mk || !ak->fits(hp, Di, Di) || Di % 32 || n < MB) return 0;
     uint16_t *qb = dsattn_alloc_array(hp * Di, sizeof(uint16_t));
     if (!qb) return 0;
-    int ok = dsattn_amx_pack_q(qc, Di, Hi, hp, Di, qb);
+    int ok = ak->pack_q(qc, Di, Hi, hp, Di, qb);
     const size_t nblk = (n + MB - 1) / MB;
     const float one = 1.0f;
 #pragma omp parallel num_threads(ctx->n_threads) if (ok && nblk > 1)
@@ -174,20 +173,20 @@ static int scores_amx(dsattn_ctx *ctx, const float *qc, const float *w, size_t H
         float *c = dsattn_alloc_array(MB * hp, sizeof(float));
         int mine = rows && c && ok;
         const int tiles = mine;          /* ok may change under other threads */
-        if (tiles) dsattn_amx_begin();
+        if (tiles) ak->begin();
 #pragma omp for schedule(static)
         for (size_t b = 0; b < nblk; b++) {
             if (!mine) continue;
             const size_t j0 = b * MB, nb = DSATTN_MIN(MB, n - j0), n32 = (nb + 31) / 32;
             for (size_t j = 0; j < nb && mine; j++)
-                mine = dsattn_amx_fp8_row_bf16(kcache + (j0 + j) * kb, &one, Di, Di, rows + j * Di);
+                mine = ak->fp8_row_bf16(kcache + (j0 + j) * kb, &one, Di, Di, rows + j * Di);
             if (!mine) continue;
             memset(rows + nb * Di, 0, (32 * n32 - nb) * Di * sizeof(uint16_t));
-            dsattn_amx_gemm_nt(qb, hp, Di, rows, n32, c, NULL, 0);
+            ak->gemm_nt(qb, hp, Di, rows, n32, c, NULL, 0);
             mk->relu_wsum(c, hp, nb, w, Hi, score + j0);
             for (size_t j = 0; j < nb; j++) score[j0 + j] *= get_f32le(kcache + (j0 + j) * kb + Di);
         }
-        if (tiles) dsattn_amx_end();
+        if (tiles) ak->end();
         if (!mine) {
 #pragma omp atomic write
             ok = 0;
@@ -215,7 +214,7 @@ void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
         float lut[256];
         for (int i = 0; i < 256; i++) lut[i] = dsattn_e4m3_to_f32((uint8_t)i);
         /* the head sum: the context's SIMD form, or the scalar one */
-        const dsattn_mla_kern *mk = dsattn_mla_kern_for(ctx->k->name);
+        const dsattn_mla_kern *mk = ctx->kt->mla;
         if (!mk) mk = &dsattn_mla_kern_ref;
         const size_t nblk = (n + IDX_BLOCK - 1) / IDX_BLOCK;
         int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;

@@ -8,7 +8,7 @@
 #include "blas.h"
 
 #include "internal.h"
-#include "kernels.h"
+#include "cpu.h"
 
 #include <limits.h>
 #include <omp.h>

@@ -1,13 +1,12 @@
-/* ctx.c - dsattn_ctx: the arithmetic mode, the kernel table and the thread
- * count.  A context owns no tensors; it is cheap to create one per mode. */
+/* ctx.c - dsattn_ctx: the arithmetic mode, the thread count, counters and
+ * the phase profile.  A context owns no tensors; it is cheap to create one
+ * per mode.  Its kernel table is chosen where the kernels live:
+ * dsattn_ctx_create, dsattn_ctx_isa_name and the AMX switch are in
+ * src/kernels/dispatch.c (core sits below the kernel layer). */
 #include "internal.h"
-#include "kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 dsattn_ctx_params dsattn_ctx_default_params(void)
 {
@@ -15,82 +14,11 @@ dsattn_ctx_params dsattn_ctx_default_params(void)
     return p;
 }
 
-static const dsattn_kernels *table_for(dsattn_isa isa)
-{
-    switch (isa) {
-    case DSATTN_ISA_AVX512: return dsattn_kernels_avx512_ptr;
-    case DSATTN_ISA_AVX2:   return dsattn_kernels_avx2_ptr;
-    default:                return &dsattn_kernels_ref;
-    }
-}
-
-static dsattn_isa isa_from_env(void)
-{
-    const char *e = getenv("DSATTN_ISA");
-    if (!e || !*e) return DSATTN_ISA_AUTO;
-    if (!strcmp(e, "ref"))    return DSATTN_ISA_REF;
-    if (!strcmp(e, "avx2"))   return DSATTN_ISA_AVX2;
-    if (!strcmp(e, "avx512")) return DSATTN_ISA_AVX512;
-    return DSATTN_ISA_AUTO;
-}
-
-dsattn_status dsattn_ctx_create(dsattn_ctx **out, const dsattn_ctx_params *p)
-{
-    if (!out) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_ctx_params d = p ? *p : dsattn_ctx_default_params();
-    if (d.mode != DSATTN_MODE_FAST && d.mode != DSATTN_MODE_REFERENCE)
-        return DSATTN_ERR_INVALID_ARG;
-    dsattn_isa isa = d.isa;
-    if (d.mode == DSATTN_MODE_REFERENCE) isa = DSATTN_ISA_REF;
-    if (isa == DSATTN_ISA_AUTO) isa = isa_from_env();
-    if (isa == DSATTN_ISA_AUTO) {
-        if (dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr) isa = DSATTN_ISA_AVX512;
-        else if (dsattn_cpu_has_avx2() && dsattn_kernels_avx2_ptr) isa = DSATTN_ISA_AVX2;
-        else isa = DSATTN_ISA_REF;
-    }
-    if (isa == DSATTN_ISA_AVX512 && !(dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr))
-        return DSATTN_ERR_UNSUPPORTED;
-    if (isa == DSATTN_ISA_AVX2 && !(dsattn_cpu_has_avx2() && dsattn_kernels_avx2_ptr))
-        return DSATTN_ERR_UNSUPPORTED;
-    if (isa < DSATTN_ISA_AUTO || isa > DSATTN_ISA_AVX512) return DSATTN_ERR_INVALID_ARG;
-
-    dsattn_ctx *c = calloc(1, sizeof *c);
-    if (!c) return DSATTN_ERR_NOMEM;
-    c->mode = d.mode;
-    c->phase = -1;
-    c->isa = isa;
-    c->k = table_for(isa);
-    const char *amx = getenv("DSATTN_AMX");
-    c->amx = isa == DSATTN_ISA_AVX512 && dsattn_cpu_has_amx_bf16() && !(amx && !strcmp(amx, "0"));
-#ifdef _OPENMP
-    c->n_threads = d.n_threads > 0 ? d.n_threads : omp_get_max_threads();
-#else
-    c->n_threads = 1;
-#endif
-    *out = c;
-    return DSATTN_OK;
-}
-
 void dsattn_ctx_destroy(dsattn_ctx *ctx)
 {
     if (!ctx) return;
     dsattn_free(ctx->lin_ws);
     free(ctx);
-}
-
-const char *dsattn_ctx_isa_name(const dsattn_ctx *ctx)
-{
-    return ctx ? ctx->k->name : "none";
-}
-
-int dsattn_ctx_amx(const dsattn_ctx *ctx) { return ctx ? ctx->amx : 0; }
-
-int dsattn_ctx_set_amx(dsattn_ctx *ctx, int on)
-{
-    if (!ctx) return 0;
-    ctx->amx = on && ctx->isa == DSATTN_ISA_AVX512 && dsattn_cpu_has_amx_bf16();
-    return ctx->amx;
 }
 
 dsattn_mode dsattn_ctx_mode(const dsattn_ctx *ctx) { return ctx->mode; }

@@ -19,15 +19,18 @@
 #include <time.h>
 
 struct dsattn_kernels;
+struct dsattn_ktab;
 
 struct dsattn_ctx {
     dsattn_mode                  mode;
     dsattn_isa                   isa;     /* resolved, never AUTO          */
     int                          n_threads;
-    const struct dsattn_kernels *k;       /* kernel table for `isa`        */
-    int                          amx;     /* AMX-BF16 forms allowed: avx512
-                                           * table, CPU and OS have them,
-                                           * $DSATTN_AMX is not "0"        */
+    /* every kernel this context runs, chosen once (src/kernels/ktab.h,
+     * dispatch.c); the AMX slot kt->amx is non-NULL when the AMX-BF16
+     * forms are allowed (avx512 table, CPU and OS have them, $DSATTN_AMX
+     * is not "0", dsattn_ctx_set_amx) */
+    const struct dsattn_ktab    *kt;
+    const struct dsattn_kernels *k;       /* = kt->k, the base table       */
     dsattn_counters              cnt;     /* flops / bytes, see dsattn.h   */
     int                          prof_on; /* dsattn_ctx_set_profiling      */
     int                          phase;   /* open phase, -1: none          */

@@ -50,8 +50,15 @@ int dsattn_amx_fits(size_t hp, size_t D, size_t C);
  * column 2n + e = q[16g + n][32s + 2k + e].  0 when a value is not a bf16
  * number (the caller keeps its FMA path). */
 int dsattn_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D, uint16_t *qb);
-/* scratch of dsattn_amx_block (any alignment) */
-size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C);
+/* scratch of dsattn_amx_block (any alignment): S^T [MB, hp] f32, P^T
+ * [hp, MB] bf16, V pairs [MB, C] bf16, staged keys [32, D] bf16, alpha
+ * [hp], alignment.  A size formula, the same on every build (callers size
+ * their workspace before they know the context). */
+static inline size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C)
+{
+    return (size_t)DSATTN_AMX_MB * hp * 4 + hp * DSATTN_AMX_MB * 2 + (size_t)DSATTN_AMX_MB * C * 2 +
+           32 * D * 2 + hp * 4 + 64;
+}
 void dsattn_amx_begin(void);
 void dsattn_amx_end(void);
 /* One block: key i's bf16 row at r[i] (i < nk); r[nk .. 32*ceil(nk/32)) are
@@ -91,5 +98,27 @@ int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, siz
 int dsattn_amx_rows_bf16(const float *x, size_t ldx, size_t nr, size_t d, uint16_t *out);
 /* out[h*C + c] = bf16(O(h, c) / den[h]) for h < nh (dsattn_round_bf16) */
 void dsattn_amx_finish(const float *o, size_t C, size_t nh, const float *den, float *out);
+
+/* The ktab slot (ktab.h): the entry points above, for algorithm code. */
+typedef struct dsattn_amx_kern {
+    const char *name;                                   /* "amx-bf16" */
+    int  (*fits)(size_t hp, size_t D, size_t C);
+    int  (*pack_q)(const float *q, size_t ldq, size_t H, size_t hp, size_t D, uint16_t *qb);
+    void (*begin)(void);
+    void (*end)(void);
+    void (*block)(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D, size_t C,
+                  const uint8_t *const *r, size_t nk, size_t stride, int contiguous, int hot,
+                  float scale, int bf16_scores, float *m, float *l, float *o, void *ws);
+    void (*gemm_nt)(const uint16_t *qb, size_t hp, size_t D, const uint16_t *rows, size_t n32,
+                    float *c, const uint8_t *pf, size_t pf_bytes);
+    int  (*fp8_row_bf16)(const uint8_t *w, const float *scale, size_t bs, size_t K,
+                         uint16_t *out);
+    int  (*rows_bf16)(const float *x, size_t ldx, size_t nr, size_t d, uint16_t *out);
+    void (*finish)(const float *o, size_t C, size_t nh, const float *den, float *out);
+} dsattn_amx_kern;
+
+/* NULL when the build has no AVX-512 path; the context puts it in its
+ * table only where dsattn_cpu_has_amx_bf16() */
+extern const dsattn_amx_kern *const dsattn_amx_avx512_ptr;
 
 #endif /* DSATTN_AMX_ATTN_H */

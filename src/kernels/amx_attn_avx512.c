@@ -67,13 +67,6 @@ int dsattn_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D,
     return bad == 0;
 }
 
-/* S^T [MB, hp] f32, P^T [hp, MB] bf16, V pairs [MB, C] bf16, staged keys
- * [32, D] bf16, alpha [hp], alignment */
-size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C)
-{
-    return (size_t)MB * hp * 4 + hp * MB * 2 + (size_t)MB * C * 2 + 32 * D * 2 + hp * 4 + 64;
-}
-
 /* 16 bf16 of P (fp32, finite, >= 0) by RNE, as 16-bit words */
 static inline __m256i bf16x16(__m512 x)
 {
@@ -328,6 +321,13 @@ void dsattn_amx_finish(const float *o, size_t C, size_t nh, const float *den, fl
     }
 }
 
+static const dsattn_amx_kern amx_avx512 = {
+    "amx-bf16", dsattn_amx_fits, dsattn_amx_pack_q, dsattn_amx_begin, dsattn_amx_end,
+    dsattn_amx_block, dsattn_amx_gemm_nt, dsattn_amx_fp8_row_bf16, dsattn_amx_rows_bf16,
+    dsattn_amx_finish,
+};
+const dsattn_amx_kern *const dsattn_amx_avx512_ptr = &amx_avx512;
+
 #else  /* no AVX-512 build: the AMX form does not exist (callers never get
         * here: dsattn_amx_fits says no) */
 
@@ -340,12 +340,6 @@ int dsattn_amx_fits(size_t hp, size_t D, size_t C)
 int dsattn_amx_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D, uint16_t *qb)
 {
     (void)q; (void)ldq; (void)H; (void)hp; (void)D; (void)qb;
-    return 0;
-}
-
-size_t dsattn_amx_ws_bytes(size_t hp, size_t D, size_t C)
-{
-    (void)hp; (void)D; (void)C;
     return 0;
 }
 
@@ -384,5 +378,7 @@ void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, 
     (void)mk; (void)qb; (void)hp; (void)D; (void)C; (void)r; (void)nk; (void)stride;
     (void)contiguous; (void)hot; (void)scale; (void)bf16_scores; (void)m; (void)l; (void)o; (void)ws;
 }
+
+const dsattn_amx_kern *const dsattn_amx_avx512_ptr = NULL;
 
 #endif

@@ -1,89 +1,170 @@
-/* dispatch.c - cpuid probes and the choice of kernel table.
+/* dispatch.c - the one place that chooses kernels: the context's table of
+ * tables (ktab.h) and the context constructor that fills it.
  *
- * The only process-wide state dsattn has is the CPU's feature set, which is
- * immutable.  The table is chosen per context (dsattn_ctx_create): ref in
- * reference mode, otherwise the best path the CPU runs unless $DSATTN_ISA
- * or the caller forces one.  valgrind cannot execute AVX-512, so forcing
- * DSATTN_ISA=ref (or avx2) must always work.
+ * Every context gets its own dsattn_ktab, filled once in dsattn_ctx_create
+ * (the AMX slot is toggled by dsattn_ctx_set_amx): ref in reference mode,
+ * otherwise the best path the CPU runs unless $DSATTN_ISA or the caller
+ * forces one.  valgrind cannot execute AVX-512, so forcing DSATTN_ISA=ref
+ * (or avx2) must always work; $DSATTN_AMX=0 keeps the AMX slot empty.
+ * Nothing else in dsattn looks at an ISA's name or calls an ISA's entry
+ * point directly: an ARM64 build adds its table here.
  */
-#include "kernels.h"
+#include "ktab.h"
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
-int dsattn_cpu_has_avx2(void)
+dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
-#endif
-}
-
-int dsattn_cpu_has_avx512(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-           dsattn_cpu_has_avx2();
-#else
-    return 0;
-#endif
-}
-
-/* AMX: the tile unit and the asked-for multiply (CPUID 7.0 EDX bit 24 TILE,
- * 25 INT8, 22 BF16), XTILECFG and XTILEDATA enabled by the OS (XCR0 bits
- * 17, 18), then the per-process permission for tile data
- * (ARCH_REQ_XCOMP_PERM, XFEATURE 18), asked once.  Many machines dsattn
- * runs on have none of it: every AMX path has an AVX-512 twin. */
-static int amx_probe(unsigned edx_bit)
-{
-#if defined(__x86_64__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << edx_bit)))
-        return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))            /* OSXSAVE */
-        return 0;
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
-    if ((lo & (3u << 17)) != (3u << 17)) return 0;
-    static int perm = -1;                 /* the permission, asked once */
-    int p = __atomic_load_n(&perm, __ATOMIC_ACQUIRE);
-    if (p < 0) {
-        p = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-        __atomic_store_n(&perm, p, __ATOMIC_RELEASE);
+    memset(t, 0, sizeof *t);
+    t->wdq = &dsattn_wdequant_ref;
+    t->vmath = &dsattn_vmath_ref;
+    switch (isa) {
+    case DSATTN_ISA_REF:
+        t->k = &dsattn_kernels_ref;
+        break;
+    case DSATTN_ISA_AVX2:
+        if (!(dsattn_cpu_has_avx2() && dsattn_kernels_avx2_ptr)) return DSATTN_ERR_UNSUPPORTED;
+        t->k = dsattn_kernels_avx2_ptr;
+        break;
+    case DSATTN_ISA_AVX512:
+        if (!(dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr))
+            return DSATTN_ERR_UNSUPPORTED;
+        t->k = dsattn_kernels_avx512_ptr;
+        t->mla = dsattn_mla_kern_avx512_ptr;
+        t->sa = dsattn_sa_kern_avx512_ptr;
+        t->pgemm = dsattn_pgemm_avx512_ptr;
+        if (dsattn_wdequant_avx512_ptr) t->wdq = dsattn_wdequant_avx512_ptr;
+        if (dsattn_vmath_avx512_ptr) t->vmath = dsattn_vmath_avx512_ptr;
+        t->mha = dsattn_mha_kern_avx512_ptr;
+        t->amx = amx && dsattn_cpu_has_amx_bf16() ? dsattn_amx_avx512_ptr : NULL;
+        t->index = dsattn_index_vnni_ptr;
+        break;
+    default:
+        return DSATTN_ERR_INVALID_ARG;
     }
-    return p;
+    t->name = t->k->name;
+    return DSATTN_OK;
+}
+
+void dsattn_ktab_scalar(dsattn_ktab *t)
+{
+    memset(t, 0, sizeof *t);
+    t->name = "scalar";
+    t->k = &dsattn_kernels_ref;
+    t->mla = &dsattn_mla_kern_ref;
+    t->sa = &dsattn_sa_kern_ref;
+    t->pgemm = &dsattn_pgemm_ref;
+    t->wdq = &dsattn_wdequant_ref;
+    t->vmath = &dsattn_vmath_ref;
+}
+
+const char *dsattn_ktab_slot_name(size_t i)
+{
+    static const char *const n[DSATTN_KTAB_SLOTS] = {
+        "k", "mla", "sa", "pgemm", "wdq", "vmath", "mha", "amx", "index" };
+    return i < DSATTN_KTAB_SLOTS ? n[i] : "?";
+}
+
+const char *dsattn_ktab_impl_name(const dsattn_ktab *t, size_t i)
+{
+    const char *s = NULL;
+    switch (i) {
+    case 0: s = t->k ? t->k->name : NULL; break;
+    case 1: s = t->mla ? t->mla->name : NULL; break;
+    case 2: s = t->sa ? t->sa->name : NULL; break;
+    case 3: s = t->pgemm ? t->pgemm->name : NULL; break;
+    case 4: s = t->wdq ? t->wdq->name : NULL; break;
+    case 5: s = t->vmath ? t->vmath->name : NULL; break;
+    case 6: s = t->mha ? t->mha->name : NULL; break;
+    case 7: s = t->amx ? t->amx->name : NULL; break;
+    case 8: s = t->index ? t->index->name : NULL; break;
+    default: break;
+    }
+    return s ? s : "-";
+}
+
+/* ==== The context: where the table is chosen ============================ */
+
+/* The context and its table in one allocation (dsattn_ctx_destroy frees
+ * the context, the first member). */
+typedef struct {
+    dsattn_ctx  c;
+    dsattn_ktab t;
+} ctx_with_table;
+
+static dsattn_isa isa_from_env(void)
+{
+    const char *e = getenv("DSATTN_ISA");
+    if (!e || !*e) return DSATTN_ISA_AUTO;
+    if (!strcmp(e, "ref"))    return DSATTN_ISA_REF;
+    if (!strcmp(e, "avx2"))   return DSATTN_ISA_AVX2;
+    if (!strcmp(e, "avx512")) return DSATTN_ISA_AVX512;
+    return DSATTN_ISA_AUTO;
+}
+
+static int amx_from_env(void)
+{
+    const char *amx = getenv("DSATTN_AMX");
+    return !(amx && !strcmp(amx, "0"));
+}
+
+dsattn_status dsattn_ctx_create(dsattn_ctx **out, const dsattn_ctx_params *p)
+{
+    if (!out) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    dsattn_ctx_params d = p ? *p : dsattn_ctx_default_params();
+    if (d.mode != DSATTN_MODE_FAST && d.mode != DSATTN_MODE_REFERENCE)
+        return DSATTN_ERR_INVALID_ARG;
+    dsattn_isa isa = d.isa;
+    if (d.mode == DSATTN_MODE_REFERENCE) isa = DSATTN_ISA_REF;
+    if (isa == DSATTN_ISA_AUTO) isa = isa_from_env();
+    if (isa == DSATTN_ISA_AUTO) {
+        if (dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr) isa = DSATTN_ISA_AVX512;
+        else if (dsattn_cpu_has_avx2() && dsattn_kernels_avx2_ptr) isa = DSATTN_ISA_AVX2;
+        else isa = DSATTN_ISA_REF;
+    }
+    if (isa < DSATTN_ISA_AUTO || isa > DSATTN_ISA_AVX512) return DSATTN_ERR_INVALID_ARG;
+    dsattn_ktab t;
+    dsattn_status st = dsattn_ktab_fill(&t, isa, amx_from_env());
+    if (st) return st;
+
+    ctx_with_table *ct = calloc(1, sizeof *ct);
+    if (!ct) return DSATTN_ERR_NOMEM;
+    dsattn_ctx *c = &ct->c;
+    ct->t = t;
+    c->mode = d.mode;
+    c->phase = -1;
+    c->isa = isa;
+    c->kt = &ct->t;
+    c->k = ct->t.k;
+#ifdef _OPENMP
+    c->n_threads = d.n_threads > 0 ? d.n_threads : omp_get_max_threads();
 #else
-    (void)edx_bit;
-    return 0;
+    c->n_threads = 1;
 #endif
+    *out = c;
+    return DSATTN_OK;
 }
 
-int dsattn_cpu_has_amx_int8(void)
+const char *dsattn_ctx_isa_name(const dsattn_ctx *ctx)
 {
-    static int have = -1;                 /* immutable once known, like cpuid */
-    int h = __atomic_load_n(&have, __ATOMIC_ACQUIRE);
-    if (h < 0) {
-        h = amx_probe(25);
-        __atomic_store_n(&have, h, __ATOMIC_RELEASE);
-    }
-    return h;
+    return ctx ? ctx->kt->name : "none";
 }
 
-int dsattn_cpu_has_amx_bf16(void)
+int dsattn_ctx_amx(const dsattn_ctx *ctx) { return ctx ? ctx->kt->amx != NULL : 0; }
+
+int dsattn_ctx_set_amx(dsattn_ctx *ctx, int on)
 {
-    static int have = -1;
-    int h = __atomic_load_n(&have, __ATOMIC_ACQUIRE);
-    if (h < 0) {
-        h = amx_probe(22) && dsattn_cpu_has_avx512();
-        __atomic_store_n(&have, h, __ATOMIC_RELEASE);
-    }
-    return h;
+    if (!ctx) return 0;
+    /* the context's own table (ctx_with_table): only this slot changes */
+    dsattn_ktab *t = &((ctx_with_table *)ctx)->t;
+    t->amx = on && ctx->isa == DSATTN_ISA_AVX512 && dsattn_cpu_has_amx_bf16()
+                 ? dsattn_amx_avx512_ptr : NULL;
+    return t->amx != NULL;
 }

@@ -39,4 +39,17 @@ void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
                               size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
                               float *score);
 
+/* The ktab slot (ktab.h): the entry points above, for algorithm code. */
+typedef struct dsattn_index_kern {
+    const char *name;                                   /* "vnni" */
+    int  (*ok)(size_t nh, size_t dh);
+    int  (*prepare)(dsattn_index_vnni_q *p, const float *q, size_t nh, size_t dh,
+                    const float *w);
+    void (*scores)(const dsattn_index_vnni_q *p, const uint8_t *base, size_t row_bytes,
+                   const int32_t *sel, size_t j0, size_t n, float *score);
+} dsattn_index_kern;
+
+/* NULL when the build has no x86-64 path */
+extern const dsattn_index_kern *const dsattn_index_vnni_ptr;
+
 #endif

@@ -449,6 +449,11 @@ VNNI_TARGET void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p,
     }
 }
 
+static const dsattn_index_kern index_vnni = {
+    "vnni", dsattn_index_vnni_ok, dsattn_index_vnni_prepare, dsattn_index_vnni_scores,
+};
+const dsattn_index_kern *const dsattn_index_vnni_ptr = &index_vnni;
+
 #else
 
 int dsattn_index_vnni_ok(size_t nh, size_t dh) { (void)nh; (void)dh; return 0; }
@@ -462,5 +467,7 @@ void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
                               size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
                               float *score)
 { (void)p; (void)base; (void)row_bytes; (void)sel; (void)j0; (void)n; (void)score; }
+
+const dsattn_index_kern *const dsattn_index_vnni_ptr = NULL;
 
 #endif

@@ -1,7 +1,8 @@
 /* kernels.h - the ISA-dispatched kernel table.
  *
  * Algorithm code (src/ops, src/attn) never contains ISA ifdefs; it calls
- * through a dsattn_kernels table chosen once per context.  The `ref` table
+ * through a dsattn_kernels table chosen once per context (the `k` slot of
+ * the context's table of tables, ktab.h).  The `ref` table
  * (kernels_ref.c) is the scalar reference of every entry and is never
  * deleted: it follows the arithmetic contract of the golden cases - every
  * product formed exactly, accumulated in double, rounded ONCE to fp32 - so a
@@ -15,6 +16,8 @@
  */
 #ifndef DSATTN_KERNELS_H
 #define DSATTN_KERNELS_H
+
+#include "cpu.h"          /* the probes the tables are chosen by */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -138,13 +141,5 @@ void dsattn_act_quant_fp8_pow2_ref(const float *x, size_t n, size_t block, float
 /* NULL when the build has no such path (non-x86 compilers). */
 extern const dsattn_kernels *const dsattn_kernels_avx2_ptr;
 extern const dsattn_kernels *const dsattn_kernels_avx512_ptr;
-
-/* cpuid: does this CPU (and OS) run the path? */
-int dsattn_cpu_has_avx2(void);     /* avx2 + fma + f16c              */
-int dsattn_cpu_has_avx512(void);   /* avx512f + bw + vl + dq        */
-/* AMX tiles with INT8 / BF16 multiplies, usable by this process (the OS
- * enables the tile state and grants the permission; asked once) */
-int dsattn_cpu_has_amx_int8(void);
-int dsattn_cpu_has_amx_bf16(void);
 
 #endif /* DSATTN_KERNELS_H */

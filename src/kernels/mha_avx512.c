@@ -29,6 +29,8 @@
  */
 #include "mha_kernels.h"
 
+#include "internal.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -331,10 +333,12 @@ static void attend_avx512(const float *q, size_t G, size_t d, const uint16_t *K,
         }
 }
 
-const dsattn_mha_attend_fn dsattn_mha_attend_avx512_ptr = attend_avx512;
+static const dsattn_mha_kern mha_avx512 = { "avx512", attend_avx512,
+                                            dsattn_mha_attend_ws_bytes };
+const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr = &mha_avx512;
 
 #else  /* no AVX-512 compiler support: no such path */
 
-const dsattn_mha_attend_fn dsattn_mha_attend_avx512_ptr = 0;
+const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr = 0;
 
 #endif

@@ -1,7 +1,8 @@
 /* mha_kernels.h - internal: the fast attention kernel of MHA / GQA
  * (DeepSeek-LLM 7B / 67B): one query token against one KV head's bf16
- * cache (src/attn/mha.h layout: K and V key-tiled), for the G query
- * heads of its group at once.
+ * cache (K and V key-tiled: the layout is described in src/attn/mha.h,
+ * its two tile widths are defined here, where the kernel reads them), for
+ * the G query heads of its group at once.
  *
  * The arithmetic is the fast-mode contract of src/attn/mha_forward.c, the
  * same roundings as the reference with fp32 accumulation:
@@ -17,10 +18,12 @@
 #ifndef DSATTN_MHA_KERNELS_H
 #define DSATTN_MHA_KERNELS_H
 
-#include "mha.h"
-
 #include <stddef.h>
 #include <stdint.h>
+
+/* Tokens per K tile and per V tile of the MHA cache (src/attn/mha.h). */
+#define DSATTN_MHA_KTILE 32
+#define DSATTN_MHA_VTILE 64
 
 /* q [G][d] (bf16 values), K / V this KV head's caches (offset
  * dsattn_mha_k_index / v_index(cap, d, g, 0, 0)), T visible keys (1 <= T
@@ -34,7 +37,14 @@ typedef void (*dsattn_mha_attend_fn)(const float *q, size_t G, size_t d, const u
  * probabilities and accumulators (all 64-byte aligned pieces). */
 size_t dsattn_mha_attend_ws_bytes(size_t G, size_t T);
 
+/* The ktab slot (ktab.h): a named attend kernel and its scratch size. */
+typedef struct dsattn_mha_kern {
+    const char           *name;                  /* "avx512" */
+    dsattn_mha_attend_fn  attend;
+    size_t              (*ws_bytes)(size_t G, size_t T);
+} dsattn_mha_kern;
+
 /* NULL when the compiler could not build AVX-512 code. */
-extern const dsattn_mha_attend_fn dsattn_mha_attend_avx512_ptr;
+extern const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr;
 
 #endif

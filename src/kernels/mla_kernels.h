@@ -105,11 +105,6 @@ extern const dsattn_mla_kern dsattn_mla_kern_ref;
 /* NULL when the build has no AVX-512 path */
 extern const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr;
 
-/* The table for a context kernel table's name ("ref", "avx2", "avx512"):
- * the avx512 table for "avx512" (when built), else NULL - the caller keeps
- * its generic path. */
-const dsattn_mla_kern *dsattn_mla_kern_for(const char *isa);
-
 /* Pack q [H rows of ldq floats, D used] into groups (see qk): hp heads,
  * rows h >= H zero.  qp has hp * D floats. */
 void dsattn_mla_pack_q(const float *q, size_t ldq, size_t H, size_t hp, size_t D, float *qp);

@@ -170,9 +170,3 @@ const dsattn_mla_kern dsattn_mla_kern_ref = {
     fp8w_axpy_ref, fp8w_dot_ref, fp8w_axpy4_ref, fp8w_dot4_ref, bf16w_axpy_ref, round_bf16_ref,
     relu_wsum_ref,
 };
-
-const dsattn_mla_kern *dsattn_mla_kern_for(const char *isa)
-{
-    if (isa && !strcmp(isa, "avx512")) return dsattn_mla_kern_avx512_ptr;
-    return NULL;
-}

@@ -42,9 +42,3 @@ static void tile_fp8_ref(const uint8_t *w, size_t K, const float *const *sc, siz
 }
 
 const dsattn_pgemm_kern dsattn_pgemm_ref = {"ref", pack_b_ref, tile_ref, tile_fp8_ref};
-
-const dsattn_pgemm_kern *dsattn_pgemm_for(const char *isa)
-{
-    if (isa && !strcmp(isa, "avx512")) return dsattn_pgemm_avx512_ptr;
-    return NULL;
-}

@@ -43,8 +43,4 @@ extern const dsattn_pgemm_kern dsattn_pgemm_ref;
 /* NULL when the build has no AVX-512 path */
 extern const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr;
 
-/* The table for a context kernel table's name: the AVX-512 table for
- * "avx512" (when built), else NULL (the caller keeps its sgemm path). */
-const dsattn_pgemm_kern *dsattn_pgemm_for(const char *isa);
-
 #endif /* DSATTN_PGEMM_H */

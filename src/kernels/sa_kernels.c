@@ -82,9 +82,3 @@ static void pv_ref(const float *p, size_t ldp, size_t hp, const float *rows, siz
 const dsattn_sa_kern dsattn_sa_kern_ref = {
     "ref", finish_ref, rows_ref, rows_bf16_ref, qk_ref, pv_ref,
 };
-
-const dsattn_sa_kern *dsattn_sa_kern_for(const char *isa)
-{
-    if (isa && !strcmp(isa, "avx512")) return dsattn_sa_kern_avx512_ptr;
-    return NULL;
-}

@@ -66,8 +66,4 @@ extern const dsattn_sa_kern dsattn_sa_kern_ref;
 /* NULL when the build has no AVX-512 path */
 extern const dsattn_sa_kern *const dsattn_sa_kern_avx512_ptr;
 
-/* The table for a context kernel table's name: the avx512 one for
- * "avx512" (when built), else NULL. */
-const dsattn_sa_kern *dsattn_sa_kern_for(const char *isa);
-
 #endif /* DSATTN_SA_KERNELS_H */

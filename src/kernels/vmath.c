@@ -1,7 +1,5 @@
-/* vmath.c - scalar reference of vmath.h and the runtime choice. */
+/* vmath.c - scalar reference of vmath.h and its table (the ktab slot). */
 #include "vmath.h"
-
-#include "kernels.h"
 
 #include <math.h>
 
@@ -15,10 +13,11 @@ float dsattn_exp_sub_sum_ref(float *x, size_t n, float m)
     return s;
 }
 
-dsattn_exp_sub_sum_fn dsattn_exp_sub_sum_best(void)
-{
+const dsattn_vmath_kern dsattn_vmath_ref = { "ref", dsattn_exp_sub_sum_ref };
+
 #if defined(__x86_64__)
-    if (dsattn_cpu_has_avx512()) return dsattn_exp_sub_sum_avx512;
+static const dsattn_vmath_kern vmath_avx512 = { "avx512", dsattn_exp_sub_sum_avx512 };
+const dsattn_vmath_kern *const dsattn_vmath_avx512_ptr = &vmath_avx512;
+#else
+const dsattn_vmath_kern *const dsattn_vmath_avx512_ptr = NULL;
 #endif
-    return dsattn_exp_sub_sum_ref;
-}

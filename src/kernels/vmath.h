@@ -21,7 +21,14 @@ float dsattn_exp_sub_sum_avx512(float *x, size_t n, float m);
  * with the same cut). */
 void dsattn_exp_ftz_avx512(const float *x, size_t n, float *out);
 
-/* The best implementation this CPU runs (AVX-512 when it has it). */
-dsattn_exp_sub_sum_fn dsattn_exp_sub_sum_best(void);
+/* The ktab slot (ktab.h): one named form of exp_sub_sum. */
+typedef struct dsattn_vmath_kern {
+    const char            *name;                 /* "ref", "avx512" */
+    dsattn_exp_sub_sum_fn  exp_sub_sum;
+} dsattn_vmath_kern;
+
+extern const dsattn_vmath_kern dsattn_vmath_ref;
+/* NULL when the build has no x86-64 path */
+extern const dsattn_vmath_kern *const dsattn_vmath_avx512_ptr;
 
 #endif

@@ -1,10 +1,7 @@
-/* wdequant.c - scalar reference of wdequant.h and the runtime choice. */
+/* wdequant.c - scalar reference of wdequant.h and its table (the ktab slot). */
 #include "wdequant.h"
 
-#include "kernels.h"
 #include "numfmt.h"
-
-#include <string.h>
 
 void dsattn_fp8_row_f32_ref(const uint8_t *w, const float *scale, size_t bs, size_t k,
                             float *out)
@@ -12,15 +9,11 @@ void dsattn_fp8_row_f32_ref(const uint8_t *w, const float *scale, size_t bs, siz
     for (size_t i = 0; i < k; i++) out[i] = dsattn_e4m3_to_f32(w[i]) * scale[i / bs];
 }
 
-dsattn_fp8_row_fn dsattn_fp8_row_for(const char *isa)
-{
+const dsattn_wdequant_kern dsattn_wdequant_ref = { "ref", dsattn_fp8_row_f32_ref };
+
 #if defined(__x86_64__)
-    /* the context's table, not the CPU: DSATTN_ISA=avx2 / ref must keep
-     * AVX-512 code out of the run (and the table is only "avx512" when the
-     * CPU has it) */
-    if (isa && !strcmp(isa, "avx512")) return dsattn_fp8_row_f32_avx512;
+static const dsattn_wdequant_kern wdequant_avx512 = { "avx512", dsattn_fp8_row_f32_avx512 };
+const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr = &wdequant_avx512;
 #else
-    (void)isa;
+const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr = NULL;
 #endif
-    return dsattn_fp8_row_f32_ref;
-}

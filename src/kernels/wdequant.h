@@ -16,8 +16,14 @@ void dsattn_fp8_row_f32_ref(const uint8_t *w, const float *scale, size_t bs, siz
                             float *out);
 void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, size_t k,
                                float *out);
-/* the row decoder of kernel table `isa` (dsattn_kernels.name): the AVX-512
- * one for "avx512", else the scalar reference */
-dsattn_fp8_row_fn dsattn_fp8_row_for(const char *isa);
+/* The ktab slot (ktab.h): one named row decoder. */
+typedef struct dsattn_wdequant_kern {
+    const char        *name;                     /* "ref", "avx512" */
+    dsattn_fp8_row_fn  fp8_row;
+} dsattn_wdequant_kern;
+
+extern const dsattn_wdequant_kern dsattn_wdequant_ref;
+/* NULL when the build has no x86-64 path */
+extern const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr;
 
 #endif

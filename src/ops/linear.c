@@ -24,12 +24,8 @@
 #include "blas.h"
 #include "ops.h"
 
-#include "amx_attn.h"
-#include "kernels.h"
-#include "mla_kernels.h"
+#include "ktab.h"
 #include "numfmt.h"
-#include "pgemm.h"
-#include "wdequant.h"
 
 #include <math.h>
 #include <omp.h>
@@ -313,7 +309,7 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
     float *ws = lin_scratch(ctx, need, &own);
     if (!ws) return DSATTN_ERR_NOMEM;
     float *bp = ws, *tbuf = bp + nb;
-    const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_for(ctx->k->name);
+    const dsattn_fp8_row_fn fp8_row = ctx->kt->wdq->fp8_row;
     const int fused = W->kind == DSATTN_W_FP8 && W->block % 16 == 0 && K % 16 == 0;
 #pragma omp parallel num_threads(nthr)
     {
@@ -370,7 +366,8 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
     return DSATTN_OK;
 }
 
-/* The prefill path on AMX-BF16 tiles (contexts with ctx->amx; amx_attn.h).
+/* The prefill path on AMX-BF16 tiles (contexts whose table has the amx
+ * slot; amx_attn.h).
  * The reference's FP8 linear() quantizes the activations to E4M3 times a
  * power-of-two scale, and FP8 weights with UE8M0 / power-of-two block
  * scales decode to E4M3 times a power of two: both are bf16 numbers, so a
@@ -389,7 +386,8 @@ static int prefill_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_
                        size_t ldy, dsattn_out_round round, dsattn_status *st)
 {
     const size_t K = W->cols, R = W->rows, Rg = R / G;
-    if (!ctx->amx || K % 32 || Rg % 32 || n_tok == 0 ||
+    const dsattn_amx_kern *ak = ctx->kt->amx;
+    if (!ak || K % 32 || Rg % 32 || n_tok == 0 ||
         !((W->kind == DSATTN_W_FP8 && W->finite) || W->kind == DSATTN_W_BF16))
         return 0;
     size_t tc = ((size_t)1 << 20) / (2 * K) / 32 * 32;        /* tokens per chunk */
@@ -410,13 +408,13 @@ static int prefill_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_
     if (!ws) { *st = DSATTN_ERR_NOMEM; return 1; }
     uint16_t *qb = (uint16_t *)ws;
     uint8_t *tws = ws + (qbytes + 63) / 64 * 64;
-    const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_for(ctx->k->name);
+    const dsattn_fp8_row_fn fp8_row = ctx->kt->wdq->fp8_row;
     const size_t n_pan = R / 32;
     int failed = 0;
     for (size_t c0 = 0; c0 < n_tok && !failed; c0 += tc) {
         const size_t nc = DSATTN_MIN(tc, n_tok - c0);
         for (size_t g = 0; g < G && !failed; g++)
-            failed = !dsattn_amx_pack_q(x + g * gx + c0 * ldx, ldx, nc, tc, K, qb + g * tc * K);
+            failed = !ak->pack_q(x + g * gx + c0 * ldx, ldx, nc, tc, K, qb + g * tc * K);
         if (failed) break;
 #pragma omp parallel num_threads(nthr)
         {
@@ -424,7 +422,7 @@ static int prefill_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_
             uint16_t *rows = (uint16_t *)mine;
             float *frow = (float *)(mine + 32 * K * 2), *cb = frow + K;
             int bad = 0;
-            dsattn_amx_begin();
+            ak->begin();
             /* interleaved panels: a thread's next panel is known, and its
              * weight rows are prefetched while this panel's tiles run (the
              * decode waited on memory otherwise: 4 KB rows, a new stream
@@ -445,21 +443,21 @@ static int prefill_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_
                         const uint8_t *wr = (const uint8_t *)W->data + (r0 + r) * K;
                         const float *sr = W->scale + ((r0 + r) / W->block) * ldsc;
                         if (W->block % 32 == 0) {
-                            bad = !dsattn_amx_fp8_row_bf16(wr, sr, W->block, K, rows + r * K);
+                            bad = !ak->fp8_row_bf16(wr, sr, W->block, K, rows + r * K);
                         } else {
                             fp8_row(wr, sr, W->block, K, frow);
-                            bad = !dsattn_amx_rows_bf16(frow, K, 1, K, rows + r * K);
+                            bad = !ak->rows_bf16(frow, K, 1, K, rows + r * K);
                         }
                     }
                     pr = rows;
                 }
                 if (bad) continue;
-                dsattn_amx_gemm_nt(qb + g * tc * K, tc, K, pr, 1, cb, pf, pf ? 32 * K * wb : 0);
+                ak->gemm_nt(qb + g * tc * K, tc, K, pr, 1, cb, pf, pf ? 32 * K * wb : 0);
                 if (round == DSATTN_OUT_BF16) mk->round_bf16(cb, 32 * tc);
                 for (size_t t = 0; t < nc; t++)
                     for (size_t r = 0; r < 32; r++) y[(c0 + t) * ldy + r0 + r] = cb[r * tc + t];
             }
-            dsattn_amx_end();
+            ak->end();
             if (bad) {
 #pragma omp atomic write
                 failed = 1;
@@ -478,8 +476,8 @@ static int prefill_avx512(dsattn_ctx *ctx, const dsattn_weight *W, size_t G, con
                           size_t ldx, size_t gx, size_t n_tok, float *y, size_t ldy,
                           dsattn_out_round round, dsattn_status *st)
 {
-    const dsattn_pgemm_kern *pk = dsattn_pgemm_for(ctx->k->name);
-    const dsattn_mla_kern *mk = dsattn_mla_kern_for(ctx->k->name);
+    const dsattn_pgemm_kern *pk = ctx->kt->pgemm;
+    const dsattn_mla_kern *mk = ctx->kt->mla;
     if (!pk || !mk) return 0;
     if (!prefill_amx(ctx, mk, W, G, x, ldx, gx, n_tok, y, ldy, round, st))
         *st = prefill_tiled(ctx, pk, mk, W, G, x, ldx, gx, n_tok, y, ldy, round);
@@ -518,7 +516,7 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
         const int nthr = DSATTN_MAX(1, ctx->n_threads);
         float *wbuf = dsattn_alloc_array((size_t)nthr * panel * K, sizeof(float));
         if (!wbuf) return DSATTN_ERR_NOMEM;
-        const dsattn_fp8_row_fn fp8_row = dsattn_fp8_row_for(ctx->k->name);
+        const dsattn_fp8_row_fn fp8_row = ctx->kt->wdq->fp8_row;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nthr)
         for (size_t pi = 0; pi < n_pan; pi++) {
             size_t r0 = pi * panel, n = DSATTN_MIN(panel, R - r0);
@@ -612,7 +610,7 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     if ((W->kind == DSATTN_W_FP8 && Rg % W->block) || (W->kind == DSATTN_W_FP4 && W->cols % 32))
         return DSATTN_ERR_UNSUPPORTED;
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
-        (!dsattn_pgemm_for(ctx->k->name) || !dsattn_mla_kern_for(ctx->k->name))) {
+        (!ctx->kt->pgemm || !ctx->kt->mla)) {
         /* prefill-sized without register tiles: the panel + sgemm path,
          * one group at a time */
         for (size_t g = 0; g < G; g++) {

@@ -18,13 +18,8 @@
 #include "blas.h"
 #include "ops.h"
 
-#include "amx_attn.h"
-#include "index_vnni.h"
-#include "kernels.h"
-#include "mla_kernels.h"
+#include "ktab.h"
 #include "numfmt.h"
-#include "sa_kernels.h"
-#include "vmath.h"
 
 #include <math.h>
 
@@ -180,8 +175,7 @@ static void sparse_attn_fast(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
                              float scale, float max_init, float *out, float *ws)
 {
     const dsattn_kernels *k = ctx->k;
-    const dsattn_exp_sub_sum_fn vexp = ctx->isa == DSATTN_ISA_AVX512 ? dsattn_exp_sub_sum_avx512
-                                                                     : dsattn_exp_sub_sum_ref;
+    const dsattn_exp_sub_sum_fn vexp = ctx->kt->vmath->exp_sub_sum;
     float *rows = ws, *sc = rows + SA_BLOCK * d, *acc = sc + nh * SA_BLOCK;
     float *mx = acc + nh * d, *sum = mx + nh, *fs = sum + nh;
     float *dots = fs + nh;              /* [64][nh] scores, row-major by entry */
@@ -390,7 +384,7 @@ static void sparse_attn_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *mk,
 
 static float *align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
-/* AMX form (amx_attn.h; contexts with ctx->amx): the valid rows of each
+/* AMX form (amx_attn.h; contexts whose table has the amx slot): the valid rows of each
  * block of 64 indices are decoded to bf16 - V4.1 packed rows by rows_bf16,
  * other layouts by the tiled path's row decoders and a bf16-number check -
  * and run through one tile block, q packed once; the next block's rows are
@@ -405,14 +399,15 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
                            float *ws)
 {
     const size_t hp = (nh + 31) / 32 * 32, MB = DSATTN_AMX_MB, ld = d + 16;
-    if (!ctx->amx || !dsattn_amx_fits(hp, d, d)) return 0;
+    const dsattn_amx_kern *ak = ctx->kt->amx;
+    if (!ak || !ak->fits(hp, d, d)) return 0;
     uint16_t *qb = (uint16_t *)align64(ws);
     float *o = align64((float *)(qb + hp * d));
     float *mx = o + hp * d, *sum = mx + hp, *den = sum + hp;
     uint16_t *rows = (uint16_t *)align64(den + hp);
     float *dec = align64((float *)(rows + MB * d));
     void *bw = align64(dec + DSATTN_MLA_KT * ld);
-    if (!dsattn_amx_pack_q(q, d, nh, hp, d, qb)) return 0;
+    if (!ak->pack_q(q, d, nh, hp, d, qb)) return 0;
     const size_t nrows = cat_rows(s0, s1);
     const uint8_t *ptr[SA_BLOCK], *nptr[SA_BLOCK];
     const dsattn_kv_src *src[SA_BLOCK], *nsrc[SA_BLOCK];
@@ -421,7 +416,7 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
     int nan_sum = 0, seen = 0, ok = 1;
     size_t nv = n_idx ? block_rows(s0, s1, nrows, idx, 0, DSATTN_MIN((size_t)SA_BLOCK, n_idx),
                                    ptr, src) : 0;
-    dsattn_amx_begin();
+    ak->begin();
     for (size_t b0 = 0; b0 < n_idx && ok; b0 += SA_BLOCK) {
         /* one tile block per block of 64 indices: the reference rounds P
          * to bf16 against the running max of each such block, and matching
@@ -451,7 +446,7 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
                 ok &= sk->rows_bf16(ptr + t0, kinds, nr, d, rows + t0 * d);
             } else {
                 decode_tile(ctx->k, sk, ptr + t0, src + t0, nr, d, dec, ld);
-                ok &= dsattn_amx_rows_bf16(dec, ld, nr, d, rows + t0 * d);
+                ok &= ak->rows_bf16(dec, ld, nr, d, rows + t0 * d);
             }
         }
         if (!ok) break;
@@ -463,19 +458,19 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
             const uint8_t *tp[SA_BLOCK + 32];
             for (size_t i = 0; i < 32 * nq + 32; i++)
                 tp[i] = i < 32 * nq ? (const uint8_t *)(rows + i * d) : NULL;
-            dsattn_amx_block(mk, qb, hp, d, d, tp, nv, d * 2, 1, 1, scale, 0, mx, sum, o, bw);
+            ak->block(mk, qb, hp, d, d, tp, nv, d * 2, 1, 1, scale, 0, mx, sum, o, bw);
         }
         memcpy(ptr, nptr, nn * sizeof *ptr);
         memcpy(src, nsrc, nn * sizeof *src);
         nv = nn;
     }
-    dsattn_amx_end();
+    ak->end();
     if (!ok) return 0;
     for (size_t h = 0; h < nh; h++) {
         den[h] = sink ? sum[h] + expf(sink[h] - mx[h]) : sum[h];
         if (nan_sum) den[h] = NAN;
     }
-    dsattn_amx_finish(o, d, nh, den, out);
+    ak->finish(o, d, nh, den, out);
     return 1;
 }
 
@@ -491,8 +486,7 @@ void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
     for (size_t j = 0; j < n_idx; j++) nvalid += idx[j] >= 0 && (size_t)idx[j] < nrows;
     if (ctx->mode == DSATTN_MODE_REFERENCE || nh > 512 || nh > d || d > 512)
         sparse_attn_ref(q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
-    else if ((mk = dsattn_mla_kern_for(ctx->k->name)) != NULL &&
-             (sk = dsattn_sa_kern_for(ctx->k->name)) != NULL && d % 32 == 0) {
+    else if ((mk = ctx->kt->mla) != NULL && (sk = ctx->kt->sa) != NULL && d % 32 == 0) {
         if (!sparse_attn_amx(ctx, mk, sk, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init,
                              out, scratch))
             sparse_attn_tiled(ctx, mk, sk, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init,
@@ -538,14 +532,14 @@ static int index_scores_vnni(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
                              const float *w, const dsattn_kv_src *ksrc,
                              const int32_t *rows, size_t j0, size_t n, float *score)
 {
-    if (ctx->mode != DSATTN_MODE_FAST || ctx->isa != DSATTN_ISA_AVX512 ||
-        ksrc->kind != DSATTN_KV_FP4_IDX ||
-        ksrc->d != dh || !dsattn_index_vnni_ok(nh, dh))
+    const dsattn_index_kern *ik = ctx->kt->index;
+    if (ctx->mode != DSATTN_MODE_FAST || !ik || ksrc->kind != DSATTN_KV_FP4_IDX ||
+        ksrc->d != dh || !ik->ok(nh, dh))
         return 0;
     /* one per thread, reused: no allocation per scored row set */
     static __thread dsattn_index_vnni_q tls_q;
     dsattn_index_vnni_q *p = &tls_q;
-    if (!dsattn_index_vnni_prepare(p, q, nh, dh, w)) return 0;
+    if (!ik->prepare(p, q, nh, dh, w)) return 0;
     /* chunks of 2048 keys, or 2 per thread when there are fewer keys (a
      * V4.1 index layer at 4K scores ~2048: one chunk left the other thread
      * idle for ~100 us per layer); keys score independently, so the cut
@@ -557,8 +551,8 @@ static int index_scores_vnni(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (nc > 1)
     for (size_t c = 0; c < nc; c++) {
         size_t a = c * chunk, len = DSATTN_MIN(chunk, n - a);
-        dsattn_index_vnni_scores(p, ksrc->base, ksrc->stride, rows ? rows + a : NULL,
-                                 j0 + a, len, score + a);
+        ik->scores(p, ksrc->base, ksrc->stride, rows ? rows + a : NULL,
+                   j0 + a, len, score + a);
     }
     return 1;
 }

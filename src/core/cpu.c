@@ -1,0 +1,87 @@
+/* cpu.c - cpuid probes: what this CPU (and OS) runs.
+ *
+ * The only process-wide state dsattn has is the CPU's feature set, which is
+ * immutable.  The kernel layer (src/kernels/dispatch.c) chooses its tables
+ * from these answers; src/core/blas.c asks them to pick OpenBLAS's core.
+ */
+#include "cpu.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+int dsattn_cpu_has_avx2(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+int dsattn_cpu_has_avx512(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           dsattn_cpu_has_avx2();
+#else
+    return 0;
+#endif
+}
+
+/* AMX: the tile unit and the asked-for multiply (CPUID 7.0 EDX bit 24 TILE,
+ * 25 INT8, 22 BF16), XTILECFG and XTILEDATA enabled by the OS (XCR0 bits
+ * 17, 18), then the per-process permission for tile data
+ * (ARCH_REQ_XCOMP_PERM, XFEATURE 18), asked once.  Many machines dsattn
+ * runs on have none of it: every AMX path has an AVX-512 twin. */
+static int amx_probe(unsigned edx_bit)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << edx_bit)))
+        return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))            /* OSXSAVE */
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & (3u << 17)) != (3u << 17)) return 0;
+    static int perm = -1;                 /* the permission, asked once */
+    int p = __atomic_load_n(&perm, __ATOMIC_ACQUIRE);
+    if (p < 0) {
+        p = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+        __atomic_store_n(&perm, p, __ATOMIC_RELEASE);
+    }
+    return p;
+#else
+    (void)edx_bit;
+    return 0;
+#endif
+}
+
+int dsattn_cpu_has_amx_int8(void)
+{
+    static int have = -1;                 /* immutable once known, like cpuid */
+    int h = __atomic_load_n(&have, __ATOMIC_ACQUIRE);
+    if (h < 0) {
+        h = amx_probe(25);
+        __atomic_store_n(&have, h, __ATOMIC_RELEASE);
+    }
+    return h;
+}
+
+int dsattn_cpu_has_amx_bf16(void)
+{
+    static int have = -1;
+    int h = __atomic_load_n(&have, __ATOMIC_ACQUIRE);
+    if (h < 0) {
+        h = amx_probe(22) && dsattn_cpu_has_avx512();
+        __atomic_store_n(&have, h, __ATOMIC_RELEASE);
+    }
+    return h;
+}

@@ -1,0 +1,13 @@
+/* cpu.h - cpuid probes: does this CPU (and OS) run a path?  Immutable
+ * answers, asked once (cpu.c). */
+#ifndef DSATTN_CPU_H
+#define DSATTN_CPU_H
+
+int dsattn_cpu_has_avx2(void);     /* avx2 + fma + f16c              */
+int dsattn_cpu_has_avx512(void);   /* avx512f + bw + vl + dq        */
+/* AMX tiles with INT8 / BF16 multiplies, usable by this process (the OS
+ * enables the tile state and grants the permission; asked once) */
+int dsattn_cpu_has_amx_int8(void);
+int dsattn_cpu_has_amx_bf16(void);
+
+#endif /* DSATTN_CPU_H */
