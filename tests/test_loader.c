@@ -514,12 +514,35 @@ static const char *const mw_cfgs[] = {
     "golden/v3/tiny-seed0/config.json", "golden/v32/tiny-seed0/config.json",
     "golden/v4/tiny-seed0/config.json", "golden/v41/tiny-seed0/config.json" };
 
+/* The golden V3.2 / V4 configs use ranks of 64, which FP8 Linears (input
+ * quantized in blocks of 128) cannot take: the same config with q_lora_rank
+ * and kv_lora_rank 128, written next to the scratch folder. */
+static const char *fp8_ready(const char *src, char *out, size_t outlen)
+{
+    char err[700] = "";
+    cJSON *root = NULL;
+    if (dsattn_jcfg_load(&root, src, err, sizeof err) != DSATTN_OK) return src;
+    const char *keys[] = { "q_lora_rank", "kv_lora_rank" };
+    for (size_t i = 0; i < 2; i++)
+        if (cJSON_GetObjectItemCaseSensitive(root, keys[i]))
+            cJSON_ReplaceItemInObjectCaseSensitive(root, keys[i], cJSON_CreateNumber(128));
+    char *txt = cJSON_Print(root);
+    cJSON_Delete(root);
+    snprintf(out, outlen, "/tmp/dsattn_test_loader_%d_fp8cfg.json", (int)getpid());
+    FILE *f = fopen(out, "w");
+    if (f && txt) fputs(txt, f);
+    if (f) fclose(f);
+    cJSON_free(txt);
+    return out;
+}
+
 DSATTN_TEST(loader, make_weights_every_layout)
 {
     for (size_t k = 0; k < 4; k++) {
         dsattn_model_config c;
-        char err[700] = "";
-        CHECK_OK(dsattn_config_load(&c, gold(mw_cfgs[k]), err, sizeof err));
+        char err[700] = "", cbuf[300];
+        const char *cfg = fp8_ready(gold(mw_cfgs[k]), cbuf, sizeof cbuf);
+        CHECK_OK(dsattn_config_load(&c, cfg, err, sizeof err));
         const char *d = scratch("mw");
         float ref[64];
         int have_ref = 0;
@@ -529,7 +552,7 @@ DSATTN_TEST(loader, make_weights_every_layout)
                     char sub[300];
                     snprintf(sub, sizeof sub, "%s/f%d_n%d_s%d", d, fmt, nm, shards);
                     dsattn_mw_params p = { 42, (dsattn_mw_format)fmt, (dsattn_mw_names)nm,
-                                           shards, gold(mw_cfgs[k]) };
+                                           shards, cfg };
                     dsattn_status st = dsattn_make_weights(&c, &p, sub, err, sizeof err);
                     CHECK_MSG(st == DSATTN_OK, "%s: %s", mw_cfgs[k], err);
                     size_t n = 0;
@@ -567,6 +590,7 @@ DSATTN_TEST(loader, make_weights_every_layout)
                     dsattn_ckpt_close(ck);
                 }
         cleanup();
+        if (cfg == cbuf) unlink(cbuf);
     }
 }
 
@@ -789,6 +813,80 @@ DSATTN_TEST(loader, folder_layouts_convert_py_and_single_file)
     CHECK(unlink(pjoin(0, d, "model0-mp1.safetensors")) == 0);
     CHECK(unlink(pjoin(0, d, "model0-mp2.safetensors")) == 0);
     expect_invalid(d, DSATTN_ERR_NOT_FOUND, "no .safetensors file", "model0-mp1.safetensors");
+    cleanup();
+}
+
+/* An FP8 Linear whose input dim is not a multiple of the activation block
+ * (32 for V4.1) is a checkpoint the reference cannot run: make-weights
+ * refuses to write one, and info / validate / load name the tensor and
+ * the block.  Built by hand from a bf16 checkpoint of an odd-shaped config
+ * (q_lora_rank 80), its wq_b turned into FP8 codes with a scale grid. */
+static const char *const odd_v41_cfg =
+    "{\"dim\": 160, \"n_layers\": 3, \"n_heads\": 6, \"head_dim\": 64, \"rope_head_dim\": 16,"
+    " \"q_lora_rank\": 80, \"o_groups\": 3, \"o_lora_rank\": 48, \"window_size\": 16,"
+    " \"compress_ratios\": [0,2,2], \"kv_source_layers\": [1], \"index_source_layers\": [1],"
+    " \"candidate_source_layer\": -1, \"index_n_heads\": 5, \"index_head_dim\": 32,"
+    " \"index_topk\": 16, \"rope_theta\": 10000.0, \"compress_rope_theta\": 160000.0,"
+    " \"rope_factor\": 16, \"original_seq_len\": 65536, \"beta_fast\": 32, \"beta_slow\": 1,"
+    " \"norm_eps\": 1e-20, \"dtype\": \"bf16\"}";
+
+DSATTN_TEST(loader, fp8_linear_off_the_activation_block_is_named)
+{
+    const char *d = scratch("fp8odd");
+    char cfg[300];                     /* outside d: make-weights copies it in */
+    snprintf(cfg, sizeof cfg, "%s.config.json", d);
+    FILE *f = fopen(cfg, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs(odd_v41_cfg, f);
+    fclose(f);
+    dsattn_model_config c;
+    char err[700] = "";
+    CHECK_OK(dsattn_config_load(&c, cfg, err, sizeof err));
+    dsattn_mw_params p = { 3, DSATTN_MW_FP8, DSATTN_MW_NAMES_INFERENCE, 1, cfg };
+    dsattn_status st = dsattn_make_weights(&c, &p, pjoin(3, d, "fp8"), err, sizeof err);
+    CHECK_MSG(st == DSATTN_ERR_UNSUPPORTED && strstr(err, "layers.0.attn.wq_b.weight") &&
+                  strstr(err, "activation block 32"), "make-weights fp8: %d %s", (int)st, err);
+    p.format = DSATTN_MW_BF16;
+    CHECK_OK(dsattn_make_weights(&c, &p, d, err, sizeof err));
+    size_t n = 0;
+    CHECK_OK(validate_path(d, NULL, &n, err, sizeof err));
+    /* wq_b of layer 0 as FP8: codes 0x38 (1.0), UE8M0 scales 127 (1.0) */
+    dsattn_st_file *src = NULL;
+    CHECK_OK(dsattn_st_open(&src, pjoin(0, d, "model.safetensors"), err, sizeof err));
+    if (!src) { cleanup(); return; }
+    dsattn_st_writer *w = dsattn_st_writer_create();
+    for (size_t i = 0; i < dsattn_st_count(src); i++) {
+        const dsattn_st_tensor *t = dsattn_st_at(src, i);
+        if (strcmp(t->name, "layers.0.attn.wq_b.weight") != 0) {
+            CHECK_OK(dsattn_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data));
+            continue;
+        }
+        CHECK(t->ndim == 2 && t->shape[1] == 80);
+        uint8_t *codes = malloc(t->numel);
+        memset(codes, 0x38, t->numel);
+        CHECK_OK(dsattn_st_writer_add(w, t->name, DSATTN_DT_F8_E4M3, 2, t->shape, codes));
+        int64_t ssh[2] = { (t->shape[0] + 31) / 32, (t->shape[1] + 31) / 32 };
+        uint8_t *sc = malloc((size_t)(ssh[0] * ssh[1]));
+        memset(sc, 127, (size_t)(ssh[0] * ssh[1]));
+        CHECK_OK(dsattn_st_writer_add(w, "layers.0.attn.wq_b.scale", DSATTN_DT_F8_E8M0, 2, ssh,
+                                      sc));
+        free(codes);
+        free(sc);
+    }
+    CHECK_OK(dsattn_st_writer_save(w, pjoin(1, d, "model.tmp"), err, sizeof err));
+    dsattn_st_writer_destroy(w);
+    dsattn_st_close(src);
+    CHECK(rename(pjoin(1, d, "model.tmp"), pjoin(0, d, "model.safetensors")) == 0);
+    expect_invalid(d, DSATTN_ERR_FORMAT, "layers.0.attn.wq_b.weight is stored as FP8 with 80",
+                   "activation block 32");
+    dsattn_v41 *m = NULL;
+    st = dsattn_v41_load(&m, NULL, d, err, sizeof err);
+    CHECK_MSG(st == DSATTN_ERR_FORMAT && m == NULL && strstr(err, "not a multiple of the "
+                                                             "activation block 32"),
+              "load: %d %s", (int)st, err);
+    dsattn_v41_destroy(m);
+    unlink(cfg);
     cleanup();
 }
 

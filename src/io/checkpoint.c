@@ -809,6 +809,24 @@ dsattn_status dsattn_ckpt_validate(const dsattn_ckpt *ck, dsattn_ckpt_issue_fn i
             dsattn_weight w;
             st = dsattn_ckpt_weight(ck, s->name, DSATTN_WMASK_ANY, (size_t)s->shape[0],
                                     (size_t)s->shape[1], &w, msg, sizeof msg);
+            /* a quantized Linear's input is quantized in blocks first
+             * (wo_a excepted: an einsum over the dequantized weight) */
+            const int64_t ab = dsattn_fp8_act_block(ck->cfg.arch);
+            const size_t nl = strlen(s->name);
+            const int wo_a = nl >= 9 && strcmp(s->name + nl - 9, "attn.wo_a") == 0;
+            if (st == DSATTN_OK && ab > 0 && !wo_a &&
+                (w.kind == DSATTN_W_FP8 || w.kind == DSATTN_W_FP4) && w.cols % (size_t)ab) {
+                char wn[DSATTN_NAME_MAX + 8];
+                snprintf(wn, sizeof wn, "%s.weight", s->name);
+                const dsattn_ckpt_entry *e = dsattn_ckpt_find(ck, wn);
+                snprintf(msg, sizeof msg,
+                         "%s.weight is stored as %s with %zu input dims, not a multiple of "
+                         "the FP8 activation block %lld the reference quantizes its input in "
+                         "(store it as bf16)%s%s", s->name,
+                         w.kind == DSATTN_W_FP8 ? "FP8" : "FP4", w.cols, (long long)ab,
+                         e ? "; file " : "", e ? e->file : "");
+                st = DSATTN_ERR_FORMAT;
+            }
             dsattn_weight_release(&w);
         } else {
             size_t need = (size_t)s->shape[0] * (size_t)(s->ndim == 2 ? s->shape[1] : 1);

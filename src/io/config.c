@@ -25,6 +25,16 @@ const char *dsattn_arch_name(dsattn_arch a)
     }
 }
 
+int64_t dsattn_fp8_act_block(dsattn_arch a)
+{
+    switch (a) {
+    case DSATTN_ARCH_V41: return 32;
+    case DSATTN_ARCH_V32:
+    case DSATTN_ARCH_V4:  return 128;
+    default:              return 0;
+    }
+}
+
 const char *dsattn_v41_mode_name(dsattn_v41_mode m)
 {
     switch (m) {

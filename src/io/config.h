@@ -38,6 +38,12 @@ typedef enum {
 } dsattn_arch;
 
 const char *dsattn_arch_name(dsattn_arch a);   /* "deepseek_v41", ... */
+/* The block in which the reference quantizes the input of an FP8 Linear
+ * (act_quant, which needs the input dim to be a multiple of it): 32 for
+ * V4.1, 128 for V3.2 and V4; 0 for V3, whose FP8 weights are dequantized
+ * and run as bf16 GEMMs.  wo_a (V4, V4.1) is an einsum over dequantized
+ * weights and takes no activation quantization. */
+int64_t dsattn_fp8_act_block(dsattn_arch a);
 
 typedef struct {
     dsattn_arch arch;

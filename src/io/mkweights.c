@@ -171,6 +171,15 @@ dsattn_status dsattn_make_weights(const dsattn_model_config *c, const dsattn_mw_
         const char *leaf = strrchr(s->name, '.') + 1;
         int fp8 = p->format == DSATTN_MW_FP8 && s->kind == DSATTN_TS_LINEAR &&
                   mw_is_fp8(c->arch, sfx);
+        const int64_t ab = dsattn_fp8_act_block(c->arch);
+        if (fp8 && ab > 0 && strcmp(sfx, "attn.wo_a") != 0 && s->shape[1] % ab) {
+            st = dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                             "--format fp8: %s.weight would have %lld input dims, not a "
+                             "multiple of the FP8 activation block %lld the reference "
+                             "quantizes its input in (use --format bf16 for these shapes)",
+                             s->name, (long long)s->shape[1], (long long)ab);
+            break;
+        }
         mw_item *it = &items[ni++];
         it->spec = k;
         it->ndim = s->ndim;
@@ -198,6 +207,11 @@ dsattn_status dsattn_make_weights(const dsattn_model_config *c, const dsattn_mw_
             sc->nbytes = (size_t)(sc->shape[0] * sc->shape[1]) * dsattn_dtype_size(sc->dtype);
             total += sc->nbytes;
         }
+    }
+    if (st != DSATTN_OK) {
+        free(items);
+        free(sp);
+        return st;
     }
     st = mw_mkdir(out_dir, err, errlen);
     int shards = p->shards;
