@@ -46,6 +46,6 @@ cmake -S "$here" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_
 cmake --build "$tmp/consumer" >/dev/null
 "$tmp/consumer/example_shared" "$cfg"
 "$tmp/consumer/example_static" "$cfg"
-ldd "$tmp/consumer/example_shared" | grep -q "$libdir/$soname" \
+ldd "$tmp/consumer/example_shared" | grep "$libdir/$soname" >/dev/null \
   || { echo "install: example_shared does not load the installed $soname"; exit 1; }
 echo "install: pkg-config and find_package consumers built and ran"
