@@ -1,7 +1,10 @@
 /* core.c - status strings, version, aligned allocation, error text and the
- * one internal-invariant failure path.  Deliberately tiny: no globals. */
+ * one internal-invariant failure path.  Deliberately tiny: the one global
+ * is the process-wide count of dsattn_alloc calls (an atomic, read by the
+ * tests that check a decode step allocates nothing). */
 #include "internal.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -41,8 +44,16 @@ const char *dsattn_version(void)
 #define DSATTN_HUGE_PAGE ((size_t)2 << 20)
 #define DSATTN_HUGE_MIN  ((size_t)2 << 20)
 
+static atomic_ullong alloc_calls;
+
+uint64_t dsattn_alloc_count(void)
+{
+    return atomic_load_explicit(&alloc_calls, memory_order_relaxed);
+}
+
 void *dsattn_alloc(size_t n)
 {
+    atomic_fetch_add_explicit(&alloc_calls, 1, memory_order_relaxed);
     if (n == 0) n = 1;
     const size_t align = n >= DSATTN_HUGE_MIN ? DSATTN_HUGE_PAGE : 64;
     size_t padded;

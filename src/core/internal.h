@@ -73,6 +73,9 @@ void *dsattn_alloc(size_t n);
 void  dsattn_free(void *p);
 /* dsattn_alloc(a*b) with the product checked; NULL on overflow or OOM. */
 void *dsattn_alloc_array(size_t a, size_t b);
+/* How many times dsattn_alloc has been called in this process (all
+ * threads; relaxed atomic).  A decode step must not move it. */
+uint64_t dsattn_alloc_count(void);
 
 /* A set of allocations freed together: what a model converted or made. */
 typedef struct dsattn_owned {

@@ -1,0 +1,390 @@
+/* test_alloc.c - a decode step allocates nothing, for every generation.
+ *
+ * Two counters watch each step: dsattn_alloc's own (src/core/core.c), and
+ * every C library allocation the process makes.  The second comes from the
+ * interposer below: this file defines malloc, calloc, realloc, reallocarray,
+ * aligned_alloc, posix_memalign and memalign in the test executable, so the
+ * dynamic linker binds every caller to them - the dsattn library, libgomp,
+ * OpenBLAS and libc's own users alike - and each forwards to glibc's
+ * __libc_* entry point after counting.  A sanitizer build brings its own
+ * allocator, so there the interposer is left out and the tests skip.
+ *
+ * Each generation runs a prefill of 8 tokens and then 8 or 24 one-token
+ * decode steps (the public protocol: every layer's attn_forward, then
+ * seq_advance; and the stand-in stack_forward), in fast and in reference
+ * mode; every step after the first must allocate nothing.
+ */
+#include "harness.h"
+
+#include "internal.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ALLOC_COUNTING 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+#define ALLOC_COUNTING 0
+#endif
+#endif
+#if !defined(ALLOC_COUNTING) && defined(__GLIBC__)
+#define ALLOC_COUNTING 1
+#endif
+#ifndef ALLOC_COUNTING
+#define ALLOC_COUNTING 0
+#endif
+
+static atomic_ullong libc_allocs;
+
+#if ALLOC_COUNTING
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t a, size_t b);
+extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t align, size_t n);
+extern void  __libc_free(void *p);
+
+static inline void counted(void) { atomic_fetch_add_explicit(&libc_allocs, 1, memory_order_relaxed); }
+
+void *malloc(size_t n) { counted(); return __libc_malloc(n); }
+void *calloc(size_t a, size_t b) { counted(); return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { counted(); return __libc_realloc(p, n); }
+void  free(void *p) { __libc_free(p); }
+void *reallocarray(void *p, size_t a, size_t b)
+{
+    size_t n;
+    if (!dsattn_mul_size(a, b, &n)) { errno = ENOMEM; return NULL; }
+    counted();
+    return __libc_realloc(p, n);
+}
+void *memalign(size_t align, size_t n) { counted(); return __libc_memalign(align, n); }
+void *aligned_alloc(size_t align, size_t n) { counted(); return __libc_memalign(align, n); }
+int posix_memalign(void **out, size_t align, size_t n)
+{
+    if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
+    counted();
+    void *p = __libc_memalign(align, n);
+    if (!p) return ENOMEM;
+    *out = p;
+    return 0;
+}
+#endif
+
+static unsigned long long libc_count(void)
+{
+    return atomic_load_explicit(&libc_allocs, memory_order_relaxed);
+}
+
+static int counting_or_skip(void)
+{
+    if (!ALLOC_COUNTING) {
+        dsattn_test_skip("allocator interposer off (sanitizer build or not glibc)");
+        return 0;
+    }
+    return 1;
+}
+
+/* ==== One generation behind a common face =============================== */
+
+typedef struct {
+    const char *name;
+    void *seq;
+    int n_layers;
+    size_t dim;
+    dsattn_status (*fwd)(dsattn_ctx *, void *, int, const float *, size_t, float *);
+    dsattn_status (*adv)(void *, size_t);
+    dsattn_status (*stack)(dsattn_ctx *, void *, float *, size_t, float *, float *);
+    void (*destroy)(void *);
+} gen;
+
+#define ADAPT(G, SEQ)                                                                       \
+    static dsattn_status G##_fwd(dsattn_ctx *c, void *s, int l, const float *x, size_t n, \
+                                 float *o)                                                 \
+    {                                                                                      \
+        return dsattn_##G##_attn_forward(c, (SEQ *)s, l, x, n, o);                         \
+    }                                                                                      \
+    static dsattn_status G##_adv(void *s, size_t n) { return dsattn_##G##_seq_advance((SEQ *)s, n); } \
+    static void G##_destroy(void *s) { dsattn_##G##_seq_destroy((SEQ *)s); }
+
+ADAPT(mha, dsattn_mha_seq)
+ADAPT(mla, dsattn_mla_seq)
+ADAPT(v4, dsattn_v4_seq)
+ADAPT(v41, dsattn_v41_seq)
+
+#define ADAPT_STACK(G, SEQ)                                                                 \
+    static dsattn_status G##_stack(dsattn_ctx *c, void *s, float *h, size_t n, float *a,   \
+                                   float *b)                                               \
+    {                                                                                      \
+        return dsattn_##G##_stack_forward(c, (SEQ *)s, h, n, a, b);                        \
+    }
+ADAPT_STACK(mla, dsattn_mla_seq)
+ADAPT_STACK(v4, dsattn_v4_seq)
+ADAPT_STACK(v41, dsattn_v41_seq)
+
+static float *rand_x(size_t n, uint64_t seed)
+{
+    float *x = malloc(n * sizeof *x);
+    dsattn_rng r = { seed };
+    for (size_t i = 0; i < n; i++) {
+        float v = 0.5f * dsattn_rng_uniform(&r);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        u &= 0xffff0000u;                            /* a bf16 value */
+        memcpy(&v, &u, 4);
+        x[i] = v;
+    }
+    return x;
+}
+
+enum { PREFILL = 8 };
+
+/* config.json and weights.safetensors of a golden case folder */
+static void case_paths(const char *dir, char cfg[512], char w[512])
+{
+    const char *d = dsattn_test_data(dir);
+    if (strlen(d) > 400) d = "/nonexistent";
+    snprintf(cfg, 512, "%.400s/config.json", d);
+    snprintf(w, 512, "%.400s/weights.safetensors", d);
+}
+
+/* Prefill PREFILL tokens, then `steps` decode steps (attn_forward of every
+ * layer + advance, or stack_forward when use_stack).  Returns the largest
+ * per-step count of libc and dsattn_alloc allocations over steps 2..steps;
+ * *first gets step 1's libc count. */
+static void run_steps(dsattn_ctx *ctx, const gen *g, int steps, int use_stack,
+                      unsigned long long *worst_libc, unsigned long long *worst_ds,
+                      unsigned long long *first, unsigned long long *total_after_first)
+{
+    const size_t D = g->dim;
+    float *x = rand_x((PREFILL + (size_t)steps) * D, 99);
+    float *out = malloc(PREFILL * D * sizeof *out);
+    *worst_libc = *worst_ds = *first = *total_after_first = 0;
+    if (use_stack) {
+        CHECK_OK(g->stack(ctx, g->seq, x, PREFILL, NULL, NULL));
+    } else {
+        for (int l = 0; l < g->n_layers; l++) CHECK_OK(g->fwd(ctx, g->seq, l, x, PREFILL, out));
+        CHECK_OK(g->adv(g->seq, PREFILL));
+    }
+    for (int t = 0; t < steps; t++) {
+        float *xt = x + (PREFILL + (size_t)t) * D;
+        const unsigned long long c0 = libc_count(), d0 = dsattn_alloc_count();
+        if (use_stack) {
+            CHECK_OK(g->stack(ctx, g->seq, xt, 1, NULL, NULL));
+        } else {
+            for (int l = 0; l < g->n_layers; l++) CHECK_OK(g->fwd(ctx, g->seq, l, xt, 1, out));
+            CHECK_OK(g->adv(g->seq, 1));
+        }
+        const unsigned long long dc = libc_count() - c0, dd = dsattn_alloc_count() - d0;
+        if (t == 0) {
+            *first = dc;
+            continue;
+        }
+        *total_after_first += dc;
+        if (dc > *worst_libc) *worst_libc = dc;
+        if (dd > *worst_ds) *worst_ds = dd;
+    }
+    free(x);
+    free(out);
+}
+
+/* make(): a fresh sequence of capacity PREFILL + 24 + 1 in *g. */
+static void check_gen(const char *what, void (*make)(gen *g, int variant), int n_variants)
+{
+    static const dsattn_mode modes[2] = { DSATTN_MODE_FAST, DSATTN_MODE_REFERENCE };
+    static const int step_counts[2] = { 8, 24 };
+    for (int mi = 0; mi < 2; mi++) {
+        dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], 2);
+        if (!ctx) return;
+        for (int v = 0; v < n_variants; v++)
+            for (int si = 0; si < 2; si++)
+                for (int use_stack = 0; use_stack < 2; use_stack++) {
+                    gen g;
+                    memset(&g, 0, sizeof g);
+                    make(&g, v);
+                    if (!g.seq) { CHECK_MSG(0, "%s: no sequence", what); continue; }
+                    if (use_stack && !g.stack) { g.destroy(g.seq); continue; }
+                    unsigned long long wl, wd, first, tot;
+                    run_steps(ctx, &g, step_counts[si], use_stack, &wl, &wd, &first, &tot);
+                    printf("    %-22s %-9s %-6s %2d steps: step 1 %llu libc allocations,"
+                           " steps 2..%d %llu (%.2f per step; dsattn_alloc max %llu)\n",
+                           g.name, mi ? "reference" : "fast", use_stack ? "stack" : "layers",
+                           step_counts[si], first, step_counts[si], tot,
+                           (double)tot / (step_counts[si] - 1), wd);
+                    CHECK_MSG(wl == 0 && wd == 0,
+                              "%s (%s, %s mode, %s, %d steps): up to %llu libc / %llu"
+                              " dsattn_alloc allocations in a decode step after the first",
+                              what, g.name, mi ? "reference" : "fast",
+                              use_stack ? "stack_forward" : "attn_forward", step_counts[si],
+                              wl, wd);
+                    g.destroy(g.seq);
+                }
+        dsattn_ctx_destroy(ctx);
+    }
+}
+
+enum { CAP = PREFILL + 24 + 1 };
+
+/* ---- MHA / GQA: a small Llama config written to /tmp */
+static dsattn_mha *mha_model[2];
+
+static void make_mha(gen *g, int v)
+{
+    dsattn_mha_seq *s = NULL;
+    CHECK_OK(dsattn_mha_seq_create(&s, mha_model[v], CAP));
+    g->name = v ? "GQA (kv 2)" : "MHA";
+    g->seq = s;
+    g->n_layers = dsattn_mha_n_layers(mha_model[v]);
+    g->dim = (size_t)dsattn_mha_dim(mha_model[v]);
+    g->fwd = mha_fwd;
+    g->adv = mha_adv;
+    g->destroy = mha_destroy;
+}
+
+DSATTN_TEST(alloc, mha_gqa_decode_allocates_nothing)
+{
+    if (!counting_or_skip()) return;
+    char err[256] = "";
+    for (int v = 0; v < 2; v++) {
+        char path[128], j[512];
+        snprintf(path, sizeof path, "/tmp/dsattn_test_alloc_%d_mha%d.json", (int)getpid(), v);
+        snprintf(j, sizeof j,
+                 "{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 2,"
+                 " \"num_attention_heads\": 4, \"num_key_value_heads\": %d,"
+                 " \"rope_theta\": 10000.0, \"max_position_embeddings\": 4096,"
+                 " \"rms_norm_eps\": 1e-06, \"rope_scaling\": null}", v ? 2 : 4);
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (!f) return;
+        fputs(j, f);
+        fclose(f);
+        CHECK_OK(dsattn_mha_create_random(&mha_model[v], path, 5 + (uint64_t)v, err, sizeof err));
+        remove(path);
+        if (!mha_model[v]) return;
+    }
+    check_gen("MHA/GQA", make_mha, 2);
+    for (int v = 0; v < 2; v++) dsattn_mha_destroy(mha_model[v]);
+}
+
+/* ---- MLA (V3) and MLA + DSA (V3.2): the golden cases' weights */
+static dsattn_mla *mla_model;
+
+static void make_mla(gen *g, int v)
+{
+    static const dsattn_mla_cache fmts[2] = { DSATTN_MLA_CACHE_LATENT_BF16, DSATTN_MLA_CACHE_NAIVE };
+    static const char *const names[2][2] = { { "V3 latent bf16", "V3 naive" },
+                                              { "V3.2 latent bf16", "V3.2 naive" } };
+    dsattn_mla_seq *s = NULL;
+    CHECK_OK(dsattn_mla_seq_create(&s, mla_model, CAP, fmts[v]));
+    g->name = names[dsattn_mla_is_dsa(mla_model)][v];
+    g->seq = s;
+    g->n_layers = dsattn_mla_n_layers(mla_model);
+    g->dim = (size_t)dsattn_mla_dim(mla_model);
+    g->fwd = mla_fwd;
+    g->adv = mla_adv;
+    g->stack = mla_stack;
+    g->destroy = mla_destroy;
+}
+
+static void mla_case(const char *dir)
+{
+    char err[256] = "", cfg[512], w[512];
+    case_paths(dir, cfg, w);
+    dsattn_status st = dsattn_mla_load(&mla_model, cfg, w, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "load %s: %s", dir, err);
+    if (st) return;
+    check_gen(dir, make_mla, 2);
+    dsattn_mla_destroy(mla_model);
+}
+
+DSATTN_TEST(alloc, v3_mla_decode_allocates_nothing) { if (counting_or_skip()) mla_case("golden/v3/tiny-seed0"); }
+DSATTN_TEST(alloc, v32_dsa_decode_allocates_nothing) { if (counting_or_skip()) mla_case("golden/v32/tiny-seed0"); }
+
+/* ---- CSA + HCA (V4) */
+static dsattn_v4 *v4_model;
+
+static void make_v4(gen *g, int v)
+{
+    dsattn_v4_seq *s = NULL;
+    CHECK_OK(dsattn_v4_seq_create(&s, v4_model, CAP,
+                                  v ? DSATTN_V4_EMPTY_ZERO : DSATTN_V4_EMPTY_REFERENCE));
+    g->name = "V4 CSA/HCA";
+    g->seq = s;
+    g->n_layers = dsattn_v4_n_layers(v4_model);
+    g->dim = (size_t)dsattn_v4_dim(v4_model);
+    g->fwd = v4_fwd;
+    g->adv = v4_adv;
+    g->stack = v4_stack;
+    g->destroy = v4_destroy;
+}
+
+DSATTN_TEST(alloc, v4_csa_hca_decode_allocates_nothing)
+{
+    if (!counting_or_skip()) return;
+    char err[256] = "", cfg[512], w[512];
+    case_paths("golden/v4/tiny-seed0", cfg, w);
+    dsattn_status st = dsattn_v4_load(&v4_model, cfg, w, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "load: %s", err);
+    if (st) return;
+    check_gen("V4", make_v4, 1);
+    dsattn_v4_destroy(v4_model);
+}
+
+/* ---- CSA2 (V4.1), bf16 and FP8 weights, both index_k modes */
+static dsattn_v41 *v41_model;
+
+static void make_v41(gen *g, int v)
+{
+    dsattn_v41_seq *s = NULL;
+    CHECK_OK(dsattn_v41_seq_create(&s, v41_model, CAP,
+                                   v ? DSATTN_V41_INDEX_K_REFERENCE : DSATTN_V41_INDEX_K_OWNER));
+    g->name = v ? "V4.1 index_k ref" : "V4.1 index_k owner";
+    g->seq = s;
+    g->n_layers = dsattn_v41_n_layers(v41_model);
+    g->dim = (size_t)dsattn_v41_dim(v41_model);
+    g->fwd = v41_fwd;
+    g->adv = v41_adv;
+    g->stack = v41_stack;
+    g->destroy = v41_destroy;
+}
+
+static void v41_case(const char *dir)
+{
+    char err[256] = "", cfg[512], w[512];
+    case_paths(dir, cfg, w);
+    dsattn_status st = dsattn_v41_load(&v41_model, cfg, w, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "load %s: %s", dir, err);
+    if (st) return;
+    check_gen(dir, make_v41, 2);
+    dsattn_v41_destroy(v41_model);
+}
+
+DSATTN_TEST(alloc, v41_csa2_decode_allocates_nothing)
+{
+    if (!counting_or_skip()) return;
+    v41_case("golden/v41/tiny-seed0");
+    v41_case("golden/v41/tiny-seed2-fp8");
+}
+
+/* The counters count: creating a sequence allocates its caches through
+ * dsattn_alloc (aligned_alloc underneath), and both counters see it. */
+DSATTN_TEST(alloc, counters_see_library_allocations)
+{
+    if (!counting_or_skip()) return;
+    char err[256] = "";
+    dsattn_v41 *m = NULL;
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s", dsattn_test_data("golden/v41/tiny-seed0/config.json"));
+    CHECK_OK(dsattn_v41_load_config(&m, cfg, err, sizeof err));
+    if (!m) return;
+    const unsigned long long c0 = libc_count(), d0 = dsattn_alloc_count();
+    dsattn_v41_seq *s = NULL;
+    CHECK_OK(dsattn_v41_seq_create(&s, m, 64, DSATTN_V41_INDEX_K_OWNER));
+    CHECK(dsattn_alloc_count() > d0);
+    CHECK(libc_count() - c0 >= dsattn_alloc_count() - d0);
+    dsattn_v41_seq_destroy(s);
+    dsattn_v41_destroy(m);
+}
