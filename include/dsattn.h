@@ -132,13 +132,16 @@ const char    *dsattn_phase_name(dsattn_phase p);   /* "query", "kv", ... */
 
 /* The KV bill of one sequence, measured from its live allocations, the same
  * struct for every generation: global (context-proportional) cache bytes
- * per token = bytes allocated / token capacity; bounded per-sequence state
- * (sliding windows, compressor state) separately. */
+ * per token = bytes allocated / token capacity; the rest of what the
+ * sequence holds separately: sliding windows, compressor state, and the
+ * decode scratch sized at creation (so that a decode step allocates
+ * nothing; part of it grows with the capacity, e.g. a score per key). */
 typedef struct {
     double global_bytes_per_token;
     size_t global_bytes_allocated;
     size_t window_bytes;          /* all layers' sliding-window rings      */
     size_t state_bytes;           /* compressor / overlap fp32 state       */
+    size_t scratch_bytes;         /* decode scratch and runtime buffers    */
 } dsattn_kv_bill;
 
 /* ==== Sessions ========================================================== */

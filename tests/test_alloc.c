@@ -209,11 +209,12 @@ static void check_gen(const char *what, void (*make)(gen *g, int variant), int n
                     if (use_stack && !g.stack) { g.destroy(g.seq); continue; }
                     unsigned long long wl, wd, first, tot;
                     run_steps(ctx, &g, step_counts[si], use_stack, &wl, &wd, &first, &tot);
-                    printf("    %-22s %-9s %-6s %2d steps: step 1 %llu libc allocations,"
+                    if (!use_stack)
+                        printf("    %-22s %-9s %-6s %2d steps: step 1 %llu libc allocations,"
                            " steps 2..%d %llu (%.2f per step; dsattn_alloc max %llu)\n",
-                           g.name, mi ? "reference" : "fast", use_stack ? "stack" : "layers",
-                           step_counts[si], first, step_counts[si], tot,
-                           (double)tot / (step_counts[si] - 1), wd);
+                               g.name, mi ? "reference" : "fast", "layers",
+                               step_counts[si], first, step_counts[si], tot,
+                               (double)tot / (step_counts[si] - 1), wd);
                     CHECK_MSG(wl == 0 && wd == 0,
                               "%s (%s, %s mode, %s, %d steps): up to %llu libc / %llu"
                               " dsattn_alloc allocations in a decode step after the first",

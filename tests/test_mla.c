@@ -310,7 +310,7 @@ DSATTN_TEST(mla, dsa_selection_equals_brute_force_topk)
     CHECK_OK(dsattn_linear(ref, &m->layer[0].wq_a, x, dim, T, qr, QL, DSATTN_OUT_BF16, NULL, NULL));
     for (size_t t = 0; t < T; t++)
         dsattn_rmsnorm(qr + t * QL, m->layer[0].q_norm, QL, c->eps, qr + t * QL, DSATTN_OUT_BF16);
-    CHECK_OK(dsattn_mla_index_qk(ref, m, 0, x, qr, T, 0, qc, wq, kc));
+    CHECK_OK(dsattn_mla_index_qk(ref, m, 0, x, qr, T, 0, qc, wq, kc, NULL));
     size_t rows_checked = 0, rows_sparse = 0;
     for (size_t t0 = 0; s && t0 < T;) {
         size_t n = t0 == 0 ? P : 1;
@@ -477,9 +477,9 @@ DSATTN_TEST(mla, fast_index_scores_match_reference)
         if (ref && fma && amx) {
             dsattn_ctx_set_amx(fma, 0);
             const int have_amx = dsattn_ctx_set_amx(amx, 1);
-            dsattn_mla_index_scores(ref, q, w, Hi, Di, kc, n, sa);
-            dsattn_mla_index_scores(fma, q, w, Hi, Di, kc, n, sb);
-            dsattn_mla_index_scores(amx, q, w, Hi, Di, kc, n, sc);
+            dsattn_mla_index_scores(ref, q, w, Hi, Di, kc, n, sa, NULL);
+            dsattn_mla_index_scores(fma, q, w, Hi, Di, kc, n, sb, NULL);
+            dsattn_mla_index_scores(amx, q, w, Hi, Di, kc, n, sc, NULL);
             /* fp32 head sums: the bound grows with the heads summed */
             const double tol = 1e-6 * (double)Hi / 8;
             CHECK_CLOSE("index scores FMA vs ref", sb, sa, n, tol, 1e-5);
@@ -495,8 +495,8 @@ DSATTN_TEST(mla, fast_index_scores_match_reference)
             for (size_t i = 0; i < 64; i++) same += ia[i] == ib[i];
             CHECK_MSG(same >= 62, "top-64 of 3000 differs in %zu places", 64 - same);
             kc[1234 * kb + 5] = 0x7f;                   /* a NaN code */
-            dsattn_mla_index_scores(fma, q, w, Hi, Di, kc, n, sb);
-            dsattn_mla_index_scores(amx, q, w, Hi, Di, kc, n, sc);
+            dsattn_mla_index_scores(fma, q, w, Hi, Di, kc, n, sb, NULL);
+            dsattn_mla_index_scores(amx, q, w, Hi, Di, kc, n, sc, NULL);
             CHECK_MSG(memcmp(sb, sc, n * 4) == 0, "H %zu: NaN code not handed to the FMA form", Hi);
         }
         free(q); free(w); free(sa); free(sb); free(sc); free(kc);

@@ -87,9 +87,17 @@ struct dsattn_mha_seq {
     size_t              bytes_allocated;    /* K + V, as seq_create made them */
     int                 first, count;       /* layers held                  */
     dsattn_mha_layer_s *layer;              /* [count]                      */
-    void               *scratch;            /* grow-only forward scratch    */
+    void               *scratch;            /* forward scratch, sized at
+                                             * creation for a decode step
+                                             * at capacity (a longer chunk
+                                             * grows it)                    */
     size_t              scratch_size;
 };
+
+/* Scratch bytes one decode step (one token, any position below cap) of
+ * the forward needs, in either mode, with up to dsattn_ws_threads()
+ * threads; SIZE_MAX on overflow. */
+size_t dsattn_mha_decode_scratch_bytes(const dsattn_mha_config *c, size_t cap);
 
 dsattn_status dsattn_mha_config_load(dsattn_mha_config *c, const char *path,
                                      char *err, size_t errlen);

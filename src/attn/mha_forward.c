@@ -46,7 +46,8 @@
 #include <omp.h>
 #endif
 
-/* Grow-only scratch: decode steps after the first allocate nothing. */
+/* The forward's scratch: sized at creation for a decode step, grown only
+ * by a chunk that needs more. */
 static float *scratch_get(dsattn_mha_seq *s, size_t floats)
 {
     size_t bytes;
@@ -158,6 +159,41 @@ static void attend_fast_c(const float *q, size_t G, size_t d, const uint16_t *K,
 
 /* ==== The layer forward ================================================= */
 
+/* The forward's scratch in floats for n tokens, Tmax visible keys, nt
+ * threads; kind 0 reference, 1 the C fast kernel, 2 the AVX-512 one:
+ * q [n, H*d] | kv [n, 2*Hkv*d] | o [n, H*d] (*act floats) | per thread its
+ * work, rounded to 64 bytes (the kernel's scratch is aligned). */
+static int scratch_floats(const dsattn_mha_config *c, size_t n, size_t Tmax, int nt, int kind,
+                          const dsattn_mha_kern *mhk, size_t *act, size_t *total)
+{
+    const size_t H = (size_t)c->n_heads, Hkv = (size_t)c->n_kv_heads;
+    const size_t d = (size_t)c->head_dim, G = H / Hkv;
+    size_t per_thread = kind == 0 ? Tmax
+                      : kind == 1 ? attend_fast_c_floats(G, d, Tmax)
+                      : (mhk->ws_bytes(G, Tmax) + 3) / 4;
+    per_thread = (per_thread + 15) & ~(size_t)15;
+    size_t thr;
+    *act = (n * (2 * H * d + 2 * Hkv * d) + 15) & ~(size_t)15;
+    return dsattn_mul_size((size_t)nt, per_thread, &thr) && dsattn_add_size(*act, thr, total);
+}
+
+size_t dsattn_mha_decode_scratch_bytes(const dsattn_mha_config *c, size_t cap)
+{
+    if (cap > SIZE_MAX / 64 || c->n_kv_heads <= 0) return SIZE_MAX;
+    size_t most = 0, act, total;
+    const int T = dsattn_ws_threads();
+    for (int kind = 0; kind < 3; kind++) {
+        if (kind == 2 && !dsattn_mha_kern_avx512_ptr) continue;
+        for (int nt = 1; nt <= T; nt++) {
+            if (!scratch_floats(c, 1, cap, nt, kind, dsattn_mha_kern_avx512_ptr, &act, &total) ||
+                total > SIZE_MAX / sizeof(float))
+                return SIZE_MAX;
+            most = DSATTN_MAX(most, total);
+        }
+    }
+    return most * sizeof(float);
+}
+
 dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
                                       int layer, const float *x, size_t n,
                                       float *out)
@@ -179,17 +215,10 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
     const int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
     const dsattn_mha_kern *mhk = ctx->kt->mha;
     dsattn_mha_attend_fn attend = mhk ? mhk->attend : attend_fast_c;
-    /* per-thread work, floats, rounded to 64 bytes (the kernel's scratch is
-     * aligned); Tmax <= cap, whose caches are allocated, so no overflow */
-    size_t per_thread = ref ? Tmax
-                      : attend == attend_fast_c ? attend_fast_c_floats(G, d, Tmax)
-                      : (mhk->ws_bytes(G, Tmax) + 3) / 4;
-    per_thread = (per_thread + 15) & ~(size_t)15;
-
-    /* scratch: q [n, H*d] | kv [n, 2*Hkv*d] | o [n, H*d] | threads' work */
-    size_t act = (n * (2 * H * d + 2 * Hkv * d) + 15) & ~(size_t)15, thr, total;
-    if (!dsattn_mul_size((size_t)nt, per_thread, &thr) || !dsattn_add_size(act, thr, &total))
-        return DSATTN_ERR_OVERFLOW;
+    const int kind = ref ? 0 : attend == attend_fast_c ? 1 : 2;
+    size_t act, total;
+    if (!scratch_floats(c, n, Tmax, nt, kind, mhk, &act, &total)) return DSATTN_ERR_OVERFLOW;
+    const size_t per_thread = (total - act) / (size_t)nt;
     float *q = scratch_get(s, total);
     if (!q) return DSATTN_ERR_NOMEM;
     float *kv = q + n * H * d, *o = kv + n * 2 * Hkv * d, *work = q + act;

@@ -247,11 +247,11 @@ dsattn_status dsattn_mha_create_random(dsattn_mha **out, const char *config_json
                                            errlen);
 }
 
-int dsattn_mha_n_layers(const dsattn_mha *m) { return (int)m->cfg.n_layers; }
-int dsattn_mha_dim(const dsattn_mha *m) { return (int)m->cfg.hidden; }
-int dsattn_mha_n_heads(const dsattn_mha *m) { return (int)m->cfg.n_heads; }
-int dsattn_mha_n_kv_heads(const dsattn_mha *m) { return (int)m->cfg.n_kv_heads; }
-int dsattn_mha_head_dim(const dsattn_mha *m) { return (int)m->cfg.head_dim; }
+int dsattn_mha_n_layers(const dsattn_mha *m) { return m ? (int)m->cfg.n_layers : -1; }
+int dsattn_mha_dim(const dsattn_mha *m) { return m ? (int)m->cfg.hidden : -1; }
+int dsattn_mha_n_heads(const dsattn_mha *m) { return m ? (int)m->cfg.n_heads : -1; }
+int dsattn_mha_n_kv_heads(const dsattn_mha *m) { return m ? (int)m->cfg.n_kv_heads : -1; }
+int dsattn_mha_head_dim(const dsattn_mha *m) { return m ? (int)m->cfg.head_dim : -1; }
 
 int dsattn_mha_has_weights(const dsattn_mha *m, int layer)
 {
@@ -306,6 +306,13 @@ dsattn_status dsattn_mha_seq_create_layers(dsattn_mha_seq **out,
         }
         s->bytes_allocated += 2 * per;
     }
+    /* a decode step's scratch at capacity: no allocation per step */
+    const size_t sb = dsattn_mha_decode_scratch_bytes(c, max_seq_len);
+    if (sb == SIZE_MAX || !(s->scratch = dsattn_alloc(sb))) {
+        dsattn_mha_seq_destroy(s);
+        return sb == SIZE_MAX ? DSATTN_ERR_OVERFLOW : DSATTN_ERR_NOMEM;
+    }
+    s->scratch_size = sb;
     *out = s;
     return DSATTN_OK;
 }
@@ -330,11 +337,11 @@ void dsattn_mha_seq_destroy(dsattn_mha_seq *s)
     free(s);
 }
 
-int64_t dsattn_mha_seq_pos(const dsattn_mha_seq *s) { return s->pos; }
+int64_t dsattn_mha_seq_pos(const dsattn_mha_seq *s) { return s ? s->pos : -1; }
 
 dsattn_status dsattn_mha_seq_advance(dsattn_mha_seq *s, size_t n)
 {
-    if (!s || (size_t)s->pos + n > s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    if (!s || n == 0 || n > s->max_seq_len - (size_t)s->pos) return DSATTN_ERR_INVALID_ARG;
     s->pos += (int64_t)n;
     return DSATTN_OK;
 }
@@ -363,6 +370,7 @@ dsattn_status dsattn_mha_seq_kv_bill(const dsattn_mha_seq *s, dsattn_kv_bill *b)
      * layer (no repeat_kv copies, no window, no state). */
     b->global_bytes_allocated = s->bytes_allocated;
     b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
+    b->scratch_bytes = s->scratch_size;             /* the forward's scratch */
     return DSATTN_OK;
 }
 

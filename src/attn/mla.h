@@ -77,9 +77,11 @@ struct dsattn_mla_seq {
     size_t              row_bytes;    /* MLA cache bytes per token per layer */
     size_t              v_bytes;      /* NAIVE V bytes per token per layer   */
     size_t              idx_bytes;    /* 132 at real size, 0 for V3          */
-    void               *tile_ws;      /* decode scratch of the tiled fast path,
-                                       * grow-only (no allocation per step)   */
-    size_t              tile_ws_bytes;
+    size_t              kv_bytes;     /* all layers' caches, as allocated    */
+    size_t              scratch_bytes;/* ws + selection rows, as allocated   */
+    dsattn_ws           ws;           /* decode scratch, sized at creation for
+                                       * one token at capacity (mla_ws_bytes):
+                                       * no allocation per step               */
     dsattn_mla_layer_s  layer[DSATTN_MLA_MAX_LAYERS];
 };
 
@@ -95,17 +97,21 @@ void dsattn_mla_weight_row_bf16(const dsattn_weight *w, size_t r, float *out);
 /* Index queries and head weights of s tokens (positions start_pos..):
  * qc: [s, Hi, Di] E4M3 code values (fp32), wq: [s, Hi] fp32 weights
  * (weights_proj(x) * Hi^-0.5 * q_scale * Di^-0.5); new keys are packed into
- * kcache rows start_pos.. (132 B).  x: [s, dim], qr: [s, QL]. */
+ * kcache rows start_pos.. (132 B).  x: [s, dim], qr: [s, QL].  Scratch
+ * from ws (NULL: the heap), s * (Di + max(dim, QL)) + 1 floats. */
 dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
                                   const float *x, const float *qr, size_t s,
                                   int64_t start_pos, float *qc, float *wq,
-                                  uint8_t *kcache);
+                                  uint8_t *kcache, dsattn_ws *ws);
 
 /* fp8_index for one query row over key rows [0, n):
  * score[j] = k_s[j] * sum_h relu(q_h . k_j) * w_h, the head sum in double
- * rounded once (reference), fp32 (fast). */
+ * rounded once (reference), fp32 (fast).  Scratch from ws (NULL: the
+ * heap): dsattn_mla_index_scores_ws bytes for a context of n_threads. */
 void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
                              size_t Hi, size_t Di, const uint8_t *kcache,
-                             size_t n, float *score);
+                             size_t n, float *score, dsattn_ws *ws);
+/* Scratch bytes index_scores takes from its ws with n_threads threads. */
+size_t dsattn_mla_index_scores_ws(size_t Hi, size_t Di, int n_threads);
 
 #endif /* DSATTN_MLA_INTERNAL_H */

@@ -62,6 +62,8 @@ static size_t fmt_row_bytes(const dsattn_mla_config *c, dsattn_mla_cache f, size
     return 0;
 }
 
+static size_t mla_ws_bytes(const dsattn_mla_config *c, dsattn_mla_cache fmt, size_t cap);
+
 dsattn_status dsattn_mla_seq_create(dsattn_mla_seq **out, const dsattn_mla *m,
                                     size_t max_seq_len, dsattn_mla_cache fmt)
 {
@@ -88,6 +90,22 @@ dsattn_status dsattn_mla_seq_create(dsattn_mla_seq **out, const dsattn_mla *m,
         if (s->v_bytes && !(S->v = dsattn_alloc_array(max_seq_len, s->v_bytes))) goto nomem;
         if (s->idx_bytes && !(S->kidx = dsattn_alloc_array(max_seq_len, s->idx_bytes)))
             goto nomem;
+        s->kv_bytes += max_seq_len * (s->row_bytes + s->v_bytes + s->idx_bytes);
+        if (c->dsa) {
+            /* a decode step's selection row: min(index_topk, capacity) + 1 */
+            S->sel_cap = DSATTN_MIN((size_t)c->index_topk, max_seq_len) + 1;
+            if (!(S->sel = malloc(S->sel_cap * sizeof(int32_t)))) goto nomem;
+            s->scratch_bytes += S->sel_cap * sizeof(int32_t);
+        }
+    }
+    {
+        const size_t wb = mla_ws_bytes(c, fmt, max_seq_len);
+        dsattn_status st = dsattn_ws_init(&s->ws, wb);
+        if (st) {
+            dsattn_mla_seq_destroy(s);
+            return st;
+        }
+        s->scratch_bytes += wb;
     }
     *out = s;
     return DSATTN_OK;
@@ -105,16 +123,19 @@ void dsattn_mla_seq_destroy(dsattn_mla_seq *s)
         dsattn_free(s->layer[l].kidx);
         free(s->layer[l].sel);
     }
-    dsattn_free(s->tile_ws);
+    dsattn_ws_free(&s->ws);
     free(s);
 }
 
-int64_t dsattn_mla_seq_pos(const dsattn_mla_seq *s) { return s->pos; }
-dsattn_mla_cache dsattn_mla_seq_cache_format(const dsattn_mla_seq *s) { return s->fmt; }
+int64_t dsattn_mla_seq_pos(const dsattn_mla_seq *s) { return s ? s->pos : -1; }
+dsattn_mla_cache dsattn_mla_seq_cache_format(const dsattn_mla_seq *s)
+{
+    return s ? s->fmt : (dsattn_mla_cache)-1;
+}
 
 dsattn_status dsattn_mla_seq_advance(dsattn_mla_seq *s, size_t n)
 {
-    if (!s || (size_t)s->pos + n > s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    if (!s || n == 0 || n > s->max_seq_len - (size_t)s->pos) return DSATTN_ERR_INVALID_ARG;
     s->pos += (int64_t)n;
     return DSATTN_OK;
 }
@@ -238,10 +259,13 @@ static inline size_t row_ahead(size_t h, size_t d, size_t ahead, size_t n, size_
     return d < n ? h * stride + off + d : (h + 1) * stride + off + (d - n);
 }
 
+/* One thread's scratch of absorb_q / absorb_out: KL doubles + KL floats. */
+static size_t absorb_ws_per(size_t KL) { return (KL * (sizeof(double) + sizeof(float)) + 63) / 64 * 64; }
+
 /* q'[h] = bf16(q_nope[h] . W_uk[h]) for all heads: W_uk[h] = rows
  * h*(dn+dv) .. +dn of wkv_b (bf16 values of weight_dequant), [dn, KL]. */
 static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *q,
-                              float *qa)
+                              float *qa, dsattn_ws *wa)
 {
     const dsattn_mla_config *c = &m->cfg;
     const dsattn_weight *W = &m->layer[l].wkv_b;
@@ -250,18 +274,20 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     const dsattn_mla_kern *mk = ref ? NULL : ctx->kt->mla;
     dsattn_status st = DSATTN_OK;
-#pragma omp parallel num_threads(ctx->n_threads) if (!ref && H >= 4)
-    {
-        float *wr = dsattn_alloc_array(KL, sizeof(float));
-        double *acc = dsattn_alloc_array(KL, sizeof(double));
+    /* per thread: acc [KL] doubles, wr [KL] floats */
+    const int nth = DSATTN_MAX(ctx->n_threads, 1);
+    const dsattn_ws_pos mark = dsattn_ws_mark(wa);
+    const size_t per = absorb_ws_per(KL);
+    uint8_t *all = dsattn_ws_array(wa, (size_t)nth, per);
+    if (!all) return DSATTN_ERR_NOMEM;
+    DSATTN_PARALLEL(!ref && H >= 4 ? nth : 1, {
+        const int tid = dsattn_tid;
+        double *acc = (double *)(void *)(all + (size_t)tid * per);
+        float *wr = (float *)(void *)(acc + KL);
         float *accf = (float *)acc;
-        if (!wr || !acc) {
-#pragma omp atomic write
-            st = DSATTN_ERR_NOMEM;
-        }
-#pragma omp for schedule(static)
-        for (size_t h = 0; h < H; h++) {
-            if (!wr || !acc) continue;
+        size_t hlo_, hhi_;
+        dsattn_range(H, dsattn_tid, dsattn_nth, &hlo_, &hhi_);
+        for (size_t h = hlo_; h < hhi_; h++) {
             const float *qh = q + h * dqk;
             if (ref) {
                 for (size_t i = 0; i < KL; i++) acc[i] = 0.0;
@@ -306,16 +332,16 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                 for (size_t i = 0; i < KL; i++) qa[h * KL + i] = dsattn_round_bf16(accf[i]);
             }
         }
-        dsattn_free(wr);
-        dsattn_free(acc);
-    }
+    });
+    dsattn_ws_put(wa, all);
+    dsattn_ws_reset(wa, mark);
     dsattn_count(ctx, 2ull * H * dn * KL, (uint64_t)H * dn * KL * 2);
     return st;
 }
 
 /* o[h*dv + d] = bf16(x[h] . W_uv[h][d]), W_uv[h] = rows h*(dn+dv)+dn .. +dv. */
 static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *x,
-                                float *o)
+                                float *o, dsattn_ws *wa)
 {
     const dsattn_mla_config *c = &m->cfg;
     const dsattn_weight *W = &m->layer[l].wkv_b;
@@ -324,16 +350,17 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     const dsattn_mla_kern *mk = ref ? NULL : ctx->kt->mla;
     dsattn_status st = DSATTN_OK;
-#pragma omp parallel num_threads(ctx->n_threads) if (!ref && H >= 4)
-    {
-        float *wr = dsattn_alloc_array(KL, sizeof(float));
-        if (!wr) {
-#pragma omp atomic write
-            st = DSATTN_ERR_NOMEM;
-        }
-#pragma omp for schedule(static)
-        for (size_t h = 0; h < H; h++) {
-            if (!wr) continue;
+    const int nth = DSATTN_MAX(ctx->n_threads, 1);
+    const dsattn_ws_pos mark = dsattn_ws_mark(wa);
+    const size_t per = absorb_ws_per(KL);
+    uint8_t *all = dsattn_ws_array(wa, (size_t)nth, per);
+    if (!all) return DSATTN_ERR_NOMEM;
+    DSATTN_PARALLEL(!ref && H >= 4 ? nth : 1, {
+        const int tid = dsattn_tid;
+        float *wr = (float *)(void *)(all + (size_t)tid * per);
+        size_t hlo_, hhi_;
+        dsattn_range(H, dsattn_tid, dsattn_nth, &hlo_, &hhi_);
+        for (size_t h = hlo_; h < hhi_; h++) {
             const float *xh = x + h * KL;
             size_t d0 = 0;
             if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
@@ -374,8 +401,9 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
                 o[h * dv + d] = dsattn_round_bf16(y);
             }
         }
-        dsattn_free(wr);
-    }
+    });
+    dsattn_ws_put(wa, all);
+    dsattn_ws_reset(wa, mark);
     dsattn_count(ctx, 2ull * H * dv * KL, (uint64_t)H * dv * KL * 2);
     return st;
 }
@@ -386,22 +414,28 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
  * keys = idx[0..n) or 0..n-1; xo [H, KL] = bf16(p . kv). */
 static dsattn_status absorbed_row_ref(const dsattn_mla_seq *s, int l, const float *qa,
                                       const float *qpe, const int32_t *idx, size_t n, int v3,
-                                      float *xo)
+                                      float *xo, dsattn_ws *wa)
 {
     const dsattn_mla_config *c = &s->m->cfg;
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const float scale = c->softmax_scale;
-    float *kv = dsattn_alloc_array(n * (KL + dr) + H * n + 1, sizeof(float));
-    double *acc = dsattn_alloc_array(KL, sizeof(double));
-    if (!kv || !acc) { dsattn_free(kv); dsattn_free(acc); return DSATTN_ERR_NOMEM; }
-    float *sc = kv + n * (KL + dr);
-    for (size_t i = 0; i < n; i++) latent_row(s, l, key_at(idx, i), kv + i * (KL + dr),
-                                              kv + i * (KL + dr) + KL);
+    /* one head's scores [n] and one decoded row [KL + dr]: each head
+     * decodes its keys again (the same values), so the scratch grows by
+     * 4 bytes per key, not by a decoded copy of the cache */
+    const dsattn_ws_pos mark = dsattn_ws_mark(wa);
+    float *sh = dsattn_ws_array(wa, n + KL + dr, sizeof(float));
+    double *acc = dsattn_ws_array(wa, KL, sizeof(double));
+    if (!sh || !acc) {
+        dsattn_ws_put(wa, sh);
+        dsattn_ws_put(wa, acc);
+        dsattn_ws_reset(wa, mark);
+        return DSATTN_ERR_NOMEM;
+    }
+    float *k = sh + n;
     for (size_t h = 0; h < H; h++) {
         const float *q1 = qa + h * KL, *q2 = qpe + h * dr;
-        float *sh = sc + h * n;
         for (size_t i = 0; i < n; i++) {
-            const float *k = kv + i * (KL + dr);
+            latent_row(s, l, key_at(idx, i), k, k + KL);
             double a = 0.0, b = 0.0;
             for (size_t t = 0; t < KL; t++) a += (double)q1[t] * (double)k[t];
             for (size_t t = 0; t < dr; t++) b += (double)q2[t] * (double)k[KL + t];
@@ -416,13 +450,14 @@ static dsattn_status absorbed_row_ref(const dsattn_mla_seq *s, int l, const floa
         for (size_t t = 0; t < KL; t++) acc[t] = 0.0;
         for (size_t i = 0; i < n; i++) {
             const double p = dsattn_round_bf16(sh[i]);
-            const float *k = kv + i * (KL + dr);
+            latent_row(s, l, key_at(idx, i), k, k + KL);
             for (size_t t = 0; t < KL; t++) acc[t] += p * (double)k[t];
         }
         for (size_t t = 0; t < KL; t++) xo[h * KL + t] = dsattn_round_bf16((float)acc[t]);
     }
-    dsattn_free(kv);
-    dsattn_free(acc);
+    dsattn_ws_put(wa, sh);
+    dsattn_ws_put(wa, acc);
+    dsattn_ws_reset(wa, mark);
     return DSATTN_OK;
 }
 
@@ -498,49 +533,54 @@ static void absorbed_part_fast(const dsattn_ktab *kt, const dsattn_mla_seq *s, i
 
 /* Inside a parallel region: this thread's number and its share [i0, i1)
  * of n keys split evenly over the region's threads. */
-static int thread_keys(size_t n, size_t *i0, size_t *i1)
+static int thread_keys(size_t n, int tid, int nth, size_t *i0, size_t *i1)
 {
-    int tid = 0, nth = 1;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-    nth = omp_get_num_threads();
-#endif
     const size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
     *i0 = DSATTN_MIN(n, (size_t)tid * chunk);
     *i1 = DSATTN_MIN(n, *i0 + chunk);
     return tid;
 }
 
-/* Scratch of one decode row: the sequence's grow-only buffer when ws_keep
- * is given (one call at a time), else a fresh one the caller frees. */
-static void *row_scratch(dsattn_mla_seq *ws_keep, size_t bytes)
+/* Threads a decode row of n keys splits its keys over (at most n_threads,
+ * at least 512 keys each). */
+static int row_threads(size_t n, int n_threads)
 {
-    if (!ws_keep) return dsattn_alloc(bytes);
-    if (ws_keep->tile_ws_bytes < bytes) {
-        dsattn_free(ws_keep->tile_ws);
-        ws_keep->tile_ws = dsattn_alloc(bytes);
-        ws_keep->tile_ws_bytes = ws_keep->tile_ws ? bytes : 0;
-    }
-    return ws_keep->tile_ws;
+    int nt = DSATTN_MAX(n_threads, 1);
+    if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
+    return nt;
 }
 
-/* ws_keep: the sequence's grow-only scratch for a decode row (one call at a
- * time), or NULL when rows run in parallel (prefill: each call allocates). */
+/* Scratch of absorbed_row_tiled with nt threads: per thread m, l, alpha
+ * [hp], acc^T [KL, hp], the block [MT_BLOCK, D], scores [MT_BLOCK, hp],
+ * KT decoded rows; the packed and plain queries; 2 MT_BLOCK row pointers
+ * per thread. */
+static size_t tiled_ws_bytes(size_t H, size_t KL, size_t dr, int nt, size_t *per_out,
+                             size_t *wsf_out)
+{
+    const size_t D = KL + dr, hp = (H + 15) / 16 * 16;
+    const size_t per = 3 * hp + KL * hp + MT_BLOCK * D + MT_BLOCK * hp + DSATTN_MLA_KT * D;
+    const size_t wsf = (size_t)nt * per + hp * D + H * D;      /* floats, then row pointers */
+    if (per_out) *per_out = per;
+    if (wsf_out) *wsf_out = wsf;
+    return wsf * sizeof(float) + (size_t)nt * 2 * MT_BLOCK * sizeof(uint8_t *);
+}
+
+/* wa: the sequence's scratch for a decode row (one call at a time), or
+ * NULL when rows run in parallel (prefill: each call allocates). */
 static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *mk,
                                         const dsattn_mla_seq *s, int l, const float *qa,
                                         const float *qpe, const int32_t *idx, size_t n, int v3,
-                                        float *xo, int n_threads, dsattn_mla_seq *ws_keep)
+                                        float *xo, int n_threads, dsattn_ws *wa)
 {
     const dsattn_mla_config *c = &s->m->cfg;
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr, hp = (H + 15) / 16 * 16;
     const float scale = c->softmax_scale;
-    int nt = n_threads;
-    if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
-    const size_t per = 3 * hp + KL * hp + MT_BLOCK * D + MT_BLOCK * hp + DSATTN_MLA_KT * D;
-    const size_t wsf = (size_t)nt * per + hp * D + H * D;      /* floats, then row pointers */
-    const size_t bytes = wsf * sizeof(float) + (size_t)nt * 2 * MT_BLOCK * sizeof(uint8_t *);
-    float *ws = row_scratch(ws_keep, bytes);
+    const int nt = row_threads(n, n_threads);
+    size_t per, wsf;
+    const size_t bytes = tiled_ws_bytes(H, KL, dr, nt, &per, &wsf);
+    const dsattn_ws_pos wmark = dsattn_ws_mark(wa);
+    float *ws = dsattn_ws_get(wa, bytes);
     if (!ws) return DSATTN_ERR_NOMEM;
     const uint8_t **rp = (const uint8_t **)(void *)(ws + wsf);
     float *qp = ws + (size_t)nt * per, *Q = qp + hp * D;
@@ -552,10 +592,9 @@ static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *
     const uint8_t *cache = s->layer[l].cache;
     const size_t rb = s->row_bytes;
     const int bf16 = s->fmt == DSATTN_MLA_CACHE_LATENT_BF16;
-#pragma omp parallel num_threads(nt)
-    {
+    DSATTN_PARALLEL(nt, {
         size_t i0, i1;
-        const int tid = thread_keys(n, &i0, &i1);
+        const int tid = thread_keys(n, dsattn_tid, dsattn_nth, &i0, &i1);
         float *mm = ws + (size_t)tid * per, *ll = mm + hp, *al = ll + hp, *acc = al + hp;
         float *kt = acc + KL * hp, *st = kt + MT_BLOCK * D, *rows = st + MT_BLOCK * hp;
         const uint8_t **cur = rp + (size_t)tid * 2 * MT_BLOCK, **nxt = cur + MT_BLOCK;
@@ -584,7 +623,7 @@ static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *
             nxt = sw;
             nb = nn;
         }
-    }
+    });
     /* merge the partial softmax states into thread 0's */
     float *m0 = ws, *l0 = m0 + hp, *f0 = l0 + hp, *a0 = f0 + hp;
     for (int t = 1; t < nt; t++) {
@@ -602,7 +641,8 @@ static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *
     }
     for (size_t h = 0; h < H; h++)
         for (size_t i = 0; i < KL; i++) xo[h * KL + i] = dsattn_round_bf16(a0[i * hp + h] / l0[h]);
-    if (!ws_keep) dsattn_free(ws);
+    dsattn_ws_put(wa, ws);
+    dsattn_ws_reset(wa, wmark);
     return DSATTN_OK;
 }
 
@@ -611,6 +651,20 @@ static dsattn_status absorbed_row_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *
 static size_t amx_fp8_scratch(size_t D)
 {
     return ((size_t)(DSATTN_AMX_MB + 32) * D * 2 + 16 * D * 4 + 127) / 64 * 64;
+}
+
+/* Scratch of absorbed_row_amx with nt threads: per thread m, l [hp], O
+ * [hp, KL], the part's scratch (and FP8 rows' decode); shared: Q, qb. */
+static size_t amx_ws_bytes(size_t H, size_t KL, size_t dr, int fp8, int nt, size_t *part_out,
+                           size_t *per_out)
+{
+    const size_t D = KL + dr, hp = (H + 31) / 32 * 32;
+    const size_t part = (dsattn_amx_ws_bytes(hp, D, KL) + 63) / 64 * 64;
+    const size_t fpart = fp8 ? amx_fp8_scratch(D) : 0;
+    const size_t per = (2 * hp + hp * KL) * sizeof(float) + part + fpart;
+    if (part_out) *part_out = part;
+    if (per_out) *per_out = per;
+    return (size_t)nt * per + H * D * sizeof(float) + hp * D * 2 + 64;
 }
 
 /* One thread's keys i0..i1 (cache rows idx[i], or i) through the AMX
@@ -665,7 +719,7 @@ static int amx_part(const dsattn_amx_kern *ak, const dsattn_mla_kern *mk, const 
  * not a bf16 number); *st carries an allocation failure. */
 static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_mla_seq *s,
                             int l, const float *qa, const float *qpe, const int32_t *idx,
-                            size_t n, int v3, float *xo, int n_threads, dsattn_mla_seq *ws_keep,
+                            size_t n, int v3, float *xo, int n_threads, dsattn_ws *wa,
                             dsattn_status *st)
 {
     const dsattn_mla_config *c = &s->m->cfg;
@@ -676,15 +730,11 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
     if (!ak || !ak->fits(hp, D, KL) || KL % 128 ||
         !(fp8 || (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16 && s->row_bytes >= D * 2)))
         return 0;
-    int nt = n_threads;
-    if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
-    /* per thread: m, l [hp], O [hp, KL], the part's scratch (and FP8
-     * rows' decode); shared: Q, qb */
-    const size_t part = (dsattn_amx_ws_bytes(hp, D, KL) + 63) / 64 * 64;
-    const size_t fpart = fp8 ? amx_fp8_scratch(D) : 0;
-    const size_t per = (2 * hp + hp * KL) * sizeof(float) + part + fpart;
-    const size_t bytes = (size_t)nt * per + H * D * sizeof(float) + hp * D * 2 + 64;
-    void *ws = row_scratch(ws_keep, bytes);
+    const int nt = row_threads(n, n_threads);
+    size_t part, per;
+    const size_t bytes = amx_ws_bytes(H, KL, dr, fp8, nt, &part, &per);
+    const dsattn_ws_pos wmark = dsattn_ws_mark(wa);
+    void *ws = dsattn_ws_get(wa, bytes);
     if (!ws) {
         *st = DSATTN_ERR_NOMEM;
         return 1;
@@ -697,28 +747,29 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
         memcpy(Q + h * D + KL, qpe + h * dr, dr * sizeof(float));
     }
     if (!ak->pack_q(Q, D, H, hp, D, qb)) {
-        if (!ws_keep) dsattn_free(ws);
+        dsattn_ws_put(wa, ws);
+        dsattn_ws_reset(wa, wmark);
         return 0;
     }
     const uint8_t *cache = s->layer[l].cache;
     const float scale = c->softmax_scale;
     int failed = 0;
-#pragma omp parallel num_threads(nt)
-    {
+    DSATTN_PARALLEL(nt, {
         size_t i0, i1;
-        const int tid = thread_keys(n, &i0, &i1);
+        const int tid = thread_keys(n, dsattn_tid, dsattn_nth, &i0, &i1);
         float *mm = (float *)(w8 + (size_t)tid * per), *ll = mm + hp, *o = ll + hp;
         uint8_t *pw = (uint8_t *)(o + hp * KL);
         for (size_t h = 0; h < hp; h++) { mm[h] = -INFINITY; ll[h] = 0.0f; }
         memset(o, 0, hp * KL * sizeof(float));
         if (i0 < i1 && !amx_part(ak, mk, qb, hp, D, KL, dr, cache, s->row_bytes, fp8, idx, i0,
                                  i1, scale, v3, mm, ll, o, pw, fp8 ? pw + part : NULL)) {
-#pragma omp atomic write
+        _Pragma("omp atomic write")
             failed = 1;
         }
-    }
+    });
     if (failed) {                   /* a row value that is not a bf16 number */
-        if (!ws_keep) dsattn_free(ws);
+        dsattn_ws_put(wa, ws);
+        dsattn_ws_reset(wa, wmark);
         return 0;
     }
     /* merge the parts into thread 0's (a part with l = 0 adds nothing) */
@@ -742,28 +793,37 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
         for (size_t i = 0; i < KL; i++)
             xo[h * KL + i] = dsattn_round_bf16(
                 o0[((h / 16) * ncg + i / 16) * 256 + (h % 16) * 16 + i % 16] / l0[h]);
-    if (!ws_keep) dsattn_free(ws);
+    dsattn_ws_put(wa, ws);
+    dsattn_ws_reset(wa, wmark);
     return 1;
+}
+
+/* Scratch of the sgemm form below with nt threads: per thread m, l [H],
+ * acc [H, KL], kb [AB, D], sc [H, AB] (floats); plus Q [H, D]. */
+static size_t generic_ws_bytes(size_t H, size_t KL, size_t dr, int nt, size_t *per_out)
+{
+    const size_t D = KL + dr, per = 2 * H + H * KL + AB_BLOCK * D + H * AB_BLOCK;
+    if (per_out) *per_out = per;
+    return ((size_t)nt * per + H * D) * sizeof(float);
 }
 
 static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s, int l,
                                        const float *qa, const float *qpe, const int32_t *idx,
                                        size_t n, int v3, float *xo, int n_threads,
-                                       dsattn_mla_seq *ws_keep)
+                                       dsattn_ws *wa)
 {
     const dsattn_mla_config *c = &s->m->cfg;
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr;
     const dsattn_mla_kern *mk = ctx->kt->mla;
     dsattn_status ast = DSATTN_OK;
-    if (mk && absorbed_row_amx(ctx, mk, s, l, qa, qpe, idx, n, v3, xo, n_threads, ws_keep, &ast))
+    if (mk && absorbed_row_amx(ctx, mk, s, l, qa, qpe, idx, n, v3, xo, n_threads, wa, &ast))
         return ast;
-    if (mk) return absorbed_row_tiled(ctx, mk, s, l, qa, qpe, idx, n, v3, xo, n_threads, ws_keep);
-    int nt = n_threads;
-    if ((size_t)nt > n / 512) nt = (int)DSATTN_MAX(n / 512, 1);
-    /* per thread: m, l [H], acc [H, KL], kb [AB, D], sc [H, AB]; plus Q */
-    const size_t per = 2 * H + H * KL + AB_BLOCK * D + H * AB_BLOCK;
-    float *ws = dsattn_alloc_array((size_t)nt * per + H * D, sizeof(float));
+    if (mk) return absorbed_row_tiled(ctx, mk, s, l, qa, qpe, idx, n, v3, xo, n_threads, wa);
+    const int nt = row_threads(n, n_threads);
+    size_t per;
+    const dsattn_ws_pos wmark = dsattn_ws_mark(wa);
+    float *ws = dsattn_ws_get(wa, generic_ws_bytes(H, KL, dr, nt, &per));
     if (!ws) return DSATTN_ERR_NOMEM;
     float *Q = ws + (size_t)nt * per;
     float lut[256];
@@ -778,15 +838,14 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
      * with nt = 1 every sgemm of 256 rows forked the whole default team
      * (measured: 788 ms -> 250 ms per V3 decode step at 32K on 1 thread).
      * omp_set_num_threads inside the region changes only the region's
-     * own ICV, never the caller's. */
-#pragma omp parallel num_threads(nt)
-    {
-        int tid = 0, nth = 1;
+     * own ICV; with nt = 1 the block runs without a region (no team of
+     * one to allocate) and the caller's value is put back after. */
 #ifdef _OPENMP
-        tid = omp_get_thread_num();
-        nth = omp_get_num_threads();
-        omp_set_num_threads(1);
+    const int saved_max = omp_get_max_threads();
 #endif
+    DSATTN_PARALLEL(nt, {
+        const int tid = dsattn_tid, nth = dsattn_nth;
+        dsattn_set_num_threads(1);
         float *mm = ws + (size_t)tid * per, *ll = mm + H, *acc = ll + H;
         float *kb = acc + H * KL, *sc = kb + AB_BLOCK * D;
         for (size_t h = 0; h < H; h++) { mm[h] = -INFINITY; ll[h] = 0.0f; }
@@ -794,7 +853,10 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
         size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
         size_t i0 = DSATTN_MIN(n, (size_t)tid * chunk), i1 = DSATTN_MIN(n, i0 + chunk);
         if (i0 < i1) absorbed_part_fast(ctx->kt, s, l, Q, idx, i0, i1, v3, mm, ll, acc, kb, sc, lut);
-    }
+    });
+#ifdef _OPENMP
+    omp_set_num_threads(saved_max);    /* run plainly (nt = 1) it set the caller's */
+#endif
     /* merge the partial softmax states into thread 0's */
     float *m0 = ws, *l0 = m0 + H, *a0 = l0 + H;
     for (int t = 1; t < nt; t++) {
@@ -810,7 +872,8 @@ static dsattn_status absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s,
     }
     for (size_t h = 0; h < H; h++)
         for (size_t i = 0; i < KL; i++) xo[h * KL + i] = dsattn_round_bf16(a0[h * KL + i] / l0[h]);
-    dsattn_free(ws);
+    dsattn_ws_put(wa, ws);
+    dsattn_ws_reset(wa, wmark);
     return DSATTN_OK;
 }
 
@@ -828,15 +891,21 @@ typedef struct {
  * v3: bf16 score arithmetic (V3 naive); else fp32 (V3.2).  o [H, dv]. */
 static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, const float *q,
                                   const kv_view *kv, const int32_t *idx, size_t n, int v3,
-                                  float *o)
+                                  float *o, dsattn_ws *wa)
 {
     const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dr = (size_t)c->rope;
     const size_t dqk = dn + dr, dv = (size_t)c->v_dim;
     const float scale = c->softmax_scale;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
-    float *sc = dsattn_alloc_array(n + dv, sizeof(float));
-    double *acc = dsattn_alloc_array(dv, sizeof(double));
-    if (!sc || !acc) { dsattn_free(sc); dsattn_free(acc); return DSATTN_ERR_NOMEM; }
+    const dsattn_ws_pos wmark = dsattn_ws_mark(wa);
+    float *sc = dsattn_ws_array(wa, n + dv, sizeof(float));
+    double *acc = dsattn_ws_array(wa, dv, sizeof(double));
+    if (!sc || !acc) {
+        dsattn_ws_put(wa, sc);
+        dsattn_ws_put(wa, acc);
+        dsattn_ws_reset(wa, wmark);
+        return DSATTN_ERR_NOMEM;
+    }
     float *accf = sc + n;
     for (size_t h = 0; h < H; h++) {
         const float *qh = q + h * dqk;
@@ -874,8 +943,9 @@ static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, c
             for (size_t t = 0; t < dv; t++) o[h * dv + t] = dsattn_round_bf16(accf[t]);
         }
     }
-    dsattn_free(sc);
-    dsattn_free(acc);
+    dsattn_ws_put(wa, sc);
+    dsattn_ws_put(wa, acc);
+    dsattn_ws_reset(wa, wmark);
     return DSATTN_OK;
 }
 
@@ -883,12 +953,13 @@ static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, c
  * of the key set from the bf16 rows into kh [n, dqk] / vh [n, dv] (so no
  * row is expanded for all heads at once), then attend. */
 static dsattn_status naive_row(dsattn_ctx *ctx, const dsattn_mla_seq *s, int l, const float *q,
-                               const int32_t *idx, size_t n, int v3, float *o)
+                               const int32_t *idx, size_t n, int v3, float *o, dsattn_ws *wa)
 {
     const dsattn_mla_config *c = &s->m->cfg;
     const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dr = (size_t)c->rope;
     const size_t dqk = dn + dr, dv = (size_t)c->v_dim;
-    float *kh = dsattn_alloc_array(n, (dqk + dv) * sizeof(float));
+    const dsattn_ws_pos wmark = dsattn_ws_mark(wa);
+    float *kh = dsattn_ws_array(wa, n, (dqk + dv) * sizeof(float));
     if (!kh) return DSATTN_ERR_NOMEM;
     float *vh = kh + n * dqk;
     dsattn_mla_config c1 = *c;
@@ -903,9 +974,10 @@ static dsattn_status naive_row(dsattn_ctx *ctx, const dsattn_mla_seq *s, int l, 
             for (size_t t = 0; t < dqk; t++) kh[i * dqk + t] = get_bf16(kr + 2 * t);
             for (size_t t = 0; t < dv; t++) vh[i * dv + t] = get_bf16(vr + 2 * t);
         }
-        st = expanded_row(ctx, &c1, q + h * dqk, &kv, NULL, n, v3, o + h * dv);
+        st = expanded_row(ctx, &c1, q + h * dqk, &kv, NULL, n, v3, o + h * dv, wa);
     }
-    dsattn_free(kh);
+    dsattn_ws_put(wa, kh);
+    dsattn_ws_reset(wa, wmark);
     return st;
 }
 
@@ -937,6 +1009,72 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 }
 
 /* ==== The layer forward ================================================= */
+
+/* The scratch one decode step (one token, any position below cap) takes
+ * from the sequence's dsattn_ws, in either mode, on any kernel path, with
+ * up to dsattn_ws_threads() threads: the buffers of dsattn_mla_attn_forward
+ * below, in the order it takes them.  Steps that release what they took
+ * (the indexer, then the attention) count as the larger of the two. */
+static size_t mla_ws_bytes(const dsattn_mla_config *c, dsattn_mla_cache fmt, size_t cap)
+{
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, QL = (size_t)c->q_lora_rank;
+    const size_t dn = (size_t)c->nope, dr = (size_t)c->rope, dv = (size_t)c->v_dim;
+    const size_t KL = (size_t)c->kv_lora_rank, dqk = dn + dr, D = KL + dr;
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const int T = dsattn_ws_threads(), naive = fmt == DSATTN_MLA_CACHE_NAIVE;
+    const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), DSATTN_MAX(KL, H * dv));
+    size_t b = 0;
+    dsattn_ws_need(&b, 2 * dim, sizeof(float));                    /* stack_forward */
+    dsattn_ws_need(&b, DSATTN_MAX(QL, 1), sizeof(float));          /* qr   */
+    dsattn_ws_need(&b, H * dqk, sizeof(float));                    /* q    */
+    dsattn_ws_need(&b, KL + dr, sizeof(float));                    /* kv   */
+    dsattn_ws_need(&b, H * dv, sizeof(float));                     /* o    */
+    dsattn_ws_need(&b, maxk, sizeof(float));                       /* aqs  */
+    if (naive) dsattn_ws_need(&b, H * (dn + dv), sizeof(float));   /* kvb  */
+    size_t idx = 0;
+    if (c->dsa) {
+        dsattn_ws_need(&b, Hi * Di, sizeof(float));                /* qc   */
+        dsattn_ws_need(&b, Hi, sizeof(float));                     /* wq   */
+        dsattn_ws_need(&b, cap, sizeof(float));                    /* score */
+        dsattn_ws_need(&b, 1, sizeof(size_t));                     /* nsel */
+        dsattn_ws_need(&idx, Di + DSATTN_MAX(dim, QL) + 1, sizeof(float));     /* index_qk */
+        idx = DSATTN_MAX(idx, dsattn_mla_index_scores_ws(Hi, Di, T));
+    }
+    size_t att = 0;
+    if (naive) {
+        dsattn_ws_need(&att, cap, (dqk + dv) * sizeof(float));    /* naive_row */
+        dsattn_ws_need(&att, cap + dv, sizeof(float));             /* expanded_row */
+        dsattn_ws_need(&att, dv, sizeof(double));
+    } else {
+        dsattn_ws_need(&att, H * KL, sizeof(float));               /* qa   */
+        dsattn_ws_need(&att, H * KL, sizeof(float));               /* xo   */
+        dsattn_ws_need(&att, H * dr, sizeof(float));               /* qpe  */
+        size_t row = 0, r;
+        dsattn_ws_need(&row, (size_t)T, absorb_ws_per(KL));        /* absorb_q / _out */
+        r = 0;                                                     /* reference row */
+        dsattn_ws_need(&r, cap + KL + dr, sizeof(float));
+        dsattn_ws_need(&r, KL, sizeof(double));
+        row = DSATTN_MAX(row, r);
+        const int nt = row_threads(cap, T);
+        r = 0;
+        dsattn_ws_need(&r, tiled_ws_bytes(H, KL, dr, nt, NULL, NULL), 1);
+        row = DSATTN_MAX(row, r);
+        r = 0;
+        dsattn_ws_need(&r, generic_ws_bytes(H, KL, dr, nt, NULL), 1);
+        row = DSATTN_MAX(row, r);
+        const size_t hp = (H + 31) / 32 * 32;
+        if (dsattn_amx_fits(hp, D, KL) && KL % 128 == 0) {
+            r = 0;
+            dsattn_ws_need(&r, amx_ws_bytes(H, KL, dr, fmt == DSATTN_MLA_CACHE_LATENT_FP8, nt,
+                                            NULL, NULL), 1);
+            row = DSATTN_MAX(row, r);
+        }
+        if (!dsattn_add_size(att, row, &att)) att = SIZE_MAX;
+    }
+    size_t rest = DSATTN_MAX(idx, att);
+    if (b == SIZE_MAX || rest == SIZE_MAX || !dsattn_add_size(b, rest, &b)) return SIZE_MAX;
+    return b;
+}
 
 typedef struct {
     float *q, *qa, *kv, *kvb, *o, *xo, *aqs, *qr, *qc, *wq, *score;
@@ -973,18 +1111,24 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     dsattn_phase_mark pm = { -1, 0.0, 0, 0 };        /* the open phase, if any */
 
     const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), DSATTN_MAX(KL, H * dv));
+    const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
+    /* every buffer of the call from the sequence's scratch (sized for a
+     * decode step: a prefill chunk may spill to the heap); wa NULL for
+     * helpers that run inside a parallel loop */
+    dsattn_ws *ws = &seq->ws;
+    const dsattn_ws_pos ws_mark = dsattn_ws_mark(ws);
     fwd_buf b;
     memset(&b, 0, sizeof b);
-    b.qr = dsattn_alloc_array(s, DSATTN_MAX(QL, 1) * sizeof(float));
-    b.q = dsattn_alloc_array(s, H * dqk * sizeof(float));
-    b.kv = dsattn_alloc_array(s, (KL + dr) * sizeof(float));
-    b.o = dsattn_alloc_array(s, H * dv * sizeof(float));
-    b.aqs = dsattn_alloc_array(s, maxk * sizeof(float));
-    if (need_expanded) b.kvb = dsattn_alloc_array(s, H * (dn + dv) * sizeof(float));
+    b.qr = dsattn_ws_arrayz(ws, s, DSATTN_MAX(QL, 1) * sizeof(float));
+    b.q = dsattn_ws_arrayz(ws, s, H * dqk * sizeof(float));
+    b.kv = dsattn_ws_arrayz(ws, s, (KL + dr) * sizeof(float));
+    b.o = dsattn_ws_arrayz(ws, s, H * dv * sizeof(float));
+    b.aqs = dsattn_ws_arrayz(ws, s, maxk * sizeof(float));
+    if (need_expanded) b.kvb = dsattn_ws_arrayz(ws, s, H * (dn + dv) * sizeof(float));
     if (c->dsa) {
-        b.qc = dsattn_alloc_array(s, Hi * Di * sizeof(float));
-        b.wq = dsattn_alloc_array(s, Hi * sizeof(float));
-        b.score = dsattn_alloc_array(end, sizeof(float));
+        b.qc = dsattn_ws_arrayz(ws, s, Hi * Di * sizeof(float));
+        b.wq = dsattn_ws_arrayz(ws, s, Hi * sizeof(float));
+        b.score = dsattn_ws_array(ws, end, sizeof(float));   /* written before read */
     }
     if (!b.qr || !b.q || !b.kv || !b.o || !b.aqs || (need_expanded && !b.kvb) ||
         (c->dsa && (!b.qc || !b.wq || !b.score))) {
@@ -1053,18 +1197,18 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     size_t *nsel = NULL;
     dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
     if (c->dsa) {
-        if ((st = dsattn_mla_index_qk(ctx, m, l, x, b.qr, s, start, b.qc, b.wq, S->kidx)))
+        if ((st = dsattn_mla_index_qk(ctx, m, l, x, b.qr, s, start, b.qc, b.wq, S->kidx, ws)))
             goto done;
         if (!grow((void **)&S->sel, &S->sel_cap, s * width + 1, sizeof(int32_t))) {
             st = DSATTN_ERR_NOMEM;
             goto done;
         }
-        nsel = calloc(s, sizeof *nsel);
+        nsel = dsattn_ws_arrayz(ws, s, sizeof *nsel);
         if (!nsel) { st = DSATTN_ERR_NOMEM; goto done; }
         for (size_t t = 0; t < s; t++) {
             const size_t nvis = (size_t)start + t + 1;
             dsattn_mla_index_scores(ctx, b.qc + t * Hi * Di, b.wq + t * Hi, Hi, Di, S->kidx,
-                                    nvis, b.score);
+                                    nvis, b.score, ws);
             nsel[t] = select_row(b.score, nvis, (size_t)c->index_topk, width,
                                  S->sel + t * width);
         }
@@ -1075,17 +1219,16 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
 
     /* ---- attention, row by row */
     const int sparse = c->dsa && !c->force_dense;
-    const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     const int absorbed = !naive && !mha_fresh;
     if (absorbed) {
-        b.qa = dsattn_alloc_array(s, H * KL * sizeof(float));
-        b.xo = dsattn_alloc_array(s, H * KL * sizeof(float));
-        if (!b.qa || !b.xo) { st = DSATTN_ERR_NOMEM; goto sel_done; }
-        float *qpe = dsattn_alloc_array(s, H * dr * sizeof(float));
-        if (!qpe) { st = DSATTN_ERR_NOMEM; goto sel_done; }
+        b.qa = dsattn_ws_arrayz(ws, s, H * KL * sizeof(float));
+        b.xo = dsattn_ws_arrayz(ws, s, H * KL * sizeof(float));
+        if (!b.qa || !b.xo) { st = DSATTN_ERR_NOMEM; goto done; }
+        float *qpe = dsattn_ws_arrayz(ws, s, H * dr * sizeof(float));
+        if (!qpe) { st = DSATTN_ERR_NOMEM; goto done; }
         dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);           /* W_uk */
         for (size_t t = 0; t < s && !st; t++) {
-            st = absorb_q(ctx, m, l, b.q + t * H * dqk, b.qa + t * H * KL);
+            st = absorb_q(ctx, m, l, b.q + t * H * dqk, b.qa + t * H * KL, ws);
             for (size_t h = 0; h < H; h++)
                 memcpy(qpe + (t * H + h) * dr, b.q + (t * H + h) * dqk + dn, dr * sizeof(float));
         }
@@ -1098,7 +1241,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         (ref ? absorbed_row_ref(seq, l, b.qa + (t) * H * KL, qpe + (t) * H * dr,            \
                                 sparse ? S->sel + (t) * width : NULL,                      \
                                 sparse ? nsel[t] : (size_t)start + (t) + 1, v3,            \
-                                b.xo + (t) * H * KL)                                       \
+                                b.xo + (t) * H * KL, keep)                                 \
              : absorbed_row_fast(ctx, seq, l, b.qa + (t) * H * KL, qpe + (t) * H * dr,      \
                                  sparse ? S->sel + (t) * width : NULL,                     \
                                  sparse ? nsel[t] : (size_t)start + (t) + 1, v3,           \
@@ -1120,10 +1263,9 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
              * over the threads - not inside an inactive outer region, whose
              * nested team would start threads of its own beside the idle pool
              * (with OMP_WAIT_POLICY=active: 69 ms instead of 42 per V3 step) */
-            for (size_t t = 0; t < s && !rst; t++) rst = ABSORBED_ROW(t, ctx->n_threads, seq);
+            for (size_t t = 0; t < s && !rst; t++) rst = ABSORBED_ROW(t, ctx->n_threads, ws);
         }
 #undef ABSORBED_ROW
-        dsattn_free(qpe);
         if (!st) st = rst;
         uint64_t nk = 0;
         for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
@@ -1131,26 +1273,36 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         dsattn_phase_end(ctx, &pm);
         dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);          /* W_uv */
         for (size_t t = 0; t < s && !st; t++)
-            st = absorb_out(ctx, m, l, b.xo + t * H * KL, b.o + t * H * dv);
+            st = absorb_out(ctx, m, l, b.xo + t * H * KL, b.o + t * H * dv, ws);
     } else {
         /* expanded keys: the chunk's own (V3.2 prefill: k_nope and v from
          * wkv_b, the shared k_pe) or the naive cache */
         const kv_view fresh = { b.kvb, b.kv + KL, b.kvb + dn, H * (dn + dv), dn + dv,
                                 KL + dr, 0, H * (dn + dv), dn + dv };
         dsattn_status rst = DSATTN_OK;
+        dsattn_ws *rws = !ref && s > 1 ? NULL : ws;     /* rows in parallel: the heap */
         dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (!ref && s > 1)
-        for (size_t t = 0; t < s; t++) {
-            const int32_t *idx = sparse ? S->sel + t * width : NULL;
-            const size_t n = sparse ? nsel[t] : (size_t)start + t + 1;
-            dsattn_status r = naive
-                ? naive_row(ctx, seq, l, b.q + t * H * dqk, idx, n, v3, b.o + t * H * dv)
-                : expanded_row(ctx, c, b.q + t * H * dqk, &fresh, idx, n, v3, b.o + t * H * dv);
-            if (r) {
-#pragma omp atomic write
-                rst = r;
-            }
+#define EXPANDED_ROW(t)                                                                     \
+        do {                                                                                \
+            const int32_t *idx = sparse ? S->sel + (t) * width : NULL;                      \
+            const size_t n = sparse ? nsel[t] : (size_t)start + (t) + 1;                     \
+            dsattn_status r = naive                                                         \
+                ? naive_row(ctx, seq, l, b.q + (t) * H * dqk, idx, n, v3, b.o + (t) * H * dv, rws) \
+                : expanded_row(ctx, c, b.q + (t) * H * dqk, &fresh, idx, n, v3,             \
+                               b.o + (t) * H * dv, rws);                                    \
+            if (r) {                                                                        \
+                _Pragma("omp atomic write")                                                 \
+                rst = r;                                                                    \
+            }                                                                               \
+        } while (0)
+        if (!ref && s > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads)
+            for (size_t t = 0; t < s; t++) EXPANDED_ROW(t);
+        } else {
+            /* no region: a team of one would be allocated every step */
+            for (size_t t = 0; t < s; t++) EXPANDED_ROW(t);
         }
+#undef EXPANDED_ROW
         st = rst;
         uint64_t nk = 0;
         for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
@@ -1159,21 +1311,9 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
     }
     if (!st) st = dsattn_linear(ctx, &L->wo, b.o, H * dv, s, out, dim, DSATTN_OUT_BF16, aq, b.aqs);
-sel_done:
-    free(nsel);
 done:
     dsattn_phase_end(ctx, &pm);                      /* whatever is open */
-    dsattn_free(b.qr);
-    dsattn_free(b.q);
-    dsattn_free(b.kv);
-    dsattn_free(b.kvb);
-    dsattn_free(b.o);
-    dsattn_free(b.aqs);
-    dsattn_free(b.qa);
-    dsattn_free(b.xo);
-    dsattn_free(b.qc);
-    dsattn_free(b.wq);
-    dsattn_free(b.score);
+    dsattn_ws_reset(ws, ws_mark);                    /* every buffer above */
     return st;
 }
 
@@ -1194,11 +1334,12 @@ static const float *mla_norm(const void *seq, int l)
 dsattn_status dsattn_mla_stack_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, float *h, size_t n,
                    float *attn_in, float *attn_out)
 {
-    if (!ctx || !seq || !h || n == 0) return DSATTN_ERR_INVALID_ARG;
+    if (!ctx || !seq || !h || n == 0 || n > seq->max_seq_len - (size_t)seq->pos)
+        return DSATTN_ERR_INVALID_ARG;
     dsattn_status st = dsattn_standin_stack(ctx, seq, mla_layer, mla_norm,
                                             (size_t)seq->m->cfg.n_layers,
                                             (size_t)seq->m->cfg.dim, seq->m->cfg.eps, h, n,
-                                            attn_in, attn_out);
+                                            attn_in, attn_out, &seq->ws);
     if (!st) st = dsattn_mla_seq_advance(seq, n);
     return st;
 }
@@ -1246,13 +1387,10 @@ dsattn_status dsattn_mla_seq_kv_bill(const dsattn_mla_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;
     memset(b, 0, sizeof *b);
-    for (int64_t l = 0; l < s->m->cfg.n_layers; l++) {
-        const dsattn_mla_layer_s *S = &s->layer[l];
-        if (S->cache) b->global_bytes_allocated += s->max_seq_len * s->row_bytes;
-        if (S->v) b->global_bytes_allocated += s->max_seq_len * s->v_bytes;
-        if (S->kidx) b->global_bytes_allocated += s->max_seq_len * s->idx_bytes;
-    }
+    /* the byte counts seq_create recorded as it allocated */
+    b->global_bytes_allocated = s->kv_bytes;
     b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
+    b->scratch_bytes = s->scratch_bytes;
     return DSATTN_OK;
 }
 

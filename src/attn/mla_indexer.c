@@ -28,6 +28,9 @@
 #include "numfmt.h"
 
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static void put_f32le(uint8_t *p, float v)
 {
@@ -52,7 +55,7 @@ static void rope_hadamard(float *v, size_t Di, size_t dr, const float *cs, const
 dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
                                   const float *x, const float *qr, size_t s,
                                   int64_t start_pos, float *qc, float *wq,
-                                  uint8_t *kcache)
+                                  uint8_t *kcache, dsattn_ws *ws)
 {
     const dsattn_mla_config *c = &m->cfg;
     const dsattn_mla_layer_w *L = &m->layer[l];
@@ -63,7 +66,8 @@ dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
     const dsattn_actq *aq = m->use_actq ? &m->actq : NULL;
     const size_t maxk = DSATTN_MAX(dim, QL);
     dsattn_status st;
-    float *kk = dsattn_alloc_array(s * (Di + maxk) + 1, sizeof(float));
+    const dsattn_ws_pos mark = dsattn_ws_mark(ws);
+    float *kk = dsattn_ws_arrayz(ws, s * (Di + maxk) + 1, sizeof(float));
     if (!kk) return DSATTN_ERR_NOMEM;
     float *aqs = kk + s * Di;
     float cs[64], sn[64];
@@ -102,7 +106,8 @@ dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
         }
     }
 done:
-    dsattn_free(kk);
+    dsattn_ws_put(ws, kk);
+    dsattn_ws_reset(ws, mark);
     return st;
 }
 
@@ -156,26 +161,37 @@ static void scores_fast(const dsattn_mla_kern *mk, const float *qc, const float 
  * code sends the call back to the FMA path.  Returns 0 when it does not
  * apply (nothing written that the FMA path does not overwrite). */
 static int scores_amx(dsattn_ctx *ctx, const float *qc, const float *w, size_t Hi, size_t Di,
-                      const uint8_t *kcache, size_t kb, size_t n, float *score)
+                      const uint8_t *kcache, size_t kb, size_t n, float *score, dsattn_ws *ws)
 {
     const size_t hp = (Hi + 31) / 32 * 32, MB = DSATTN_AMX_MB;
     const dsattn_mla_kern *mk = ctx->kt->mla;
     const dsattn_amx_kern *ak = ctx->kt->amx;
     if (!ak || !mk || !ak->fits(hp, Di, Di) || Di % 32 || n < MB) return 0;
-    uint16_t *qb = dsattn_alloc_array(hp * Di, sizeof(uint16_t));
-    if (!qb) return 0;
+    const dsattn_ws_pos mark = dsattn_ws_mark(ws);
+    const size_t nth = (size_t)DSATTN_MAX(ctx->n_threads, 1);
+    /* qb, then per thread rows [MB, Di] bf16 and c [MB, hp] */
+    const size_t per = (MB * Di * sizeof(uint16_t) + MB * hp * sizeof(float) + 63) / 64 * 64;
+    uint8_t *all = dsattn_ws_array(ws, nth, per);
+    uint16_t *qb = dsattn_ws_array(ws, hp * Di, sizeof(uint16_t));
+    if (!qb || !all) {
+        dsattn_ws_put(ws, qb);
+        dsattn_ws_put(ws, all);
+        dsattn_ws_reset(ws, mark);
+        return 0;
+    }
     int ok = ak->pack_q(qc, Di, Hi, hp, Di, qb);
     const size_t nblk = (n + MB - 1) / MB;
     const float one = 1.0f;
-#pragma omp parallel num_threads(ctx->n_threads) if (ok && nblk > 1)
-    {
-        uint16_t *rows = dsattn_alloc_array(MB * Di, sizeof(uint16_t));
-        float *c = dsattn_alloc_array(MB * hp, sizeof(float));
-        int mine = rows && c && ok;
+    DSATTN_PARALLEL(ok && nblk > 1 ? (int)nth : 1, {
+        const int tid = dsattn_tid;
+        uint16_t *rows = (uint16_t *)(void *)(all + (size_t)tid * per);
+        float *c = (float *)(void *)(all + (size_t)tid * per + MB * Di * sizeof(uint16_t));
+        int mine = ok;
         const int tiles = mine;          /* ok may change under other threads */
         if (tiles) ak->begin();
-#pragma omp for schedule(static)
-        for (size_t b = 0; b < nblk; b++) {
+        size_t blo_, bhi_;
+        dsattn_range(nblk, dsattn_tid, dsattn_nth, &blo_, &bhi_);
+        for (size_t b = blo_; b < bhi_; b++) {
             if (!mine) continue;
             const size_t j0 = b * MB, nb = DSATTN_MIN(MB, n - j0), n32 = (nb + 31) / 32;
             for (size_t j = 0; j < nb && mine; j++)
@@ -188,23 +204,34 @@ static int scores_amx(dsattn_ctx *ctx, const float *qc, const float *w, size_t H
         }
         if (tiles) ak->end();
         if (!mine) {
-#pragma omp atomic write
+        _Pragma("omp atomic write")
             ok = 0;
         }
-        dsattn_free(rows);
-        dsattn_free(c);
-    }
-    dsattn_free(qb);
+    });
+    dsattn_ws_put(ws, qb);
+    dsattn_ws_put(ws, all);
+    dsattn_ws_reset(ws, mark);
     return ok;
+}
+
+size_t dsattn_mla_index_scores_ws(size_t Hi, size_t Di, int n_threads)
+{
+    const size_t nth = (size_t)DSATTN_MAX(n_threads, 1), MB = DSATTN_AMX_MB;
+    const size_t hp = (Hi + 31) / 32 * 32;
+    size_t amx = 0, fma = 0;
+    dsattn_ws_need(&amx, nth, (MB * Di * sizeof(uint16_t) + MB * hp * sizeof(float) + 63) / 64 * 64);
+    dsattn_ws_need(&amx, hp * Di, sizeof(uint16_t));
+    dsattn_ws_need(&fma, nth * (IDX_BLOCK * Di + IDX_BLOCK * Hi), sizeof(float));
+    return DSATTN_MAX(amx, fma);
 }
 
 void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
                              size_t Hi, size_t Di, const uint8_t *kcache,
-                             size_t n, float *score)
+                             size_t n, float *score, dsattn_ws *ws)
 {
     const size_t kb = dsattn_v32_index_row_bytes(Di);
     if (ctx->mode == DSATTN_MODE_FAST && Di <= 512 &&
-        scores_amx(ctx, qc, w, Hi, Di, kcache, kb, n, score)) {
+        scores_amx(ctx, qc, w, Hi, Di, kcache, kb, n, score, ws)) {
         dsattn_count(ctx, 2ull * n * Hi * Di + 3ull * n * Hi, (uint64_t)n * kb + Hi * Di * 4ull);
         return;
     }
@@ -219,18 +246,23 @@ void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
         const size_t nblk = (n + IDX_BLOCK - 1) / IDX_BLOCK;
         int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
         if (nblk < 4) nt = 1;
-#pragma omp parallel num_threads(nt)
-        {
-            float *kbuf = dsattn_alloc_array(IDX_BLOCK * Di + IDX_BLOCK * Hi, sizeof(float));
-#pragma omp for schedule(static)
-            for (size_t b = 0; b < nblk; b++) {
+        const dsattn_ws_pos mark = dsattn_ws_mark(ws);
+        const size_t per = IDX_BLOCK * Di + IDX_BLOCK * Hi;
+        float *all = dsattn_ws_array(ws, (size_t)nt * per, sizeof(float));
+        DSATTN_PARALLEL(nt, {
+            const int tid = dsattn_tid;
+            float *kbuf = all ? all + (size_t)tid * per : NULL;
+            size_t blo_, bhi_;
+            dsattn_range(nblk, dsattn_tid, dsattn_nth, &blo_, &bhi_);
+            for (size_t b = blo_; b < bhi_; b++) {
                 size_t j0 = b * IDX_BLOCK, j1 = DSATTN_MIN(n, j0 + IDX_BLOCK);
                 if (kbuf) scores_fast(mk, qc, w, Hi, Di, kcache, kb, j0, j1, score, lut, kbuf,
                                       kbuf + IDX_BLOCK * Di);
                 else scores_ref(qc, w, Hi, Di, kcache, kb, j0, j1, score);
             }
-            dsattn_free(kbuf);
-        }
+        });
+        dsattn_ws_put(ws, all);
+        dsattn_ws_reset(ws, mark);
     }
     dsattn_count(ctx, 2ull * n * Hi * Di + 3ull * n * Hi, (uint64_t)n * kb + Hi * Di * 4ull);
 }

@@ -181,10 +181,10 @@ dsattn_status dsattn_mla_create_config_only(dsattn_mla **out, const char *config
 }
 
 int dsattn_mla_is_dsa(const dsattn_mla *m) { return m->cfg.dsa; }
-int dsattn_mla_n_layers(const dsattn_mla *m) { return (int)m->cfg.n_layers; }
-int dsattn_mla_dim(const dsattn_mla *m) { return (int)m->cfg.dim; }
-int dsattn_mla_has_weights(const dsattn_mla *m) { return m->has_weights; }
-float dsattn_mla_softmax_scale(const dsattn_mla *m) { return m->cfg.softmax_scale; }
+int dsattn_mla_n_layers(const dsattn_mla *m) { return m ? (int)m->cfg.n_layers : -1; }
+int dsattn_mla_dim(const dsattn_mla *m) { return m ? (int)m->cfg.dim : -1; }
+int dsattn_mla_has_weights(const dsattn_mla *m) { return m ? m->has_weights : 0; }
+float dsattn_mla_softmax_scale(const dsattn_mla *m) { return m ? m->cfg.softmax_scale : NAN; }
 
 size_t dsattn_mla_weight_bytes(const dsattn_mla *m)
 {

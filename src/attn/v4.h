@@ -82,8 +82,14 @@ struct dsattn_v4_seq {
     int64_t             pos;               /* tokens consumed so far        */
     size_t              max_seq_len;
     dsattn_v4_layer_s   layer[DSATTN_V4_MAX_LAYERS];
-    void               *scratch;           /* grow-only chunk scratch       */
+    /* Decode scratch, sized at creation for one token at capacity (so a
+     * decode step allocates nothing; a prefill chunk may grow or spill). */
+    void               *scratch;           /* the layer forward's buffers   */
     size_t              scratch_size;
+    dsattn_ws           ws;                /* compressors, indexer, stack   */
+    size_t              kv_bytes;          /* compressed + index rows, as
+                                            * allocated                     */
+    size_t              window_bytes, state_bytes;
 };
 
 /* Parse an inference/config.json (ModelArgs keys).  Errors name the key. */

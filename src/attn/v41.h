@@ -88,14 +88,19 @@ struct dsattn_v41_seq {
         int      topk_layer;      /* index source that wrote the rows        */
         int32_t *cand;            /* pool positions per row, ascending       */
         size_t  *cand_n;          /* [rows] count                            */
-        size_t   cand_rows, cand_stride, cand_cap;
+        size_t   cand_rows, cand_stride, cand_cap, cand_n_cap;
         int      cand_valid;
     } rt;
 
-    void   *scratch;                      /* grow-only chunk scratch       */
-    size_t  scratch_size;
-    void   *iscratch;                     /* grow-only indexer scratch     */
-    size_t  iscratch_size;
+    /* Decode scratch, sized at creation for one token at capacity (so a
+     * decode step allocates nothing; a prefill chunk may grow them). */
+    void     *scratch;                    /* the layer forward's buffers   */
+    size_t    scratch_size;
+    void     *iscratch;                   /* compressor / indexer buffers  */
+    size_t    iscratch_size;
+    dsattn_ws ws;                         /* stack_forward's rows          */
+    size_t    kv_bytes;                   /* ckv + kidx, as allocated      */
+    size_t    window_bytes, state_bytes;  /* rings, compressor state       */
 };
 
 /* Derive the plan (modes) from the config.  Errors name the offending key. */

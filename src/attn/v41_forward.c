@@ -30,6 +30,38 @@
 
 /* ==== Sequence lifetime ================================================= */
 
+/* Scratch sized at creation (v41_decode_scratch) and grown only by a
+ * prefill chunk that needs more. */
+static void *grow_buf(void **buf, size_t *size, size_t bytes)
+{
+    if (bytes > *size) {
+        size_t want = DSATTN_MAX(bytes, *size + *size / 2);
+        dsattn_free(*buf);
+        *buf = dsattn_alloc(want);
+        *size = *buf ? want : 0;
+    }
+    return *buf;
+}
+
+static void *scratch_get(dsattn_v41_seq *s, size_t bytes)
+{
+    return grow_buf(&s->scratch, &s->scratch_size, bytes);
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 1;
+    void *np = realloc(*p, need * elem);
+    if (!np) return 0;
+    *p = np;
+    *cap = need;
+    return 1;
+}
+
+static void v41_decode_scratch(const dsattn_v41 *m, size_t cap, size_t *fwd, size_t *idx,
+                               size_t *stride);
+
+
 dsattn_status dsattn_v41_seq_create(dsattn_v41_seq **out, const dsattn_v41 *m,
                                     size_t max_seq_len, dsattn_v41_index_k mode)
 {
@@ -45,27 +77,52 @@ dsattn_status dsattn_v41_seq_create(dsattn_v41_seq **out, const dsattn_v41 *m,
     s->max_seq_len = max_seq_len;
     s->rt.compress_kv = s->rt.index_k = -1;
     size_t D = (size_t)c->head_dim, w = (size_t)c->window_size;
+    const size_t kw = DSATTN_MIN((size_t)c->index_topk, max_seq_len) + 1;
     for (int64_t l = 0; l < c->n_layers; l++) {
         const dsattn_v41_layer_w *L = &m->layer[l];
         dsattn_v41_layer_s *S = &s->layer[l];
         S->source_read = S->index_read = S->topk_read = -1;
         S->ring = dsattn_alloc_array(w, dsattn_v41_swa_bytes(c));
         if (!S->ring) goto nomem;
+        s->window_bytes += w * dsattn_v41_swa_bytes(c);
         if (L->is_kv_source) {
             S->cap = max_seq_len / (size_t)L->ratio;
             S->ckv = dsattn_alloc_array(DSATTN_MAX(S->cap, 1), dsattn_v41_ckv_bytes(c));
             if (!S->ckv) goto nomem;
+            s->kv_bytes += DSATTN_MAX(S->cap, 1) * dsattn_v41_ckv_bytes(c);
             if (L->owns_k) {
                 S->kidx = dsattn_alloc_array(DSATTN_MAX(S->cap, 1), dsattn_v41_kidx_bytes(c));
                 if (!S->kidx) goto nomem;
+                s->kv_bytes += DSATTN_MAX(S->cap, 1) * dsattn_v41_kidx_bytes(c);
             }
             if (L->ratio > 1) {
                 S->kv_state = dsattn_alloc_array((size_t)L->ratio * D, sizeof(float));
                 S->score_state = dsattn_alloc_array((size_t)L->ratio * D, sizeof(float));
                 if (!S->kv_state || !S->score_state) goto nomem;
+                s->state_bytes += 2 * (size_t)L->ratio * D * sizeof(float);
                 dsattn_compressor_state_init(S->kv_state, S->score_state, (size_t)L->ratio, D, 0);
             }
         }
+        if (L->is_index_source) {
+            /* a decode step's own selection row */
+            if (!grow((void **)&S->sel, &S->sel_cap, kw, sizeof(int32_t))) goto nomem;
+        }
+    }
+    /* the runtime slots and the scratch of one decode step at capacity */
+    {
+        size_t fwd = 0, idx = 0, stride = 0;
+        v41_decode_scratch(m, max_seq_len, &fwd, &idx, &stride);
+        if (fwd == SIZE_MAX || idx == SIZE_MAX) {
+            dsattn_v41_seq_destroy(s);
+            return DSATTN_ERR_OVERFLOW;
+        }
+        if (!grow((void **)&s->rt.topk, &s->rt.topk_cap, kw, sizeof(int32_t)) ||
+            !grow((void **)&s->rt.cand, &s->rt.cand_cap, stride + 1, sizeof(int32_t)) ||
+            !grow((void **)&s->rt.cand_n, &s->rt.cand_n_cap, 2, sizeof(size_t)) ||
+            !grow_buf(&s->scratch, &s->scratch_size, fwd) ||
+            !grow_buf(&s->iscratch, &s->iscratch_size, idx) ||
+            dsattn_ws_init(&s->ws, 2 * (size_t)c->dim * sizeof(float) + 64))
+            goto nomem;
     }
     *out = s;
     return DSATTN_OK;
@@ -91,44 +148,17 @@ void dsattn_v41_seq_destroy(dsattn_v41_seq *s)
     free(s->rt.cand_n);
     dsattn_free(s->scratch);
     dsattn_free(s->iscratch);
+    dsattn_ws_free(&s->ws);
     free(s);
 }
 
-int64_t dsattn_v41_seq_pos(const dsattn_v41_seq *s) { return s->pos; }
+int64_t dsattn_v41_seq_pos(const dsattn_v41_seq *s) { return s ? s->pos : -1; }
 
 dsattn_status dsattn_v41_seq_advance(dsattn_v41_seq *s, size_t n)
 {
-    if (!s) return DSATTN_ERR_INVALID_ARG;
+    if (!s || n == 0 || n > s->max_seq_len - (size_t)s->pos) return DSATTN_ERR_INVALID_ARG;
     s->pos += (int64_t)n;
     return DSATTN_OK;
-}
-
-/* Grow-only scratch: decode steps after the first allocate nothing (the
- * indexer's grows with the context, by doubling). */
-static void *grow_buf(void **buf, size_t *size, size_t bytes)
-{
-    if (bytes > *size) {
-        size_t want = DSATTN_MAX(bytes, *size + *size / 2);
-        dsattn_free(*buf);
-        *buf = dsattn_alloc(want);
-        *size = *buf ? want : 0;
-    }
-    return *buf;
-}
-
-static void *scratch_get(dsattn_v41_seq *s, size_t bytes)
-{
-    return grow_buf(&s->scratch, &s->scratch_size, bytes);
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 1;
-    void *np = realloc(*p, need * elem);
-    if (!np) return 0;
-    *p = np;
-    *cap = need;
-    return 1;
 }
 
 /* ==== Helpers =========================================================== */
@@ -206,6 +236,21 @@ typedef struct {
     int prefill;
 } chunk;
 
+/* The indexer's scratch for s rows over T compressed entries: queries,
+ * weights and act-quant scales (nq), scores and positions (4 per entry: the
+ * ~16 B per entry a sequence holds for its deepest index source), block
+ * scores and picks.  *nb_max: the candidate pool's block count + 1. */
+static size_t indexer_scratch_bytes(const dsattn_v41_config *c, const dsattn_v41_layer_w *L,
+                                    size_t s, size_t T, size_t *nb_max)
+{
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const size_t QL = (size_t)c->q_lora_rank, kw = DSATTN_MIN((size_t)c->index_topk, T);
+    const size_t bs = (size_t)c->candidate_block_size;
+    *nb_max = L->is_candidate_source ? (T + bs - 1) / bs + 1 : 1;
+    const size_t nq = s * (Hi * Di + Hi + QL) + 16;
+    return (nq + 4 * (T + 16) + 2 * (*nb_max + 16) + kw + 16) * sizeof(float);
+}
+
 /* Index-source work for one layer: publish index keys (owners), score the
  * visible or pooled entries of each row, build the candidate pool (the
  * candidate source), pick top-k.  Writes the final rows (offset applied)
@@ -257,14 +302,11 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
                                  seq->layer[kl].cap, Di, 0 };
 
     /* 2. queries (RoPE, FP4; no Hadamard in V4.1) and head weights */
-    const size_t nb_max = L->is_candidate_source
-                              ? (T + (size_t)c->candidate_block_size - 1) /
-                                    (size_t)c->candidate_block_size + 1
-                              : 1;
-    const size_t nq = s * (Hi * Di + Hi + QL) + 16;
+    size_t nb_max;
     float *qi = grow_buf(&seq->iscratch, &seq->iscratch_size,
-                         (nq + 4 * (T + 16) + 2 * (nb_max + 16) + kw + 16) * sizeof(float));
+                         indexer_scratch_bytes(c, L, s, T, &nb_max));
     if (!qi) return DSATTN_ERR_NOMEM;
+    const size_t nq = s * (Hi * Di + Hi + QL) + 16;
     float *fsc = qi + nq, *score = fsc + T + 16, *bscore = score + T + 16;
     int32_t *fpos = (int32_t *)(bscore + nb_max + 16);
     int32_t *tmp = fpos + T + 16, *pick = tmp + T + nb_max + 16;
@@ -287,9 +329,10 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
             st = DSATTN_ERR_NOMEM;
             goto done;
         }
-        size_t *nn = realloc(seq->rt.cand_n, (s + 1) * sizeof *nn);
-        if (!nn) { st = DSATTN_ERR_NOMEM; goto done; }
-        seq->rt.cand_n = nn;
+        if (!grow((void **)&seq->rt.cand_n, &seq->rt.cand_n_cap, s + 1, sizeof(size_t))) {
+            st = DSATTN_ERR_NOMEM;
+            goto done;
+        }
         seq->rt.cand_rows = s;
         seq->rt.cand_stride = stride;
         seq->rt.cand_valid = 1;
@@ -342,6 +385,11 @@ done:
     return st;
 }
 
+static size_t compressor_scratch_bytes(size_t s, size_t ratio, size_t D)
+{
+    return (2 * s * D + dsattn_compressor_scratch(ratio, D)) * sizeof(float);
+}
+
 /* The compressor of a KV source: returns the new latents (pre-RoPE, bf16
  * values) in lat [n_new, D].  Ratio 1: compressor.norm(compressor.wkv(x)).
  * Ratio m >= 2: fp32 projections, per-channel softmax over each complete
@@ -368,8 +416,7 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     }
     /* projections in the sequence's indexer scratch (free until the indexer
      * of this layer runs): no allocation per decode step */
-    float *kv = grow_buf(&seq->iscratch, &seq->iscratch_size,
-                         (2 * s * D + dsattn_compressor_scratch(m, D)) * sizeof(float));
+    float *kv = grow_buf(&seq->iscratch, &seq->iscratch_size, compressor_scratch_bytes(s, m, D));
     if (!kv) return DSATTN_ERR_NOMEM;
     float *z = kv + s * D, *ws = z + s * D;
     st = dsattn_linear(ctx, &L->c_wkv, x, dim, s, kv, D, DSATTN_OUT_F32, NULL, NULL);
@@ -385,6 +432,65 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     }
     *n_new = n;
     return DSATTN_OK;
+}
+
+/* The layer forward's scratch for s rows, nthr threads, ww window index
+ * columns: qr, q, kv, o, oa, latent, act-quant, window rows, then per
+ * attention task its workspace and index row. */
+typedef struct {
+    size_t hg, hper, att_ws, per_thr, bytes;
+} fwd_plan;
+
+static fwd_plan plan_fwd(const dsattn_v41_config *c, size_t s, int nthr, size_t ww)
+{
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
+    const size_t R = (size_t)c->o_lora_rank, maxk = DSATTN_MAX(dim, H * D);
+    fwd_plan p;
+    /* decode: one head group per thread - every task gathers and decodes
+     * all of the row's attended entries, so more groups cost more decoding */
+    p.hg = s == 1 ? DSATTN_MIN(H, (size_t)nthr) : 1;
+    p.hper = (H + p.hg - 1) / p.hg;
+    p.att_ws = dsattn_sparse_attn_scratch(p.hper, D);
+    p.per_thr = p.att_ws + ww + (size_t)c->index_topk + 16;
+    const size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R + s * D +
+                       dsattn_attn_aq_scratch(s, maxk) + (size_t)nthr * p.per_thr;
+    p.bytes = nfl * sizeof(float) + s * dsattn_v41_swa_bytes(c) + 256;
+    return p;
+}
+
+/* What one decode step at any position below cap needs, with up to
+ * dsattn_ws_threads() threads: the forward's scratch (*fwd), the
+ * compressor / indexer scratch (*idx) and the candidate pool's row
+ * stride (*stride).  SIZE_MAX on a capacity too large to size. */
+static void v41_decode_scratch(const dsattn_v41 *m, size_t cap, size_t *fwd, size_t *idx,
+                               size_t *stride)
+{
+    const dsattn_v41_config *c = &m->cfg;
+    *fwd = *idx = *stride = 0;
+    if (cap > SIZE_MAX / 64) {
+        *fwd = *idx = SIZE_MAX;
+        return;
+    }
+    const int T = dsattn_ws_threads();
+    for (int n = 1; n <= T; n++)
+        *fwd = DSATTN_MAX(*fwd, plan_fwd(c, 1, n, (size_t)c->window_size).bytes);
+    const size_t D = (size_t)c->head_dim, Di = (size_t)c->index_head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        const dsattn_v41_layer_w *L = &m->layer[l];
+        if (L->ratio <= 0) continue;
+        const size_t ratio = (size_t)L->ratio, Tc = cap / ratio;
+        if (L->is_kv_source && ratio > 1)
+            *idx = DSATTN_MAX(*idx, compressor_scratch_bytes(1, ratio, D));
+        if (L->owns_k) *idx = DSATTN_MAX(*idx, Di * sizeof(float));
+        if (L->is_index_source) {
+            size_t nb_max;
+            *idx = DSATTN_MAX(*idx, indexer_scratch_bytes(c, L, 1, Tc, &nb_max));
+            if (L->is_candidate_source)
+                *stride = DSATTN_MAX(*stride, DSATTN_MIN((size_t)c->candidate_topk_blocks, nb_max) *
+                                                  (size_t)c->candidate_block_size);
+        }
+    }
 }
 
 dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
@@ -409,21 +515,11 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     const dsattn_actq aq = v41_actq();
     dsattn_status st;
 
-    /* scratch: qr, q, kv, o, oa, latent, act-quant, window rows, then per
-     * attention task its workspace and index row */
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = DSATTN_MAX(dim, H * D);
-    /* decode: one head group per thread - every task gathers and decodes
-     * all of the row's attended entries, so more groups cost more decoding */
-    const size_t hg = s == 1 ? DSATTN_MIN(H, (size_t)nthr) : 1;
-    const size_t hper = (H + hg - 1) / hg;
-    const size_t att_ws = dsattn_sparse_attn_scratch(hper, D);
-    const size_t idx_w = ww + (size_t)c->index_topk;
-    const size_t per_thr = att_ws + idx_w + 16;
-    size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R + s * D +
-                 dsattn_attn_aq_scratch(s, maxk) + (size_t)nthr * per_thr;
-    size_t bytes = nfl * sizeof(float) + s * swab + 256;
-    float *qr = scratch_get(seq, bytes);
+    const fwd_plan fp = plan_fwd(c, s, nthr, ww);
+    const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
+    float *qr = scratch_get(seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
     float *q = qr + s * QL, *kvw = q + s * H * D, *o = kvw + s * D, *oa = o + s * H * D;
     float *lat = oa + s * G * R, *aqs = lat + s * D;
@@ -549,11 +645,12 @@ static const float *v41_norm(const void *seq, int l)
 dsattn_status dsattn_v41_stack_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq, float *h, size_t n,
                    float *attn_in, float *attn_out)
 {
-    if (!ctx || !seq || !h || n == 0) return DSATTN_ERR_INVALID_ARG;
+    if (!ctx || !seq || !h || n == 0 || n > seq->max_seq_len - (size_t)seq->pos)
+        return DSATTN_ERR_INVALID_ARG;
     dsattn_status st = dsattn_standin_stack(ctx, seq, v41_layer, v41_norm,
                                             (size_t)seq->m->cfg.n_layers,
                                             (size_t)seq->m->cfg.dim, seq->m->cfg.norm_eps, h, n,
-                                            attn_in, attn_out);
+                                            attn_in, attn_out, &seq->ws);
     if (!st) seq->pos += (int64_t)n;
     return st;
 }
@@ -562,7 +659,8 @@ dsattn_status dsattn_v41_seq_selection(const dsattn_v41_seq *s, int layer,
                                        const int32_t **rows, size_t *n_rows,
                                        size_t *width)
 {
-    if (!s || layer < 0 || layer >= s->m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
+    if (!s || !rows || !n_rows || !width || layer < 0 || layer >= s->m->cfg.n_layers)
+        return DSATTN_ERR_INVALID_ARG;
     if (!s->m->layer[layer].is_index_source) return DSATTN_ERR_NOT_FOUND;
     *rows = s->layer[layer].sel;
     *n_rows = s->layer[layer].sel_rows;
@@ -570,26 +668,33 @@ dsattn_status dsattn_v41_seq_selection(const dsattn_v41_seq *s, int layer,
     return DSATTN_OK;
 }
 
+static int layer_ok(const dsattn_v41_seq *s, int layer)
+{
+    return s && layer >= 0 && layer < s->m->cfg.n_layers;
+}
+
 int dsattn_v41_seq_source_read(const dsattn_v41_seq *s, int layer)
 {
-    return s->layer[layer].source_read;
+    return layer_ok(s, layer) ? s->layer[layer].source_read : -1;
 }
 
 int dsattn_v41_seq_index_read(const dsattn_v41_seq *s, int layer)
 {
-    return s->layer[layer].index_read;
+    return layer_ok(s, layer) ? s->layer[layer].index_read : -1;
 }
 
 int dsattn_v41_seq_topk_read(const dsattn_v41_seq *s, int layer)
 {
-    return s->layer[layer].topk_read;
+    return layer_ok(s, layer) ? s->layer[layer].topk_read : -1;
 }
 
 dsattn_status dsattn_v41_seq_cache(const dsattn_v41_seq *s, int layer, int which,
                                    const uint8_t **rows, size_t *n_rows,
                                    size_t *row_bytes)
 {
-    if (!s || layer < 0 || layer >= s->m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
+    if (!s || !rows || !n_rows || !row_bytes || layer < 0 || layer >= s->m->cfg.n_layers ||
+        which < 0 || which > 2)
+        return DSATTN_ERR_INVALID_ARG;
     const dsattn_v41_config *c = &s->m->cfg;
     const dsattn_v41_layer_w *L = &s->m->layer[layer];
     const dsattn_v41_layer_s *S = &s->layer[layer];
@@ -613,17 +718,17 @@ dsattn_status dsattn_v41_seq_cache(const dsattn_v41_seq *s, int layer, int which
 dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;
-    const dsattn_v41_config *c = &s->m->cfg;
     memset(b, 0, sizeof *b);
-    for (int64_t l = 0; l < c->n_layers; l++) {
-        const dsattn_v41_layer_w *L = &s->m->layer[l];
-        const dsattn_v41_layer_s *S = &s->layer[l];
-        b->window_bytes += (size_t)c->window_size * dsattn_v41_swa_bytes(c);
-        if (S->ckv) b->global_bytes_allocated += S->cap * dsattn_v41_ckv_bytes(c);
-        if (S->kidx) b->global_bytes_allocated += S->cap * dsattn_v41_kidx_bytes(c);
-        if (S->kv_state) b->state_bytes += 2 * (size_t)L->ratio * (size_t)c->head_dim * sizeof(float);
-    }
+    /* the byte counts seq_create recorded as it allocated, and the scratch
+     * and runtime buffers as they are now */
+    b->global_bytes_allocated = s->kv_bytes;
     b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
+    b->window_bytes = s->window_bytes;
+    b->state_bytes = s->state_bytes;
+    size_t sc = s->scratch_size + s->iscratch_size + s->ws.cap;
+    sc += (s->rt.topk_cap + s->rt.cand_cap) * sizeof(int32_t) + s->rt.cand_n_cap * sizeof(size_t);
+    for (int64_t l = 0; l < s->m->cfg.n_layers; l++) sc += s->layer[l].sel_cap * sizeof(int32_t);
+    b->scratch_bytes = sc;
     return DSATTN_OK;
 }
 

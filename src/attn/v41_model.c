@@ -264,10 +264,16 @@ void dsattn_v41_destroy(dsattn_v41 *m)
     free(m);
 }
 
-int dsattn_v41_n_layers(const dsattn_v41 *m) { return (int)m->cfg.n_layers; }
-int dsattn_v41_dim(const dsattn_v41 *m) { return (int)m->cfg.dim; }
-dsattn_v41_mode dsattn_v41_layer_mode(const dsattn_v41 *m, int l) { return m->layer[l].mode; }
-int dsattn_v41_layer_ratio(const dsattn_v41 *m, int l) { return (int)m->layer[l].ratio; }
+int dsattn_v41_n_layers(const dsattn_v41 *m) { return m ? (int)m->cfg.n_layers : -1; }
+int dsattn_v41_dim(const dsattn_v41 *m) { return m ? (int)m->cfg.dim : -1; }
+dsattn_v41_mode dsattn_v41_layer_mode(const dsattn_v41 *m, int l)
+{
+    return m && l >= 0 && l < m->cfg.n_layers ? m->layer[l].mode : (dsattn_v41_mode)-1;
+}
+int dsattn_v41_layer_ratio(const dsattn_v41 *m, int l)
+{
+    return m && l >= 0 && l < m->cfg.n_layers ? (int)m->layer[l].ratio : -1;
+}
 
 static size_t wbytes(const dsattn_weight *w)
 {

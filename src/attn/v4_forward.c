@@ -50,6 +50,8 @@ static size_t comp_state_bytes(const dsattn_v4_compressor_w *C)
     return 2 * coff * C->ratio * coff * C->d * sizeof(float);
 }
 
+static void v4_decode_scratch(const dsattn_v4 *m, size_t cap, size_t *fwd, size_t *ws);
+
 dsattn_status dsattn_v4_seq_create(dsattn_v4_seq **out, const dsattn_v4 *m,
                                    size_t max_seq_len, dsattn_v4_empty empty)
 {
@@ -74,12 +76,27 @@ dsattn_status dsattn_v4_seq_create(dsattn_v4_seq **out, const dsattn_v4 *m,
         /* Attention.kv_cache: [window + max_seq_len // ratio, head_dim] */
         S->kv = dsattn_alloc_array(w + S->cap, kvb);
         if (!S->kv) { st = DSATTN_ERR_NOMEM; break; }
+        s->window_bytes += w * kvb;
+        s->kv_bytes += S->cap * kvb;
         if (L->ratio > 0) st = comp_state_alloc(&L->comp, &S->comp);
+        if (!st && L->ratio > 0) s->state_bytes += comp_state_bytes(&L->comp);
         if (!st && L->kind == DSATTN_V4_CSA) {
             S->ikv = dsattn_alloc_array(DSATTN_MAX(S->cap, 1), ib);
             if (!S->ikv) st = DSATTN_ERR_NOMEM;
+            if (!st) s->kv_bytes += DSATTN_MAX(S->cap, 1) * ib;
             if (!st) st = comp_state_alloc(&L->icomp, &S->icomp);
+            if (!st) s->state_bytes += comp_state_bytes(&L->icomp);
+            /* a decode step's own selection row */
+            S->sel_cap = DSATTN_MIN((size_t)c->index_topk, S->cap) + 1;
+            if (!st && !(S->sel = malloc(S->sel_cap * sizeof(int32_t)))) st = DSATTN_ERR_NOMEM;
         }
+    }
+    if (!st) {
+        size_t fwd, wsb;
+        v4_decode_scratch(m, max_seq_len, &fwd, &wsb);
+        if (!(s->scratch = dsattn_alloc(fwd))) st = DSATTN_ERR_NOMEM;
+        else s->scratch_size = fwd;
+        if (!st) st = dsattn_ws_init(&s->ws, wsb);
     }
     if (st) { dsattn_v4_seq_destroy(s); return st; }
     *out = s;
@@ -100,6 +117,7 @@ void dsattn_v4_seq_destroy(dsattn_v4_seq *s)
         free(S->sel);
     }
     dsattn_free(s->scratch);
+    dsattn_ws_free(&s->ws);
     free(s);
 }
 
@@ -107,12 +125,13 @@ int64_t dsattn_v4_seq_pos(const dsattn_v4_seq *s) { return s ? s->pos : -1; }
 
 dsattn_status dsattn_v4_seq_advance(dsattn_v4_seq *s, size_t n)
 {
-    if (!s || (size_t)s->pos + n > s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    if (!s || n == 0 || n > s->max_seq_len - (size_t)s->pos) return DSATTN_ERR_INVALID_ARG;
     s->pos += (int64_t)n;
     return DSATTN_OK;
 }
 
-/* Grow-only scratch: decode steps after the first allocate nothing here. */
+/* The forward's scratch: sized at creation for a decode step
+ * (v4_decode_scratch), grown only by a prefill chunk that needs more. */
 static void *scratch_get(dsattn_v4_seq *s, size_t bytes)
 {
     if (bytes > s->scratch_size) {
@@ -137,6 +156,15 @@ typedef struct {
     int     prefill;
 } chunk;
 
+/* run_compressor's scratch for s rows: projections kv and z [s, coff*d],
+ * the pooled entries, the pooling state machine's own. */
+static size_t compressor_bytes(const dsattn_v4_compressor_w *C, size_t s, int prefill)
+{
+    const size_t d = C->d, m = C->ratio, coff = coff_of(C);
+    const size_t npool = prefill ? s / m + 1 : 1;
+    return (2 * s * coff * d + npool * d + dsattn_compressor_scratch(m, d)) * sizeof(float);
+}
+
 /* Compressor.forward of one compressor (main: rotate = 0, the indexer's:
  * rotate = 1): fp32 projections, the shared pooling state machine, then per
  * new entry j: bf16 cast -> RMSNorm -> RoPE at j*m -> (main) FP8 on the
@@ -146,14 +174,14 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, const dsattn_v4_config *c,
                                     const dsattn_v4_layer_w *L,
                                     const dsattn_v4_compressor_w *C, dsattn_v4_comp_s *S,
                                     const float *x, const chunk *ck, uint8_t *rows,
-                                    size_t rb, size_t *n_new)
+                                    size_t rb, size_t *n_new, dsattn_ws *wa)
 {
     const size_t s = ck->s, d = C->d, m = C->ratio, coff = coff_of(C);
     const size_t dim = (size_t)c->dim, rd = (size_t)c->rope_head_dim;
-    const size_t npool = ck->prefill ? s / m + 1 : 1;
-    const size_t nfl = 2 * s * coff * d + npool * d + dsattn_compressor_scratch(m, d);
-    float *kv = dsattn_alloc_array(nfl, sizeof(float));
+    const dsattn_ws_pos mark = dsattn_ws_mark(wa);
+    float *kv = dsattn_ws_getz(wa, compressor_bytes(C, s, ck->prefill));
     if (!kv) return DSATTN_ERR_NOMEM;
+    const size_t npool = ck->prefill ? s / m + 1 : 1;
     float *z = kv + s * coff * d, *pooled = z + s * coff * d, *ws = pooled + npool * d;
     float cs[64], sn[64];
     dsattn_status st;
@@ -161,7 +189,7 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, const dsattn_v4_config *c,
     /* x.float(); wkv / wgate are fp32 Linears (bf16 values in the checkpoint) */
     st = dsattn_linear(ctx, &C->wkv, x, dim, s, kv, coff * d, DSATTN_OUT_F32, NULL, NULL);
     if (!st) st = dsattn_linear(ctx, &C->wgate, x, dim, s, z, coff * d, DSATTN_OUT_F32, NULL, NULL);
-    if (st) { dsattn_free(kv); return st; }
+    if (st) { dsattn_ws_reset(wa, mark); return st; }
     const size_t n = dsattn_compressor_pool(kv, z, s, d, m, C->overlap, C->ape, S->kv, S->z,
                                             ck->start_pos, ck->prefill, pooled, ws);
     const size_t first = ck->prefill ? 0 : (size_t)ck->start_pos / m;
@@ -180,7 +208,8 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, const dsattn_v4_config *c,
             dsattn_v4_kv_pack(v, d - rd, rd, rows + j * rb, NULL);
         }
     }
-    dsattn_free(kv);
+    dsattn_ws_put(wa, kv);
+    dsattn_ws_reset(wa, mark);
     *n_new = n;
     return DSATTN_OK;
 }
@@ -213,14 +242,16 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, con
         S->sel_cap = s * kw + 1;
     }
     const int nthr = s > 1 ? DSATTN_MAX(ctx->n_threads, 1) : 1;
-    float *qi = dsattn_alloc_array(s * Hi * Di + s * Hi + (size_t)nthr * (T + 1), sizeof(float));
-    int32_t *pick = dsattn_alloc_array((size_t)nthr * (kw + 1), sizeof(int32_t));
+    dsattn_ws *wa = &seq->ws;
+    const dsattn_ws_pos mark = dsattn_ws_mark(wa);
+    float *qi = dsattn_ws_arrayz(wa, s * Hi * Di + s * Hi + (size_t)nthr * (T + 1), sizeof(float));
+    int32_t *pick = dsattn_ws_arrayz(wa, (size_t)nthr * (kw + 1), sizeof(int32_t));
     if (!qi || !pick) { st = DSATTN_ERR_NOMEM; goto done; }
     float *wts = qi + s * Hi * Di, *scores = wts + s * Hi;
     if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope, ck->start_pos,
                                  1, &aq, aqs, qi)))
         goto done;
-    if ((st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, ck, S->ikv, ib, &n_new)))
+    if ((st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, ck, S->ikv, ib, &n_new, wa)))
         goto done;
     if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
     const dsattn_kv_src ksrc = { DSATTN_KV_FP4_IDX, S->ikv, ib, T, Di, 0 };
@@ -254,12 +285,69 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, con
     S->sel_rows = s;
     S->sel_w = kw;
 done:
-    dsattn_free(qi);
-    dsattn_free(pick);
+    dsattn_ws_reset(wa, mark);
     return st;
 }
 
 /* ==== The layer forward ================================================= */
+
+/* The layer forward's scratch for s rows, nthr threads, ww window and cw
+ * compressed index columns: qr, q, kv, o, oa, act-quant, per-task
+ * attention workspace and index row | window rows | compressed index rows. */
+typedef struct {
+    size_t hg, hper, att_ws, per_thr, bytes;
+} fwd_plan;
+
+static fwd_plan plan_fwd(const dsattn_v4_config *c, size_t s, int nthr, size_t ww, size_t cw)
+{
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
+    const size_t R = (size_t)c->o_lora_rank, kvb = dsattn_v4_kv_bytes(c);
+    const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), G * R);
+    fwd_plan p;
+    /* decode: one head group per thread - every task gathers and decodes
+     * all of the row's attended entries, so more groups cost more decoding */
+    p.hg = s == 1 ? DSATTN_MIN(H, (size_t)nthr) : 1;
+    p.hper = (H + p.hg - 1) / p.hg;
+    p.att_ws = dsattn_sparse_attn_scratch(p.hper, D);
+    p.per_thr = p.att_ws + ww + cw + 16;
+    const size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R +
+                       dsattn_attn_aq_scratch(s, maxk) + (size_t)nthr * p.per_thr;
+    p.bytes = nfl * sizeof(float) + s * kvb + 64 + (s * cw + 1) * sizeof(int32_t);
+    return p;
+}
+
+/* What one decode step at any position below cap needs, with up to
+ * dsattn_ws_threads() threads: the forward's scratch (*fwd) and the
+ * compressors' / indexer's (*ws, the stand-in stack's rows included). */
+static void v4_decode_scratch(const dsattn_v4 *m, size_t cap, size_t *fwd, size_t *ws)
+{
+    const dsattn_v4_config *c = &m->cfg;
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const int T = dsattn_ws_threads();
+    *fwd = *ws = 0;
+    size_t need = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const dsattn_v4_layer_w *L = &m->layer[l];
+        const size_t ratio = (size_t)L->ratio, Tc = ratio ? cap / ratio : 0;
+        const size_t cw = L->kind == DSATTN_V4_CSA ? DSATTN_MIN((size_t)c->index_topk, Tc)
+                          : L->kind == DSATTN_V4_HCA ? Tc : 0;
+        for (int n = 1; n <= T; n++)
+            *fwd = DSATTN_MAX(*fwd, plan_fwd(c, 1, n, (size_t)c->window_size, cw).bytes);
+        size_t b = 0;
+        if (ratio > 0) dsattn_ws_need(&b, compressor_bytes(&L->comp, 1, 0), 1);
+        if (L->kind == DSATTN_V4_CSA) {
+            size_t ib = 0;
+            dsattn_ws_need(&ib, Hi * Di + Hi + Tc + 1, sizeof(float));
+            dsattn_ws_need(&ib, cw + 1, sizeof(int32_t));
+            dsattn_ws_need(&ib, compressor_bytes(&L->icomp, 1, 0), 1);
+            b = DSATTN_MAX(b, ib);
+        }
+        need = DSATTN_MAX(need, b);
+    }
+    dsattn_ws_need(ws, 2 * (size_t)c->dim, sizeof(float));            /* stack_forward */
+    if (*ws == SIZE_MAX || !dsattn_add_size(*ws, need, ws)) *ws = SIZE_MAX;
+}
 
 dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
                                      const float *x, size_t s, float *out)
@@ -290,20 +378,11 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     const dsattn_actq aq = v4_actq();
     dsattn_status st;
 
-    /* scratch: qr, q, kv, o, oa, act-quant, per-task attention workspace and
-     * index row | window rows | compressed index rows */
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), G * R);
-    /* decode: one head group per thread - every task gathers and decodes
-     * all of the row's attended entries, so more groups cost more decoding */
-    const size_t hg = s == 1 ? DSATTN_MIN(H, (size_t)nthr) : 1;
-    const size_t hper = (H + hg - 1) / hg;
-    const size_t att_ws = dsattn_sparse_attn_scratch(hper, D);
-    const size_t per_thr = att_ws + ww + cw + 16;
-    const size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R +
-                       dsattn_attn_aq_scratch(s, maxk) + (size_t)nthr * per_thr;
-    const size_t bytes = nfl * sizeof(float) + s * kvb + 64 + (s * cw + 1) * sizeof(int32_t);
-    float *qr = scratch_get(seq, bytes);
+    const fwd_plan fp = plan_fwd(c, s, nthr, ww, cw);
+    const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
+    float *qr = scratch_get(seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
     float *q = qr + s * QL, *kvw = q + s * H * D, *o = kvw + s * D, *oa = o + s * H * D;
     float *aqs = oa + s * G * R, *thr_ws = aqs + dsattn_attn_aq_scratch(s, maxk);
@@ -346,7 +425,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
         size_t n_new;
         dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
         st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, &ck, S->ikv,
-                            dsattn_v4_idx_bytes(c), &n_new);
+                            dsattn_v4_idx_bytes(c), &n_new, &seq->ws);
         dsattn_phase_end(ctx, &pm);
         if (st) return st;
     } else if (L->kind == DSATTN_V4_HCA) {
@@ -359,7 +438,8 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     if (ratio > 0) {
         size_t n_new;
         dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
-        st = run_compressor(ctx, c, L, &L->comp, &S->comp, x, &ck, S->kv + w * kvb, kvb, &n_new);
+        st = run_compressor(ctx, c, L, &L->comp, &S->comp, x, &ck, S->kv + w * kvb, kvb, &n_new,
+                            &seq->ws);
         dsattn_phase_end(ctx, &pm);
         if (st) return st;
     }
@@ -417,11 +497,12 @@ static const float *v4_norm(const void *seq, int l)
 dsattn_status dsattn_v4_stack_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, float *h, size_t n,
                    float *attn_in, float *attn_out)
 {
-    if (!ctx || !seq || !h || n == 0) return DSATTN_ERR_INVALID_ARG;
+    if (!ctx || !seq || !h || n == 0 || n > seq->max_seq_len - (size_t)seq->pos)
+        return DSATTN_ERR_INVALID_ARG;
     dsattn_status st = dsattn_standin_stack(ctx, seq, v4_layer, v4_norm,
                                             (size_t)seq->m->cfg.n_layers,
                                             (size_t)seq->m->cfg.dim, seq->m->cfg.norm_eps, h, n,
-                                            attn_in, attn_out);
+                                            attn_in, attn_out, &seq->ws);
     if (!st) seq->pos += (int64_t)n;
     return st;
 }
@@ -466,22 +547,17 @@ dsattn_status dsattn_v4_seq_cache(const dsattn_v4_seq *s, int layer, int which,
 dsattn_status dsattn_v4_seq_kv_bill(const dsattn_v4_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;
-    const dsattn_v4_config *c = &s->m->cfg;
-    const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
-    const size_t ib = dsattn_v4_idx_bytes(c);
     memset(b, 0, sizeof *b);
-    for (int64_t l = 0; l < c->n_layers; l++) {
-        const dsattn_v4_layer_w *L = &s->m->layer[l];
-        const dsattn_v4_layer_s *S = &s->layer[l];
-        if (!S->kv) continue;
-        /* one buffer: the ring rows are bounded state, the rest is global */
-        b->window_bytes += w * kvb;
-        b->global_bytes_allocated += S->cap * kvb;
-        if (S->ikv) b->global_bytes_allocated += S->cap * ib;
-        if (S->comp.kv) b->state_bytes += comp_state_bytes(&L->comp);
-        if (S->icomp.kv) b->state_bytes += comp_state_bytes(&L->icomp);
-    }
+    /* the byte counts seq_create recorded as it allocated (one KV buffer per
+     * layer: its ring rows are bounded state, the rest is global), and the
+     * scratch as it is now */
+    b->global_bytes_allocated = s->kv_bytes;
     b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
+    b->window_bytes = s->window_bytes;
+    b->state_bytes = s->state_bytes;
+    size_t sc = s->scratch_size + s->ws.cap;
+    for (int64_t l = 0; l < s->m->cfg.n_layers; l++) sc += s->layer[l].sel_cap * sizeof(int32_t);
+    b->scratch_bytes = sc;
     return DSATTN_OK;
 }
 

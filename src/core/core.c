@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 const char *dsattn_status_str(dsattn_status s)
 {
@@ -75,6 +78,94 @@ void *dsattn_alloc_array(size_t a, size_t b)
     size_t n;
     if (!dsattn_mul_size(a, b, &n)) return NULL;
     return dsattn_alloc(n);
+}
+
+/* ==== Step scratch (internal.h dsattn_ws) ============================= */
+
+dsattn_status dsattn_ws_init(dsattn_ws *w, size_t bytes)
+{
+    memset(w, 0, sizeof *w);
+    if (bytes == SIZE_MAX) return DSATTN_ERR_OVERFLOW;
+    if (bytes == 0) return DSATTN_OK;
+    if (!(w->base = dsattn_alloc(bytes))) return DSATTN_ERR_NOMEM;
+    w->cap = bytes;
+    return DSATTN_OK;
+}
+
+void dsattn_ws_free(dsattn_ws *w)
+{
+    if (!w) return;
+    dsattn_owned_free(&w->spill);
+    dsattn_free(w->base);
+    memset(w, 0, sizeof *w);
+}
+
+void *dsattn_ws_get(dsattn_ws *w, size_t bytes)
+{
+    if (!w) return dsattn_alloc(bytes);
+    size_t n;
+    if (!dsattn_add_size(bytes, 63, &n)) return NULL;
+    n &= ~(size_t)63;
+    if (n <= w->cap - w->used) {
+        void *p = w->base + w->used;
+        w->used += n;
+        if (w->used > w->high) w->high = w->used;
+        return p;
+    }
+    void *p = dsattn_alloc(bytes);
+    if (p && dsattn_owned_add(&w->spill, p)) return NULL;   /* add freed p */
+    return p;
+}
+
+void *dsattn_ws_getz(dsattn_ws *w, size_t bytes)
+{
+    void *p = dsattn_ws_get(w, bytes);
+    if (p && w) memset(p, 0, bytes);     /* dsattn_alloc zeroes already */
+    return p;
+}
+
+void *dsattn_ws_array(dsattn_ws *w, size_t a, size_t b)
+{
+    size_t n;
+    return dsattn_mul_size(a, b, &n) ? dsattn_ws_get(w, n) : NULL;
+}
+
+void *dsattn_ws_arrayz(dsattn_ws *w, size_t a, size_t b)
+{
+    size_t n;
+    return dsattn_mul_size(a, b, &n) ? dsattn_ws_getz(w, n) : NULL;
+}
+
+void dsattn_ws_put(dsattn_ws *w, void *p)
+{
+    if (!w) dsattn_free(p);
+}
+
+dsattn_ws_pos dsattn_ws_mark(const dsattn_ws *w)
+{
+    dsattn_ws_pos m = { 0, 0 };
+    if (w) {
+        m.used = w->used;
+        m.spills = w->spill.n;
+    }
+    return m;
+}
+
+void dsattn_ws_reset(dsattn_ws *w, dsattn_ws_pos mark)
+{
+    if (!w) return;
+    if (mark.used < w->used) w->used = mark.used;
+    while (w->spill.n > mark.spills) dsattn_free(w->spill.p[--w->spill.n]);
+}
+
+int dsattn_ws_threads(void)
+{
+#ifdef _OPENMP
+    const int a = omp_get_max_threads(), b = omp_get_num_procs();
+    return a > b ? a : b;
+#else
+    return 1;
+#endif
 }
 
 dsattn_status dsattn_owned_add(dsattn_owned *o, void *p)

@@ -21,8 +21,8 @@ void dsattn_ctx_destroy(dsattn_ctx *ctx)
     free(ctx);
 }
 
-dsattn_mode dsattn_ctx_mode(const dsattn_ctx *ctx) { return ctx->mode; }
-int dsattn_ctx_threads(const dsattn_ctx *ctx) { return ctx->n_threads; }
+dsattn_mode dsattn_ctx_mode(const dsattn_ctx *ctx) { return ctx ? ctx->mode : DSATTN_MODE_FAST; }
+int dsattn_ctx_threads(const dsattn_ctx *ctx) { return ctx ? ctx->n_threads : 0; }
 
 void dsattn_ctx_counters_reset(dsattn_ctx *ctx)
 {

@@ -89,6 +89,127 @@ dsattn_status dsattn_owned_add(dsattn_owned *o, void *p);
 /* Free every adopted allocation and the list itself; the set is empty after. */
 void dsattn_owned_free(dsattn_owned *o);
 
+/* ==== Step scratch ===================================================== */
+
+/* A sequence's decode scratch: one buffer sized at sequence creation from
+ * the model and the sequence's capacity (so a decode step allocates
+ * nothing), handed out front to back and taken back with mark / reset.
+ * A request that does not fit (a prefill chunk, a context with more
+ * threads than the sequence was sized for) is a heap allocation kept in
+ * `spill` until the reset past it: correct, only not allocation-free.
+ * Not thread-safe: take per-thread pieces before a parallel region.
+ * Every function accepts w == NULL and then allocates (get) and frees
+ * (put) on the heap, for callers that run in parallel (prefill rows). */
+typedef struct dsattn_ws {
+    uint8_t     *base;
+    size_t       cap, used;
+    size_t       high;           /* most bytes in use at once              */
+    dsattn_owned spill;
+} dsattn_ws;
+
+/* One allocation of `bytes` (0: none).  NOMEM on failure. */
+dsattn_status dsattn_ws_init(dsattn_ws *w, size_t bytes);
+void  dsattn_ws_free(dsattn_ws *w);
+/* 64-byte aligned, contents undefined (getz: zeroed); NULL on OOM. */
+void *dsattn_ws_get(dsattn_ws *w, size_t bytes);
+void *dsattn_ws_getz(dsattn_ws *w, size_t bytes);
+/* a*b bytes, the product checked */
+void *dsattn_ws_array(dsattn_ws *w, size_t a, size_t b);
+void *dsattn_ws_arrayz(dsattn_ws *w, size_t a, size_t b);
+/* w == NULL: dsattn_free(p); else nothing (reset takes it back). */
+void  dsattn_ws_put(dsattn_ws *w, void *p);
+/* A point to come back to: bytes in use and spills held. */
+typedef struct {
+    size_t used, spills;
+} dsattn_ws_pos;
+dsattn_ws_pos dsattn_ws_mark(const dsattn_ws *w);
+/* Everything got since `mark` is free again, spills included. */
+void  dsattn_ws_reset(dsattn_ws *w, dsattn_ws_pos mark);
+
+/* Sizing: *acc += a*b rounded up to 64 bytes (what one get of a*b takes);
+ * saturates at SIZE_MAX on overflow, which ws_init then refuses. */
+static inline void dsattn_ws_need(size_t *acc, size_t a, size_t b)
+{
+    size_t n;
+    if (!dsattn_mul_size(a, b, &n) || !dsattn_add_size(n, 63, &n) ||
+        !dsattn_add_size(*acc, n & ~(size_t)63, acc))
+        *acc = SIZE_MAX;
+}
+/* Threads a sequence sizes its per-thread scratch for: the most a context
+ * created now would run (omp_get_max_threads, and at least the processor
+ * count). */
+int dsattn_ws_threads(void);
+
+/* ==== Parallel regions without a team of one =========================== */
+
+/* Run the block on nt threads: a parallel region when nt > 1, the plain
+ * block otherwise.  libgomp allocates (and frees) a team for every region
+ * that runs on one thread - num_threads(1), or an if() clause that is
+ * false - so a decode step that opened such regions allocated each time.
+ * Inside the block, dsattn_tid / dsattn_nth are this thread's number and
+ * the block's thread count (0 / 1 when run plainly, also inside an outer
+ * region); split work with dsattn_range, never with an orphaned `omp for`
+ * (run plainly inside an outer region it would bind to the outer team). */
+#define DSATTN_PARALLEL(nt, ...)                                           \
+    do {                                                                   \
+        const int dsattn_par_nt_ = (int)(nt);                              \
+        if (dsattn_par_nt_ > 1) {                                          \
+            _Pragma("omp parallel num_threads(dsattn_par_nt_)")            \
+            {                                                              \
+                const int dsattn_tid = dsattn_thread_num();                \
+                const int dsattn_nth = dsattn_num_threads();               \
+                (void)dsattn_tid;                                          \
+                (void)dsattn_nth;                                          \
+                __VA_ARGS__                                                \
+            }                                                              \
+        } else {                                                           \
+            const int dsattn_tid = 0, dsattn_nth = 1;                      \
+            (void)dsattn_tid;                                              \
+            (void)dsattn_nth;                                              \
+            __VA_ARGS__                                                    \
+        }                                                                  \
+    } while (0)
+
+/* Thread tid's share [*lo, *hi) of n items split in nth contiguous parts
+ * (the partition of schedule(static)). */
+static inline void dsattn_range(size_t n, int tid, int nth, size_t *lo, size_t *hi)
+{
+    const size_t chunk = (n + (size_t)nth - 1) / (size_t)nth;
+    const size_t first = (size_t)tid * chunk;
+    *lo = first < n ? first : n;
+    *hi = n - *lo < chunk ? n : *lo + chunk;
+}
+
+#ifdef _OPENMP
+int  omp_get_thread_num(void);
+int  omp_get_num_threads(void);
+void omp_set_num_threads(int n);
+#endif
+static inline int dsattn_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+static inline int dsattn_num_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+static inline void dsattn_set_num_threads(int n)
+{
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
 /* ==== Error text ======================================================== */
 
 /* printf into err[errlen] if err != NULL; returns st so callers can write

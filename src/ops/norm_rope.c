@@ -155,9 +155,10 @@ void dsattn_window_idx_decode_valid_first(size_t w, int64_t start_pos, int32_t *
 dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
                                    dsattn_norm_fn norm, size_t n_layers, size_t dim,
                                    float eps, float *h, size_t n, float *attn_in,
-                                   float *attn_out)
+                                   float *attn_out, dsattn_ws *ws)
 {
-    float *xin = dsattn_alloc_array(2 * n * dim, sizeof(float));
+    const dsattn_ws_pos mark = dsattn_ws_mark(ws);
+    float *xin = dsattn_ws_arrayz(ws, 2 * n * dim, sizeof(float));
     if (!xin) return DSATTN_ERR_NOMEM;
     float *xout = xin + n * dim;
     dsattn_status st = DSATTN_OK;
@@ -170,6 +171,7 @@ dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn l
         if (attn_in) memcpy(attn_in + l * n * dim, xin, n * dim * sizeof(float));
         if (attn_out) memcpy(attn_out + l * n * dim, xout, n * dim * sizeof(float));
     }
-    dsattn_free(xin);
+    dsattn_ws_put(ws, xin);
+    dsattn_ws_reset(ws, mark);
     return st;
 }

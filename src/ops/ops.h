@@ -317,13 +317,15 @@ dsattn_status dsattn_index_weights(dsattn_ctx *ctx, const dsattn_weight *wproj,
  * fp32 residual and no FFN (docs/semantics.md §1): every generation's
  * *_stack_forward is this loop around its own layer call.  norm(seq, l)
  * returns layer l's attn_norm weight; attn_in / attn_out (optional) receive
- * [n_layers, n, dim].  The caller advances its sequence afterwards. */
+ * [n_layers, n, dim].  The caller advances its sequence afterwards.  The
+ * normalised input and the layer output ([n, dim] each) come from ws (the
+ * sequence's decode scratch: 2 * dim floats per token). */
 typedef dsattn_status (*dsattn_layer_fn)(dsattn_ctx *ctx, void *seq, int layer,
                                          const float *x, size_t n, float *out);
 typedef const float *(*dsattn_norm_fn)(const void *seq, int layer);
 dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
                                    dsattn_norm_fn norm, size_t n_layers, size_t dim,
                                    float eps, float *h, size_t n, float *attn_in,
-                                   float *attn_out);
+                                   float *attn_out, dsattn_ws *ws);
 
 #endif /* DSATTN_OPS_H */

@@ -548,12 +548,17 @@ static int index_scores_vnni(dsattn_ctx *ctx, const float *q, size_t nh, size_t 
     const size_t chunk = DSATTN_MIN((size_t)2048,
                                     DSATTN_MAX((size_t)256, (n + 2 * nthr - 1) / (2 * nthr)));
     const size_t nc = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads) if (nc > 1)
-    for (size_t c = 0; c < nc; c++) {
-        size_t a = c * chunk, len = DSATTN_MIN(chunk, n - a);
-        ik->scores(p, ksrc->base, ksrc->stride, rows ? rows + a : NULL,
-                   j0 + a, len, score + a);
+#define VNNI_CHUNK(c)                                                                     \
+    ik->scores(p, ksrc->base, ksrc->stride, rows ? rows + (c) * chunk : NULL,             \
+               j0 + (c) * chunk, DSATTN_MIN(chunk, n - (c) * chunk), score + (c) * chunk)
+    if (nc > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads)
+        for (size_t c = 0; c < nc; c++) VNNI_CHUNK(c);
+    } else {
+        /* no region: libgomp would allocate a team of one every call */
+        for (size_t c = 0; c < nc; c++) VNNI_CHUNK(c);
     }
+#undef VNNI_CHUNK
     return 1;
 }
 
@@ -564,13 +569,17 @@ void dsattn_index_scores_bf16(dsattn_ctx *ctx, const float *q, size_t nh,
 {
     dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
     if (index_scores_vnni(ctx, q, nh, dh, w, ksrc, NULL, j0, n, score)) return;
-#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n >= 4096)
-    for (size_t j = 0; j < n; j++) {
-        float key[512], dots[256];
-        dsattn_kv_row(ksrc, j0 + j, key);
-        index_score_one(ctx, q, nh, dh, key, dots);
-        score[j] = index_head_sum(dots, nh, w);
-    }
+    /* a region only when it has more than one thread: no team of one */
+    DSATTN_PARALLEL(n >= 4096 ? ctx->n_threads : 1, {
+        size_t jlo_, jhi_;
+        dsattn_range(n, dsattn_tid, dsattn_nth, &jlo_, &jhi_);
+        for (size_t j = jlo_; j < jhi_; j++) {
+            float key[512], dots[256];
+            dsattn_kv_row(ksrc, j0 + j, key);
+            index_score_one(ctx, q, nh, dh, key, dots);
+            score[j] = index_head_sum(dots, nh, w);
+        }
+    });
 }
 
 void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
@@ -580,11 +589,14 @@ void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
 {
     dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
     if (index_scores_vnni(ctx, q, nh, dh, w, ksrc, rows, 0, n, score)) return;
-#pragma omp parallel for schedule(static) num_threads(ctx->n_threads) if (n >= 4096)
-    for (size_t j = 0; j < n; j++) {
-        float key[512], dots[256];
-        dsattn_kv_row(ksrc, (size_t)rows[j], key);
-        index_score_one(ctx, q, nh, dh, key, dots);
-        score[j] = index_head_sum(dots, nh, w);
-    }
+    DSATTN_PARALLEL(n >= 4096 ? ctx->n_threads : 1, {
+        size_t jlo_, jhi_;
+        dsattn_range(n, dsattn_tid, dsattn_nth, &jlo_, &jhi_);
+        for (size_t j = jlo_; j < jhi_; j++) {
+            float key[512], dots[256];
+            dsattn_kv_row(ksrc, (size_t)rows[j], key);
+            index_score_one(ctx, q, nh, dh, key, dots);
+            score[j] = index_head_sum(dots, nh, w);
+        }
+    });
 }
