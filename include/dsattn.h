@@ -15,9 +15,20 @@
  *                  the same stack run side by side: nothing is process-global.
  *
  * Every fallible call returns dsattn_status; the library never exits, aborts
- * or prints on bad input.  Whoever creates an object destroys it, and
- * destroy(NULL) is a no-op.  Error detail text, where offered, goes to a
- * caller buffer (char *err, size_t errlen).
+ * or prints on bad input.  A NULL object or output pointer, a layer out of
+ * range, a count of 0 or a position or count past the sequence's capacity
+ * is DSATTN_ERR_INVALID_ARG, with nothing changed (seq_advance included:
+ * a sequence never holds more tokens than its capacity).  Accessors that
+ * return a number give -1 for a NULL object or a layer out of range.
+ * Whoever creates an object destroys it, and destroy(NULL) is a no-op.
+ * Error detail text, where offered, goes to a caller buffer (char *err,
+ * size_t errlen).
+ *
+ * A decode step allocates nothing: each sequence sizes its scratch when it
+ * is created, from its capacity and the threads a context may run
+ * (OpenMP's maximum, at least the processor count; a context with more
+ * threads than that, or a prefill chunk, may allocate).  The bill's
+ * scratch_bytes reports it.
  *
  * The generation-specific entry points live in the sections below, one per
  * structure (MHA/GQA, MLA, DSA, CSA/HCA, CSA2).

@@ -17,6 +17,10 @@
 #include "harness.h"
 
 #include "internal.h"
+#include "mha.h"
+#include "mla.h"
+#include "v4.h"
+#include "v41.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -388,4 +392,53 @@ DSATTN_TEST(alloc, counters_see_library_allocations)
     CHECK(libc_count() - c0 >= dsattn_alloc_count() - d0);
     dsattn_v41_seq_destroy(s);
     dsattn_v41_destroy(m);
+}
+
+/* The bill's per-sequence scratch at a context no sequence is made for
+ * (*_seq_scratch_at) is what seq_create allocates: equal to the live
+ * sequence's kv_bill at several capacities, growing with the capacity. */
+DSATTN_TEST(alloc, scratch_at_is_what_seq_create_allocates)
+{
+    char err[256] = "", cfg[512], w[512];
+    static const size_t caps[3] = { 40, 1000, 5000 };
+    dsattn_kv_bill b;
+    case_paths("golden/v41/tiny-seed0", cfg, w);
+    dsattn_v41 *m41 = NULL;
+    CHECK_OK(dsattn_v41_load_config(&m41, cfg, err, sizeof err));
+    case_paths("golden/v4/tiny-seed0", cfg, w);
+    dsattn_v4 *m4 = NULL;
+    CHECK_OK(dsattn_v4_load_config(&m4, cfg, err, sizeof err));
+    case_paths("golden/v32/tiny-seed0", cfg, w);
+    dsattn_mla *m32 = NULL;
+    CHECK_OK(dsattn_mla_create_config_only(&m32, cfg, err, sizeof err));
+    if (!m41 || !m4 || !m32) return;
+    size_t prev[3] = { 0, 0, 0 };
+    for (int i = 0; i < 3; i++) {
+        dsattn_v41_seq *s41 = NULL;
+        dsattn_v4_seq *s4 = NULL;
+        dsattn_mla_seq *s32 = NULL;
+        CHECK_OK(dsattn_v41_seq_create(&s41, m41, caps[i], DSATTN_V41_INDEX_K_OWNER));
+        CHECK_OK(dsattn_v4_seq_create(&s4, m4, caps[i], DSATTN_V4_EMPTY_REFERENCE));
+        CHECK_OK(dsattn_mla_seq_create(&s32, m32, caps[i], DSATTN_MLA_CACHE_LATENT_BF16));
+        if (!s41 || !s4 || !s32) return;
+        CHECK_OK(dsattn_v41_seq_kv_bill(s41, &b));
+        CHECK_EQ_INT(b.scratch_bytes, dsattn_v41_seq_scratch_at(m41, caps[i]));
+        CHECK(b.scratch_bytes > prev[0]);
+        prev[0] = b.scratch_bytes;
+        CHECK_OK(dsattn_v4_seq_kv_bill(s4, &b));
+        CHECK_EQ_INT(b.scratch_bytes, dsattn_v4_seq_scratch_at(m4, caps[i]));
+        CHECK(b.scratch_bytes > prev[1]);
+        prev[1] = b.scratch_bytes;
+        CHECK_OK(dsattn_mla_seq_kv_bill(s32, &b));
+        CHECK_EQ_INT(b.scratch_bytes,
+                     dsattn_mla_seq_scratch_at(m32, caps[i], DSATTN_MLA_CACHE_LATENT_BF16));
+        CHECK(b.scratch_bytes > prev[2]);
+        prev[2] = b.scratch_bytes;
+        dsattn_v41_seq_destroy(s41);
+        dsattn_v4_seq_destroy(s4);
+        dsattn_mla_seq_destroy(s32);
+    }
+    dsattn_v41_destroy(m41);
+    dsattn_v4_destroy(m4);
+    dsattn_mla_destroy(m32);
 }

@@ -155,6 +155,8 @@ DSATTN_TEST(bill, bytes_per_token_match_the_dimensions_of_every_config)
                     : want[i].fam == 1 ? mla_bpt(c, 0)
                     : want[i].fam == 2 ? mla_bpt(c, 1)
                     : want[i].fam == 3 ? v4_bpt(c) : v41_bpt(c);
+        /* every generation's decode scratch is sized at creation and billed */
+        CHECK_MSG(num(r, "scratch_bytes") > 0, "%s: no scratch in the bill", want[i].key);
         double got = num(r, "global_kv_bytes_per_token");
         CHECK_MSG(got == dims, "%s: measured %.4f B/token, the dimensions give %.4f",
                   want[i].key, got, dims);
@@ -169,6 +171,10 @@ DSATTN_TEST(bill, bytes_per_token_match_the_dimensions_of_every_config)
         CHECK_MSG(fabs(ratio - 389120.0 / 890.0) < 1e-9 && (int)(ratio + 0.5) == 437,
                   "V4.1 ratio to V1-67B %.4f, want 437.2", ratio);
         CHECK(num(v41, "window_bytes") == 40.0 * 128 * 528);   /* 40 FP8 rings of 128 rows */
+        /* the decode scratch is in the per-sequence column: the indexer's
+         * 4 floats per entry of a ratio-1 index source at 1M entries */
+        CHECK_MSG(num(v41, "scratch_bytes") >= 16.0 * 1048576, "V4.1 scratch %.0f B",
+                  num(v41, "scratch_bytes"));
     }
     const cJSON *g = row_of(out, "v1-67b");
     if (g) CHECK(num(g, "window_bytes") == 0 && num(g, "state_bytes") == 0);

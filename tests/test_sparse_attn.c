@@ -398,3 +398,32 @@ DSATTN_TEST(sparse_attn, amx_tiles_and_fma_tiles_both_match_reference)
     free(idx); free(oa); free(of); free(orf);
     cache_free(&c);
 }
+
+/* The bytes counter charges each valid index at the row size of the source
+ * it names: V4.1 window rows (528 B at d 512) and compressed rows (288 B),
+ * not every row at the window's size. */
+DSATTN_TEST(sparse_attn, bytes_read_count_each_row_at_its_size)
+{
+    dsattn_rng g = { 77 };
+    const size_t d = 512, nh = 4, nw = 8, nc = 16;
+    v41_cache c;
+    cache_init(&c, nw, nc, d, &g);
+    CHECK_EQ_INT(c.s0.stride, 528);
+    CHECK_EQ_INT(c.s1.stride, 288);
+    /* 3 window rows, 5 compressed rows, 2 invalid */
+    const int32_t idx[10] = { 0, 3, 7, -1, 8, 9, 12, 20, 23, (int32_t)(nw + nc) };
+    float *q = calloc(nh * d, 4), *o = malloc(nh * d * 4), *sink = calloc(nh, 4);
+    float *ws = malloc(dsattn_sparse_attn_scratch(nh, d) * sizeof(float));
+    for (int mode = 0; mode < 2; mode++) {
+        dsattn_ctx *ctx = dsattn_test_ctx(mode ? DSATTN_MODE_REFERENCE : DSATTN_MODE_FAST, 1);
+        if (!ctx) break;
+        dsattn_ctx_counters_reset(ctx);
+        dsattn_sparse_attn(ctx, q, nh, d, &c.s0, &c.s1, idx, 10, sink, 0.05f, -1e30f, o, ws);
+        const dsattn_counters k = dsattn_ctx_counters(ctx);
+        CHECK_EQ_INT(k.bytes_read, 3 * 528 + 5 * 288 + nh * d * 4);
+        CHECK_EQ_INT(k.flops, 4ull * 8 * nh * d);
+        dsattn_ctx_destroy(ctx);
+    }
+    free(q); free(o); free(sink); free(ws);
+    cache_free(&c);
+}

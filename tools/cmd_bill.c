@@ -29,6 +29,10 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "dsattn.h"
+#include "mha.h"
+#include "mla.h"
+#include "v4.h"
+#include "v41.h"
 
 #include <cjson/cJSON.h>
 
@@ -265,13 +269,20 @@ static void entries_mha(bill_row *r, long ctx)
     r->k.scored[0] = 0;
 }
 
-static dsattn_status kv_mha(const char *cfg, dsattn_kv_bill *b, char *err, size_t errlen)
+/* The KV rows: a live config-only sequence of a small capacity gives the
+ * global bytes per token (allocated / capacity), the windows and the
+ * state; its decode scratch, part of which grows with the capacity, is
+ * what seq_create would allocate at ctx tokens (*_seq_scratch_at, the
+ * function seq_create sizes it with). */
+static dsattn_status kv_mha(const char *cfg, size_t ctx, dsattn_kv_bill *b, char *err,
+                            size_t errlen)
 {
     dsattn_mha *m = NULL;
     dsattn_mha_seq *s = NULL;
     dsattn_status st = dsattn_mha_load_config(&m, cfg, err, errlen);
     if (!st) st = dsattn_mha_seq_create(&s, m, 256);
     if (!st) st = dsattn_mha_seq_kv_bill(s, b);
+    if (!st) b->scratch_bytes = dsattn_mha_decode_scratch_bytes(&m->cfg, ctx);
     dsattn_mha_seq_destroy(s);
     dsattn_mha_destroy(m);
     return st;
@@ -335,14 +346,15 @@ static void entries_mla(const cJSON *cfg, bill_row *r, long ctx)
     }
 }
 
-static dsattn_status kv_mla(const char *cfgpath, const cJSON *cfg, dsattn_kv_bill *b,
-                            char *err, size_t errlen)
+static dsattn_status kv_mla(const char *cfgpath, const cJSON *cfg, size_t ctx,
+                            dsattn_kv_bill *b, char *err, size_t errlen)
 {
     dsattn_mla *m = NULL;
     dsattn_mla_seq *s = NULL;
     dsattn_status st = dsattn_mla_create_config_only(&m, cfgpath, err, errlen);
     if (!st) st = dsattn_mla_seq_create(&s, m, 256, mla_cache_of(cfg));
     if (!st) st = dsattn_mla_seq_kv_bill(s, b);
+    if (!st) b->scratch_bytes = dsattn_mla_seq_scratch_at(m, ctx, mla_cache_of(cfg));
     dsattn_mla_seq_destroy(s);
     dsattn_mla_destroy(m);
     return st;
@@ -427,13 +439,15 @@ static void entries_v4(const cJSON *cfg, bill_row *r, long ctx)
     }
 }
 
-static dsattn_status kv_v4(const char *cfg, dsattn_kv_bill *b, char *err, size_t errlen)
+static dsattn_status kv_v4(const char *cfg, size_t ctx, dsattn_kv_bill *b, char *err,
+                           size_t errlen)
 {
     dsattn_v4 *m = NULL;
     dsattn_v4_seq *s = NULL;
     dsattn_status st = dsattn_v4_load_config(&m, cfg, err, errlen);
     if (!st) st = dsattn_v4_seq_create(&s, m, 1024, DSATTN_V4_EMPTY_REFERENCE);
     if (!st) st = dsattn_v4_seq_kv_bill(s, b);
+    if (!st) b->scratch_bytes = dsattn_v4_seq_scratch_at(m, ctx);
     dsattn_v4_seq_destroy(s);
     dsattn_v4_destroy(m);
     return st;
@@ -563,13 +577,15 @@ static void entries_v41(const cJSON *cfg, bill_row *r, long ctx)
     }
 }
 
-static dsattn_status kv_v41(const char *cfg, dsattn_kv_bill *b, char *err, size_t errlen)
+static dsattn_status kv_v41(const char *cfg, size_t ctx, dsattn_kv_bill *b, char *err,
+                            size_t errlen)
 {
     dsattn_v41 *m = NULL;
     dsattn_v41_seq *s = NULL;
     dsattn_status st = dsattn_v41_load_config(&m, cfg, err, errlen);
     if (!st) st = dsattn_v41_seq_create(&s, m, 1024, DSATTN_V41_INDEX_K_OWNER);
     if (!st) st = dsattn_v41_seq_kv_bill(s, b);
+    if (!st) b->scratch_bytes = dsattn_v41_seq_scratch_at(m, ctx);
     dsattn_v41_seq_destroy(s);
     dsattn_v41_destroy(m);
     return st;
@@ -656,10 +672,10 @@ static void measure_row(const bill_opts *o, const bill_gen *g, bill_row *r)
     /* the KV bill: a sequence over the published config, no weights */
     if (!st) {
         switch (g->fam) {
-        case FAM_MHA: st = kv_mha(cfgpath, &r->kv, r->err, sizeof r->err); break;
-        case FAM_MLA: st = kv_mla(cfgpath, cfg, &r->kv, r->err, sizeof r->err); break;
-        case FAM_V4:  st = kv_v4(cfgpath, &r->kv, r->err, sizeof r->err); break;
-        case FAM_V41: st = kv_v41(cfgpath, &r->kv, r->err, sizeof r->err); break;
+        case FAM_MHA: st = kv_mha(cfgpath, (size_t)o->ctx, &r->kv, r->err, sizeof r->err); break;
+        case FAM_MLA: st = kv_mla(cfgpath, cfg, (size_t)o->ctx, &r->kv, r->err, sizeof r->err); break;
+        case FAM_V4:  st = kv_v4(cfgpath, (size_t)o->ctx, &r->kv, r->err, sizeof r->err); break;
+        case FAM_V41: st = kv_v41(cfgpath, (size_t)o->ctx, &r->kv, r->err, sizeof r->err); break;
         }
     }
     if (st) goto done;
@@ -813,7 +829,7 @@ static void print_md(FILE *f, const bill_opts *o, const bill_row *rows, size_t n
             dsattn_ctx_isa_name(o->dctx), dsattn_ctx_threads(o->dctx),
             (unsigned long long)o->seed);
     fprintf(f, "| Structure | First model | Cuts | Model | Global KV B/token (measured) | "
-               "Window + state / seq | V1-67B / this | Entries attended / query / layer @%s | "
+               "Window + state + scratch / seq | V1-67B / this | Entries attended / query / layer @%s | "
                "Index keys scored / token @%s | Attn GFLOP / token @%s | Attn GB read / token @%s | "
                "Global KV @%s |\n", cn, cn, cn, cn, cn);
     fprintf(f, "|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n");
@@ -825,7 +841,8 @@ static void print_md(FILE *f, const bill_opts *o, const bill_row *rows, size_t n
             continue;
         }
         fprintf(f, "%s | %s | ", bpt(r->kv.global_bytes_per_token, a, sizeof a),
-                human_bytes((double)(r->kv.window_bytes + r->kv.state_bytes), b, sizeof b));
+                human_bytes((double)(r->kv.window_bytes + r->kv.state_bytes + r->kv.scratch_bytes),
+                            b, sizeof b));
         double ratio = base / r->kv.global_bytes_per_token;
         if (base > 0) fprintf(f, ratio >= 10 ? "%.0fx | " : "%.2fx | ", ratio);
         else fprintf(f, "- | ");
@@ -876,15 +893,16 @@ static void print_csv(FILE *f, const bill_opts *o, const bill_row *rows, size_t 
     double base = o->baseline;
     char d[256];
     fprintf(f, "key,model,structure,first_model,cuts,status,ctx,global_kv_bytes_per_token,"
-               "window_bytes,state_bytes,ratio_to_v1_67b,attended_per_layer,index_keys_scored,"
+               "window_bytes,state_bytes,scratch_bytes,ratio_to_v1_67b,attended_per_layer,index_keys_scored,"
                "attn_flops_per_token,attn_bytes_per_token,extrapolated,global_kv_bytes_at_ctx\n");
     for (size_t i = 0; i < n; i++) {
         const bill_row *r = &rows[i];
         fprintf(f, "%s,%s,%s,\"%s\",\"%s\",%s,%ld,", r->g->key, r->g->model, r->g->structure,
                 r->g->first, r->g->cuts, r->status, o->ctx);
-        if (!has_kv(r)) { fprintf(f, ",,,,,,,,,\n"); continue; }
-        fprintf(f, "%.4f,%zu,%zu,%.4f,\"%s\",%.0f,", r->kv.global_bytes_per_token,
-                r->kv.window_bytes, r->kv.state_bytes, base / r->kv.global_bytes_per_token,
+        if (!has_kv(r)) { fprintf(f, ",,,,,,,,,,\n"); continue; }
+        fprintf(f, "%.4f,%zu,%zu,%zu,%.4f,\"%s\",%.0f,", r->kv.global_bytes_per_token,
+                r->kv.window_bytes, r->kv.state_bytes, r->kv.scratch_bytes,
+                base / r->kv.global_bytes_per_token,
                 attended_str(r, d, sizeof d), r->scored_total);
         if (!strcmp(r->status, "measured"))
             fprintf(f, "%.0f,%.0f,%d,", r->flops, r->bytes, r->extrapolated);
@@ -919,6 +937,7 @@ static void print_json(FILE *f, const bill_opts *o, const bill_row *rows, size_t
             cJSON_AddNumberToObject(j, "global_kv_bytes_allocated", (double)r->kv.global_bytes_allocated);
             cJSON_AddNumberToObject(j, "window_bytes", (double)r->kv.window_bytes);
             cJSON_AddNumberToObject(j, "state_bytes", (double)r->kv.state_bytes);
+            cJSON_AddNumberToObject(j, "scratch_bytes", (double)r->kv.scratch_bytes);
             cJSON_AddNumberToObject(j, "ratio_to_v1_67b", base / r->kv.global_bytes_per_token);
             cJSON_AddNumberToObject(j, "global_kv_bytes_at_ctx", r->kv.global_bytes_per_token * (double)o->ctx);
             cJSON_AddNumberToObject(j, "index_keys_scored", r->scored_total);
@@ -1141,7 +1160,7 @@ DSATTN_CMD(bill, 10, "the bill of every generation: KV bytes/token, FLOPs and by
             char path[1100], e[256];
             dsattn_kv_bill b;
             snprintf(path, sizeof path, "%s/%s", o.configs, GENS[i].config);
-            if (kv_mha(path, &b, e, sizeof e) == DSATTN_OK) o.baseline = b.global_bytes_per_token;
+            if (kv_mha(path, 1, &b, e, sizeof e) == DSATTN_OK) o.baseline = b.global_bytes_per_token;
         }
     bill_row rows[N_GENS];
     size_t n = 0;

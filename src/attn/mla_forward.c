@@ -1317,6 +1317,15 @@ done:
     return st;
 }
 
+size_t dsattn_mla_seq_scratch_at(const dsattn_mla *m, size_t cap, dsattn_mla_cache fmt)
+{
+    const dsattn_mla_config *c = &m->cfg;
+    size_t b = mla_ws_bytes(c, fmt, cap), sel = 0;
+    if (b == SIZE_MAX) return SIZE_MAX;
+    if (c->dsa) sel = (size_t)c->n_layers * (DSATTN_MIN((size_t)c->index_topk, cap) + 1) * sizeof(int32_t);
+    return dsattn_add_size(b, sel, &b) ? b : SIZE_MAX;
+}
+
 /* ==== The golden-case stack and accessors =============================== */
 
 /* adapters for the shared stand-in loop (src/ops: dsattn_standin_stack) */

@@ -628,6 +628,20 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     return st;
 }
 
+size_t dsattn_v41_seq_scratch_at(const dsattn_v41 *m, size_t cap)
+{
+    const dsattn_v41_config *c = &m->cfg;
+    size_t fwd, idx, stride, b;
+    v41_decode_scratch(m, cap, &fwd, &idx, &stride);
+    if (fwd == SIZE_MAX || idx == SIZE_MAX) return SIZE_MAX;
+    const size_t kw = DSATTN_MIN((size_t)c->index_topk, cap) + 1;
+    size_t nsel = 0;
+    for (int l = 0; l < c->n_layers; l++) nsel += m->layer[l].is_index_source != 0;
+    b = fwd + idx + 2 * (size_t)c->dim * sizeof(float) + 64;           /* + the stack's rows */
+    b += (kw * (1 + nsel) + stride + 1) * sizeof(int32_t) + 2 * sizeof(size_t);
+    return b;
+}
+
 /* ==== The golden-case stack and accessors =============================== */
 
 /* adapters for the shared stand-in loop (src/ops: dsattn_standin_stack) */

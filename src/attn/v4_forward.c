@@ -480,6 +480,21 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     return st;
 }
 
+size_t dsattn_v4_seq_scratch_at(const dsattn_v4 *m, size_t cap)
+{
+    const dsattn_v4_config *c = &m->cfg;
+    size_t fwd, wsb, sel = 0, b;
+    v4_decode_scratch(m, cap, &fwd, &wsb);
+    for (int l = 0; l < c->n_layers; l++)
+        if (m->layer[l].kind == DSATTN_V4_CSA)
+            sel += (DSATTN_MIN((size_t)c->index_topk, cap / (size_t)m->layer[l].ratio) + 1) *
+                   sizeof(int32_t);
+    if (fwd == SIZE_MAX || wsb == SIZE_MAX || !dsattn_add_size(fwd, wsb, &b) ||
+        !dsattn_add_size(b, sel, &b))
+        return SIZE_MAX;
+    return b;
+}
+
 /* ==== The golden-case stack and accessors =============================== */
 
 /* adapters for the shared stand-in loop (src/ops: dsattn_standin_stack) */

@@ -479,11 +479,19 @@ void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
                         const int32_t *idx, size_t n_idx, const float *sink,
                         float scale, float max_init, float *out, float *scratch)
 {
-    uint64_t nvalid = 0;
+    /* bytes read: each valid index at the row size of the source it
+     * names (V4.1: 528 B window rows, 288 B compressed rows) */
+    uint64_t nvalid = 0, bytes = 0;
     size_t nrows = cat_rows(src0, src1);
+    const size_t rb0 = src0->kind == DSATTN_KV_F32 ? d * 4 : src0->stride;
+    const size_t rb1 = !src1 ? 0 : src1->kind == DSATTN_KV_F32 ? d * 4 : src1->stride;
     const dsattn_mla_kern *mk;
     const dsattn_sa_kern *sk;
-    for (size_t j = 0; j < n_idx; j++) nvalid += idx[j] >= 0 && (size_t)idx[j] < nrows;
+    for (size_t j = 0; j < n_idx; j++)
+        if (idx[j] >= 0 && (size_t)idx[j] < nrows) {
+            nvalid++;
+            bytes += (size_t)idx[j] < src0->n_rows ? rb0 : rb1;
+        }
     if (ctx->mode == DSATTN_MODE_REFERENCE || nh > 512 || nh > d || d > 512)
         sparse_attn_ref(q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
     else if ((mk = ctx->kt->mla) != NULL && (sk = ctx->kt->sa) != NULL && d % 32 == 0) {
@@ -494,8 +502,7 @@ void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
     }
     else
         sparse_attn_fast(ctx, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
-    size_t rb = src0->kind == DSATTN_KV_F32 ? d * 4 : src0->stride;
-    dsattn_count(ctx, 4ull * nvalid * nh * d, nvalid * rb + nh * d * 4ull);
+    dsattn_count(ctx, 4ull * nvalid * nh * d, bytes + nh * d * 4ull);
 }
 
 /* ==== Indexer score ===================================================== */
