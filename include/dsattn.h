@@ -264,6 +264,13 @@ int             dsattn_v41_n_layers(const dsattn_v41 *m);
 int             dsattn_v41_dim(const dsattn_v41 *m);
 dsattn_v41_mode dsattn_v41_layer_mode(const dsattn_v41 *m, int layer);
 int             dsattn_v41_layer_ratio(const dsattn_v41 *m, int layer);
+/* The plan's sources of a compressed layer (-1 for SWA layers and out of
+ * range): the KV source whose compressed cache it reads (itself for Full
+ * layers) and the index source whose top-k rows it attends (itself for
+ * Full / Reindex layers).  dsattn_v41_seq_source_read / _topk_read report
+ * what a sequence actually read. */
+int             dsattn_v41_layer_kv_source(const dsattn_v41 *m, int layer);
+int             dsattn_v41_layer_topk_source(const dsattn_v41 *m, int layer);
 /* Bytes of weights the stack holds (all layers, as stored). */
 size_t          dsattn_v41_weight_bytes(const dsattn_v41 *m);
 

@@ -8,10 +8,15 @@
 #   libomp-dev                OpenMP for the clang (fuzzing) build
 #   pkg-config                finds libxxhash for the build; the install test builds a program
 #                             with `pkg-config --libs dsattn`
+#   python3-numpy             the Python package (python/dsattn): arrays in and out
+#   python3-pytest            the Python package's tests (scripts/test_python.sh)
+#   python3-pip, python3-setuptools  `pip install --no-build-isolation ./python`, offline
+#   python3-venv              the pip install test installs into a throwaway venv
 set -euo pipefail
 need=()
 for p in cmake gcc make libopenblas-openmp-dev libcjson-dev libxxhash-dev clang libclang-rt-14-dev \
-         libomp-dev pkg-config; do
+         libomp-dev pkg-config python3-numpy python3-pytest python3-pip python3-setuptools \
+         python3-venv; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

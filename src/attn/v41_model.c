@@ -275,6 +275,19 @@ int dsattn_v41_layer_ratio(const dsattn_v41 *m, int l)
     return m && l >= 0 && l < m->cfg.n_layers ? (int)m->layer[l].ratio : -1;
 }
 
+/* The plan's static sources: the shared runtime's compress_kv / topk_idxs
+ * slots hold the last KV / index source run at or before a layer (layers run
+ * in order every chunk), so that is what the layer reads. */
+static int last_source(const dsattn_v41 *m, int l, int kv)
+{
+    if (!m || l < 0 || l >= m->cfg.n_layers || m->layer[l].ratio == 0) return -1;
+    for (int j = l; j >= 0; j--)
+        if (kv ? m->layer[j].is_kv_source : m->layer[j].is_index_source) return j;
+    return -1;
+}
+int dsattn_v41_layer_kv_source(const dsattn_v41 *m, int l) { return last_source(m, l, 1); }
+int dsattn_v41_layer_topk_source(const dsattn_v41 *m, int l) { return last_source(m, l, 0); }
+
 static size_t wbytes(const dsattn_weight *w)
 {
     if (!w->data) return 0;

@@ -4,7 +4,8 @@
 # with `pkg-config --cflags --libs dsattn` and with CMake's
 # find_package(dsattn) (shared and static) - and run; the shared library must
 # carry its SONAME and export only dsattn_* symbols, and the CLI installed
-# beside it must run.
+# beside it must run; the Python package installed with them must load
+# that library and trace a golden case.
 #   usage: tests/install/run.sh BUILD_DIR
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -49,3 +50,16 @@ cmake --build "$tmp/consumer" >/dev/null
 ldd "$tmp/consumer/example_shared" | grep "$libdir/$soname" >/dev/null \
   || { echo "install: example_shared does not load the installed $soname"; exit 1; }
 echo "install: pkg-config and find_package consumers built and ran"
+
+# 3. the Python package of the install (Debian's python3 has python3-numpy)
+py="${PYTHON:-/usr/bin/python3}"
+[ -x "$py" ] || py="$(command -v python3)"
+pydir="$(dirname "$(find "$prefix" -path '*/dsattn/__init__.py' | head -n 1)")/.."
+got="$(cd "$tmp" && PYTHONPATH="$pydir" DSATTN_LIBRARY= "$py" -c "
+import dsattn, sys
+t = dsattn.trace(sys.argv[1])
+print(dsattn.library_path, t['out'].shape, len(dsattn.bill(kv_only=True)))" "$case_dir")"
+echo "install: python: $got"
+case "$got" in "$libdir/libdsattn.so."*" (35, 256) 7") ;;
+  *) echo "install: the installed Python package did not use the installed library"; exit 1 ;;
+esac

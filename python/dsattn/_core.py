@@ -1,0 +1,663 @@
+"""_core.py - the Python objects over dsattn's C API (include/dsattn.h):
+Context, Model (one class for every generation), Sequence, trace and bill.
+
+Ownership follows the C API: whoever creates an object destroys it.  Each
+Python object owns one C object and destroys it in close() (also at garbage
+collection and on leaving a `with` block); a Sequence keeps its Model and a
+cache view keeps its Sequence alive.  Arrays go in as float32 [n, dim]
+(converted when needed) and come out as new float32 arrays, except the
+packed caches, which are read-only views of the library's own bytes.
+"""
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import weakref
+
+import numpy as np
+
+from . import _lib
+from . import _safetensors
+from ._lib import DsattnError, check, errbuf, lib
+
+_MODES = {"fast": 0, "reference": 1}
+_ISAS = {None: 0, "auto": 0, "ref": 1, "avx2": 2, "avx512": 3}
+
+
+def version():
+    """The library's version string."""
+    return lib.dsattn_version().decode()
+
+
+def _b(path):
+    return None if path is None else os.fsencode(path)
+
+
+def _f32p(a):
+    return a.ctypes.data_as(_lib.c_float_p)
+
+
+# ==== Context ===============================================================
+
+class Context:
+    """Threads, the kernel table and the arithmetic mode.
+
+    mode "fast": SIMD kernels, fp32 accumulation, OpenMP threads;
+    "reference": the bit-reproducible contract of the golden cases.
+    threads None: OpenMP's default.  isa None/"auto": the best the CPU has
+    ($DSATTN_ISA overrides), or "ref" / "avx2" / "avx512"."""
+
+    def __init__(self, mode="fast", threads=None, isa=None):
+        if mode not in _MODES:
+            raise ValueError(f"mode must be 'fast' or 'reference', not {mode!r}")
+        if isa not in _ISAS:
+            raise ValueError(f"isa must be None, 'auto', 'ref', 'avx2' or 'avx512', not {isa!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be None or a positive int, not {threads!r}")
+        p = lib.dsattn_ctx_default_params()
+        p.mode, p.isa, p.n_threads = _MODES[mode], _ISAS[isa], threads or 0
+        h = ctypes.c_void_p()
+        check(lib.dsattn_ctx_create(ctypes.byref(h), ctypes.byref(p)), "dsattn.Context")
+        self._h = h
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise DsattnError("dsattn.Context: used after close()")
+        return self._h
+
+    def close(self):
+        if getattr(self, "_h", None):
+            lib.dsattn_ctx_destroy(self._h)
+            self._h = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def mode(self):
+        return "reference" if lib.dsattn_ctx_mode(self.handle) == 1 else "fast"
+
+    @property
+    def isa(self):
+        return lib.dsattn_ctx_isa_name(self.handle).decode()
+
+    @property
+    def threads(self):
+        return lib.dsattn_ctx_threads(self.handle)
+
+    @property
+    def amx(self):
+        return bool(lib.dsattn_ctx_amx(self.handle))
+
+    @amx.setter
+    def amx(self, on):
+        lib.dsattn_ctx_set_amx(self.handle, 1 if on else 0)
+
+    def counters(self):
+        """FLOPs and bytes read counted by the kernels since the last reset."""
+        c = lib.dsattn_ctx_counters(self.handle)
+        return {"flops": int(c.flops), "bytes_read": int(c.bytes_read)}
+
+    def reset_counters(self):
+        lib.dsattn_ctx_counters_reset(self.handle)
+
+    def set_profiling(self, on=True):
+        lib.dsattn_ctx_set_profiling(self.handle, 1 if on else 0)
+
+    def profile(self):
+        """{phase: {seconds, proj_seconds, bytes_read, flops}} (set_profiling first)."""
+        p = lib.dsattn_ctx_profile(self.handle)
+        return {lib.dsattn_phase_name(i).decode(): {
+            "seconds": p.seconds[i], "proj_seconds": p.proj_seconds[i],
+            "bytes_read": int(p.bytes_read[i]), "flops": int(p.flops[i])}
+            for i in range(_lib.N_PHASES)}
+
+    def __repr__(self):
+        if not self._h:
+            return "<dsattn.Context closed>"
+        return f"<dsattn.Context mode={self.mode} isa={self.isa} threads={self.threads}>"
+
+
+_default_ctx = None
+
+
+def _ctx(ctx):
+    global _default_ctx
+    if ctx is not None:
+        return ctx.handle
+    if _default_ctx is None:
+        _default_ctx = Context("fast")
+    return _default_ctx.handle
+
+
+# ==== Models ================================================================
+
+_V41_MODES = ["swa", "full", "reindex", "reuse", "mtp"]
+_V4_KINDS = ["swa", "csa", "hca", "mtp"]
+
+
+def generation_of(config):
+    """'mha', 'mla', 'v4' or 'v41' for a config.json path (its model_type;
+    V4.1 keys without one are V4.1)."""
+    with open(config) as f:
+        cfg = json.load(f)
+    mt = cfg.get("model_type", "")
+    if mt == "llama":
+        return "mha"
+    if mt in ("deepseek_v3", "deepseek_v32"):
+        return "mla"
+    if mt == "deepseek_v4":
+        return "v4"
+    if mt == "deepseek_v41" or (not mt and "kv_source_layers" in cfg):
+        return "v41"
+    raise DsattnError(f"{config}: unknown model_type {mt!r} (known: llama, deepseek_v3, "
+                      f"deepseek_v32, deepseek_v4, deepseek_v41)", -3, "unsupported")
+
+
+def _config_beside(path):
+    d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    c = os.path.join(d, "config.json")
+    if not os.path.exists(c):
+        raise DsattnError(f"{path}: no config.json beside the weights and none given", -7,
+                          "not found")
+    return c
+
+
+class Model:
+    """The attention stack of one model: config, layer plan and weights
+    (or none: a config-only model sizes caches and bills).  Make one with
+    dsattn.load, dsattn.random or dsattn.from_config.
+
+    generation: 'mha' (MHA / GQA, DeepSeek-LLM), 'mla' (V3 MLA, V3.2 MLA +
+    DSA), 'v4' (CSA + HCA), 'v41' (CSA2)."""
+
+    def __init__(self, generation, handle, config):
+        self.generation = generation
+        self.config = config
+        self._h = handle
+        self._pre = f"dsattn_{generation}_"
+
+    def _f(self, name):
+        return getattr(lib, self._pre + name)
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise DsattnError("dsattn.Model: used after close()")
+        return self._h
+
+    def close(self):
+        if getattr(self, "_h", None):
+            self._f("destroy")(self._h)
+            self._h = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def n_layers(self):
+        return self._f("n_layers")(self.handle)
+
+    @property
+    def dim(self):
+        return self._f("dim")(self.handle)
+
+    @property
+    def weight_bytes(self):
+        return int(self._f("weight_bytes")(self.handle))
+
+    @property
+    def has_weights(self):
+        if self.generation == "mha":
+            return any(lib.dsattn_mha_has_weights(self.handle, l) for l in range(self.n_layers))
+        if self.generation == "mla":
+            return bool(lib.dsattn_mla_has_weights(self.handle))
+        return self.weight_bytes > 0
+
+    @property
+    def plan(self):
+        """One dict per layer: 'layer', 'mode' and, where the generation has
+        them, 'ratio' (compress ratio), 'kv_source' / 'topk_source' (V4.1:
+        the layer whose compressed cache / top-k rows it reads), weights."""
+        h, g = self.handle, self.generation
+        rows = []
+        if g == "mha":
+            gqa = lib.dsattn_mha_n_kv_heads(h) < lib.dsattn_mha_n_heads(h)
+            for l in range(self.n_layers):
+                rows.append({"layer": l, "mode": "gqa" if gqa else "mha",
+                             "n_heads": lib.dsattn_mha_n_heads(h),
+                             "n_kv_heads": lib.dsattn_mha_n_kv_heads(h),
+                             "head_dim": lib.dsattn_mha_head_dim(h),
+                             "has_weights": bool(lib.dsattn_mha_has_weights(h, l))})
+        elif g == "mla":
+            mode = "mla+dsa" if lib.dsattn_mla_is_dsa(h) else "mla"
+            rows = [{"layer": l, "mode": mode} for l in range(self.n_layers)]
+        elif g == "v4":
+            l = 0
+            while lib.dsattn_v4_layer_ratio(h, l) >= 0:   # n_layers + the MTP entries
+                rows.append({"layer": l, "mode": _V4_KINDS[lib.dsattn_v4_layer_kind(h, l)],
+                             "ratio": lib.dsattn_v4_layer_ratio(h, l)})
+                l += 1
+        else:
+            for l in range(self.n_layers):
+                kv, tk = lib.dsattn_v41_layer_kv_source(h, l), lib.dsattn_v41_layer_topk_source(h, l)
+                rows.append({"layer": l, "mode": _V41_MODES[lib.dsattn_v41_layer_mode(h, l)],
+                             "ratio": lib.dsattn_v41_layer_ratio(h, l),
+                             "kv_source": None if kv < 0 else kv,
+                             "topk_source": None if tk < 0 else tk})
+        return rows
+
+    def sequence(self, max_seq_len, **opts):
+        """A new Sequence over this model holding max_seq_len tokens.
+        Options by generation: v41 index_k='owner'|'reference'; mla
+        cache='latent_bf16'|'latent_fp8'|'naive'; v4 empty='nan'|'zero';
+        mha layers=(first, n) for a share of the layers."""
+        return Sequence(self, max_seq_len, **opts)
+
+    def __repr__(self):
+        if not self._h:
+            return f"<dsattn.Model {self.generation} closed>"
+        return (f"<dsattn.Model {self.generation} {self.n_layers} layers dim {self.dim} "
+                f"weights {self.weight_bytes} B>")
+
+
+def load(weights, config=None):
+    """A model from a checkpoint: weights is a .safetensors file, a
+    model.safetensors.index.json or a folder; config the config.json
+    (default: the one beside the weights).  config.json's model_type picks
+    the generation.  MHA / GQA have no checkpoint loader (dsattn.random)."""
+    config = config or _config_beside(weights)
+    g = generation_of(config)
+    if g == "mha":
+        raise DsattnError(f"{config}: MHA / GQA models have no checkpoint loader in dsattn; "
+                          "use dsattn.random or dsattn.from_config", -3, "unsupported")
+    h, err = ctypes.c_void_p(), errbuf()
+    st = getattr(lib, f"dsattn_{g}_load")(ctypes.byref(h), _b(config), _b(weights), err,
+                                          len(err))
+    check(st, f"dsattn.load({weights!s})", err)
+    return Model(g, h, config)
+
+
+def random(config, seed=0, fp8=False, layers=None):
+    """A model with random weights from a seed at the config's dims.  fp8:
+    FP8 weights as the released checkpoints store them (not MHA / GQA,
+    which are bf16).  layers=(first, n): MHA / GQA weights for those
+    layers only."""
+    g = generation_of(config)
+    h, err = ctypes.c_void_p(), errbuf()
+    if g == "mha":
+        if fp8:
+            raise ValueError("MHA / GQA random weights are bf16 only")
+        if layers is None:
+            st = lib.dsattn_mha_create_random(ctypes.byref(h), _b(config), seed, err, len(err))
+        else:
+            st = lib.dsattn_mha_create_random_layers(ctypes.byref(h), _b(config), seed,
+                                                     int(layers[0]), int(layers[1]), err, len(err))
+    else:
+        if layers is not None:
+            raise ValueError("layers= is for MHA / GQA models")
+        st = getattr(lib, f"dsattn_{g}_create_random")(ctypes.byref(h), _b(config), seed,
+                                                       1 if fp8 else 0, err, len(err))
+    check(st, f"dsattn.random({config!s})", err)
+    return Model(g, h, config)
+
+
+def from_config(config):
+    """A config-only model (no weights): sequences, plans and KV bills
+    work; forward raises."""
+    g = generation_of(config)
+    h, err = ctypes.c_void_p(), errbuf()
+    fn = {"mha": "dsattn_mha_load_config", "mla": "dsattn_mla_create_config_only",
+          "v4": "dsattn_v4_load_config", "v41": "dsattn_v41_load_config"}[g]
+    check(getattr(lib, fn)(ctypes.byref(h), _b(config), err, len(err)),
+          f"dsattn.from_config({config!s})", err)
+    return Model(g, h, config)
+
+
+# ==== Sequences =============================================================
+
+_MLA_CACHES = {"naive": 0, "latent_bf16": 1, "latent_fp8": 2}
+_INDEX_K = {"owner": 0, "reference": 1}
+_V4_EMPTY = {"nan": 0, "zero": 1}
+
+
+def _opt(table, value, what):
+    if value not in table:
+        raise ValueError(f"{what} must be one of {sorted(table)}, not {value!r}")
+    return table[value]
+
+
+class Sequence:
+    """One sequence over a Model: its packed caches and runtime state.
+
+    Protocol (the reference's): for each chunk, forward() every layer in
+    order with that layer's normalised input, then advance(n); or stack()
+    the golden-case stand-in block over all layers (it advances itself).
+    The first chunk may be a prefill of n >= 1 tokens at position 0; later
+    chunks are one token (MHA / GQA take any chunk at any position)."""
+
+    def __init__(self, model, max_seq_len, index_k="owner", cache="latent_bf16", empty="nan",
+                 layers=None):
+        g = model.generation
+        if not isinstance(max_seq_len, (int, np.integer)) or max_seq_len < 1:
+            raise ValueError(f"max_seq_len must be a positive int, not {max_seq_len!r}")
+        h = ctypes.c_void_p()
+        mh = model.handle
+        if g == "v41":
+            st = lib.dsattn_v41_seq_create(ctypes.byref(h), mh, max_seq_len,
+                                           _opt(_INDEX_K, index_k, "index_k"))
+        elif g == "mla":
+            st = lib.dsattn_mla_seq_create(ctypes.byref(h), mh, max_seq_len,
+                                           _opt(_MLA_CACHES, cache, "cache"))
+        elif g == "v4":
+            st = lib.dsattn_v4_seq_create(ctypes.byref(h), mh, max_seq_len,
+                                          _opt(_V4_EMPTY, empty, "empty"))
+        elif layers is None:
+            st = lib.dsattn_mha_seq_create(ctypes.byref(h), mh, max_seq_len)
+        else:
+            st = lib.dsattn_mha_seq_create_layers(ctypes.byref(h), mh, max_seq_len,
+                                                  int(layers[0]), int(layers[1]))
+        check(st, f"dsattn.Sequence({g}, max_seq_len={max_seq_len})")
+        self.model = model            # the C sequence borrows the model
+        self.generation = g
+        self.max_seq_len = int(max_seq_len)
+        self._h = h
+        self._pre = f"dsattn_{g}_"
+        self._views = []              # weak references to the live cache buffers
+
+    def _f(self, name):
+        return getattr(lib, self._pre + name)
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise DsattnError("dsattn.Sequence: used after close()")
+        return self._h
+
+    def close(self):
+        """Free the sequence now.  Raises while a cache view of it is alive
+        (the view would point at freed memory); garbage collection waits
+        for the views instead."""
+        if getattr(self, "_h", None):
+            if any(r() is not None for r in self._views):
+                raise DsattnError("dsattn.Sequence.close: cache views of this sequence are "
+                                  "still alive (delete them first)")
+            self._f("seq_destroy")(self._h)
+            self._h = None
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            self._f("seq_destroy")(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def position(self):
+        """Tokens consumed so far (advance() moves it)."""
+        return int(self._f("seq_pos")(self.handle))
+
+    def _input(self, x):
+        a = np.ascontiguousarray(x, dtype=np.float32)
+        if a.ndim == 1:
+            a = a.reshape(1, -1)
+        dim = self.model.dim
+        if a.ndim != 2 or a.shape[1] != dim or a.shape[0] < 1:
+            raise ValueError(f"x must be float32 [n_tokens, {dim}], got shape {np.shape(x)}")
+        return a
+
+    def forward(self, layer, x, ctx=None):
+        """One layer's attention on x [n, dim] (its normalised input); returns
+        out [n, dim].  Does not advance."""
+        a = self._input(x)
+        out = np.empty_like(a)
+        st = self._f("attn_forward")(_ctx(ctx), self.handle, int(layer), _f32p(a), a.shape[0],
+                                     _f32p(out))
+        check(st, f"dsattn.Sequence.forward(layer {layer}, {a.shape[0]} tokens at position "
+                  f"{self.position})")
+        return out
+
+    def advance(self, n=1):
+        check(self._f("seq_advance")(self.handle, int(n)), f"dsattn.Sequence.advance({n})")
+
+    def stack(self, h, ctx=None, capture=False):
+        """The golden-case stand-in stack over every layer,
+        h += attn_l(bf16(RMSNorm_l(h))), on the residual h [n, dim]; advances
+        by n.  Returns the new h, or with capture=True (h, attn_in, attn_out)
+        with attn_in / attn_out [n_layers, n, dim].  Not for MHA / GQA."""
+        if self.generation == "mha":
+            raise DsattnError("dsattn.Sequence.stack: MHA / GQA have no stand-in stack "
+                              "(forward each layer)", -3, "unsupported")
+        a = self._input(h).copy()
+        n, nl = a.shape[0], self.model.n_layers
+        ain = aout = None
+        if capture:
+            ain = np.empty((nl, n, a.shape[1]), np.float32)
+            aout = np.empty_like(ain)
+        st = self._f("stack_forward")(_ctx(ctx), self.handle, _f32p(a), n,
+                                      _f32p(ain) if capture else None,
+                                      _f32p(aout) if capture else None)
+        check(st, f"dsattn.Sequence.stack({n} tokens at position {self.position})")
+        return (a, ain, aout) if capture else a
+
+    def selection(self, layer):
+        """The last chunk's top-k selection of a layer as int32 [rows, width]
+        (-1 padded; meaning per generation in include/dsattn*.h), or None
+        when the layer does not select."""
+        if self.generation == "mha":
+            return None
+        rows, nr, w = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t(), ctypes.c_size_t()
+        st = self._f("seq_selection")(self.handle, int(layer), ctypes.byref(rows),
+                                      ctypes.byref(nr), ctypes.byref(w))
+        if st == -7 or (st == 0 and not rows):      # DSATTN_ERR_NOT_FOUND: no selection
+            return None
+        check(st, f"dsattn.Sequence.selection({layer})")
+        n = nr.value * w.value
+        return np.ctypeslib.as_array(rows, shape=(n,)).reshape(nr.value, w.value).copy() \
+            if n else np.empty((nr.value, w.value), np.int32)
+
+    def cache(self, layer, which=0):
+        """The packed cache rows of a layer as a read-only uint8 NumPy view
+        [rows, row_bytes] of the library's own memory (no copy).  V4: which 0
+        = the KV buffer (window ring, then the compressed entries written),
+        1 = the indexer's keys.  V4.1: 0 = window ring, 1 = compressed KV,
+        2 = index keys.  The view keeps the sequence alive; its bytes change
+        as the sequence runs, its row count is the one at the call."""
+        if self.generation not in ("v4", "v41"):
+            raise DsattnError(f"dsattn.Sequence.cache: the {self.generation} API offers no "
+                              "packed rows (see latent() / kv())", -3, "unsupported")
+        rows, nr, rb = ctypes.POINTER(ctypes.c_uint8)(), ctypes.c_size_t(), ctypes.c_size_t()
+        st = self._f("seq_cache")(self.handle, int(layer), int(which), ctypes.byref(rows),
+                                  ctypes.byref(nr), ctypes.byref(rb))
+        check(st, f"dsattn.Sequence.cache(layer {layer}, which {which})")
+        n = nr.value * rb.value
+        if n == 0 or not rows:
+            return np.empty((0, rb.value), np.uint8)
+        buf = (ctypes.c_uint8 * n).from_address(ctypes.addressof(rows.contents))
+        # every view derived from this one keeps buf alive, and buf keeps
+        # the sequence alive: the memory is the sequence's
+        buf._dsattn_owner = self
+        v = np.frombuffer(buf, dtype=np.uint8).reshape(nr.value, rb.value)
+        v.flags.writeable = False
+        self._views = [r for r in self._views if r() is not None] + [weakref.ref(buf)]
+        return v
+
+    def sources(self, layer):
+        """V4.1: which layers' compressed KV, index keys and top-k rows the
+        layer read in the last chunk (None: none)."""
+        if self.generation != "v41":
+            raise DsattnError("dsattn.Sequence.sources: V4.1 only", -3, "unsupported")
+        f = lambda v: None if v < 0 else v
+        h, l = self.handle, int(layer)
+        return {"kv": f(lib.dsattn_v41_seq_source_read(h, l)),
+                "index": f(lib.dsattn_v41_seq_index_read(h, l)),
+                "topk": f(lib.dsattn_v41_seq_topk_read(h, l))}
+
+    def latent(self, layer, pos):
+        """MLA latent caches: (kv [kv_lora_rank], pe [rope dims]) of token pos,
+        dequantized to float32 (copies)."""
+        if self.generation != "mla":
+            raise DsattnError("dsattn.Sequence.latent: MLA only", -3, "unsupported")
+        # sizes from the config; the call checks them against the model
+        with open(self.model.config) as f:
+            cfg = json.load(f)
+        kvn = int(cfg.get("kv_lora_rank", 512))
+        pen = int(cfg.get("qk_rope_head_dim", 64))
+        kv, pe = np.empty(kvn, np.float32), np.empty(pen, np.float32)
+        check(lib.dsattn_mla_seq_latent(self.handle, int(layer), int(pos), _f32p(kv), _f32p(pe)),
+              f"dsattn.Sequence.latent(layer {layer}, pos {pos})")
+        return kv, pe
+
+    def kv(self, layer, pos):
+        """MHA / GQA cache row of token pos: (k, v) [n_kv_heads * head_dim]."""
+        if self.generation != "mha":
+            raise DsattnError("dsattn.Sequence.kv: MHA / GQA only", -3, "unsupported")
+        mh = self.model.handle
+        n = lib.dsattn_mha_n_kv_heads(mh) * lib.dsattn_mha_head_dim(mh)
+        k, v = np.empty(n, np.float32), np.empty(n, np.float32)
+        check(lib.dsattn_mha_seq_kv(self.handle, int(layer), int(pos), _f32p(k), _f32p(v)),
+              f"dsattn.Sequence.kv(layer {layer}, pos {pos})")
+        return k, v
+
+    def kv_bill(self):
+        """The KV bill measured from the live allocations (dsattn_kv_bill)."""
+        b = _lib.KvBill()
+        check(self._f("seq_kv_bill")(self.handle, ctypes.byref(b)), "dsattn.Sequence.kv_bill")
+        return {"global_bytes_per_token": b.global_bytes_per_token,
+                "global_bytes_allocated": int(b.global_bytes_allocated),
+                "window_bytes": int(b.window_bytes), "state_bytes": int(b.state_bytes)}
+
+    def fill_synthetic(self, depth, seed=1):
+        """Fill the caches as if depth tokens had been consumed (random valid
+        entries; benchmarks at long contexts).  Sets the position to depth."""
+        check(self._f("seq_fill_synthetic")(self.handle, int(depth), int(seed)),
+              f"dsattn.Sequence.fill_synthetic({depth})")
+
+    # Sessions (save / load / clone) belong here once the C API has them
+    # (dsattn_<gen>_seq_save / _load / _clone): one method each, same pattern.
+
+    def __repr__(self):
+        if not self._h:
+            return f"<dsattn.Sequence {self.generation} closed>"
+        return (f"<dsattn.Sequence {self.generation} position {self.position} / "
+                f"{self.max_seq_len}>")
+
+
+# ==== trace =================================================================
+
+def trace(case_dir, mode="reference", index_k="owner", mla="absorb", v4_empty="nan",
+          threads=None):
+    """Run a golden case folder as `dsattn trace` does (dsattn_trace_write)
+    and return {name: numpy array} with exactly the tensors it writes:
+    out, layer.{i}.attn_in / attn_out, layer.{i}.topk, cache.{i}.*.  FP8
+    and byte tensors come back as uint8, BF16 as raw uint16 words."""
+    p = lib.dsattn_trace_default_params()
+    p.mode = _opt(_MODES, mode, "mode")
+    p.index_k = _opt(_INDEX_K, index_k, "index_k")
+    p.mla_naive = _opt({"absorb": 0, "naive": 1}, mla, "mla")
+    p.v4_empty = _opt(_V4_EMPTY, v4_empty, "v4_empty")
+    p.n_threads = threads or 0
+    fd, out = tempfile.mkstemp(prefix="dsattn_trace_", suffix=".safetensors")
+    os.close(fd)
+    try:
+        err = errbuf()
+        st = lib.dsattn_trace_write(_b(case_dir), _b(out), ctypes.byref(p), err, len(err))
+        check(st, f"dsattn.trace({case_dir!s})", err)
+        return _safetensors.read(out)
+    finally:
+        os.unlink(out)
+
+
+# ==== bill ==================================================================
+
+def _find_cli():
+    env = os.environ.get("DSATTN_CLI")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands = [os.path.join(here, "_native", "dsattn")]
+    try:
+        from . import _install
+        cands.append(os.path.normpath(os.path.join(here, _install.BIN, "dsattn")))
+    except ImportError:
+        pass
+    if _lib.lib_dir:
+        cands.append(os.path.join(_lib.lib_dir, "dsattn"))
+    for c in cands:
+        if os.access(c, os.X_OK) and os.path.isfile(c):
+            return c
+    return shutil.which("dsattn")
+
+
+def _find_configs():
+    env = os.environ.get("DSATTN_CONFIGS")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands = [os.path.join(here, "_native", "configs")]
+    try:
+        from . import _install
+        cands.append(os.path.normpath(os.path.join(here, _install.CONFIGS)))
+    except ImportError:
+        pass
+    if _lib.lib_dir:
+        cands.append(os.path.join(_lib.lib_dir, "..", "configs"))
+    for c in cands:
+        if os.path.exists(os.path.join(c, "deepseek-v4.1-flash.json")):
+            return os.path.normpath(c)
+    return None
+
+
+def bill(ctx_len=1 << 20, kv_only=False, only=None, threads=None, seed=1):
+    """The rows of `dsattn bill` (one dict per generation at its published
+    config, the keys of `dsattn bill --format json`: global KV bytes per
+    token from the live allocations, window / state bytes, and unless
+    kv_only the attention FLOPs and bytes per decoded token at ctx_len,
+    counted by the kernels).  Runs the dsattn CLI of this install
+    ($DSATTN_CLI overrides); kv_only takes seconds, the full bill minutes.
+    only: a list of row keys ("v1-7b", "v3", "v4.1-flash", ...)."""
+    cli = _find_cli()
+    if not cli:
+        raise DsattnError("dsattn.bill: the dsattn CLI was not found (set DSATTN_CLI)", -7,
+                          "not found")
+    if not isinstance(ctx_len, (int, np.integer)) or ctx_len < 2:
+        raise ValueError(f"ctx_len must be an int >= 2, not {ctx_len!r}")
+    cmd = [cli, "bill", "--format", "json", "--quiet", "--ctx", str(int(ctx_len)),
+           "--seed", str(int(seed))]
+    if kv_only:
+        cmd.append("--kv-only")
+    if only:
+        cmd += ["--only", ",".join(only)]
+    if threads:
+        cmd += ["--threads", str(int(threads))]
+    cfg = _find_configs()
+    if cfg:
+        cmd += ["--configs", cfg]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError:
+        raise DsattnError(f"dsattn.bill: {' '.join(cmd)} exited {r.returncode}: "
+                          f"{r.stderr.strip() or r.stdout.strip()}", -6, "I/O error") from None
+    rows = doc.get("rows", [])
+    bad = [f"{x['key']}: {x.get('error', '')}" for x in rows if x.get("status") == "error"]
+    if r.returncode != 0 or bad:
+        raise DsattnError("dsattn.bill: " + ("; ".join(bad) or r.stderr.strip()), -6, "I/O error")
+    return rows
