@@ -550,14 +550,55 @@ class Sequence:
         check(self._f("seq_fill_synthetic")(self.handle, int(depth), int(seed)),
               f"dsattn.Sequence.fill_synthetic({depth})")
 
-    # Sessions (save / load / clone) belong here once the C API has them
-    # (dsattn_<gen>_seq_save / _load / _clone): one method each, same pattern.
+    # ---- sessions (include/dsattn.h, "Sessions"; format: docs/sessions.md)
+
+    @classmethod
+    def _wrap(cls, model, handle, max_seq_len):
+        s = cls.__new__(cls)
+        s.model, s.generation, s.max_seq_len = model, model.generation, max_seq_len
+        s._h, s._pre, s._views = handle, f"dsattn_{model.generation}_", []
+        return s
+
+    def save(self, path):
+        """Save the sequence to a session file (atomic: temporary file,
+        fsync, rename)."""
+        err = errbuf()
+        check(self._f("seq_save")(self.handle, _b(path), err, len(err)),
+              f"dsattn.Sequence.save({path!s})", err)
+
+    @classmethod
+    def load(cls, model, path, max_seq_len=0):
+        """A sequence over model from a session file (validated whole before
+        anything is created); max_seq_len 0 keeps the saved capacity, a larger
+        one grows it.  The per-chunk observations (selection, sources) start
+        empty."""
+        h, err = ctypes.c_void_p(), errbuf()
+        st = getattr(lib, f"dsattn_{model.generation}_seq_load")(
+            ctypes.byref(h), model.handle, _b(path), int(max_seq_len), err, len(err))
+        check(st, f"dsattn.Sequence.load({path!s})", err)
+        return cls._wrap(model, h, int(max_seq_len) or None)
+
+    @classmethod
+    def load_bytes(cls, model, data, max_seq_len=0):
+        """The same from the bytes of a session file."""
+        data = bytes(data)
+        h, err = ctypes.c_void_p(), errbuf()
+        st = getattr(lib, f"dsattn_{model.generation}_seq_load_buffer")(
+            ctypes.byref(h), model.handle, data, len(data), int(max_seq_len), err, len(err))
+        check(st, "dsattn.Sequence.load_bytes", err)
+        return cls._wrap(model, h, int(max_seq_len) or None)
+
+    def clone(self):
+        """An independent copy in memory (a prefix two continuations share)."""
+        h = ctypes.c_void_p()
+        check(self._f("seq_clone")(ctypes.byref(h), self.handle), "dsattn.Sequence.clone")
+        return Sequence._wrap(self.model, h, self.max_seq_len)
 
     def __repr__(self):
         if not self._h:
             return f"<dsattn.Sequence {self.generation} closed>"
-        return (f"<dsattn.Sequence {self.generation} position {self.position} / "
-                f"{self.max_seq_len}>")
+        cap = self.max_seq_len if self.max_seq_len is not None else "saved capacity"
+        return f"<dsattn.Sequence {self.generation} position {self.position} / {cap}>"
 
 
 # ==== trace =================================================================

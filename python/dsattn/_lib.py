@@ -164,6 +164,12 @@ for g in ("mha", "mla", "v4", "v41"):
     _proto(f"dsattn_{g}_seq_advance", _s, c_void_p, c_size_t)
     _proto(f"dsattn_{g}_seq_kv_bill", _s, c_void_p, P(KvBill))
     _proto(f"dsattn_{g}_seq_fill_synthetic", _s, c_void_p, c_int64, c_uint64)
+    # sessions: save / load / clone (include/dsattn.h, "Sessions")
+    _proto(f"dsattn_{g}_seq_save", _s, c_void_p, c_char_p, *ERR)
+    _proto(f"dsattn_{g}_seq_load", _s, P(c_void_p), c_void_p, c_char_p, c_size_t, *ERR)
+    _proto(f"dsattn_{g}_seq_load_buffer", _s, P(c_void_p), c_void_p, c_void_p, c_size_t,
+           c_size_t, *ERR)
+    _proto(f"dsattn_{g}_seq_clone", _s, P(c_void_p), c_void_p)
     if g != "mha":
         _proto(f"dsattn_{g}_load", _s, P(c_void_p), c_char_p, c_char_p, *ERR)
         _proto(f"dsattn_{g}_create_random", _s, P(c_void_p), c_char_p, c_uint64, c_int, *ERR)

@@ -274,3 +274,30 @@ def test_bill_rows_equal_cli(cli):
     assert all(x["status"] == "kv-only" for x in rows)
     v41 = dsattn.bill(kv_only=True, only=["v4.1-flash"])
     assert len(v41) == 1 and v41[0]["global_kv_bytes_per_token"] > 0
+
+
+def test_sessions_save_load_clone(tmp_path):
+    """A saved, loaded and cloned V4.1 sequence continue exactly as the
+    original (reference mode); a corrupt session file raises with the
+    library's message."""
+    x, P = _input(V41)
+    ctx = dsattn.Context(mode="reference")
+    m = dsattn.load(V41 + "/weights.safetensors")
+    s = m.sequence(64)
+    s.stack(x[:P], ctx)
+    path = tmp_path / "s.session"
+    s.save(str(path))
+    c = s.clone()
+    r = dsattn.Sequence.load(m, str(path))
+    rb = dsattn.Sequence.load_bytes(m, path.read_bytes(), max_seq_len=128)
+    want = s.stack(x[P:P + 1], ctx)
+    for t in (c, r, rb):
+        assert t.position == P
+        assert t.stack(x[P:P + 1], ctx).tobytes() == want.tobytes()
+        assert t.cache(2, 1).tobytes() == s.cache(2, 1).tobytes()
+    bad = bytearray(path.read_bytes())
+    bad[len(bad) // 2] ^= 0xFF
+    (tmp_path / "bad.session").write_bytes(bytes(bad))
+    with pytest.raises(dsattn.DsattnError) as e:
+        dsattn.Sequence.load(m, str(tmp_path / "bad.session"))
+    assert "bad.session" in str(e.value)
