@@ -60,14 +60,17 @@ def _in_dir(d):
 
 def _blas_env():
     # Debian's OpenBLAS falls back to SSE3 kernels on CPUs it does not know
-    # unless told the core type (the CLI does the same); read at load time.
+    # unless told the core type when it loads; the CLI decides it the same
+    # way (src/core/blas.h): unset and AVX-512 F/BW/VL/DQ -> SkylakeX.  It
+    # only helps when OpenBLAS was not loaded yet (import dsattn first).
     if "OPENBLAS_CORETYPE" in os.environ:
         return
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    if " avx512f" in line:
+                    flags = set(line.split(":", 1)[1].split())
+                    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
                         os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
                     return
     except OSError:
