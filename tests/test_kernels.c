@@ -169,7 +169,13 @@ static void gemv_fp8_case(const isa_t *isa, dsattn_rng *rng, size_t total, size_
         for (size_t r = 0; r < total; r += 3) W[r * k + (size_t)(dsattn_rng_u64(rng) % k)] = 0x7f | (uint8_t)(r & 1) << 7;
     for (size_t i = 0; i < nsr * ldsc; i++)
         sc[i] = ldexpf(1.0f + 0.5f * dsattn_rng_uniform(rng), -(int)(dsattn_rng_u64(rng) % 12));
+    if (nan_codes & 2)   /* scales at the ends of the fp32 range, x's too */
+        for (size_t i = 0; i < nsr * ldsc; i++)
+            sc[i] = (i % 3 == 0) ? 0x1p80f : (i % 3 == 1) ? 0x1p-100f : 0x1p-126f;
     fill_uniform(rng, x, k);
+    if (nan_codes & 2)
+        for (size_t i = 0; i < k; i += 5) x[i] *= (i % 2) ? 0x1p20f : 0x1p-20f;
+    nan_codes &= 1;
     const uint8_t *Wc = W + r0 * k;
     const float *scc = sc + (r0 / bs) * ldsc;
     isa->k->gemv_fp8(Wc, scc, bs, ldsc, x, y, rows, k);
@@ -279,6 +285,22 @@ static void run_gemv_fp8_ranges(const char *name)
     }
 }
 
+/* Every block size a GEMV meets (and multiples of 32 it does not), with
+ * scales at 2^100, 2^-100 and 2^-126 and x spread over 2^+-20: the fast
+ * paths fold scales into x, so no product may leave the normal range. */
+static void run_gemv_fp8_extremes(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    dsattn_rng rng = { 11 };
+    const size_t bss[] = { 32, 64, 96, 128, 256 }, ks[] = { 31, 64, 100, 1280, 8192 + 33 };
+    for (size_t b = 0; b < DSATTN_ARRAY_LEN(bss); b++)
+        for (size_t j = 0; j < DSATTN_ARRAY_LEN(ks); j++) {
+            gemv_fp8_case(&isa, &rng, 2 * bss[b] + 3, 0, 2 * bss[b] + 3, ks[j], bss[b], 2);
+            gemv_fp8_case(&isa, &rng, 2 * bss[b] + 3, bss[b], bss[b] + 3, ks[j], bss[b], 3);
+        }
+}
+
 static void run_gemv_fp4_special(const char *name)
 {
     isa_t isa;
@@ -292,6 +314,8 @@ DSATTN_TEST(kernels, gemv_avx512)        { run_gemv("avx512"); }
 DSATTN_TEST(kernels, gemv_avx2)          { run_gemv("avx2"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_avx512) { run_gemv_fp8_ranges("avx512"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_avx2)   { run_gemv_fp8_ranges("avx2"); }
+DSATTN_TEST(kernels, gemv_fp8_extremes_avx512) { run_gemv_fp8_extremes("avx512"); }
+DSATTN_TEST(kernels, gemv_fp8_extremes_avx2)   { run_gemv_fp8_extremes("avx2"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx512) { run_gemv_fp4_special("avx512"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx2)   { run_gemv_fp4_special("avx2"); }
 

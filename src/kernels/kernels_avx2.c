@@ -87,14 +87,6 @@ AI __m256i e4m3w_to_h(__m256i w)
                             _mm256_set1_epi16((short)0xBF80));
 }
 
-/* 16 E4M3 codes -> 2 x 8 floats * 2^-8 (NaN codes NOT handled). */
-AI void fp8x16_scaled(__m128i c, __m256 *f0, __m256 *f1)
-{
-    __m256i h = e4m3w_to_h(_mm256_cvtepu8_epi16(c));
-    *f0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-    *f1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-}
-
 /* 16 E4M3 codes -> 2 x 8 exact floats, NaN codes included. */
 AI void fp8x16_exact(__m128i c, __m256 *f0, __m256 *f1)
 {
@@ -186,60 +178,109 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
 }
 
 /* ==== FP8 E4M3 GEMV ===================================================== */
-/* Units of 32 elements (one load of 32 codes), each inside one scale block
- * when bs % 32 == 0: the unit's 4 products are summed, then multiplied by
- * the block scale with one FMA.  NaN codes are tracked with a byte max
- * (code | 0x80 == 0xff exactly for 0x7f/0xff).  Other block edges take the
- * plain per-element path (correct, not fast: no checkpoint uses them). */
+/* The AVX-512 design in 8 lanes.  A 32-byte load of codes is decoded as
+ * 16-bit lanes: the even bytes and the odd bytes each become 16 fp16
+ * numbers (4 integer ops for both, no shuffle), then four vcvtph2ps give
+ * [even 0..14], [even 16..30], [odd 1..15], [odd 17..31].  x is arranged
+ * the same way once per call and scale row, each element already times its
+ * block scale, so a row is 4 FMAs per 32 codes into four partial sums (one
+ * per x vector: no FMA waits on another).  Each row is read front to back
+ * with a prefetch cursor FP8_PF bytes ahead (into L2), one line per 64
+ * codes, running into the rows the next call reads.  The 2^-8 of the fp16
+ * decode comes back as one exact *256 per output.  NaN codes are tracked
+ * with one byte max per load (code | 0x80 is 0xff exactly for 0x7f/0xff).
+ * Block sizes that are not a multiple of 32 take the plain per-element
+ * path (correct, not fast: no checkpoint uses them).
+ *
+ * Why fp16 and not integer shifts straight into an fp32 exponent field
+ * (value * 2^-120, the factor folded into the scale): E4M3 subnormal codes
+ * would become fp32 subnormals, and an FMA with a subnormal operand takes
+ * a microcode assist on Intel cores - measured 67x slower on this project's
+ * AVX-512 test host with 1 code in 16 subnormal (random bytes); vcvtph2ps
+ * turns fp16 subnormals into normal fp32 numbers at its normal rate. */
 
-AI void fp8_rows(const uint8_t *W, size_t k, const float *sc, size_t bs,
-                 const float *x, float *y, const int R)
+#define XCH 8192       /* elements of x arranged per pass (32 KB of stack) */
+#define FP8_PF 8192    /* prefetch distance in bytes of the row stream */
+
+/* xb[g*32 ..] for the 32-element groups of x[0, kn): the arranged order
+ * above, each element times sc[(k0 + its index) / bs]; zero past kn (and
+ * padding stays exactly 0 even if a scale is inf or NaN).  bs % 32 == 0,
+ * k0 % 32 == 0. */
+static void fp8_arrange_x(const float *x, const float *sc, size_t bs, size_t k0,
+                          size_t kn, float *xb)
 {
-    __m256 acc[2];
-    __m256i nanv[2];
-    const __m256i msb = _mm256_set1_epi8((char)0x80);
-    for (int r = 0; r < R; r++) {
-        acc[r] = _mm256_setzero_ps();
-        nanv[r] = _mm256_setzero_si256();
-    }
-    for (size_t i = 0; i < k; i += 32) {
-        const float *xp = x + i;
-        float xt[32] A32;
-        size_t n = k - i < 32 ? k - i : 32;
-        if (n < 32) {                    /* tail: zero-padded copies */
-            memset(xt, 0, sizeof xt);
-            memcpy(xt, x + i, n * sizeof(float));
-            xp = xt;
+    size_t blk = k0 / bs, left = bs - k0 % bs;     /* elements left in blk */
+    for (size_t t0 = 0; t0 < kn; t0 += 32) {
+        const float sv = sc[blk];
+        const __m256 s = _mm256_set1_ps(sv);
+        if ((left -= 32) == 0) { blk++; left = bs; }
+        __m256 a[4];
+        if (t0 + 32 <= kn) {
+            for (int m = 0; m < 4; m++) a[m] = _mm256_mul_ps(_mm256_loadu_ps(x + t0 + 8 * m), s);
+        } else {
+            float t[32] A32;
+            memset(t, 0, sizeof t);
+            for (size_t l = 0; t0 + l < kn; l++) t[l] = x[t0 + l] * sv;
+            for (int m = 0; m < 4; m++) a[m] = _mm256_load_ps(t + 8 * m);
         }
-        __m256 s = _mm256_set1_ps(sc[i / bs]);
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++) {
-            __m256i v;
-            if (!(i & 32))
-                _mm_prefetch((const char *)(W + R * k) + (i / 64 * R + r) * 64, _MM_HINT_T0);
-            if (n == 32) {
-                v = _mm256_loadu_si256((const __m256i *)(W + r * k + i));
-            } else {
-                uint8_t ct[32] = { 0 };
-                memcpy(ct, W + r * k + i, n);
-                v = _mm256_loadu_si256((const __m256i *)ct);
-            }
-            nanv[r] = _mm256_max_epu8(nanv[r], _mm256_or_si256(v, msb));
-            __m256 f0, f1, f2, f3;
-            fp8x16_scaled(_mm256_castsi256_si128(v), &f0, &f1);
-            fp8x16_scaled(_mm256_extracti128_si256(v, 1), &f2, &f3);
-            __m256 b = _mm256_mul_ps(f0, _mm256_loadu_ps(xp));
-            b = _mm256_fmadd_ps(f1, _mm256_loadu_ps(xp + 8), b);
-            b = _mm256_fmadd_ps(f2, _mm256_loadu_ps(xp + 16), b);
-            b = _mm256_fmadd_ps(f3, _mm256_loadu_ps(xp + 24), b);
-            acc[r] = _mm256_fmadd_ps(b, s, acc[r]);
+        float *o = xb + t0;
+        for (int h = 0; h < 2; h++) {    /* h = 0: elements 0..15, 1: 16..31 */
+            __m256 ev = _mm256_shuffle_ps(a[2 * h], a[2 * h + 1], 0x88);
+            __m256 od = _mm256_shuffle_ps(a[2 * h], a[2 * h + 1], 0xDD);
+            _mm256_store_ps(o + 8 * h, _mm256_castpd_ps(
+                _mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8)));
+            _mm256_store_ps(o + 16 + 8 * h, _mm256_castpd_ps(
+                _mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8)));
         }
     }
-    for (int r = 0; r < R; r++) {
-        float v = hsum(acc[r]) * 256.0f;
-        __m256i ff = _mm256_cmpeq_epi8(nanv[r], _mm256_set1_epi8(-1));
-        y[r] = _mm256_movemask_epi8(ff) ? __builtin_nanf("") : v;
+}
+
+/* One 32-code step of a row. */
+AI void fp8_step(__m256i v, const float *xc, __m256 *a, __m256i *nanv, const int track_nan)
+{
+    const __m256i keep = _mm256_set1_epi16((short)0xBF80);
+    if (track_nan) *nanv = _mm256_max_epu8(*nanv, _mm256_or_si256(v, _mm256_set1_epi8((char)0x80)));
+    __m256i lo = e4m3w_to_h(v);
+    __m256i hi = _mm256_and_si256(_mm256_srai_epi16(v, 1), keep);
+    a[0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(lo)), _mm256_load_ps(xc), a[0]);
+    a[1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1)),
+                           _mm256_load_ps(xc + 8), a[1]);
+    a[2] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(hi)), _mm256_load_ps(xc + 16), a[2]);
+    a[3] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1)),
+                           _mm256_load_ps(xc + 24), a[3]);
+}
+
+/* One row's codes [0, kn) (of a row of k) against the arranged xb. */
+AI void fp8_row(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
+                int accumulate, const int track_nan, const uint8_t *W, size_t *pr, size_t *pc)
+{
+    __m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                    _mm256_setzero_ps() };
+    __m256i nanv = _mm256_setzero_si256();
+    const size_t k64 = kn / 64 * 64;
+    size_t t0 = 0;
+    for (; t0 < k64; t0 += 64) {
+        _mm_prefetch((const char *)(W + *pr * k + *pc), _MM_HINT_T1);
+        if ((*pc += 64) >= kn) { *pc = 0; ++*pr; }
+        fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0)), xb + t0, a, &nanv, track_nan);
+        fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0 + 32)), xb + t0 + 32, a, &nanv,
+                 track_nan);
     }
+    for (; t0 < kn; t0 += 32) {          /* the arranged x is zero past kn */
+        __m256i v;
+        if (t0 + 32 <= kn) {
+            v = _mm256_loadu_si256((const __m256i *)(w + t0));
+        } else {
+            uint8_t ct[32] A32 = { 0 };
+            memcpy(ct, w + t0, kn - t0);
+            v = _mm256_load_si256((const __m256i *)ct);
+        }
+        fp8_step(v, xb + t0, a, &nanv, track_nan);
+    }
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]))) * 256.0f;
+    if (track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1))))
+        s = __builtin_nanf("");
+    *y = accumulate ? *y + s : s;
 }
 
 static void fp8_row_generic(const uint8_t *w, const float *sc, size_t bs,
@@ -257,23 +298,51 @@ static void fp8_row_generic(const uint8_t *w, const float *sc, size_t bs,
     *y = hsum(acc);
 }
 
+AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                      const float *x, float *y, size_t rows, size_t k, const int nan)
+{
+    float xb[XCH] A32;
+    if (bs == 0) return;
+    if (k == 0) {                        /* empty sums, as the reference */
+        memset(y, 0, rows * sizeof(float));
+        return;
+    }
+    if (bs % 32) {
+        for (size_t r = 0; r < rows; r++)
+            fp8_row_generic(W + r * k, scale + (r / bs) * ldsc, bs, x, y + r, k);
+        return;
+    }
+    for (size_t rb0 = 0; rb0 < rows;) {
+        size_t sr = rb0 / bs;                       /* scale row */
+        size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
+        const float *sc = scale + sr * ldsc;
+        for (size_t k0 = 0; k0 < k; k0 += XCH) {
+            size_t kn = k - k0 < XCH ? k - k0 : XCH;
+            fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
+            /* prefetch cursor, relative to the current row */
+            size_t pr = FP8_PF / kn, pc = FP8_PF % kn / 64 * 64;
+            for (size_t r = rb0; r < rb1; r++) {
+                fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, W + r * k + k0, &pr, &pc);
+                pr--;
+            }
+        }
+        rb0 = rb1;
+    }
+}
+
+/* NaN codes propagate (the reference's contract on any bytes) */
 static void gemv_fp8_avx2(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                           const float *x, float *y, size_t rows, size_t k)
 {
-    if (bs == 0) return;
-    for (size_t r = 0; r < rows;) {
-        const float *sc = scale + (r / bs) * ldsc;
-        if (bs % 32) {
-            fp8_row_generic(W + r * k, sc, bs, x, y + r, k);
-            r++;
-        } else if (r + 2 <= rows && (r + 1) / bs == r / bs) {
-            fp8_rows(W + r * k, k, sc, bs, x, y + r, 2);
-            r += 2;
-        } else {
-            fp8_rows(W + r * k, k, sc, bs, x, y + r, 1);
-            r++;
-        }
-    }
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1);
+}
+
+/* Weights without NaN codes: the same sums without the tracking. */
+static void gemv_fp8_finite_avx2(const uint8_t *W, const float *scale, size_t bs,
+                                 size_t ldsc, const float *x, float *y, size_t rows,
+                                 size_t k)
+{
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0);
 }
 
 /* ==== FP4 E2M1 GEMV ===================================================== */
@@ -630,7 +699,7 @@ static const dsattn_kernels kernels_avx2 = {
     .gemv_f32             = gemv_f32_avx2,
     .gemv_bf16            = gemv_bf16_avx2,
     .gemv_fp8             = gemv_fp8_avx2,
-    .gemv_fp8_finite      = gemv_fp8_avx2,   /* no cheaper form on AVX2 */
+    .gemv_fp8_finite      = gemv_fp8_finite_avx2,
     .act_quant_fp8_pow2   = dsattn_act_quant_fp8_pow2_ref,
     .gemv_fp4             = gemv_fp4_avx2,
     .dot_f32              = dot_f32_avx2,
