@@ -19,6 +19,10 @@
  */
 #include "session.c"
 #include "session_seq.c"
+/* xxHash's functions defined here too, so the target links whether or not
+ * the library it is linked with brings libxxhash along. */
+#define XXH_IMPLEMENTATION
+#include <xxhash.h>
 
 #include <stdint.h>
 #include <stdio.h>
