@@ -542,7 +542,8 @@ class Sequence:
         check(self._f("seq_kv_bill")(self.handle, ctypes.byref(b)), "dsattn.Sequence.kv_bill")
         return {"global_bytes_per_token": b.global_bytes_per_token,
                 "global_bytes_allocated": int(b.global_bytes_allocated),
-                "window_bytes": int(b.window_bytes), "state_bytes": int(b.state_bytes)}
+                "window_bytes": int(b.window_bytes), "state_bytes": int(b.state_bytes),
+                "scratch_bytes": int(b.scratch_bytes)}
 
     def fill_synthetic(self, depth, seed=1):
         """Fill the caches as if depth tokens had been consumed (random valid

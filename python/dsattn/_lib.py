@@ -117,7 +117,8 @@ class Profile(ctypes.Structure):
 
 class KvBill(ctypes.Structure):
     _fields_ = [("global_bytes_per_token", c_double), ("global_bytes_allocated", c_size_t),
-                ("window_bytes", c_size_t), ("state_bytes", c_size_t)]
+                ("window_bytes", c_size_t), ("state_bytes", c_size_t),
+                ("scratch_bytes", c_size_t)]
 
 
 class TraceParams(ctypes.Structure):

@@ -301,3 +301,21 @@ def test_sessions_save_load_clone(tmp_path):
     with pytest.raises(dsattn.DsattnError) as e:
         dsattn.Sequence.load(m, str(tmp_path / "bad.session"))
     assert "bad.session" in str(e.value)
+
+
+def test_structs_match_the_header():
+    """Every struct the package passes by value or pointer has the fields of
+    include/dsattn.h, in order (a field added in C and not here would let
+    the library write past the Python struct)."""
+    import re
+    from dsattn import _lib
+    hdr = open(os.path.join(GOLDEN, "..", "..", "..", "include", "dsattn.h")).read()
+    for cname, cls in (("dsattn_ctx_params", _lib.CtxParams), ("dsattn_counters", _lib.Counters),
+                       ("dsattn_profile", _lib.Profile), ("dsattn_kv_bill", _lib.KvBill),
+                       ("dsattn_trace_params", _lib.TraceParams)):
+        body = re.search(r"typedef struct \{([^}]*)\} " + cname + ";", hdr).group(1)
+        body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+        names = [n for d in body.split(";") if d.strip()
+                 for n in re.findall(r"(\w+)\s*(?:\[[^]]*\])?\s*(?:,|$)", d.strip())
+                 if n not in ("double", "float", "int", "size_t", "uint64_t")]
+        assert names == [f[0] for f in cls._fields_], (cname, names)
