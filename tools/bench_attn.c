@@ -12,6 +12,7 @@
  * Deliberately not here: targets enforced as failures (they are reported).
  */
 #include "bench_util.h"
+#include "cli_num.h"
 #include "dsattn.h"
 
 #include <math.h>
@@ -103,15 +104,21 @@ int dsattn_bench_mha(int argc, char **argv)
         }
         if (!v) { fprintf(stderr, "bench mha: %s needs a value\n", a); return 2; }
         i++;
-        if (!strcmp(a, "--depth")) nd = dsattn_bench_parse_list(v, depths, 16);
-        else if (!strcmp(a, "--threads")) nt = dsattn_bench_parse_list(v, thr, 16);
-        else if (!strcmp(a, "--reps")) nr = dsattn_bench_parse_list(v, reps, 16);
+        int rc = 0;
+        if (!strcmp(a, "--depth"))
+            rc = dsattn_cli_list("bench mha", a, v, 1, DSATTN_BENCH_MAX_DEPTH, DSATTN_CLI_SUFFIX,
+                                 depths, 16, &nd);
+        else if (!strcmp(a, "--threads"))
+            rc = dsattn_cli_list("bench mha", a, v, 1, DSATTN_CLI_MAX_THREADS, 0, thr, 16, &nt);
+        else if (!strcmp(a, "--reps"))
+            rc = dsattn_cli_list("bench mha", a, v, 1, DSATTN_BENCH_MAX_REPS, 0, reps, 16, &nr);
         else if (!strcmp(a, "--model")) models = v;
         else if (!strcmp(a, "--configs")) configs = v;
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64("bench mha", a, v, &seed);
         else if (!strcmp(a, "--format")) {
             if (dsattn_bench_parse_fmt(v, &fmt)) { fprintf(stderr, "bench mha: bad --format\n"); return 2; }
         } else { fprintf(stderr, "bench mha: unknown option %s\n", a); return 2; }
+        if (rc) return rc;
     }
     if (nd <= 0 || nt <= 0 || nr <= 0) { fprintf(stderr, "bench mha: bad list\n"); return 2; }
     const char *names[2] = { "7b", "67b" };

@@ -33,6 +33,7 @@
  * speed assertions - this machine is shared; numbers are reported.
  */
 #include "bench_util.h"
+#include "cli_num.h"
 #include "dsattn.h"
 #include "numfmt.h"
 #include "ops.h"
@@ -166,12 +167,19 @@ static int parse_opts(const char *mode, int argc, char **argv, opts *o, const ch
         if (!strcmp(a, "--profile")) { o->profile = 1; continue; }
         if (!v) { fprintf(stderr, "bench %s: %s needs a value\n", mode, a); return 2; }
         i++;
-        if (!strcmp(a, "--depth")) o->nd = dsattn_bench_parse_list(v, o->depth, MAXL);
-        else if (!strcmp(a, "--threads")) o->nt = dsattn_bench_parse_list(v, o->thr, MAXL);
-        else if (!strcmp(a, "--reps")) o->nr = dsattn_bench_parse_list(v, o->reps, MAXL);
+        char who[32];
+        snprintf(who, sizeof who, "bench %s", mode);
+        int rc = 0;
+        if (!strcmp(a, "--depth"))
+            rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_DEPTH, DSATTN_CLI_SUFFIX,
+                                 o->depth, MAXL, &o->nd);
+        else if (!strcmp(a, "--threads"))
+            rc = dsattn_cli_list(who, a, v, 1, DSATTN_CLI_MAX_THREADS, 0, o->thr, MAXL, &o->nt);
+        else if (!strcmp(a, "--reps"))
+            rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_REPS, 0, o->reps, MAXL, &o->nr);
         else if (!strcmp(a, "--model")) o->models = v;
         else if (!strcmp(a, "--configs")) o->configs = v;
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64(who, a, v, &o->seed);
         else if (!strcmp(a, "--format")) {
             if (dsattn_bench_parse_fmt(v, &o->fmt)) {
                 fprintf(stderr, "bench %s: --format md|csv|json\n", mode);
@@ -181,6 +189,7 @@ static int parse_opts(const char *mode, int argc, char **argv, opts *o, const ch
             fprintf(stderr, "bench %s: unknown option %s\n%s", mode, a, usage);
             return 2;
         }
+        if (rc) return rc;
     }
     if (o->nd <= 0 || o->nt <= 0 || o->nr <= 0) {
         fprintf(stderr, "bench %s: --depth/--threads/--reps take comma lists of positive "

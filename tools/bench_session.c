@@ -22,6 +22,7 @@
  * are reported.
  */
 #include "bench_util.h"
+#include "cli_num.h"
 #include "dsattn.h"
 
 #include <omp.h>
@@ -32,25 +33,6 @@
 #include <unistd.h>
 
 #define DSATTN_BENCH_MIN(a, b) ((a) < (b) ? (a) : (b))
-
-/* A comma list of 1..max depths (digits, an optional K or M suffix), each
- * in [1, 2^30]; -1 on anything else. */
-static int parse_depths(const char *s, long long *v, int max)
-{
-    int n = 0;
-    while (s && *s) {
-        long long x = 0;
-        const char *p = s;
-        while (*p >= '0' && *p <= '9' && x <= (1ll << 40)) x = 10 * x + (*p++ - '0');
-        if (p == s || n == max) return -1;
-        if (*p == 'K' || *p == 'k') x <<= 10, p++;
-        else if (*p == 'M' || *p == 'm') x <<= 20, p++;
-        if ((*p && *p != ',') || x < 1 || x > (1ll << 30) || (*p == ',' && !p[1])) return -1;
-        v[n++] = x;
-        s = *p ? p + 1 : p;
-    }
-    return n ? n : -1;
-}
 
 /* Wall time of a shell command; +inf if it failed (never the best). */
 static double timed_system(const char *cmd)
@@ -79,27 +61,26 @@ static int same_bytes(const char *a, const char *b)
 int dsattn_bench_session(int argc, char **argv)
 {
     const char *cfg = "configs/deepseek-v4.1-flash.json", *dir = "/tmp", *depths = "65536,1M";
-    int reps = 3;
+    int reps = 3, prc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--config") && v) cfg = v, i++;
         else if (!strcmp(a, "--dir") && v) dir = v, i++;
         else if (!strcmp(a, "--depth") && v) depths = v, i++;
-        else if (!strcmp(a, "--reps") && v && strlen(v) <= 2 && strspn(v, "0123456789") == strlen(v) &&
-                 atoi(v) > 0)
-            reps = atoi(v), i++;
-        else {
+        else if (!strcmp(a, "--reps") && v) {
+            if ((prc = dsattn_cli_i32("bench session", a, v, 1, 100, 0, &reps))) return prc;
+            i++;
+        } else {
             fprintf(stderr, "usage: dsattn bench session [--config FILE] [--dir DIR] "
                             "[--depth N,N..] [--reps N] (default 65536,1M, /tmp, 3)\n");
             return 2;
         }
     }
     long long dv[16];
-    int nd = parse_depths(depths, dv, 16);
-    if (nd <= 0) {
-        fprintf(stderr, "bench session: bad --depth '%s'\n", depths);
-        return 2;
-    }
+    int nd = 0;
+    if ((prc = dsattn_cli_list("bench session", "--depth", depths, 1, DSATTN_BENCH_MAX_DEPTH,
+                               DSATTN_CLI_SUFFIX, dv, 16, &nd)))
+        return prc;
     omp_set_num_threads(1);
     char err[512] = "";
     dsattn_v41 *m = NULL;

@@ -407,23 +407,6 @@ void dsattn_bench_cpu_model(char *buf, size_t n)
     fclose(f);
 }
 
-int dsattn_bench_parse_list(const char *s, long long *v, int max)
-{
-    int n = 0;
-    if (!s || !*s) return -1;
-    while (*s) {
-        char *end;
-        long long x = strtoll(s, &end, 10);
-        if (end == s || n == max) return -1;
-        if (*end == 'K' || *end == 'k') { x <<= 10; end++; }
-        else if (*end == 'M' || *end == 'm') { x <<= 20; end++; }
-        if ((*end && *end != ',') || x < 1) return -1;
-        v[n++] = x;
-        s = *end == ',' ? end + 1 : end;
-    }
-    return n;
-}
-
 int dsattn_bench_in_list(const char *list, const char *name)
 {
     size_t k = strlen(name);

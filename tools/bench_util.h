@@ -55,9 +55,9 @@ double dsattn_bench_amx_bf16_peak(int threads);
 /* "model name" of /proc/cpuinfo, or "unknown". */
 void dsattn_bench_cpu_model(char *buf, size_t n);
 
-/* Comma list of integers with optional K / M suffix (x1024 / x1048576)
- * into v[max]; returns the count, or -1 on a malformed or < 1 entry. */
-int dsattn_bench_parse_list(const char *s, long long *v, int max);
+/* Bounds of the bench modes' numeric options (parsed by tools/cli_num.h). */
+#define DSATTN_BENCH_MAX_DEPTH (1ll << 30)   /* --depth: cache fill, tokens  */
+#define DSATTN_BENCH_MAX_REPS  1000000       /* --reps                       */
 /* Is `name` one of the comma-separated items of `list`? */
 int dsattn_bench_in_list(const char *list, const char *name);
 

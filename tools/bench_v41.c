@@ -14,6 +14,7 @@
  * prefill row per thread count (depth 0, ms per prefilled token).
  */
 #include "bench_util.h"
+#include "cli_num.h"
 #include "dsattn.h"
 #include "internal.h"
 #include "trace.h"
@@ -164,17 +165,24 @@ int dsattn_bench_v41(int argc, char **argv)
         if (!strcmp(a, "--profile")) { profile = 1; continue; }
         if (!v) { fprintf(stderr, "bench v41: %s needs a value\n", a); return 2; }
         i++;
-        if (!strcmp(a, "--depth")) nd = dsattn_bench_parse_list(v, depths, 8);
-        else if (!strcmp(a, "--threads")) nt = dsattn_bench_parse_list(v, thr, 8);
-        else if (!strcmp(a, "--reps")) reps = atoi(v);
-        else if (!strcmp(a, "--prefill")) prefill = atoll(v);
+        int rc = 0;
+        if (!strcmp(a, "--depth"))
+            rc = dsattn_cli_list("bench v41", a, v, 1, DSATTN_BENCH_MAX_DEPTH, DSATTN_CLI_SUFFIX,
+                                 depths, 8, &nd);
+        else if (!strcmp(a, "--threads"))
+            rc = dsattn_cli_list("bench v41", a, v, 1, DSATTN_CLI_MAX_THREADS, 0, thr, 8, &nt);
+        else if (!strcmp(a, "--reps"))
+            rc = dsattn_cli_i32("bench v41", a, v, 1, DSATTN_BENCH_MAX_REPS, 0, &reps);
+        else if (!strcmp(a, "--prefill"))
+            rc = dsattn_cli_int("bench v41", a, v, 0, 1 << 20, DSATTN_CLI_SUFFIX, &prefill);
         else if (!strcmp(a, "--config")) cfg = v;
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64("bench v41", a, v, &seed);
         else if (!strcmp(a, "--format")) {
             if (dsattn_bench_parse_fmt(v, &fmt)) { fprintf(stderr, "bench v41: bad --format %s\n", v); return 2; }
         }
         else if (!strcmp(a, "--data")) data = v;
         else { fprintf(stderr, "bench v41: unknown option %s\n", a); return 2; }
+        if (rc) return rc;
     }
     if (nd <= 0 || nt <= 0 || reps <= 0 || prefill < 0 || prefill > (1 << 20)) {
         fprintf(stderr, "bench v41: bad list or count\n");

@@ -21,6 +21,7 @@
 #include "bench_util.h"
 #include "blas.h"
 #include "cli.h"
+#include "cli_num.h"
 #include "dsattn.h"
 #include "internal.h"
 #include "ktab.h"
@@ -559,20 +560,6 @@ static size_t bench_fused(kctx *b, const fused_case *c, bench_row *out)
 
 /* ==== Modes ============================================================= */
 
-static int parse_threads(const char *s, int *t, int max)
-{
-    int n = 0;
-    while (*s && n < max) {
-        char *e;
-        long v = strtol(s, &e, 10);
-        if (e == s || v < 1 || v > 256) return -1;
-        t[n++] = (int)v;
-        s = *e == ',' ? e + 1 : e;
-        if (*e && *e != ',') return -1;
-    }
-    return n;
-}
-
 static int parse_fmt(const char *s, out_fmt *f)
 {
     if (!strcmp(s, "md") || !strcmp(s, "markdown")) *f = FMT_MD;
@@ -594,8 +581,11 @@ static int bench_kernels(int argc, char **argv)
     size_t mib = 1024;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            b.n_threads = parse_threads(argv[++i], b.threads, 4);
-            if (b.n_threads <= 0) { fprintf(stderr, "bench: bad --threads\n"); return 2; }
+            long long t[4];
+            int rc = dsattn_cli_list("bench kernels", "--threads", argv[++i], 1, 256, 0, t, 4,
+                                     &b.n_threads);
+            if (rc) return rc;
+            for (int k = 0; k < b.n_threads; k++) b.threads[k] = (int)t[k];
         } else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
             if (parse_fmt(argv[++i], &b.fmt)) { fprintf(stderr, "bench: bad --format\n"); return 2; }
         } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
@@ -603,8 +593,10 @@ static int bench_kernels(int argc, char **argv)
             isa = !strcmp(s, "ref") ? DSATTN_ISA_REF : !strcmp(s, "avx2") ? DSATTN_ISA_AVX2
                 : !strcmp(s, "avx512") ? DSATTN_ISA_AVX512 : DSATTN_ISA_AUTO;
         } else if (!strcmp(argv[i], "--mem") && i + 1 < argc) {
-            mib = (size_t)strtoul(argv[++i], NULL, 10);
-            if (mib < 64) mib = 64;
+            long long x;
+            int rc = dsattn_cli_int("bench kernels", "--mem", argv[++i], 64, 1 << 20, 0, &x);
+            if (rc) return rc;
+            mib = (size_t)x;
         } else if (!strcmp(argv[i], "--quick")) {
             b.quick = 1;
         } else {

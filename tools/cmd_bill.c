@@ -28,6 +28,7 @@
 #include "dsattn_commit.h"
 #include "bench_util.h"
 #include "cli.h"
+#include "cli_num.h"
 #include "dsattn.h"
 #include "mha.h"
 #include "mla.h"
@@ -134,9 +135,12 @@ static cJSON *load_json(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "%.200s: cannot open", path); return NULL; }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+        fclose(f);
+        snprintf(err, errlen, "%.200s: cannot seek (not a regular file?)", path);
+        return NULL;
+    }
     char *buf = malloc((size_t)n + 1);
     size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
     fclose(f);
@@ -1068,16 +1072,8 @@ static void bill_usage(FILE *f)
         "                       MLA layer at 32K; markdown only) - what `dsattn` alone runs\n");
 }
 
-static long parse_ctx(const char *v)
-{
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || x <= 0) return -1;
-    if (*end == 'K' || *end == 'k') x *= 1024, end++;
-    else if (*end == 'M' || *end == 'm') x *= 1048576, end++;
-    if (*end) return -1;
-    return (long)x;
-}
+/* --ctx bound: 2^32 tokens (the bill extrapolates past what it measures). */
+#define BILL_MAX_CTX (1ll << 32)
 
 static const char *find_configs(void)
 {
@@ -1119,7 +1115,7 @@ DSATTN_CMD(bill, 10, "the bill of every generation: KV bytes/token, FLOPs and by
 {
     bill_opts o = { 1048576, 0, 1, 1024.0, NULL, NULL, 0, NULL, 0.0 };
     const char *fmt = "md", *svg = NULL, *only = NULL;
-    int threads = 0, bench = 0;
+    int threads = 0, bench = 0, rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bill_usage(stdout); return 0; }
@@ -1128,14 +1124,23 @@ DSATTN_CMD(bill, 10, "the bill of every generation: KV bytes/token, FLOPs and by
         if (!strcmp(a, "--bench")) { bench = 1; continue; }
         if (!v) { fprintf(stderr, "dsattn bill: %s needs a value\n", a); return 2; }
         i++;
-        if (!strcmp(a, "--ctx")) o.ctx = parse_ctx(v);
-        else if (!strcmp(a, "--format")) fmt = v;
+        if (!strcmp(a, "--ctx")) {
+            long long x;
+            if ((rc = dsattn_cli_int("bill", a, v, 2, BILL_MAX_CTX, DSATTN_CLI_SUFFIX, &x)))
+                return rc;
+            o.ctx = (long)x;
+        } else if (!strcmp(a, "--format")) fmt = v;
         else if (!strcmp(a, "--svg")) svg = v;
         else if (!strcmp(a, "--only")) only = v;
-        else if (!strcmp(a, "--budget-mib")) o.budget_mib = atof(v);
-        else if (!strcmp(a, "--configs")) o.configs = v;
-        else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--budget-mib")) {
+            if ((rc = dsattn_cli_double("bill", a, v, 1, 16777216, &o.budget_mib))) return rc;
+        } else if (!strcmp(a, "--configs")) o.configs = v;
+        else if (!strcmp(a, "--seed")) {
+            if ((rc = dsattn_cli_u64("bill", a, v, &o.seed))) return rc;
+        } else if (!strcmp(a, "--threads")) {
+            if ((rc = dsattn_cli_i32("bill", a, v, 1, DSATTN_CLI_MAX_THREADS, 0, &threads)))
+                return rc;
+        }
         else { fprintf(stderr, "dsattn bill: unknown option %s\n", a); bill_usage(stderr); return 2; }
     }
     if (o.ctx < 2 || o.budget_mib <= 0 ||

@@ -5,6 +5,7 @@
  */
 #include "checkpoint.h"
 #include "cli.h"
+#include "cli_num.h"
 #include "config.h"
 
 #include <stdio.h>
@@ -34,8 +35,8 @@ __attribute__((constructor)) static void reg_cmd_make_weights(void)
 static int run_make_weights(int argc, char **argv)
 {
     const char *cfg_path = NULL, *out = NULL, *fmt = "bf16", *names = "inference";
-    long long seed = -1;
-    int shards = 1;
+    uint64_t seed = 0;
+    int shards = 1, have_seed = 0, rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -47,24 +48,15 @@ static int run_make_weights(int argc, char **argv)
             fprintf(stderr, "dsattn make-weights: '%s' needs a value\n", a);
             return 2;
         }
-        char *end = NULL;
         if (!strcmp(a, "--config")) cfg_path = v;
         else if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--format")) fmt = v;
         else if (!strcmp(a, "--names")) names = v;
         else if (!strcmp(a, "--seed")) {
-            seed = strtoll(v, &end, 10);
-            if (!*v || *end || seed < 0) {
-                fprintf(stderr, "dsattn make-weights: bad --seed '%s'\n", v);
-                return 2;
-            }
+            if ((rc = dsattn_cli_u64("make-weights", a, v, &seed))) return rc;
+            have_seed = 1;
         } else if (!strcmp(a, "--shards")) {
-            long s = strtol(v, &end, 10);
-            if (!*v || *end || s < 1 || s > 9999) {
-                fprintf(stderr, "dsattn make-weights: bad --shards '%s'\n", v);
-                return 2;
-            }
-            shards = (int)s;
+            if ((rc = dsattn_cli_i32("make-weights", a, v, 1, 9999, 0, &shards))) return rc;
         } else {
             fprintf(stderr, "dsattn make-weights: unknown option '%s'\n", a);
             mw_usage(stderr);
@@ -72,11 +64,11 @@ static int run_make_weights(int argc, char **argv)
         }
         i++;
     }
-    if (!cfg_path || !out || seed < 0) {
+    if (!cfg_path || !out || !have_seed) {
         mw_usage(stderr);
         return 2;
     }
-    dsattn_mw_params p = { (uint64_t)seed, DSATTN_MW_BF16, DSATTN_MW_NAMES_INFERENCE,
+    dsattn_mw_params p = { seed, DSATTN_MW_BF16, DSATTN_MW_NAMES_INFERENCE,
                            shards, cfg_path };
     if (!strcmp(fmt, "fp8")) p.format = DSATTN_MW_FP8;
     else if (strcmp(fmt, "bf16")) {
@@ -96,7 +88,7 @@ static int run_make_weights(int argc, char **argv)
         fprintf(stderr, "error: %s [%s]\n", err, dsattn_status_str(st));
         return 1;
     }
-    printf("wrote %s checkpoint (%s, %s names, %d shard%s, seed %lld) to %s\n",
-           dsattn_arch_name(c.arch), fmt, names, shards, shards == 1 ? "" : "s", seed, out);
+    printf("wrote %s checkpoint (%s, %s names, %d shard%s, seed %llu) to %s\n",
+           dsattn_arch_name(c.arch), fmt, names, shards, shards == 1 ? "" : "s", (unsigned long long)seed, out);
     return 0;
 }

@@ -16,6 +16,7 @@
  * the token embeddings, and nothing is sampled.
  */
 #include "cli.h"
+#include "cli_num.h"
 #include "dsattn.h"
 
 #include <math.h>
@@ -25,6 +26,9 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+
+/* --prefill / --decode bound: 16M tokens (the caches decide what fits). */
+#define RUN_MAX_TOKENS (1ll << 24)
 
 static double now_s(void)
 {
@@ -131,7 +135,8 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
     const char *config = NULL, *weights = NULL;
     uint64_t seed = 1;
     int fp8 = 1, threads = 0;
-    long n_prefill = 64, n_decode = 8;
+    long long n_prefill = 64, n_decode = 8;
+    int rc;
     dsattn_mode mode = DSATTN_MODE_FAST;
     dsattn_v41_index_k ik = DSATTN_V41_INDEX_K_OWNER;
     for (int i = 1; i < argc; i++) {
@@ -142,17 +147,22 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
         i++;
         if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "--weights")) weights = v;
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--prefill")) n_prefill = atol(v);
-        else if (!strcmp(a, "--decode")) n_decode = atol(v);
-        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--seed")) { if ((rc = dsattn_cli_u64("run", a, v, &seed))) return rc; }
+        else if (!strcmp(a, "--prefill")) {
+            if ((rc = dsattn_cli_int("run", a, v, 1, RUN_MAX_TOKENS, DSATTN_CLI_SUFFIX, &n_prefill)))
+                return rc;
+        } else if (!strcmp(a, "--decode")) {
+            if ((rc = dsattn_cli_int("run", a, v, 0, RUN_MAX_TOKENS, DSATTN_CLI_SUFFIX, &n_decode)))
+                return rc;
+        } else if (!strcmp(a, "--threads")) {
+            if ((rc = dsattn_cli_i32("run", a, v, 1, DSATTN_CLI_MAX_THREADS, 0, &threads))) return rc;
+        }
         else if (!strcmp(a, "--mode") && !strcmp(v, "fast")) mode = DSATTN_MODE_FAST;
         else if (!strcmp(a, "--mode") && !strcmp(v, "reference")) mode = DSATTN_MODE_REFERENCE;
         else if (!strcmp(a, "--index-k") && !strcmp(v, "owner")) ik = DSATTN_V41_INDEX_K_OWNER;
         else if (!strcmp(a, "--index-k") && !strcmp(v, "reference")) ik = DSATTN_V41_INDEX_K_REFERENCE;
         else { fprintf(stderr, "dsattn run: bad option %s %s\n", a, v); run_usage(stderr); return 2; }
     }
-    if (n_prefill < 1 || n_decode < 0) { run_usage(stderr); return 2; }
     /* a checkpoint brings its own config.json unless --config says otherwise */
     if (!config && !weights) config = find_config();
 
@@ -164,7 +174,7 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
     dsattn_v41 *m = NULL;
     dsattn_v41_seq *s = NULL;
     float *h = NULL;
-    int rc = 1;
+    rc = 1;
     dsattn_status st = dsattn_ctx_create(&ctx, &p);
     if (st) { fprintf(stderr, "dsattn run: context: %s\n", dsattn_status_str(st)); return 1; }
 
@@ -202,7 +212,7 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
 
     printf("| step | tokens | position | ms | GFLOP | GB read | global KV in use | window in use | out RMS |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (long step = 0; step <= n_decode; step++) {
+    for (long long step = 0; step <= n_decode; step++) {
         size_t n = step == 0 ? (size_t)n_prefill : 1;
         int64_t pos0 = dsattn_v41_seq_pos(s);
         rand_rows(h, n * (size_t)dim, &rs);
@@ -211,7 +221,7 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
         st = dsattn_v41_stack_forward(ctx, s, h, n, NULL, NULL);
         double ms = (now_s() - ts) * 1e3;
         if (st) {
-            fprintf(stderr, "dsattn run: step %ld: %s\n", step, dsattn_status_str(st));
+            fprintf(stderr, "dsattn run: step %lld: %s\n", step, dsattn_status_str(st));
             goto out;
         }
         dsattn_counters c = dsattn_ctx_counters(ctx);
@@ -219,13 +229,13 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
         for (size_t i = 0; i < n * (size_t)dim; i++) ss += (double)h[i] * h[i];
         double rms = sqrt(ss / (double)(n * (size_t)dim));
         if (!isfinite(rms)) {
-            fprintf(stderr, "dsattn run: step %ld produced a non-finite residual\n", step);
+            fprintf(stderr, "dsattn run: step %lld produced a non-finite residual\n", step);
             goto out;
         }
         kv_in_use(m, s, &g, &w);
         char nm[32];
         if (step == 0) snprintf(nm, sizeof nm, "prefill");
-        else snprintf(nm, sizeof nm, "decode %ld", step);
+        else snprintf(nm, sizeof nm, "decode %lld", step);
         printf("| %s | %zu | %lld | %.1f | %.2f | %.3f | %s | %s | %.4f |\n", nm, n,
                (long long)pos0, ms, (double)c.flops / 1e9, (double)c.bytes_read / 1e9,
                mib(g, b1, sizeof b1), mib(w, b2, sizeof b2), rms);

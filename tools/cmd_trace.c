@@ -1,6 +1,7 @@
 /* cmd_trace.c - `dsattn trace`: run a golden case folder and write every
  * observable tensor (src/model/trace.h says what and why). */
 #include "cli.h"
+#include "cli_num.h"
 #include "trace.h"
 
 #include <stdio.h>
@@ -39,7 +40,10 @@ DSATTN_CMD(trace, 40, "run a golden case folder, write every tensor (compare wit
         i++;
         if (!strcmp(a, "--case")) dir = v;
         else if (!strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--threads")) o.n_threads = atoi(v);
+        else if (!strcmp(a, "--threads")) {
+            int rc = dsattn_cli_i32("trace", a, v, 1, DSATTN_CLI_MAX_THREADS, 0, &o.n_threads);
+            if (rc) return rc;
+        }
         else if (!strcmp(a, "--mode") && !strcmp(v, "reference")) o.mode = DSATTN_MODE_REFERENCE;
         else if (!strcmp(a, "--mode") && !strcmp(v, "fast")) o.mode = DSATTN_MODE_FAST;
         else if (!strcmp(a, "--index-k") && !strcmp(v, "owner")) o.index_k_ref = 0;
