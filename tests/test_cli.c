@@ -136,3 +136,128 @@ DSATTN_TEST(cli, every_numeric_option_is_strict)
                       opts[i].cmd[1] ? opts[i].cmd[1] : "", opts[i].opt, vals[j], rc, err);
         }
 }
+
+/* ==== dsattn run: every generation, --out ================================ */
+
+#include "safetensors.h"
+
+/* A tiny llama (GQA) config in the test's scratch file. */
+static const char *tiny_llama(void)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/dsattn_test_cli_llama_%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (!f) return NULL;
+    fprintf(f, "{\"model_type\": \"llama\", \"hidden_size\": 128, \"num_hidden_layers\": 3,\n"
+               " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"rope_theta\": 10000.0,\n"
+               " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6}\n");
+    fclose(f);
+    return path;
+}
+
+/* `dsattn run` with argv[1..] (NULL-terminated, at most 24). */
+static int run_cmd(const char *const *args, char *err, size_t errlen)
+{
+    char *argv[32];
+    int k = 0;
+    argv[k++] = (char *)"dsattn";
+    argv[k++] = (char *)"run";
+    for (int i = 0; args[i] && k < 30; i++) argv[k++] = (char *)args[i];
+    argv[k] = NULL;
+    return run_cli(argv, err, errlen);
+}
+
+/* out.{position} of a --out file into v[n_pos][dim]; 0 on success. */
+static int read_outs(const char *path, int64_t first, int n_pos, size_t dim, float *v)
+{
+    dsattn_st_file *f = NULL;
+    char err[256];
+    if (dsattn_st_open(&f, path, err, sizeof err)) return -1;
+    int bad = dsattn_st_count(f) != (size_t)n_pos;
+    for (int i = 0; i < n_pos && !bad; i++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "out.%lld", (long long)(first + i));
+        const dsattn_st_tensor *t = dsattn_st_find(f, nm);
+        bad = !t || t->dtype != DSATTN_DT_F32 || t->ndim != 1 || (size_t)t->shape[0] != dim ||
+              dsattn_st_to_f32(t, v + (size_t)i * dim, dim) != DSATTN_OK;
+    }
+    dsattn_st_close(f);
+    return bad ? -1 : 0;
+}
+
+static const struct { const char *name, *config; size_t dim; } run_gens[] = {
+    { "MHA/GQA", NULL, 128 },
+    { "V3", "golden/v3/tiny-seed0/config.json", 0 },
+    { "V3.2", "golden/v32/tiny-seed0/config.json", 0 },
+    { "V4", "golden/v4/tiny-seed0/config.json", 0 },
+    { "V4.1", "golden/v41/tiny-seed0/config.json", 0 },
+};
+
+DSATTN_TEST(cli, run_every_generation)
+{
+    char out[128], err[4096];
+    snprintf(out, sizeof out, "/tmp/dsattn_test_cli_run_%d.st", (int)getpid());
+    for (size_t g = 0; g < sizeof run_gens / sizeof run_gens[0]; g++) {
+        const char *cfg = run_gens[g].config ? dsattn_test_data(run_gens[g].config) : tiny_llama();
+        const char *args[] = { "--config", cfg, "--bf16", "--prefill", "6", "--decode", "2",
+                               "--threads", "1", "--mode", "reference", "--out", out, NULL };
+        int rc = run_cmd(args, err, sizeof err);
+        CHECK_MSG(rc == 0, "%s: exit %d: %s", run_gens[g].name, rc, err);
+        /* the dims come from the file: every golden config has dim 256 */
+        size_t dim = run_gens[g].dim ? run_gens[g].dim : 256;
+        float v[2 * 256];
+        CHECK_MSG(read_outs(out, 6, 2, dim, v) == 0, "%s: out.6, out.7 [%zu]", run_gens[g].name,
+                  dim);
+        int finite = 1;
+        for (size_t i = 0; i < 2 * dim; i++) finite &= isfinite(v[i]) != 0;
+        CHECK_MSG(finite, "%s: non-finite outputs", run_gens[g].name);
+        unlink(out);
+    }
+    /* V4.1's layers share caches: --layers below its count is refused */
+    const char *bad[] = { "--config", dsattn_test_data("golden/v41/tiny-seed0/config.json"),
+                          "--layers", "3", NULL };
+    CHECK_EQ_INT(run_cmd(bad, err, sizeof err), 2);
+    unlink(tiny_llama());
+}
+
+/* --out: identical runs give identical files; the output at a position
+ * does not depend on how many steps follow it (capacity) and changes with
+ * the seed. */
+DSATTN_TEST(cli, run_out_is_reproducible)
+{
+    const char *gens[] = { "golden/v3/tiny-seed0/config.json", "golden/v41/tiny-seed0/config.json",
+                           NULL };
+    for (int g = 0; gens[g]; g++) {
+        char a[128], b[128], c[128], d[128], err[4096];
+        snprintf(a, sizeof a, "/tmp/dsattn_test_cli_a_%d.st", (int)getpid());
+        snprintf(b, sizeof b, "/tmp/dsattn_test_cli_b_%d.st", (int)getpid());
+        snprintf(c, sizeof c, "/tmp/dsattn_test_cli_c_%d.st", (int)getpid());
+        snprintf(d, sizeof d, "/tmp/dsattn_test_cli_d_%d.st", (int)getpid());
+        const char *cfg = dsattn_test_data(gens[g]);
+        for (int rep = 0; rep < 2; rep++) {
+            const char *args[] = { "--config", cfg, "--bf16", "--prefill", "8", "--decode", "4",
+                                   "--threads", "2", "--mode", "reference", "--out",
+                                   rep ? b : a, NULL };
+            CHECK_EQ_INT(run_cmd(args, err, sizeof err), 0);
+        }
+        const char *shorter[] = { "--config", cfg, "--bf16", "--prefill", "8", "--decode", "2",
+                                  "--threads", "1", "--mode", "reference", "--out", c, NULL };
+        CHECK_EQ_INT(run_cmd(shorter, err, sizeof err), 0);
+        const char *seed2[] = { "--config", cfg, "--bf16", "--prefill", "8", "--decode", "4",
+                                "--seed", "2", "--mode", "reference", "--out", d, NULL };
+        CHECK_EQ_INT(run_cmd(seed2, err, sizeof err), 0);
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+        CHECK_MSG(system(cmd) == 0, "%s: two identical runs wrote different files", gens[g]);
+        static float va[4 * 256], vc[2 * 256], vd[4 * 256];
+        CHECK_OK(read_outs(a, 8, 4, 256, va));
+        CHECK_OK(read_outs(c, 8, 2, 256, vc));
+        CHECK_OK(read_outs(d, 8, 4, 256, vd));
+        CHECK_BITS("out.8, out.9 with 2 or 4 decode steps", vc, va, 2 * 256);
+        CHECK_MSG(memcmp(va, vd, sizeof va) != 0, "%s: seed 2 gave seed 1's outputs", gens[g]);
+        unlink(a);
+        unlink(b);
+        unlink(c);
+        unlink(d);
+    }
+}

@@ -1,29 +1,46 @@
-/* cmd_run.c - `dsattn run`: the full DeepSeek-V4.1-Flash attention stack
- * (40 backbone layers, real dimensions, the shared attention runtime) on
- * random FP8 weights from a seed or on a real checkpoint: prefill N tokens,
- * decode M, and show what happened.
+/* cmd_run.c - `dsattn run`: any generation's attention stack at the dims of
+ * its config.json (model_type picks: llama -> MHA/GQA, deepseek_v3 -> MLA,
+ * deepseek_v32 -> MLA + DSA, deepseek_v4 -> CSA/HCA, deepseek_v41 or V4.1
+ * keys -> CSA2) on random weights from a seed or on a real checkpoint:
+ * prefill N tokens, decode M, and show what happened.
  *
- * Per layer: its mode (SWA / Full / Reindex / Reuse) and ratio, whose
- * compressed KV it read (dsattn_v41_seq_source_read), whose index keys it
- * scored (dsattn_v41_seq_index_read) and whose top-k rows it attended
- * (dsattn_v41_seq_topk_read), as recorded by the shared runtime.  Per step: wall time, the kernels' FLOP and byte
- * counters, the KV bytes in use.  At the end: peak RSS.
+ * Per step: wall time, the kernels' FLOP and byte counters, the KV bytes in
+ * use.  V4.1 also shows, per layer, its mode (SWA / Full / Reindex / Reuse)
+ * and whose compressed KV, index keys and top-k rows it read, as recorded by
+ * the shared runtime; V4 its layer kinds.  At the end: peak RSS.
  *
- * The stack forward is dsattn_v41_stack_forward: for each layer
+ * The stack forward is the golden cases' stand-in block (every
+ * generation's *_stack_forward; for MHA/GQA the same loop,
+ * dsattn_standin_stack, around dsattn_mha_attn_forward): for each layer
  * x = bf16(RMSNorm(h)), attention, h += out.  Deliberately not here: the
  * embedding, MoE/FFN blocks, mHC and the LM head - this is an attention
- * library - so inputs are seeded random rows of unit RMS standing in for
- * the token embeddings, and nothing is sampled.
+ * library - so the input at position p is a unit-RMS row that is a pure
+ * function of (seed, p), standing in for the token embedding, and nothing
+ * is sampled.  --out writes the residual after each decode step
+ * (out.{position}, F32 [dim]) as safetensors, so two runs that reach a
+ * position by different routes can be compared bit for bit.
+ *
+ * Full-size configs: a stack's random weights are made for every layer
+ * unless --layers N asks for the first N; when all of them would not fit in
+ * the memory available (measured per layer from a small probe), the run
+ * takes the first layers that fit and says so.  V4.1 always runs all its
+ * layers (its layer plan shares caches across layers).
  */
 #include "cli.h"
 #include "cli_num.h"
 #include "dsattn.h"
+#include "jsoncfg.h"
+#include "mha.h"
+#include "ops.h"
+#include "safetensors.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,19 +58,27 @@ static void run_usage(FILE *f)
 {
     fprintf(f,
         "usage: dsattn run [options]\n\n"
-        "Runs the DeepSeek-V4.1-Flash attention stack (all backbone layers, real dims):\n"
-        "prefill N tokens, then decode M one at a time, with random FP8 weights from a\n"
-        "seed, or a checkpoint with --weights.  Inputs are seeded random rows standing in\n"
-        "for token embeddings (no embedding, FFN or LM head: an attention library).\n\n"
+        "Runs the attention stack of any generation at its config's dims: prefill N\n"
+        "tokens, then decode M one at a time, with random weights from a seed, or a\n"
+        "checkpoint with --weights.  config.json's model_type picks the generation\n"
+        "(llama: MHA/GQA, deepseek_v3: MLA, deepseek_v32: MLA + DSA, deepseek_v4:\n"
+        "CSA/HCA, deepseek_v41: CSA2).  The input at position p is a seeded unit-RMS\n"
+        "row, a pure function of (seed, p), standing in for the token embedding (no\n"
+        "embedding, FFN or LM head: an attention library).\n\n"
         "options:\n"
         "  --config FILE        config (default: the checkpoint's own config.json with\n"
         "                       --weights, else configs/deepseek-v4.1-flash.json)\n"
         "  --weights PATH       checkpoint: a .safetensors file, a shard index or a folder\n"
-        "                       (official inference or HF names); default random weights\n"
+        "                       (V3/V3.2, V4, V4.1); default random weights\n"
         "  --seed N             random weights and inputs (default 1)\n"
         "  --bf16               random bf16 weights instead of the released FP8\n"
-        "  --prefill N          prompt tokens (default 64)\n"
+        "                       (MHA/GQA is bf16 as released)\n"
+        "  --prefill N          prompt tokens (default 64; K, M suffixes)\n"
         "  --decode M           decode steps (default 8)\n"
+        "  --layers N           run the first N layers (default all that fit in memory;\n"
+        "                       not V4.1, whose layers share caches)\n"
+        "  --out FILE           write the residual after each decode step as safetensors:\n"
+        "                       out.{position}, F32 [dim]\n"
         "  --mode fast|reference  arithmetic (default fast)\n"
         "  --index-k owner|reference  V4.1 index_k quirk (default owner)\n"
         "  --threads N          threads (default: OpenMP's)\n");
@@ -83,6 +108,279 @@ static const char *find_config(void)
     return "configs/deepseek-v4.1-flash.json";
 }
 
+/* The config.json a checkpoint brings: beside the file, or in the folder. */
+static void config_beside(const char *weights, char *out, size_t n)
+{
+    struct stat sb;
+    if (stat(weights, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(out, n, "%s/config.json", weights);
+        return;
+    }
+    const char *s = strrchr(weights, '/');
+    if (s) snprintf(out, n, "%.*s/config.json", (int)(s - weights), weights);
+    else snprintf(out, n, "config.json");
+}
+
+/* ==== The input at a position =========================================== */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Row of unit RMS (uniform in +-sqrt(3)) for position pos: a pure function
+ * of (seed, pos), so a run reaching pos by any route feeds the same row.
+ * (bf16 values need not hold: the residual stream is fp32.) */
+static void input_row(float *h, size_t dim, uint64_t seed, int64_t pos)
+{
+    uint64_t s = splitmix64(splitmix64(seed) ^ (uint64_t)pos) | 1u;
+    for (size_t i = 0; i < dim; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        h[i] = (float)((double)(s >> 11) * 0x1p-52 - 1.0) * 1.7320508f;
+    }
+}
+
+/* ==== One interface over the four structures ============================ */
+
+typedef enum { GEN_MHA, GEN_MLA, GEN_V4, GEN_V41 } gen_t;
+
+typedef struct {
+    gen_t       g;
+    int         dsa;                /* MLA: V3.2                           */
+    const char *label;
+    void       *m, *s;
+    int         n_layers;           /* layers run                          */
+    int         cfg_layers;         /* layers in the config                */
+    int         dim;
+} runner;
+
+static dsattn_status mha_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
+                               float *out)
+{
+    return dsattn_mha_attn_forward(ctx, (dsattn_mha_seq *)seq, l, x, n, out);
+}
+
+static const float *mha_norm(const void *seq, int l)
+{
+    return ((const dsattn_mha_seq *)seq)->m->layer[l].norm;
+}
+
+static dsattn_status r_stack(runner *r, dsattn_ctx *ctx, float *h, size_t n)
+{
+    switch (r->g) {
+    case GEN_MHA: {
+        dsattn_mha_seq *s = r->s;
+        dsattn_status st = dsattn_standin_stack(ctx, s, mha_layer, mha_norm,
+                                                (size_t)r->n_layers, (size_t)r->dim,
+                                                s->m->cfg.rms_norm_eps, h, n, NULL, NULL,
+                                                NULL);   /* heap: the tool's loop, not a decode */
+        return st ? st : dsattn_mha_seq_advance(s, n);
+    }
+    case GEN_MLA: return dsattn_mla_stack_forward(ctx, r->s, h, n, NULL, NULL);
+    case GEN_V4:  return dsattn_v4_stack_forward(ctx, r->s, h, n, NULL, NULL);
+    default:      return dsattn_v41_stack_forward(ctx, r->s, h, n, NULL, NULL);
+    }
+}
+
+static int64_t r_pos(const runner *r)
+{
+    switch (r->g) {
+    case GEN_MHA: return dsattn_mha_seq_pos(r->s);
+    case GEN_MLA: return dsattn_mla_seq_pos(r->s);
+    case GEN_V4:  return dsattn_v4_seq_pos(r->s);
+    default:      return dsattn_v41_seq_pos(r->s);
+    }
+}
+
+static dsattn_status r_bill(const runner *r, dsattn_kv_bill *b)
+{
+    switch (r->g) {
+    case GEN_MHA: return dsattn_mha_seq_kv_bill(r->s, b);
+    case GEN_MLA: return dsattn_mla_seq_kv_bill(r->s, b);
+    case GEN_V4:  return dsattn_v4_seq_kv_bill(r->s, b);
+    default:      return dsattn_v41_seq_kv_bill(r->s, b);
+    }
+}
+
+static size_t r_weight_bytes(const runner *r)
+{
+    switch (r->g) {
+    case GEN_MHA: return dsattn_mha_weight_bytes(r->m);
+    case GEN_MLA: return dsattn_mla_weight_bytes(r->m);
+    case GEN_V4:  return dsattn_v4_weight_bytes(r->m);
+    default:      return dsattn_v41_weight_bytes(r->m);
+    }
+}
+
+static void r_destroy(runner *r)
+{
+    switch (r->g) {
+    case GEN_MHA: dsattn_mha_seq_destroy(r->s); dsattn_mha_destroy(r->m); break;
+    case GEN_MLA: dsattn_mla_seq_destroy(r->s); dsattn_mla_destroy(r->m); break;
+    case GEN_V4:  dsattn_v4_seq_destroy(r->s); dsattn_v4_destroy(r->m); break;
+    default:      dsattn_v41_seq_destroy(r->s); dsattn_v41_destroy(r->m); break;
+    }
+    r->m = r->s = NULL;
+}
+
+/* The generation of a config (as `dsattn trace` dispatches) and its layer
+ * count; *root keeps the parsed JSON for the --layers rewrite. */
+static dsattn_status detect(const char *path, runner *r, cJSON **root, char *err,
+                            size_t errlen)
+{
+    dsattn_status st = dsattn_jcfg_load(root, path, err, errlen);
+    if (st) return st;
+    const char *mt = NULL;
+    if ((st = dsattn_jcfg_string_opt(*root, "model_type", "", &mt, err, errlen))) return st;
+    int64_t L = 0;
+    const char *lk = dsattn_jcfg_has(*root, "n_layers") ? "n_layers" : "num_hidden_layers";
+    if ((st = dsattn_jcfg_int_opt(*root, lk, 0, &L, err, errlen))) return st;
+    r->cfg_layers = r->n_layers = L > 0 && L < (1 << 20) ? (int)L : 0;
+    if (!strcmp(mt, "llama")) { r->g = GEN_MHA; r->label = "MHA/GQA"; }
+    else if (!strcmp(mt, "deepseek_v3")) { r->g = GEN_MLA; r->label = "V3 MLA"; }
+    else if (!strcmp(mt, "deepseek_v32")) { r->g = GEN_MLA; r->dsa = 1; r->label = "V3.2 MLA + DSA"; }
+    else if (!strcmp(mt, "deepseek_v4")) { r->g = GEN_V4; r->label = "V4 CSA + HCA"; }
+    else if (!strcmp(mt, "deepseek_v41") || (!*mt && dsattn_jcfg_has(*root, "kv_source_layers"))) {
+        r->g = GEN_V41;
+        r->label = "V4.1 CSA2";
+    } else {
+        snprintf(err, errlen, "%.300s: unknown model_type '%.64s' (known: llama, deepseek_v3, "
+                 "deepseek_v32, deepseek_v4, deepseek_v41)", path, mt);
+        return DSATTN_ERR_UNSUPPORTED;
+    }
+    return DSATTN_OK;
+}
+
+/* A copy of the config with only the first n layers, written to tmp (MLA:
+ * n_layers; V4: n_layers, no MTP layers, the first n compress ratios). */
+static int write_layers_config(const cJSON *root, gen_t g, int n, const char *tmp)
+{
+    cJSON *j = cJSON_Duplicate(root, 1);
+    if (!j) return -1;
+    const char *lk = cJSON_HasObjectItem(j, "n_layers") ? "n_layers" : "num_hidden_layers";
+    cJSON_ReplaceItemInObjectCaseSensitive(j, lk, cJSON_CreateNumber(n));
+    if (g == GEN_V4) {
+        cJSON_DeleteItemFromObjectCaseSensitive(j, "n_mtp_layers");
+        cJSON_AddNumberToObject(j, "n_mtp_layers", 0);
+        cJSON *cr = cJSON_GetObjectItemCaseSensitive(j, "compress_ratios");
+        while (cJSON_IsArray(cr) && cJSON_GetArraySize(cr) > n)
+            cJSON_DeleteItemFromArray(cr, cJSON_GetArraySize(cr) - 1);
+    }
+    char *txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    FILE *f = txt ? fopen(tmp, "w") : NULL;
+    int ok = f && fputs(txt, f) >= 0;
+    if (f && fclose(f)) ok = 0;
+    free(txt);
+    return ok ? 0 : -1;
+}
+
+/* The model of r->g with r->n_layers layers from config (or the original
+ * config when all layers run). */
+static dsattn_status make_model(runner *r, const cJSON *root, const char *config,
+                                const char *weights, uint64_t seed, int fp8, char *err,
+                                size_t errlen)
+{
+    char tmp[256] = "";
+    const char *cfg = config;
+    dsattn_status st;
+    if (r->g != GEN_MHA && r->g != GEN_V41 && r->n_layers < r->cfg_layers) {
+        snprintf(tmp, sizeof tmp, "/tmp/dsattn_run_%d_layers.json", (int)getpid());
+        if (write_layers_config(root, r->g, r->n_layers, tmp)) {
+            snprintf(err, errlen, "cannot write %s", tmp);
+            return DSATTN_ERR_IO;
+        }
+        cfg = tmp;
+    }
+    switch (r->g) {
+    case GEN_MHA:
+        if (weights) {
+            snprintf(err, errlen, "MHA/GQA runs on random weights only (no checkpoint loader)");
+            st = DSATTN_ERR_UNSUPPORTED;
+        } else {
+            st = dsattn_mha_create_random_layers((dsattn_mha **)&r->m, cfg, seed, 0, r->n_layers,
+                                                 err, errlen);
+        }
+        if (!st) r->dim = dsattn_mha_dim(r->m);
+        break;
+    case GEN_MLA:
+        st = weights ? dsattn_mla_load((dsattn_mla **)&r->m, cfg, weights, err, errlen)
+                     : dsattn_mla_create_random((dsattn_mla **)&r->m, cfg, seed, fp8, err, errlen);
+        if (!st) r->dim = dsattn_mla_dim(r->m), r->n_layers = dsattn_mla_n_layers(r->m);
+        break;
+    case GEN_V4:
+        st = weights ? dsattn_v4_load((dsattn_v4 **)&r->m, cfg, weights, err, errlen)
+                     : dsattn_v4_create_random((dsattn_v4 **)&r->m, cfg, seed, fp8, err, errlen);
+        if (!st) r->dim = dsattn_v4_dim(r->m), r->n_layers = dsattn_v4_n_layers(r->m);
+        break;
+    default:
+        st = weights ? dsattn_v41_load((dsattn_v41 **)&r->m, cfg, weights, err, errlen)
+                     : dsattn_v41_create_random((dsattn_v41 **)&r->m, cfg, seed, fp8, err, errlen);
+        if (!st) r->dim = dsattn_v41_dim(r->m), r->n_layers = dsattn_v41_n_layers(r->m);
+        break;
+    }
+    if (tmp[0]) unlink(tmp);
+    return st;
+}
+
+static dsattn_status make_seq(runner *r, size_t cap, dsattn_v41_index_k ik)
+{
+    switch (r->g) {
+    case GEN_MHA:
+        return dsattn_mha_seq_create_layers((dsattn_mha_seq **)&r->s, r->m, cap, 0, r->n_layers);
+    case GEN_MLA:
+        return dsattn_mla_seq_create((dsattn_mla_seq **)&r->s, r->m, cap,
+                                     DSATTN_MLA_CACHE_LATENT_BF16);
+    case GEN_V4:
+        return dsattn_v4_seq_create((dsattn_v4_seq **)&r->s, r->m, cap, DSATTN_V4_EMPTY_REFERENCE);
+    default:
+        return dsattn_v41_seq_create((dsattn_v41_seq **)&r->s, r->m, cap, ik);
+    }
+}
+
+/* Bytes of memory the kernel says are available (MemAvailable), or 0. */
+static double mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024.0;
+}
+
+/* Random weights of every layer when they fit in 80 % of the available
+ * memory, else the first layers that do: weight bytes per layer measured
+ * on a probe of the first min(4, L) layers (V4's first layers hold each
+ * layer kind), with a 25 % margin for layers the probe did not see. */
+static dsattn_status fit_layers(runner *r, const cJSON *root, const char *config, uint64_t seed,
+                                int fp8, char *err, size_t errlen)
+{
+    double avail = mem_available();
+    if (avail <= 0 || r->g == GEN_V41 || r->cfg_layers <= 4) return DSATTN_OK;
+    runner p = *r;
+    p.n_layers = r->g == GEN_V4 ? 4 : 1;
+    dsattn_status st = make_model(&p, root, config, NULL, seed, fp8, err, errlen);
+    if (st) return st;
+    double per_layer = 1.25 * (double)r_weight_bytes(&p) / p.n_layers;
+    r_destroy(&p);
+    double need = per_layer * r->cfg_layers;
+    if (need <= 0.8 * avail) return DSATTN_OK;
+    int n = (int)(0.8 * avail / per_layer);
+    r->n_layers = n < 1 ? 1 : n;
+    printf("note: the weights of all %d layers would take ~%.1f GiB, %.1f GiB are available:\n"
+           "      running the first %d layers (--layers N to choose)\n", r->cfg_layers,
+           need / 1073741824.0, avail / 1073741824.0, r->n_layers);
+    return DSATTN_OK;
+}
+
+/* ==== Reporting ========================================================== */
+
 static const char *mode_name(dsattn_v41_mode m)
 {
     switch (m) {
@@ -94,31 +392,36 @@ static const char *mode_name(dsattn_v41_mode m)
     }
 }
 
-/* Unit-RMS rows (bf16 values need not hold: the residual stream is fp32). */
-static void rand_rows(float *h, size_t n, uint64_t *s)
+static const char *v4_kind_name(dsattn_v4_kind k)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t x = *s;
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        *s = x;
-        h[i] = (float)((double)(x >> 11) * 0x1p-52 - 1.0) * 1.7320508f;
+    switch (k) {
+    case DSATTN_V4_SWA: return "SWA";
+    case DSATTN_V4_CSA: return "CSA";
+    case DSATTN_V4_HCA: return "HCA";
+    default:            return "MTP";
     }
 }
 
-/* Bytes of the global caches (compressed KV + index keys) and of the
- * window rings holding tokens so far, from the packed caches themselves. */
-static void kv_in_use(const dsattn_v41 *m, const dsattn_v41_seq *s, double *global,
-                      double *window)
+/* KV bytes in use: V4.1 from its packed caches (global = compressed KV +
+ * index keys; window = ring rows holding tokens so far); the others from
+ * the bill (global bytes per token x position; V4's window rings and
+ * compressor state are allocated whole, shown as allocated). */
+static void kv_in_use(const runner *r, const dsattn_kv_bill *b, double *global, double *window)
 {
     *global = *window = 0;
-    int64_t pos = dsattn_v41_seq_pos(s);
-    for (int l = 0; l < dsattn_v41_n_layers(m); l++) {
+    int64_t pos = r_pos(r);
+    if (r->g != GEN_V41) {
+        *global = b->global_bytes_per_token * (double)pos;
+        *window = (double)b->window_bytes;
+        return;
+    }
+    for (int l = 0; l < r->n_layers; l++) {
         const uint8_t *rows;
         size_t n, rb;
-        if (dsattn_v41_seq_cache(s, l, 0, &rows, &n, &rb) == DSATTN_OK)
+        if (dsattn_v41_seq_cache(r->s, l, 0, &rows, &n, &rb) == DSATTN_OK)
             *window += (double)((size_t)pos < n ? (size_t)pos : n) * (double)rb;
         for (int which = 1; which <= 2; which++)
-            if (dsattn_v41_seq_cache(s, l, which, &rows, &n, &rb) == DSATTN_OK)
+            if (dsattn_v41_seq_cache(r->s, l, which, &rows, &n, &rb) == DSATTN_OK)
                 *global += (double)n * (double)rb;
     }
 }
@@ -130,13 +433,47 @@ static const char *mib(double b, char *buf, size_t n)
     return buf;
 }
 
-DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, per-layer modes and sources")
+static void layer_table(const runner *r)
 {
-    const char *config = NULL, *weights = NULL;
+    if (r->g == GEN_V41) {
+        printf("\n| layer | mode | ratio | read compressed KV of | took top-k rows of | "
+               "scored index keys of |\n|---:|---|---:|---:|---:|---:|\n");
+        for (int l = 0; l < r->n_layers; l++) {
+            int src = dsattn_v41_seq_source_read(r->s, l), ir = dsattn_v41_seq_index_read(r->s, l);
+            int tk = dsattn_v41_seq_topk_read(r->s, l);
+            char a[16] = "-", b[32] = "-", c[16] = "-";
+            if (src >= 0) snprintf(a, sizeof a, "%d", src);
+            if (tk >= 0) snprintf(b, sizeof b, "%d", tk);
+            if (ir >= 0) snprintf(c, sizeof c, "%d", ir);
+            printf("| %d | %s | %d | %s | %s | %s |\n", l,
+                   mode_name(dsattn_v41_layer_mode(r->m, l)), dsattn_v41_layer_ratio(r->m, l),
+                   a, b, c);
+        }
+        printf("The three source columns are what each layer read in the last step, recorded\n"
+               "by the shared runtime (dsattn_v41_seq_source_read / _topk_read / _index_read).\n");
+    } else if (r->g == GEN_V4) {
+        int count[4] = { 0 };
+        for (int l = 0; l < r->n_layers; l++) {
+            dsattn_v4_kind k = dsattn_v4_layer_kind(r->m, l);
+            if (k >= 0 && k < 4) count[k]++;
+        }
+        printf("\nLayers: %d SWA, %d CSA (ratio 4, indexer top-k), %d HCA (dense compressed).\n",
+               count[DSATTN_V4_SWA], count[DSATTN_V4_CSA], count[DSATTN_V4_HCA]);
+        for (int l = 0; l < r->n_layers; l++)
+            printf("%s%s/%d", l ? " " : "  ", v4_kind_name(dsattn_v4_layer_kind(r->m, l)),
+                   dsattn_v4_layer_ratio(r->m, l));
+        printf("\n");
+    }
+}
+
+/* ==== The command ======================================================== */
+
+DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, per-step bill")
+{
+    const char *config = NULL, *weights = NULL, *out_path = NULL;
     uint64_t seed = 1;
-    int fp8 = 1, threads = 0;
+    int fp8 = 1, threads = 0, rc, layers = 0;
     long long n_prefill = 64, n_decode = 8;
-    int rc;
     dsattn_mode mode = DSATTN_MODE_FAST;
     dsattn_v41_index_k ik = DSATTN_V41_INDEX_K_OWNER;
     for (int i = 1; i < argc; i++) {
@@ -147,6 +484,7 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
         i++;
         if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "--weights")) weights = v;
+        else if (!strcmp(a, "--out")) out_path = v;
         else if (!strcmp(a, "--seed")) { if ((rc = dsattn_cli_u64("run", a, v, &seed))) return rc; }
         else if (!strcmp(a, "--prefill")) {
             if ((rc = dsattn_cli_int("run", a, v, 1, RUN_MAX_TOKENS, DSATTN_CLI_SUFFIX, &n_prefill)))
@@ -156,6 +494,8 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
                 return rc;
         } else if (!strcmp(a, "--threads")) {
             if ((rc = dsattn_cli_i32("run", a, v, 1, DSATTN_CLI_MAX_THREADS, 0, &threads))) return rc;
+        } else if (!strcmp(a, "--layers")) {
+            if ((rc = dsattn_cli_i32("run", a, v, 1, 1 << 20, 0, &layers))) return rc;
         }
         else if (!strcmp(a, "--mode") && !strcmp(v, "fast")) mode = DSATTN_MODE_FAST;
         else if (!strcmp(a, "--mode") && !strcmp(v, "reference")) mode = DSATTN_MODE_REFERENCE;
@@ -164,113 +504,170 @@ DSATTN_CMD(run, 30, "run the V4.1-Flash attention stack: prefill N, decode M, pe
         else { fprintf(stderr, "dsattn run: bad option %s %s\n", a, v); run_usage(stderr); return 2; }
     }
     /* a checkpoint brings its own config.json unless --config says otherwise */
-    if (!config && !weights) config = find_config();
+    char beside[4200];
+    const char *cfg_show = config;
+    if (!config && !weights) config = cfg_show = find_config();
+    if (!config) {
+        config_beside(weights, beside, sizeof beside);
+        cfg_show = beside;
+    }
 
-    char err[1024] = "", b1[48], b2[48];
+    char err[1024] = "", b1[48], b2[48], b3[48];
+    runner r;
+    memset(&r, 0, sizeof r);
+    cJSON *root = NULL;
+    dsattn_st_writer *w = NULL;
+    dsattn_ctx *ctx = NULL;
+    float *h = NULL, *outs = NULL;
+    rc = 1;
+    dsattn_status st = detect(cfg_show, &r, &root, err, sizeof err);
+    if (st) {
+        fprintf(stderr, "dsattn run: %s (%s)\n", err[0] ? err : "cannot read the config",
+                dsattn_status_str(st));
+        cJSON_Delete(root);
+        return 1;
+    }
+    if (layers) {
+        if (r.g == GEN_V41 && layers != r.cfg_layers) {
+            fprintf(stderr, "dsattn run: --layers: V4.1 runs all %d layers (its layer plan "
+                            "shares caches across layers)\n", r.cfg_layers);
+            cJSON_Delete(root);
+            return 2;
+        }
+        if (layers > r.cfg_layers) {
+            fprintf(stderr, "dsattn run: --layers %d: the config has %d layers\n", layers,
+                    r.cfg_layers);
+            cJSON_Delete(root);
+            return 2;
+        }
+        r.n_layers = layers;
+    }
+
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.mode = mode;
     p.n_threads = threads;
-    dsattn_ctx *ctx = NULL;
-    dsattn_v41 *m = NULL;
-    dsattn_v41_seq *s = NULL;
-    float *h = NULL;
-    rc = 1;
-    dsattn_status st = dsattn_ctx_create(&ctx, &p);
-    if (st) { fprintf(stderr, "dsattn run: context: %s\n", dsattn_status_str(st)); return 1; }
+    if ((st = dsattn_ctx_create(&ctx, &p))) {
+        fprintf(stderr, "dsattn run: context: %s\n", dsattn_status_str(st));
+        goto out;
+    }
 
     double t0 = now_s();
+    if (!layers && !weights) st = fit_layers(&r, root, config, seed, fp8, err, sizeof err);
     /* The weights hook: a real checkpoint goes through the checkpoint
-     * loader (dsattn_v41_load: file, shard index or folder); otherwise
-     * random weights at the config's dims. */
-    if (weights) st = dsattn_v41_load(&m, config, weights, err, sizeof err);
-    else st = dsattn_v41_create_random(&m, config, seed, fp8, err, sizeof err);
+     * loader (file, shard index or folder); otherwise random weights at
+     * the config's dims. */
+    if (!st) st = make_model(&r, root, config, weights, seed, fp8, err, sizeof err);
     if (st) {
         fprintf(stderr, "dsattn run: %s (%s)\n", err[0] ? err : "cannot make the model",
                 dsattn_status_str(st));
         goto out;
     }
-    const int L = dsattn_v41_n_layers(m), dim = dsattn_v41_dim(m);
-    printf("dsattn run: V4.1 attention stack from %s\n",
-           config ? config : "the config.json beside the weights");
-    printf("  %d layers, dim %d, weights %s (%.2f GiB, %s), made in %.1f s\n", L, dim,
-           weights ? weights : "random", (double)dsattn_v41_weight_bytes(m) / 1073741824.0,
-           weights ? "as stored" : fp8 ? "FP8 E4M3, seed" : "bf16, seed", now_s() - t0);
-    printf("  isa %s, %d threads, %s mode, index_k %s\n", dsattn_ctx_isa_name(ctx),
+    const size_t dim = (size_t)r.dim;
+    const char *wfmt = weights ? "as stored" : (r.g == GEN_MHA || !fp8) ? "bf16, seed"
+                     : "FP8 E4M3, seed";
+    printf("dsattn run: %s attention stack from %s\n", r.label, cfg_show);
+    printf("  %d of %d layers, dim %zu, weights %s (%.2f GiB, %s), made in %.1f s\n",
+           r.n_layers, r.cfg_layers, dim, weights ? weights : "random",
+           (double)r_weight_bytes(&r) / 1073741824.0, wfmt, now_s() - t0);
+    printf("  isa %s, %d threads, %s mode%s%s\n", dsattn_ctx_isa_name(ctx),
            dsattn_ctx_threads(ctx), mode == DSATTN_MODE_FAST ? "fast" : "reference",
-           ik == DSATTN_V41_INDEX_K_OWNER ? "owner" : "reference");
-    printf("  inputs: seeded random unit-RMS rows standing in for token embeddings\n\n");
+           r.g == GEN_V41 ? ", index_k " : "",
+           r.g != GEN_V41 ? "" : ik == DSATTN_V41_INDEX_K_OWNER ? "owner" : "reference");
+    printf("  inputs: seeded unit-RMS rows, a function of (seed, position), standing in for "
+           "token embeddings\n\n");
 
-    if ((st = dsattn_v41_seq_create(&s, m, (size_t)(n_prefill + n_decode), ik))) {
+    if ((st = make_seq(&r, (size_t)(n_prefill + n_decode), ik))) {
         fprintf(stderr, "dsattn run: sequence: %s\n", dsattn_status_str(st));
         goto out;
     }
-    h = malloc((size_t)n_prefill * (size_t)dim * sizeof(float));
-    if (!h) goto out;
-    uint64_t rs = seed * 0x9e3779b97f4a7c15ull + 12345;
+    size_t hn, on = 0;
+    if (!dsattn_mul_size((size_t)n_prefill, dim, &hn) ||
+        (out_path && !dsattn_mul_size((size_t)n_decode, dim, &on)) ||
+        !(h = malloc(hn * sizeof(float))) || (on && !(outs = malloc(on * sizeof(float))))) {
+        fprintf(stderr, "dsattn run: out of memory for the inputs\n");
+        goto out;
+    }
     dsattn_kv_bill bill;
-    dsattn_v41_seq_kv_bill(s, &bill);
+    memset(&bill, 0, sizeof bill);
+    r_bill(&r, &bill);
 
     printf("| step | tokens | position | ms | GFLOP | GB read | global KV in use | window in use | out RMS |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (long long step = 0; step <= n_decode; step++) {
         size_t n = step == 0 ? (size_t)n_prefill : 1;
-        int64_t pos0 = dsattn_v41_seq_pos(s);
-        rand_rows(h, n * (size_t)dim, &rs);
+        int64_t pos0 = r_pos(&r);
+        for (size_t t = 0; t < n; t++) input_row(h + t * dim, dim, seed, pos0 + (int64_t)t);
         dsattn_ctx_counters_reset(ctx);
         double ts = now_s();
-        st = dsattn_v41_stack_forward(ctx, s, h, n, NULL, NULL);
+        st = r_stack(&r, ctx, h, n);
         double ms = (now_s() - ts) * 1e3;
         if (st) {
             fprintf(stderr, "dsattn run: step %lld: %s\n", step, dsattn_status_str(st));
             goto out;
         }
         dsattn_counters c = dsattn_ctx_counters(ctx);
-        double ss = 0, g, w;
-        for (size_t i = 0; i < n * (size_t)dim; i++) ss += (double)h[i] * h[i];
-        double rms = sqrt(ss / (double)(n * (size_t)dim));
+        double ss = 0, g, wu;
+        for (size_t i = 0; i < n * dim; i++) ss += (double)h[i] * h[i];
+        double rms = sqrt(ss / (double)(n * dim));
         if (!isfinite(rms)) {
             fprintf(stderr, "dsattn run: step %lld produced a non-finite residual\n", step);
             goto out;
         }
-        kv_in_use(m, s, &g, &w);
+        if (outs && step > 0) memcpy(outs + (size_t)(step - 1) * dim, h, dim * sizeof(float));
+        kv_in_use(&r, &bill, &g, &wu);
         char nm[32];
         if (step == 0) snprintf(nm, sizeof nm, "prefill");
         else snprintf(nm, sizeof nm, "decode %lld", step);
         printf("| %s | %zu | %lld | %.1f | %.2f | %.3f | %s | %s | %.4f |\n", nm, n,
                (long long)pos0, ms, (double)c.flops / 1e9, (double)c.bytes_read / 1e9,
-               mib(g, b1, sizeof b1), mib(w, b2, sizeof b2), rms);
+               mib(g, b1, sizeof b1), r.g == GEN_MHA || r.g == GEN_MLA ? "-" : mib(wu, b2, sizeof b2),
+               rms);
+    }
+    layer_table(&r);
+
+    if (out_path) {
+        w = dsattn_st_writer_create();
+        if (!w) { st = DSATTN_ERR_NOMEM; goto werr; }
+        char sb[32];
+        snprintf(sb, sizeof sb, "%llu", (unsigned long long)seed);
+        dsattn_st_writer_meta(w, "producer", "dsattn run");
+        dsattn_st_writer_meta(w, "generation", r.label);
+        dsattn_st_writer_meta(w, "seed", sb);
+        dsattn_st_writer_meta(w, "mode", mode == DSATTN_MODE_FAST ? "fast" : "reference");
+        int64_t shape[1] = { (int64_t)dim };
+        for (long long k = 0; k < n_decode && !st; k++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "out.%lld", n_prefill + k);
+            st = dsattn_st_writer_add(w, nm, DSATTN_DT_F32, 1, shape, outs + (size_t)k * dim);
+        }
+        if (!st) st = dsattn_st_writer_save(w, out_path, err, sizeof err);
+werr:
+        if (st) {
+            fprintf(stderr, "dsattn run: --out %s: %s (%s)\n", out_path, err[0] ? err : "cannot write",
+                    dsattn_status_str(st));
+            goto out;
+        }
+        printf("\nWrote the residual after each of the %lld decode steps to %s (out.{position}).\n",
+               n_decode, out_path);
     }
 
-    /* The plan and the sources each layer actually read in the last step. */
-    printf("\n| layer | mode | ratio | read compressed KV of | took top-k rows of | scored index keys of |\n");
-    printf("|---:|---|---:|---:|---:|---:|\n");
-    for (int l = 0; l < L; l++) {
-        dsattn_v41_mode md = dsattn_v41_layer_mode(m, l);
-        int src = dsattn_v41_seq_source_read(s, l), ir = dsattn_v41_seq_index_read(s, l);
-        int tk = dsattn_v41_seq_topk_read(s, l);
-        char a[16] = "-", b[32] = "-", c[16] = "-";
-        if (src >= 0) snprintf(a, sizeof a, "%d", src);
-        if (tk >= 0) snprintf(b, sizeof b, "%d", tk);
-        if (ir >= 0) snprintf(c, sizeof c, "%d", ir);
-        printf("| %d | %s | %d | %s | %s | %s |\n", l, mode_name(md), dsattn_v41_layer_ratio(m, l),
-               a, b, c);
-    }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    char b3[48];
     printf("\nKV allocated for %lld tokens: %s global (%.2f B/token), %s windows, %s compressor "
-           "state.\n", (long long)(n_prefill + n_decode),
+           "state.\n", n_prefill + n_decode,
            mib((double)bill.global_bytes_allocated, b1, sizeof b1), bill.global_bytes_per_token,
            mib((double)bill.window_bytes, b2, sizeof b2),
            mib((double)bill.state_bytes, b3, sizeof b3));
-    printf("The three source columns are what each layer read in the last step, recorded by\n"
-           "the shared runtime (dsattn_v41_seq_source_read / _topk_read / _index_read).\n");
+    if (r.g != GEN_V41)
+        printf("Global KV in use = the bill's bytes per token x tokens so far.\n");
     printf("Peak RSS: %.2f GiB\n", (double)ru.ru_maxrss / 1048576.0);
     rc = 0;
 out:
+    dsattn_st_writer_destroy(w);
+    free(outs);
     free(h);
-    dsattn_v41_seq_destroy(s);
-    dsattn_v41_destroy(m);
+    r_destroy(&r);
     dsattn_ctx_destroy(ctx);
+    cJSON_Delete(root);
     return rc;
 }
