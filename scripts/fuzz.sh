@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Build the libFuzzer targets with clang and run each for a bounded time.
+# Build the libFuzzer targets (tests/fuzz/*.c) with clang and run each for a
+# bounded time (default 30 s per target), starting from its seed corpus in
+# tests/fuzz/corpus/<target>/ when there is one.  A finding (crash, leak,
+# sanitizer report, abort on a violated invariant, timeout) fails the script
+# with libFuzzer's reproducer file in the current folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs="${1:-45}"
+secs="${1:-30}"
 CC=clang cmake -S . -B build-fuzz -DDSATTN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build-fuzz -j "$(nproc)"
-for f in tests/fuzz/*.c; do
-  n=$(basename "$f" .c)
+targets=()
+for f in tests/fuzz/*.c; do targets+=("$(basename "$f" .c)"); done
+cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"
+for n in "${targets[@]}"; do
   corpus="tests/fuzz/corpus/$n"
-  mkdir -p "/tmp/dsattn-fuzz-$n"
+  work="/tmp/dsattn-fuzz-$n"
+  mkdir -p "$work"
   [ -d "$corpus" ] || corpus=""
   echo "fuzz: $n for ${secs}s"
-  ./build-fuzz/"$n" -max_total_time="$secs" -rss_limit_mb=2048 "/tmp/dsattn-fuzz-$n" $corpus
+  ./build-fuzz/"$n" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 "$work" $corpus
 done

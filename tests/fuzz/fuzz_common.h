@@ -1,0 +1,55 @@
+/* fuzz_common.h - what the libFuzzer targets of tests/fuzz share: a private
+ * scratch folder per process and writing the fuzz input to a file in it,
+ * for the readers whose entry points take a path (checkpoints, config.json,
+ * shard indexes).  Header-only: every target is one translation unit. */
+#ifndef DSATTN_FUZZ_COMMON_H
+#define DSATTN_FUZZ_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The process's scratch folder (under /dev/shm when it exists: the file
+ * is rewritten on every input), removed at exit with what it holds. */
+static char fuzz_dir_buf[256];
+static const char *fuzz_files[8];
+static int fuzz_n_files;
+
+static void fuzz_cleanup(void)
+{
+    char p[512];
+    for (int i = 0; i < fuzz_n_files; i++) {
+        snprintf(p, sizeof p, "%s/%s", fuzz_dir_buf, fuzz_files[i]);
+        unlink(p);
+    }
+    rmdir(fuzz_dir_buf);
+}
+
+static const char *fuzz_dir(void)
+{
+    if (fuzz_dir_buf[0]) return fuzz_dir_buf;
+    snprintf(fuzz_dir_buf, sizeof fuzz_dir_buf, "%s/dsattn-fuzz-XXXXXX",
+             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+    if (!mkdtemp(fuzz_dir_buf)) abort();   /* the harness itself cannot run */
+    atexit(fuzz_cleanup);
+    return fuzz_dir_buf;
+}
+
+/* Write data to <dir>/<name> (name must be a string literal); the path in
+ * path[n].  Aborts only when the harness cannot write its own file. */
+static void fuzz_write(const char *name, const uint8_t *data, size_t size, char *path,
+                       size_t n)
+{
+    snprintf(path, n, "%s/%s", fuzz_dir(), name);
+    int known = 0;
+    for (int i = 0; i < fuzz_n_files; i++) known |= !strcmp(fuzz_files[i], name);
+    if (!known && fuzz_n_files < 8) fuzz_files[fuzz_n_files++] = name;
+    FILE *f = fopen(path, "wb");
+    if (!f) abort();
+    if (size && fwrite(data, 1, size, f) != size) abort();
+    if (fclose(f)) abort();
+}
+
+#endif
