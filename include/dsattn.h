@@ -315,6 +315,13 @@ dsattn_status dsattn_v41_seq_cache(const dsattn_v41_seq *s, int layer, int which
  * bounded per-sequence window state in bytes. */
 dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b);
 
+/*
+ * The decode scratch (the kv_bill's scratch_bytes) a sequence of capacity
+ * max_seq_len would allocate, without creating one (the bill's
+ * per-sequence column at a context no cache could be made for); 0 for a
+ * NULL model, SIZE_MAX when the size overflows. */
+size_t dsattn_v41_seq_scratch_at(const dsattn_v41 *m, size_t max_seq_len);
+
 /* Fill the caches as if `depth` tokens had been consumed, with random valid
  * packed entries (benchmarks at 1M context).  Sets the position to depth;
  * the runtime slots are left as a decode step expects them. */

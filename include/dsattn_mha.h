@@ -103,6 +103,13 @@ dsattn_status dsattn_mha_seq_kv(const dsattn_mha_seq *s, int layer, size_t pos,
  * has no window or other per-sequence state. */
 dsattn_status dsattn_mha_seq_kv_bill(const dsattn_mha_seq *s, dsattn_kv_bill *b);
 
+/*
+ * The decode scratch (the kv_bill's scratch_bytes) a sequence of capacity
+ * max_seq_len would allocate, without creating one (the bill's
+ * per-sequence column at a context no cache could be made for); 0 for a
+ * NULL model, SIZE_MAX when the size overflows. */
+size_t dsattn_mha_seq_scratch_at(const dsattn_mha *m, size_t max_seq_len);
+
 /* Fill the held layers' caches as if `depth` tokens had been consumed,
  * with random bf16 values in [-1, 1) (benchmarks at deep contexts).  Sets
  * the position to depth (< max_seq_len, so one more token fits). */

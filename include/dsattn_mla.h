@@ -135,6 +135,14 @@ dsattn_status dsattn_mla_seq_index_key(const dsattn_mla_seq *s, int layer,
  * has no window or compressor state. */
 dsattn_status dsattn_mla_seq_kv_bill(const dsattn_mla_seq *s, dsattn_kv_bill *b);
 
+/*
+ * The decode scratch (the kv_bill's scratch_bytes) a sequence of capacity
+ * max_seq_len would allocate, without creating one (the bill's
+ * per-sequence column at a context no cache could be made for); 0 for a
+ * NULL model, SIZE_MAX when the size overflows. */
+size_t dsattn_mla_seq_scratch_at(const dsattn_mla *m, size_t max_seq_len,
+                                 dsattn_mla_cache cache);
+
 /* Fill the caches as if `depth` tokens had been consumed, with random valid
  * entries (benchmarks at 32K-128K context).  Sets the position to depth. */
 dsattn_status dsattn_mla_seq_fill_synthetic(dsattn_mla_seq *s, int64_t depth,

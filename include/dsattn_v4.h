@@ -135,6 +135,13 @@ dsattn_status dsattn_v4_seq_cache(const dsattn_v4_seq *s, int layer, int which,
  * window rings and the compressors' fp32 state reported separately. */
 dsattn_status dsattn_v4_seq_kv_bill(const dsattn_v4_seq *s, dsattn_kv_bill *b);
 
+/*
+ * The decode scratch (the kv_bill's scratch_bytes) a sequence of capacity
+ * max_seq_len would allocate, without creating one (the bill's
+ * per-sequence column at a context no cache could be made for); 0 for a
+ * NULL model, SIZE_MAX when the size overflows. */
+size_t dsattn_v4_seq_scratch_at(const dsattn_v4 *m, size_t max_seq_len);
+
 /* Fill every cache as if `depth` tokens had been consumed, with random
  * valid packed rows and a compressor state a decode step can continue
  * from (benchmarks at 1M context).  Sets the position to depth. */

@@ -17,10 +17,6 @@
 #include "harness.h"
 
 #include "internal.h"
-#include "mha.h"
-#include "mla.h"
-#include "v4.h"
-#include "v41.h"
 
 #include <errno.h>
 #include <stdatomic.h>

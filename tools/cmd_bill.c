@@ -30,10 +30,6 @@
 #include "cli.h"
 #include "cli_num.h"
 #include "dsattn.h"
-#include "mha.h"
-#include "mla.h"
-#include "v4.h"
-#include "v41.h"
 
 #include <cjson/cJSON.h>
 
@@ -286,7 +282,7 @@ static dsattn_status kv_mha(const char *cfg, size_t ctx, dsattn_kv_bill *b, char
     dsattn_status st = dsattn_mha_load_config(&m, cfg, err, errlen);
     if (!st) st = dsattn_mha_seq_create(&s, m, 256);
     if (!st) st = dsattn_mha_seq_kv_bill(s, b);
-    if (!st) b->scratch_bytes = dsattn_mha_decode_scratch_bytes(&m->cfg, ctx);
+    if (!st) b->scratch_bytes = dsattn_mha_seq_scratch_at(m, ctx);
     dsattn_mha_seq_destroy(s);
     dsattn_mha_destroy(m);
     return st;

@@ -362,6 +362,11 @@ dsattn_status dsattn_mha_seq_kv(const dsattn_mha_seq *s, int layer, size_t pos,
     return DSATTN_OK;
 }
 
+size_t dsattn_mha_seq_scratch_at(const dsattn_mha *m, size_t cap)
+{
+    return m ? dsattn_mha_decode_scratch_bytes(&m->cfg, cap) : 0;
+}
+
 dsattn_status dsattn_mha_seq_kv_bill(const dsattn_mha_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;

@@ -85,11 +85,6 @@ struct dsattn_mla_seq {
     dsattn_mla_layer_s  layer[DSATTN_MLA_MAX_LAYERS];
 };
 
-/* The scratch bytes dsattn_mla_seq_create allocates for a sequence of
- * capacity cap (decode scratch and selection rows), without creating one:
- * the bill's per-sequence column at a context no cache could be made for. */
-size_t dsattn_mla_seq_scratch_at(const dsattn_mla *m, size_t cap, dsattn_mla_cache fmt);
-
 dsattn_status dsattn_mla_config_load(dsattn_mla_config *c, const char *path,
                                      char *err, size_t errlen);
 

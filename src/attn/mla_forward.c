@@ -1319,6 +1319,7 @@ done:
 
 size_t dsattn_mla_seq_scratch_at(const dsattn_mla *m, size_t cap, dsattn_mla_cache fmt)
 {
+    if (!m) return 0;
     const dsattn_mla_config *c = &m->cfg;
     size_t b = mla_ws_bytes(c, fmt, cap), sel = 0;
     if (b == SIZE_MAX) return SIZE_MAX;

@@ -92,11 +92,6 @@ struct dsattn_v4_seq {
     size_t              window_bytes, state_bytes;
 };
 
-/* The scratch bytes dsattn_v4_seq_create allocates for a sequence of
- * capacity cap (forward, compressor / indexer scratch, selection rows),
- * without creating one: the bill's per-sequence column at any context. */
-size_t dsattn_v4_seq_scratch_at(const dsattn_v4 *m, size_t cap);
-
 /* Parse an inference/config.json (ModelArgs keys).  Errors name the key. */
 dsattn_status dsattn_v4_config_load(dsattn_v4_config *c, const char *path,
                                     char *err, size_t errlen);

@@ -103,12 +103,6 @@ struct dsattn_v41_seq {
     size_t    window_bytes, state_bytes;  /* rings, compressor state       */
 };
 
-/* The scratch bytes dsattn_v41_seq_create allocates for a sequence of
- * capacity cap (forward and indexer scratch, runtime slots, selection
- * rows), without creating one: the bill's per-sequence column at any
- * context. */
-size_t dsattn_v41_seq_scratch_at(const dsattn_v41 *m, size_t cap);
-
 /* Derive the plan (modes) from the config.  Errors name the offending key. */
 dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
                                          size_t errlen);

@@ -630,6 +630,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
 
 size_t dsattn_v41_seq_scratch_at(const dsattn_v41 *m, size_t cap)
 {
+    if (!m) return 0;
     const dsattn_v41_config *c = &m->cfg;
     size_t fwd, idx, stride, b;
     v41_decode_scratch(m, cap, &fwd, &idx, &stride);

@@ -482,6 +482,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
 
 size_t dsattn_v4_seq_scratch_at(const dsattn_v4 *m, size_t cap)
 {
+    if (!m) return 0;
     const dsattn_v4_config *c = &m->cfg;
     size_t fwd, wsb, sel = 0, b;
     v4_decode_scratch(m, cap, &fwd, &wsb);
