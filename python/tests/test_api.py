@@ -98,6 +98,7 @@ def test_every_generation_from_configs():
         s = m.sequence(64)
         b = s.kv_bill()
         assert b["global_bytes_per_token"] > 0
+        assert b["scratch_bytes"] > 0          # the decode scratch, sized at creation
         with pytest.raises(dsattn.DsattnError):
             s.forward(0, np.zeros((1, m.dim), np.float32))
     assert seen == {"mha", "mla", "v4", "v41"}
