@@ -828,3 +828,67 @@ DSATTN_TEST(session, cli_info_prints_header_and_refuses_damage)
     unlink(f);
     dsattn_v41_destroy(m);
 }
+
+/* `dsattn run --prefill P --decode 0 --save S`, then `--resume S --decode M
+ * --out B` equals `--prefill P --decode M --out A` byte for byte (the
+ * decode outputs, out.{position}), for every generation. */
+static void cli_resume(const char *config, const char *extra, int P, int M)
+{
+    char s[256], a[256], b[256], args[2048], out[8192];
+    snprintf(s, sizeof s, "%s", tmp("cli.session"));
+    snprintf(a, sizeof a, "%s", tmp("cli.a"));
+    snprintf(b, sizeof b, "%s", tmp("cli.b"));
+    snprintf(args, sizeof args, "run --config '%s' %s --prefill %d --decode 0 --save '%s'",
+             config, extra, P, s);
+    CHECK_MSG(run_cli(args, out, sizeof out) == 0, "%s: %s", args, out);
+    CHECK_MSG(strstr(out, "Saved the session at position"), "%s", out);
+    snprintf(args, sizeof args, "run --config '%s' %s --resume '%s' --decode %d --out '%s'",
+             config, extra, s, M, b);
+    CHECK_MSG(run_cli(args, out, sizeof out) == 0, "%s: %s", args, out);
+    snprintf(args, sizeof args, "run --config '%s' %s --prefill %d --decode %d --out '%s'",
+             config, extra, P, M, a);
+    CHECK_MSG(run_cli(args, out, sizeof out) == 0, "%s: %s", args, out);
+    CHECK_MSG(same_file(a, b), "%s: resumed outputs differ", config);
+    /* --resume takes its position from the session: no --prefill */
+    snprintf(args, sizeof args, "run --config '%s' %s --prefill 5 --resume '%s' --decode 1",
+             config, extra, s);
+    CHECK_EQ_INT(run_cli(args, out, sizeof out), 2);
+    unlink(s); unlink(a); unlink(b);
+}
+
+DSATTN_TEST(session, cli_resume_v41_both_index_k_modes)
+{
+    cli_resume(golden("golden/v41/tiny-seed0", "config.json"), "", 300, 8);
+    cli_resume(golden("golden/v41/tiny-seed2-fp8", "config.json"),
+               "--index-k reference --mode reference", 301, 6);
+}
+DSATTN_TEST(session, cli_resume_v4)  { cli_resume(golden("golden/v4/tiny-seed0", "config.json"), "--bf16", 301, 6); }
+DSATTN_TEST(session, cli_resume_v3_v32)
+{
+    cli_resume(golden("golden/v3/tiny-seed0", "config.json"), "--bf16 --mode reference", 300, 5);
+    cli_resume(golden("golden/v32/tiny-seed0", "config.json"), "--bf16", 300, 5);
+}
+DSATTN_TEST(session, cli_resume_gqa_and_refusals)
+{
+    char cfg[256], args[1024], out[8192], s[256];
+    snprintf(cfg, sizeof cfg, "%s", tmp("gqa.json"));
+    FILE *f = fopen(cfg, "w");
+    if (!f) return;
+    fputs("{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 2,"
+          " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"rope_theta\": 10000.0,"
+          " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null}", f);
+    fclose(f);
+    cli_resume(cfg, "", 300, 6);
+    /* a session refused by another model: the run says why and fails */
+    snprintf(s, sizeof s, "%s", tmp("cli2.session"));
+    snprintf(args, sizeof args, "run --config '%s' --prefill 40 --decode 0 --save '%s'", cfg, s);
+    CHECK_EQ_INT(run_cli(args, out, sizeof out), 0);
+    snprintf(args, sizeof args, "run --config '%s' --bf16 --resume '%s' --decode 2",
+             golden("golden/v3/tiny-seed0", "config.json"), s);
+    CHECK_EQ_INT(run_cli(args, out, sizeof out), 1);
+    CHECK_MSG(strstr(out, "a mha session, not mla"), "output: %s", out);
+    snprintf(args, sizeof args, "run --config '%s' --resume /nonexistent.session --decode 2", cfg);
+    CHECK_EQ_INT(run_cli(args, out, sizeof out), 1);
+    unlink(s);
+    unlink(cfg);
+}

@@ -20,6 +20,12 @@
  * (out.{position}, F32 [dim]) as safetensors, so two runs that reach a
  * position by different routes can be compared bit for bit.
  *
+ * Sessions (docs/sessions.md): --save FILE writes the sequence after the
+ * prefill and the decode steps; --resume FILE loads one (with the same
+ * --config, --seed / --weights, which its model hashes check) and decodes
+ * --decode M more steps from the saved position, feeding the same inputs
+ * an uninterrupted run feeds there.
+ *
  * Full-size configs: a stack's random weights are made for every layer
  * unless --layers N asks for the first N; when all of them would not fit in
  * the memory available (measured per layer from a small probe), the run
@@ -77,6 +83,9 @@ static void run_usage(FILE *f)
         "  --decode M           decode steps (default 8)\n"
         "  --layers N           run the first N layers (default all that fit in memory;\n"
         "                       not V4.1, whose layers share caches)\n"
+        "  --save FILE          save the sequence (a session) after the prefill and decode\n"
+        "  --resume FILE        continue a saved session: no prefill, --decode M steps from\n"
+        "                       its position (same --config and --seed / --weights)\n"
         "  --out FILE           write the residual after each decode step as safetensors:\n"
         "                       out.{position}, F32 [dim]\n"
         "  --mode fast|reference  arithmetic (default fast)\n"
@@ -224,6 +233,27 @@ static void r_destroy(runner *r)
     default:      dsattn_v41_seq_destroy(r->s); dsattn_v41_destroy(r->m); break;
     }
     r->m = r->s = NULL;
+}
+
+static dsattn_status r_save(const runner *r, const char *path, char *err, size_t errlen)
+{
+    switch (r->g) {
+    case GEN_MHA: return dsattn_mha_seq_save(r->s, path, err, errlen);
+    case GEN_MLA: return dsattn_mla_seq_save(r->s, path, err, errlen);
+    case GEN_V4:  return dsattn_v4_seq_save(r->s, path, err, errlen);
+    default:      return dsattn_v41_seq_save(r->s, path, err, errlen);
+    }
+}
+
+/* The sequence from a session file, with room for cap tokens. */
+static dsattn_status r_load(runner *r, const char *path, size_t cap, char *err, size_t errlen)
+{
+    switch (r->g) {
+    case GEN_MHA: return dsattn_mha_seq_load((dsattn_mha_seq **)&r->s, r->m, path, cap, err, errlen);
+    case GEN_MLA: return dsattn_mla_seq_load((dsattn_mla_seq **)&r->s, r->m, path, cap, err, errlen);
+    case GEN_V4:  return dsattn_v4_seq_load((dsattn_v4_seq **)&r->s, r->m, path, cap, err, errlen);
+    default:      return dsattn_v41_seq_load((dsattn_v41_seq **)&r->s, r->m, path, cap, err, errlen);
+    }
 }
 
 /* The generation of a config (as `dsattn trace` dispatches) and its layer
@@ -471,6 +501,8 @@ static void layer_table(const runner *r)
 DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, per-step bill")
 {
     const char *config = NULL, *weights = NULL, *out_path = NULL;
+    const char *save_path = NULL, *resume_path = NULL;
+    int prefill_given = 0;
     uint64_t seed = 1;
     int fp8 = 1, threads = 0, rc, layers = 0;
     long long n_prefill = 64, n_decode = 8;
@@ -485,10 +517,13 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "--weights")) weights = v;
         else if (!strcmp(a, "--out")) out_path = v;
+        else if (!strcmp(a, "--save")) save_path = v;
+        else if (!strcmp(a, "--resume")) resume_path = v;
         else if (!strcmp(a, "--seed")) { if ((rc = dsattn_cli_u64("run", a, v, &seed))) return rc; }
         else if (!strcmp(a, "--prefill")) {
             if ((rc = dsattn_cli_int("run", a, v, 1, RUN_MAX_TOKENS, DSATTN_CLI_SUFFIX, &n_prefill)))
                 return rc;
+            prefill_given = 1;
         } else if (!strcmp(a, "--decode")) {
             if ((rc = dsattn_cli_int("run", a, v, 0, RUN_MAX_TOKENS, DSATTN_CLI_SUFFIX, &n_decode)))
                 return rc;
@@ -502,6 +537,27 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         else if (!strcmp(a, "--index-k") && !strcmp(v, "owner")) ik = DSATTN_V41_INDEX_K_OWNER;
         else if (!strcmp(a, "--index-k") && !strcmp(v, "reference")) ik = DSATTN_V41_INDEX_K_REFERENCE;
         else { fprintf(stderr, "dsattn run: bad option %s %s\n", a, v); run_usage(stderr); return 2; }
+    }
+    /* a resumed run starts at the session's position: no prefill */
+    dsattn_session_info sess;
+    memset(&sess, 0, sizeof sess);
+    if (resume_path) {
+        char e[1024] = "";
+        if (prefill_given) {
+            fprintf(stderr, "dsattn run: --resume continues a saved prefill; drop --prefill\n");
+            return 2;
+        }
+        dsattn_status rs = dsattn_session_info_read(resume_path, &sess, e, sizeof e);
+        if (rs) {
+            fprintf(stderr, "dsattn run: --resume: %s (%s)\n", e, dsattn_status_str(rs));
+            return 1;
+        }
+        if (sess.pos < 1 || sess.pos > RUN_MAX_TOKENS) {
+            fprintf(stderr, "dsattn run: --resume %s: position %lld out of range\n", resume_path,
+                    (long long)sess.pos);
+            return 1;
+        }
+        n_prefill = sess.pos;
     }
     /* a checkpoint brings its own config.json unless --config says otherwise */
     char beside[4200];
@@ -543,6 +599,8 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         r.n_layers = layers;
     }
 
+    if (resume_path && r.g == GEN_V41 && sess.generation == DSATTN_SESSION_V41)
+        ik = sess.variant[0] ? DSATTN_V41_INDEX_K_REFERENCE : DSATTN_V41_INDEX_K_OWNER;
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.mode = mode;
     p.n_threads = threads;
@@ -574,14 +632,22 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
            r.g == GEN_V41 ? ", index_k " : "",
            r.g != GEN_V41 ? "" : ik == DSATTN_V41_INDEX_K_OWNER ? "owner" : "reference");
     printf("  inputs: seeded unit-RMS rows, a function of (seed, position), standing in for "
-           "token embeddings\n\n");
-
-    if ((st = make_seq(&r, (size_t)(n_prefill + n_decode), ik))) {
+           "token embeddings\n");
+    if (resume_path) {
+        t0 = now_s();
+        if ((st = r_load(&r, resume_path, (size_t)(n_prefill + n_decode), err, sizeof err))) {
+            fprintf(stderr, "dsattn run: --resume: %s (%s)\n", err, dsattn_status_str(st));
+            goto out;
+        }
+        printf("  resumed %s at position %lld (%.1f MB, loaded in %.3f s)\n", resume_path,
+               (long long)r_pos(&r), (double)sess.file_bytes / 1e6, now_s() - t0);
+    } else if ((st = make_seq(&r, (size_t)(n_prefill + n_decode), ik))) {
         fprintf(stderr, "dsattn run: sequence: %s\n", dsattn_status_str(st));
         goto out;
     }
+    printf("\n");
     size_t hn, on = 0;
-    if (!dsattn_mul_size((size_t)n_prefill, dim, &hn) ||
+    if (!dsattn_mul_size(resume_path ? 1 : (size_t)n_prefill, dim, &hn) ||
         (out_path && !dsattn_mul_size((size_t)n_decode, dim, &on)) ||
         !(h = malloc(hn * sizeof(float))) || (on && !(outs = malloc(on * sizeof(float))))) {
         fprintf(stderr, "dsattn run: out of memory for the inputs\n");
@@ -593,7 +659,7 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
 
     printf("| step | tokens | position | ms | GFLOP | GB read | global KV in use | window in use | out RMS |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (long long step = 0; step <= n_decode; step++) {
+    for (long long step = resume_path ? 1 : 0; step <= n_decode; step++) {
         size_t n = step == 0 ? (size_t)n_prefill : 1;
         int64_t pos0 = r_pos(&r);
         for (size_t t = 0; t < n; t++) input_row(h + t * dim, dim, seed, pos0 + (int64_t)t);
@@ -624,6 +690,18 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
                rms);
     }
     layer_table(&r);
+
+    if (save_path) {
+        t0 = now_s();
+        if ((st = r_save(&r, save_path, err, sizeof err))) {
+            fprintf(stderr, "dsattn run: --save: %s (%s)\n", err, dsattn_status_str(st));
+            goto out;
+        }
+        struct stat sb;
+        printf("\nSaved the session at position %lld to %s (%.1f MB, %.3f s).\n",
+               (long long)r_pos(&r), save_path,
+               stat(save_path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0.0, now_s() - t0);
+    }
 
     if (out_path) {
         w = dsattn_st_writer_create();
