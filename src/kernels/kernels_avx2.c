@@ -346,37 +346,93 @@ static void gemv_fp8_finite_avx2(const uint8_t *W, const float *scale, size_t bs
 }
 
 /* ==== FP4 E2M1 GEMV ===================================================== */
+/* 64 codes (32 bytes) per step, no per-element shuffle chain: the low and
+ * high nibbles are split with two integer ops, one vpshufb each looks up
+ * 2 x value as a signed byte (the table holds 0, 1, 2, 3, 4, 6, 8, 12 and
+ * their negatives; the 1/2 comes back as one exact *0.5 per output), two
+ * byte unpacks put the 64 values back in natural order and one store puts
+ * them in an L1 buffer, from which vpmovsxbd loads them as dwords (a load,
+ * not a port-5 shuffle) for vcvtdq2ps.  x is read in natural order.  Each
+ * 32-element block's two partial sums meet its UE8M0 scale in one FMA;
+ * alternate blocks use two accumulators.  Rows are read front to back with
+ * the FP8 GEMV's prefetch cursor.  The scales of a row part are decoded to
+ * floats first (b << 23; 0 -> 2^-127, 255 -> NaN). */
 
-AI void fp4_rows(const uint8_t *W, size_t rs, const uint8_t *S, size_t ss,
-                 const float *x, float *y, size_t k, const int R)
+static const int8_t e2m1_x2[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+AI __m256 i8x8_ps(const int8_t *p)
 {
-    __m256 acc[2];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    for (size_t i = 0; i < k; i += 32) {
-        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-        __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++) {
-            const uint8_t *p = W + r * rs + i / 2;
-            if (!(i & 96))
-                _mm_prefetch((const char *)(W + R * rs) + (i / 128 * R + r) * 64, _MM_HINT_T0);
-            __m256 b = _mm256_mul_ps(fp4x8(p), x0);
-            b = _mm256_fmadd_ps(fp4x8(p + 4), x1, b);
-            b = _mm256_fmadd_ps(fp4x8(p + 8), x2, b);
-            b = _mm256_fmadd_ps(fp4x8(p + 12), x3, b);
-            acc[r] = _mm256_fmadd_ps(b, _mm256_set1_ps(ue8m0f(S[r * ss + i / 32])), acc[r]);
-        }
-    }
-    for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
+
+/* One 64-code step: 32 bytes at w, x at xp, block scales sp[0], sp[1]. */
+AI void fp4_step(__m256i v, const float *xp, const float *sp, __m256 *acc0, __m256 *acc1)
+{
+    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)e2m1_x2));
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    int8_t t[64] A32;
+    __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, lo4));
+    __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4));
+    /* t: [e0..15 | e32..47 | e16..31 | e48..63] */
+    _mm256_store_si256((__m256i *)t, _mm256_unpacklo_epi8(lo, hi));
+    _mm256_store_si256((__m256i *)(t + 32), _mm256_unpackhi_epi8(lo, hi));
+    __m256 a0 = _mm256_mul_ps(i8x8_ps(t), _mm256_loadu_ps(xp));
+    __m256 a1 = _mm256_mul_ps(i8x8_ps(t + 8), _mm256_loadu_ps(xp + 8));
+    __m256 b0 = _mm256_mul_ps(i8x8_ps(t + 16), _mm256_loadu_ps(xp + 32));
+    __m256 b1 = _mm256_mul_ps(i8x8_ps(t + 24), _mm256_loadu_ps(xp + 40));
+    a0 = _mm256_fmadd_ps(i8x8_ps(t + 32), _mm256_loadu_ps(xp + 16), a0);
+    a1 = _mm256_fmadd_ps(i8x8_ps(t + 40), _mm256_loadu_ps(xp + 24), a1);
+    b0 = _mm256_fmadd_ps(i8x8_ps(t + 48), _mm256_loadu_ps(xp + 48), b0);
+    b1 = _mm256_fmadd_ps(i8x8_ps(t + 56), _mm256_loadu_ps(xp + 56), b1);
+    *acc0 = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_broadcast_ss(sp), *acc0);
+    *acc1 = _mm256_fmadd_ps(_mm256_add_ps(b0, b1), _mm256_broadcast_ss(sp + 1), *acc1);
+}
+
+#define FP4_KCH 4096   /* elements of a row per scale pass (128 scales) */
 
 static void gemv_fp4_avx2(const uint8_t *W, const uint8_t *scale, const float *x,
                           float *y, size_t rows, size_t k)
 {
     const size_t rs = k / 2, ss = k / 32;
-    size_t r = 0;
-    for (; r + 2 <= rows; r += 2) fp4_rows(W + r * rs, rs, scale + r * ss, ss, x, y + r, k, 2);
-    for (; r < rows; r++) fp4_rows(W + r * rs, rs, scale + r * ss, ss, x, y + r, k, 1);
+    float sb[FP4_KCH / 32 + 2] A32;
+    size_t pr = 0, pc = 0;               /* prefetch cursor, bytes ahead */
+    if (rs) { pr = FP8_PF / rs; pc = FP8_PF % rs / 64 * 64; }
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *w = W + r * rs;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        for (size_t k0 = 0; k0 < k; k0 += FP4_KCH) {
+            size_t kn = k - k0 < FP4_KCH ? k - k0 : FP4_KCH;
+            for (size_t b = 0; b < kn / 32; b++) sb[b] = ue8m0f(scale[r * ss + k0 / 32 + b]);
+            sb[kn / 32] = 0.0f;
+            size_t t0 = 0;
+            for (; t0 + 128 <= kn; t0 += 128) {
+                _mm_prefetch((const char *)(w + pr * rs + pc), _MM_HINT_T1);
+                if ((pc += 64) >= rs) { pc = 0; ++pr; }
+                const uint8_t *p = w + (k0 + t0) / 2;
+                fp4_step(_mm256_loadu_si256((const __m256i *)p), x + k0 + t0, sb + t0 / 32,
+                         &acc0, &acc1);
+                fp4_step(_mm256_loadu_si256((const __m256i *)(p + 32)), x + k0 + t0 + 64,
+                         sb + t0 / 32 + 2, &acc0, &acc1);
+            }
+            for (; t0 < kn; t0 += 64) {
+                const uint8_t *p = w + (k0 + t0) / 2;
+                if (t0 + 64 <= kn) {
+                    fp4_step(_mm256_loadu_si256((const __m256i *)p), x + k0 + t0, sb + t0 / 32,
+                             &acc0, &acc1);
+                } else {                 /* 32 left: zero-padded copies */
+                    uint8_t ct[32] A32 = { 0 };
+                    float xt[64] A32 = { 0 };
+                    memcpy(ct, p, 16);
+                    memcpy(xt, x + k0 + t0, 32 * sizeof(float));
+                    fp4_step(_mm256_load_si256((const __m256i *)ct), xt, sb + t0 / 32,
+                             &acc0, &acc1);
+                }
+            }
+        }
+        /* the cursor is relative to the current row */
+        if (pr > 0) pr--; else pc = 0;
+        y[r] = hsum(_mm256_add_ps(acc0, acc1)) * 0.5f;
+    }
 }
 
 /* ==== dot / mdot / maxpy (fp32) ========================================= */
