@@ -78,6 +78,7 @@ typedef enum {
     DSATTN_ISA_REF    = 1,
     DSATTN_ISA_AVX2   = 2,
     DSATTN_ISA_AVX512 = 3,
+    DSATTN_ISA_NEON   = 4,         /* aarch64 builds: ARMv8.0 Advanced SIMD   */
 } dsattn_isa;
 
 typedef struct {
@@ -91,7 +92,7 @@ typedef struct dsattn_ctx dsattn_ctx;
 dsattn_ctx_params dsattn_ctx_default_params(void);
 dsattn_status dsattn_ctx_create(dsattn_ctx **out, const dsattn_ctx_params *p);
 void          dsattn_ctx_destroy(dsattn_ctx *ctx);
-/* The ISA the context actually runs ("ref", "avx2", "avx512"). */
+/* The ISA the context actually runs ("ref", "avx2", "avx512", "neon"). */
 const char   *dsattn_ctx_isa_name(const dsattn_ctx *ctx);
 dsattn_mode   dsattn_ctx_mode(const dsattn_ctx *ctx);
 int           dsattn_ctx_threads(const dsattn_ctx *ctx);

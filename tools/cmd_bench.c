@@ -591,7 +591,8 @@ static int bench_kernels(int argc, char **argv)
         } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *s = argv[++i];
             isa = !strcmp(s, "ref") ? DSATTN_ISA_REF : !strcmp(s, "avx2") ? DSATTN_ISA_AVX2
-                : !strcmp(s, "avx512") ? DSATTN_ISA_AVX512 : DSATTN_ISA_AUTO;
+                : !strcmp(s, "avx512") ? DSATTN_ISA_AVX512
+                : !strcmp(s, "neon") ? DSATTN_ISA_NEON : DSATTN_ISA_AUTO;
         } else if (!strcmp(argv[i], "--mem") && i + 1 < argc) {
             long long x;
             int rc = dsattn_cli_int("bench kernels", "--mem", argv[++i], 64, 1 << 20, 0, &x);
@@ -602,7 +603,7 @@ static int bench_kernels(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: dsattn bench kernels [--threads 1,2] [--format md|csv|json]\n"
-                    "                            [--isa ref|avx2|avx512] [--mem MiB] [--quick]\n"
+                    "                            [--isa ref|avx2|avx512|neon] [--mem MiB] [--quick]\n"
                     "  Measures DRAM read bandwidth (sum over --mem MiB, default 1024) and\n"
                     "  FMA peak, then every GEMV at V4.1 shapes and the fused packed-row\n"
                     "  attention kernels, as fractions of those limits.  Each case is\n"

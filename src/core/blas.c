@@ -9,6 +9,7 @@
 
 #include "internal.h"
 #include "cpu.h"
+#include "port.h"
 
 #include <limits.h>
 #include <omp.h>
@@ -43,8 +44,8 @@ void dsattn_blas_reexec(char **argv, unsigned what)
     if (setenv("DSATTN_BLAS_REEXEC", "1", 1) != 0) return;
     if (core && setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) != 0) return;
     if (wait && setenv("OMP_WAIT_POLICY", "active", 1) != 0) return;
-    execv("/proc/self/exe", argv);
-    /* exec failed (no /proc?): run on with what the libraries picked, and
+    dsattn_port_reexec_self(argv);
+    /* exec failed (no /proc?, no re-exec on this OS): run on with what the libraries picked, and
      * leave the environment as we found it for our children */
     if (core) unsetenv("OPENBLAS_CORETYPE");
     if (wait) unsetenv("OMP_WAIT_POLICY");

@@ -3,11 +3,13 @@
  *
  * Every context gets its own dsattn_ktab, filled once in dsattn_ctx_create
  * (the AMX slot is toggled by dsattn_ctx_set_amx): ref in reference mode,
- * otherwise the best path the CPU runs unless $DSATTN_ISA or the caller
- * forces one.  valgrind cannot execute AVX-512, so forcing DSATTN_ISA=ref
+ * otherwise the best path the build and CPU run (avx512, avx2, neon)
+ * unless $DSATTN_ISA or the caller forces one.  valgrind cannot execute AVX-512, so forcing DSATTN_ISA=ref
  * (or avx2) must always work; $DSATTN_AMX=0 keeps the AMX slot empty.
  * Nothing else in dsattn looks at an ISA's name or calls an ISA's entry
- * point directly: an ARM64 build adds its table here.
+ * point directly.  The tables of other architectures are NULL in a build
+ * (absent.c): an aarch64 build offers ref and neon, an x86-64 build ref,
+ * avx2 and avx512.
  */
 #include "ktab.h"
 
@@ -44,6 +46,12 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
         t->mha = dsattn_mha_kern_avx512_ptr;
         t->amx = amx && dsattn_cpu_has_amx_bf16() ? dsattn_amx_avx512_ptr : NULL;
         t->index = dsattn_index_vnni_ptr;
+        break;
+    case DSATTN_ISA_NEON:
+        /* aarch64 builds only (kernels_neon.c); the other slots keep their
+         * generic paths.  Advanced SIMD is part of ARMv8.0: no probe. */
+        if (!dsattn_kernels_neon_ptr) return DSATTN_ERR_UNSUPPORTED;
+        t->k = dsattn_kernels_neon_ptr;
         break;
     default:
         return DSATTN_ERR_INVALID_ARG;
@@ -105,6 +113,7 @@ static dsattn_isa isa_from_env(void)
     if (!strcmp(e, "ref"))    return DSATTN_ISA_REF;
     if (!strcmp(e, "avx2"))   return DSATTN_ISA_AVX2;
     if (!strcmp(e, "avx512")) return DSATTN_ISA_AVX512;
+    if (!strcmp(e, "neon"))   return DSATTN_ISA_NEON;
     return DSATTN_ISA_AUTO;
 }
 
@@ -127,9 +136,10 @@ dsattn_status dsattn_ctx_create(dsattn_ctx **out, const dsattn_ctx_params *p)
     if (isa == DSATTN_ISA_AUTO) {
         if (dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr) isa = DSATTN_ISA_AVX512;
         else if (dsattn_cpu_has_avx2() && dsattn_kernels_avx2_ptr) isa = DSATTN_ISA_AVX2;
+        else if (dsattn_kernels_neon_ptr) isa = DSATTN_ISA_NEON;
         else isa = DSATTN_ISA_REF;
     }
-    if (isa < DSATTN_ISA_AUTO || isa > DSATTN_ISA_AVX512) return DSATTN_ERR_INVALID_ARG;
+    if (isa < DSATTN_ISA_AUTO || isa > DSATTN_ISA_NEON) return DSATTN_ERR_INVALID_ARG;
     dsattn_ktab t;
     dsattn_status st = dsattn_ktab_fill(&t, isa, amx_from_env());
     if (st) return st;

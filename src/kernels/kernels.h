@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 typedef struct dsattn_kernels {
-    const char *name;                           /* "ref", "avx2", "avx512"  */
+    const char *name;                   /* "ref", "avx2", "avx512", "neon" */
 
     /* y[r] = sum_i W[r*k + i] * x[i], r < rows */
     void (*gemv_f32)(const float *W, const float *x, float *y,
@@ -138,8 +138,10 @@ typedef struct dsattn_kernels {
 extern const dsattn_kernels dsattn_kernels_ref;
 /* The scalar entry, shared by the tables without a SIMD form. */
 void dsattn_act_quant_fp8_pow2_ref(const float *x, size_t n, size_t block, float *deq);
-/* NULL when the build has no such path (non-x86 compilers). */
+/* NULL when the build has no such path (the x86 tables in a non-x86 build,
+ * the NEON table in a non-aarch64 build: absent.c). */
 extern const dsattn_kernels *const dsattn_kernels_avx2_ptr;
 extern const dsattn_kernels *const dsattn_kernels_avx512_ptr;
+extern const dsattn_kernels *const dsattn_kernels_neon_ptr;
 
 #endif /* DSATTN_KERNELS_H */

@@ -29,7 +29,7 @@
  *            AMX-BF16 and $DSATTN_AMX is not "0" (dsattn_ctx_set_amx
  *            toggles it); index where built for x86-64 (it checks the CPU's
  *            VNNI itself, per call shape).
- * An ARM64 build provides its own table here, and nothing above changes.
+ *   neon     k = neon (aarch64 builds only), wdq = ref, vmath = ref, the rest NULL
  */
 #ifndef DSATTN_KTAB_H
 #define DSATTN_KTAB_H
@@ -46,7 +46,7 @@
 #include "wdequant.h"
 
 typedef struct dsattn_ktab {
-    const char                 *name;   /* = k->name: "ref", "avx2", "avx512" */
+    const char                 *name;   /* = k->name: "ref", "avx2", "avx512", "neon" */
     const dsattn_kernels       *k;
     const dsattn_mla_kern      *mla;
     const dsattn_sa_kern       *sa;
@@ -58,7 +58,7 @@ typedef struct dsattn_ktab {
     const dsattn_index_kern    *index;
 } dsattn_ktab;
 
-/* The table of `isa` (REF, AVX2 or AVX512; never AUTO) with the AMX slot
+/* The table of `isa` (REF, AVX2, AVX512 or NEON; never AUTO) with the AMX slot
  * filled when amx != 0 and the CPU runs AMX-BF16.  DSATTN_ERR_UNSUPPORTED
  * when this build or CPU cannot run `isa`.  Used by dsattn_ctx_create, and
  * by the tests and `dsattn bench kernels` to enumerate every table. */
