@@ -12,6 +12,8 @@
 #   python3-pytest            the Python package's tests (scripts/test_python.sh)
 #   python3-pip, python3-setuptools  `pip install --no-build-isolation ./python`, offline
 #   python3-venv              the pip install test installs into a throwaway venv
+# Not here: the ARM64 cross-build's packages (gcc-aarch64-linux-gnu, the :arm64 libraries,
+# qemu-user), which scripts/test-arm64.sh installs for itself.
 set -euo pipefail
 need=()
 for p in cmake gcc make libopenblas-openmp-dev libcjson-dev libxxhash-dev clang libclang-rt-14-dev \

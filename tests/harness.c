@@ -165,6 +165,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "no test matched\n");
         return 2;
     }
+    {   /* the table a fast-mode context gets here ($DSATTN_ISA honoured) */
+        dsattn_ctx *c = NULL;
+        if (dsattn_ctx_create(&c, NULL) == DSATTN_OK)
+            printf("kernel table: %s\n", dsattn_ctx_isa_name(c));
+        dsattn_ctx_destroy(c);
+    }
     printf("%zu passed, %zu failed, %zu skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Cross-build dsattn for aarch64 (ARM64) with Debian's toolchain and run test
+# suites under qemu-user: proves the build has no x86-only code and that
+# every case, golden ones bit-exact in reference mode, passes on an ARM64
+# CPU with the `neon` kernel table.  It says nothing about NEON speed.
+#   bash scripts/test-arm64.sh [suite ...]     (default: the list below)
+# Installs what it needs (as root, apt-get, only what is missing):
+# gcc-aarch64-linux-gnu, the arm64 builds of OpenBLAS / cJSON / xxHash
+# (multiarch: dpkg --add-architecture arm64), qemu-user.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+t0=$(date +%s)
+
+need=()
+command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
+command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
+[ -e /usr/include/aarch64-linux-gnu/openblas-openmp/cblas.h ] || need+=(libopenblas-openmp-dev:arm64)
+[ -e /usr/lib/aarch64-linux-gnu/libcjson.so ] || need+=(libcjson-dev:arm64)
+[ -e /usr/lib/aarch64-linux-gnu/pkgconfig/libxxhash.pc ] || need+=(libxxhash-dev:arm64)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "test-arm64: installing ${need[*]} (apt-get)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+  fi
+  $SUDO apt-get update -qq           # the arm64 package lists, after adding the architecture
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${need[@]}" >/dev/null
+fi
+
+echo "== cross-build for aarch64 (cmake/aarch64-linux-gnu.cmake) into build-arm64"
+cmake -S . -B build-arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+      -DCMAKE_BUILD_TYPE=Release -DDSATTN_WERROR=ON >/dev/null
+cmake --build build-arm64 -j "$(nproc)" >/dev/null
+file build-arm64/dsattn_test | sed 's/, BuildID.*//'
+echo "build: $(( $(date +%s) - t0 )) s"
+
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(formats golden_mla golden_v4 v41 loader kernels)
+# The runner must not re-exec itself (a re-exec would leave the emulator):
+# say the environment is decided already.  No DSATTN_ISA: the runner picks
+# the best table of the build, which on aarch64 is neon (its output names it).
+export DSATTN_BLAS_REEXEC=1 OMP_NUM_THREADS=2
+QEMU=(qemu-aarch64 -L /usr/aarch64-linux-gnu)
+fail=0
+for s in "${suites[@]}"; do
+  start=$(date +%s)
+  if out=$(cd build-arm64 && "${QEMU[@]}" ./dsattn_test --suite "$s" 2>&1); then
+    echo "$s (qemu-aarch64, $(( $(date +%s) - start )) s): $(tail -n 2 <<<"$out" | paste -sd ' ' | sed 's/kernel table: \([a-z0-9]*\) /[\1] /')"
+  else
+    grep -E 'FAIL|error' <<<"$out" | tail -n 30 || true
+    tail -n 2 <<<"$out"
+    echo "$s: FAILED under qemu-aarch64" >&2
+    fail=1
+  fi
+done
+echo "test-arm64: $(( $(date +%s) - t0 )) s in all"
+exit $fail
