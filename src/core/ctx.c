@@ -1,5 +1,6 @@
 /* ctx.c - dsattn_ctx: the arithmetic mode, the thread count, counters and
- * the phase profile.  A context owns no tensors; it is cheap to create one
+ * the phase profile, and the grow-only scratch of the prefill Linear and of
+ * the batched forwards.  A context owns no tensors; it is cheap to create one
  * per mode.  Its kernel table is chosen where the kernels live:
  * dsattn_ctx_create, dsattn_ctx_isa_name and the AMX switch are in
  * src/kernels/dispatch.c (core sits below the kernel layer). */
@@ -18,7 +19,23 @@ void dsattn_ctx_destroy(dsattn_ctx *ctx)
 {
     if (!ctx) return;
     dsattn_free(ctx->lin_ws);
+    dsattn_free(ctx->batch_ws);
     free(ctx);
+}
+
+void *dsattn_ctx_batch_scratch(dsattn_ctx *ctx, size_t bytes)
+{
+    if (!ctx || bytes == SIZE_MAX) return NULL;
+    if (ctx->batch_ws_bytes < bytes) {
+        size_t want = bytes;
+        if (ctx->batch_ws_bytes <= SIZE_MAX / 2)
+            want = DSATTN_MAX(bytes, ctx->batch_ws_bytes + ctx->batch_ws_bytes / 2);
+        dsattn_free(ctx->batch_ws);
+        ctx->batch_ws_bytes = 0;
+        if (!(ctx->batch_ws = dsattn_alloc(want))) return NULL;
+        ctx->batch_ws_bytes = want;
+    }
+    return ctx->batch_ws;
 }
 
 dsattn_mode dsattn_ctx_mode(const dsattn_ctx *ctx) { return ctx ? ctx->mode : DSATTN_MODE_FAST; }

@@ -40,7 +40,18 @@ struct dsattn_ctx {
      * only outside parallel regions (a context runs one call at a time) */
     void                        *lin_ws;
     size_t                       lin_ws_bytes;
+    /* grow-only scratch of the batched forwards (dsattn_ctx_batch_scratch):
+     * the [n_seqs x ...] rows of one batched step */
+    void                        *batch_ws;
+    size_t                       batch_ws_bytes;
 };
+
+/* The context's batch scratch of at least `bytes` (64-byte aligned,
+ * contents undefined), kept between calls: a batched decode step
+ * allocates only when its batch needs more than any step before it on
+ * this context.  NULL on OOM.  One call at a time per context (the API's
+ * rule); the previous pointer is invalid after a call that grows. */
+void *dsattn_ctx_batch_scratch(dsattn_ctx *ctx, size_t bytes);
 
 /* ==== Checked size arithmetic ========================================== */
 
