@@ -137,6 +137,17 @@ DSATTN_TEST(cli, every_numeric_option_is_strict)
         }
 }
 
+/* Word options too: an unknown value is refused, never read as a default. */
+DSATTN_TEST(cli, unknown_isa_is_refused)
+{
+    char *argv[] = { (char *)"dsattn", (char *)"bench", (char *)"kernels", (char *)"--isa",
+                     (char *)"avx3", NULL };
+    char err[2048];
+    int rc = run_cli(argv, err, sizeof err);
+    CHECK_MSG(rc == 2 && strstr(err, "--isa") && strstr(err, "avx3"), "exit %d, stderr '%s'", rc,
+              err);
+}
+
 /* ==== dsattn run: every generation, --out ================================ */
 
 #include "safetensors.h"

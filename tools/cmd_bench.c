@@ -590,9 +590,16 @@ static int bench_kernels(int argc, char **argv)
             if (parse_fmt(argv[++i], &b.fmt)) { fprintf(stderr, "bench: bad --format\n"); return 2; }
         } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *s = argv[++i];
-            isa = !strcmp(s, "ref") ? DSATTN_ISA_REF : !strcmp(s, "avx2") ? DSATTN_ISA_AVX2
-                : !strcmp(s, "avx512") ? DSATTN_ISA_AVX512
-                : !strcmp(s, "neon") ? DSATTN_ISA_NEON : DSATTN_ISA_AUTO;
+            if (!strcmp(s, "auto")) isa = DSATTN_ISA_AUTO;
+            else if (!strcmp(s, "ref")) isa = DSATTN_ISA_REF;
+            else if (!strcmp(s, "avx2")) isa = DSATTN_ISA_AVX2;
+            else if (!strcmp(s, "avx512")) isa = DSATTN_ISA_AVX512;
+            else if (!strcmp(s, "neon")) isa = DSATTN_ISA_NEON;
+            else {
+                fprintf(stderr, "bench kernels: --isa '%s': expected auto, ref, avx2, avx512 or"
+                                " neon\n", s);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--mem") && i + 1 < argc) {
             long long x;
             int rc = dsattn_cli_int("bench kernels", "--mem", argv[++i], 64, 1 << 20, 0, &x);

@@ -255,38 +255,20 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
     /* ---- attention: query t (position pos+t) sees keys 0..pos+t */
     const float inv_sqrt_d = 1.0f / sqrtf((float)d);
     if (ref) {
-        const long items = (long)(n * H);
-#pragma omp parallel num_threads(nt)
-        {
-#ifdef _OPENMP
-            float *sc = work + (size_t)omp_get_thread_num() * per_thread;
-#else
-            float *sc = work;
-#endif
-#pragma omp for schedule(dynamic, 1)
-            for (long it = 0; it < items; it++) {
-                size_t t = (size_t)it / H, h = (size_t)it % H, g = h / G;
-                attend_ref(q + (t * H + h) * d, d, S->k + g * cap * d, S->v + g * cap * d,
-                           cap, pos + t + 1, inv_sqrt_d, sc, o + (t * H + h) * d);
-            }
-        }
+        DSATTN_PARALLEL_FOR_DYN(nt, it, n * H, {
+            float *sc = work + (size_t)dsattn_thread_num() * per_thread;
+            size_t t = it / H, h = it % H, g = h / G;
+            attend_ref(q + (t * H + h) * d, d, S->k + g * cap * d, S->v + g * cap * d,
+                       cap, pos + t + 1, inv_sqrt_d, sc, o + (t * H + h) * d);
+        });
     } else {
-        const long items = (long)(n * Hkv);
-#pragma omp parallel num_threads(nt)
-        {
-#ifdef _OPENMP
-            float *ws = work + (size_t)omp_get_thread_num() * per_thread;
-#else
-            float *ws = work;
-#endif
-#pragma omp for schedule(dynamic, 1)
-            for (long it = 0; it < items; it++) {
-                size_t t = (size_t)it / Hkv, g = (size_t)it % Hkv;
-                /* the G heads of group g are contiguous in q and o */
-                attend(q + (t * H + g * G) * d, G, d, S->k + g * cap * d, S->v + g * cap * d,
-                       cap, pos + t + 1, inv_sqrt_d, ws, o + (t * H + g * G) * d);
-            }
-        }
+        DSATTN_PARALLEL_FOR_DYN(nt, it, n * Hkv, {
+            float *ws = work + (size_t)dsattn_thread_num() * per_thread;
+            size_t t = it / Hkv, g = it % Hkv;
+            /* the G heads of group g are contiguous in q and o */
+            attend(q + (t * H + g * G) * d, G, d, S->k + g * cap * d, S->v + g * cap * d,
+                   cap, pos + t + 1, inv_sqrt_d, ws, o + (t * H + g * G) * d);
+        });
     }
     /* Work of the core: per visible key, 2d FLOPs for q.k and 2d for p.v per
      * head; bytes: each KV head's K and V rows once per query token. */

@@ -451,12 +451,11 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     const float max_init = seq->empty == DSATTN_V4_EMPTY_ZERO ? -1e30f : -INFINITY;
     const size_t n_tasks = s * hg;
     dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (n_tasks > 1)
-    for (size_t task = 0; task < n_tasks; task++) {
+    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
         const size_t t = task / hg, h0 = (task % hg) * hper;
         const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
         if (nhh == 0) continue;
-        float *ws = thr_ws + (size_t)omp_get_thread_num() * per_thr;
+        float *ws = thr_ws + (size_t)dsattn_thread_num() * per_thr;
         int32_t *idx = (int32_t *)(ws + att_ws);
         if (ck.prefill) dsattn_window_idx_prefill(w, s, t, idx);
         else dsattn_window_idx_decode_valid_first(w, ck.start_pos, idx);
@@ -469,7 +468,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
         }
         dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
                            ww + cw, L->sink ? L->sink + h0 : NULL, scale, max_init, ot, ws);
-    }
+    });
     dsattn_phase_end(ctx, &pm);
 
     /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */

@@ -181,6 +181,23 @@ int dsattn_ws_threads(void);
         }                                                                  \
     } while (0)
 
+/* for (size_t var = 0; var < n; var++) { body } as schedule(dynamic, 1)
+ * on nt threads when nt > 1 and n > 1, else the plain loop in this
+ * thread: libgomp allocates (and frees) a team for every region run on
+ * one thread, which a decode step must not do.  In the body,
+ * dsattn_thread_num() is this thread's number (0 in the plain loop). */
+#define DSATTN_PARALLEL_FOR_DYN(nt, var, n, ...)                           \
+    do {                                                                   \
+        const int dsattn_pf_nt_ = (int)(nt);                               \
+        const size_t dsattn_pf_n_ = (size_t)(n);                           \
+        if (dsattn_pf_nt_ > 1 && dsattn_pf_n_ > 1) {                       \
+            _Pragma("omp parallel for schedule(dynamic, 1) num_threads(dsattn_pf_nt_)") \
+            for (size_t var = 0; var < dsattn_pf_n_; var++) { __VA_ARGS__ }             \
+        } else {                                                           \
+            for (size_t var = 0; var < dsattn_pf_n_; var++) { __VA_ARGS__ }             \
+        }                                                                  \
+    } while (0)
+
 /* Thread tid's share [*lo, *hi) of n items split in nth contiguous parts
  * (the partition of schedule(static)). */
 static inline void dsattn_range(size_t n, int tid, int nth, size_t *lo, size_t *hi)
