@@ -212,32 +212,8 @@ void dsattn_mla_weight_row_bf16(const dsattn_weight *w, size_t r, float *out)
 
 /* ==== Loading =========================================================== */
 
-typedef struct {
-    dsattn_mla *m;
-    dsattn_ckpt *ck;
-    char *err;
-    size_t errlen;
-} binder;
-
-static dsattn_status bind_vec(binder *b, const char *name, size_t n, float **out)
+static dsattn_status bind_layer(dsattn_mla *m, const dsattn_binder *b, int64_t l)
 {
-    float *v = dsattn_alloc_array(n, sizeof(float));
-    dsattn_status st = own(b->m, v);
-    if (st) return st;
-    if ((st = dsattn_ckpt_vector_f32(b->ck, name, v, n, b->err, b->errlen))) return st;
-    *out = v;
-    return DSATTN_OK;
-}
-
-static dsattn_status bind_mat(binder *b, const char *base, size_t rows, size_t cols,
-                              unsigned accept, dsattn_weight *w)
-{
-    return dsattn_ckpt_weight(b->ck, base, accept, rows, cols, w, b->err, b->errlen);
-}
-
-static dsattn_status bind_layer(binder *b, int64_t l)
-{
-    dsattn_mla *m = b->m;
     const dsattn_mla_config *c = &m->cfg;
     dsattn_mla_layer_w *L = &m->layer[l];
     char n[256];
@@ -251,26 +227,26 @@ static dsattn_status bind_layer(binder *b, int64_t l)
     const unsigned dense = DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32);
     const unsigned acc = c->dsa ? dense | DSATTN_WMASK(DSATTN_W_FP8) : dense;
 #define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
-    if ((st = bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
     if (QL > 0) {
-        if ((st = bind_mat(b, P("attn.wq_a"), QL, dim, acc, &L->wq_a))) return st;
-        if ((st = bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
-        if ((st = bind_mat(b, P("attn.wq_b"), H * dqk, QL, acc, &L->wq_b))) return st;
+        if ((st = dsattn_bind_mat(b, P("attn.wq_a"), acc, QL, dim, &L->wq_a))) return st;
+        if ((st = dsattn_bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
+        if ((st = dsattn_bind_mat(b, P("attn.wq_b"), acc, H * dqk, QL, &L->wq_b))) return st;
     } else {
-        if ((st = bind_mat(b, P("attn.wq"), H * dqk, dim, acc, &L->wq))) return st;
+        if ((st = dsattn_bind_mat(b, P("attn.wq"), acc, H * dqk, dim, &L->wq))) return st;
     }
-    if ((st = bind_mat(b, P("attn.wkv_a"), KL + dr, dim, acc, &L->wkv_a))) return st;
-    if ((st = bind_vec(b, P("attn.kv_norm.weight"), KL, &L->kv_norm))) return st;
-    if ((st = bind_mat(b, P("attn.wkv_b"), H * (dqk - dr + dv), KL, acc, &L->wkv_b))) return st;
-    if ((st = bind_mat(b, P("attn.wo"), dim, H * dv, acc, &L->wo))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wkv_a"), acc, KL + dr, dim, &L->wkv_a))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn.kv_norm.weight"), KL, &L->kv_norm))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wkv_b"), acc, H * (dqk - dr + dv), KL, &L->wkv_b))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wo"), acc, dim, H * dv, &L->wo))) return st;
     if (c->dsa) {
-        if ((st = bind_mat(b, P("attn.indexer.wq_b"), Hi * Di, QL, acc, &L->i_wq_b))) return st;
-        if ((st = bind_mat(b, P("attn.indexer.wk"), Di, dim, acc, &L->i_wk))) return st;
+        if ((st = dsattn_bind_mat(b, P("attn.indexer.wq_b"), acc, Hi * Di, QL, &L->i_wq_b))) return st;
+        if ((st = dsattn_bind_mat(b, P("attn.indexer.wk"), acc, Di, dim, &L->i_wk))) return st;
         /* weights_proj is a bf16 Linear in every revision */
-        if ((st = bind_mat(b, P("attn.indexer.weights_proj"), Hi, dim, dense, &L->i_wproj)))
+        if ((st = dsattn_bind_mat(b, P("attn.indexer.weights_proj"), dense, Hi, dim, &L->i_wproj)))
             return st;
-        if ((st = bind_vec(b, P("attn.indexer.k_norm.weight"), Di, &L->i_knorm_w))) return st;
-        if ((st = bind_vec(b, P("attn.indexer.k_norm.bias"), Di, &L->i_knorm_b))) return st;
+        if ((st = dsattn_bind_vec(b, P("attn.indexer.k_norm.weight"), Di, &L->i_knorm_w))) return st;
+        if ((st = dsattn_bind_vec(b, P("attn.indexer.k_norm.bias"), Di, &L->i_knorm_b))) return st;
     }
 #undef P
     const dsattn_weight *ws[] = { &L->wq, &L->wq_a, &L->wq_b, &L->wkv_a, &L->wkv_b, &L->wo,
@@ -296,8 +272,8 @@ dsattn_status dsattn_mla_load(dsattn_mla **out, const char *config_json,
         return st;
     }
     m->ckpt = ck;
-    binder b = { m, ck, err, errlen };
-    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(&b, l);
+    const dsattn_binder b = { ck, &m->owned, err, errlen };
+    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
     if (st) { dsattn_mla_destroy(m); return st; }
     m->has_weights = 1;
     *out = m;

@@ -225,11 +225,6 @@ dsattn_status dsattn_v41_config_load(dsattn_v41_config *c, const char *path,
 
 /* ==== Model object ====================================================== */
 
-static dsattn_status own(dsattn_v41 *m, void *p)
-{
-    return dsattn_owned_add(&m->owned, p);
-}
-
 static void plan_layers(dsattn_v41 *m)
 {
     const dsattn_v41_config *c = &m->cfg;
@@ -320,35 +315,13 @@ size_t dsattn_v41_weight_bytes(const dsattn_v41 *m)
  * or a folder; inference or HF names): Linear weights are borrowed from the
  * mapping in the format stored, converted only where V4.1 computes in
  * another format (wo_a runs as a bf16 einsum, as convert.py prepares it). */
-typedef struct {
-    dsattn_v41 *m;
-    const dsattn_ckpt *ck;
-    char *err;
-    size_t errlen;
-} binder;
-
-static dsattn_status bind_vec(binder *b, const char *name, size_t n, float **out)
+/* A V4.1 Linear: the shared binder, and a quantized one must take inputs
+ * in whole activation blocks of 32 (act_quant). */
+static dsattn_status bind_mat(const dsattn_binder *b, const char *name, unsigned accept,
+                              size_t rows, size_t cols, dsattn_weight *w)
 {
-    float *v = dsattn_alloc_array(n, sizeof(float));
-    dsattn_status st = own(b->m, v);
+    dsattn_status st = dsattn_bind_mat(b, name, accept, rows, cols, w);
     if (st) return st;
-    if ((st = dsattn_ckpt_vector_f32(b->ck, name, v, n, b->err, b->errlen))) return st;
-    *out = v;
-    return DSATTN_OK;
-}
-
-static dsattn_status bind_mat(binder *b, const char *name, unsigned accept, size_t rows,
-                              size_t cols, dsattn_weight *w)
-{
-    char base[256];
-    size_t n = strlen(name);
-    if (n > 7 && !strcmp(name + n - 7, ".weight")) n -= 7;
-    snprintf(base, sizeof base, "%.*s", (int)n, name);
-    dsattn_status st = dsattn_ckpt_weight(b->ck, base, accept, rows, cols, w, b->err, b->errlen);
-    if (st) return st;
-    if (w->owned && (st = own(b->m, w->owned))) return st;
-    w->owned = NULL;                 /* the model frees it, not the caller */
-    /* a quantized Linear quantizes its input in blocks of 32 (act_quant) */
     if ((w->kind == DSATTN_W_FP8 || w->kind == DSATTN_W_FP4) && w->cols % 32)
         return dsattn_errf(b->err, b->errlen, DSATTN_ERR_FORMAT,
                            "%s: stored as %s with %zu input dims, not a multiple of the "
@@ -360,9 +333,8 @@ static dsattn_status bind_mat(binder *b, const char *name, unsigned accept, size
 #define ANY    DSATTN_WMASK_ANY
 #define DENSE  (DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32))
 
-static dsattn_status bind_layer(binder *b, int64_t l)
+static dsattn_status bind_layer(dsattn_v41 *m, const dsattn_binder *b, int64_t l)
 {
-    dsattn_v41 *m = b->m;
     const dsattn_v41_config *c = &m->cfg;
     dsattn_v41_layer_w *L = &m->layer[l];
     char n[256];
@@ -371,13 +343,13 @@ static dsattn_status bind_layer(binder *b, int64_t l)
     size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
 #define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
-    if ((st = bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
     if ((st = bind_mat(b, P("attn.wq_a.weight"), ANY, QL, dim, &L->wq_a))) return st;
-    if ((st = bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
     if ((st = bind_mat(b, P("attn.wq_b.weight"), ANY, H * D, QL, &L->wq_b))) return st;
     if ((st = bind_mat(b, P("attn.wkv.weight"), ANY, D, dim, &L->wkv))) return st;
-    if ((st = bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
-    if ((st = bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
     /* wo_a: bf16 as the reference holds it, or FP8 as the checkpoint does
      * (exactly the same einsum, half the bytes: see dsattn_attn_output) */
     unsigned wo_a_ok = DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32) |
@@ -389,7 +361,7 @@ static dsattn_status bind_layer(binder *b, int64_t l)
         /* a pooling compressor runs in fp32: dense weights only */
         unsigned cm = L->ratio > 1 ? DENSE : ANY;
         if ((st = bind_mat(b, P("attn.compressor.wkv.weight"), cm, D, dim, &L->c_wkv))) return st;
-        if ((st = bind_vec(b, P("attn.compressor.norm.weight"), D, &L->c_norm))) return st;
+        if ((st = dsattn_bind_vec(b, P("attn.compressor.norm.weight"), D, &L->c_norm))) return st;
         if (L->ratio > 1 &&
             (st = bind_mat(b, P("attn.compressor.wgate.weight"), DENSE, D, dim, &L->c_wgate)))
             return st;
@@ -401,7 +373,7 @@ static dsattn_status bind_layer(binder *b, int64_t l)
             return st;
         if (L->owns_k) {
             if ((st = bind_mat(b, P("attn.indexer.wk.weight"), ANY, Di, D, &L->i_wk))) return st;
-            if ((st = bind_vec(b, P("attn.indexer.k_norm.weight"), Di, &L->i_knorm))) return st;
+            if ((st = dsattn_bind_vec(b, P("attn.indexer.k_norm.weight"), Di, &L->i_knorm))) return st;
         }
     }
 #undef P
@@ -444,8 +416,8 @@ dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
         return st;
     }
     plan_layers(m);
-    binder b = { m, ck, err, errlen };
-    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(&b, l);
+    const dsattn_binder b = { ck, &m->owned, err, errlen };
+    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
     if (st) { dsattn_v41_destroy(m); return st; }
     *out = m;
     return DSATTN_OK;

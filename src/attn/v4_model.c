@@ -169,11 +169,6 @@ out:
 
 /* ==== Model lifetime and plan =========================================== */
 
-static dsattn_status own(dsattn_v4 *m, void *p)
-{
-    return dsattn_owned_add(&m->owned, p);
-}
-
 static void plan_layers(dsattn_v4 *m)
 {
     const dsattn_v4_config *c = &m->cfg;
@@ -281,56 +276,27 @@ dsattn_status dsattn_v4_load_config(dsattn_v4 **out, const char *config_json, ch
  * stored, converted only where V4 computes in another format - wo_a runs
  * as a bf16 einsum (an FP8 wo_a is dequantized, as the official conversion
  * does), the compressors in fp32 (dense weights), weights_proj in bf16. */
-typedef struct {
-    dsattn_v4 *m;
-    const dsattn_ckpt *ck;
-    char *err;
-    size_t errlen;
-} binder;
-
-static dsattn_status bind_vec(binder *b, const char *name, size_t n, float **out)
-{
-    float *v = dsattn_alloc_array(n, sizeof(float));
-    dsattn_status st = own(b->m, v);
-    if (st) return st;
-    if ((st = dsattn_ckpt_vector_f32(b->ck, name, v, n, b->err, b->errlen))) return st;
-    *out = v;
-    return DSATTN_OK;
-}
-
-/* base: the Linear's name without ".weight" */
-static dsattn_status bind_mat(binder *b, const char *base, unsigned accept, size_t rows,
-                              size_t cols, dsattn_weight *w)
-{
-    dsattn_status st = dsattn_ckpt_weight(b->ck, base, accept, rows, cols, w, b->err, b->errlen);
-    if (st) return st;
-    if (w->owned && (st = own(b->m, w->owned))) return st;
-    w->owned = NULL;                 /* the model frees it, not the caller */
-    return DSATTN_OK;
-}
-
 #define LIN    (DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32) | DSATTN_WMASK(DSATTN_W_FP8))
 #define DENSE  (DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32))
 #define BF16   DSATTN_WMASK(DSATTN_W_BF16)
 
-static dsattn_status bind_compressor(binder *b, const char *prefix, int64_t l,
+static dsattn_status bind_compressor(const dsattn_v4 *m, const dsattn_binder *b, const char *prefix, int64_t l,
                                      dsattn_v4_compressor_w *C)
 {
     char n[256];
     dsattn_status st;
-    const size_t coff = C->overlap ? 2 : 1, dim = (size_t)b->m->cfg.dim;
+    const size_t coff = C->overlap ? 2 : 1, dim = (size_t)m->cfg.dim;
 #define P(sfx) (snprintf(n, sizeof n, "layers.%lld.%s.%s", (long long)l, prefix, sfx), n)
-    if ((st = bind_mat(b, P("wkv"), DENSE, coff * C->d, dim, &C->wkv))) return st;
-    if ((st = bind_mat(b, P("wgate"), DENSE, coff * C->d, dim, &C->wgate))) return st;
-    if ((st = bind_vec(b, P("ape"), C->ratio * coff * C->d, &C->ape))) return st;
-    if ((st = bind_vec(b, P("norm.weight"), C->d, &C->norm))) return st;
+    if ((st = dsattn_bind_mat(b, P("wkv"), DENSE, coff * C->d, dim, &C->wkv))) return st;
+    if ((st = dsattn_bind_mat(b, P("wgate"), DENSE, coff * C->d, dim, &C->wgate))) return st;
+    if ((st = dsattn_bind_vec(b, P("ape"), C->ratio * coff * C->d, &C->ape))) return st;
+    if ((st = dsattn_bind_vec(b, P("norm.weight"), C->d, &C->norm))) return st;
 #undef P
     return DSATTN_OK;
 }
 
-static dsattn_status bind_layer(binder *b, int64_t l)
+static dsattn_status bind_layer(dsattn_v4 *m, const dsattn_binder *b, int64_t l)
 {
-    dsattn_v4 *m = b->m;
     const dsattn_v4_config *c = &m->cfg;
     dsattn_v4_layer_w *L = &m->layer[l];
     char n[256];
@@ -339,20 +305,20 @@ static dsattn_status bind_layer(binder *b, int64_t l)
     size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
 #define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
-    if ((st = bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
-    if ((st = bind_mat(b, P("attn.wq_a"), LIN, QL, dim, &L->wq_a))) return st;
-    if ((st = bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
-    if ((st = bind_mat(b, P("attn.wq_b"), LIN, H * D, QL, &L->wq_b))) return st;
-    if ((st = bind_mat(b, P("attn.wkv"), LIN, D, dim, &L->wkv))) return st;
-    if ((st = bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
-    if ((st = bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
-    if ((st = bind_mat(b, P("attn.wo_a"), BF16, G * R, H * D / G, &L->wo_a))) return st;
-    if ((st = bind_mat(b, P("attn.wo_b"), LIN, dim, G * R, &L->wo_b))) return st;
-    if (L->ratio > 0 && (st = bind_compressor(b, "attn.compressor", l, &L->comp))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wq_a"), LIN, QL, dim, &L->wq_a))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wq_b"), LIN, H * D, QL, &L->wq_b))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wkv"), LIN, D, dim, &L->wkv))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
+    if ((st = dsattn_bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wo_a"), BF16, G * R, H * D / G, &L->wo_a))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wo_b"), LIN, dim, G * R, &L->wo_b))) return st;
+    if (L->ratio > 0 && (st = bind_compressor(m, b, "attn.compressor", l, &L->comp))) return st;
     if (L->kind == DSATTN_V4_CSA) {
-        if ((st = bind_compressor(b, "attn.indexer.compressor", l, &L->icomp))) return st;
-        if ((st = bind_mat(b, P("attn.indexer.wq_b"), LIN, Hi * Di, QL, &L->i_wq_b))) return st;
-        if ((st = bind_mat(b, P("attn.indexer.weights_proj"), BF16, Hi, dim, &L->i_wproj)))
+        if ((st = bind_compressor(m, b, "attn.indexer.compressor", l, &L->icomp))) return st;
+        if ((st = dsattn_bind_mat(b, P("attn.indexer.wq_b"), LIN, Hi * Di, QL, &L->i_wq_b))) return st;
+        if ((st = dsattn_bind_mat(b, P("attn.indexer.weights_proj"), BF16, Hi, dim, &L->i_wproj)))
             return st;
     }
 #undef P
@@ -387,8 +353,8 @@ dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json, const cha
     dsattn_v4 *m = NULL;
     if ((st = new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
     m->ckpt = ck;
-    binder b = { m, ck, err, errlen };
-    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(&b, l);
+    const dsattn_binder b = { ck, &m->owned, err, errlen };
+    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
     if (st) { dsattn_v4_destroy(m); return st; }
     m->has_weights = 1;
     *out = m;

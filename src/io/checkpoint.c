@@ -1,5 +1,6 @@
 /* checkpoint.c - open a checkpoint (file, shard index or folder), map its
- * names to inference names, hand out weight descriptors, and validate it
+ * names to inference names, hand out weight descriptors, bind a model's
+ * tensors (the one binder every generation's loader uses), and validate it
  * against its config.  See checkpoint.h for the contract.
  *
  * Owns: the shard set, the name table, the decoding of scale tensors, the
@@ -758,6 +759,38 @@ dsattn_status dsattn_ckpt_vector_f32(const dsattn_ckpt *ck, const char *name,
             return W_BAD(DSATTN_ERR_FORMAT, "%s: '%s' element %zu is %g (byte offset %zu)",
                          e->file, e->stored_name, i, (double)out[i],
                          t->offset + i * dsattn_dtype_size(t->dtype));
+    return DSATTN_OK;
+}
+
+/* ==== Binder ============================================================ */
+
+dsattn_status dsattn_bind_vec(const dsattn_binder *b, const char *name, size_t n, float **out)
+{
+    float *v = dsattn_alloc_array(n, sizeof(float));
+    dsattn_status st = dsattn_owned_add(b->owned, v);
+    if (st) return st;
+    if ((st = dsattn_ckpt_vector_f32(b->ck, name, v, n, b->err, b->errlen))) return st;
+    *out = v;
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_bind_mat(const dsattn_binder *b, const char *name, unsigned accept,
+                              size_t rows, size_t cols, dsattn_weight *w)
+{
+    char base[256];
+    size_t n = strlen(name);
+    if (n > 7 && !strcmp(name + n - 7, ".weight")) n -= 7;
+    if (n >= sizeof base)
+        return dsattn_errf(b->err, b->errlen, DSATTN_ERR_INVALID_ARG, "tensor name too long");
+    memcpy(base, name, n);
+    base[n] = '\0';
+    dsattn_status st = dsattn_ckpt_weight(b->ck, base, accept, rows, cols, w, b->err, b->errlen);
+    if (st) return st;
+    if (w->owned && (st = dsattn_owned_add(b->owned, w->owned))) {
+        w->owned = NULL;             /* owned_add freed it */
+        return st;
+    }
+    w->owned = NULL;                 /* the model frees it, not the weight */
     return DSATTN_OK;
 }
 

@@ -80,6 +80,27 @@ dsattn_status dsattn_ckpt_weight(const dsattn_ckpt *ck, const char *base,
 dsattn_status dsattn_ckpt_vector_f32(const dsattn_ckpt *ck, const char *name,
                                      float *out, size_t n, char *err, size_t errlen);
 
+/* ==== Binder: a model's tensors bound from a checkpoint ================ */
+
+/* What every generation's loader does with each tensor it names: a vector
+ * read into an fp32 array, a Linear weight borrowed in the format stored
+ * (or converted, when `accept` leaves the stored kind out).  Every array
+ * and every converted weight goes on `owned`, the model's list, which the
+ * model frees; borrowed bytes stay in the checkpoint, which the model keeps
+ * open.  Errors name the tensor in err. */
+typedef struct {
+    const dsattn_ckpt   *ck;
+    struct dsattn_owned *owned;
+    char                *err;
+    size_t               errlen;
+} dsattn_binder;
+
+dsattn_status dsattn_bind_vec(const dsattn_binder *b, const char *name, size_t n,
+                              float **out);
+/* name: the Linear's base ("layers.3.attn.wq_a") or its ".weight" tensor */
+dsattn_status dsattn_bind_mat(const dsattn_binder *b, const char *name, unsigned accept,
+                              size_t rows, size_t cols, dsattn_weight *w);
+
 /* Check the checkpoint against its config: every expected attention tensor
  * present with the right shape, a usable dtype and finite scales.  Calls
  * `issue` (may be NULL) once per problem with an error text; *n_issues gets
