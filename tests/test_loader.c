@@ -379,6 +379,8 @@ DSATTN_TEST(loader, hf_config_v41_text_config)
           "index source layer 6" },                         /* source in MTP range */
         { V41_TEXT("[0,0,1,1,1,1,0]", "[2]", "[4]", ""), DSATTN_ERR_FORMAT,
           "candidate_source_layer" },
+        { V41_TEXT("[0,0,1,1,1,1,0]", "[2,4]", "[2]", ""), DSATTN_ERR_FORMAT,
+          "kv source layer 4 is not an index source" },
         { V41_TEXT("[0,1,1,1,1,1,0]", "[2]", "[2,4]", ""), DSATTN_ERR_FORMAT,
           "no kv source" },
         { V41_TEXT("[0,0,2,1,1,1,0]", "[2]", "[2,4]", ""), DSATTN_ERR_FORMAT,

@@ -278,7 +278,7 @@ DSATTN_TEST(v4, forced_topk_attends_every_visible_entry)
     for (size_t i = 0; i < wd; i++)
         if (rows[i] >= 0 && rows[i] < 32) seen |= 1u << rows[i];
     CHECK_EQ_INT(seen, (1u << (N / 4)) - 1);
-    int csa[DSATTN_V4_MAX_LAYERS] = { 0 };
+    int csa[DSATTN_MAX_LAYERS] = { 0 };
     for (int64_t l = 0; l < m->cfg.n_layers; l++)
         if (m->layer[l].kind == DSATTN_V4_CSA) { csa[l] = 1; m->layer[l].kind = DSATTN_V4_HCA; }
     dsattn_v4_seq *s2 = run_stack(ctx, m, x, N, 13, b, DSATTN_V4_EMPTY_REFERENCE);
@@ -395,7 +395,7 @@ DSATTN_TEST(v4, layer_sink_on_off)
     const size_t N = 20;
     dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     float *a = malloc(N * dim * 4), *b = malloc(N * dim * 4), *c = malloc(N * dim * 4);
-    float *saved[DSATTN_V4_MAX_LAYERS];
+    float *saved[DSATTN_MAX_LAYERS];
     float minf[64];
     for (int i = 0; i < 64; i++) minf[i] = -INFINITY;
     for (int64_t l = 0; l < m->cfg.n_layers; l++) { saved[l] = m->layer[l].sink; m->layer[l].sink = NULL; }

@@ -16,7 +16,6 @@
 #include "ops.h"
 #include "weights.h"
 
-#define DSATTN_MHA_MAX_LAYERS 1024
 
 typedef struct {
     int64_t hidden, n_layers, n_heads, n_kv_heads, head_dim;

@@ -69,9 +69,9 @@ static dsattn_status parse(dsattn_mha_config *c, const cJSON *o, char *err,
 
     CHECKF(c->hidden > 0 && c->hidden <= (1 << 16), "key 'hidden_size': %lld out of range",
            (long long)c->hidden);
-    CHECKF(c->n_layers > 0 && c->n_layers <= DSATTN_MHA_MAX_LAYERS,
+    CHECKF(c->n_layers > 0 && c->n_layers <= DSATTN_MAX_LAYERS,
            "key 'num_hidden_layers': %lld out of range (1..%d)", (long long)c->n_layers,
-           DSATTN_MHA_MAX_LAYERS);
+           DSATTN_MAX_LAYERS);
     CHECKF(c->n_heads > 0 && c->n_heads <= 1024 && c->hidden % c->n_heads == 0,
            "key 'num_attention_heads': %lld must divide hidden_size %lld",
            (long long)c->n_heads, (long long)c->hidden);

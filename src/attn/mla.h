@@ -16,7 +16,6 @@
 #include "ops.h"
 #include "weights.h"
 
-#define DSATTN_MLA_MAX_LAYERS 256
 
 typedef struct {
     int     dsa;                       /* V3.2: lightning indexer + top-k   */
@@ -56,7 +55,7 @@ struct dsattn_mla {
     dsattn_rope        rope;                  /* one table, every layer     */
     dsattn_actq        actq;                  /* before FP8 GEMMs (V3.2)    */
     int                use_actq;              /* V3 gemm_impl "bf16": none  */
-    dsattn_mla_layer_w layer[DSATTN_MLA_MAX_LAYERS];
+    dsattn_mla_layer_w layer[DSATTN_MAX_LAYERS];
     void              *ckpt;                  /* dsattn_ckpt, if loaded     */
     dsattn_owned        owned;                  /* buffers to free           */
 };
@@ -82,7 +81,7 @@ struct dsattn_mla_seq {
     dsattn_ws           ws;           /* decode scratch, sized at creation for
                                        * one token at capacity (mla_ws_bytes):
                                        * no allocation per step               */
-    dsattn_mla_layer_s  layer[DSATTN_MLA_MAX_LAYERS];
+    dsattn_mla_layer_s  layer[DSATTN_MAX_LAYERS];
 };
 
 dsattn_status dsattn_mla_config_load(dsattn_mla_config *c, const char *path,

@@ -117,7 +117,7 @@ nomem:
 void dsattn_mla_seq_destroy(dsattn_mla_seq *s)
 {
     if (!s) return;
-    for (int l = 0; l < DSATTN_MLA_MAX_LAYERS; l++) {
+    for (int l = 0; l < DSATTN_MAX_LAYERS; l++) {
         dsattn_free(s->layer[l].cache);
         dsattn_free(s->layer[l].v);
         dsattn_free(s->layer[l].kidx);

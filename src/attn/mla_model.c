@@ -71,9 +71,9 @@ static dsattn_status config_from_model(dsattn_mla_config *c, const dsattn_model_
     c->rope_il_mla = 1;
     c->rope_il_index = 0;
 
-    CHECKF(c->n_layers > 0 && c->n_layers <= DSATTN_MLA_MAX_LAYERS,
+    CHECKF(c->n_layers > 0 && c->n_layers <= DSATTN_MAX_LAYERS,
            "%s: n_layers %lld out of range (1..%d)", path, (long long)c->n_layers,
-           DSATTN_MLA_MAX_LAYERS);
+           DSATTN_MAX_LAYERS);
     CHECKF(c->dim > 0 && c->dim <= (1 << 16), "%s: dim %lld out of range", path,
            (long long)c->dim);
     CHECKF(c->n_heads > 0 && c->n_heads <= 1024, "%s: n_heads %lld out of range", path,
@@ -137,7 +137,7 @@ static dsattn_status own(dsattn_mla *m, void *p)
 void dsattn_mla_destroy(dsattn_mla *m)
 {
     if (!m) return;
-    for (int64_t l = 0; l < DSATTN_MLA_MAX_LAYERS; l++) {
+    for (int64_t l = 0; l < DSATTN_MAX_LAYERS; l++) {
         dsattn_mla_layer_w *L = &m->layer[l];
         dsattn_weight *ws[] = { &L->wq, &L->wq_a, &L->wq_b, &L->wkv_a, &L->wkv_b, &L->wo,
                                 &L->i_wq_b, &L->i_wk, &L->i_wproj };

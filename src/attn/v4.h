@@ -15,7 +15,6 @@
 #include "ops.h"
 #include "weights.h"
 
-#define DSATTN_V4_MAX_LAYERS 256
 #define DSATTN_V4_CSA_RATIO  4        /* ratio 4 = CSA (overlap + indexer) */
 #define DSATTN_V4_ACT_BLOCK  128      /* act_quant block before FP8 GEMMs   */
 
@@ -23,7 +22,7 @@ typedef struct {
     int64_t dim, n_layers, n_total_layers;     /* total = compress_ratios len */
     int64_t n_heads, head_dim, rope_head_dim, q_lora_rank;
     int64_t o_groups, o_lora_rank, window_size;
-    int64_t compress_ratios[DSATTN_V4_MAX_LAYERS];
+    int64_t compress_ratios[DSATTN_MAX_LAYERS];
     int64_t index_n_heads, index_head_dim, index_topk;
     double  rope_theta, compress_rope_theta, rope_factor, original_seq_len;
     double  beta_fast, beta_slow;
@@ -56,7 +55,7 @@ typedef struct {
 
 struct dsattn_v4 {
     dsattn_v4_config   cfg;
-    dsattn_v4_layer_w  layer[DSATTN_V4_MAX_LAYERS];
+    dsattn_v4_layer_w  layer[DSATTN_MAX_LAYERS];
     int                has_weights;            /* 0: config-only model       */
     void              *ckpt;                   /* dsattn_st_file, if mapped  */
     dsattn_owned        owned;                  /* buffers to free           */
@@ -81,7 +80,7 @@ struct dsattn_v4_seq {
     dsattn_v4_empty     empty;
     int64_t             pos;               /* tokens consumed so far        */
     size_t              max_seq_len;
-    dsattn_v4_layer_s   layer[DSATTN_V4_MAX_LAYERS];
+    dsattn_v4_layer_s   layer[DSATTN_MAX_LAYERS];
     /* Decode scratch, sized at creation for one token at capacity (so a
      * decode step allocates nothing; a prefill chunk may grow or spill). */
     void               *scratch;           /* the layer forward's buffers   */

@@ -15,15 +15,15 @@
 #include "ops.h"
 #include "weights.h"
 
-#define DSATTN_V41_MAX_LAYERS 256
 
 typedef struct {
     int64_t dim, n_layers, n_total_layers;     /* total = backbone + DSpark */
     int64_t n_heads, head_dim, rope_head_dim, q_lora_rank;
     int64_t o_groups, o_lora_rank, window_size;
-    int64_t compress_ratios[DSATTN_V41_MAX_LAYERS];
-    uint8_t is_kv_source[DSATTN_V41_MAX_LAYERS];
-    uint8_t is_index_source[DSATTN_V41_MAX_LAYERS];
+    int64_t compress_ratios[DSATTN_MAX_LAYERS];
+    uint8_t is_kv_source[DSATTN_MAX_LAYERS];
+    uint8_t is_index_source[DSATTN_MAX_LAYERS];
+    dsattn_v41_mode mode[DSATTN_MAX_LAYERS];   /* the io layer's plan       */
     int64_t candidate_source_layer;            /* -1: none                  */
     int64_t candidate_topk_blocks, candidate_block_size;
     int64_t index_n_heads, index_head_dim, index_topk;
@@ -52,7 +52,7 @@ typedef struct {
 
 struct dsattn_v41 {
     dsattn_v41_config   cfg;
-    dsattn_v41_layer_w  layer[DSATTN_V41_MAX_LAYERS];
+    dsattn_v41_layer_w  layer[DSATTN_MAX_LAYERS];
     void               *ckpt;                  /* dsattn_st_file, if mapped */
     dsattn_owned        owned;                  /* buffers to free           */
 };
@@ -75,7 +75,7 @@ struct dsattn_v41_seq {
     dsattn_v41_index_k  index_k_mode;
     int64_t             pos;               /* tokens consumed so far        */
     size_t              max_seq_len;
-    dsattn_v41_layer_s  layer[DSATTN_V41_MAX_LAYERS];
+    dsattn_v41_layer_s  layer[DSATTN_MAX_LAYERS];
 
     /* The shared attention runtime: four slots, written and read in layer
      * order (docs/semantics.md §7.2).  Owned by the sequence. */

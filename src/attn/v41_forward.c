@@ -134,7 +134,7 @@ nomem:
 void dsattn_v41_seq_destroy(dsattn_v41_seq *s)
 {
     if (!s) return;
-    for (int l = 0; l < DSATTN_V41_MAX_LAYERS; l++) {
+    for (int l = 0; l < DSATTN_MAX_LAYERS; l++) {
         dsattn_v41_layer_s *S = &s->layer[l];
         dsattn_free(S->ring);
         dsattn_free(S->ckv);

@@ -64,9 +64,9 @@ dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
      * pairs, the layer plan), and dsattn's fixed per-row buffers (the upper
      * bounds, all above every published config), each message saying which. */
     CHECKF(c->n_layers > 0 && c->n_layers <= c->n_total_layers &&
-               c->n_total_layers <= DSATTN_V41_MAX_LAYERS,
+               c->n_total_layers <= DSATTN_MAX_LAYERS,
            "n_layers %lld / compress_ratios length %lld out of range (max %d)",
-           (long long)c->n_layers, (long long)c->n_total_layers, DSATTN_V41_MAX_LAYERS);
+           (long long)c->n_layers, (long long)c->n_total_layers, DSATTN_MAX_LAYERS);
     CHECKF(c->dim > 0 && c->dim <= (1 << 16),
            "dim %lld must be positive and at most 65536 (a dsattn limit)", (long long)c->dim);
     CHECKF(c->n_heads > 0 && c->n_heads <= 512,
@@ -108,45 +108,13 @@ dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
     CHECKF(c->index_topk > 0, "index_topk must be positive");
     CHECKF(c->norm_eps >= 0.0f, "norm_eps must be >= 0");
 
-    int any_src = 0, last_kv = -1, last_idx = -1;
-    for (int64_t l = 0; l < c->n_total_layers; l++) {
-        int64_t m = c->compress_ratios[l];
-        CHECKF(m >= 0 && m <= 1024, "compress_ratios[%lld] = %lld out of range",
-               (long long)l, (long long)m);
-        if (l >= c->n_layers) continue;
-        if (c->is_kv_source[l] || c->is_index_source[l])
-            CHECKF(m > 0, "layer %lld is listed as a source but has compress ratio 0",
-                   (long long)l);
-        if (c->is_kv_source[l])
-            CHECKF(c->is_index_source[l],
-                   "KV source layer %lld is not an index source (unsupported plan: its "
-                   "index keys would have no scorer)", (long long)l);
-        if (m > 0) {
-            if (c->is_kv_source[l]) last_kv = (int)l;
-            if (c->is_index_source[l]) last_idx = (int)l;
-            CHECKF(last_kv >= 0, "layer %lld (ratio %lld) has no preceding KV source",
-                   (long long)l, (long long)m);
-            CHECKF(last_idx >= 0, "layer %lld (ratio %lld) has no preceding index source",
-                   (long long)l, (long long)m);
-            CHECKF(c->is_kv_source[l] || c->compress_ratios[last_kv] == m,
-                   "layer %lld (ratio %lld) reads KV source %d of ratio %lld",
-                   (long long)l, (long long)m, last_kv, (long long)c->compress_ratios[last_kv]);
-            any_src = 1;
-        }
-    }
-    (void)any_src;
-    int64_t cs = c->candidate_source_layer;
-    if (cs >= 0) {
-        CHECKF(cs < c->n_layers && c->is_index_source[cs],
-               "candidate_source_layer %lld must be an index source of the backbone",
-               (long long)cs);
-        CHECKF(c->candidate_block_size > 0 && c->candidate_topk_blocks > 0,
-               "candidate_block_size / candidate_topk_blocks must be positive");
-        /* Reindex rows with fewer pool entries than index_topk would keep
-         * -inf picks outside the pool; the reference attends them, other
-         * engines drop them.  dsattn follows the reference (v41_forward.c)
-         * and says so here so it is never silent. */
-    }
+    /* the layer plan's rules (sources, ratios, candidates) are the io
+     * layer's dsattn_v41_plan_from_config, applied by dsattn_v41_config_load;
+     * here only the per-entry bound of dsattn's buffers */
+    for (int64_t l = 0; l < c->n_total_layers; l++)
+        CHECKF(c->compress_ratios[l] >= 0 && c->compress_ratios[l] <= 1024,
+               "compress_ratios[%lld] = %lld out of range (0..1024, a dsattn limit)",
+               (long long)l, (long long)c->compress_ratios[l]);
     CHECKF(c->fp8_block == 32 || c->fp8_block == 64 || c->fp8_block == 128,
            "FP8 weight block %lld unsupported", (long long)c->fp8_block);
     return DSATTN_OK;
@@ -161,7 +129,7 @@ static dsattn_status from_model_config(dsattn_v41_config *c, const dsattn_model_
     if (mc->arch != DSATTN_ARCH_V41)
         return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                            "config is %s, not a V4.1 (CSA2) model", dsattn_arch_name(mc->arch));
-    CHECKF(mc->n_compress_ratios <= DSATTN_V41_MAX_LAYERS, "too many layers (%lld)",
+    CHECKF(mc->n_compress_ratios <= DSATTN_MAX_LAYERS, "too many layers (%lld)",
            (long long)mc->n_compress_ratios);
     c->dim = mc->dim;
     c->n_layers = mc->n_layers;
@@ -211,9 +179,13 @@ dsattn_status dsattn_v41_config_load(dsattn_v41_config *c, const char *path,
     if (!mc) return DSATTN_ERR_NOMEM;
     memset(c, 0, sizeof *c);
     c->candidate_source_layer = -1;
-    dsattn_status st = dsattn_config_load(mc, path, err, errlen);
+    dsattn_v41_plan *plan = malloc(sizeof *plan);
+    dsattn_status st = plan ? dsattn_config_load(mc, path, err, errlen) : DSATTN_ERR_NOMEM;
     if (!st) st = from_model_config(c, mc, err, errlen);
+    if (!st) st = dsattn_v41_plan_from_config(mc, plan, err, errlen);
+    for (int64_t l = 0; !st && l < c->n_layers; l++) c->mode[l] = plan->layer[l].mode;
     if (!st) st = dsattn_v41_config_validate(c, err, errlen);
+    free(plan);
     free(mc);
     if (st && err && errlen && !strstr(err, path)) {
         char tmp[1024];
@@ -231,16 +203,13 @@ static void plan_layers(dsattn_v41 *m)
     for (int64_t l = 0; l < c->n_layers; l++) {
         dsattn_v41_layer_w *L = &m->layer[l];
         L->ratio = c->compress_ratios[l];
-        L->is_kv_source = L->ratio > 0 && c->is_kv_source[l];
-        L->is_index_source = L->ratio > 0 && c->is_index_source[l];
+        L->mode = c->mode[l];
+        L->is_kv_source = L->mode == DSATTN_V41_FULL;
+        L->is_index_source = L->mode == DSATTN_V41_FULL || L->mode == DSATTN_V41_REINDEX;
         L->owns_k = L->is_kv_source;
         L->is_candidate_source = L->is_index_source && c->candidate_source_layer == l;
         L->uses_candidates = L->is_index_source && c->candidate_source_layer >= 0 &&
                              c->candidate_source_layer < l;
-        if (L->ratio == 0) L->mode = DSATTN_V41_SWA;
-        else if (L->is_kv_source) L->mode = DSATTN_V41_FULL;
-        else if (L->is_index_source) L->mode = DSATTN_V41_REINDEX;
-        else L->mode = DSATTN_V41_REUSE;
         /* compress_ratio > 0 (not > 1): ratio-1 layers use the long-range
          * table too (docs/semantics.md §2.3). */
         if (L->ratio > 0)

@@ -106,7 +106,7 @@ dsattn_status dsattn_v4_seq_create(dsattn_v4_seq **out, const dsattn_v4 *m,
 void dsattn_v4_seq_destroy(dsattn_v4_seq *s)
 {
     if (!s) return;
-    for (int l = 0; l < DSATTN_V4_MAX_LAYERS; l++) {
+    for (int l = 0; l < DSATTN_MAX_LAYERS; l++) {
         dsattn_v4_layer_s *S = &s->layer[l];
         dsattn_free(S->kv);
         dsattn_free(S->ikv);

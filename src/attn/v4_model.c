@@ -46,9 +46,9 @@ static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err, size_t errlen)
 {
     CHECKF(c->n_layers > 0 && c->n_layers <= c->n_total_layers &&
-               c->n_total_layers <= DSATTN_V4_MAX_LAYERS,
+               c->n_total_layers <= DSATTN_MAX_LAYERS,
            "n_layers %lld / compress_ratios length %lld out of range (max %d)",
-           (long long)c->n_layers, (long long)c->n_total_layers, DSATTN_V4_MAX_LAYERS);
+           (long long)c->n_layers, (long long)c->n_total_layers, DSATTN_MAX_LAYERS);
     CHECKF(c->dim > 0 && c->dim <= (1 << 16), "dim %lld out of range", (long long)c->dim);
     CHECKF(c->n_heads > 0 && c->n_heads <= 512, "n_heads %lld out of range",
            (long long)c->n_heads);
@@ -132,7 +132,7 @@ dsattn_status dsattn_v4_config_load(dsattn_v4_config *c, const char *path, char 
     c->norm_eps = (float)eps;
     if ((st = dsattn_jcfg_int_opt(o, "n_mtp_layers", 1, &n_mtp, err, errlen))) goto out;
     if ((st = dsattn_jcfg_int_array(o, "compress_ratios", c->compress_ratios,
-                                    DSATTN_V4_MAX_LAYERS, &n, err, errlen)))
+                                    DSATTN_MAX_LAYERS, &n, err, errlen)))
         goto out;
     c->n_total_layers = (int64_t)n;
     if (n_mtp < 0 || c->n_total_layers != c->n_layers + n_mtp)

@@ -18,6 +18,11 @@
 #include <string.h>
 #include <time.h>
 
+/* The most layers (backbone + MTP) any generation's model holds: fixed
+ * per-layer arrays in configs, plans, models and sequences.  Every
+ * published model has at most 126. */
+#define DSATTN_MAX_LAYERS 256
+
 struct dsattn_kernels;
 struct dsattn_ktab;
 

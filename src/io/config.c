@@ -102,7 +102,7 @@ static dsattn_status rd_arr(cfg_rd *r, const char *inf, const char *hf,
 {
     size_t k = 0;
     dsattn_status st = dsattn_jcfg_int_array(r->obj, r->hf ? hf : inf, out,
-                                             DSATTN_CFG_MAX_LAYERS, &k, r->err,
+                                             DSATTN_MAX_LAYERS, &k, r->err,
                                              r->errlen);
     if (st != DSATTN_OK) return rd_fail(r, st);
     *n = (int64_t)k;
@@ -238,10 +238,10 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
     TRY(rd_int(&r, "n_layers", "num_hidden_layers", &c->n_layers));
     TRY(rd_int(&r, "n_heads", "num_attention_heads", &c->n_heads));
     TRY(check_pos(what, "n_layers", c->n_layers, 1, err, errlen));
-    if (c->n_layers > DSATTN_CFG_MAX_LAYERS)
+    if (c->n_layers > DSATTN_MAX_LAYERS)
         return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
                            "%s: %lld layers, at most %d supported", what,
-                           (long long)c->n_layers, DSATTN_CFG_MAX_LAYERS);
+                           (long long)c->n_layers, DSATTN_MAX_LAYERS);
     TRY(check_pos(what, "dim", c->dim, 1, err, errlen));
     TRY(check_pos(what, "n_heads", c->n_heads, 1, err, errlen));
     int64_t n_mtp = -1;
@@ -512,7 +512,7 @@ dsattn_status dsattn_v41_plan_from_config(const dsattn_model_config *c,
                            dsattn_arch_name(c->arch));
     memset(p, 0, sizeof *p);
     int64_t L = c->n_layers, total = c->n_compress_ratios;
-    if (L < 1 || total < L || total > DSATTN_CFG_MAX_LAYERS)
+    if (L < 1 || total < L || total > DSATTN_MAX_LAYERS)
         return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                            "layer plan: %lld compress_ratios for %lld layers",
                            (long long)total, (long long)L);
@@ -545,6 +545,12 @@ dsattn_status dsattn_v41_plan_from_config(const dsattn_model_config *c,
         return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                            "layer plan: candidate_source_layer %lld is not an index source "
                            "layer", (long long)cand);
+    for (int64_t k = 0; k < c->n_kv_source_layers; k++)
+        if (!in_list(c->index_source_layers, c->n_index_source_layers, c->kv_source_layers[k]))
+            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
+                               "layer plan: kv source layer %lld is not an index source "
+                               "(unsupported plan: its index keys would have no scorer)",
+                               (long long)c->kv_source_layers[k]);
     int64_t kv_src = -1, idx_src = -1;
     for (int64_t i = 0; i < total; i++) {
         dsattn_v41_layer_plan *l = &p->layer[i];

@@ -21,13 +21,13 @@
 #define DSATTN_CONFIG_H
 
 #include "dsattn.h"
+#include "internal.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
 
-#define DSATTN_CFG_MAX_LAYERS 256
 
 typedef enum {
     DSATTN_ARCH_UNKNOWN = 0,
@@ -59,15 +59,15 @@ typedef struct {
 
     /* V4 / V4.1 */
     int64_t head_dim, rope_head_dim, o_groups, o_lora_rank, window_size;
-    int64_t compress_ratios[DSATTN_CFG_MAX_LAYERS];
+    int64_t compress_ratios[DSATTN_MAX_LAYERS];
     int64_t n_compress_ratios;     /* n_layers + n_mtp                      */
 
     /* indexer (V3.2, V4, V4.1) */
     int64_t index_n_heads, index_head_dim, index_topk;
 
     /* V4.1 cross-layer sharing */
-    int64_t kv_source_layers[DSATTN_CFG_MAX_LAYERS], n_kv_source_layers;
-    int64_t index_source_layers[DSATTN_CFG_MAX_LAYERS], n_index_source_layers;
+    int64_t kv_source_layers[DSATTN_MAX_LAYERS], n_kv_source_layers;
+    int64_t index_source_layers[DSATTN_MAX_LAYERS], n_index_source_layers;
     int64_t candidate_source_layer, candidate_topk_blocks, candidate_block_size;
 
     /* RoPE / YaRN / norms (defaults = the generation's ModelArgs defaults) */
@@ -105,11 +105,13 @@ static inline int64_t dsattn_config_ratio(const dsattn_model_config *c, int64_t 
  *   entries at n_layers.. (MTP / DSpark)                -> MTP (reported,
  *       not run by the attention stack)
  * Errors: a kv/index source whose ratio is 0 or that lies outside the
- * backbone; a compressed layer with no kv source at or before it, or whose
- * ratio differs from its kv source's; a compressed layer with no index source
- * at or before it; a candidate source that is not an index source; a
- * REINDEX layer at or before the candidate source (it needs its pool);
- * duplicate list entries. */
+ * backbone; a kv source that is not also an index source; a compressed
+ * layer with no kv source at or before it, or whose ratio differs from its
+ * kv source's; a compressed layer with no index source at or before it; a
+ * candidate source that is not an index source; duplicate list entries
+ * (the config reader's).  A REINDEX layer before the candidate source (or
+ * in a plan without one) scores every visible entry, as the reference does.
+ * This is the one plan: the V4.1 model takes its layer modes from it. */
 /* dsattn_v41_mode (SWA, FULL, REINDEX, REUSE, MTP) is public: include/dsattn.h. */
 
 const char *dsattn_v41_mode_name(dsattn_v41_mode m);  /* "SWA", "Full", ... */
@@ -124,7 +126,7 @@ typedef struct {
 
 typedef struct {
     int64_t n_layers, n_mtp;
-    dsattn_v41_layer_plan layer[DSATTN_CFG_MAX_LAYERS];  /* n_layers + n_mtp */
+    dsattn_v41_layer_plan layer[DSATTN_MAX_LAYERS];  /* n_layers + n_mtp */
     int64_t n_full, n_reindex, n_reuse, n_swa;
 } dsattn_v41_plan;
 
