@@ -292,6 +292,32 @@ dsattn_status dsattn_v41_stack_forward(dsattn_ctx *ctx, dsattn_v41_seq *s,
                                        float *h, size_t n, float *attn_in,
                                        float *attn_out);
 
+/* Batched decode: one token for each of n_seqs sequences in one call, the
+ * weights streamed once for all of them (a serving loop's step).
+ * x, out: [n_seqs, dim] row-major, row i the token of seqs[i], which may
+ * be at any position - its first token (position 0) or deep in its
+ * context, mid compressor group or not.  The sequences must be distinct,
+ * of the same model and the same index_k mode, each with room for one
+ * more token.  The result of row i is that of dsattn_v41_attn_forward on
+ * seqs[i] alone: bit for bit in reference mode; in fast mode within the
+ * fast path's bounds (8 rows and more take the tiled Linear).  Every
+ * sequence is checked before anything is written: on an error nothing
+ * has changed in any sequence or in out, and *failed (if not NULL) is the
+ * index of the first bad sequence, or SIZE_MAX when the error is not one
+ * sequence's (a NULL argument, n_seqs 0, a layer out of range).  The
+ * caller advances every sequence after the last layer, as with one.
+ * The B-row buffers are the context's (they grow to the largest batch it
+ * has run), so a steady batched step allocates nothing. */
+dsattn_status dsattn_v41_attn_forward_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs,
+                                            size_t n_seqs, int layer, const float *x,
+                                            float *out, size_t *failed);
+/* The stand-in stack over the batch: h [n_seqs, dim] updated in place,
+ * attn_in / attn_out (optional) [n_layers, n_seqs, dim]; advances every
+ * sequence by one token. */
+dsattn_status dsattn_v41_stack_forward_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs,
+                                             size_t n_seqs, float *h, float *attn_in,
+                                             float *attn_out, size_t *failed);
+
 /* The last chunk's own top-k selection of an index-source layer, as
  * compressed-entry indices j ascending, -1 padded: rows x width. */
 dsattn_status dsattn_v41_seq_selection(const dsattn_v41_seq *s, int layer,

@@ -377,6 +377,134 @@ DSATTN_TEST(alloc, v41_csa2_decode_allocates_nothing)
 
 /* The counters count: creating a sequence allocates its caches through
  * dsattn_alloc (aligned_alloc underneath), and both counters see it. */
+/* ==== Batched decode steps ============================================= */
+/* A pool of sequences at mixed depths (prefills of 0..8 tokens) decodes
+ * batches of changing size and membership, through the layer API and the
+ * stack; after the first batched step (which sizes the context's batch
+ * scratch for the largest batch, 9 here) no step allocates. */
+
+enum { BPOOL = 9 };
+
+typedef struct {
+    const char *name;
+    void *seq[BPOOL];
+    int n_layers;
+    size_t dim;
+    dsattn_status (*fwd)(dsattn_ctx *, void *const *, size_t, int, const float *, float *);
+    dsattn_status (*stack)(dsattn_ctx *, void *const *, size_t, float *);
+    dsattn_status (*one)(dsattn_ctx *, void *, float *, size_t);   /* a prefill */
+    dsattn_status (*adv)(void *, size_t);
+    void (*destroy)(void *);
+} bgen;
+
+#define ADAPT_BATCH(G, SEQ)                                                                 \
+    static dsattn_status G##_bfwd(dsattn_ctx *c, void *const *s, size_t n, int l,         \
+                                  const float *x, float *o)                                \
+    {                                                                                      \
+        SEQ *t[BPOOL];                                                                     \
+        for (size_t i = 0; i < n; i++) t[i] = (SEQ *)s[i];                                 \
+        return dsattn_##G##_attn_forward_batch(c, t, n, l, x, o, NULL);                    \
+    }                                                                                      \
+    static dsattn_status G##_bstack(dsattn_ctx *c, void *const *s, size_t n, float *h)     \
+    {                                                                                      \
+        SEQ *t[BPOOL];                                                                     \
+        for (size_t i = 0; i < n; i++) t[i] = (SEQ *)s[i];                                 \
+        return dsattn_##G##_stack_forward_batch(c, t, n, h, NULL, NULL, NULL);             \
+    }                                                                                      \
+    static dsattn_status G##_one(dsattn_ctx *c, void *s, float *h, size_t n)               \
+    {                                                                                      \
+        return dsattn_##G##_stack_forward(c, (SEQ *)s, h, n, NULL, NULL);                  \
+    }
+ADAPT_BATCH(v41, dsattn_v41_seq)
+
+/* 12 batched steps after the first; returns the worst per-step counts. */
+static void run_batched(dsattn_ctx *ctx, const bgen *g, unsigned long long *worst_libc,
+                        unsigned long long *worst_ds)
+{
+    static const size_t sizes[13] = { 9, 4, 9, 1, 7, 8, 2, 9, 5, 9, 3, 6, 9 };
+    const size_t D = g->dim;
+    float *x = rand_x(BPOOL * D * (size_t)g->n_layers + PREFILL * D, 7);
+    float *out = malloc(BPOOL * D * sizeof *out);
+    *worst_libc = *worst_ds = 0;
+    for (size_t k = 0; k < BPOOL; k++)
+        if (k % PREFILL) CHECK_OK(g->one(ctx, g->seq[k], x, k % PREFILL));
+    for (size_t t = 0; t < 13; t++) {
+        const size_t n = sizes[t];
+        void *sub[BPOOL];
+        for (size_t i = 0; i < n; i++) sub[i] = g->seq[(t * 5 + i * 7) % BPOOL];   /* distinct */
+        const unsigned long long c0 = libc_count(), d0 = dsattn_alloc_count();
+        if (t & 1) {
+            CHECK_OK(g->stack(ctx, sub, n, x));
+        } else {
+            for (int l = 0; l < g->n_layers; l++)
+                CHECK_OK(g->fwd(ctx, sub, n, l, x + (size_t)l * BPOOL * D, out));
+            for (size_t i = 0; i < n; i++) CHECK_OK(g->adv(sub[i], 1));
+        }
+        const unsigned long long dc = libc_count() - c0, dd = dsattn_alloc_count() - d0;
+        if (t == 0) continue;
+        if (dc > *worst_libc) *worst_libc = dc;
+        if (dd > *worst_ds) *worst_ds = dd;
+    }
+    free(x);
+    free(out);
+}
+
+static void check_batched(void (*make)(bgen *g, int variant), int n_variants)
+{
+    static const dsattn_mode modes[2] = { DSATTN_MODE_FAST, DSATTN_MODE_REFERENCE };
+    /* 2 threads (a 1-thread context still allocates in the one-sequence
+     * path's single-thread branches) */
+    const int threads = 2;
+    for (int mi = 0; mi < 2; mi++) {
+            dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], threads);
+            if (!ctx) return;
+            for (int v = 0; v < n_variants; v++) {
+                bgen g;
+                memset(&g, 0, sizeof g);
+                make(&g, v);
+                unsigned long long wl = 0, wd = 0;
+                if (g.seq[BPOOL - 1]) run_batched(ctx, &g, &wl, &wd);
+                printf("    %-22s %-9s %d thread(s), batched steps 2..13: up to %llu libc /"
+                       " %llu dsattn_alloc allocations per step\n",
+                       g.name, mi ? "reference" : "fast", threads, wl, wd);
+                CHECK_MSG(wl == 0 && wd == 0,
+                          "%s (%s mode, %d thread(s)): up to %llu libc / %llu dsattn_alloc"
+                          " allocations in a batched step after the first",
+                          g.name, mi ? "reference" : "fast", threads, wl, wd);
+                for (int k = 0; k < BPOOL; k++) g.destroy(g.seq[k]);
+            }
+            dsattn_ctx_destroy(ctx);
+        }
+}
+
+static void make_v41_batch(bgen *g, int v)
+{
+    g->name = v ? "V4.1 batch (ref index_k)" : "V4.1 batch";
+    for (int k = 0; k < BPOOL; k++)
+        CHECK_OK(dsattn_v41_seq_create((dsattn_v41_seq **)&g->seq[k], v41_model, CAP,
+                                       v ? DSATTN_V41_INDEX_K_REFERENCE : DSATTN_V41_INDEX_K_OWNER));
+    g->n_layers = dsattn_v41_n_layers(v41_model);
+    g->dim = (size_t)dsattn_v41_dim(v41_model);
+    g->fwd = v41_bfwd;
+    g->stack = v41_bstack;
+    g->one = v41_one;
+    g->adv = v41_adv;
+    g->destroy = v41_destroy;
+}
+
+DSATTN_TEST(alloc, v41_batched_decode_allocates_nothing)
+{
+    if (!counting_or_skip()) return;
+    char err[256] = "", cfg[512], w[512];
+    case_paths("golden/v41/tiny-seed2-fp8", cfg, w);
+    dsattn_status st = dsattn_v41_load(&v41_model, cfg, w, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "load: %s", err);
+    if (st) return;
+    check_batched(make_v41_batch, 2);
+    dsattn_v41_destroy(v41_model);
+    v41_model = NULL;
+}
+
 DSATTN_TEST(alloc, counters_see_library_allocations)
 {
     if (!counting_or_skip()) return;

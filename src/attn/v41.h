@@ -120,6 +120,38 @@ size_t dsattn_v41_candidate_pool(const float *scores, size_t T, size_t cl, size_
                                  size_t topk_blocks, float *bscore, int32_t *bidx,
                                  int32_t *pool);
 
+/* ==== Pieces of the layer forward a batched step shares ================ */
+
+typedef struct {
+    size_t  s;                /* rows in this chunk                          */
+    int64_t start_pos;
+    int     prefill;
+} dsattn_v41_chunk;
+
+/* A ratio >= 2 compressor after its projections: kv, z [ck->s, D] fp32
+ * (wkv x, wgate x) pooled into the layer's state; the completed groups'
+ * latents (bf16 cast, RMSNorm) go to lat.  Returns their count.  ws:
+ * dsattn_v41_compress_pool_scratch bytes. */
+size_t dsattn_v41_compress_pool(dsattn_v41_seq *seq, int l, const float *kv, const float *z,
+                                const dsattn_v41_chunk *ck, float *lat, float *ws);
+size_t dsattn_v41_compress_pool_scratch(const dsattn_v41 *m, int l);
+
+/* The projections of an index source a batched step ran over all its
+ * rows: kk [n_new, Di] the owner's new index keys (i_wk of the latents,
+ * bf16, before norm and RoPE; modified in place), qi the FP4 index queries
+ * and wts the head weights of this sequence's rows. */
+typedef struct {
+    float *kk, *qi, *wts;
+} dsattn_v41_index_pre;
+
+/* The indexer of layer l for one sequence after those projections: keys
+ * published, scores, candidate pool, top-k (the single-sequence path's
+ * exact steps).  offset: the window rows before the compressed ones in
+ * the attention's index row. */
+dsattn_status dsattn_v41_index_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
+                                    const dsattn_v41_chunk *ck, size_t n_new, size_t offset,
+                                    const dsattn_v41_index_pre *pre);
+
 /* Bytes of one packed row of each cache. */
 size_t dsattn_v41_swa_bytes(const dsattn_v41_config *c);
 size_t dsattn_v41_ckv_bytes(const dsattn_v41_config *c);

@@ -230,11 +230,7 @@ static int complete_topk(const dsattn_ctx *ctx, const int32_t *fpos, const float
 
 /* ==== The layer forward ================================================= */
 
-typedef struct {
-    size_t s;             /* rows in this chunk                             */
-    int64_t start_pos;
-    int prefill;
-} chunk;
+typedef dsattn_v41_chunk chunk;
 
 /* The indexer's scratch for s rows over T compressed entries: queries,
  * weights and act-quant scales (nq), scores and positions (4 per entry: the
@@ -257,7 +253,8 @@ static size_t indexer_scratch_bytes(const dsattn_v41_config *c, const dsattn_v41
  * into the runtime's topk slot and the layer's own selection into S->sel. */
 static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
                                  const float *x, const float *qr, const chunk *ck,
-                                 const float *latent, size_t n_new, size_t offset)
+                                 const float *latent, size_t n_new, size_t offset,
+                                 const dsattn_v41_index_pre *pre)
 {
     const dsattn_v41 *m = seq->m;
     const dsattn_v41_config *c = &m->cfg;
@@ -278,9 +275,12 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     /* 1. owners: index keys from the PRE-RoPE latent -> RoPE -> FP4 */
     if (L->owns_k && n_new > 0) {
         /* the sequence's indexer scratch; done with before it grows below */
-        float *kk = grow_buf(&seq->iscratch, &seq->iscratch_size, n_new * Di * sizeof(float));
+        float *kk = pre ? pre->kk
+                        : grow_buf(&seq->iscratch, &seq->iscratch_size, n_new * Di * sizeof(float));
         if (!kk) return DSATTN_ERR_NOMEM;
-        st = dsattn_linear(ctx, &L->i_wk, latent, D, n_new, kk, Di, DSATTN_OUT_BF16, NULL, NULL);
+        if (!pre)
+            st = dsattn_linear(ctx, &L->i_wk, latent, D, n_new, kk, Di, DSATTN_OUT_BF16, NULL,
+                               NULL);
         for (size_t i = 0; i < n_new && !st; i++) {
             float *k = kk + i * Di;
             dsattn_rmsnorm(k, L->i_knorm, Di, c->norm_eps, k, DSATTN_OUT_BF16);
@@ -311,10 +311,16 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     int32_t *fpos = (int32_t *)(bscore + nb_max + 16);
     int32_t *tmp = fpos + T + 16, *pick = tmp + T + nb_max + 16;
     float *wts = qi + s * Hi * Di, *aqs = wts + s * Hi;
-    if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope, ck->start_pos,
-                                 0, &aq, aqs, qi)))
-        goto done;
-    if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
+    if (pre) {
+        /* a batched step projected the queries and weights of every row */
+        qi = pre->qi;
+        wts = pre->wts;
+    } else {
+        if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope,
+                                     ck->start_pos, 0, &aq, aqs, qi)))
+            goto done;
+        if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
+    }
 
     /* 3. slots for this chunk's rows */
     if (!grow((void **)&seq->rt.topk, &seq->rt.topk_cap, s * kw + 1, sizeof(int32_t)) ||
@@ -401,7 +407,6 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
 {
     const dsattn_v41_config *c = &seq->m->cfg;
     const dsattn_v41_layer_w *L = &seq->m->layer[l];
-    dsattn_v41_layer_s *S = &seq->layer[l];
     const size_t s = ck->s, m = (size_t)L->ratio, D = (size_t)c->head_dim;
     const size_t dim = (size_t)c->dim;
     dsattn_status st;
@@ -422,16 +427,38 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     st = dsattn_linear(ctx, &L->c_wkv, x, dim, s, kv, D, DSATTN_OUT_F32, NULL, NULL);
     if (!st) st = dsattn_linear(ctx, &L->c_wgate, x, dim, s, z, D, DSATTN_OUT_F32, NULL, NULL);
     if (st) return st;
+    *n_new = dsattn_v41_compress_pool(seq, l, kv, z, ck, lat, ws);
+    return DSATTN_OK;
+}
+
+size_t dsattn_v41_compress_pool(dsattn_v41_seq *seq, int l, const float *kv, const float *z,
+                                const dsattn_v41_chunk *ck, float *lat, float *ws)
+{
+    const dsattn_v41_config *c = &seq->m->cfg;
+    const dsattn_v41_layer_w *L = &seq->m->layer[l];
+    dsattn_v41_layer_s *S = &seq->layer[l];
+    const size_t m = (size_t)L->ratio, D = (size_t)c->head_dim;
     /* V4.1: no APE, no overlap - the same state machine as V4's compressor */
-    size_t n = dsattn_compressor_pool(kv, z, s, D, m, 0, NULL, S->kv_state, S->score_state,
+    size_t n = dsattn_compressor_pool(kv, z, ck->s, D, m, 0, NULL, S->kv_state, S->score_state,
                                       ck->start_pos, ck->prefill, lat, ws);
-    
     for (size_t i = 0; i < n; i++) {
         dsattn_round_bf16_n(lat + i * D, D);                   /* kv.to(bf16) */
         dsattn_rmsnorm(lat + i * D, L->c_norm, D, c->norm_eps, lat + i * D, DSATTN_OUT_BF16);
     }
-    *n_new = n;
-    return DSATTN_OK;
+    return n;
+}
+
+size_t dsattn_v41_compress_pool_scratch(const dsattn_v41 *m, int l)
+{
+    const size_t D = (size_t)m->cfg.head_dim;
+    return dsattn_compressor_scratch((size_t)m->layer[l].ratio, D) * sizeof(float);
+}
+
+dsattn_status dsattn_v41_index_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
+                                    const dsattn_v41_chunk *ck, size_t n_new, size_t offset,
+                                    const dsattn_v41_index_pre *pre)
+{
+    return run_indexer(ctx, seq, l, NULL, NULL, ck, NULL, n_new, offset, pre);
 }
 
 /* The layer forward's scratch for s rows, nthr threads, ww window index
@@ -574,7 +601,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
             S->sel_w = 0;
         } else {
             dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
-            st = run_indexer(ctx, seq, l, x, qr, &ck, lat, n_new, wrows);
+            st = run_indexer(ctx, seq, l, x, qr, &ck, lat, n_new, wrows, NULL);
             dsattn_phase_end(ctx, &pm);
             if (st) return st;
         }

@@ -38,12 +38,30 @@ static void head_rms_bf16(float *q, size_t D, float eps)
     for (size_t i = 0; i < D; i++) q[i] = dsattn_round_bf16(q[i] * r);
 }
 
+/* Row t's position: pos[t] for a batch of sequences, start_pos + t for a
+ * chunk of one. */
+static inline int64_t row_pos(const int64_t *pos, int64_t start_pos, size_t t)
+{
+    return pos ? pos[t] : start_pos + (int64_t)t;
+}
+
 dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_weight *wq_a,
                                 const float *q_norm, const dsattn_weight *wq_b,
                                 const float *x, size_t s, size_t H, size_t D,
                                 size_t rd, const dsattn_rope *rope, int64_t start_pos,
                                 float eps, int head_rms, const dsattn_actq *aq,
                                 float *aqs, float *qr, float *q)
+{
+    return dsattn_attn_query_at(ctx, wq_a, q_norm, wq_b, x, s, H, D, rd, rope, NULL, start_pos,
+                                eps, head_rms, aq, aqs, qr, q);
+}
+
+dsattn_status dsattn_attn_query_at(dsattn_ctx *ctx, const dsattn_weight *wq_a,
+                                   const float *q_norm, const dsattn_weight *wq_b,
+                                   const float *x, size_t s, size_t H, size_t D,
+                                   size_t rd, const dsattn_rope *rope, const int64_t *pos,
+                                   int64_t start_pos, float eps, int head_rms,
+                                   const dsattn_actq *aq, float *aqs, float *qr, float *q)
 {
     const size_t dim = wq_a->cols, QL = wq_a->rows;
     float cs[64], sn[64];
@@ -53,7 +71,7 @@ dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_weight *wq_a,
         dsattn_rmsnorm(qr + t * QL, q_norm, QL, eps, qr + t * QL, DSATTN_OUT_BF16);
     if ((st = dsattn_linear(ctx, wq_b, qr, QL, s, q, H * D, DSATTN_OUT_BF16, aq, aqs))) return st;
     for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(rope, start_pos + (int64_t)t, cs, sn);
+        dsattn_rope_cs(rope, row_pos(pos, start_pos, t), cs, sn);
         for (size_t h = 0; h < H; h++) {
             float *qh = q + (t * H + h) * D;
             if (head_rms) head_rms_bf16(qh, D, eps);
@@ -69,13 +87,23 @@ dsattn_status dsattn_attn_window_kv(dsattn_ctx *ctx, const dsattn_weight *wkv,
                                     int64_t start_pos, float eps,
                                     const dsattn_actq *aq, float *aqs, float *kv)
 {
+    return dsattn_attn_window_kv_at(ctx, wkv, kv_norm, x, s, D, rd, rope, NULL, start_pos, eps,
+                                    aq, aqs, kv);
+}
+
+dsattn_status dsattn_attn_window_kv_at(dsattn_ctx *ctx, const dsattn_weight *wkv,
+                                       const float *kv_norm, const float *x, size_t s,
+                                       size_t D, size_t rd, const dsattn_rope *rope,
+                                       const int64_t *pos, int64_t start_pos, float eps,
+                                       const dsattn_actq *aq, float *aqs, float *kv)
+{
     float cs[64], sn[64];
     dsattn_status st = dsattn_linear(ctx, wkv, x, wkv->cols, s, kv, D, DSATTN_OUT_BF16, aq, aqs);
     if (st) return st;
     for (size_t t = 0; t < s; t++) {
         float *k = kv + t * D;
         dsattn_rmsnorm(k, kv_norm, D, eps, k, DSATTN_OUT_BF16);
-        dsattn_rope_cs(rope, start_pos + (int64_t)t, cs, sn);
+        dsattn_rope_cs(rope, row_pos(pos, start_pos, t), cs, sn);
         dsattn_rope_apply(k + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
     }
     return DSATTN_OK;
@@ -88,6 +116,17 @@ dsattn_status dsattn_attn_output(dsattn_ctx *ctx, float *o, size_t s, size_t H,
                                  const dsattn_actq *aq, float *aqs, float *oa,
                                  float *out)
 {
+    return dsattn_attn_output_at(ctx, o, s, H, D, rd, rope, NULL, start_pos, wo_a, G, R, wo_b,
+                                 aq, aqs, oa, out);
+}
+
+dsattn_status dsattn_attn_output_at(dsattn_ctx *ctx, float *o, size_t s, size_t H,
+                                    size_t D, size_t rd, const dsattn_rope *rope,
+                                    const int64_t *pos, int64_t start_pos,
+                                    const dsattn_weight *wo_a, size_t G, size_t R,
+                                    const dsattn_weight *wo_b, const dsattn_actq *aq,
+                                    float *aqs, float *oa, float *out)
+{
     float cs[64], sn[64];
     dsattn_status st;
     /* wo_a is a bf16 einsum in the reference (convert.py dequantizes the
@@ -99,7 +138,7 @@ dsattn_status dsattn_attn_output(dsattn_ctx *ctx, float *o, size_t s, size_t H,
         !(wo_a->kind == DSATTN_W_FP8 && R % wo_a->block == 0))
         return DSATTN_ERR_UNSUPPORTED;
     for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(rope, start_pos + (int64_t)t, cs, sn);
+        dsattn_rope_cs(rope, row_pos(pos, start_pos, t), cs, sn);
         for (size_t h = 0; h < H; h++)
             dsattn_rope_apply(o + (t * H + h) * D + D - rd, rd, cs, sn, 1, 1, DSATTN_OUT_BF16);
     }
@@ -116,13 +155,23 @@ dsattn_status dsattn_index_query(dsattn_ctx *ctx, const dsattn_weight *wq_b,
                                  int hadamard, const dsattn_actq *aq, float *aqs,
                                  float *q)
 {
+    return dsattn_index_query_at(ctx, wq_b, qr, s, Hi, Di, rd, rope, NULL, start_pos, hadamard,
+                                 aq, aqs, q);
+}
+
+dsattn_status dsattn_index_query_at(dsattn_ctx *ctx, const dsattn_weight *wq_b,
+                                    const float *qr, size_t s, size_t Hi, size_t Di,
+                                    size_t rd, const dsattn_rope *rope, const int64_t *pos,
+                                    int64_t start_pos, int hadamard, const dsattn_actq *aq,
+                                    float *aqs, float *q)
+{
     float cs[64], sn[64];
     const size_t QL = wq_b->cols;
     dsattn_status st = dsattn_linear(ctx, wq_b, qr, QL, s, q, Hi * Di, DSATTN_OUT_BF16, aq, aqs);
     if (st) return st;
     const float hscale = (float)pow((double)Di, -0.5);
     for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(rope, start_pos + (int64_t)t, cs, sn);
+        dsattn_rope_cs(rope, row_pos(pos, start_pos, t), cs, sn);
         for (size_t h = 0; h < Hi; h++) {
             float *qh = q + (t * Hi + h) * Di;
             dsattn_rope_apply(qh + Di - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);

@@ -307,6 +307,33 @@ dsattn_status dsattn_index_query(dsattn_ctx *ctx, const dsattn_weight *wq_b,
                                  size_t rd, const dsattn_rope *rope, int64_t start_pos,
                                  int hadamard, const dsattn_actq *aq, float *aqs,
                                  float *q);
+
+/* The same four for a batch of sequences, one row each: row t sits at
+ * position pos[t] (pos NULL: start_pos + t, the functions above).  Every
+ * projection runs once over the s rows. */
+dsattn_status dsattn_attn_query_at(dsattn_ctx *ctx, const dsattn_weight *wq_a,
+                                   const float *q_norm, const dsattn_weight *wq_b,
+                                   const float *x, size_t s, size_t H, size_t D,
+                                   size_t rd, const dsattn_rope *rope, const int64_t *pos,
+                                   int64_t start_pos, float eps, int head_rms,
+                                   const dsattn_actq *aq, float *aqs, float *qr, float *q);
+dsattn_status dsattn_attn_window_kv_at(dsattn_ctx *ctx, const dsattn_weight *wkv,
+                                       const float *kv_norm, const float *x, size_t s,
+                                       size_t D, size_t rd, const dsattn_rope *rope,
+                                       const int64_t *pos, int64_t start_pos, float eps,
+                                       const dsattn_actq *aq, float *aqs, float *kv);
+dsattn_status dsattn_attn_output_at(dsattn_ctx *ctx, float *o, size_t s, size_t H,
+                                    size_t D, size_t rd, const dsattn_rope *rope,
+                                    const int64_t *pos, int64_t start_pos,
+                                    const dsattn_weight *wo_a, size_t G, size_t R,
+                                    const dsattn_weight *wo_b, const dsattn_actq *aq,
+                                    float *aqs, float *oa, float *out);
+dsattn_status dsattn_index_query_at(dsattn_ctx *ctx, const dsattn_weight *wq_b,
+                                    const float *qr, size_t s, size_t Hi, size_t Di,
+                                    size_t rd, const dsattn_rope *rope, const int64_t *pos,
+                                    int64_t start_pos, int hadamard, const dsattn_actq *aq,
+                                    float *aqs, float *q);
+
 dsattn_status dsattn_index_weights(dsattn_ctx *ctx, const dsattn_weight *wproj,
                                    const float *x, size_t s, size_t Hi, size_t Di,
                                    float *w);

@@ -1,0 +1,388 @@
+/* v41_batch.c - the batched decode step of a V4.1 (CSA2) stack: one token
+ * for each of B sequences of the same model, each at its own position, in
+ * one call per layer (dsattn_v41_attn_forward_batch) or for the whole
+ * stand-in stack (dsattn_v41_stack_forward_batch).
+ *
+ * Every weight projection of the layer - query wq_a / wq_b, window wkv,
+ * the compressor's wkv / wgate, the indexer's wk / wq_b / weights_proj,
+ * the grouped wo_a and wo_b - runs ONCE over the B rows, so the weights
+ * stream once per step whatever B is.  What belongs to a sequence stays
+ * with it: its window ring, compressor state, index keys, candidate pool,
+ * top-k and runtime slots, updated by the same functions and in the same
+ * order as the one-sequence forward (v41_forward.c).  Attention runs as
+ * (sequence x head group) tasks in one parallel region.
+ *
+ * Batching changes the order of work, never a row's arithmetic: each
+ * projection output row depends on its own input row only (a reference
+ * mode Linear is one GEMV per row), so in reference mode the batched step
+ * equals B one-sequence steps bit for bit.  In fast mode a batch of 8 or
+ * more rows takes the Linear's tiled path, whose fp32 sums differ from
+ * the GEMV's in the last bits.
+ *
+ * Every sequence is checked before anything is written: on an error no
+ * sequence and no output row has changed.  The B-row buffers live in the
+ * context's batch scratch (grow-only), the per-sequence buffers in each
+ * sequence's own decode scratch, so a steady batched step allocates
+ * nothing.
+ */
+#include "v41.h"
+
+#include "numfmt.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* ==== Validation ======================================================== */
+
+static void set_failed(size_t *failed, size_t i)
+{
+    *failed = i;
+}
+
+/* The sequence-level checks of a batched step: arguments, one model and
+ * one index_k mode, distinct sequences, room for one more token, weights
+ * loaded.  *failed: the first bad sequence, SIZE_MAX when the error is
+ * not one sequence's. */
+static dsattn_status check_seqs(const dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t B,
+                                const void *x, const void *out, size_t *failed)
+{
+    set_failed(failed, SIZE_MAX);
+    if (!ctx || !seqs || !x || !out || B == 0) return DSATTN_ERR_INVALID_ARG;
+    for (size_t i = 0; i < B; i++) {
+        const dsattn_v41_seq *s = seqs[i];
+        set_failed(failed, i);
+        if (!s || s->m != seqs[0]->m || s->index_k_mode != seqs[0]->index_k_mode)
+            return DSATTN_ERR_INVALID_ARG;
+        if (s->pos < 0 || (size_t)s->pos >= s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+        for (size_t j = 0; j < i; j++)
+            if (seqs[j] == s) return DSATTN_ERR_INVALID_ARG;
+    }
+    set_failed(failed, SIZE_MAX);
+    size_t n;
+    if (!dsattn_mul_size(B, (size_t)seqs[0]->m->cfg.dim, &n) || n > SIZE_MAX / sizeof(float))
+        return DSATTN_ERR_OVERFLOW;
+    if (!seqs[0]->m->layer[0].wq_a.data) return DSATTN_ERR_UNSUPPORTED;   /* config only */
+    return DSATTN_OK;
+}
+
+/* New compressed entries this token completes in a KV source of ratio m. */
+static size_t entries_new(int64_t pos, size_t m)
+{
+    return (size_t)(pos + 1) / m - (size_t)pos / m;
+}
+
+/* What the one-sequence forward of layer l would refuse midway (runtime
+ * slots out of step with the calling protocol), checked up front. */
+static dsattn_status check_layer(dsattn_v41_seq *const *seqs, size_t B, int l, size_t *failed)
+{
+    const dsattn_v41 *m = seqs[0]->m;
+    const dsattn_v41_layer_w *L = &m->layer[l];
+    if (L->ratio <= 0) return DSATTN_OK;
+    const size_t ratio = (size_t)L->ratio;
+    for (size_t i = 0; i < B; i++) {
+        const dsattn_v41_seq *s = seqs[i];
+        set_failed(failed, i);
+        if (L->is_kv_source && ratio > 1 &&
+            s->iscratch_size < dsattn_v41_compress_pool_scratch(m, l))
+            return DSATTN_ERR_NOMEM;
+        if (!L->is_kv_source && s->rt.compress_kv < 0) return DSATTN_ERR_INVALID_ARG;
+        if (!L->is_index_source) {
+            if (!s->rt.topk_valid || s->rt.topk_rows != 1) return DSATTN_ERR_INVALID_ARG;
+        } else if ((size_t)(s->pos + 1) / ratio > 0) {
+            const size_t nn = L->is_kv_source ? entries_new(s->pos, ratio) : 0;
+            const int kl = L->owns_k && (nn > 0 || s->index_k_mode == DSATTN_V41_INDEX_K_OWNER)
+                               ? l
+                               : s->rt.index_k;
+            if (kl < 0 || !s->layer[kl].kidx) return DSATTN_ERR_INVALID_ARG;
+            if (L->uses_candidates && (!s->rt.cand_valid || s->rt.cand_rows != 1))
+                return DSATTN_ERR_INVALID_ARG;
+        }
+    }
+    set_failed(failed, SIZE_MAX);
+    return DSATTN_OK;
+}
+
+/* ==== Scratch =========================================================== */
+
+/* The batch scratch of one layer step over B rows with nthr threads, in
+ * floats: offsets of each buffer, 16-float aligned. */
+typedef struct {
+    size_t pos, qr, q, kvw, o, oa, lat, aqs, ckz, kk, qi, wts, nnew, thr, wrow, xin, end;
+    size_t hg, hper, att_ws, per_thr;
+} bplan;
+
+static int take(size_t *at, size_t *off, size_t a, size_t b)
+{
+    size_t n;
+    if (!dsattn_mul_size(a, b, &n) || !dsattn_add_size(n, 15, &n)) return 0;
+    *off = *at;
+    return dsattn_add_size(*at, n / 16 * 16, at);
+}
+
+/* 0 on size overflow.  The stand-in stack's rows are always included, so
+ * that after a step of B sequences neither call grows the scratch for B
+ * or fewer. */
+static int plan_batch(const dsattn_v41_config *c, size_t B, int nthr, bplan *p)
+{
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
+    const size_t R = (size_t)c->o_lora_rank, maxk = DSATTN_MAX(dim, H * D);
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const size_t T = (size_t)DSATTN_MAX(nthr, 1);
+    /* head groups per sequence: enough tasks for the threads */
+    p->hg = DSATTN_MIN(H, DSATTN_MAX((size_t)1, (T + B - 1) / B));
+    p->hper = (H + p->hg - 1) / p->hg;
+    p->att_ws = dsattn_sparse_attn_scratch(p->hper, D);
+    p->per_thr = p->att_ws + (size_t)c->window_size + (size_t)c->index_topk + 16;
+    size_t at = 0, swab_f = (dsattn_v41_swa_bytes(c) + 3) / 4;
+    int ok = take(&at, &p->pos, B, 2) && take(&at, &p->qr, B, QL) && take(&at, &p->q, B, H * D) &&
+             take(&at, &p->kvw, B, D) && take(&at, &p->o, B, H * D) &&
+             take(&at, &p->oa, B, G * R) && take(&at, &p->lat, B, D) &&
+             take(&at, &p->aqs, B, maxk) && take(&at, &p->ckz, B, 2 * D) &&
+             take(&at, &p->kk, B, Di) && take(&at, &p->qi, B, Hi * Di) &&
+             take(&at, &p->wts, B, Hi) && take(&at, &p->nnew, B, 4) &&
+             take(&at, &p->thr, T, p->per_thr) && take(&at, &p->wrow, B, swab_f) &&
+             take(&at, &p->xin, B, 2 * dim);
+    p->end = at;
+    return ok && at <= SIZE_MAX / sizeof(float) - 64;
+}
+
+static float *batch_scratch(dsattn_ctx *ctx, const bplan *p)
+{
+    return dsattn_ctx_batch_scratch(ctx, p->end * sizeof(float) + 64);
+}
+
+/* ==== The batched layer ================================================= */
+
+static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t B, int l,
+                                 const float *x, float *out, float *base, const bplan *bp)
+{
+    const dsattn_v41 *m = seqs[0]->m;
+    const dsattn_v41_config *c = &m->cfg;
+    const dsattn_v41_layer_w *L = &m->layer[l];
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t rd = (size_t)c->rope_head_dim, G = (size_t)c->o_groups;
+    const size_t R = (size_t)c->o_lora_rank, w = (size_t)c->window_size;
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
+    const dsattn_actq aq = { 32, DSATTN_ACTQ_POW2 };
+    const int nthr = DSATTN_MAX(ctx->n_threads, 1);
+    int64_t *pos = (int64_t *)(base + bp->pos);
+    float *qr = base + bp->qr, *q = base + bp->q, *kvw = base + bp->kvw, *o = base + bp->o;
+    float *oa = base + bp->oa, *lat = base + bp->lat, *aqs = base + bp->aqs;
+    float *ckz = base + bp->ckz, *kk = base + bp->kk, *qi = base + bp->qi, *wts = base + bp->wts;
+    size_t *nnew = (size_t *)(base + bp->nnew), *latrow = nnew + B;
+    float *thr_ws = base + bp->thr;
+    uint8_t *wrow = (uint8_t *)(base + bp->wrow);
+    float cs[64], sn[64];
+    dsattn_status st;
+    dsattn_phase_mark pm;
+
+    for (size_t i = 0; i < B; i++) pos[i] = seqs[i]->pos;
+
+    /* ---- query path over the B rows, each at its own position */
+    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
+    st = dsattn_attn_query_at(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, B, H, D, rd, &L->rope, pos,
+                              0, c->norm_eps, 0, &aq, aqs, qr, q);
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
+
+    /* ---- window KV rows, each into its sequence's ring */
+    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
+    st = dsattn_attn_window_kv_at(ctx, &L->wkv, L->kv_norm, x, B, D, rd, &L->rope, pos, 0,
+                                  c->norm_eps, &aq, aqs, kvw);
+    if (!st)
+        for (size_t i = 0; i < B; i++) {
+            dsattn_v41_swa_pack(kvw + i * D, D, wrow + i * swab, NULL);
+            memcpy(seqs[i]->layer[l].ring + ((size_t)pos[i] % w) * swab, wrow + i * swab, swab);
+        }
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
+
+    /* ---- compressed branch */
+    if (L->ratio > 0) {
+        const size_t ratio = (size_t)L->ratio;
+        size_t nl = 0;                         /* latents produced this step */
+        for (size_t i = 0; i < B; i++) nnew[i] = latrow[i] = 0;
+        if (L->is_kv_source) {
+            dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
+            if (ratio == 1) {
+                st = dsattn_linear(ctx, &L->c_wkv, x, dim, B, lat, D, DSATTN_OUT_BF16, NULL, NULL);
+                for (size_t i = 0; i < B && !st; i++) {
+                    dsattn_rmsnorm(lat + i * D, L->c_norm, D, c->norm_eps, lat + i * D,
+                                   DSATTN_OUT_BF16);
+                    nnew[i] = 1;
+                    latrow[i] = nl++;
+                }
+            } else {
+                float *kv = ckz, *z = ckz + B * D;
+                st = dsattn_linear(ctx, &L->c_wkv, x, dim, B, kv, D, DSATTN_OUT_F32, NULL, NULL);
+                if (!st)
+                    st = dsattn_linear(ctx, &L->c_wgate, x, dim, B, z, D, DSATTN_OUT_F32, NULL,
+                                       NULL);
+                for (size_t i = 0; i < B && !st; i++) {
+                    const dsattn_v41_chunk ck = { 1, pos[i], pos[i] == 0 };
+                    latrow[i] = nl;
+                    nnew[i] = dsattn_v41_compress_pool(seqs[i], l, kv + i * D, z + i * D, &ck,
+                                                       lat + nl * D, seqs[i]->iscratch);
+                    nl += nnew[i];
+                }
+            }
+            dsattn_phase_end(ctx, &pm);
+            if (st) return st;
+            for (size_t i = 0; i < B; i++) seqs[i]->rt.compress_kv = l;
+        }
+        if (L->is_index_source) {
+            dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
+            if (L->owns_k && nl > 0)
+                st = dsattn_linear(ctx, &L->i_wk, lat, D, nl, kk, Di, DSATTN_OUT_BF16, NULL, NULL);
+            if (!st)
+                st = dsattn_index_query_at(ctx, &L->i_wq_b, qr, B, Hi, Di, rd, &L->rope, pos, 0, 0,
+                                           &aq, aqs, qi);
+            if (!st) st = dsattn_index_weights(ctx, &L->i_wproj, x, B, Hi, Di, wts);
+            for (size_t i = 0; i < B && !st; i++) {
+                dsattn_v41_seq *s = seqs[i];
+                dsattn_v41_layer_s *S = &s->layer[l];
+                const dsattn_v41_chunk ck = { 1, pos[i], pos[i] == 0 };
+                if ((size_t)(pos[i] + 1) / ratio == 0) {
+                    s->rt.topk_rows = 1;
+                    s->rt.topk_w = 0;
+                    s->rt.topk_valid = 1;
+                    s->rt.topk_layer = l;
+                    S->sel_rows = 1;
+                    S->sel_w = 0;
+                    continue;
+                }
+                const dsattn_v41_index_pre pre = { kk + latrow[i] * Di, qi + i * Hi * Di,
+                                                   wts + i * Hi };
+                st = dsattn_v41_index_rows(ctx, s, l, &ck, nnew[i], pos[i] == 0 ? 1 : w, &pre);
+            }
+            dsattn_phase_end(ctx, &pm);
+            if (st) return st;
+        }
+        dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
+        for (size_t i = 0; i < B; i++) {
+            dsattn_v41_seq *s = seqs[i];
+            if (nnew[i]) {
+                /* nnew is 0 or 1 for one token */
+                const size_t first = (size_t)pos[i] / ratio;
+                float *v = lat + latrow[i] * D;
+                dsattn_rope_cs(&L->rope, (int64_t)(first * ratio), cs, sn);
+                dsattn_rope_apply(v + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+                dsattn_v41_kv_pack(v, D, s->layer[l].ckv + first * ckvb, NULL);
+            }
+            s->layer[l].source_read = s->rt.compress_kv;
+            s->layer[l].topk_read = s->rt.topk_layer;
+        }
+        dsattn_phase_end(ctx, &pm);
+    }
+
+    /* ---- attention: (sequence, head group) tasks, each output computed
+     * by one thread in one order, as in the one-sequence forward */
+    const float scale = (float)pow((double)D, -0.5);
+    const size_t hg = bp->hg, hper = bp->hper, n_tasks = B * hg;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (n_tasks > 1)
+    for (size_t task = 0; task < n_tasks; task++) {
+        const size_t i = task / hg, h0 = (task % hg) * hper;
+        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
+        if (nhh == 0) continue;
+        const dsattn_v41_seq *s = seqs[i];
+        const int prefill = pos[i] == 0;
+        float *ws = thr_ws + (size_t)omp_get_thread_num() * bp->per_thr;
+        int32_t *idx = (int32_t *)(ws + bp->att_ws);
+        const size_t ww = prefill ? 1 : w;
+        const dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA,
+                                     prefill ? wrow + i * swab : s->layer[l].ring, swab,
+                                     prefill ? 1 : w, D, 0 };
+        dsattn_kv_src csrc = { DSATTN_KV_V41_FP4, NULL, ckvb, 0, D, 0 };
+        size_t cw = 0;
+        if (prefill) dsattn_window_idx_prefill(w, 1, 0, idx);
+        else dsattn_window_idx_decode(w, pos[i], idx);
+        if (L->ratio > 0) {
+            csrc.base = s->layer[s->rt.compress_kv].ckv;
+            csrc.n_rows = (size_t)(pos[i] + 1) / (size_t)L->ratio;
+            cw = s->rt.topk_w;
+            if (cw) memcpy(idx + ww, s->rt.topk, cw * sizeof(int32_t));
+        }
+        dsattn_sparse_attn(ctx, q + (i * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
+                           ww + cw, L->sink + h0, scale, -1e30f, o + (i * H + h0) * D, ws);
+    }
+    dsattn_phase_end(ctx, &pm);
+
+    /* ---- inverse RoPE at each row's position, grouped wo_a, wo_b */
+    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
+    st = dsattn_attn_output_at(ctx, o, B, H, D, rd, &L->rope, pos, 0, &L->wo_a, G, R, &L->wo_b,
+                               &aq, aqs, oa, out);
+    dsattn_phase_end(ctx, &pm);
+    return st;
+}
+
+/* ==== Public entry points =============================================== */
+
+static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t n_seqs,
+                                int layer, const float *x, float *out, size_t *failed)
+{
+    dsattn_status st = check_seqs(ctx, seqs, n_seqs, x, out, failed);
+    if (st) return st;
+    const dsattn_v41 *m = seqs[0]->m;
+    if (layer < 0 || layer >= m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
+    if ((st = check_layer(seqs, n_seqs, layer, failed))) return st;
+    bplan bp;
+    if (!plan_batch(&m->cfg, n_seqs, ctx->n_threads, &bp)) return DSATTN_ERR_OVERFLOW;
+    float *base = batch_scratch(ctx, &bp);
+    if (!base) return DSATTN_ERR_NOMEM;
+    return batch_layer(ctx, seqs, n_seqs, layer, x, out, base, &bp);
+}
+
+static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t n_seqs,
+                                 float *h, float *attn_in, float *attn_out, size_t *failed)
+{
+    dsattn_status st = check_seqs(ctx, seqs, n_seqs, h, h, failed);
+    if (st) return st;
+    const dsattn_v41 *m = seqs[0]->m;
+    const dsattn_v41_config *c = &m->cfg;
+    const size_t B = n_seqs, dim = (size_t)c->dim;
+    bplan bp;
+    if (!plan_batch(c, B, ctx->n_threads, &bp)) return DSATTN_ERR_OVERFLOW;
+    /* the first layer's checks; later layers' slots are what earlier
+     * layers of this step leave, which the one-sequence stack relies on too */
+    if ((st = check_layer(seqs, B, 0, failed))) return st;
+    float *base = batch_scratch(ctx, &bp);
+    if (!base) return DSATTN_ERR_NOMEM;
+    float *xin = base + bp.xin, *xout = xin + B * dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        if ((st = check_layer(seqs, B, l, failed))) return st;
+        for (size_t i = 0; i < B; i++)
+            dsattn_rmsnorm(h + i * dim, m->layer[l].attn_norm, dim, c->norm_eps, xin + i * dim,
+                           DSATTN_OUT_BF16);
+        if ((st = batch_layer(ctx, seqs, B, l, xin, xout, base, &bp))) return st;
+        for (size_t i = 0; i < B * dim; i++) h[i] = h[i] + xout[i];
+        if (attn_in) memcpy(attn_in + (size_t)l * B * dim, xin, B * dim * sizeof(float));
+        if (attn_out) memcpy(attn_out + (size_t)l * B * dim, xout, B * dim * sizeof(float));
+    }
+    for (size_t i = 0; i < B; i++) seqs[i]->pos += 1;
+    return DSATTN_OK;
+}
+
+/* *failed is written only when the call fails */
+dsattn_status dsattn_v41_attn_forward_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs,
+                                            size_t n_seqs, int layer, const float *x,
+                                            float *out, size_t *failed)
+{
+    size_t bad = SIZE_MAX;
+    dsattn_status st = attn_batch(ctx, seqs, n_seqs, layer, x, out, &bad);
+    if (st && failed) *failed = bad;
+    return st;
+}
+
+dsattn_status dsattn_v41_stack_forward_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs,
+                                             size_t n_seqs, float *h, float *attn_in,
+                                             float *attn_out, size_t *failed)
+{
+    size_t bad = SIZE_MAX;
+    dsattn_status st = stack_batch(ctx, seqs, n_seqs, h, attn_in, attn_out, &bad);
+    if (st && failed) *failed = bad;
+    return st;
+}
