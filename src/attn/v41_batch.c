@@ -30,7 +30,6 @@
 #include "numfmt.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 /* ==== Validation ======================================================== */
@@ -283,14 +282,13 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     const float scale = (float)pow((double)D, -0.5);
     const size_t hg = bp->hg, hper = bp->hper, n_tasks = B * hg;
     dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (n_tasks > 1)
-    for (size_t task = 0; task < n_tasks; task++) {
+    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
         const size_t i = task / hg, h0 = (task % hg) * hper;
         const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
         if (nhh == 0) continue;
         const dsattn_v41_seq *s = seqs[i];
         const int prefill = pos[i] == 0;
-        float *ws = thr_ws + (size_t)omp_get_thread_num() * bp->per_thr;
+        float *ws = thr_ws + (size_t)dsattn_thread_num() * bp->per_thr;
         int32_t *idx = (int32_t *)(ws + bp->att_ws);
         const size_t ww = prefill ? 1 : w;
         const dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA,
@@ -308,7 +306,7 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
         }
         dsattn_sparse_attn(ctx, q + (i * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
                            ww + cw, L->sink + h0, scale, -1e30f, o + (i * H + h0) * D, ws);
-    }
+    });
     dsattn_phase_end(ctx, &pm);
 
     /* ---- inverse RoPE at each row's position, grouped wo_a, wo_b */
