@@ -115,6 +115,25 @@ dsattn_status dsattn_v4_stack_forward(dsattn_ctx *ctx, dsattn_v4_seq *s,
                                       float *h, size_t n, float *attn_in,
                                       float *attn_out);
 
+/* Batched decode: one token for each of n_seqs sequences of the same model
+ * in one call, each at its own position, the weights streamed once for
+ * all of them.  x, out: [n_seqs, dim]; the contract is V4.1's
+ * (dsattn_v41_attn_forward_batch in dsattn.h): row i equals
+ * dsattn_v4_attn_forward on seqs[i] alone (bit for bit in reference mode),
+ * every sequence is checked first and a failed call changes nothing,
+ * *failed names the first bad sequence (SIZE_MAX: not one sequence's), the
+ * caller advances each sequence after the last layer.  Sequences may
+ * differ in their dsattn_v4_empty rule. */
+dsattn_status dsattn_v4_attn_forward_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs,
+                                           size_t n_seqs, int layer, const float *x,
+                                           float *out, size_t *failed);
+/* The stand-in stack over the batch: h [n_seqs, dim] updated in place,
+ * attn_in / attn_out (optional) [n_layers, n_seqs, dim]; advances every
+ * sequence by one token. */
+dsattn_status dsattn_v4_stack_forward_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs,
+                                            size_t n_seqs, float *h, float *attn_in,
+                                            float *attn_out, size_t *failed);
+
 /* The last chunk's top-k of a CSA layer as the reference returns it: per
  * row, compressed-entry indices j (window offset removed) in descending
  * index-score order (ties: lower j first), -1 for the picks a prefill row

@@ -416,6 +416,7 @@ typedef struct {
         return dsattn_##G##_stack_forward(c, (SEQ *)s, h, n, NULL, NULL);                  \
     }
 ADAPT_BATCH(v41, dsattn_v41_seq)
+ADAPT_BATCH(v4, dsattn_v4_seq)
 
 /* 12 batched steps after the first; returns the worst per-step counts. */
 static void run_batched(dsattn_ctx *ctx, const bgen *g, unsigned long long *worst_libc,
@@ -491,6 +492,35 @@ static void make_v41_batch(bgen *g, int v)
     g->one = v41_one;
     g->adv = v41_adv;
     g->destroy = v41_destroy;
+}
+
+static void make_v4_batch(bgen *g, int v)
+{
+    (void)v;
+    g->name = "V4 batch (mixed empty)";
+    for (int k = 0; k < BPOOL; k++)
+        CHECK_OK(dsattn_v4_seq_create((dsattn_v4_seq **)&g->seq[k], v4_model, CAP,
+                                      k & 1 ? DSATTN_V4_EMPTY_ZERO : DSATTN_V4_EMPTY_REFERENCE));
+    g->n_layers = dsattn_v4_n_layers(v4_model);
+    g->dim = (size_t)dsattn_v4_dim(v4_model);
+    g->fwd = v4_bfwd;
+    g->stack = v4_bstack;
+    g->one = v4_one;
+    g->adv = v4_adv;
+    g->destroy = v4_destroy;
+}
+
+DSATTN_TEST(alloc, v4_batched_decode_allocates_nothing)
+{
+    if (!counting_or_skip()) return;
+    char err[256] = "", cfg[512], w[512];
+    case_paths("golden/v4/tiny-seed0", cfg, w);
+    dsattn_status st = dsattn_v4_load(&v4_model, cfg, w, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "load: %s", err);
+    if (st) return;
+    check_batched(make_v4_batch, 1);
+    dsattn_v4_destroy(v4_model);
+    v4_model = NULL;
 }
 
 DSATTN_TEST(alloc, v41_batched_decode_allocates_nothing)

@@ -8,7 +8,8 @@
  * selections and the positions must agree - bit for bit in reference
  * mode, within the fast path's bounds in fast mode.  The pool holds
  * sequences at mixed depths (0, inside and at the end of a compressor
- * group) on the golden V4.1 configs, in both index_k modes.  Bad batches
+ * group) on the golden V4.1 configs, in both index_k modes, and on the
+ * golden V4 config with both all-invalid-row rules in one batch.  Bad batches
  * (a sequence out of capacity, a repeated sequence, another model, a
  * NULL) fail with the right index and change nothing.
  */
@@ -16,6 +17,7 @@
 
 #include "internal.h"
 #include "numfmt.h"
+#include "v4.h"
 #include "v41.h"
 
 #include <math.h>
@@ -331,3 +333,154 @@ DSATTN_TEST(batch, v41_bad_batches_change_nothing)
     dsattn_v41_destroy(m2);
     dsattn_ctx_destroy(ctx);
 }
+
+/* ==== V4 ================================================================ */
+
+static int v4_same(const dsattn_v4_seq *a, const dsattn_v4_seq *b)
+{
+    int ok = dsattn_v4_seq_pos(a) == dsattn_v4_seq_pos(b);
+    const dsattn_v4 *m = a->m;
+    for (int l = 0; l < dsattn_v4_n_layers(m); l++) {
+        for (int which = 0; which < 2; which++) {
+            const uint8_t *ra, *rb;
+            size_t na, nb, ba, bb;
+            dsattn_status sa = dsattn_v4_seq_cache(a, l, which, &ra, &na, &ba);
+            dsattn_status sb = dsattn_v4_seq_cache(b, l, which, &rb, &nb, &bb);
+            ok &= sa == sb;
+            if (sa || sb) continue;
+            ok &= na == nb && ba == bb && (na == 0 || !memcmp(ra, rb, na * ba));
+        }
+        const dsattn_v4_layer_w *L = &m->layer[l];
+        const dsattn_v4_compressor_w *C[2] = { &L->comp, &L->icomp };
+        const dsattn_v4_comp_s *Sa[2] = { &a->layer[l].comp, &a->layer[l].icomp };
+        const dsattn_v4_comp_s *Sb[2] = { &b->layer[l].comp, &b->layer[l].icomp };
+        for (int k = 0; k < 2; k++) {
+            if (!Sa[k]->kv) continue;
+            const size_t co = C[k]->overlap ? 2 : 1;
+            const size_t n = co * C[k]->ratio * co * C[k]->d * sizeof(float);
+            ok &= !memcmp(Sa[k]->kv, Sb[k]->kv, n) && !memcmp(Sa[k]->z, Sb[k]->z, n);
+        }
+        const int32_t *ra, *rb;
+        size_t na, nb, wa, wb;
+        if (dsattn_v4_seq_selection(a, l, &ra, &na, &wa) == DSATTN_OK) {
+            CHECK_OK(dsattn_v4_seq_selection(b, l, &rb, &nb, &wb));
+            ok &= na == nb && wa == wb && (na * wa == 0 || !memcmp(ra, rb, na * wa * 4));
+        }
+    }
+    return ok;
+}
+
+/* Twins at depths 0..31 as for V4.1; odd members run the ZERO rule. */
+static void v4_exact_run(dsattn_mode mode, uint64_t seed)
+{
+    static const size_t depth[POOL] = { 0, 1, 3, 4, 7, 16, 17, 30, 31 };
+    char cfg[1200], wp[1200], err[512] = "";
+    snprintf(cfg, sizeof cfg, "%s/config.json", dsattn_test_data("golden/v4/tiny-seed0"));
+    snprintf(wp, sizeof wp, "%s/weights.safetensors", dsattn_test_data("golden/v4/tiny-seed0"));
+    dsattn_v4 *m = NULL;
+    dsattn_status st = dsattn_v4_load(&m, cfg, wp, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "load: %s", err);
+    dsattn_ctx *ctx = dsattn_test_ctx(mode, 2);
+    if (!m || !ctx) { dsattn_v4_destroy(m); dsattn_ctx_destroy(ctx); return; }
+    const size_t dim = (size_t)dsattn_v4_dim(m), L = (size_t)dsattn_v4_n_layers(m);
+    dsattn_v4_seq *a[POOL], *b[POOL];
+    float *h = malloc(64 * dim * sizeof(float));
+    for (int k = 0; k < POOL; k++) {
+        const dsattn_v4_empty e = k & 1 ? DSATTN_V4_EMPTY_ZERO : DSATTN_V4_EMPTY_REFERENCE;
+        CHECK_OK(dsattn_v4_seq_create(&a[k], m, 64, e));
+        CHECK_OK(dsattn_v4_seq_create(&b[k], m, 64, e));
+        if (depth[k]) {
+            rand_rows(h, depth[k] * dim, &seed);
+            memcpy(h + 32 * dim, h, depth[k] * dim * sizeof(float));
+            CHECK_OK(dsattn_v4_stack_forward(ctx, a[k], h, depth[k], NULL, NULL));
+            CHECK_OK(dsattn_v4_stack_forward(ctx, b[k], h + 32 * dim, depth[k], NULL, NULL));
+        }
+    }
+    float *x = malloc(L * POOL * dim * sizeof(float)), *ob = malloc(L * POOL * dim * sizeof(float));
+    float *os = malloc(L * POOL * dim * sizeof(float)), *h1 = malloc(POOL * dim * sizeof(float));
+    double e2 = 0, r2 = 0;
+    for (int step = 0; step < 12 && !dsattn_test_failed(); step++) {
+        int ids[POOL];
+        const size_t B = pick_subset(ids, &seed);
+        dsattn_v4_seq *seqs[POOL];
+        for (size_t i = 0; i < B; i++) seqs[i] = a[ids[i]];
+        size_t failed = 7;
+        if (step & 1) {
+            rand_rows(x, L * B * dim, &seed);
+            for (size_t l = 0; l < L; l++)
+                CHECK_OK(dsattn_v4_attn_forward_batch(ctx, seqs, B, (int)l, x + l * B * dim,
+                                                      ob + l * B * dim, &failed));
+            for (size_t i = 0; i < B; i++) {
+                CHECK_OK(dsattn_v4_seq_advance(seqs[i], 1));
+                for (size_t l = 0; l < L; l++)
+                    CHECK_OK(dsattn_v4_attn_forward(ctx, b[ids[i]], (int)l,
+                                                    x + (l * B + i) * dim, 1,
+                                                    os + (l * B + i) * dim));
+                CHECK_OK(dsattn_v4_seq_advance(b[ids[i]], 1));
+            }
+        } else {
+            rand_rows(x, B * dim, &seed);
+            memcpy(h1, x, B * dim * sizeof(float));
+            CHECK_OK(dsattn_v4_stack_forward_batch(ctx, seqs, B, x, NULL, ob, &failed));
+            for (size_t i = 0; i < B; i++) {
+                float *ao = malloc(L * dim * sizeof(float));
+                CHECK_OK(dsattn_v4_stack_forward(ctx, b[ids[i]], h1 + i * dim, 1, NULL, ao));
+                for (size_t l = 0; l < L; l++)
+                    memcpy(os + (l * B + i) * dim, ao + l * dim, dim * sizeof(float));
+                free(ao);
+            }
+            if (mode == DSATTN_MODE_REFERENCE) CHECK_BITS("V4 batched residual", x, h1, B * dim);
+        }
+        CHECK_EQ_INT(failed, 7);
+        if (mode == DSATTN_MODE_REFERENCE) {
+            CHECK_BITS("V4 batched attn_out", ob, os, L * B * dim);
+            for (size_t i = 0; i < B; i++)
+                CHECK_MSG(v4_same(a[ids[i]], b[ids[i]]),
+                          "V4 sequence %d (batch slot %zu of %zu) differs from its twin", ids[i],
+                          i, B);
+        } else {
+            for (size_t j = 0; j < L * B * dim; j++) {
+                const double e = (double)ob[j] - os[j];
+                if (isfinite(e)) { e2 += e * e; r2 += (double)os[j] * os[j]; }
+            }
+        }
+    }
+    if (mode == DSATTN_MODE_FAST) {
+        const double rel = sqrt(e2 / fmax(r2, 1e-300));
+        CHECK_MSG(r2 > 0 && rel <= 1e-2, "V4 fast batched vs one-sequence: rel %.4g > 1e-2", rel);
+        fprintf(stderr, "    V4 fast batched vs one-sequence: rel %.3g\n", rel);
+    }
+    /* a bad batch changes nothing: a repeated sequence, then one full */
+    dsattn_v4_seq *rep[3] = { a[0], a[1], a[0] };
+    size_t failed = 0;
+    CHECK_EQ_INT(dsattn_v4_attn_forward_batch(ctx, rep, 3, 0, x, ob, &failed), DSATTN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(failed, 2);
+    dsattn_v4_seq *full = NULL, *twin = NULL;
+    CHECK_OK(dsattn_v4_seq_create(&full, m, 2, DSATTN_V4_EMPTY_REFERENCE));
+    CHECK_OK(dsattn_v4_seq_create(&twin, m, 2, DSATTN_V4_EMPTY_REFERENCE));
+    rand_rows(h, 2 * dim, &seed);
+    memcpy(h + 32 * dim, h, 2 * dim * sizeof(float));
+    CHECK_OK(dsattn_v4_stack_forward(ctx, full, h, 2, NULL, NULL));
+    CHECK_OK(dsattn_v4_stack_forward(ctx, twin, h + 32 * dim, 2, NULL, NULL));
+    dsattn_v4_seq *bad[3] = { a[2], full, a[3] };
+    memcpy(h, x, 3 * dim * sizeof(float));
+    CHECK_EQ_INT(dsattn_v4_stack_forward_batch(ctx, bad, 3, h, NULL, NULL, &failed),
+                 DSATTN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(failed, 1);
+    CHECK(!memcmp(h, x, 3 * dim * sizeof(float)));
+    CHECK(v4_same(full, twin));
+    if (mode == DSATTN_MODE_REFERENCE)   /* fast-mode twins differ in the last bits */
+        CHECK(v4_same(a[2], b[2]) && v4_same(a[3], b[3]));
+    dsattn_v4_seq_destroy(full);
+    dsattn_v4_seq_destroy(twin);
+    for (int k = 0; k < POOL; k++) {
+        dsattn_v4_seq_destroy(a[k]);
+        dsattn_v4_seq_destroy(b[k]);
+    }
+    free(h); free(x); free(ob); free(os); free(h1);
+    dsattn_ctx_destroy(ctx);
+    dsattn_v4_destroy(m);
+}
+
+DSATTN_TEST(batch, v4_bit_exact_and_bad_batches) { v4_exact_run(DSATTN_MODE_REFERENCE, 31); }
+DSATTN_TEST(batch, v4_fast_within_bounds)        { v4_exact_run(DSATTN_MODE_FAST, 32); }

@@ -12,6 +12,15 @@
  * through the shared llama-bench table (bench_util.h), with the byte bound,
  * t / bound and t / t(first depth) as this mode's extra columns, and one
  * prefill row per thread count (depth 0, ms per prefilled token).
+ *
+ * --batch B1,B2,... decodes B sequences per step (each filled to the
+ * depth) through dsattn_v41_stack_forward_batch, B = 1 through the
+ * one-sequence stack: the weights stream once per step for all B tokens.
+ * Each row adds the batch, the aggregate decoded tokens per second, the
+ * step's FLOP bound (the kernels' FLOPs / the fp32 FMA peak measured in
+ * this run, or the AMX-BF16 tile peak where the context runs tiles), the
+ * step bound max(byte bound, FLOP bound), t / step bound, and tok/s over
+ * the B = 1 row of the same depth and threads.
  */
 #include "bench_util.h"
 #include "cli_num.h"
@@ -112,6 +121,8 @@ static int verify_slice(const char *data_dir)
 typedef struct {
     const dsattn_v41 *m;
     dsattn_v41_seq   *seq;        /* decode: the filled sequence             */
+    dsattn_v41_seq  **seqs;       /* batched decode: nb filled sequences     */
+    size_t            nb;
     size_t            n, dim;
     float            *h;
     int               calls;
@@ -121,10 +132,16 @@ typedef struct {
 static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
 {
     v41_step *a = arg;
-    for (size_t i = 0; i < a->n * a->dim; i++)
+    for (size_t i = 0; i < DSATTN_MAX(a->n, a->nb) * a->dim; i++)
         a->h[i] = (float)((i * 37 + (size_t)a->calls) % 11) - 5.0f;
     a->calls++;
     const double t0 = dsattn_bench_now();
+    if (a->n == 1 && a->nb > 1) {
+        dsattn_status st = dsattn_v41_stack_forward_batch(ctx, a->seqs, a->nb, a->h, NULL, NULL,
+                                                          NULL);
+        a->last_s = dsattn_bench_now() - t0;
+        return st;
+    }
     if (a->n == 1) {
         dsattn_status st = dsattn_v41_stack_forward(ctx, a->seq, a->h, 1, NULL, NULL);
         a->last_s = dsattn_bench_now() - t0;
@@ -142,8 +159,8 @@ int dsattn_bench_v41(int argc, char **argv)
 {
     const char *cfg = "configs/deepseek-v4.1-flash.json";
     const char *data = "tests/data";
-    long long depths[8] = { 4096, 65536, 1048576 }, thr[8] = { 1, 2 };
-    int nd = 3, nt = 2, reps = 3, fp8 = 1, profile = 0;
+    long long depths[8] = { 4096, 65536, 1048576 }, thr[8] = { 1, 2 }, batch[8] = { 1 };
+    int nd = 3, nt = 2, nbt = 1, reps = 3, fp8 = 1, profile = 0;
     long long prefill = 128;
     uint64_t seed = 1;
     dsattn_bench_fmt fmt = DSATTN_BENCH_MD;
@@ -151,6 +168,7 @@ int dsattn_bench_v41(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: dsattn bench v41 [--depth 4096,65536,1M] [--threads 1,2] [--reps 3]\n"
+                   "                        [--batch 1,8,16 (sequences decoded per step)]\n"
                    "                        [--prefill N (128; 0 = skip)]\n"
                    "                        [--config PATH] [--bf16] [--seed S] [--format md|csv|json]\n"
                    "                        [--data DIR (tests/data, for the pre-timing check)]\n"
@@ -158,7 +176,10 @@ int dsattn_bench_v41(int argc, char **argv)
                    "Decode ms/token of the 40-layer V4.1-Flash attention stack at real dims\n"
                    "(FP8 weights, random, seeded; synthetic cache fill to each depth) beside\n"
                    "its byte bound, then one prefill of N tokens per thread count.  Every\n"
-                   "list is cross-multiplied; one warm-up step, then reps timed steps.\n");
+                   "list is cross-multiplied; one warm-up step, then reps timed steps.\n"
+                   "--batch B decodes B sequences per step (all filled to the depth) through\n"
+                   "the batched stack; rows add tok/s across the batch and the step bound\n"
+                   "max(bytes / read BW, FLOPs / FMA or tile peak).\n");
             return 0;
         }
         if (!strcmp(a, "--bf16")) { fp8 = 0; continue; }
@@ -171,6 +192,8 @@ int dsattn_bench_v41(int argc, char **argv)
                                  depths, 8, &nd);
         else if (!strcmp(a, "--threads"))
             rc = dsattn_cli_list("bench v41", a, v, 1, DSATTN_CLI_MAX_THREADS, 0, thr, 8, &nt);
+        else if (!strcmp(a, "--batch"))
+            rc = dsattn_cli_list("bench v41", a, v, 1, 256, 0, batch, 8, &nbt);
         else if (!strcmp(a, "--reps"))
             rc = dsattn_cli_i32("bench v41", a, v, 1, DSATTN_BENCH_MAX_REPS, 0, &reps);
         else if (!strcmp(a, "--prefill"))
@@ -184,7 +207,7 @@ int dsattn_bench_v41(int argc, char **argv)
         else { fprintf(stderr, "bench v41: unknown option %s\n", a); return 2; }
         if (rc) return rc;
     }
-    if (nd <= 0 || nt <= 0 || reps <= 0 || prefill < 0 || prefill > (1 << 20)) {
+    if (nd <= 0 || nt <= 0 || nbt <= 0 || reps <= 0 || prefill < 0 || prefill > (1 << 20)) {
         fprintf(stderr, "bench v41: bad list or count\n");
         return 2;
     }
@@ -205,19 +228,32 @@ int dsattn_bench_v41(int argc, char **argv)
     fprintf(stderr, "bench v41: %d layers, %.2f GB of %s weights made in %.1f s\n",
             dsattn_v41_n_layers(m), (double)dsattn_v41_weight_bytes(m) / 1e9,
             fp8 ? "FP8" : "bf16", dsattn_bench_now() - t0);
-    dsattn_v41_seq *s = NULL;
-    if (dsattn_v41_seq_create(&s, m, (size_t)maxd + (size_t)reps + 8, DSATTN_V41_INDEX_K_OWNER)) {
-        fprintf(stderr, "bench v41: cannot allocate caches for depth %lld\n", maxd);
+    long long maxb = 1;
+    for (int i = 0; i < nbt; i++) maxb = batch[i] > maxb ? batch[i] : maxb;
+    dsattn_v41_seq **seqs = calloc((size_t)maxb, sizeof *seqs);
+    for (long long k = 0; seqs && k < maxb; k++)
+        if (dsattn_v41_seq_create(&seqs[k], m, (size_t)maxd + (size_t)reps + 8,
+                                  DSATTN_V41_INDEX_K_OWNER)) {
+            fprintf(stderr, "bench v41: cannot allocate caches of %lld sequences for depth %lld\n",
+                    maxb, maxd);
+            for (long long j = 0; j < k; j++) dsattn_v41_seq_destroy(seqs[j]);
+            free(seqs);
+            dsattn_v41_destroy(m);
+            return 1;
+        }
+    if (!seqs) {
         dsattn_v41_destroy(m);
         return 1;
     }
+    dsattn_v41_seq *s = seqs[0];
     dsattn_kv_bill bill = { 0 };
     dsattn_v41_seq_kv_bill(s, &bill);
     const size_t dim = (size_t)dsattn_v41_dim(m);
-    const size_t hn = (size_t)(prefill > 1 ? prefill : 1) * dim;
+    const size_t hn = (size_t)DSATTN_MAX(prefill > 1 ? prefill : 1, maxb) * dim;
     float *h = calloc(hn, sizeof(float));
     if (!h) {
-        dsattn_v41_seq_destroy(s);
+        for (long long k = 0; k < maxb; k++) dsattn_v41_seq_destroy(seqs[k]);
+        free(seqs);
         dsattn_v41_destroy(m);
         return 1;
     }
@@ -234,34 +270,45 @@ int dsattn_bench_v41(int argc, char **argv)
     if (weight_list_make(m, &wl) == 0)
         for (int ti = 0; ti < nt; ti++)
             replay_s[ti] = dsattn_bench_replay_read(wl.buf, wl.bytes, wl.n, (int)thr[ti], 3);
-    dsattn_bench_table t = { .mode = "v41", .title = title, .fmt = fmt, .n_extra = 5,
+    dsattn_bench_table t = { .mode = "v41", .title = title, .fmt = fmt, .n_extra = 11,
                              .extra = { "byte bound ms", "t / bound", "replay bound ms",
-                                        "t / replay bound", "t / t(first depth)" },
+                                        "t / replay bound", "t / t(first depth)", "batch",
+                                        "tok/s", "FLOP bound ms", "step bound ms",
+                                        "t / step bound", "tok/s / B=1" },
                              .extra_key = { "byte_bound_ms", "t_over_bound", "replay_bound_ms",
-                                            "t_over_replay_bound", "t_over_first" } };
+                                            "t_over_replay_bound", "t_over_first", "batch",
+                                            "tok_per_s", "flop_bound_ms", "step_bound_ms",
+                                            "t_over_step_bound", "tok_per_s_over_b1" } };
     dsattn_bench_begin(&t, dsattn_bench_isa_label());
-    double first[8] = { 0 };
+    double first[8][8] = { { 0 } };
+    const int amx = strstr(dsattn_bench_isa_label(), "amx") != NULL;
     int rc = 0, n_prof = 0;
     dsattn_bench_prof_row prof[64];
     for (int di = 0; di < nd && !rc; di++) {
         for (int ti = 0; ti < nt && !rc; ti++) {
+          double tok_b1 = 0;
+          for (int bi = 0; bi < nbt && !rc; bi++) {
+            const size_t nb = (size_t)batch[bi];
             dsattn_ctx *ctx = NULL;
             dsattn_ctx_params p = dsattn_ctx_default_params();
             p.n_threads = (int)thr[ti];
             if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
             dsattn_ctx_set_profiling(ctx, profile);
-            dsattn_v41_seq_fill_synthetic(s, depths[di], seed + (uint64_t)di);
-            v41_step a = { m, s, 1, dim, h, 0, 0.0 };
+            for (size_t k = 0; k < nb; k++)
+                dsattn_v41_seq_fill_synthetic(seqs[k], depths[di],
+                                              seed + (uint64_t)di + 1000 * (uint64_t)k);
+            v41_step a = { m, s, seqs, nb, 1, dim, h, 0, 0.0 };
             dsattn_bench_result r = { .depth = depths[di], .kv_bytes = bill.global_bytes_per_token };
             snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
-            snprintf(r.variant, sizeof r.variant, "CSA2 stack, decode");
+            if (nb > 1) snprintf(r.variant, sizeof r.variant, "CSA2 stack, decode, batch %zu", nb);
+            else snprintf(r.variant, sizeof r.variant, "CSA2 stack, decode");
             dsattn_status st = dsattn_bench_time(ctx, v41_step_run, &a, reps, &r);
             if (st) {
                 fprintf(stderr, "bench v41: step failed: %s\n", dsattn_status_str(st));
                 rc = 1;
             } else {
                 double bound = r.lim_gbs > 0 ? r.gb / r.lim_gbs * 1e3 : 0;
-                if (di == 0) first[ti] = r.ms_mean;
+                if (di == 0) first[ti][bi] = r.ms_mean;
                 snprintf(r.extra[0], sizeof r.extra[0], "%.1f", bound);
                 snprintf(r.extra[1], sizeof r.extra[1], "%.2f", bound > 0 ? r.ms_mean / bound : 0);
                 /* replay bound: the weights at the rate they can merely be
@@ -273,17 +320,33 @@ int dsattn_bench_v41(int argc, char **argv)
                 snprintf(r.extra[2], sizeof r.extra[2], "%.1f", rbound);
                 snprintf(r.extra[3], sizeof r.extra[3], "%.2f", rbound > 0 ? r.ms_mean / rbound : 0);
                 snprintf(r.extra[4], sizeof r.extra[4], "%.2f",
-                         first[ti] > 0 ? r.ms_mean / first[ti] : 1.0);
+                         first[ti][bi] > 0 ? r.ms_mean / first[ti][bi] : 1.0);
+                /* the batch's columns: tokens per second over the batch,
+                 * the FLOP bound at the FMA (or tile) peak of this run */
+                const double tok = r.ms_mean > 0 ? (double)nb * 1e3 / r.ms_mean : 0;
+                if (nb == 1) tok_b1 = tok;
+                double peak = r.lim_gflops;
+                if (amx) peak = DSATTN_MAX(peak, dsattn_bench_amx_bf16_peak((int)thr[ti]));
+                const double fbound = peak > 0 ? r.gflop / peak * 1e3 : 0;
+                const double sbound = DSATTN_MAX(bound, fbound);
+                snprintf(r.extra[5], sizeof r.extra[5], "%zu", nb);
+                snprintf(r.extra[6], sizeof r.extra[6], "%.2f", tok);
+                snprintf(r.extra[7], sizeof r.extra[7], "%.1f", fbound);
+                snprintf(r.extra[8], sizeof r.extra[8], "%.1f", sbound);
+                snprintf(r.extra[9], sizeof r.extra[9], "%.2f", sbound > 0 ? r.ms_mean / sbound : 0);
+                if (tok_b1 > 0) snprintf(r.extra[10], sizeof r.extra[10], "%.2f", tok / tok_b1);
+                else snprintf(r.extra[10], sizeof r.extra[10], "-");
                 dsattn_bench_row(&t, &r);
                 if (profile && n_prof < 64) {
                     dsattn_bench_prof_row *pr = &prof[n_prof++];
-                    snprintf(pr->what, sizeof pr->what, "decode @%lld", depths[di]);
+                    snprintf(pr->what, sizeof pr->what, "decode @%lld x%zu", depths[di], nb);
                     pr->threads = (int)thr[ti];
                     pr->step_s = a.last_s;
                     pr->p = dsattn_ctx_profile(ctx);
                 }
             }
             dsattn_ctx_destroy(ctx);
+          }
         }
     }
     /* Prefill: `prefill` tokens at position 0 on a fresh sequence per rep;
@@ -294,7 +357,7 @@ int dsattn_bench_v41(int argc, char **argv)
         p.n_threads = (int)thr[ti];
         if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
         dsattn_ctx_set_profiling(ctx, profile);
-        v41_step a = { m, NULL, (size_t)prefill, dim, h, 0, 0.0 };
+        v41_step a = { m, NULL, NULL, 1, (size_t)prefill, dim, h, 0, 0.0 };
         dsattn_bench_result r = { .depth = 0, .kv_bytes = bill.global_bytes_per_token };
         snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
         snprintf(r.variant, sizeof r.variant, "CSA2 stack, prefill %lld tokens", prefill);
@@ -313,6 +376,7 @@ int dsattn_bench_v41(int argc, char **argv)
             snprintf(r.extra[3], sizeof r.extra[3], "-");
             snprintf(r.extra[4], sizeof r.extra[4], "%.1f tok/s",
                      r.ms_mean > 0 ? 1e3 / r.ms_mean : 0);
+            for (int e = 5; e < 11; e++) snprintf(r.extra[e], sizeof r.extra[e], "-");
             dsattn_bench_row(&t, &r);
             if (profile && n_prof < 64) {
                 dsattn_bench_prof_row *pr = &prof[n_prof++];
@@ -324,7 +388,7 @@ int dsattn_bench_v41(int argc, char **argv)
         }
         dsattn_ctx_destroy(ctx);
     }
-    char footer[1024];
+    char footer[2048];
     snprintf(footer, sizeof footer,
              "Byte bound = bytes the kernels read in the step (weights + KV + index keys) / the "
              "read bandwidth measured in this run (a 1 GiB sum).  Replay bound = the time to merely "
@@ -333,7 +397,12 @@ int dsattn_bench_v41(int argc, char **argv)
              "the 1 GiB rate: the weights are hundreds of buffers over GBs, which this machine "
              "reads slower than one 1 GiB array.  KV B/token is the global cache measured from "
              "the live allocation; the bounded window rings hold %.1f MB more.  Prefill rows: "
-             "per-token time and counters of one %lld-token chunk.  Peak RSS %.2f GB.\n",
+             "per-token time and counters of one %lld-token chunk.  Batch rows (batch B > 1): "
+             "ms/token is the time of one step that decodes one token for each of B sequences "
+             "(the batched stack, weights read once), tok/s = B / that time; FLOP bound = the "
+             "step's FLOPs / the fp32 FMA peak measured in this run (the AMX-BF16 tile peak where "
+             "the context runs tiles); step bound = max(byte bound, FLOP bound).  "
+             "Peak RSS %.2f GB.\n",
              wl.total / 1e9, replay_s[nt - 1] > 0 ? wl.total / replay_s[nt - 1] / 1e9 : 0,
              (int)thr[nt - 1], (double)bill.window_bytes / 1e6, prefill, peak_rss_gb());
     free(wl.buf);
@@ -341,7 +410,8 @@ int dsattn_bench_v41(int argc, char **argv)
     dsattn_bench_end(&t, footer);
     if (n_prof && fmt == DSATTN_BENCH_MD) dsattn_bench_print_profile(prof, n_prof, "the 40 layers");
     free(h);
-    dsattn_v41_seq_destroy(s);
+    for (long long k = 0; k < maxb; k++) dsattn_v41_seq_destroy(seqs[k]);
+    free(seqs);
     dsattn_v41_destroy(m);
     return rc;
 }

@@ -26,6 +26,12 @@
  * --decode M more steps from the saved position, feeding the same inputs
  * an uninterrupted run feeds there.
  *
+ * --batch B (V4.1, V4) runs B sequences of the same stack side by side,
+ * sequence k fed the inputs of seed + k: each is prefilled on its own,
+ * then every decode step is ONE batched call (dsattn_*_stack_forward_batch)
+ * that decodes a token for each sequence with the weights read once; the
+ * table shows the step's time and the tokens per second across the batch.
+ *
  * Full-size configs: a stack's random weights are made for every layer
  * unless --layers N asks for the first N; when all of them would not fit in
  * the memory available (measured per layer from a small probe), the run
@@ -90,7 +96,10 @@ static void run_usage(FILE *f)
         "                       out.{position}, F32 [dim]\n"
         "  --mode fast|reference  arithmetic (default fast)\n"
         "  --index-k owner|reference  V4.1 index_k quirk (default owner)\n"
-        "  --threads N          threads (default: OpenMP's)\n");
+        "  --threads N          threads (default: OpenMP's)\n"
+        "  --batch B            V4.1 / V4: B sequences (inputs from seeds seed .. seed+B-1),\n"
+        "                       each prefilled, then decoded together, one batched call per\n"
+        "                       step (default 1)\n");
 }
 
 static const char *find_config(void)
@@ -371,6 +380,109 @@ static dsattn_status make_seq(runner *r, size_t cap, dsattn_v41_index_k ik)
     }
 }
 
+static void seq_destroy(gen_t g, void *s)
+{
+    switch (g) {
+    case GEN_MHA: dsattn_mha_seq_destroy(s); break;
+    case GEN_MLA: dsattn_mla_seq_destroy(s); break;
+    case GEN_V4:  dsattn_v4_seq_destroy(s); break;
+    default:      dsattn_v41_seq_destroy(s); break;
+    }
+}
+
+/* One batched decode step of the stand-in stack over B sequences. */
+static dsattn_status r_stack_batch(runner *r, dsattn_ctx *ctx, void **seqs, void *typed,
+                                   size_t B, float *h, size_t *failed)
+{
+    if (r->g == GEN_V4) {
+        dsattn_v4_seq **t = typed;
+        for (size_t k = 0; k < B; k++) t[k] = seqs[k];
+        return dsattn_v4_stack_forward_batch(ctx, t, B, h, NULL, NULL, failed);
+    }
+    dsattn_v41_seq **t = typed;
+    for (size_t k = 0; k < B; k++) t[k] = seqs[k];
+    return dsattn_v41_stack_forward_batch(ctx, t, B, h, NULL, NULL, failed);
+}
+
+/* --batch: B sequences, each prefilled with its own inputs (seed + k),
+ * then n_decode batched steps.  r->s is the sequence at hand. */
+static int run_batch(runner *r, dsattn_ctx *ctx, size_t B, long long n_prefill,
+                     long long n_decode, uint64_t seed, dsattn_v41_index_k ik)
+{
+    const size_t dim = (size_t)r->dim;
+    void **seqs = calloc(B, sizeof *seqs), **typed = calloc(B, sizeof *typed);
+    size_t hn;
+    float *h = NULL;
+    int rc = 1;
+    dsattn_status st = DSATTN_OK;
+    if (!seqs || !typed || !dsattn_mul_size(DSATTN_MAX((size_t)n_prefill, B), dim, &hn) ||
+        !(h = malloc(hn * sizeof(float)))) {
+        fprintf(stderr, "dsattn run: out of memory for the batch\n");
+        goto out;
+    }
+    printf("| step | sequences | tokens | positions | ms | tok/s | GFLOP | GB read | out RMS |\n");
+    printf("|---|---:|---:|---|---:|---:|---:|---:|---:|\n");
+    for (size_t k = 0; k < B; k++) {
+        r->s = NULL;
+        if ((st = make_seq(r, (size_t)(n_prefill + n_decode), ik))) {
+            fprintf(stderr, "dsattn run: sequence %zu: %s\n", k, dsattn_status_str(st));
+            goto out;
+        }
+        seqs[k] = r->s;
+        for (long long t = 0; t < n_prefill; t++)
+            input_row(h + (size_t)t * dim, dim, seed + k, t);
+        dsattn_ctx_counters_reset(ctx);
+        const double ts = now_s();
+        if ((st = r_stack(r, ctx, h, (size_t)n_prefill))) {
+            fprintf(stderr, "dsattn run: prefill of sequence %zu: %s\n", k, dsattn_status_str(st));
+            goto out;
+        }
+        const double ms = (now_s() - ts) * 1e3;
+        const dsattn_counters c = dsattn_ctx_counters(ctx);
+        double ss = 0;
+        for (size_t i = 0; i < (size_t)n_prefill * dim; i++) ss += (double)h[i] * h[i];
+        printf("| prefill seq %zu | 1 | %lld | 0 | %.1f | %.1f | %.2f | %.3f | %.4f |\n", k,
+               n_prefill, ms, ms > 0 ? (double)n_prefill * 1e3 / ms : 0, (double)c.flops / 1e9,
+               (double)c.bytes_read / 1e9, sqrt(ss / (double)((size_t)n_prefill * dim)));
+    }
+    r->s = NULL;
+    for (long long step = 1; step <= n_decode; step++) {
+        for (size_t k = 0; k < B; k++)
+            input_row(h + k * dim, dim, seed + k, n_prefill + step - 1);
+        dsattn_ctx_counters_reset(ctx);
+        size_t failed = SIZE_MAX;
+        const double ts = now_s();
+        st = r_stack_batch(r, ctx, seqs, typed, B, h, &failed);
+        const double ms = (now_s() - ts) * 1e3;
+        if (st) {
+            fprintf(stderr, "dsattn run: batched step %lld: %s (sequence %zu)\n", step,
+                    dsattn_status_str(st), failed);
+            goto out;
+        }
+        const dsattn_counters c = dsattn_ctx_counters(ctx);
+        double ss = 0;
+        for (size_t i = 0; i < B * dim; i++) ss += (double)h[i] * h[i];
+        const double rms = sqrt(ss / (double)(B * dim));
+        if (!isfinite(rms)) {
+            fprintf(stderr, "dsattn run: batched step %lld produced a non-finite residual\n", step);
+            goto out;
+        }
+        printf("| decode %lld | %zu | %zu | %lld | %.1f | %.1f | %.2f | %.3f | %.4f |\n", step, B,
+               B, n_prefill + step - 1, ms, ms > 0 ? (double)B * 1e3 / ms : 0,
+               (double)c.flops / 1e9, (double)c.bytes_read / 1e9, rms);
+    }
+    printf("\nEach decode row is one batched call: a token for each of the %zu sequences, the "
+           "weights read once (tok/s = sequences / step time).\n", B);
+    rc = 0;
+out:
+    for (size_t k = 0; seqs && k < B; k++) seq_destroy(r->g, seqs[k]);
+    r->s = NULL;
+    free(seqs);
+    free(typed);
+    free(h);
+    return rc;
+}
+
 /* Bytes of memory the kernel says are available (MemAvailable), or 0. */
 static double mem_available(void)
 {
@@ -504,7 +616,7 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
     const char *save_path = NULL, *resume_path = NULL;
     int prefill_given = 0;
     uint64_t seed = 1;
-    int fp8 = 1, threads = 0, rc, layers = 0;
+    int fp8 = 1, threads = 0, rc, layers = 0, n_batch = 1;
     long long n_prefill = 64, n_decode = 8;
     dsattn_mode mode = DSATTN_MODE_FAST;
     dsattn_v41_index_k ik = DSATTN_V41_INDEX_K_OWNER;
@@ -531,12 +643,19 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
             if ((rc = dsattn_cli_i32("run", a, v, 1, DSATTN_CLI_MAX_THREADS, 0, &threads))) return rc;
         } else if (!strcmp(a, "--layers")) {
             if ((rc = dsattn_cli_i32("run", a, v, 1, 1 << 20, 0, &layers))) return rc;
+        } else if (!strcmp(a, "--batch")) {
+            if ((rc = dsattn_cli_i32("run", a, v, 1, 4096, 0, &n_batch))) return rc;
         }
         else if (!strcmp(a, "--mode") && !strcmp(v, "fast")) mode = DSATTN_MODE_FAST;
         else if (!strcmp(a, "--mode") && !strcmp(v, "reference")) mode = DSATTN_MODE_REFERENCE;
         else if (!strcmp(a, "--index-k") && !strcmp(v, "owner")) ik = DSATTN_V41_INDEX_K_OWNER;
         else if (!strcmp(a, "--index-k") && !strcmp(v, "reference")) ik = DSATTN_V41_INDEX_K_REFERENCE;
         else { fprintf(stderr, "dsattn run: bad option %s %s\n", a, v); run_usage(stderr); return 2; }
+    }
+    if (n_batch > 1 && (resume_path || save_path || out_path)) {
+        fprintf(stderr, "dsattn run: --batch runs fresh sequences; --resume, --save and --out "
+                        "take one\n");
+        return 2;
     }
     /* a resumed run starts at the session's position: no prefill */
     dsattn_session_info sess;
@@ -599,6 +718,12 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         r.n_layers = layers;
     }
 
+    if (n_batch > 1 && r.g != GEN_V41 && r.g != GEN_V4) {
+        fprintf(stderr, "dsattn run: --batch: %s has no batched decode here (V4.1 and V4 do)\n",
+                r.label);
+        cJSON_Delete(root);
+        return 2;
+    }
     if (resume_path && r.g == GEN_V41 && sess.generation == DSATTN_SESSION_V41)
         ik = sess.variant[0] ? DSATTN_V41_INDEX_K_REFERENCE : DSATTN_V41_INDEX_K_OWNER;
     dsattn_ctx_params p = dsattn_ctx_default_params();
@@ -633,6 +758,17 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
            r.g != GEN_V41 ? "" : ik == DSATTN_V41_INDEX_K_OWNER ? "owner" : "reference");
     printf("  inputs: seeded unit-RMS rows, a function of (seed, position), standing in for "
            "token embeddings\n");
+    if (n_batch > 1) {
+        printf("  batch: %d sequences, inputs from seeds %llu .. %llu\n\n", n_batch,
+               (unsigned long long)seed, (unsigned long long)(seed + (uint64_t)n_batch - 1));
+        rc = run_batch(&r, ctx, (size_t)n_batch, n_prefill, n_decode, seed, ik);
+        if (!rc) {
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            printf("Peak RSS: %.2f GiB\n", (double)ru.ru_maxrss / 1048576.0);
+        }
+        goto out;
+    }
     if (resume_path) {
         t0 = now_s();
         if ((st = r_load(&r, resume_path, (size_t)(n_prefill + n_decode), err, sizeof err))) {

@@ -98,6 +98,37 @@ dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err,
                                         size_t errlen);
 
 /* Bytes of one packed row: MODEL1 KV (584 at 512/64), index key (68 at 128). */
+/* ==== Pieces of the layer forward a batched step shares ================ */
+
+typedef struct {
+    size_t  s;                /* rows in this chunk                          */
+    int64_t start_pos;
+    int     prefill;
+} dsattn_v4_chunk;
+
+/* A compressor of layer l (index 0: the main one, 1: the CSA indexer's)
+ * after its projections kv, z [ck->s, coff*d] (wkv x, wgate x, fp32):
+ * pooling state, new entries normalised, rotated and packed into the
+ * layer's cache, as the one-sequence forward does. */
+dsattn_status dsattn_v4_compress_rows(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, int index,
+                                      const dsattn_v4_chunk *ck, const float *kv,
+                                      const float *z);
+
+/* A CSA layer's projections a batched step ran over all its rows: this
+ * sequence's index queries qi (RoPE, Hadamard, FP4), head weights wts and
+ * the indexer compressor's kv / z. */
+typedef struct {
+    float       *qi, *wts;
+    const float *ikv, *iz;
+} dsattn_v4_index_pre;
+
+/* The indexer of CSA layer l for one sequence after those projections:
+ * its compressor, scores, top-k into rows [ck->s, kw] (offset added) and
+ * the layer's selection. */
+dsattn_status dsattn_v4_index_rows(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
+                                   const dsattn_v4_chunk *ck, size_t offset, int32_t *rows,
+                                   size_t kw, const dsattn_v4_index_pre *pre);
+
 size_t dsattn_v4_kv_bytes(const dsattn_v4_config *c);
 size_t dsattn_v4_idx_bytes(const dsattn_v4_config *c);
 

@@ -150,11 +150,7 @@ static dsattn_actq v4_actq(void)
 
 /* ==== Compressor ======================================================== */
 
-typedef struct {
-    size_t  s;            /* rows in this chunk                             */
-    int64_t start_pos;
-    int     prefill;
-} chunk;
+typedef dsattn_v4_chunk chunk;
 
 /* run_compressor's scratch for s rows: projections kv and z [s, coff*d],
  * the pooled entries, the pooling state machine's own. */
@@ -169,12 +165,14 @@ static size_t compressor_bytes(const dsattn_v4_compressor_w *C, size_t s, int pr
  * rotate = 1): fp32 projections, the shared pooling state machine, then per
  * new entry j: bf16 cast -> RMSNorm -> RoPE at j*m -> (main) FP8 on the
  * nope dims, rope bf16, one MODEL1 row at rows + j*rb / (indexer)
- * Hadamard -> FP4 QDQ, one index-key row.  Returns the number of entries. */
+ * Hadamard -> FP4 QDQ, one index-key row.  Returns the number of entries.
+ * pkv / pz (a batched step): the projections already made, [s, coff*d]. */
 static dsattn_status run_compressor(dsattn_ctx *ctx, const dsattn_v4_config *c,
                                     const dsattn_v4_layer_w *L,
                                     const dsattn_v4_compressor_w *C, dsattn_v4_comp_s *S,
                                     const float *x, const chunk *ck, uint8_t *rows,
-                                    size_t rb, size_t *n_new, dsattn_ws *wa)
+                                    size_t rb, size_t *n_new, dsattn_ws *wa,
+                                    const float *pkv, const float *pz)
 {
     const size_t s = ck->s, d = C->d, m = C->ratio, coff = coff_of(C);
     const size_t dim = (size_t)c->dim, rd = (size_t)c->rope_head_dim;
@@ -187,11 +185,15 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, const dsattn_v4_config *c,
     dsattn_status st;
     *n_new = 0;
     /* x.float(); wkv / wgate are fp32 Linears (bf16 values in the checkpoint) */
-    st = dsattn_linear(ctx, &C->wkv, x, dim, s, kv, coff * d, DSATTN_OUT_F32, NULL, NULL);
-    if (!st) st = dsattn_linear(ctx, &C->wgate, x, dim, s, z, coff * d, DSATTN_OUT_F32, NULL, NULL);
-    if (st) { dsattn_ws_reset(wa, mark); return st; }
-    const size_t n = dsattn_compressor_pool(kv, z, s, d, m, C->overlap, C->ape, S->kv, S->z,
-                                            ck->start_pos, ck->prefill, pooled, ws);
+    if (!pkv) {
+        st = dsattn_linear(ctx, &C->wkv, x, dim, s, kv, coff * d, DSATTN_OUT_F32, NULL, NULL);
+        if (!st)
+            st = dsattn_linear(ctx, &C->wgate, x, dim, s, z, coff * d, DSATTN_OUT_F32, NULL, NULL);
+        if (st) { dsattn_ws_reset(wa, mark); return st; }
+    }
+    const size_t n = dsattn_compressor_pool(pkv ? pkv : kv, pkv ? pz : z, s, d, m, C->overlap,
+                                            C->ape, S->kv, S->z, ck->start_pos, ck->prefill,
+                                            pooled, ws);
     const size_t first = ck->prefill ? 0 : (size_t)ck->start_pos / m;
     const float hscale = (float)pow((double)d, -0.5);
     for (size_t i = 0; i < n; i++) {
@@ -222,7 +224,8 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, const dsattn_v4_config *c,
  * row cannot see); sel [s, kw]: the same without the offset. */
 static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, const float *x,
                                  const float *qr, const chunk *ck, size_t offset,
-                                 int32_t *rows, size_t kw, float *aqs)
+                                 int32_t *rows, size_t kw, float *aqs,
+                                 const dsattn_v4_index_pre *pre)
 {
     const dsattn_v4_config *c = &seq->m->cfg;
     const dsattn_v4_layer_w *L = &seq->m->layer[l];
@@ -248,12 +251,23 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, con
     int32_t *pick = dsattn_ws_arrayz(wa, (size_t)nthr * (kw + 1), sizeof(int32_t));
     if (!qi || !pick) { st = DSATTN_ERR_NOMEM; goto done; }
     float *wts = qi + s * Hi * Di, *scores = wts + s * Hi;
-    if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope, ck->start_pos,
-                                 1, &aq, aqs, qi)))
-        goto done;
-    if ((st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, ck, S->ikv, ib, &n_new, wa)))
-        goto done;
-    if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
+    if (pre) {
+        /* a batched step projected this row's queries, weights and the
+         * indexer compressor's inputs */
+        qi = pre->qi;
+        wts = pre->wts;
+        if ((st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, ck, S->ikv, ib, &n_new, wa,
+                                 pre->ikv, pre->iz)))
+            goto done;
+    } else {
+        if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope,
+                                     ck->start_pos, 1, &aq, aqs, qi)))
+            goto done;
+        if ((st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, ck, S->ikv, ib, &n_new, wa,
+                                 NULL, NULL)))
+            goto done;
+        if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
+    }
     const dsattn_kv_src ksrc = { DSATTN_KV_FP4_IDX, S->ikv, ib, T, Di, 0 };
     /* rows are independent: one thread per row (prefill), so the result does
      * not depend on the thread count.  A single decode row runs outside any
@@ -415,7 +429,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     dsattn_kv_src csrc = { DSATTN_KV_V4, S->kv + w * kvb, kvb, T, D, rd };
     if (L->kind == DSATTN_V4_CSA && cw > 0) {
         dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
-        st = run_indexer(ctx, seq, l, x, qr, &ck, offset, crow, cw, aqs);
+        st = run_indexer(ctx, seq, l, x, qr, &ck, offset, crow, cw, aqs, NULL);
         dsattn_phase_end(ctx, &pm);
         if (st) return st;
     } else if (L->kind == DSATTN_V4_CSA) {
@@ -425,7 +439,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
         size_t n_new;
         dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
         st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, &ck, S->ikv,
-                            dsattn_v4_idx_bytes(c), &n_new, &seq->ws);
+                            dsattn_v4_idx_bytes(c), &n_new, &seq->ws, NULL, NULL);
         dsattn_phase_end(ctx, &pm);
         if (st) return st;
     } else if (L->kind == DSATTN_V4_HCA) {
@@ -439,7 +453,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
         size_t n_new;
         dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
         st = run_compressor(ctx, c, L, &L->comp, &S->comp, x, &ck, S->kv + w * kvb, kvb, &n_new,
-                            &seq->ws);
+                            &seq->ws, NULL, NULL);
         dsattn_phase_end(ctx, &pm);
         if (st) return st;
     }
@@ -477,6 +491,29 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
                             &L->wo_b, &aq, aqs, oa, out);
     dsattn_phase_end(ctx, &pm);
     return st;
+}
+
+dsattn_status dsattn_v4_compress_rows(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, int index,
+                                      const dsattn_v4_chunk *ck, const float *kv,
+                                      const float *z)
+{
+    const dsattn_v4_config *c = &seq->m->cfg;
+    const dsattn_v4_layer_w *L = &seq->m->layer[l];
+    dsattn_v4_layer_s *S = &seq->layer[l];
+    const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
+    size_t n_new;
+    if (index)
+        return run_compressor(ctx, c, L, &L->icomp, &S->icomp, NULL, ck, S->ikv,
+                              dsattn_v4_idx_bytes(c), &n_new, &seq->ws, kv, z);
+    return run_compressor(ctx, c, L, &L->comp, &S->comp, NULL, ck, S->kv + w * kvb, kvb, &n_new,
+                          &seq->ws, kv, z);
+}
+
+dsattn_status dsattn_v4_index_rows(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
+                                   const dsattn_v4_chunk *ck, size_t offset, int32_t *rows,
+                                   size_t kw, const dsattn_v4_index_pre *pre)
+{
+    return run_indexer(ctx, seq, l, NULL, NULL, ck, offset, rows, kw, NULL, pre);
 }
 
 size_t dsattn_v4_seq_scratch_at(const dsattn_v4 *m, size_t cap)

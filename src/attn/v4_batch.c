@@ -1,0 +1,318 @@
+/* v4_batch.c - the batched decode step of a V4 (CSA + HCA) stack: one token
+ * for each of B sequences of the same model, each at its own position, in
+ * one call per layer (dsattn_v4_attn_forward_batch) or for the whole
+ * stand-in stack (dsattn_v4_stack_forward_batch).
+ *
+ * Every weight projection of the layer - query wq_a / wq_b, window wkv,
+ * both compressors' wkv / wgate, the indexer's wq_b / weights_proj, the
+ * grouped wo_a and wo_b - runs ONCE over the B rows.  Each sequence's
+ * window ring, compressor state, index keys and selection are updated by
+ * the one-sequence forward's own functions (v4_forward.c) in its order;
+ * attention runs as (sequence x head group) tasks in one parallel region,
+ * each sequence with its own all-invalid-row rule (dsattn_v4_empty).
+ *
+ * As for V4.1 (v41_batch.c): a row's arithmetic does not depend on the
+ * batch, so reference mode equals B one-sequence steps bit for bit; every
+ * sequence is checked before anything is written; the B-row buffers are
+ * the context's batch scratch, sized from the sequences' capacities so a
+ * steady step allocates nothing.
+ */
+#include "v4.h"
+
+#include "numfmt.h"
+
+#include <math.h>
+#include <string.h>
+
+static dsattn_status check_seqs(const dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B,
+                                const void *x, const void *out, size_t *failed)
+{
+    *failed = SIZE_MAX;
+    if (!ctx || !seqs || !x || !out || B == 0) return DSATTN_ERR_INVALID_ARG;
+    for (size_t i = 0; i < B; i++) {
+        const dsattn_v4_seq *s = seqs[i];
+        *failed = i;
+        if (!s || s->m != seqs[0]->m) return DSATTN_ERR_INVALID_ARG;
+        if (s->pos < 0 || (size_t)s->pos >= s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+        for (size_t j = 0; j < i; j++)
+            if (seqs[j] == s) return DSATTN_ERR_INVALID_ARG;
+    }
+    *failed = SIZE_MAX;
+    size_t n;
+    if (!dsattn_mul_size(B, (size_t)seqs[0]->m->cfg.dim, &n) || n > SIZE_MAX / sizeof(float))
+        return DSATTN_ERR_OVERFLOW;
+    if (!seqs[0]->m->has_weights) return DSATTN_ERR_UNSUPPORTED;   /* config only */
+    return DSATTN_OK;
+}
+
+/* ==== Scratch =========================================================== */
+
+typedef struct {
+    size_t pos, qr, q, kvw, o, oa, aqs, ckv, cz, ikv, iz, qi, wts, crow, thr, wrow, xin, end;
+    size_t cwmax, hg, hper, att_ws, per_thr;
+} bplan;
+
+static int take(size_t *at, size_t *off, size_t a, size_t b)
+{
+    size_t n;
+    if (!dsattn_mul_size(a, b, &n) || !dsattn_add_size(n, 15, &n)) return 0;
+    *off = *at;
+    return dsattn_add_size(*at, n / 16 * 16, at);
+}
+
+/* cwmax: the widest compressed index row any of the sequences can reach
+ * (HCA: every entry up to capacity), so that the plan depends on the
+ * sequences' capacities, not on their positions. */
+static int plan_batch(const dsattn_v4 *m, size_t B, size_t cap, int nthr, bplan *p)
+{
+    const dsattn_v4_config *c = &m->cfg;
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
+    const size_t R = (size_t)c->o_lora_rank, maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), G * R);
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const size_t T = (size_t)DSATTN_MAX(nthr, 1);
+    size_t cmain = 0, cidx = 0;
+    p->cwmax = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const dsattn_v4_layer_w *L = &m->layer[l];
+        if (L->ratio <= 0) continue;
+        const size_t Tc = cap / (size_t)L->ratio;
+        if (L->kind == DSATTN_V4_CSA) {
+            p->cwmax = DSATTN_MAX(p->cwmax, DSATTN_MIN((size_t)c->index_topk, Tc));
+            cidx = DSATTN_MAX(cidx, (L->icomp.overlap ? 2 : 1) * L->icomp.d);
+        } else {
+            p->cwmax = DSATTN_MAX(p->cwmax, Tc);
+        }
+        cmain = DSATTN_MAX(cmain, (L->comp.overlap ? 2 : 1) * L->comp.d);
+    }
+    p->hg = DSATTN_MIN(H, DSATTN_MAX((size_t)1, (T + B - 1) / B));
+    p->hper = (H + p->hg - 1) / p->hg;
+    p->att_ws = dsattn_sparse_attn_scratch(p->hper, D);
+    p->per_thr = p->att_ws + (size_t)c->window_size + p->cwmax + 16;
+    size_t at = 0, kvb_f = (dsattn_v4_kv_bytes(c) + 3) / 4;
+    int ok = take(&at, &p->pos, B, 2) && take(&at, &p->qr, B, QL) && take(&at, &p->q, B, H * D) &&
+             take(&at, &p->kvw, B, D) && take(&at, &p->o, B, H * D) &&
+             take(&at, &p->oa, B, G * R) && take(&at, &p->aqs, B, maxk) &&
+             take(&at, &p->ckv, B, cmain) && take(&at, &p->cz, B, cmain) &&
+             take(&at, &p->ikv, B, cidx) && take(&at, &p->iz, B, cidx) &&
+             take(&at, &p->qi, B, Hi * Di) && take(&at, &p->wts, B, Hi) &&
+             take(&at, &p->crow, B, p->cwmax + 1) && take(&at, &p->thr, T, p->per_thr) &&
+             take(&at, &p->wrow, B, kvb_f) && take(&at, &p->xin, B, 2 * dim);
+    p->end = at;
+    return ok && at <= SIZE_MAX / sizeof(float) - 64;
+}
+
+static size_t max_cap(dsattn_v4_seq *const *seqs, size_t B)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < B; i++) cap = DSATTN_MAX(cap, seqs[i]->max_seq_len);
+    return cap;
+}
+
+/* ==== The batched layer ================================================= */
+
+static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B, int l,
+                                 const float *x, float *out, float *base, const bplan *bp)
+{
+    const dsattn_v4 *m = seqs[0]->m;
+    const dsattn_v4_config *c = &m->cfg;
+    const dsattn_v4_layer_w *L = &m->layer[l];
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t rd = (size_t)c->rope_head_dim, G = (size_t)c->o_groups;
+    const size_t R = (size_t)c->o_lora_rank, w = (size_t)c->window_size;
+    const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    const size_t kvb = dsattn_v4_kv_bytes(c), ratio = (size_t)L->ratio;
+    const dsattn_actq aq = { DSATTN_V4_ACT_BLOCK, DSATTN_ACTQ_POW2 };
+    const int nthr = DSATTN_MAX(ctx->n_threads, 1);
+    int64_t *pos = (int64_t *)(base + bp->pos);
+    float *qr = base + bp->qr, *q = base + bp->q, *kvw = base + bp->kvw, *o = base + bp->o;
+    float *oa = base + bp->oa, *aqs = base + bp->aqs;
+    float *thr_ws = base + bp->thr;
+    int32_t *crow = (int32_t *)(base + bp->crow);
+    const size_t cst = bp->cwmax + 1;                   /* crow stride */
+    uint8_t *wrow = (uint8_t *)(base + bp->wrow);
+    dsattn_status st;
+    dsattn_phase_mark pm;
+
+    for (size_t i = 0; i < B; i++) pos[i] = seqs[i]->pos;
+
+    /* ---- query path (V4's per-head RMS rescale) over the B rows */
+    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
+    st = dsattn_attn_query_at(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, B, H, D, rd, &L->rope, pos,
+                              0, c->norm_eps, 1, &aq, aqs, qr, q);
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
+
+    /* ---- window KV rows, each into its sequence's ring */
+    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
+    st = dsattn_attn_window_kv_at(ctx, &L->wkv, L->kv_norm, x, B, D, rd, &L->rope, pos, 0,
+                                  c->norm_eps, &aq, aqs, kvw);
+    if (!st)
+        for (size_t i = 0; i < B; i++) {
+            dsattn_v4_kv_pack(kvw + i * D, D - rd, rd, wrow + i * kvb, NULL);
+            memcpy(seqs[i]->layer[l].kv + ((size_t)pos[i] % w) * kvb, wrow + i * kvb, kvb);
+        }
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
+
+    /* ---- compressed branch: index rows (CSA) or every entry (HCA), then
+     * the main compressor */
+    if (L->kind == DSATTN_V4_CSA) {
+        const dsattn_v4_compressor_w *C = &L->icomp;
+        const size_t cd = (C->overlap ? 2 : 1) * C->d;
+        float *ikv = base + bp->ikv, *iz = base + bp->iz;
+        float *qi = base + bp->qi, *wts = base + bp->wts;
+        dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
+        st = dsattn_index_query_at(ctx, &L->i_wq_b, qr, B, Hi, Di, rd, &L->rope, pos, 0, 1, &aq,
+                                   aqs, qi);
+        if (!st) st = dsattn_linear(ctx, &C->wkv, x, dim, B, ikv, cd, DSATTN_OUT_F32, NULL, NULL);
+        if (!st) st = dsattn_linear(ctx, &C->wgate, x, dim, B, iz, cd, DSATTN_OUT_F32, NULL, NULL);
+        if (!st) st = dsattn_index_weights(ctx, &L->i_wproj, x, B, Hi, Di, wts);
+        for (size_t i = 0; i < B && !st; i++) {
+            dsattn_v4_seq *s = seqs[i];
+            const dsattn_v4_chunk ck = { 1, pos[i], pos[i] == 0 };
+            const size_t T = (size_t)(pos[i] + 1) / ratio;
+            const size_t cw = DSATTN_MIN((size_t)c->index_topk, T);
+            if (cw > 0) {
+                const dsattn_v4_index_pre pre = { qi + i * Hi * Di, wts + i * Hi, ikv + i * cd,
+                                                  iz + i * cd };
+                st = dsattn_v4_index_rows(ctx, s, l, &ck, pos[i] == 0 ? 1 : w, crow + i * cst,
+                                          cw, &pre);
+            } else {
+                s->layer[l].sel_rows = 1;
+                s->layer[l].sel_w = 0;
+                /* the indexer's compressor still runs (its state fills up) */
+                st = dsattn_v4_compress_rows(ctx, s, l, 1, &ck, ikv + i * cd, iz + i * cd);
+            }
+        }
+        dsattn_phase_end(ctx, &pm);
+        if (st) return st;
+    } else if (L->kind == DSATTN_V4_HCA) {
+        for (size_t i = 0; i < B; i++) {
+            const size_t T = (size_t)(pos[i] + 1) / ratio, off = pos[i] == 0 ? 1 : w;
+            for (size_t j = 0; j < T; j++) crow[i * cst + j] = (int32_t)(j + off);
+        }
+    }
+    if (ratio > 0) {
+        const dsattn_v4_compressor_w *C = &L->comp;
+        const size_t cd = (C->overlap ? 2 : 1) * C->d;
+        float *ckv = base + bp->ckv, *cz = base + bp->cz;
+        dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
+        st = dsattn_linear(ctx, &C->wkv, x, dim, B, ckv, cd, DSATTN_OUT_F32, NULL, NULL);
+        if (!st) st = dsattn_linear(ctx, &C->wgate, x, dim, B, cz, cd, DSATTN_OUT_F32, NULL, NULL);
+        for (size_t i = 0; i < B && !st; i++) {
+            const dsattn_v4_chunk ck = { 1, pos[i], pos[i] == 0 };
+            st = dsattn_v4_compress_rows(ctx, seqs[i], l, 0, &ck, ckv + i * cd, cz + i * cd);
+        }
+        dsattn_phase_end(ctx, &pm);
+        if (st) return st;
+    }
+
+    /* ---- attention: (sequence, head group) tasks, each output computed
+     * by one thread in one order, as in the one-sequence forward */
+    const float scale = (float)pow((double)D, -0.5);
+    const size_t hg = bp->hg, hper = bp->hper, n_tasks = B * hg;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
+    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
+        const size_t i = task / hg, h0 = (task % hg) * hper;
+        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
+        if (nhh == 0) continue;
+        const dsattn_v4_seq *s = seqs[i];
+        const dsattn_v4_layer_s *S = &s->layer[l];
+        const int prefill = pos[i] == 0;
+        const size_t T = ratio ? (size_t)(pos[i] + 1) / ratio : 0;
+        const size_t cw = L->kind == DSATTN_V4_CSA ? DSATTN_MIN((size_t)c->index_topk, T)
+                          : L->kind == DSATTN_V4_HCA ? T : 0;
+        const size_t ww = prefill ? 1 : w;
+        float *ws = thr_ws + (size_t)dsattn_thread_num() * bp->per_thr;
+        int32_t *idx = (int32_t *)(ws + bp->att_ws);
+        const dsattn_kv_src wsrc = { DSATTN_KV_V4, prefill ? wrow + i * kvb : S->kv, kvb,
+                                     prefill ? 1 : w, D, rd };
+        const dsattn_kv_src csrc = { DSATTN_KV_V4, S->kv + w * kvb, kvb, T, D, rd };
+        const float max_init = s->empty == DSATTN_V4_EMPTY_ZERO ? -1e30f : -INFINITY;
+        if (prefill) dsattn_window_idx_prefill(w, 1, 0, idx);
+        else dsattn_window_idx_decode_valid_first(w, pos[i], idx);
+        if (cw) memcpy(idx + ww, crow + i * cst, cw * sizeof(int32_t));
+        float *ot = o + (i * H + h0) * D;
+        size_t nv = 1;
+        if (s->empty == DSATTN_V4_EMPTY_ZERO) {
+            nv = 0;
+            for (size_t k = 0; k < ww + cw; k++) nv += idx[k] >= 0;
+            if (nv == 0) memset(ot, 0, nhh * D * sizeof(float));
+        }
+        if (nv)
+            dsattn_sparse_attn(ctx, q + (i * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
+                               ww + cw, L->sink ? L->sink + h0 : NULL, scale, max_init, ot, ws);
+    });
+    dsattn_phase_end(ctx, &pm);
+
+    /* ---- inverse RoPE at each row's position, grouped wo_a, wo_b */
+    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
+    st = dsattn_attn_output_at(ctx, o, B, H, D, rd, &L->rope, pos, 0, &L->wo_a, G, R, &L->wo_b,
+                               &aq, aqs, oa, out);
+    dsattn_phase_end(ctx, &pm);
+    return st;
+}
+
+/* ==== Public entry points =============================================== */
+
+static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B, int layer,
+                                const float *x, float *out, size_t *failed)
+{
+    dsattn_status st = check_seqs(ctx, seqs, B, x, out, failed);
+    if (st) return st;
+    const dsattn_v4 *m = seqs[0]->m;
+    if (layer < 0 || layer >= m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
+    bplan bp;
+    if (!plan_batch(m, B, max_cap(seqs, B), ctx->n_threads, &bp)) return DSATTN_ERR_OVERFLOW;
+    float *base = dsattn_ctx_batch_scratch(ctx, bp.end * sizeof(float) + 64);
+    if (!base) return DSATTN_ERR_NOMEM;
+    return batch_layer(ctx, seqs, B, layer, x, out, base, &bp);
+}
+
+static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B, float *h,
+                                 float *attn_in, float *attn_out, size_t *failed)
+{
+    dsattn_status st = check_seqs(ctx, seqs, B, h, h, failed);
+    if (st) return st;
+    const dsattn_v4 *m = seqs[0]->m;
+    const dsattn_v4_config *c = &m->cfg;
+    const size_t dim = (size_t)c->dim;
+    bplan bp;
+    if (!plan_batch(m, B, max_cap(seqs, B), ctx->n_threads, &bp)) return DSATTN_ERR_OVERFLOW;
+    float *base = dsattn_ctx_batch_scratch(ctx, bp.end * sizeof(float) + 64);
+    if (!base) return DSATTN_ERR_NOMEM;
+    float *xin = base + bp.xin, *xout = xin + B * dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        for (size_t i = 0; i < B; i++)
+            dsattn_rmsnorm(h + i * dim, m->layer[l].attn_norm, dim, c->norm_eps, xin + i * dim,
+                           DSATTN_OUT_BF16);
+        if ((st = batch_layer(ctx, seqs, B, l, xin, xout, base, &bp))) return st;
+        for (size_t i = 0; i < B * dim; i++) h[i] = h[i] + xout[i];
+        if (attn_in) memcpy(attn_in + (size_t)l * B * dim, xin, B * dim * sizeof(float));
+        if (attn_out) memcpy(attn_out + (size_t)l * B * dim, xout, B * dim * sizeof(float));
+    }
+    for (size_t i = 0; i < B; i++) seqs[i]->pos += 1;
+    return DSATTN_OK;
+}
+
+/* *failed is written only when the call fails */
+dsattn_status dsattn_v4_attn_forward_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs,
+                                           size_t n_seqs, int layer, const float *x, float *out,
+                                           size_t *failed)
+{
+    size_t bad = SIZE_MAX;
+    dsattn_status st = attn_batch(ctx, seqs, n_seqs, layer, x, out, &bad);
+    if (st && failed) *failed = bad;
+    return st;
+}
+
+dsattn_status dsattn_v4_stack_forward_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs,
+                                            size_t n_seqs, float *h, float *attn_in,
+                                            float *attn_out, size_t *failed)
+{
+    size_t bad = SIZE_MAX;
+    dsattn_status st = stack_batch(ctx, seqs, n_seqs, h, attn_in, attn_out, &bad);
+    if (st && failed) *failed = bad;
+    return st;
+}
