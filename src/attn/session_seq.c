@@ -138,6 +138,34 @@ static dsattn_status drv_clone(const gen_ops *o, void **out, const void *seq)
     return DSATTN_OK;
 }
 
+/* The four public entry points of a generation, each a call of the driver
+ * with that generation's ops (declared in include/dsattn.h). */
+#define SESSION_API(g, OPS)                                                          \
+    dsattn_status dsattn_##g##_seq_save(const dsattn_##g##_seq *s, const char *path,   \
+                                        char *err, size_t errlen)                      \
+    {                                                                                  \
+        return drv_save(&OPS, s, path, err, errlen);                                   \
+    }                                                                                  \
+    dsattn_status dsattn_##g##_seq_load(dsattn_##g##_seq **out, const dsattn_##g *m,   \
+                                        const char *path, size_t max_seq_len,          \
+                                        char *err, size_t errlen)                      \
+    {                                                                                  \
+        return drv_load(&OPS, (void **)out, m, path, max_seq_len, err, errlen);        \
+    }                                                                                  \
+    dsattn_status dsattn_##g##_seq_load_buffer(dsattn_##g##_seq **out,                 \
+                                               const dsattn_##g *m, const void *buf,   \
+                                               size_t len, size_t max_seq_len,         \
+                                               char *err, size_t errlen)               \
+    {                                                                                  \
+        return drv_load_buffer(&OPS, (void **)out, m, buf, len, max_seq_len, NULL, err, \
+                               errlen);                                                \
+    }                                                                                  \
+    dsattn_status dsattn_##g##_seq_clone(dsattn_##g##_seq **out,                       \
+                                         const dsattn_##g##_seq *s)                    \
+    {                                                                                  \
+        return drv_clone(&OPS, (void **)out, s);                                       \
+    }
+
 /* The header's small-state section: `n` little-endian int64 values. */
 static dsattn_status get_state(const dsattn_sess_file *f, const char *name, size_t n,
                                int64_t *v, char *err, size_t errlen)
@@ -320,26 +348,7 @@ static const gen_ops V41 = { DSATTN_SESSION_V41, v41_config_hash, v41_shapes_has
                              v41_head, v41_sections, v41_check, v41_create, v41_set_pos,
                              v41_destroy };
 
-dsattn_status dsattn_v41_seq_save(const dsattn_v41_seq *s, const char *path, char *err,
-                                  size_t errlen)
-{
-    return drv_save(&V41, s, path, err, errlen);
-}
-dsattn_status dsattn_v41_seq_load(dsattn_v41_seq **out, const dsattn_v41 *m, const char *path,
-                                  size_t max_seq_len, char *err, size_t errlen)
-{
-    return drv_load(&V41, (void **)out, m, path, max_seq_len, err, errlen);
-}
-dsattn_status dsattn_v41_seq_load_buffer(dsattn_v41_seq **out, const dsattn_v41 *m,
-                                         const void *buf, size_t len, size_t max_seq_len,
-                                         char *err, size_t errlen)
-{
-    return drv_load_buffer(&V41, (void **)out, m, buf, len, max_seq_len, NULL, err, errlen);
-}
-dsattn_status dsattn_v41_seq_clone(dsattn_v41_seq **out, const dsattn_v41_seq *s)
-{
-    return drv_clone(&V41, (void **)out, s);
-}
+SESSION_API(v41, V41)
 
 /* ==== V4 (CSA + HCA) =================================================== */
 
@@ -491,26 +500,7 @@ static void v4_destroy(void *s) { dsattn_v4_seq_destroy(s); }
 static const gen_ops V4 = { DSATTN_SESSION_V4, v4_config_hash, v4_shapes_hash, v4_model_of,
                             v4_head, v4_sections, v4_check, v4_create, v4_set_pos, v4_destroy };
 
-dsattn_status dsattn_v4_seq_save(const dsattn_v4_seq *s, const char *path, char *err,
-                                 size_t errlen)
-{
-    return drv_save(&V4, s, path, err, errlen);
-}
-dsattn_status dsattn_v4_seq_load(dsattn_v4_seq **out, const dsattn_v4 *m, const char *path,
-                                 size_t max_seq_len, char *err, size_t errlen)
-{
-    return drv_load(&V4, (void **)out, m, path, max_seq_len, err, errlen);
-}
-dsattn_status dsattn_v4_seq_load_buffer(dsattn_v4_seq **out, const dsattn_v4 *m, const void *buf,
-                                        size_t len, size_t max_seq_len, char *err,
-                                        size_t errlen)
-{
-    return drv_load_buffer(&V4, (void **)out, m, buf, len, max_seq_len, NULL, err, errlen);
-}
-dsattn_status dsattn_v4_seq_clone(dsattn_v4_seq **out, const dsattn_v4_seq *s)
-{
-    return drv_clone(&V4, (void **)out, s);
-}
+SESSION_API(v4, V4)
 
 /* ==== MLA (V3) and MLA + DSA (V3.2) ==================================== */
 
@@ -619,26 +609,7 @@ static const gen_ops MLA = { DSATTN_SESSION_MLA, mla_config_hash, mla_shapes_has
                              mla_head, mla_sections, mla_check, mla_create, mla_set_pos,
                              mla_destroy };
 
-dsattn_status dsattn_mla_seq_save(const dsattn_mla_seq *s, const char *path, char *err,
-                                  size_t errlen)
-{
-    return drv_save(&MLA, s, path, err, errlen);
-}
-dsattn_status dsattn_mla_seq_load(dsattn_mla_seq **out, const dsattn_mla *m, const char *path,
-                                  size_t max_seq_len, char *err, size_t errlen)
-{
-    return drv_load(&MLA, (void **)out, m, path, max_seq_len, err, errlen);
-}
-dsattn_status dsattn_mla_seq_load_buffer(dsattn_mla_seq **out, const dsattn_mla *m,
-                                         const void *buf, size_t len, size_t max_seq_len,
-                                         char *err, size_t errlen)
-{
-    return drv_load_buffer(&MLA, (void **)out, m, buf, len, max_seq_len, NULL, err, errlen);
-}
-dsattn_status dsattn_mla_seq_clone(dsattn_mla_seq **out, const dsattn_mla_seq *s)
-{
-    return drv_clone(&MLA, (void **)out, s);
-}
+SESSION_API(mla, MLA)
 
 /* ==== MHA / GQA ======================================================== */
 
@@ -775,26 +746,7 @@ static const gen_ops MHA = { DSATTN_SESSION_MHA, mha_config_hash, mha_shapes_has
                              mha_head, mha_sections, mha_check, mha_create, mha_set_pos,
                              mha_destroy };
 
-dsattn_status dsattn_mha_seq_save(const dsattn_mha_seq *s, const char *path, char *err,
-                                  size_t errlen)
-{
-    return drv_save(&MHA, s, path, err, errlen);
-}
-dsattn_status dsattn_mha_seq_load(dsattn_mha_seq **out, const dsattn_mha *m, const char *path,
-                                  size_t max_seq_len, char *err, size_t errlen)
-{
-    return drv_load(&MHA, (void **)out, m, path, max_seq_len, err, errlen);
-}
-dsattn_status dsattn_mha_seq_load_buffer(dsattn_mha_seq **out, const dsattn_mha *m,
-                                         const void *buf, size_t len, size_t max_seq_len,
-                                         char *err, size_t errlen)
-{
-    return drv_load_buffer(&MHA, (void **)out, m, buf, len, max_seq_len, NULL, err, errlen);
-}
-dsattn_status dsattn_mha_seq_clone(dsattn_mha_seq **out, const dsattn_mha_seq *s)
-{
-    return drv_clone(&MHA, (void **)out, s);
-}
+SESSION_API(mha, MHA)
 
 /* ==== Header only ====================================================== */
 
