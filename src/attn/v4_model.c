@@ -16,7 +16,6 @@
 #include "v4.h"
 
 #include "checkpoint.h"
-#include "jsoncfg.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -90,80 +89,64 @@ dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err, si
     return DSATTN_OK;
 }
 
+/* The io layer (src/io/config.c) reads config.json, flat or HF, into one
+ * normalised struct (with V4's ModelArgs defaults: dtype fp8, one MTP
+ * layer, original_seq_len 0); this is only the V4 view of it. */
 dsattn_status dsattn_v4_config_load(dsattn_v4_config *c, const char *path, char *err,
                                     size_t errlen)
 {
-    cJSON *o = NULL;
     memset(c, 0, sizeof *c);
-    dsattn_status st = dsattn_jcfg_load(&o, path, err, errlen);
-    if (st) return st;
-    const char *s = NULL;
-    double eps = 0;
-    int64_t n_mtp = 1;
-    size_t n = 0;
-#define GI(k, dst) do { if ((st = dsattn_jcfg_int(o, k, &(dst), err, errlen))) goto out; } while (0)
-#define GD(k, dst) do { if ((st = dsattn_jcfg_double(o, k, &(dst), err, errlen))) goto out; } while (0)
-#define FAIL(...) do { st = dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, __VA_ARGS__); goto out; } while (0)
-    if ((st = dsattn_jcfg_string_opt(o, "model_type", "deepseek_v4", &s, err, errlen))) goto out;
-    if (strcmp(s, "deepseek_v4") != 0)
-        FAIL("%s: model_type '%s' is not deepseek_v4", path, s);
-    GI("dim", c->dim);
-    GI("n_layers", c->n_layers);
-    GI("n_heads", c->n_heads);
-    GI("q_lora_rank", c->q_lora_rank);
-    GI("head_dim", c->head_dim);
-    GI("rope_head_dim", c->rope_head_dim);
-    GI("o_groups", c->o_groups);
-    GI("o_lora_rank", c->o_lora_rank);
-    GI("window_size", c->window_size);
-    GI("index_n_heads", c->index_n_heads);
-    GI("index_head_dim", c->index_head_dim);
-    GI("index_topk", c->index_topk);
-    GD("rope_theta", c->rope_theta);
-    GD("compress_rope_theta", c->compress_rope_theta);
-    GD("rope_factor", c->rope_factor);
-    GD("beta_fast", c->beta_fast);
-    GD("beta_slow", c->beta_slow);
-    /* ModelArgs defaults where the released config.json omits the key */
-    if ((st = dsattn_jcfg_double_opt(o, "original_seq_len", 0.0, &c->original_seq_len, err,
-                                     errlen)))
+    dsattn_model_config *mc = calloc(1, sizeof *mc);
+    if (!mc) return DSATTN_ERR_NOMEM;
+    dsattn_status st = dsattn_config_load(mc, path, err, errlen);
+    if (st) goto out;
+    if (mc->arch != DSATTN_ARCH_V4) {
+        st = dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "%s: config is %s, not deepseek_v4",
+                         path, dsattn_arch_name(mc->arch));
         goto out;
-    if ((st = dsattn_jcfg_double_opt(o, "norm_eps", 1e-6, &eps, err, errlen))) goto out;
-    c->norm_eps = (float)eps;
-    if ((st = dsattn_jcfg_int_opt(o, "n_mtp_layers", 1, &n_mtp, err, errlen))) goto out;
-    if ((st = dsattn_jcfg_int_array(o, "compress_ratios", c->compress_ratios,
-                                    DSATTN_MAX_LAYERS, &n, err, errlen)))
-        goto out;
-    c->n_total_layers = (int64_t)n;
-    if (n_mtp < 0 || c->n_total_layers != c->n_layers + n_mtp)
-        FAIL("%s: compress_ratios has %zu entries, n_layers + n_mtp_layers = %lld (the last "
-             "entries are the MTP block's)", path, n, (long long)(c->n_layers + n_mtp));
-    if ((st = dsattn_jcfg_string_opt(o, "dtype", "fp8", &s, err, errlen))) goto out;
-    if (strcmp(s, "bf16") && strcmp(s, "fp8"))
-        FAIL("%s: key 'dtype': '%s' is neither \"bf16\" nor \"fp8\"", path, s);
-    c->fp8 = !strcmp(s, "fp8");
-    c->fp8_block = 128;
-    {
-        /* Transformer.__init__: scale_fmt = "ue8m0" if scale_dtype == "fp8"
-         * else the config's scale_fmt.  dsattn implements the power-of-two
-         * (UE8M0) scales the release uses; MODEL1 rows have no room for
-         * fp32 scales. */
-        const char *sd = NULL, *sf = NULL;
-        if ((st = dsattn_jcfg_string_opt(o, "scale_dtype", "fp8", &sd, err, errlen))) goto out;
-        if ((st = dsattn_jcfg_string_opt(o, "scale_fmt", "", &sf, err, errlen))) goto out;
-        if (strcmp(sd, "fp8") != 0 && strcmp(sf, "ue8m0") != 0) {
-            st = dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                             "%s: scale_dtype '%s' / scale_fmt '%s': only UE8M0 (power-of-two) "
-                             "scales are implemented", path, sd, sf);
-            goto out;
-        }
     }
-#undef GI
-#undef GD
-#undef FAIL
+    c->dim = mc->dim;
+    c->n_layers = mc->n_layers;
+    c->n_total_layers = mc->n_compress_ratios;
+    c->n_heads = mc->n_heads;
+    c->head_dim = mc->head_dim;
+    c->rope_head_dim = mc->rope_head_dim;
+    c->q_lora_rank = mc->q_lora_rank;
+    c->o_groups = mc->o_groups;
+    c->o_lora_rank = mc->o_lora_rank;
+    c->window_size = mc->window_size;
+    for (int64_t l = 0; l < mc->n_compress_ratios; l++) c->compress_ratios[l] = mc->compress_ratios[l];
+    c->index_n_heads = mc->index_n_heads;
+    c->index_head_dim = mc->index_head_dim;
+    c->index_topk = mc->index_topk;
+    c->rope_theta = mc->rope_theta;
+    c->compress_rope_theta = mc->compress_rope_theta;
+    c->rope_factor = mc->rope_factor;
+    c->original_seq_len = (double)mc->original_seq_len;
+    c->beta_fast = (double)mc->beta_fast;
+    c->beta_slow = (double)mc->beta_slow;
+    c->norm_eps = (float)mc->norm_eps;
+    c->fp8 = !strcmp(mc->dtype, "fp8");
+    c->fp8_block = mc->weight_block ? mc->weight_block : 128;
+    /* Transformer.__init__: scale_fmt = "ue8m0" if scale_dtype == "fp8"
+     * else the config's scale_fmt.  dsattn implements the power-of-two
+     * (UE8M0) scales the release uses; MODEL1 rows have no room for fp32
+     * scales.  scale_dtype defaults to "fp8". */
+    const char *sd = mc->scale_dtype[0] ? mc->scale_dtype : "fp8";
+    if (strcmp(sd, "fp8") != 0 && strcmp(mc->scale_fmt, "ue8m0") != 0) {
+        st = dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                         "%s: scale_dtype '%s' / scale_fmt '%s': only UE8M0 (power-of-two) "
+                         "scales are implemented", path, sd, mc->scale_fmt);
+        goto out;
+    }
     st = dsattn_v4_config_validate(c, err, errlen);
+    if (st && err && errlen && !strstr(err, path)) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
+        snprintf(err, errlen, "%s", tmp);
+    }
 out:
-    cJSON_Delete(o);
+    free(mc);
     return st;
 }
 

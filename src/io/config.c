@@ -308,6 +308,9 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
                 return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                                    "%s: compress_ratios[%lld] = %lld is negative", what,
                                    (long long)i, (long long)c->compress_ratios[i]);
+        /* V4's ModelArgs has n_mtp_layers = 1: an inference config that
+         * omits it has one MTP entry */
+        if (a == DSATTN_ARCH_V4 && !hf && n_mtp < 0) n_mtp = 1;
         /* One entry per backbone layer plus one per MTP/DSpark layer.  When
          * the MTP count is given it must agree; else the surplus is it. */
         if (n_mtp >= 0 && c->n_compress_ratios != c->n_layers + n_mtp)
@@ -408,7 +411,10 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
             TRY(rd_dbl_opt(&r, "mscale", "", c->mscale, &c->mscale));
         } else {
             TRY(rd_dbl(&r, "rope_factor", "", &c->rope_factor));
-            TRY(rd_int(&r, "original_seq_len", "", &c->original_seq_len));
+            if (a == DSATTN_ARCH_V4)     /* ModelArgs default 0: no YaRN ramp */
+                TRY(rd_int_opt(&r, "original_seq_len", "", 0, &c->original_seq_len));
+            else
+                TRY(rd_int(&r, "original_seq_len", "", &c->original_seq_len));
             TRY(rd_dbl(&r, "beta_fast", "", &bf));
             TRY(rd_dbl(&r, "beta_slow", "", &bs));
         }
@@ -424,12 +430,16 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
                            "must be positive", what);
 
     /* ---- weight storage --------------------------------------------- */
-    const char *dt = NULL, *sf = NULL;
+    const char *dt = NULL, *sf = NULL, *sd = NULL;
     if (!hf) {
-        if (dsattn_jcfg_string_opt(obj, "dtype", "bf16", &dt, err, errlen) != DSATTN_OK)
+        /* ModelArgs.dtype: "fp8" in V4's model.py, "bf16" before it */
+        const char *dt_def = a == DSATTN_ARCH_V4 ? "fp8" : "bf16";
+        if (dsattn_jcfg_string_opt(obj, "dtype", dt_def, &dt, err, errlen) != DSATTN_OK)
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "%s: key 'dtype' is not a string", what);
         if (dsattn_jcfg_string_opt(obj, "scale_fmt", "", &sf, err, errlen) != DSATTN_OK)
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "%s: key 'scale_fmt' is not a string", what);
+        if (dsattn_jcfg_string_opt(obj, "scale_dtype", "", &sd, err, errlen) != DSATTN_OK)
+            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "%s: key 'scale_dtype' is not a string", what);
         if (strcmp(dt, "bf16") && strcmp(dt, "fp8"))
             return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
                                "%s: key 'dtype' = '%s' (expected bf16 or fp8)", what, dt);
@@ -469,6 +479,7 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
     }
     snprintf(c->dtype, sizeof c->dtype, "%s", dt);
     snprintf(c->scale_fmt, sizeof c->scale_fmt, "%s", sf ? sf : "");
+    snprintf(c->scale_dtype, sizeof c->scale_dtype, "%s", sd ? sd : "");
 
     if (a == DSATTN_ARCH_V41) {
         dsattn_v41_plan *p = malloc(sizeof *p);

@@ -77,6 +77,7 @@ typedef struct {
     /* weight storage as the config declares it */
     char    dtype[16];             /* "bf16" / "fp8" (as written)           */
     char    scale_fmt[16];         /* "ue8m0" or "" (fp32 scale_inv)        */
+    char    scale_dtype[16];       /* V4 "scale_dtype" as written, or ""    */
     int64_t weight_block;          /* FP8 block edge from weight_block_size,
                                       0 if the config does not say         */
 } dsattn_model_config;
