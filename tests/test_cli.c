@@ -272,3 +272,25 @@ DSATTN_TEST(cli, run_out_is_reproducible)
         unlink(d);
     }
 }
+
+/* --batch: V4.1 and V4 decode B sequences in batched steps; the other
+ * generations and the single-sequence options are refused. */
+DSATTN_TEST(cli, run_batch)
+{
+    char err[4096];
+    const char *cfgs[] = { "golden/v41/tiny-seed0/config.json", "golden/v4/tiny-seed0/config.json" };
+    for (int g = 0; g < 2; g++) {
+        const char *args[] = { "--config", dsattn_test_data(cfgs[g]), "--bf16", "--prefill", "3",
+                               "--decode", "2", "--batch", "3", "--threads", "2", NULL };
+        int rc = run_cmd(args, err, sizeof err);
+        CHECK_MSG(rc == 0, "%s: exit %d: %s", cfgs[g], rc, err);
+    }
+    const char *v3[] = { "--config", dsattn_test_data("golden/v3/tiny-seed0/config.json"), "--bf16",
+                         "--batch", "2", NULL };
+    CHECK_EQ_INT(run_cmd(v3, err, sizeof err), 2);
+    const char *save[] = { "--config", dsattn_test_data("golden/v41/tiny-seed0/config.json"),
+                           "--batch", "2", "--save", "/tmp/dsattn_test_cli_never.ses", NULL };
+    CHECK_EQ_INT(run_cmd(save, err, sizeof err), 2);
+    const char *zero[] = { "--batch", "0", NULL };
+    CHECK_EQ_INT(run_cmd(zero, err, sizeof err), 2);
+}
