@@ -1,9 +1,10 @@
-/* test_pgemm.c - the prefill GEMM: its AVX-512 table against the scalar
- * `ref` table bit for bit (register tile, activation packing, FP8 tile
- * decode with and without NaN codes, the x256 fold and its overflow
- * fallback), and the prefill Linear of fast mode against reference mode
- * on shapes that cut every tile, slice and group edge, thread counts
- * included. */
+/* test_pgemm.c - the prefill GEMM: its SIMD tables (AVX-512, AVX2)
+ * against the scalar `ref` table bit for bit (register tile, activation
+ * packing, FP8 tile decode with and without NaN codes, the x256 fold and
+ * its overflow fallback), and the prefill Linear of fast mode (the
+ * context's own table and, where it runs, the AVX2 table) against
+ * reference mode on shapes that cut every tile, slice and group edge,
+ * thread counts included. */
 #include "harness.h"
 #include "internal.h"
 #include "kernels.h"
@@ -16,17 +17,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const dsattn_pgemm_kern *avx512_or_skip(void)
+/* The SIMD pgemm tables this build and CPU run (AVX-512, AVX2), into
+ * pk[]; none: the test is marked skipped.  Returns how many. */
+static int simd_tables(const dsattn_pgemm_kern *pk[2])
 {
-    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
-    if (KT && !KT->pgemm) dsattn_test_skip("no AVX-512 GEMM tiles (build)");
-    return KT ? KT->pgemm : NULL;
+    static const dsattn_isa isas[2] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2 };
+    int n = 0;
+    for (int i = 0; i < 2; i++) {
+        dsattn_ktab t;
+        if (dsattn_ktab_fill(&t, isas[i], 0) == DSATTN_OK && t.pgemm) pk[n++] = t.pgemm;
+    }
+    if (!n) dsattn_test_skip("no SIMD GEMM tiles (CPU or build)");
+    return n;
 }
 
 DSATTN_TEST(pgemm, tile_and_pack_equal_ref_bit_for_bit)
 {
-    const dsattn_pgemm_kern *pk = avx512_or_skip(), *rk = &dsattn_pgemm_ref;
-    if (!pk) return;
+    const dsattn_pgemm_kern *tabs[2], *rk = &dsattn_pgemm_ref;
+    const int ntab = simd_tables(tabs);
+    for (int ti = 0; ti < ntab; ti++) {
+    const dsattn_pgemm_kern *pk = tabs[ti];
     enum { KMAX = 530, LDC = 40 };
     dsattn_rng r = { 7 };
     float *a = malloc(KMAX * 12 * 4), *b = malloc(KMAX * 32 * 4);
@@ -34,16 +44,21 @@ DSATTN_TEST(pgemm, tile_and_pack_equal_ref_bit_for_bit)
     for (size_t i = 0; i < KMAX * 12; i++) a[i] = dsattn_rng_normal(&r);
     for (size_t i = 0; i < KMAX * 32; i++) b[i] = dsattn_rng_normal(&r);
     for (size_t i = 0; i < 12 * LDC; i++) c0[i] = dsattn_rng_normal(&r);
+    /* columns < nw as the ref tile; a form may write up to column 31
+     * (pgemm.h), never beyond */
     const size_t kcs[4] = { 1, 7, 64, KMAX };
     for (int ki = 0; ki < 4; ki++)
-        for (int nw = 16; nw <= 32; nw += 16)
+        for (int nw = 8; nw <= 32; nw += 8)
             for (int first = 0; first < 2; first++) {
                 memcpy(c1, c0, 12 * LDC * 4);
                 memcpy(c2, c0, 12 * LDC * 4);
                 pk->tile(a, b, kcs[ki], nw, c1, LDC, first);
                 rk->tile(a, b, kcs[ki], nw, c2, LDC, first);
-                CHECK_MSG(memcmp(c1, c2, 12 * LDC * 4) == 0, "tile kc %zu nw %d first %d",
-                          kcs[ki], nw, first);
+                int same = 1;
+                for (size_t i = 0; i < 12; i++)
+                    same &= memcmp(c1 + i * LDC, c2 + i * LDC, (size_t)nw * 4) == 0 &&
+                            memcmp(c1 + i * LDC + 32, c0 + i * LDC + 32, (LDC - 32) * 4) == 0;
+                CHECK_MSG(same, "%s tile kc %zu nw %d first %d", pk->name, kcs[ki], nw, first);
             }
 
     /* packing: tokens short of a group, K short of a 16-block */
@@ -56,15 +71,19 @@ DSATTN_TEST(pgemm, tile_and_pack_equal_ref_bit_for_bit)
             memset(p2, 0xff, 101 * 32 * 4);
             pk->pack_b(x, 101, nts[ni], ks[ki], p1);
             rk->pack_b(x, 101, nts[ni], ks[ki], p2);
-            CHECK_MSG(memcmp(p1, p2, ks[ki] * 32 * 4) == 0, "pack nt %zu K %zu", nts[ni], ks[ki]);
+            CHECK_MSG(memcmp(p1, p2, ks[ki] * 32 * 4) == 0, "%s pack nt %zu K %zu", pk->name,
+                      nts[ni], ks[ki]);
         }
     free(a); free(b); free(c0); free(c1); free(c2); free(x); free(p1); free(p2);
+    }
 }
 
 DSATTN_TEST(pgemm, fp8_tile_decode_equals_ref_on_every_code)
 {
-    const dsattn_pgemm_kern *pk = avx512_or_skip(), *rk = &dsattn_pgemm_ref;
-    if (!pk) return;
+    const dsattn_pgemm_kern *tabs[2], *rk = &dsattn_pgemm_ref;
+    const int ntab = simd_tables(tabs);
+    for (int ti = 0; ti < ntab; ti++) {
+    const dsattn_pgemm_kern *pk = tabs[ti];
     enum { K = 512 };
     uint8_t *w = malloc(12 * K);
     float *t1 = malloc(K * 12 * 4), *t2 = malloc(K * 12 * 4);
@@ -90,9 +109,11 @@ DSATTN_TEST(pgemm, fp8_tile_decode_equals_ref_on_every_code)
                     pk->tile_fp8(w, K, sc, bss[bi], nrs[ni], finite, t1);
                     rk->tile_fp8(w, K, sc, bss[bi], nrs[ni], finite, t2);
                     CHECK_MSG(CHECK_BITS("fp8 tile", t1, t2, (size_t)K * 12),
-                              "bs %zu nr %zu scales %d finite %d", bss[bi], nrs[ni], s, finite);
+                              "%s bs %zu nr %zu scales %d finite %d", pk->name, bss[bi],
+                              nrs[ni], s, finite);
                 }
     free(w); free(t1); free(t2);
+    }
 }
 
 /* |fast - ref| <= 2^-20 * sum |w x| per output (K <= 1100 terms of fp32
@@ -164,8 +185,18 @@ DSATTN_TEST(pgemm, prefill_linear_fast_matches_reference_and_ignores_threads)
         sc[i] = ldexpf(1.0f, (int)(i % 7) - 9);
     for (size_t i = 0; i < TMAX * KMAX; i++) x[i] = dsattn_rng_normal(&r);
     dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 2);
-    dsattn_ctx *cf[3] = { dsattn_test_ctx(DSATTN_MODE_FAST, 1), dsattn_test_ctx(DSATTN_MODE_FAST, 2),
-                          dsattn_test_ctx(DSATTN_MODE_FAST, 3) };
+    for (int ii = 0; ii < 2; ii++) {               /* the context's own table, then AVX2 */
+    dsattn_ctx *cf[3] = { NULL, NULL, NULL };
+    dsattn_ktab t;
+    if (ii == 1 && dsattn_ktab_fill(&t, DSATTN_ISA_AVX2, 0) != DSATTN_OK) break;
+    for (int c = 0; c < 3; c++) {
+        dsattn_ctx_params p = dsattn_ctx_default_params();
+        p.mode = DSATTN_MODE_FAST;
+        p.n_threads = c + 1;
+        p.isa = ii == 1 ? DSATTN_ISA_AVX2 : DSATTN_ISA_AUTO;
+        CHECK_OK(dsattn_ctx_create(&cf[c], &p));
+    }
+    if (!cf[0] || !cf[1] || !cf[2]) break;
     for (int kind = 0; kind < 4; kind++)          /* FP8, FP8 with a NaN code, BF16, F32 */
         for (int ri = 0; ri < 3; ri++)
             for (int ki = 0; ki < 2; ki++)
@@ -187,16 +218,18 @@ DSATTN_TEST(pgemm, prefill_linear_fast_matches_reference_and_ignores_threads)
                         CHECK_OK(dsattn_linear(cf[c], &w, x, K, T, y, R, DSATTN_OUT_F32, NULL,
                                                NULL));
                         char what[96];
-                        snprintf(what, sizeof what, "kind %d R %zu K %zu T %zu threads %d", kind,
-                                 R, K, T, c + 1);
+                        snprintf(what, sizeof what, "%s kind %d R %zu K %zu T %zu threads %d",
+                                 dsattn_ctx_isa_name(cf[c]), kind, R, K, T, c + 1);
                         check_prefill(what, y, yr, mag, T * R);
                         if (c > 0)
                             CHECK_MSG(memcmp(y, y1, T * R * 4) == 0, "%s: not the 1-thread bits",
                                       what);
                     }
+                    if (kind == 1) w8[R / 2 * K + 3] = 0x11;    /* finite again */
                 }
-    dsattn_ctx_destroy(cr);
     for (int c = 0; c < 3; c++) dsattn_ctx_destroy(cf[c]);
+    }
+    dsattn_ctx_destroy(cr);
     free(w8); free(w16); free(w32); free(sc); free(x); free(mag); free(yr); free(yf); free(y1);
 }
 

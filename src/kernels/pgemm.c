@@ -1,9 +1,9 @@
-/* pgemm.c - the scalar table of pgemm.h and the table choice.
+/* pgemm.c - the scalar table of pgemm.h.
  *
  * The `ref` tile is the plain loop of the contract: one fmaf chain per
- * output over k in order, the cross-check the AVX-512 tile must equal bit
- * for bit (tests/test_linear.c).  Not here: the SIMD table
- * (pgemm_avx512.c), the driver (src/ops/linear.c).
+ * output over k in order, the cross-check the SIMD tiles must equal bit
+ * for bit (tests/test_pgemm.c).  Not here: the SIMD tables
+ * (pgemm_avx2.c, pgemm_avx512.c), the driver (src/ops/linear.c).
  */
 #include "pgemm.h"
 

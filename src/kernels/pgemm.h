@@ -5,11 +5,13 @@
  * a tile of mla_kernels.h's key layout (k-major, 12 rows interleaved:
  * a[k*12 + r], built by its tile_rows), packs the activations once per
  * call into groups of 32 tokens (k-major: b[k*32 + j]), and runs one
- * 12 x 32 register tile per (row tile, token group, k slice) - the same
- * shape as the MLA score tile, 24 FMAs per 14 loads.
+ * 12 x 32 tile per (row tile, token group, k slice).  The AVX-512 form
+ * holds it in registers (the MLA score tile, 24 FMAs per 14 loads); the
+ * AVX2 form, with 16 registers, runs it as 6 x 16 and 12 x 8 sub-tiles
+ * over the same operands.
  *
  * Every output element is one fp32 FMA chain over k in increasing order,
- * so the AVX-512 tile equals the scalar `ref` tile bit for bit (tested),
+ * so every SIMD tile equals the scalar `ref` tile bit for bit (tested),
  * and a result does not depend on the slicing of k or on the threads.
  */
 #ifndef DSATTN_PGEMM_H
@@ -22,12 +24,14 @@
 #define DSATTN_PGEMM_NR 32       /* tokens per packed group               */
 
 typedef struct dsattn_pgemm_kern {
-    const char *name;                             /* "ref", "avx512" */
+    const char *name;                             /* "ref", "avx2", "avx512" */
     /* Pack nt <= 32 token rows (row t at x + t*ldx, K floats) into one
      * group bp [K][32]: bp[k*32 + t] = x[t*ldx + k], tokens nt..31 zero. */
     void (*pack_b)(const float *x, size_t ldx, size_t nt, size_t K, float *bp);
     /* c[r*ldc + j] = (first ? 0 : c[r*ldc + j]) + sum_{k<kc} a[k*12 + r] * b[k*32 + j]
-     * for r < 12, j < nw (nw = 16 or 32), as fmaf(a, b, acc) in k order. */
+     * for r < 12, j < nw (nw = 8, 16, 24 or 32), as fmaf(a, b, acc) in k
+     * order.  A form may also write columns nw..31 the same way (the
+     * AVX-512 tile works in 16-token vectors): c's rows hold 32 floats. */
     void (*tile)(const float *a, const float *b, size_t kc, int nw, float *c, size_t ldc,
                  int first);
     /* nr <= 12 FP8 rows of K codes (row r at w + r*K, its block scales at
@@ -40,7 +44,8 @@ typedef struct dsattn_pgemm_kern {
 } dsattn_pgemm_kern;
 
 extern const dsattn_pgemm_kern dsattn_pgemm_ref;
-/* NULL when the build has no AVX-512 path */
+/* NULL when the build has no such path (absent.c, or the compiler's) */
+extern const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr;
 extern const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr;
 
 #endif /* DSATTN_PGEMM_H */

@@ -17,9 +17,9 @@
  * one contiguous run per thread, the rest taken by whichever thread is
  * free; a grouped weight streamed as one matrix); for
  * prefill-sized inputs the weight is decoded 12 rows at a time into
- * register-tile panels and multiplied by pgemm.h's tiles (AVX-512), or
- * dequantized in row panels and multiplied with OpenBLAS sgemm (other
- * ISAs).
+ * register-tile panels and multiplied by pgemm.h's tiles (AVX-512, AVX2;
+ * AMX-BF16 tiles where the table has them), or dequantized in row panels
+ * and multiplied with OpenBLAS sgemm (tables without pgemm tiles).
  */
 #include "blas.h"
 #include "ops.h"
@@ -274,15 +274,27 @@ static void *lin_scratch(dsattn_ctx *ctx, size_t need, int *own)
     return ctx->lin_ws;
 }
 
-/* The prefill path on AVX-512 (pgemm.h).  The activations are packed
+/* rows [nr] x K (row r at rows + r*K) -> one k-major tile of 12 rows
+ * (pgemm.h's layout, rows nr..11 zero): the generic form of the mla
+ * table's tile_rows, for tables with pgemm tiles but no mla slot. */
+static void tile_rows_c(const float *rows, size_t ldr, size_t nr, size_t K, float *a)
+{
+    for (size_t k = 0; k < K; k++)
+        for (size_t r = 0; r < DSATTN_PGEMM_MR; r++)
+            a[k * DSATTN_PGEMM_MR + r] = r < nr ? rows[r * ldr + k] : 0.0f;
+}
+
+/* The prefill path on the FMA tiles (pgemm.h).  The activations are packed
  * once into groups of 32 tokens (per row group of a grouped weight: G
  * groups of rows/G rows, group g reading x + g*gx); each thread then
  * takes panels of PG_ROWS weight rows inside one group (dynamic), decodes them 12 rows at a time into the
  * k-major tile layout, and runs the 12 x 32 register tile over k slices of
  * PG_KC (the tile's weight slice, 24 KB, stays in L1 and the token
- * group's slice, 64 KB, in L2 while the panel's tiles pass over it).  The
+ * group's slice, 64 KB, in L2 while the panel's tiles pass over it); a
+ * group's last tile call covers its tokens rounded up to 8.  The
  * panel's sums live in a [PG_ROWS][np] buffer and are written to y
- * transposed at the end. */
+ * transposed at the end.  mk (the table's mla slot) may be NULL: its
+ * tile_rows and round_bf16 then have their C forms here. */
 #define PG_ROWS 96
 #define PG_KC 512
 
@@ -311,6 +323,9 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
     float *bp = ws, *tbuf = bp + nb;
     const dsattn_fp8_row_fn fp8_row = ctx->kt->wdq->fp8_row;
     const int fused = W->kind == DSATTN_W_FP8 && W->block % 16 == 0 && K % 16 == 0;
+    void (*const tile_rows)(const float *, size_t, size_t, size_t, float *) =
+        mk ? mk->tile_rows : tile_rows_c;
+    void (*const round_bf16)(float *, size_t) = mk ? mk->round_bf16 : dsattn_round_bf16_n;
 #pragma omp parallel num_threads(nthr)
     {
         float *rows = tbuf + (size_t)omp_get_thread_num() * per_thr;
@@ -346,18 +361,18 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
                 } else {
                     dequant_rows(W, a, m, rows);
                 }
-                mk->tile_rows(rows, K, m, K, ap + i * MR * K);
+                tile_rows(rows, K, m, K, ap + i * MR * K);
             }
             for (size_t k0 = 0; k0 < K; k0 += PG_KC) {
                 const size_t kc = DSATTN_MIN((size_t)PG_KC, K - k0);
                 for (size_t g = 0; g < ng; g++) {
-                    const int nw = n_tok - g * NR > 16 ? 32 : 16;
+                    const int nw = (int)DSATTN_MIN(NR, (n_tok - g * NR + 7) / 8 * 8);
                     for (size_t i = 0; i < nt; i++)
                         pk->tile(ap + i * MR * K + k0 * MR, bg + g * NR * K + k0 * NR, kc, nw,
                                  cb + i * MR * np + g * NR, np, k0 == 0);
                 }
             }
-            if (round == DSATTN_OUT_BF16) mk->round_bf16(cb, n * np);
+            if (round == DSATTN_OUT_BF16) round_bf16(cb, n * np);
             for (size_t t = 0; t < n_tok; t++)
                 for (size_t r = 0; r < n; r++) y[t * ldy + r0 + r] = cb[r * np + t];
         }
@@ -468,18 +483,19 @@ static int prefill_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_
     return !failed;
 }
 
-/* The prefill-sized fast path where the kernel table has register tiles
- * (AVX-512): AMX-BF16 tiles where they apply, else the FMA tile.  Returns 0
- * when this ISA has none (the caller's sgemm path); *st carries an
+/* The prefill-sized fast path where the kernel table has GEMM tiles
+ * (pgemm slot: AVX-512, AVX2): AMX-BF16 tiles where they apply (the amx
+ * slot, which comes with the mla slot), else the FMA tiles.  Returns 0
+ * when the table has none (the caller's sgemm path); *st carries an
  * allocation failure. */
-static int prefill_avx512(dsattn_ctx *ctx, const dsattn_weight *W, size_t G, const float *x,
-                          size_t ldx, size_t gx, size_t n_tok, float *y, size_t ldy,
-                          dsattn_out_round round, dsattn_status *st)
+static int prefill_tiles(dsattn_ctx *ctx, const dsattn_weight *W, size_t G, const float *x,
+                         size_t ldx, size_t gx, size_t n_tok, float *y, size_t ldy,
+                         dsattn_out_round round, dsattn_status *st)
 {
     const dsattn_pgemm_kern *pk = ctx->kt->pgemm;
     const dsattn_mla_kern *mk = ctx->kt->mla;
-    if (!pk || !mk) return 0;
-    if (!prefill_amx(ctx, mk, W, G, x, ldx, gx, n_tok, y, ldy, round, st))
+    if (!pk) return 0;
+    if (!(mk && prefill_amx(ctx, mk, W, G, x, ldx, gx, n_tok, y, ldy, round, st)))
         *st = prefill_tiled(ctx, pk, mk, W, G, x, ldx, gx, n_tok, y, ldy, round);
     return 1;
 }
@@ -504,7 +520,7 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
 
     dsattn_status st = DSATTN_OK;
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
-        prefill_avx512(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st)) {
+        prefill_tiles(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st)) {
         if (st) return st;
     } else if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
         /* Prefill-sized: each thread dequantizes its own row panels (SIMD
@@ -609,8 +625,7 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     const size_t Rg = W->rows / G;
     if ((W->kind == DSATTN_W_FP8 && Rg % W->block) || (W->kind == DSATTN_W_FP4 && W->cols % 32))
         return DSATTN_ERR_UNSUPPORTED;
-    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
-        (!ctx->kt->pgemm || !ctx->kt->mla)) {
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 && !ctx->kt->pgemm) {
         /* prefill-sized without register tiles: the panel + sgemm path,
          * one group at a time */
         for (size_t g = 0; g < G; g++) {
@@ -625,9 +640,9 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     const double t0 = timed ? dsattn_clock() : 0.0;
     const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
     if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
-        /* prefill-sized on AVX-512: every group's panels in one region */
+        /* prefill-sized with GEMM tiles: every group's panels in one region */
         dsattn_status st = DSATTN_OK;
-        prefill_avx512(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round, &st);
+        prefill_tiles(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round, &st);
         if (st) return st;
     } else {
         gemv_tasks(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round);
