@@ -10,8 +10,9 @@
  * tile's, so the two are equal bit for bit (tests/test_pgemm.c).
  * pack_b and tile_fp8 transpose 8 x 8 blocks in registers; tile_fp8
  * decodes E4M3 by the fp16 bit move of kernels_avx2.c (value / 256, the
- * x256 folded into the block scale) for finite weights and through the
- * scalar decode's table (a gather) otherwise.
+ * x256 folded into the block scale) for finite weights, times 256 with
+ * the NaN codes blended in otherwise (no gather: QEMU 7.2's AVX2 gather,
+ * which scripts/test-avx2-emu.sh runs, dropped lanes here).
  */
 #include "pgemm.h"
 
@@ -127,11 +128,19 @@ AI __m256 e4m3x8_div256(const uint8_t *w)
     return _mm256_cvtph_ps(h);
 }
 
-/* 8 codes, any: the scalar decode's own table values (NaN codes too) */
+/* 8 codes, any: the fp16 move times 256 (exact), and the scalar decode's
+ * NaN (its sign from the code) where the code is s.1111.111 */
 AI __m256 e4m3x8_exact(const uint8_t *w)
 {
-    const __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w));
-    return _mm256_i32gather_ps(dsattn_e4m3_lut, i, 4);
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)w));
+    const __m128i h = _mm_and_si128(_mm_srai_epi16(_mm_slli_epi16(b, 8), 1),
+                                    _mm_set1_epi16((short)0xBF80));
+    const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+    const __m128i n16 = _mm_cmpeq_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)),
+                                        _mm_set1_epi16(0x7f));
+    const __m256 nan = _mm256_or_ps(_mm256_set1_ps(dsattn_e4m3_lut[0x7f]),
+                                    _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
+    return _mm256_blendv_ps(v, nan, _mm256_castsi256_ps(_mm256_cvtepi16_epi32(n16)));
 }
 
 /* 8 columns of the 12 rows at a time: decode, scale, transpose (rows 0..7
