@@ -1,7 +1,7 @@
 /* pgemm.h - the register-tiled GEMM of the prefill projections.
  *
  * A prefill Linear (src/ops/linear.c) multiplies a weight of R rows by a
- * chunk of n tokens.  The fast path decodes 12 weight rows at a time into
+ * chunk of n tokens (a prefill chunk, or the rows of a batched decode).  The fast path decodes 12 weight rows at a time into
  * a tile of mla_kernels.h's key layout (k-major, 12 rows interleaved:
  * a[k*12 + r], built by its tile_rows), packs the activations once per
  * call into groups of 32 tokens (k-major: b[k*32 + j]), and runs one
