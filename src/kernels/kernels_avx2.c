@@ -346,92 +346,136 @@ static void gemv_fp8_finite_avx2(const uint8_t *W, const float *scale, size_t bs
 }
 
 /* ==== FP4 E2M1 GEMV ===================================================== */
-/* 64 codes (32 bytes) per step, no per-element shuffle chain: the low and
- * high nibbles are split with two integer ops, one vpshufb each looks up
- * 2 x value as a signed byte (the table holds 0, 1, 2, 3, 4, 6, 8, 12 and
- * their negatives; the 1/2 comes back as one exact *0.5 per output), two
- * byte unpacks put the 64 values back in natural order and one store puts
- * them in an L1 buffer, from which vpmovsxbd loads them as dwords (a load,
- * not a port-5 shuffle) for vcvtdq2ps.  x is read in natural order.  Each
- * 32-element block's two partial sums meet its UE8M0 scale in one FMA;
- * alternate blocks use two accumulators.  Rows are read front to back with
- * the FP8 GEMV's prefetch cursor.  The scales of a row part are decoded to
- * floats first (b << 23; 0 -> 2^-127, 255 -> NaN). */
+/* 64 codes (32 bytes) per step and no per-element shuffle: every E2M1
+ * value is a bf16 number, so two vpshufb look up the high and the low byte
+ * of its bf16 bits (the low nibbles, then the high nibbles split off with
+ * a shift and an and), two byte unpacks make 16-bit bf16 words, and each
+ * word vector gives two fp32 vectors by a 32-bit shift (even words) and an
+ * and (odd words): 8 shuffles and 8 shift/and per 64 codes, the rest FMAs.
+ * The values come out in a fixed permuted order; x is arranged into that
+ * order once per call (4 x 4 transposes into a 32 KB stack buffer, K in
+ * chunks of 8192 past that), so each row costs only its own decode.  Lane
+ * half l of every vector holds elements of block l of the 64 codes: one
+ * FMA per step applies both UE8M0 block scales (decoded per row part:
+ * b << 23; 0 -> 2^-127, 255 -> NaN).  Rows are read front to back with a
+ * prefetch FP4_PF bytes ahead.  A row part ending on a half step (K % 64
+ * == 32) sums its last 32 codes in C. */
 
-static const int8_t e2m1_x2[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+#define FP4_XCH 8192   /* elements of x arranged per pass (32 KB of stack) */
+#define FP4_PF 4096    /* prefetch distance in bytes of the row stream */
 
-AI __m256 i8x8_ps(const int8_t *p)
+/* bf16 bytes of the E2M1 values 0 .5 1 1.5 2 3 4 6, then their negatives */
+static const uint8_t e2m1_bf16_hi[16] = { 0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
+                                          0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0 };
+static const uint8_t e2m1_bf16_lo[16] = { 0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0,
+                                          0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0 };
+
+/* x[0..63] into the decode's order: fp4_step's 8 vectors each hold, in
+ * lane half l, one column b of a 4 x 4 block of x: x[32l + 16h + 4i + b],
+ * i = 0..3 (the elements of the even or odd words of the low or high
+ * nibbles of bytes 0-7 or 8-15), in the order written below. */
+AI void fp4_arrange64(const float *x, float *xa)
 {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const float *p = x + 16 * h;
+        const __m256 r0 = _mm256_loadu2_m128(p + 32, p), r1 = _mm256_loadu2_m128(p + 36, p + 4);
+        const __m256 r2 = _mm256_loadu2_m128(p + 40, p + 8), r3 = _mm256_loadu2_m128(p + 44, p + 12);
+        const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+        const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+        const __m256 c0 = _mm256_shuffle_ps(t0, t2, 0x44), c1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+        const __m256 c2 = _mm256_shuffle_ps(t1, t3, 0x44), c3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+        /* fp4_step's vectors: 0 <- (h0, b0), 1 <- (h0, b2), 2 <- (h1, b0),
+         * 3 <- (h1, b2), 4 <- (h0, b1), 5 <- (h0, b3), 6 <- (h1, b1), 7 <- (h1, b3) */
+        _mm256_storeu_ps(xa + (size_t)(2 * h) * 8, c0);
+        _mm256_storeu_ps(xa + (size_t)(2 * h + 1) * 8, c2);
+        _mm256_storeu_ps(xa + (size_t)(2 * h + 4) * 8, c1);
+        _mm256_storeu_ps(xa + (size_t)(2 * h + 5) * 8, c3);
+    }
 }
 
-/* One 64-code step: 32 bytes at w, x at xp, block scales sp[0], sp[1]. */
-AI void fp4_step(__m256i v, const float *xp, const float *sp, __m256 *acc0, __m256 *acc1)
+/* One 64-code step: 32 bytes v, the arranged x at xa, block scales
+ * [s0 x4 | s1 x4] in sv. */
+AI void fp4_step(__m256i v, const float *xa, __m256 sv, __m256 *acc)
 {
-    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)e2m1_x2));
-    const __m256i lo4 = _mm256_set1_epi8(0x0f);
-    int8_t t[64] A32;
-    __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, lo4));
-    __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4));
-    /* t: [e0..15 | e32..47 | e16..31 | e48..63] */
-    _mm256_store_si256((__m256i *)t, _mm256_unpacklo_epi8(lo, hi));
-    _mm256_store_si256((__m256i *)(t + 32), _mm256_unpackhi_epi8(lo, hi));
-    __m256 a0 = _mm256_mul_ps(i8x8_ps(t), _mm256_loadu_ps(xp));
-    __m256 a1 = _mm256_mul_ps(i8x8_ps(t + 8), _mm256_loadu_ps(xp + 8));
-    __m256 b0 = _mm256_mul_ps(i8x8_ps(t + 16), _mm256_loadu_ps(xp + 32));
-    __m256 b1 = _mm256_mul_ps(i8x8_ps(t + 24), _mm256_loadu_ps(xp + 40));
-    a0 = _mm256_fmadd_ps(i8x8_ps(t + 32), _mm256_loadu_ps(xp + 16), a0);
-    a1 = _mm256_fmadd_ps(i8x8_ps(t + 40), _mm256_loadu_ps(xp + 24), a1);
-    b0 = _mm256_fmadd_ps(i8x8_ps(t + 48), _mm256_loadu_ps(xp + 48), b0);
-    b1 = _mm256_fmadd_ps(i8x8_ps(t + 56), _mm256_loadu_ps(xp + 56), b1);
-    *acc0 = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_broadcast_ss(sp), *acc0);
-    *acc1 = _mm256_fmadd_ps(_mm256_add_ps(b0, b1), _mm256_broadcast_ss(sp + 1), *acc1);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), hm = _mm256_set1_epi32((int)0xffff0000u);
+    const __m256i th = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)e2m1_bf16_hi));
+    const __m256i tl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)e2m1_bf16_lo));
+    const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    const __m256i llo = _mm256_shuffle_epi8(tl, lo), hlo = _mm256_shuffle_epi8(th, lo);
+    const __m256i lhi = _mm256_shuffle_epi8(tl, hi), hhi = _mm256_shuffle_epi8(th, hi);
+    /* words of bytes 0-7 / 8-15 of each lane half: low nibbles, high nibbles */
+    const __m256i wa = _mm256_unpacklo_epi8(llo, hlo), wb = _mm256_unpackhi_epi8(llo, hlo);
+    const __m256i wc = _mm256_unpacklo_epi8(lhi, hhi), wd = _mm256_unpackhi_epi8(lhi, hhi);
+#define FP4_EVEN(w) _mm256_castsi256_ps(_mm256_slli_epi32(w, 16))
+#define FP4_ODD(w) _mm256_castsi256_ps(_mm256_and_si256(w, hm))
+    __m256 p0 = _mm256_mul_ps(FP4_EVEN(wa), _mm256_loadu_ps(xa));
+    __m256 p1 = _mm256_mul_ps(FP4_ODD(wa), _mm256_loadu_ps(xa + 8));
+    p0 = _mm256_fmadd_ps(FP4_EVEN(wb), _mm256_loadu_ps(xa + 16), p0);
+    p1 = _mm256_fmadd_ps(FP4_ODD(wb), _mm256_loadu_ps(xa + 24), p1);
+    p0 = _mm256_fmadd_ps(FP4_EVEN(wc), _mm256_loadu_ps(xa + 32), p0);
+    p1 = _mm256_fmadd_ps(FP4_ODD(wc), _mm256_loadu_ps(xa + 40), p1);
+    p0 = _mm256_fmadd_ps(FP4_EVEN(wd), _mm256_loadu_ps(xa + 48), p0);
+    p1 = _mm256_fmadd_ps(FP4_ODD(wd), _mm256_loadu_ps(xa + 56), p1);
+#undef FP4_EVEN
+#undef FP4_ODD
+    *acc = _mm256_fmadd_ps(_mm256_add_ps(p0, p1), sv, *acc);
 }
 
-#define FP4_KCH 4096   /* elements of a row per scale pass (128 scales) */
+/* 8 UE8M0 bytes -> floats (0 -> 2^-127, 255 -> NaN) */
+AI __m256 ue8m0x8(const uint8_t *p)
+{
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i f = _mm256_slli_epi32(b, 23);
+    f = _mm256_blendv_epi8(f, _mm256_set1_epi32(0x00400000),
+                           _mm256_cmpeq_epi32(b, _mm256_setzero_si256()));
+    f = _mm256_blendv_epi8(f, _mm256_set1_epi32(0x7fc00000),
+                           _mm256_cmpeq_epi32(b, _mm256_set1_epi32(255)));
+    return _mm256_castsi256_ps(f);
+}
+
+AI __m256 scale_pair(const float *sb)
+{
+    return _mm256_set_m128(_mm_broadcast_ss(sb + 1), _mm_broadcast_ss(sb));
+}
 
 static void gemv_fp4_avx2(const uint8_t *W, const uint8_t *scale, const float *x,
                           float *y, size_t rows, size_t k)
 {
+    float xa[FP4_XCH] A32;
+    float sb[FP4_XCH / 32] A32;
     const size_t rs = k / 2, ss = k / 32;
-    float sb[FP4_KCH / 32 + 2] A32;
-    size_t pr = 0, pc = 0;               /* prefetch cursor, bytes ahead */
-    if (rs) { pr = FP8_PF / rs; pc = FP8_PF % rs / 64 * 64; }
-    for (size_t r = 0; r < rows; r++) {
-        const uint8_t *w = W + r * rs;
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-        for (size_t k0 = 0; k0 < k; k0 += FP4_KCH) {
-            size_t kn = k - k0 < FP4_KCH ? k - k0 : FP4_KCH;
-            for (size_t b = 0; b < kn / 32; b++) sb[b] = ue8m0f(scale[r * ss + k0 / 32 + b]);
-            sb[kn / 32] = 0.0f;
-            size_t t0 = 0;
-            for (; t0 + 128 <= kn; t0 += 128) {
-                _mm_prefetch((const char *)(w + pr * rs + pc), _MM_HINT_T1);
-                if ((pc += 64) >= rs) { pc = 0; ++pr; }
-                const uint8_t *p = w + (k0 + t0) / 2;
-                fp4_step(_mm256_loadu_si256((const __m256i *)p), x + k0 + t0, sb + t0 / 32,
-                         &acc0, &acc1);
-                fp4_step(_mm256_loadu_si256((const __m256i *)(p + 32)), x + k0 + t0 + 64,
-                         sb + t0 / 32 + 2, &acc0, &acc1);
+    for (size_t k0 = 0; k0 == 0 || k0 < k; k0 += FP4_XCH) {     /* k = 0: y = 0 */
+        const size_t kn = k - k0 < FP4_XCH ? k - k0 : FP4_XCH;
+        const size_t kf = kn / 64 * 64;                  /* whole steps */
+        for (size_t c = 0; c < kf; c += 64) fp4_arrange64(x + k0 + c, xa + c);
+        for (size_t r = 0; r < rows; r++) {
+            const uint8_t *w = W + r * rs + k0 / 2, *s = scale + r * ss + k0 / 32;
+            size_t b = 0;
+            for (; b + 8 <= kn / 32; b += 8) _mm256_store_ps(sb + b, ue8m0x8(s + b));
+            for (; b < kn / 32; b++) sb[b] = ue8m0f(s[b]);
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            size_t c = 0;
+            for (; c + 128 <= kf; c += 128) {
+                _mm_prefetch((const char *)(w + c / 2 + FP4_PF), _MM_HINT_T0);
+                fp4_step(_mm256_loadu_si256((const __m256i *)(w + c / 2)), xa + c,
+                         scale_pair(sb + c / 32), &acc0);
+                fp4_step(_mm256_loadu_si256((const __m256i *)(w + c / 2 + 32)), xa + c + 64,
+                         scale_pair(sb + c / 32 + 2), &acc1);
             }
-            for (; t0 < kn; t0 += 64) {
-                const uint8_t *p = w + (k0 + t0) / 2;
-                if (t0 + 64 <= kn) {
-                    fp4_step(_mm256_loadu_si256((const __m256i *)p), x + k0 + t0, sb + t0 / 32,
-                             &acc0, &acc1);
-                } else {                 /* 32 left: zero-padded copies */
-                    uint8_t ct[32] A32 = { 0 };
-                    float xt[64] A32 = { 0 };
-                    memcpy(ct, p, 16);
-                    memcpy(xt, x + k0 + t0, 32 * sizeof(float));
-                    fp4_step(_mm256_load_si256((const __m256i *)ct), xt, sb + t0 / 32,
-                             &acc0, &acc1);
-                }
+            if (c < kf)
+                fp4_step(_mm256_loadu_si256((const __m256i *)(w + c / 2)), xa + c,
+                         scale_pair(sb + c / 32), &acc0);
+            float tail = 0.0f;
+            if (kf < kn) {                               /* a last 32 codes */
+                float part = 0.0f;
+                for (size_t i = kf; i < kn; i++)
+                    part += dsattn_e2m1_to_f32((uint8_t)(w[i / 2] >> (4 * (i & 1)))) * x[k0 + i];
+                tail = part * sb[kf / 32];
             }
+            const float v = hsum(_mm256_add_ps(acc0, acc1)) + tail;
+            y[r] = k0 == 0 ? v : y[r] + v;
         }
-        /* the cursor is relative to the current row */
-        if (pr > 0) pr--; else pc = 0;
-        y[r] = hsum(_mm256_add_ps(acc0, acc1)) * 0.5f;
     }
 }
 
