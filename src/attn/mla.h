@@ -103,6 +103,15 @@ dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
                                   int64_t start_pos, float *qc, float *wq,
                                   uint8_t *kcache, dsattn_ws *ws);
 
+/* The same for s rows of different sequences (the batched decode step):
+ * row t at position pos[t], its key packed into krow[t] (132 B).  pos NULL:
+ * start_pos + t; krow NULL: kcache + position * 132. */
+dsattn_status dsattn_mla_index_qk_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l,
+                                       const float *x, const float *qr, size_t s,
+                                       int64_t start_pos, const int64_t *pos,
+                                       uint8_t *kcache, uint8_t *const *krow, float *qc,
+                                       float *wq, dsattn_ws *ws);
+
 /* fp8_index for one query row over key rows [0, n):
  * score[j] = k_s[j] * sum_h relu(q_h . k_j) * w_h, the head sum in double
  * rounded once (reference), fp32 (fast).  Scratch from ws (NULL: the

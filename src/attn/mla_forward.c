@@ -259,13 +259,22 @@ static inline size_t row_ahead(size_t h, size_t d, size_t ahead, size_t n, size_
     return d < n ? h * stride + off + d : (h + 1) * stride + off + (d - n);
 }
 
-/* One thread's scratch of absorb_q / absorb_out: KL doubles + KL floats. */
-static size_t absorb_ws_per(size_t KL) { return (KL * (sizeof(double) + sizeof(float)) + 63) / 64 * 64; }
+/* One thread's scratch of absorb_q / absorb_out over nr rows: nr * KL
+ * doubles (the rows' accumulators) + KL floats (a dequantized weight row). */
+static size_t absorb_ws_per(size_t KL, size_t nr)
+{
+    return (KL * (nr * sizeof(double) + sizeof(float)) + 63) / 64 * 64;
+}
 
-/* q'[h] = bf16(q_nope[h] . W_uk[h]) for all heads: W_uk[h] = rows
- * h*(dn+dv) .. +dn of wkv_b (bf16 values of weight_dequant), [dn, KL]. */
+/* q'[r][h] = bf16(q_nope[r][h] . W_uk[h]) for all heads of nr query rows
+ * (q: [nr, H, dn+dr], qa: [nr, H, KL]); W_uk[h] = rows h*(dn+dv) .. +dn of
+ * wkv_b (bf16 values of weight_dequant), [dn, KL].  Each weight row is
+ * read (and decoded) once for all nr rows; every row's sum runs in the same
+ * order as with nr = 1, so a row's bits do not depend on nr. */
+/* fast mode: row r's fp32 accumulator, the first KL floats of its slot */
+#define ACCF(r) ((float *)(void *)(acc + (r) * KL))
 static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *q,
-                              float *qa, dsattn_ws *wa)
+                              size_t nr, float *qa, dsattn_ws *wa)
 {
     const dsattn_mla_config *c = &m->cfg;
     const dsattn_weight *W = &m->layer[l].wkv_b;
@@ -273,33 +282,39 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
     const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     const dsattn_mla_kern *mk = ref ? NULL : ctx->kt->mla;
+    const int fp8k = mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0;
     dsattn_status st = DSATTN_OK;
-    /* per thread: acc [KL] doubles, wr [KL] floats */
+    /* per thread: acc [nr, KL] doubles, wr [KL] floats */
     const int nth = DSATTN_MAX(ctx->n_threads, 1);
     const dsattn_ws_pos mark = dsattn_ws_mark(wa);
-    const size_t per = absorb_ws_per(KL);
+    const size_t per = absorb_ws_per(KL, nr);
     uint8_t *all = dsattn_ws_array(wa, (size_t)nth, per);
     if (!all) return DSATTN_ERR_NOMEM;
     DSATTN_PARALLEL(!ref && H >= 4 ? nth : 1, {
         const int tid = dsattn_tid;
         double *acc = (double *)(void *)(all + (size_t)tid * per);
-        float *wr = (float *)(void *)(acc + KL);
-        float *accf = (float *)acc;
+        float *wr = (float *)(void *)(acc + nr * KL);
         size_t hlo_, hhi_;
         dsattn_range(H, dsattn_tid, dsattn_nth, &hlo_, &hhi_);
         for (size_t h = hlo_; h < hhi_; h++) {
-            const float *qh = q + h * dqk;
             if (ref) {
-                for (size_t i = 0; i < KL; i++) acc[i] = 0.0;
+                for (size_t i = 0; i < nr * KL; i++) acc[i] = 0.0;
                 for (size_t d = 0; d < dn; d++) {
                     dsattn_mla_weight_row_bf16(W, h * (dn + dv) + d, wr);
-                    for (size_t i = 0; i < KL; i++) acc[i] += (double)qh[d] * (double)wr[i];
+                    for (size_t r = 0; r < nr; r++) {
+                        const double a = (double)q[(r * H + h) * dqk + d];
+                        double *ar = acc + r * KL;
+                        for (size_t i = 0; i < KL; i++) ar[i] += a * (double)wr[i];
+                    }
                 }
-                for (size_t i = 0; i < KL; i++) qa[h * KL + i] = dsattn_round_bf16((float)acc[i]);
+                for (size_t r = 0; r < nr; r++)
+                    for (size_t i = 0; i < KL; i++)
+                        qa[(r * H + h) * KL + i] = dsattn_round_bf16((float)acc[r * KL + i]);
             } else {
-                for (size_t i = 0; i < KL; i++) accf[i] = 0.0f;
+                for (size_t r = 0; r < nr; r++)
+                    for (size_t i = 0; i < KL; i++) ACCF(r)[i] = 0.0f;
                 size_t d0 = 0;
-                if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
+                if (fp8k) {
                     /* four rows per pass over the accumulator, same chain */
                     for (; d0 + 4 <= dn; d0 += 4) {
                         const uint8_t *w4[4];
@@ -308,40 +323,58 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
                             w4[k] = fp8_row(W, h * (dn + dv) + d0 + (size_t)k, &s4[k]);
                             prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dn, dn + dv, 0), KL);
                         }
-                        mk->fp8w_axpy4(w4, s4, W->block, KL, qh + d0, accf, W->finite);
+                        for (size_t r = 0; r < nr; r++)
+                            mk->fp8w_axpy4(w4, s4, W->block, KL, q + (r * H + h) * dqk + d0,
+                                           ACCF(r), W->finite);
                     }
                 }
                 for (size_t d = d0; d < dn; d++) {
-                    const float a = qh[d];
-                    const size_t r = h * (dn + dv) + d;
-                    if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
+                    const size_t row = h * (dn + dv) + d;
+                    if (fp8k) {
                         const float *sc;
-                        const uint8_t *codes = fp8_row(W, r, &sc);
+                        const uint8_t *codes = fp8_row(W, row, &sc);
                         prefetch_row(W, row_ahead(h, d, 16, dn, dn + dv, 0), KL);
-                        mk->fp8w_axpy(codes, sc, W->block, KL, a, accf);
+                        for (size_t r = 0; r < nr; r++)
+                            mk->fp8w_axpy(codes, sc, W->block, KL, q[(r * H + h) * dqk + d],
+                                          ACCF(r));
                     } else if (mk && W->kind == DSATTN_W_BF16) {
-                        mk->bf16w_axpy((const uint16_t *)W->data + r * KL, KL, a, accf);
+                        for (size_t r = 0; r < nr; r++)
+                            mk->bf16w_axpy((const uint16_t *)W->data + row * KL, KL,
+                                           q[(r * H + h) * dqk + d], ACCF(r));
                     } else if (W->kind == DSATTN_W_BF16) {
-                        const uint16_t *p = (const uint16_t *)W->data + (h * (dn + dv) + d) * KL;
-                        for (size_t i = 0; i < KL; i++) accf[i] += a * dsattn_bf16_to_f32(p[i]);
+                        const uint16_t *p = (const uint16_t *)W->data + row * KL;
+                        for (size_t r = 0; r < nr; r++) {
+                            const float a = q[(r * H + h) * dqk + d];
+                            float *af = ACCF(r);
+                            for (size_t i = 0; i < KL; i++) af[i] += a * dsattn_bf16_to_f32(p[i]);
+                        }
                     } else {
-                        weight_row_bf16_fast(ctx, W, h * (dn + dv) + d, wr);
-                        for (size_t i = 0; i < KL; i++) accf[i] += a * wr[i];
+                        weight_row_bf16_fast(ctx, W, row, wr);
+                        for (size_t r = 0; r < nr; r++) {
+                            const float a = q[(r * H + h) * dqk + d];
+                            float *af = ACCF(r);
+                            for (size_t i = 0; i < KL; i++) af[i] += a * wr[i];
+                        }
                     }
                 }
-                for (size_t i = 0; i < KL; i++) qa[h * KL + i] = dsattn_round_bf16(accf[i]);
+                for (size_t r = 0; r < nr; r++)
+                    for (size_t i = 0; i < KL; i++)
+                        qa[(r * H + h) * KL + i] = dsattn_round_bf16(ACCF(r)[i]);
             }
         }
     });
     dsattn_ws_put(wa, all);
     dsattn_ws_reset(wa, mark);
-    dsattn_count(ctx, 2ull * H * dn * KL, (uint64_t)H * dn * KL * 2);
+    dsattn_count(ctx, 2ull * nr * H * dn * KL, (uint64_t)H * dn * KL * 2);
     return st;
 }
+#undef ACCF
 
-/* o[h*dv + d] = bf16(x[h] . W_uv[h][d]), W_uv[h] = rows h*(dn+dv)+dn .. +dv. */
+/* o[r][h*dv + d] = bf16(x[r][h] . W_uv[h][d]), W_uv[h] = rows h*(dn+dv)+dn
+ * .. +dv, for nr rows (x: [nr, H, KL], o: [nr, H*dv]); each weight row read
+ * once for all rows, each row's bits those of nr = 1. */
 static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *x,
-                                float *o, dsattn_ws *wa)
+                                size_t nr, float *o, dsattn_ws *wa)
 {
     const dsattn_mla_config *c = &m->cfg;
     const dsattn_weight *W = &m->layer[l].wkv_b;
@@ -349,10 +382,11 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
     const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     const dsattn_mla_kern *mk = ref ? NULL : ctx->kt->mla;
+    const int fp8k = mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0;
     dsattn_status st = DSATTN_OK;
     const int nth = DSATTN_MAX(ctx->n_threads, 1);
     const dsattn_ws_pos mark = dsattn_ws_mark(wa);
-    const size_t per = absorb_ws_per(KL);
+    const size_t per = absorb_ws_per(KL, 1);
     uint8_t *all = dsattn_ws_array(wa, (size_t)nth, per);
     if (!all) return DSATTN_ERR_NOMEM;
     DSATTN_PARALLEL(!ref && H >= 4 ? nth : 1, {
@@ -361,9 +395,8 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
         size_t hlo_, hhi_;
         dsattn_range(H, dsattn_tid, dsattn_nth, &hlo_, &hhi_);
         for (size_t h = hlo_; h < hhi_; h++) {
-            const float *xh = x + h * KL;
             size_t d0 = 0;
-            if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
+            if (fp8k) {
                 /* four rows per pass, the x loads shared; same bits */
                 for (; d0 + 4 <= dv; d0 += 4) {
                     const uint8_t *w4[4];
@@ -373,38 +406,49 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
                         w4[k] = fp8_row(W, h * (dn + dv) + dn + d0 + (size_t)k, &s4[k]);
                         prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dv, dn + dv, dn), KL);
                     }
-                    mk->fp8w_dot4(w4, s4, W->block, KL, xh, y4, W->finite);
-                    for (int k = 0; k < 4; k++) o[h * dv + d0 + (size_t)k] = dsattn_round_bf16(y4[k]);
+                    for (size_t r = 0; r < nr; r++) {
+                        mk->fp8w_dot4(w4, s4, W->block, KL, x + (r * H + h) * KL, y4, W->finite);
+                        for (int k = 0; k < 4; k++)
+                            o[r * H * dv + h * dv + d0 + (size_t)k] = dsattn_round_bf16(y4[k]);
+                    }
                 }
             }
             for (size_t d = d0; d < dv; d++) {
-                size_t r = h * (dn + dv) + dn + d;
-                float y;
+                const size_t row = h * (dn + dv) + dn + d;
+                const float *sc = NULL;
+                const uint8_t *codes = NULL;
                 if (!ref && W->kind == DSATTN_W_BF16) {
-                    ctx->k->gemv_bf16((const uint16_t *)W->data + r * KL, xh, &y, 1, KL);
-                } else if (mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0) {
-                    const float *sc;
-                    const uint8_t *codes = fp8_row(W, r, &sc);
+                    /* read in place below */
+                } else if (fp8k) {
+                    codes = fp8_row(W, row, &sc);
                     prefetch_row(W, row_ahead(h, d, 16, dv, dn + dv, dn), KL);
-                    y = mk->fp8w_dot(codes, sc, W->block, KL, xh);
+                } else if (ref) {
+                    dsattn_mla_weight_row_bf16(W, row, wr);
                 } else {
-                    if (ref) dsattn_mla_weight_row_bf16(W, r, wr);
-                    else weight_row_bf16_fast(ctx, W, r, wr);
-                    if (ref) {
+                    weight_row_bf16_fast(ctx, W, row, wr);
+                }
+                for (size_t r = 0; r < nr; r++) {
+                    const float *xh = x + (r * H + h) * KL;
+                    float y;
+                    if (!ref && W->kind == DSATTN_W_BF16) {
+                        ctx->k->gemv_bf16((const uint16_t *)W->data + row * KL, xh, &y, 1, KL);
+                    } else if (fp8k) {
+                        y = mk->fp8w_dot(codes, sc, W->block, KL, xh);
+                    } else if (ref) {
                         double a = 0.0;
                         for (size_t i = 0; i < KL; i++) a += (double)xh[i] * (double)wr[i];
                         y = (float)a;
                     } else {
                         y = ctx->k->dot_f32(xh, wr, KL);
                     }
+                    o[r * H * dv + h * dv + d] = dsattn_round_bf16(y);
                 }
-                o[h * dv + d] = dsattn_round_bf16(y);
             }
         }
     });
     dsattn_ws_put(wa, all);
     dsattn_ws_reset(wa, mark);
-    dsattn_count(ctx, 2ull * H * dv * KL, (uint64_t)H * dv * KL * 2);
+    dsattn_count(ctx, 2ull * nr * H * dv * KL, (uint64_t)H * dv * KL * 2);
     return st;
 }
 
@@ -1050,7 +1094,7 @@ static size_t mla_ws_bytes(const dsattn_mla_config *c, dsattn_mla_cache fmt, siz
         dsattn_ws_need(&att, H * KL, sizeof(float));               /* xo   */
         dsattn_ws_need(&att, H * dr, sizeof(float));               /* qpe  */
         size_t row = 0, r;
-        dsattn_ws_need(&row, (size_t)T, absorb_ws_per(KL));        /* absorb_q / _out */
+        dsattn_ws_need(&row, (size_t)T, absorb_ws_per(KL, 1));        /* absorb_q / _out */
         r = 0;                                                     /* reference row */
         dsattn_ws_need(&r, cap + KL + dr, sizeof(float));
         dsattn_ws_need(&r, KL, sizeof(double));
@@ -1079,6 +1123,28 @@ static size_t mla_ws_bytes(const dsattn_mla_config *c, dsattn_mla_cache fmt, siz
 typedef struct {
     float *q, *qa, *kv, *kvb, *o, *xo, *aqs, *qr, *qc, *wq, *score;
 } fwd_buf;
+
+/* Token j's cache row of layer l: the latent kv | k_pe (kv: KL + dr), or
+ * for NAIVE the expanded K = [k_nope | k_pe] and V per head (e: wkv_b's
+ * [H, dn + dv] of the token). */
+static void cache_write(dsattn_mla_seq *seq, int l, size_t j, const float *kv, const float *e)
+{
+    const dsattn_mla_config *c = &seq->m->cfg;
+    if (seq->fmt != DSATTN_MLA_CACHE_NAIVE) {
+        latent_put(seq, l, j, kv);
+        return;
+    }
+    const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dr = (size_t)c->rope;
+    const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
+    dsattn_mla_layer_s *S = &seq->layer[l];
+    uint8_t *krow = S->cache + j * seq->row_bytes, *vrow = S->v + j * seq->v_bytes;
+    const float *kpe = kv + KL;
+    for (size_t h = 0; h < H; h++) {
+        for (size_t i = 0; i < dn; i++) put_bf16(krow + 2 * (h * dqk + i), e[h * (dn + dv) + i]);
+        for (size_t i = 0; i < dr; i++) put_bf16(krow + 2 * (h * dqk + dn + i), kpe[i]);
+        for (size_t i = 0; i < dv; i++) put_bf16(vrow + 2 * (h * dv + i), e[h * (dn + dv) + dn + i]);
+    }
+}
 
 dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int l,
                                       const float *x, size_t s, float *out)
@@ -1175,20 +1241,9 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     }
 
     /* ---- cache write */
-    for (size_t t = 0; t < s; t++) {
-        const size_t j = (size_t)start + t;
-        if (!naive) {
-            latent_put(seq, l, j, b.kv + t * (KL + dr));
-            continue;
-        }
-        uint8_t *krow = S->cache + j * seq->row_bytes, *vrow = S->v + j * seq->v_bytes;
-        const float *e = b.kvb + t * H * (dn + dv), *kpe = b.kv + t * (KL + dr) + KL;
-        for (size_t h = 0; h < H; h++) {
-            for (size_t i = 0; i < dn; i++) put_bf16(krow + 2 * (h * dqk + i), e[h * (dn + dv) + i]);
-            for (size_t i = 0; i < dr; i++) put_bf16(krow + 2 * (h * dqk + dn + i), kpe[i]);
-            for (size_t i = 0; i < dv; i++) put_bf16(vrow + 2 * (h * dv + i), e[h * (dn + dv) + dn + i]);
-        }
-    }
+    for (size_t t = 0; t < s; t++)
+        cache_write(seq, l, (size_t)start + t, b.kv + t * (KL + dr),
+                    naive ? b.kvb + t * H * (dn + dv) : NULL);
 
     dsattn_phase_end(ctx, &pm);
 
@@ -1228,7 +1283,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         if (!qpe) { st = DSATTN_ERR_NOMEM; goto done; }
         dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);           /* W_uk */
         for (size_t t = 0; t < s && !st; t++) {
-            st = absorb_q(ctx, m, l, b.q + t * H * dqk, b.qa + t * H * KL, ws);
+            st = absorb_q(ctx, m, l, b.q + t * H * dqk, 1, b.qa + t * H * KL, ws);
             for (size_t h = 0; h < H; h++)
                 memcpy(qpe + (t * H + h) * dr, b.q + (t * H + h) * dqk + dn, dr * sizeof(float));
         }
@@ -1273,7 +1328,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         dsattn_phase_end(ctx, &pm);
         dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);          /* W_uv */
         for (size_t t = 0; t < s && !st; t++)
-            st = absorb_out(ctx, m, l, b.xo + t * H * KL, b.o + t * H * dv, ws);
+            st = absorb_out(ctx, m, l, b.xo + t * H * KL, 1, b.o + t * H * dv, ws);
     } else {
         /* expanded keys: the chunk's own (V3.2 prefill: k_nope and v from
          * wkv_b, the shared k_pe) or the naive cache */

@@ -57,6 +57,16 @@ dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
                                   int64_t start_pos, float *qc, float *wq,
                                   uint8_t *kcache, dsattn_ws *ws)
 {
+    return dsattn_mla_index_qk_rows(ctx, m, l, x, qr, s, start_pos, NULL, kcache, NULL, qc, wq,
+                                    ws);
+}
+
+dsattn_status dsattn_mla_index_qk_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l,
+                                       const float *x, const float *qr, size_t s,
+                                       int64_t start_pos, const int64_t *pos,
+                                       uint8_t *kcache, uint8_t *const *krow, float *qc,
+                                       float *wq, dsattn_ws *ws)
+{
     const dsattn_mla_config *c = &m->cfg;
     const dsattn_mla_layer_w *L = &m->layer[l];
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
@@ -84,11 +94,12 @@ dsattn_status dsattn_mla_index_qk(dsattn_ctx *ctx, const dsattn_mla *m, int l,
     {
         const float hs = (float)pow((double)Hi, -0.5), ds = (float)pow((double)Di, -0.5);
         for (size_t t = 0; t < s; t++) {
-            dsattn_rope_cs(&m->rope, start_pos + (int64_t)t, cs, sn);
+            const int64_t p = pos ? pos[t] : start_pos + (int64_t)t;
+            dsattn_rope_cs(&m->rope, p, cs, sn);
             float *k = kk + t * Di;
             dsattn_layernorm(k, L->i_knorm_w, L->i_knorm_b, Di, c->eps, k, DSATTN_OUT_BF16);
             rope_hadamard(k, Di, dr, cs, sn, c->rope_il_index);
-            uint8_t *row = kcache + ((size_t)start_pos + t) * kb;
+            uint8_t *row = krow ? krow[t] : kcache + (size_t)p * kb;
             float ks;
             dsattn_quant_fp8_f32scale(k, Di, Di, pow2, row, &ks, NULL);
             put_f32le(row + Di, ks);
