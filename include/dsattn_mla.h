@@ -114,6 +114,37 @@ dsattn_status dsattn_mla_stack_forward(dsattn_ctx *ctx, dsattn_mla_seq *s,
                                        float *h, size_t n, float *attn_in,
                                        float *attn_out);
 
+/* ---- Batched decode across sequences ----
+ * One decode token for each of n_seqs sequences of the same model, each at
+ * its own position (0 included: its first token): x, out are [n_seqs, dim]
+ * row-major, row i belonging to seqs[i].  Every weight projection (wq_a,
+ * wq_b or wq, wkv_a, the absorption products with wkv_b, wo, and V3.2's
+ * indexer wq_b / wk / weights_proj) runs once over the n_seqs rows, so each
+ * weight is read once per step; the attention over each sequence's own
+ * cache, the indexer scores and the top-k run per sequence.  A batch may
+ * mix depths and cache formats; sequences may join or leave between steps.
+ * Row i's result and cache writes are those of dsattn_mla_attn_forward on
+ * seqs[i] alone: bit for bit in reference mode, within the fast path's
+ * bounds in fast mode.
+ * Every sequence is checked before anything is written: non-NULL, of the
+ * model of seqs[0], room for one more token, no pointer twice.  On failure
+ * the status is returned, *failed (if non-NULL) gets the index of the
+ * first bad sequence (n_seqs when the fault is no sequence's: a NULL
+ * argument, the layer, a model without weights) and no sequence and no
+ * output is written.  The caller advances every sequence after the last
+ * layer (dsattn_mla_seq_advance(s, 1)), as with the one-sequence API.
+ * The B-row buffers live in the context (grow-only): a step with no more
+ * sequences than an earlier one on the same context allocates nothing. */
+dsattn_status dsattn_mla_attn_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs,
+                                            size_t n_seqs, int layer, const float *x,
+                                            float *out, size_t *failed);
+/* The golden-case stand-in stack for one decode token per sequence: h
+ * [n_seqs, dim] fp32 residuals updated in place; attn_in / attn_out
+ * (optional) [n_layers, n_seqs, dim].  Advances every sequence by one. */
+dsattn_status dsattn_mla_stack_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs,
+                                             size_t n_seqs, float *h, float *attn_in,
+                                             float *attn_out, size_t *failed);
+
 /* V3.2: the last chunk's selection of a layer, as token positions attended
  * (<= the query's position), ascending, -1 padded: rows x width with
  * width = min(index_topk, end position).  DSATTN_ERR_NOT_FOUND for V3. */
