@@ -15,6 +15,8 @@
  * mode, on contexts of 2 threads and of 1 (libgomp allocates a team for a
  * parallel region run on one thread, so every region of a decode step is
  * skipped on one thread); every step after the first must allocate nothing.
+ * The batched MLA decode is checked the same way over batches of up to 9
+ * sequences (2 threads).
  */
 #include "harness.h"
 
@@ -308,6 +310,88 @@ static void mla_case(const char *dir)
 
 DSATTN_TEST(alloc, v3_mla_decode_allocates_nothing) { if (counting_or_skip()) mla_case("golden/v3/tiny-seed0"); }
 DSATTN_TEST(alloc, v32_dsa_decode_allocates_nothing) { if (counting_or_skip()) mla_case("golden/v32/tiny-seed0"); }
+
+/* ---- MLA batched decode (dsattn_mla_attn_forward_batch / stack_forward_batch):
+ * 9 sequences of mixed depths and cache formats, a first step of all 9,
+ * then steps over random subsets in random orders (B <= 9, layers or the
+ * stack): every step after the first allocates nothing, on a context of 2
+ * threads in both modes. */
+static void mla_batch_case(const char *dir)
+{
+    enum { NB = 9, BSTEPS = 12 };
+    char err[256] = "", cfg[512], w[512];
+    case_paths(dir, cfg, w);
+    dsattn_mla *m = NULL;
+    dsattn_status st = dsattn_mla_load(&m, cfg, w, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "load %s: %s", dir, err);
+    if (st) return;
+    const size_t D = (size_t)dsattn_mla_dim(m), L = (size_t)dsattn_mla_n_layers(m);
+    static const dsattn_mode modes[2] = { DSATTN_MODE_FAST, DSATTN_MODE_REFERENCE };
+    for (int mi = 0; mi < 2; mi++) {
+        dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], 2);
+        if (!ctx) break;
+        dsattn_mla_seq *pool[NB];
+        float *x = rand_x((PREFILL + L * NB) * D, 7 + (uint64_t)mi);
+        float *out = malloc(L * NB * D * sizeof *out);
+        dsattn_rng r = { 1234 };
+        for (int i = 0; i < NB; i++) {
+            CHECK_OK(dsattn_mla_seq_create(&pool[i], m, CAP + BSTEPS,
+                                           i % 3 == 2 ? DSATTN_MLA_CACHE_NAIVE
+                                                      : DSATTN_MLA_CACHE_LATENT_BF16));
+            const size_t d = (size_t)i % PREFILL;           /* depths 0..7 */
+            if (d == 0) continue;
+            for (size_t l = 0; l < L; l++) CHECK_OK(dsattn_mla_attn_forward(ctx, pool[i], (int)l, x, d, out));
+            CHECK_OK(dsattn_mla_seq_advance(pool[i], d));
+        }
+        unsigned long long worst_libc = 0, worst_ds = 0;
+        for (int step = 0; step < BSTEPS && !dsattn_test_failed(); step++) {
+            int perm[NB];
+            for (int i = 0; i < NB; i++) perm[i] = i;
+            for (int i = NB - 1; i > 0; i--) {
+                const int j = (int)(dsattn_rng_u64(&r) % (uint64_t)(i + 1)), t = perm[i];
+                perm[i] = perm[j];
+                perm[j] = t;
+            }
+            const size_t k = step == 0 ? NB : 1 + (size_t)(dsattn_rng_u64(&r) % NB);
+            dsattn_mla_seq *b[NB];
+            for (size_t i = 0; i < k; i++) b[i] = pool[perm[i]];
+            const unsigned long long c0 = libc_count(), d0 = dsattn_alloc_count();
+            if (step % 2) {
+                CHECK_OK(dsattn_mla_stack_forward_batch(ctx, b, k, x, NULL, NULL, NULL));
+            } else {
+                for (size_t l = 0; l < L; l++)
+                    CHECK_OK(dsattn_mla_attn_forward_batch(ctx, b, k, (int)l, x + l * k * D,
+                                                           out + l * k * D, NULL));
+                for (size_t i = 0; i < k; i++) CHECK_OK(dsattn_mla_seq_advance(b[i], 1));
+            }
+            const unsigned long long dc = libc_count() - c0, dd = dsattn_alloc_count() - d0;
+            if (step == 0) continue;
+            if (dc > worst_libc) worst_libc = dc;
+            if (dd > worst_ds) worst_ds = dd;
+        }
+        printf("    %-22s %-9s batched steps 2..%d: up to %llu libc / %llu dsattn_alloc"
+               " allocations per step\n", dir, mi ? "reference" : "fast", BSTEPS, worst_libc,
+               worst_ds);
+        CHECK_MSG(worst_libc == 0 && worst_ds == 0,
+                  "%s (%s mode): up to %llu libc / %llu dsattn_alloc allocations in a batched"
+                  " decode step after the first", dir, mi ? "reference" : "fast", worst_libc,
+                  worst_ds);
+        for (int i = 0; i < NB; i++) dsattn_mla_seq_destroy(pool[i]);
+        free(x);
+        free(out);
+        dsattn_ctx_destroy(ctx);
+    }
+    dsattn_mla_destroy(m);
+}
+
+DSATTN_TEST(alloc, v3_mla_batched_decode_allocates_nothing)
+{
+    if (counting_or_skip()) mla_batch_case("golden/v3/tiny-seed0");
+}
+DSATTN_TEST(alloc, v32_dsa_batched_decode_allocates_nothing)
+{
+    if (counting_or_skip()) mla_batch_case("golden/v32/tiny-seed0");
+}
 
 /* ---- CSA + HCA (V4) */
 static dsattn_v4 *v4_model;

@@ -1553,6 +1553,16 @@ static size_t batch_layer_bytes(const dsattn_mla_config *c, size_t B, int nth)
     return b;
 }
 
+/* What both batched calls ask of the context: the stack's [2, B, dim]
+ * rows and a layer step (the same size for both, so that a stack step
+ * after a layer step of as many sequences does not grow it). */
+static size_t batch_bytes(const dsattn_mla_config *c, size_t B, int nth)
+{
+    size_t b = batch_layer_bytes(c, B, nth);
+    dsattn_ws_need(&b, 2 * B, (size_t)c->dim * sizeof(float));
+    return b;
+}
+
 /* A dsattn_ws over the context's batch scratch (bytes of it); done with
  * batch_ws_end.  A request past it spills to the heap (correct, only not
  * allocation-free). */
@@ -1828,8 +1838,7 @@ dsattn_status dsattn_mla_attn_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *con
     dsattn_status st = batch_check(ctx, seqs, n_seqs, layer, x, out, failed);
     if (st) return st;
     dsattn_ws bw;
-    if ((st = batch_ws_begin(ctx, batch_layer_bytes(&seqs[0]->m->cfg, n_seqs, ctx->n_threads),
-                             &bw)))
+    if ((st = batch_ws_begin(ctx, batch_bytes(&seqs[0]->m->cfg, n_seqs, ctx->n_threads), &bw)))
         return st;
     st = mla_batch_layer(ctx, seqs, n_seqs, layer, x, out, &bw);
     batch_ws_end(&bw);
@@ -1844,10 +1853,8 @@ dsattn_status dsattn_mla_stack_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *co
     if (st) return st;
     const dsattn_mla *m = seqs[0]->m;
     const size_t B = n_seqs, dim = (size_t)m->cfg.dim, nl = (size_t)m->cfg.n_layers;
-    size_t bytes = batch_layer_bytes(&m->cfg, B, ctx->n_threads);
-    dsattn_ws_need(&bytes, 2 * B, dim * sizeof(float));
     dsattn_ws bw;
-    if ((st = batch_ws_begin(ctx, bytes, &bw))) return st;
+    if ((st = batch_ws_begin(ctx, batch_bytes(&m->cfg, B, ctx->n_threads), &bw))) return st;
     float *xin = dsattn_ws_array(&bw, 2 * B, dim * sizeof(float));
     if (!xin) {
         batch_ws_end(&bw);
