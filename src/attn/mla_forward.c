@@ -31,6 +31,10 @@
  * for both GEMMs, otherwise sgemm for Q.K^T and P.V), prefill rows run in
  * parallel.
  *
+ * The batched decode step (dsattn_mla_attn_forward_batch, at the end) runs
+ * one token of each of B sequences: the weight products once over the B
+ * rows, each sequence's attention on its own cache.
+ *
  * Not here: the model and weights (mla_model.c), the indexer's q/k and
  * scores (mla_indexer.c).
  */
