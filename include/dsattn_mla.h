@@ -129,9 +129,9 @@ dsattn_status dsattn_mla_stack_forward(dsattn_ctx *ctx, dsattn_mla_seq *s,
  * Every sequence is checked before anything is written: non-NULL, of the
  * model of seqs[0], room for one more token, no pointer twice.  On failure
  * the status is returned, *failed (if non-NULL) gets the index of the
- * first bad sequence (n_seqs when the fault is no sequence's: a NULL
- * argument, the layer, a model without weights) and no sequence and no
- * output is written.  The caller advances every sequence after the last
+ * first bad sequence (SIZE_MAX when the fault is no sequence's: a NULL
+ * argument, n_seqs 0, the layer, a model without weights) and no sequence
+ * and no output is written.  The caller advances every sequence after the last
  * layer (dsattn_mla_seq_advance(s, 1)), as with the one-sequence API.
  * The B-row buffers live in the context (grow-only): a step with no more
  * sequences than an earlier one on the same context allocates nothing. */

@@ -282,13 +282,15 @@ static void errors_case(const char *gen)
     dsattn_mla_seq *mix[3] = { s[0], s[2], other };
     CHECK(dsattn_mla_attn_forward_batch(ctx, mix, 3, 0, x, o, &failed) == DSATTN_ERR_INVALID_ARG);
     CHECK_EQ_INT((int)failed, 2);
-    /* a NULL entry, NULL arguments, a bad layer: no sequence's fault */
+    /* a NULL entry (its index); NULL arguments, a bad layer: SIZE_MAX */
     dsattn_mla_seq *nul[3] = { s[0], NULL, s[2] };
     CHECK(dsattn_mla_attn_forward_batch(ctx, nul, 3, 0, x, o, &failed) == DSATTN_ERR_INVALID_ARG);
     CHECK_EQ_INT((int)failed, 1);
     CHECK(dsattn_mla_attn_forward_batch(ctx, mix, 2, (int)L, x, o, &failed) == DSATTN_ERR_INVALID_ARG);
-    CHECK_EQ_INT((int)failed, 2);
+    CHECK(failed == SIZE_MAX);
+    failed = 0;
     CHECK(dsattn_mla_attn_forward_batch(ctx, mix, 2, 0, NULL, o, &failed) == DSATTN_ERR_INVALID_ARG);
+    CHECK(failed == SIZE_MAX);
     CHECK(dsattn_mla_attn_forward_batch(ctx, mix, 0, 0, x, o, NULL) == DSATTN_ERR_INVALID_ARG);
     CHECK(dsattn_mla_attn_forward_batch(NULL, mix, 2, 0, x, o, NULL) == DSATTN_ERR_INVALID_ARG);
     /* nothing written: outputs, residuals, caches, positions */

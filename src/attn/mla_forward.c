@@ -1589,7 +1589,7 @@ static void batch_ws_end(dsattn_ws *w)
 }
 
 /* Every check before anything is written: a status and in *failed the
- * first bad sequence (n_seqs when the fault is not a sequence's). */
+ * first bad sequence (SIZE_MAX when the fault is not a sequence's). */
 static dsattn_status batch_check(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs, size_t B,
                                  int l, const void *x, const void *out, size_t *failed)
 {
@@ -1598,7 +1598,7 @@ static dsattn_status batch_check(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs, s
     else if (seqs[0] && (l < 0 || l >= seqs[0]->m->cfg.n_layers)) st = DSATTN_ERR_INVALID_ARG;
     else if (seqs[0] && !seqs[0]->m->has_weights) st = DSATTN_ERR_UNSUPPORTED;
     if (st) {
-        if (failed) *failed = B;
+        if (failed) *failed = SIZE_MAX;
         return st;
     }
     const dsattn_mla *m = seqs[0] ? seqs[0]->m : NULL;
