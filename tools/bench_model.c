@@ -69,6 +69,8 @@ typedef struct {
     int              nd, nt, nr;
     uint64_t         seed;
     int              profile;    /* --profile: print the phase table      */
+    long long        batch[MAXL];/* bench mla --batch: sequences per step  */
+    int              nb;         /* 0: one sequence                        */
 } opts;
 
 static double t_start;
@@ -177,6 +179,8 @@ static int parse_opts(const char *mode, int argc, char **argv, opts *o, const ch
             rc = dsattn_cli_list(who, a, v, 1, DSATTN_CLI_MAX_THREADS, 0, o->thr, MAXL, &o->nt);
         else if (!strcmp(a, "--reps"))
             rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_REPS, 0, o->reps, MAXL, &o->nr);
+        else if (!strcmp(a, "--batch") && !strcmp(mode, "mla"))
+            rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_BATCH, 0, o->batch, MAXL, &o->nb);
         else if (!strcmp(a, "--model")) o->models = v;
         else if (!strcmp(a, "--configs")) o->configs = v;
         else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64(who, a, v, &o->seed);
@@ -256,6 +260,25 @@ static dsattn_status mla_step(dsattn_ctx *ctx, void *p)
     return st ? st : dsattn_mla_seq_advance(a->s, 1);
 }
 
+/* B sequences, one token each, through the batched call */
+typedef struct {
+    dsattn_mla_seq **s;
+    size_t           n;
+    const float     *x;
+    float           *y;
+    double           last_s;
+} mla_batch_arg;
+
+static dsattn_status mla_batch_step(dsattn_ctx *ctx, void *p)
+{
+    mla_batch_arg *a = p;
+    const double t0 = dsattn_bench_now();
+    dsattn_status st = dsattn_mla_attn_forward_batch(ctx, a->s, a->n, 0, a->x, a->y, NULL);
+    a->last_s = dsattn_bench_now() - t0;
+    for (size_t i = 0; i < a->n && !st; i++) st = dsattn_mla_seq_advance(a->s[i], 1);
+    return st;
+}
+
 /* One-layer model of a published MLA config (weights as it ships). */
 static dsattn_mla *mla_model(const char *configs, const mla_case *c, uint64_t seed, char *path,
                              size_t pathn, char *err, size_t errlen)
@@ -305,79 +328,116 @@ static int mla_verify(const dsattn_mla *m, const mla_case *c, uint64_t seed)
     return bad;
 }
 
-/* One row per (depth, threads, reps) of one MLA case; returns 0 or 1. */
+/* One row per (depth, threads, reps, batch) of one MLA case; returns 0 or 1.
+ * Batch 1 is the one-sequence forward; B > 1 the batched call over B
+ * sequences, each filled to the depth (with its own seed). */
 static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_bench_table *t,
                     int *done, int total)
 {
     const size_t dim = (size_t)dsattn_mla_dim(m);
-    float *x = rand_x(dim, o->seed + 1), *y = calloc(dim, sizeof(float));
+    static const long long one[1] = { 1 };
+    const long long *bl = o->nb > 0 ? o->batch : one;
+    const int nb = o->nb > 0 ? o->nb : 1;
+    size_t maxb = 1;
+    for (int i = 0; i < nb; i++) maxb = (size_t)bl[i] > maxb ? (size_t)bl[i] : maxb;
+    float *x = rand_x(maxb * dim, o->seed + 1), *y = calloc(maxb * dim, sizeof(float));
+    dsattn_mla_seq **s = calloc(maxb, sizeof *s);
     int rc = 0;
     long long maxr = 0;
     for (int i = 0; i < o->nr; i++) maxr = o->reps[i] > maxr ? o->reps[i] : maxr;
-    for (int di = 0; di < o->nd && x && y; di++) {
-        dsattn_mla_seq *s = NULL;
-        if (dsattn_mla_seq_create(&s, m, (size_t)(o->depth[di] + maxr + 2), c->cache)) {
-            fprintf(stderr, "bench mla: cannot hold depth %lld\n", o->depth[di]);
+    for (int di = 0; di < o->nd && x && y && s; di++) {
+        size_t made = 0;
+        for (; made < maxb; made++)
+            if (dsattn_mla_seq_create(&s[made], m, (size_t)(o->depth[di] + maxr + 2), c->cache))
+                break;
+        if (made < maxb) {
+            fprintf(stderr, "bench mla: cannot hold %zu sequences at depth %lld\n", maxb,
+                    o->depth[di]);
+            for (size_t i = 0; i < made; i++) dsattn_mla_seq_destroy(s[i]);
             rc = 1;
             continue;
         }
         dsattn_kv_bill kb = { 0 };
-        dsattn_mla_seq_kv_bill(s, &kb);
+        dsattn_mla_seq_kv_bill(s[0], &kb);
         for (int ti = 0; ti < o->nt; ti++)
-            for (int ri = 0; ri < o->nr; ri++) {
-                progress("mla", ++*done, total, c->key, o->depth[di], (int)o->thr[ti]);
-                dsattn_ctx *ctx = make_ctx(DSATTN_MODE_FAST, (int)o->thr[ti]);
-                if (ctx) dsattn_ctx_set_profiling(ctx, 1);
-                dsattn_bench_result r;
-                memset(&r, 0, sizeof r);
-                snprintf(r.model, sizeof r.model, "%s", c->model);
-                snprintf(r.variant, sizeof r.variant, "%s", c->variant);
-                r.depth = o->depth[di];
-                r.kv_bytes = kb.global_bytes_per_token;
-                mla_step_arg a = { s, x, y, 0.0 };
-                dsattn_status st = !ctx ? DSATTN_ERR_NOMEM
-                                   : dsattn_mla_seq_fill_synthetic(s, o->depth[di],
-                                                                   o->seed + (uint64_t)di);
-                if (!st) st = dsattn_bench_time(ctx, mla_step, &a, (int)o->reps[ri], &r);
-                if (st) {
-                    fprintf(stderr, "bench mla: %s: %s\n", c->key, dsattn_status_str(st));
-                    rc = 1;
-                } else {
-                    /* entries the last step's query attended, keys it scored */
-                    const int32_t *rows;
-                    size_t nr, w;
-                    long long vis = (long long)dsattn_mla_seq_pos(s);
-                    int dsa = dsattn_mla_is_dsa(m);
-                    if (dsa && !dsattn_mla_seq_selection(s, 0, &rows, &nr, &w))
-                        snprintf(r.extra[0], sizeof r.extra[0], "%zu", w);
-                    else
-                        snprintf(r.extra[0], sizeof r.extra[0], "%lld", vis);
-                    snprintf(r.extra[1], sizeof r.extra[1], "%lld", dsa ? vis : 0LL);
-                    /* the attention phase of the last step alone (the rest of
-                     * the step streams the layer's FP8 projection weights) */
-                    dsattn_profile pr = dsattn_ctx_profile(ctx);
-                    const double at = pr.seconds[DSATTN_PHASE_ATTN];
-                    const double af = (double)pr.flops[DSATTN_PHASE_ATTN] / 1e9;
-                    snprintf(r.extra[2], sizeof r.extra[2], "%.2f", at * 1e3);
-                    snprintf(r.extra[3], sizeof r.extra[3], "%.0f%%",
-                             at > 0 && r.lim_gflops > 0 ? 100.0 * af / at / r.lim_gflops : 0.0);
-                    /* the attention runs on AMX-BF16 tiles where the context
-                     * has them (amx_attn.h): their own roofline */
-                    const double amx = dsattn_ctx_amx(ctx)
-                                           ? dsattn_bench_amx_bf16_peak((int)o->thr[ti]) : 0.0;
-                    if (amx > 0 && at > 0)
-                        snprintf(r.extra[4], sizeof r.extra[4], "%.0f%%", 100.0 * af / at / amx);
-                    else
-                        snprintf(r.extra[4], sizeof r.extra[4], "-");
-                    /* the short bench's table has one extra column: layers */
-                    if (t->n_extra == 1) snprintf(r.extra[0], sizeof r.extra[0], "1");
-                    dsattn_bench_row(t, &r);
-                    prof_keep(o, ctx, c->key, o->depth[di], (int)o->thr[ti], a.last_s);
+            for (int ri = 0; ri < o->nr; ri++)
+                for (int bi = 0; bi < nb; bi++) {
+                    const size_t B = (size_t)bl[bi];
+                    progress("mla", ++*done, total, c->key, o->depth[di], (int)o->thr[ti]);
+                    dsattn_ctx *ctx = make_ctx(DSATTN_MODE_FAST, (int)o->thr[ti]);
+                    if (ctx) dsattn_ctx_set_profiling(ctx, 1);
+                    dsattn_bench_result r;
+                    memset(&r, 0, sizeof r);
+                    snprintf(r.model, sizeof r.model, "%s", c->model);
+                    snprintf(r.variant, sizeof r.variant, "%s", c->variant);
+                    r.depth = o->depth[di];
+                    r.kv_bytes = kb.global_bytes_per_token;
+                    mla_step_arg a = { s[0], x, y, 0.0 };
+                    mla_batch_arg ba = { s, B, x, y, 0.0 };
+                    dsattn_status st = !ctx ? DSATTN_ERR_NOMEM : DSATTN_OK;
+                    for (size_t i = 0; i < B && !st; i++)
+                        st = dsattn_mla_seq_fill_synthetic(s[i], o->depth[di],
+                                                           o->seed + (uint64_t)di + 7919 * (uint64_t)i);
+                    if (!st)
+                        st = B == 1 ? dsattn_bench_time(ctx, mla_step, &a, (int)o->reps[ri], &r)
+                                    : dsattn_bench_time(ctx, mla_batch_step, &ba, (int)o->reps[ri], &r);
+                    if (st) {
+                        fprintf(stderr, "bench mla: %s: %s\n", c->key, dsattn_status_str(st));
+                        rc = 1;
+                    } else {
+                        /* entries the last step's query attended, keys it scored
+                         * (the batch's first sequence) */
+                        const int32_t *rows;
+                        size_t nr, w;
+                        long long vis = (long long)dsattn_mla_seq_pos(s[0]);
+                        int dsa = dsattn_mla_is_dsa(m);
+                        if (dsa && !dsattn_mla_seq_selection(s[0], 0, &rows, &nr, &w))
+                            snprintf(r.extra[0], sizeof r.extra[0], "%zu", w);
+                        else
+                            snprintf(r.extra[0], sizeof r.extra[0], "%lld", vis);
+                        snprintf(r.extra[1], sizeof r.extra[1], "%lld", dsa ? vis : 0LL);
+                        /* the attention phase of the last step alone (the rest of
+                         * the step streams the layer's FP8 projection weights) */
+                        dsattn_profile pr = dsattn_ctx_profile(ctx);
+                        const double at = pr.seconds[DSATTN_PHASE_ATTN];
+                        const double af = (double)pr.flops[DSATTN_PHASE_ATTN] / 1e9;
+                        snprintf(r.extra[2], sizeof r.extra[2], "%.2f", at * 1e3);
+                        snprintf(r.extra[3], sizeof r.extra[3], "%.0f%%",
+                                 at > 0 && r.lim_gflops > 0 ? 100.0 * af / at / r.lim_gflops : 0.0);
+                        /* the attention runs on AMX-BF16 tiles where the context
+                         * has them (amx_attn.h): their own roofline */
+                        const double amx = dsattn_ctx_amx(ctx)
+                                               ? dsattn_bench_amx_bf16_peak((int)o->thr[ti]) : 0.0;
+                        if (amx > 0 && at > 0)
+                            snprintf(r.extra[4], sizeof r.extra[4], "%.0f%%", 100.0 * af / at / amx);
+                        else
+                            snprintf(r.extra[4], sizeof r.extra[4], "-");
+                        if (t->n_extra > 5) {
+                            /* the batch, its aggregate tokens/s, and the step's
+                             * bound: max(bytes / read BW, FLOPs / FMA peak) */
+                            const double bound_ms =
+                                1e3 * fmax(r.lim_gbs > 0 ? r.gb / r.lim_gbs : 0.0,
+                                           r.lim_gflops > 0 ? r.gflop / r.lim_gflops : 0.0);
+                            snprintf(r.extra[5], sizeof r.extra[5], "%zu", B);
+                            snprintf(r.extra[6], sizeof r.extra[6], "%.1f",
+                                     r.ms_mean > 0 ? 1e3 * (double)B / r.ms_mean : 0.0);
+                            snprintf(r.extra[7], sizeof r.extra[7], "%.2f", bound_ms);
+                            snprintf(r.extra[8], sizeof r.extra[8], "%.2f",
+                                     bound_ms > 0 ? r.ms_mean / bound_ms : 0.0);
+                        }
+                        /* the short bench's table has one extra column: layers */
+                        if (t->n_extra == 1) snprintf(r.extra[0], sizeof r.extra[0], "1");
+                        dsattn_bench_row(t, &r);
+                        char key[48];
+                        snprintf(key, sizeof key, B > 1 ? "%s B=%zu" : "%s", c->key, B);
+                        prof_keep(o, ctx, key, o->depth[di], (int)o->thr[ti],
+                                  B > 1 ? ba.last_s : a.last_s);
+                    }
+                    dsattn_ctx_destroy(ctx);
                 }
-                dsattn_ctx_destroy(ctx);
-            }
-        dsattn_mla_seq_destroy(s);
+        for (size_t i = 0; i < maxb; i++) dsattn_mla_seq_destroy(s[i]);
     }
+    free(s);
     free(x);
     free(y);
     return rc;
@@ -387,15 +447,19 @@ int dsattn_bench_mla(int argc, char **argv)
 {
     static const char usage[] =
         "usage: dsattn bench mla [--model v3,v3-fp8,v3.2] [--depth 4K,32K,128K] [--threads 1,2]\n"
-        "                        [--reps 3] [--configs DIR] [--seed S] [--format md|csv|json]\n"
+        "                        [--batch 1,8] [--reps 3] [--configs DIR] [--seed S]\n"
+        "                        [--format md|csv|json]\n"
         "                        [--profile (markdown: per-phase time of each row's last step)]\n"
         "One MLA layer of DeepSeek-V3 (absorbed decode; bf16 latent cache 1152 B/token, or\n"
         "FP8 rows 656 B) and of V3.2 (MLA + DSA: indexer over every token, attention over\n"
         "the top-2048; 656 + 132 B) at real dims, FP8 weights, decoding one token over a\n"
-        "synthetically filled cache.  Every list is cross-multiplied; one warm-up step,\n"
-        "then reps timed steps per row.  Checked against reference mode first.\n";
+        "synthetically filled cache.  --batch B decodes one token for each of B sequences\n"
+        "(each filled to the depth) in one batched call: tok/s is the aggregate.  Every\n"
+        "list is cross-multiplied; one warm-up step, then reps timed steps per row.\n"
+        "Checked against reference mode first.\n";
     opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs", DSATTN_BENCH_MD,
-               "v3,v3-fp8,v3.2", { 4096, 32768, 131072 }, { 1, 2 }, { 3 }, 3, 2, 1, 1, 0 };
+               "v3,v3-fp8,v3.2", { 4096, 32768, 131072 }, { 1, 2 }, { 3 }, 3, 2, 1, 1, 0,
+               { 1 }, 1 };
     int pr = parse_opts("mla", argc, argv, &o, usage);
     if (pr) return pr == 1 ? 0 : pr;
     t_start = dsattn_bench_now();
@@ -404,16 +468,19 @@ int dsattn_bench_mla(int argc, char **argv)
         nm += dsattn_bench_in_list(o.models, MLA_CASES[i].key);
     if (!nm) { fprintf(stderr, "bench mla: --model takes v3, v3-fp8, v3.2\n"); return 2; }
     dsattn_bench_table t = { "mla",
-        "One MLA layer decoding one token at real dims (random FP8 weights; caches filled "
-        "synthetically to each depth). ms/token = one layer's step; GB/s and GFLOP/s = the "
-        "kernels' counted bytes and FLOPs over that time; KV B/token = the layer's bill.",
-        o.fmt, 5, { "attended", "idx keys", "attention ms", "attention % FMA peak",
-                    "attention % AMX-BF16 peak" },
+        "One MLA layer decoding one token per sequence at real dims (random FP8 weights; "
+        "caches filled synthetically to each depth). ms/token = one layer's step (for batch "
+        "B: the step that decodes B tokens, one per sequence); GB/s and GFLOP/s = the "
+        "kernels' counted bytes and FLOPs over that time; KV B/token = the layer's bill; "
+        "tok/s = B / step time; bound = max(counted bytes / read BW, counted FLOPs / FMA "
+        "peak) with the limits measured in this run.",
+        o.fmt, 9, { "attended", "idx keys", "attention ms", "attention % FMA peak",
+                    "attention % AMX-BF16 peak", "batch", "tok/s", "bound ms", "step/bound" },
         { "entries_attended", "index_keys_scored", "attention_ms", "attention_frac_fma_peak",
-          "attention_frac_amx_bf16_peak" },
+          "attention_frac_amx_bf16_peak", "batch", "tok_per_s", "bound_ms", "step_over_bound" },
         0, "", NULL };
     dsattn_bench_begin(&t, dsattn_bench_isa_label());
-    int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr;
+    int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr * o.nb;
     for (size_t i = 0; i < sizeof MLA_CASES / sizeof MLA_CASES[0]; i++) {
         const mla_case *c = &MLA_CASES[i];
         if (!dsattn_bench_in_list(o.models, c->key)) continue;
@@ -595,7 +662,8 @@ int dsattn_bench_v4(int argc, char **argv)
         av[ac++] = argv[i];
     }
     opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs", DSATTN_BENCH_MD,
-               "csa,hca", { 4096, 65536, 262144, 1048576 }, { 1, 2 }, { 3 }, 4, 2, 1, 1, 0 };
+               "csa,hca", { 4096, 65536, 262144, 1048576 }, { 1, 2 }, { 3 }, 4, 2, 1, 1, 0,
+               { 1 }, 1 };
     int pr = parse_opts("v4", ac, av, &o, usage);
     free(av);
     if (pr) return pr == 1 ? 0 : pr;
@@ -862,7 +930,8 @@ int dsattn_bench_short(const char *configs, int threads)
     if (!m) { fprintf(stderr, "bench: V3: %s\n", err); rc = 1; }
     else if (mla_verify(m, c, seed)) { fprintf(stderr, "bench: V3 not timed\n"); rc = 1; }
     else {
-        opts o = { configs, DSATTN_BENCH_MD, c->key, { dmla }, { T }, { reps }, 1, 1, 1, seed, 0 };
+        opts o = { configs, DSATTN_BENCH_MD, c->key, { dmla }, { T }, { reps }, 1, 1, 1, seed, 0,
+                   { 1 }, 1 };
         int done = 0;
         rc |= mla_rows(&o, c, m, &t, &done, 1);
     }

@@ -58,6 +58,7 @@ void dsattn_bench_cpu_model(char *buf, size_t n);
 /* Bounds of the bench modes' numeric options (parsed by tools/cli_num.h). */
 #define DSATTN_BENCH_MAX_DEPTH (1ll << 30)   /* --depth: cache fill, tokens  */
 #define DSATTN_BENCH_MAX_REPS  1000000       /* --reps                       */
+#define DSATTN_BENCH_MAX_BATCH 256           /* --batch: sequences per step  */
 /* Is `name` one of the comma-separated items of `list`? */
 int dsattn_bench_in_list(const char *list, const char *name);
 
