@@ -231,6 +231,23 @@ DSATTN_TEST(cli, run_every_generation)
     unlink(tiny_llama());
 }
 
+/* --batch B for MLA (V3, V3.2): B sequences prefilled, decoded in batched
+ * steps; MHA has no batched decode and refuses. */
+DSATTN_TEST(cli, run_batch_mla)
+{
+    char err[4096];
+    const char *cfgs[] = { "golden/v3/tiny-seed0/config.json", "golden/v32/tiny-seed0/config.json" };
+    for (int g = 0; g < 2; g++) {
+        const char *args[] = { "--config", dsattn_test_data(cfgs[g]), "--bf16", "--prefill", "4",
+                               "--decode", "2", "--threads", "2", "--batch", "3", NULL };
+        const int rc = run_cmd(args, err, sizeof err);
+        CHECK_MSG(rc == 0, "%s --batch 3: exit %d: %s", cfgs[g], rc, err);
+    }
+    const char *mha[] = { "--config", tiny_llama(), "--batch", "2", NULL };
+    CHECK_EQ_INT(run_cmd(mha, err, sizeof err), 2);
+    unlink(tiny_llama());
+}
+
 /* --out: identical runs give identical files; the output at a position
  * does not depend on how many steps follow it (capacity) and changes with
  * the seed. */

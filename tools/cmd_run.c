@@ -26,7 +26,7 @@
  * --decode M more steps from the saved position, feeding the same inputs
  * an uninterrupted run feeds there.
  *
- * --batch B (V4.1, V4) runs B sequences of the same stack side by side,
+ * --batch B (V4.1, V4, MLA V3 / V3.2) runs B sequences of the same stack side by side,
  * sequence k fed the inputs of seed + k: each is prefilled on its own,
  * then every decode step is ONE batched call (dsattn_*_stack_forward_batch)
  * that decodes a token for each sequence with the weights read once; the
@@ -97,7 +97,7 @@ static void run_usage(FILE *f)
         "  --mode fast|reference  arithmetic (default fast)\n"
         "  --index-k owner|reference  V4.1 index_k quirk (default owner)\n"
         "  --threads N          threads (default: OpenMP's)\n"
-        "  --batch B            V4.1 / V4: B sequences (inputs from seeds seed .. seed+B-1),\n"
+        "  --batch B            V4.1 / V4 / MLA: B sequences (inputs from seeds seed .. seed+B-1),\n"
         "                       each prefilled, then decoded together, one batched call per\n"
         "                       step (default 1)\n");
 }
@@ -394,6 +394,11 @@ static void seq_destroy(gen_t g, void *s)
 static dsattn_status r_stack_batch(runner *r, dsattn_ctx *ctx, void **seqs, void *typed,
                                    size_t B, float *h, size_t *failed)
 {
+    if (r->g == GEN_MLA) {
+        dsattn_mla_seq **t = typed;
+        for (size_t k = 0; k < B; k++) t[k] = seqs[k];
+        return dsattn_mla_stack_forward_batch(ctx, t, B, h, NULL, NULL, failed);
+    }
     if (r->g == GEN_V4) {
         dsattn_v4_seq **t = typed;
         for (size_t k = 0; k < B; k++) t[k] = seqs[k];
@@ -718,8 +723,8 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         r.n_layers = layers;
     }
 
-    if (n_batch > 1 && r.g != GEN_V41 && r.g != GEN_V4) {
-        fprintf(stderr, "dsattn run: --batch: %s has no batched decode here (V4.1 and V4 do)\n",
+    if (n_batch > 1 && r.g != GEN_V41 && r.g != GEN_V4 && r.g != GEN_MLA) {
+        fprintf(stderr, "dsattn run: --batch: %s has no batched decode (V4.1, V4, MLA do)\n",
                 r.label);
         cJSON_Delete(root);
         return 2;
