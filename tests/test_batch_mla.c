@@ -39,7 +39,9 @@ static void case_paths(const char *gen, char cfg[512], char w[512])
 }
 
 /* fp8: random FP8 weights at the golden dims with the ranks at 128 (the
- * act_quant blocks; kv_lora_rank 128 also allows the FP8 latent cache). */
+ * act_quant blocks; kv_lora_rank 128 also allows the FP8 latent cache) and
+ * nope + v = 128 (one FP8 block per head of wkv_b: the grouped W_uv form
+ * of fast batches of 8 and more). */
 static dsattn_mla *load_model(const char *gen, int fp8)
 {
     char cfg[512], w[512], err[256] = "";
@@ -53,7 +55,7 @@ static dsattn_mla *load_model(const char *gen, int fp8)
         if (!f) { CHECK_MSG(0, "cannot write %s", path); return NULL; }
         fprintf(f, "{\"model_type\": \"deepseek_%s\", \"dim\": 256, \"n_layers\": 2, "
                    "\"n_heads\": 4, \"q_lora_rank\": 128, \"kv_lora_rank\": 128, "
-                   "\"qk_nope_head_dim\": 32, \"qk_rope_head_dim\": 16, \"v_head_dim\": 32, "
+                   "\"qk_nope_head_dim\": 96, \"qk_rope_head_dim\": 16, \"v_head_dim\": 32, "
                    "\"max_seq_len\": 64, \"index_n_heads\": 4, \"index_head_dim\": 128, "
                    "\"index_topk\": 6, \"scale_fmt\": \"ue8m0\"}\n",
                 strcmp(gen, "v32") ? "v3" : "v32");

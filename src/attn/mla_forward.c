@@ -1550,6 +1550,7 @@ static size_t batch_layer_bytes(const dsattn_mla_config *c, size_t B, int nth)
     }
     size_t r = 0, t = 0;
     dsattn_ws_need(&t, B, H * dv * sizeof(float));                 /* ob (mixed) */
+    dsattn_ws_need(&t, B, H * (dn + dv) * sizeof(float));          /* absorb_out_rows */
     if (c->dsa) dsattn_ws_need(&r, B * (Di + DSATTN_MAX(dim, QL)) + 1, sizeof(float));
     dsattn_ws_need(&t, (size_t)DSATTN_MAX(nth, 1), absorb_ws_per(KL, B));
     r = DSATTN_MAX(r, t);
@@ -1612,6 +1613,39 @@ static dsattn_status batch_check(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs, s
         }
     }
     return DSATTN_OK;
+}
+
+/* W_uv over B rows.  Fast mode with B >= 8: o = x . W_uv^T is a Linear
+ * per head, so all of wkv_b runs as one block-diagonal Linear of H groups
+ * (dsattn_linear_grouped: the prefill tile GEMM, each weight tile decoded
+ * once for the B rows; the W_uk rows of each group compute a by-product
+ * that is dropped), far less decode work than absorb_out's per-row dots.
+ * Otherwise (reference mode, small B, shapes the grouped form refuses)
+ * absorb_out. */
+static dsattn_status absorb_out_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l,
+                                     const float *x, size_t nr, float *o, dsattn_ws *wa)
+{
+    const dsattn_mla_config *c = &m->cfg;
+    const dsattn_weight *W = &m->layer[l].wkv_b;
+    const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dv = (size_t)c->v_dim;
+    const size_t KL = (size_t)c->kv_lora_rank;
+    if (ctx->mode == DSATTN_MODE_FAST && nr >= 8 && W->rows == H * (dn + dv) && W->cols == KL &&
+        (W->kind != DSATTN_W_FP8 || (dn + dv) % W->block == 0) && W->kind != DSATTN_W_FP4) {
+        const dsattn_ws_pos mark = dsattn_ws_mark(wa);
+        float *y = dsattn_ws_array(wa, nr, H * (dn + dv) * sizeof(float));
+        if (!y) return DSATTN_ERR_NOMEM;
+        dsattn_status st = dsattn_linear_grouped(ctx, W, H, x, H * KL, KL, nr, y, H * (dn + dv),
+                                                 DSATTN_OUT_BF16);
+        if (!st)
+            for (size_t r = 0; r < nr; r++)
+                for (size_t h = 0; h < H; h++)
+                    memcpy(o + (r * H + h) * dv, y + (r * H + h) * (dn + dv) + dn,
+                           dv * sizeof(float));
+        dsattn_ws_put(wa, y);
+        dsattn_ws_reset(wa, mark);
+        if (st != DSATTN_ERR_UNSUPPORTED) return st;
+    }
+    return absorb_out(ctx, m, l, x, nr, o, wa);
 }
 
 /* One layer for B checked sequences; x, out: [B, dim]; bw: the batch ws. */
@@ -1816,12 +1850,12 @@ static dsattn_status mla_batch_layer(dsattn_ctx *ctx, dsattn_mla_seq *const *seq
     dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
     if (n_latent) {
         if (!n_naive) {
-            st = absorb_out(ctx, m, l, b.xo, B, b.o, bw);
+            st = absorb_out_rows(ctx, m, l, b.xo, B, b.o, bw);
         } else {
             /* mixed batch: W_uv of every row into ob, kept for the latent rows */
             float *ob = dsattn_ws_array(bw, B, H * dv * sizeof(float));
             if (!ob) st = DSATTN_ERR_NOMEM;
-            else if (!(st = absorb_out(ctx, m, l, b.xo, B, ob, bw)))
+            else if (!(st = absorb_out_rows(ctx, m, l, b.xo, B, ob, bw)))
                 for (size_t t = 0; t < B; t++)
                     if (seqs[t]->fmt != DSATTN_MLA_CACHE_NAIVE)
                         memcpy(b.o + t * H * dv, ob + t * H * dv, H * dv * sizeof(float));
