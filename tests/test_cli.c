@@ -290,8 +290,8 @@ DSATTN_TEST(cli, run_out_is_reproducible)
     }
 }
 
-/* --batch: V4.1 and V4 decode B sequences in batched steps; the other
- * generations and the single-sequence options are refused. */
+/* --batch: V4.1 and V4 decode B sequences in batched steps (MLA:
+ * run_batch_mla); MHA and the single-sequence options are refused. */
 DSATTN_TEST(cli, run_batch)
 {
     char err[4096];
@@ -302,9 +302,9 @@ DSATTN_TEST(cli, run_batch)
         int rc = run_cmd(args, err, sizeof err);
         CHECK_MSG(rc == 0, "%s: exit %d: %s", cfgs[g], rc, err);
     }
-    const char *v3[] = { "--config", dsattn_test_data("golden/v3/tiny-seed0/config.json"), "--bf16",
-                         "--batch", "2", NULL };
-    CHECK_EQ_INT(run_cmd(v3, err, sizeof err), 2);
+    const char *mha[] = { "--config", tiny_llama(), "--batch", "2", NULL };  /* MLA: run_batch_mla */
+    CHECK_EQ_INT(run_cmd(mha, err, sizeof err), 2);
+    unlink(tiny_llama());
     const char *save[] = { "--config", dsattn_test_data("golden/v41/tiny-seed0/config.json"),
                            "--batch", "2", "--save", "/tmp/dsattn_test_cli_never.ses", NULL };
     CHECK_EQ_INT(run_cmd(save, err, sizeof err), 2);
