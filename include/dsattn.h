@@ -318,6 +318,55 @@ dsattn_status dsattn_v41_stack_forward_batch(dsattn_ctx *ctx, dsattn_v41_seq *co
                                              size_t n_seqs, float *h, float *attn_in,
                                              float *attn_out, size_t *failed);
 
+/* ---- CED prefill (docs/v41.md "CED prefill") -----------------------------
+ * A prompt at position 0 need not run every layer over every token: the
+ * last KV source S and the layers before it take every row (S's compressor
+ * and index keys read all of them), a layer after S carries only its window
+ * ring into decode.  EXACT: each layer after S runs over the rows its window
+ * reaches back from the rows the next layer needs (the prompt's last token
+ * for the last layer); the decode that follows and the last token's output
+ * equal a full prefill's bit for bit in reference mode.  BOUNDED: every layer
+ * after S sees only the last window_size prompt tokens (an approximation,
+ * measured in docs/v41.md).  OFF: every layer, every row. */
+typedef enum {
+    DSATTN_V41_CED_OFF     = 0,
+    DSATTN_V41_CED_EXACT   = 1,
+    DSATTN_V41_CED_BOUNDED = 2,
+} dsattn_v41_ced;
+
+/* Rows a layer needs for a prompt of n tokens: its input for positions
+ * [in_first, n), its attention output for [out_first, n).  A full model
+ * runs the block (attention + FFN/MoE) of layer l for rows [out_first, n)
+ * only; out_first of layer l is in_first of layer l + 1. */
+typedef struct {
+    size_t in_first, out_first;
+} dsattn_v41_ced_rows;
+
+/* rows: [n_layers]. */
+dsattn_status dsattn_v41_ced_plan(const dsattn_v41 *m, size_t n, dsattn_v41_ced mode,
+                                  dsattn_v41_ced_rows *rows);
+/* Layer-rows of a prefill in that mode, summed over the layers: inputs
+ * (window KV / compressor rows) and outputs (query, attention, output
+ * projection rows).  Either pointer may be NULL. */
+dsattn_status dsattn_v41_ced_work(const dsattn_v41 *m, size_t n, dsattn_v41_ced mode,
+                                  uint64_t *in_rows, uint64_t *out_rows);
+/* The layer forward over rows [first, first + n) of a prompt chunk at
+ * position 0 that ends at first + n (x: [n, dim]), with outputs for rows
+ * [first + out_first, first + n) only (out: [n - out_first, dim]).  The
+ * sequence must be at position 0; a KV-source layer needs first == 0.  Call
+ * it for every layer in order with the rows dsattn_v41_ced_plan gives (the
+ * same chunk end each time), then dsattn_v41_seq_advance(s, chunk end). */
+dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *s, int layer,
+                                           const float *x, size_t n, size_t first,
+                                           size_t out_first, float *out);
+/* The stand-in stack of dsattn_v41_stack_forward over a prompt of n tokens
+ * at position 0, in a CED mode (OFF: dsattn_v41_stack_forward itself).  In
+ * EXACT / BOUNDED mode only h's last row is the stack's output (the rows
+ * before hold partial sums).  attn_out (optional, [n_layers, n, dim]): each
+ * layer's outputs, 0 on the rows the mode skips.  Advances by n. */
+dsattn_status dsattn_v41_stack_prefill(dsattn_ctx *ctx, dsattn_v41_seq *s, float *h, size_t n,
+                                       dsattn_v41_ced mode, float *attn_out);
+
 /* The last chunk's own top-k selection of an index-source layer, as
  * compressed-entry indices j ascending, -1 padded: rows x width. */
 dsattn_status dsattn_v41_seq_selection(const dsattn_v41_seq *s, int layer,

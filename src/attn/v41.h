@@ -84,11 +84,14 @@ struct dsattn_v41_seq {
         int      index_k;         /* layer whose index-key cache is current  */
         int32_t *topk;            /* [rows, width] final rows, offset applied */
         size_t   topk_rows, topk_w, topk_cap;
+        int64_t  topk_p0;         /* position of row 0                        */
+        size_t   topk_off;        /* the offset applied (writer's window rows) */
         int      topk_valid;
         int      topk_layer;      /* index source that wrote the rows        */
         int32_t *cand;            /* pool positions per row, ascending       */
         size_t  *cand_n;          /* [rows] count                            */
         size_t   cand_rows, cand_stride, cand_cap, cand_n_cap;
+        int64_t  cand_p0;         /* position of row 0                        */
         int      cand_valid;
     } rt;
 

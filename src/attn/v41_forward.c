@@ -250,21 +250,25 @@ static size_t indexer_scratch_bytes(const dsattn_v41_config *c, const dsattn_v41
 /* Index-source work for one layer: publish index keys (owners), score the
  * visible or pooled entries of each row, build the candidate pool (the
  * candidate source), pick top-k.  Writes the final rows (offset applied)
- * into the runtime's topk slot and the layer's own selection into S->sel. */
+ * into the runtime's topk slot and the layer's own selection into S->sel.
+ * The keys come from the whole chunk ck; the queries from its rows
+ * [q_first, ck->s) only (x and qr hold just those rows), so a suffix of the
+ * chunk can be scored (docs/v41.md, "CED prefill"). */
 static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
                                  const float *x, const float *qr, const chunk *ck,
-                                 const float *latent, size_t n_new, size_t offset,
-                                 const dsattn_v41_index_pre *pre)
+                                 size_t q_first, const float *latent, size_t n_new,
+                                 size_t offset, const dsattn_v41_index_pre *pre)
 {
     const dsattn_v41 *m = seq->m;
     const dsattn_v41_config *c = &m->cfg;
     const dsattn_v41_layer_w *L = &m->layer[l];
     dsattn_v41_layer_s *S = &seq->layer[l];
-    const size_t s = ck->s, ratio = (size_t)L->ratio;
+    const size_t s = ck->s - q_first, ratio = (size_t)L->ratio;
+    const size_t q_pos0 = (size_t)ck->start_pos + q_first;   /* first query row */
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     const size_t rd = (size_t)c->rope_head_dim, D = (size_t)c->head_dim;
     const size_t QL = (size_t)c->q_lora_rank;
-    const size_t T = ((size_t)ck->start_pos + s) / ratio;
+    const size_t T = ((size_t)ck->start_pos + ck->s) / ratio;
     const size_t first = (size_t)ck->start_pos / ratio;
     const size_t kbytes = dsattn_v41_kidx_bytes(c);
     const size_t kw = DSATTN_MIN((size_t)c->index_topk, T);
@@ -317,7 +321,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
         wts = pre->wts;
     } else {
         if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope,
-                                     ck->start_pos, 0, &aq, aqs, qi)))
+                                     (int64_t)q_pos0, 0, &aq, aqs, qi)))
             goto done;
         if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
     }
@@ -340,24 +344,28 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
             goto done;
         }
         seq->rt.cand_rows = s;
+        seq->rt.cand_p0 = (int64_t)q_pos0;
         seq->rt.cand_stride = stride;
         seq->rt.cand_valid = 1;
     }
-    if (L->uses_candidates && (!seq->rt.cand_valid || seq->rt.cand_rows != s)) {
+    /* the pool rows of this chunk's query positions (cand_p0: the source's first) */
+    const size_t cand_at = (size_t)((int64_t)q_pos0 - seq->rt.cand_p0);
+    if (L->uses_candidates && (!seq->rt.cand_valid || (int64_t)q_pos0 < seq->rt.cand_p0 ||
+                               cand_at + s > seq->rt.cand_rows)) {
         st = DSATTN_ERR_INVALID_ARG;
         goto done;
     }
 
     /* 4. rows */
     for (size_t t = 0; t < s; t++) {
-        const size_t cl = ck->prefill ? (t + 1) / ratio : T;  /* visible entries */
+        const size_t cl = ck->prefill ? (q_pos0 + t + 1) / ratio : T;  /* visible entries */
         const float *q = qi + t * Hi * Di, *w = wts + t * Hi;
         size_t nf = 0;
         const int32_t *pos = fpos;                     /* NULL: 0..nf-1 */
         if (L->uses_candidates) {
             /* Reindex: only the pool, O(pool) whatever the context length */
-            const int32_t *pool = seq->rt.cand + t * seq->rt.cand_stride;
-            for (size_t i = 0; i < seq->rt.cand_n[t]; i++)
+            const int32_t *pool = seq->rt.cand + (cand_at + t) * seq->rt.cand_stride;
+            for (size_t i = 0; i < seq->rt.cand_n[cand_at + t]; i++)
                 if ((size_t)pool[i] < cl) fpos[nf++] = pool[i];
             dsattn_index_scores_bf16_at(ctx, q, Hi, Di, w, &ksrc, fpos, nf, fsc);
         } else {
@@ -383,6 +391,8 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     }
     seq->rt.topk_rows = s;
     seq->rt.topk_w = kw;
+    seq->rt.topk_p0 = (int64_t)q_pos0;
+    seq->rt.topk_off = offset;
     seq->rt.topk_valid = 1;
     seq->rt.topk_layer = l;
     S->sel_rows = s;
@@ -458,7 +468,7 @@ dsattn_status dsattn_v41_index_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
                                     const dsattn_v41_chunk *ck, size_t n_new, size_t offset,
                                     const dsattn_v41_index_pre *pre)
 {
-    return run_indexer(ctx, seq, l, NULL, NULL, ck, NULL, n_new, offset, pre);
+    return run_indexer(ctx, seq, l, NULL, NULL, ck, 0, NULL, n_new, offset, pre);
 }
 
 /* The layer forward's scratch for s rows, nthr threads, ww window index
@@ -594,6 +604,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
             if (!seq->rt.topk_valid || seq->rt.topk_rows != s) return DSATTN_ERR_INVALID_ARG;
         } else if (compress_len == 0) {
             seq->rt.topk_rows = s;
+            seq->rt.topk_p0 = ck.start_pos;
             seq->rt.topk_w = 0;
             seq->rt.topk_valid = 1;
             seq->rt.topk_layer = l;
@@ -601,7 +612,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
             S->sel_w = 0;
         } else {
             dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
-            st = run_indexer(ctx, seq, l, x, qr, &ck, lat, n_new, wrows, NULL);
+            st = run_indexer(ctx, seq, l, x, qr, &ck, 0, lat, n_new, wrows, NULL);
             dsattn_phase_end(ctx, &pm);
             if (st) return st;
         }
@@ -830,4 +841,162 @@ dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
     s->rt.index_k = -1;
     s->pos = depth;
     return DSATTN_OK;
+}
+
+/* ==== A suffix of a prefill chunk (CED prefill) ========================= */
+
+/* The layer forward over rows [first, first + n) of a prompt chunk that
+ * starts at position 0 and ends at first + n, with attention outputs for
+ * rows [first + out_first, first + n) only.  The layer's window has not seen
+ * the rows before `first`: a window entry there reads as -1 (never the case
+ * for the rows the exact rule asks, docs/v41.md "CED prefill").  Window KV is
+ * made for the rows the asked outputs read (and the ring's last w), the
+ * compressor (KV sources, which must take every row: first == 0) for all n
+ * rows, the indexer's keys for all, its queries for the output rows.  Each
+ * output row attends the same entries in the same order as in a prefill of
+ * the whole chunk, so in reference mode its bits are the same. */
+dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
+                                           const float *x, size_t n, size_t first,
+                                           size_t out_first, float *out)
+{
+    if (!ctx || !seq || !x || !out || n == 0 || out_first >= n) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v41 *m = seq->m;
+    const dsattn_v41_config *c = &m->cfg;
+    if (l < 0 || l >= c->n_layers) return DSATTN_ERR_INVALID_ARG;
+    if (seq->pos != 0) return DSATTN_ERR_UNSUPPORTED;      /* a prompt chunk at 0 only */
+    if (first > seq->max_seq_len || n > seq->max_seq_len - first) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_v41_layer_w *L = &m->layer[l];
+    dsattn_v41_layer_s *S = &seq->layer[l];
+    if (!L->wq_a.data) return DSATTN_ERR_UNSUPPORTED;      /* config-only model */
+    if (L->is_kv_source && first != 0) return DSATTN_ERR_INVALID_ARG;
+    const chunk ck = { n, (int64_t)first, 1 };
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t rd = (size_t)c->rope_head_dim, QL = (size_t)c->q_lora_rank;
+    const size_t G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank, w = (size_t)c->window_size;
+    const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
+    const size_t P = first + n;                              /* the chunk's end      */
+    const size_t kv0 = out_first > w - 1 ? out_first - (w - 1) : 0;
+    const size_t nkv = n - kv0, nout = n - out_first;
+    const size_t kpos = first + kv0, qpos = first + out_first;  /* first KV / query row */
+    const size_t ww = DSATTN_MIN(P, w);                     /* window idx width      */
+    const dsattn_actq aq = v41_actq();
+    dsattn_status st;
+
+    const int nthr = DSATTN_MAX(ctx->n_threads, 1);
+    const size_t maxk = DSATTN_MAX(dim, H * D);
+    const fwd_plan fp = plan_fwd(c, n, nthr, ww);
+    const size_t hg = nout == 1 ? DSATTN_MIN(H, (size_t)nthr) : 1;
+    const size_t hper = (H + hg - 1) / hg, att_ws = dsattn_sparse_attn_scratch(hper, D);
+    const size_t per_thr = att_ws + ww + (size_t)c->index_topk + 16;
+    if (per_thr > fp.per_thr) return DSATTN_ERR_OVERFLOW;   /* hg >= plan_fwd's: never */
+    float *qr = scratch_get(seq, fp.bytes);
+    if (!qr) return DSATTN_ERR_NOMEM;
+    float *q = qr + n * QL, *kvw = q + n * H * D, *o = kvw + n * D, *oa = o + n * H * D;
+    float *lat = oa + n * G * R, *aqs = lat + n * D;
+    float *thr_ws = aqs + dsattn_attn_aq_scratch(n, maxk);
+    uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * fp.per_thr);
+    float cs[64], sn[64];
+    dsattn_phase_mark pm;
+
+    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
+    st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x + out_first * dim, nout, H, D,
+                           rd, &L->rope, (int64_t)qpos, c->norm_eps, 0, &aq, aqs, qr, q);
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
+
+    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
+    st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x + kv0 * dim, nkv, D, rd, &L->rope,
+                               (int64_t)kpos, c->norm_eps, &aq, aqs, kvw);
+    if (!st) {
+        for (size_t t = 0; t < nkv; t++) dsattn_v41_swa_pack(kvw + t * D, D, wrow + t * swab, NULL);
+        for (size_t t = nkv > w ? nkv - w : 0; t < nkv; t++)
+            memcpy(S->ring + ((kpos + t) % w) * swab, wrow + t * swab, swab);
+    }
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
+    dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA, wrow, swab, nkv, D, 0 };
+
+    dsattn_kv_src csrc = { DSATTN_KV_V41_FP4, NULL, ckvb, 0, D, 0 };
+    const int32_t *cidx = NULL;
+    size_t cw = 0, coff = 0;
+    if (L->ratio > 0) {
+        const size_t ratio = (size_t)L->ratio, compress_len = P / ratio;
+        size_t n_new = 0;
+        if (L->is_kv_source) {
+            dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
+            st = run_compressor(ctx, seq, l, x, &ck, lat, &n_new);
+            dsattn_phase_end(ctx, &pm);
+            if (st) return st;
+            seq->rt.compress_kv = l;
+        }
+        if (!L->is_index_source) {
+            if (!seq->rt.topk_valid || seq->rt.topk_p0 > (int64_t)qpos ||
+                (int64_t)(qpos + nout) > seq->rt.topk_p0 + (int64_t)seq->rt.topk_rows)
+                return DSATTN_ERR_INVALID_ARG;
+        } else if (compress_len == 0) {
+            seq->rt.topk_rows = nout;
+            seq->rt.topk_p0 = (int64_t)qpos;
+            seq->rt.topk_w = 0;
+            seq->rt.topk_valid = 1;
+            seq->rt.topk_layer = l;
+            S->sel_rows = nout;
+            S->sel_w = 0;
+        } else {
+            dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
+            st = run_indexer(ctx, seq, l, x + out_first * dim, qr, &ck, out_first, lat, n_new,
+                             nkv, NULL);
+            dsattn_phase_end(ctx, &pm);
+            if (st) return st;
+        }
+        if (n_new) {
+            dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
+            for (size_t i = 0; i < n_new; i++) {
+                float *v = lat + i * D;
+                dsattn_rope_cs(&L->rope, (int64_t)(i * ratio), cs, sn);
+                dsattn_rope_apply(v + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+                dsattn_v41_kv_pack(v, D, S->ckv + i * ckvb, NULL);
+            }
+            dsattn_phase_end(ctx, &pm);
+        }
+        int src = seq->rt.compress_kv;
+        if (src < 0) return DSATTN_ERR_INVALID_ARG;
+        S->source_read = src;
+        S->topk_read = seq->rt.topk_layer;
+        csrc.base = seq->layer[src].ckv;
+        csrc.n_rows = compress_len;
+        cw = seq->rt.topk_w;
+        cidx = seq->rt.topk + (size_t)((int64_t)qpos - seq->rt.topk_p0) * cw;
+        coff = seq->rt.topk_off;
+    }
+
+    /* one sparse attention per (row, head group): the window entries of the
+     * row's position in a whole-chunk prefill, moved to this call's window
+     * rows; the top-k rows moved from their writer's offset to nkv */
+    const float scale = (float)pow((double)D, -0.5);
+    const size_t n_tasks = nout * hg;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (n_tasks > 1)
+    for (size_t task = 0; task < n_tasks; task++) {
+        const size_t t = task / hg, h0 = (task % hg) * hper;
+        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
+        if (nhh == 0) continue;
+        float *ws = thr_ws + (size_t)omp_get_thread_num() * fp.per_thr;
+        int32_t *idx = (int32_t *)(ws + att_ws);
+        dsattn_window_idx_prefill(w, P, qpos + t, idx);
+        for (size_t i = 0; i < ww; i++)
+            idx[i] = idx[i] >= 0 && (size_t)idx[i] >= kpos ? (int32_t)((size_t)idx[i] - kpos) : -1;
+        for (size_t i = 0; i < cw; i++) {
+            const int32_t v = cidx[t * cw + i];
+            idx[ww + i] = v >= 0 ? (int32_t)((size_t)v - coff + nkv) : -1;
+        }
+        dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
+                           ww + cw, L->sink + h0, scale, -1e30f, o + (t * H + h0) * D, ws);
+    }
+    dsattn_phase_end(ctx, &pm);
+
+    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
+    st = dsattn_attn_output(ctx, o, nout, H, D, rd, &L->rope, (int64_t)qpos, &L->wo_a, G, R,
+                            &L->wo_b, &aq, aqs, oa, out);
+    dsattn_phase_end(ctx, &pm);
+    return st;
 }
