@@ -975,12 +975,11 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     const float scale = (float)pow((double)D, -0.5);
     const size_t n_tasks = nout * hg;
     dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr) if (n_tasks > 1)
-    for (size_t task = 0; task < n_tasks; task++) {
+    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
         const size_t t = task / hg, h0 = (task % hg) * hper;
         const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
         if (nhh == 0) continue;
-        float *ws = thr_ws + (size_t)omp_get_thread_num() * fp.per_thr;
+        float *ws = thr_ws + (size_t)dsattn_thread_num() * fp.per_thr;
         int32_t *idx = (int32_t *)(ws + att_ws);
         dsattn_window_idx_prefill(w, P, qpos + t, idx);
         for (size_t i = 0; i < ww; i++)
@@ -991,7 +990,7 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         }
         dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
                            ww + cw, L->sink + h0, scale, -1e30f, o + (t * H + h0) * D, ws);
-    }
+    });
     dsattn_phase_end(ctx, &pm);
 
     dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
