@@ -53,7 +53,7 @@ dsattn_status dsattn_v41_ced_plan(const dsattn_v41 *m, size_t n, dsattn_v41_ced 
 dsattn_status dsattn_v41_ced_work(const dsattn_v41 *m, size_t n, dsattn_v41_ced mode,
                                   uint64_t *in_rows, uint64_t *out_rows)
 {
-    dsattn_v41_ced_rows r[DSATTN_V41_MAX_LAYERS];
+    dsattn_v41_ced_rows r[DSATTN_MAX_LAYERS];
     dsattn_status st = dsattn_v41_ced_plan(m, n, mode, r);
     if (st) return st;
     uint64_t a = 0, b = 0;
@@ -75,7 +75,7 @@ dsattn_status dsattn_v41_stack_prefill(dsattn_ctx *ctx, dsattn_v41_seq *seq, flo
     if (seq->pos != 0) return DSATTN_ERR_UNSUPPORTED;       /* a prompt at position 0 */
     const dsattn_v41 *m = seq->m;
     const size_t L = (size_t)m->cfg.n_layers, dim = (size_t)m->cfg.dim;
-    dsattn_v41_ced_rows r[DSATTN_V41_MAX_LAYERS];
+    dsattn_v41_ced_rows r[DSATTN_MAX_LAYERS];
     dsattn_status st = dsattn_v41_ced_plan(m, n, mode, r);
     if (st) return st;
     if (attn_out) {
