@@ -13,9 +13,11 @@
 #include "v41.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* 17 layers, window 8: two SWA layers, an encoder of ratio-2 sources (2, 4)
@@ -353,4 +355,42 @@ DSATTN_TEST(ced, bad_arguments)
     dsattn_v41_seq_destroy(s);
     dsattn_ctx_destroy(ctx);
     dsattn_v41_destroy(m);
+}
+
+/* ==== The CLI ============================================================ */
+
+static int sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int ws = system(cmd);
+    return ws >= 0 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+DSATTN_TEST(ced, cli_run_ced_writes_the_same_decode_outputs)
+{
+    /* --out of an exact prefill is the full prefill's file byte for byte;
+     * bounded past the tail is not; --ced is refused where it means nothing */
+    const char *cli = DSATTN_CLI_PATH;
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s", dsattn_test_data("golden/v41/tiny-seed0/config.json"));
+    char o[3][128];
+    const char *mode[3] = { "off", "exact", "bounded" };
+    for (int k = 0; k < 3; k++) {
+        snprintf(o[k], sizeof o[k], "/tmp/dsattn_test_ced_%s_%d.st", mode[k], (int)getpid());
+        CHECK_EQ_INT(sh("'%s' run --config '%s' --bf16 --prefill 60 --decode 3 --threads 1 "
+                        "--mode reference --ced %s --out '%s' >/dev/null 2>&1",
+                        cli, cfg, mode[k], o[k]), 0);
+    }
+    CHECK_EQ_INT(sh("cmp -s '%s' '%s'", o[0], o[1]), 0);
+    CHECK(sh("cmp -s '%s' '%s'", o[0], o[2]) != 0);
+    for (int k = 0; k < 3; k++) unlink(o[k]);
+    CHECK_EQ_INT(sh("'%s' run --config '%s' --ced fast >/dev/null 2>&1", cli, cfg), 2);
+    CHECK_EQ_INT(sh("'%s' run --config '%s' --ced exact --prefill 4 >/dev/null 2>&1", cli,
+                    dsattn_test_data("golden/v4/tiny-seed0/config.json")), 2);
+    CHECK_EQ_INT(sh("'%s' bench v41 --ced off,fast >/dev/null 2>&1", cli), 2);
+    CHECK_EQ_INT(sh("'%s' bench v41 --ced exact,exact >/dev/null 2>&1", cli), 2);
 }

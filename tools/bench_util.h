@@ -75,7 +75,7 @@ typedef enum { DSATTN_BENCH_MD = 0, DSATTN_BENCH_CSV = 1, DSATTN_BENCH_JSON = 2 
 /* "md" / "markdown", "csv", "json"; -1 otherwise. */
 int dsattn_bench_parse_fmt(const char *s, dsattn_bench_fmt *f);
 
-#define DSATTN_BENCH_MAX_EXTRA 12
+#define DSATTN_BENCH_MAX_EXTRA 16
 
 typedef struct {
     const char      *mode;        /* "mla", "v4", ...                        */

@@ -127,6 +127,7 @@ typedef struct {
     float            *h;
     int               calls;
     double            last_s;     /* wall time of the last call            */
+    dsattn_v41_ced    ced;        /* prefill: CED mode                     */
 } v41_step;
 
 static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
@@ -149,7 +150,7 @@ static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
     }
     dsattn_v41_seq *ps = NULL;
     dsattn_status st = dsattn_v41_seq_create(&ps, a->m, a->n + 1, DSATTN_V41_INDEX_K_OWNER);
-    if (!st) st = dsattn_v41_stack_forward(ctx, ps, a->h, a->n, NULL, NULL);
+    if (!st) st = dsattn_v41_stack_prefill(ctx, ps, a->h, a->n, a->ced, NULL);
     a->last_s = dsattn_bench_now() - t0;
     dsattn_v41_seq_destroy(ps);
     return st;
@@ -162,6 +163,9 @@ int dsattn_bench_v41(int argc, char **argv)
     long long depths[8] = { 4096, 65536, 1048576 }, thr[8] = { 1, 2 }, batch[8] = { 1 };
     int nd = 3, nt = 2, nbt = 1, reps = 3, fp8 = 1, profile = 0;
     long long prefill = 128;
+    static const char *const ced_name[] = { "off", "exact", "bounded" };
+    dsattn_v41_ced ceds[3] = { DSATTN_V41_CED_OFF };
+    int n_ced = 1;
     uint64_t seed = 1;
     dsattn_bench_fmt fmt = DSATTN_BENCH_MD;
     for (int i = 1; i < argc; i++) {
@@ -169,7 +173,7 @@ int dsattn_bench_v41(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: dsattn bench v41 [--depth 4096,65536,1M] [--threads 1,2] [--reps 3]\n"
                    "                        [--batch 1,8,16 (sequences decoded per step)]\n"
-                   "                        [--prefill N (128; 0 = skip)]\n"
+                   "                        [--prefill N (128; 0 = skip)] [--ced off,exact,bounded]\n"
                    "                        [--config PATH] [--bf16] [--seed S] [--format md|csv|json]\n"
                    "                        [--data DIR (tests/data, for the pre-timing check)]\n"
                    "                        [--profile (markdown: per-phase time of the last step)]\n"
@@ -204,6 +208,25 @@ int dsattn_bench_v41(int argc, char **argv)
             if (dsattn_bench_parse_fmt(v, &fmt)) { fprintf(stderr, "bench v41: bad --format %s\n", v); return 2; }
         }
         else if (!strcmp(a, "--data")) data = v;
+        else if (!strcmp(a, "--ced")) {
+            /* a comma list of distinct mode names, in the order given */
+            n_ced = 0;
+            for (const char *p = v; n_ced >= 0;) {
+                const char *e = strchr(p, ',');
+                const size_t len = e ? (size_t)(e - p) : strlen(p);
+                int k = 0;
+                while (k < 3 && (strlen(ced_name[k]) != len || strncmp(p, ced_name[k], len))) k++;
+                for (int j = 0; j < n_ced && k < 3; j++) k = ceds[j] == (dsattn_v41_ced)k ? 3 : k;
+                if (k == 3 || n_ced == 3) n_ced = -1;
+                else ceds[n_ced++] = (dsattn_v41_ced)k;
+                if (!e || n_ced < 0) break;
+                p = e + 1;
+            }
+            if (n_ced <= 0) {
+                fprintf(stderr, "bench v41: bad --ced %s (a list of off, exact, bounded)\n", v);
+                return 2;
+            }
+        }
         else { fprintf(stderr, "bench v41: unknown option %s\n", a); return 2; }
         if (rc) return rc;
     }
@@ -270,15 +293,18 @@ int dsattn_bench_v41(int argc, char **argv)
     if (weight_list_make(m, &wl) == 0)
         for (int ti = 0; ti < nt; ti++)
             replay_s[ti] = dsattn_bench_replay_read(wl.buf, wl.bytes, wl.n, (int)thr[ti], 3);
-    dsattn_bench_table t = { .mode = "v41", .title = title, .fmt = fmt, .n_extra = 11,
+    dsattn_bench_table t = { .mode = "v41", .title = title, .fmt = fmt, .n_extra = 15,
                              .extra = { "byte bound ms", "t / bound", "replay bound ms",
                                         "t / replay bound", "t / t(first depth)", "batch",
                                         "tok/s", "FLOP bound ms", "step bound ms",
-                                        "t / step bound", "tok/s / B=1" },
+                                        "t / step bound", "tok/s / B=1", "ced",
+                                        "prefill tok/s", "work bound", "t(off) / t" },
                              .extra_key = { "byte_bound_ms", "t_over_bound", "replay_bound_ms",
                                             "t_over_replay_bound", "t_over_first", "batch",
                                             "tok_per_s", "flop_bound_ms", "step_bound_ms",
-                                            "t_over_step_bound", "tok_per_s_over_b1" } };
+                                            "t_over_step_bound", "tok_per_s_over_b1", "ced",
+                                            "prefill_tok_per_s", "work_bound",
+                                            "speedup_vs_off" } };
     dsattn_bench_begin(&t, dsattn_bench_isa_label());
     double first[8][8] = { { 0 } };
     const int amx = strstr(dsattn_bench_isa_label(), "amx") != NULL;
@@ -297,7 +323,7 @@ int dsattn_bench_v41(int argc, char **argv)
             for (size_t k = 0; k < nb; k++)
                 dsattn_v41_seq_fill_synthetic(seqs[k], depths[di],
                                               seed + (uint64_t)di + 1000 * (uint64_t)k);
-            v41_step a = { m, s, seqs, nb, 1, dim, h, 0, 0.0 };
+            v41_step a = { m, s, seqs, nb, 1, dim, h, 0, 0.0, DSATTN_V41_CED_OFF };
             dsattn_bench_result r = { .depth = depths[di], .kv_bytes = bill.global_bytes_per_token };
             snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
             if (nb > 1) snprintf(r.variant, sizeof r.variant, "CSA2 stack, decode, batch %zu", nb);
@@ -336,6 +362,7 @@ int dsattn_bench_v41(int argc, char **argv)
                 snprintf(r.extra[9], sizeof r.extra[9], "%.2f", sbound > 0 ? r.ms_mean / sbound : 0);
                 if (tok_b1 > 0) snprintf(r.extra[10], sizeof r.extra[10], "%.2f", tok / tok_b1);
                 else snprintf(r.extra[10], sizeof r.extra[10], "-");
+                for (int k = 11; k < 15; k++) snprintf(r.extra[k], sizeof r.extra[k], "-");
                 dsattn_bench_row(&t, &r);
                 if (profile && n_prof < 64) {
                     dsattn_bench_prof_row *pr = &prof[n_prof++];
@@ -350,17 +377,26 @@ int dsattn_bench_v41(int argc, char **argv)
         }
     }
     /* Prefill: `prefill` tokens at position 0 on a fresh sequence per rep;
-     * ms/token is the chunk's time over its tokens. */
-    for (int ti = 0; prefill > 1 && ti < nt && !rc; ti++) {
+     * ms/token is the chunk's time over its tokens.  One row per CED mode;
+     * work bound = full prefill's layer-rows over the mode's (the speedup if
+     * time followed the rows), t(off) / t the measured one. */
+    double off_ms = 0;
+    for (int pi = 0; prefill > 1 && pi < nt * n_ced && !rc; pi++) {
+        const int ti = pi / n_ced;
+        const dsattn_v41_ced ced = ceds[pi % n_ced];
+        uint64_t rows_full = 0, rows_mode = 0;
+        dsattn_v41_ced_work(m, (size_t)prefill, DSATTN_V41_CED_OFF, &rows_full, NULL);
+        dsattn_v41_ced_work(m, (size_t)prefill, ced, &rows_mode, NULL);
         dsattn_ctx *ctx = NULL;
         dsattn_ctx_params p = dsattn_ctx_default_params();
         p.n_threads = (int)thr[ti];
         if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
         dsattn_ctx_set_profiling(ctx, profile);
-        v41_step a = { m, NULL, NULL, 1, (size_t)prefill, dim, h, 0, 0.0 };
+        v41_step a = { m, NULL, NULL, 1, (size_t)prefill, dim, h, 0, 0.0, ced };
         dsattn_bench_result r = { .depth = 0, .kv_bytes = bill.global_bytes_per_token };
         snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
-        snprintf(r.variant, sizeof r.variant, "CSA2 stack, prefill %lld tokens", prefill);
+        snprintf(r.variant, sizeof r.variant, "CSA2 stack, prefill %lld tokens, ced %s", prefill,
+                 ced_name[ced]);
         dsattn_status st = dsattn_bench_time(ctx, v41_step_run, &a, 1, &r);
         if (st) {
             fprintf(stderr, "bench v41: prefill failed: %s\n", dsattn_status_str(st));
@@ -374,13 +410,21 @@ int dsattn_bench_v41(int argc, char **argv)
             snprintf(r.extra[1], sizeof r.extra[1], "-");
             snprintf(r.extra[2], sizeof r.extra[2], "-");
             snprintf(r.extra[3], sizeof r.extra[3], "-");
-            snprintf(r.extra[4], sizeof r.extra[4], "%.1f tok/s",
-                     r.ms_mean > 0 ? 1e3 / r.ms_mean : 0);
-            for (int e = 5; e < 11; e++) snprintf(r.extra[e], sizeof r.extra[e], "-");
+            if (ced == DSATTN_V41_CED_OFF) off_ms = r.ms_mean;
+            if (pi % n_ced == 0 && ced != DSATTN_V41_CED_OFF) off_ms = 0;
+            for (int e = 4; e < 11; e++) snprintf(r.extra[e], sizeof r.extra[e], "-");
+            snprintf(r.extra[11], sizeof r.extra[11], "%s", ced_name[ced]);
+            snprintf(r.extra[12], sizeof r.extra[12], "%.1f", r.ms_mean > 0 ? 1e3 / r.ms_mean : 0);
+            snprintf(r.extra[13], sizeof r.extra[13], "%.2f",
+                     rows_mode ? (double)rows_full / (double)rows_mode : 0);
+            if (off_ms > 0 && r.ms_mean > 0)
+                snprintf(r.extra[14], sizeof r.extra[14], "%.2f", off_ms / r.ms_mean);
+            else
+                snprintf(r.extra[14], sizeof r.extra[14], "-");
             dsattn_bench_row(&t, &r);
             if (profile && n_prof < 64) {
                 dsattn_bench_prof_row *pr = &prof[n_prof++];
-                snprintf(pr->what, sizeof pr->what, "prefill %lld", prefill);
+                snprintf(pr->what, sizeof pr->what, "prefill %lld %s", prefill, ced_name[ced]);
                 pr->threads = (int)thr[ti];
                 pr->step_s = a.last_s;
                 pr->p = dsattn_ctx_profile(ctx);
@@ -388,7 +432,7 @@ int dsattn_bench_v41(int argc, char **argv)
         }
         dsattn_ctx_destroy(ctx);
     }
-    char footer[2048];
+    char footer[2400];
     snprintf(footer, sizeof footer,
              "Byte bound = bytes the kernels read in the step (weights + KV + index keys) / the "
              "read bandwidth measured in this run (a 1 GiB sum).  Replay bound = the time to merely "
@@ -397,7 +441,9 @@ int dsattn_bench_v41(int argc, char **argv)
              "the 1 GiB rate: the weights are hundreds of buffers over GBs, which this machine "
              "reads slower than one 1 GiB array.  KV B/token is the global cache measured from "
              "the live allocation; the bounded window rings hold %.1f MB more.  Prefill rows: "
-             "per-token time and counters of one %lld-token chunk.  Batch rows (batch B > 1): "
+             "per-token time and counters of one %lld-token chunk, per CED mode (docs/v41.md): "
+             "work bound = the full prefill's layer-rows over the mode's, t(off) / t the measured "
+             "speedup in this run.  Batch rows (batch B > 1): "
              "ms/token is the time of one step that decodes one token for each of B sequences "
              "(the batched stack, weights read once), tok/s = B / that time; FLOP bound = the "
              "step's FLOPs / the fp32 FMA peak measured in this run (the AMX-BF16 tile peak where "

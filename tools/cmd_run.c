@@ -96,6 +96,10 @@ static void run_usage(FILE *f)
         "                       out.{position}, F32 [dim]\n"
         "  --mode fast|reference  arithmetic (default fast)\n"
         "  --index-k owner|reference  V4.1 index_k quirk (default owner)\n"
+        "  --ced off|exact|bounded  V4.1 prefill: every layer over every token (off,\n"
+        "                       default), the decoder over only the rows decode depends\n"
+        "                       on (exact: the same bits), or over the last window tokens\n"
+        "                       (bounded: approximate); docs/v41.md \"CED prefill\"\n"
         "  --threads N          threads (default: OpenMP's)\n"
         "  --batch B            V4.1 / V4 / MLA: B sequences (inputs from seeds seed .. seed+B-1),\n"
         "                       each prefilled, then decoded together, one batched call per\n"
@@ -173,6 +177,7 @@ typedef struct {
     int         n_layers;           /* layers run                          */
     int         cfg_layers;         /* layers in the config                */
     int         dim;
+    dsattn_v41_ced ced;             /* V4.1: the prefill's CED mode        */
 } runner;
 
 static dsattn_status mha_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
@@ -199,7 +204,10 @@ static dsattn_status r_stack(runner *r, dsattn_ctx *ctx, float *h, size_t n)
     }
     case GEN_MLA: return dsattn_mla_stack_forward(ctx, r->s, h, n, NULL, NULL);
     case GEN_V4:  return dsattn_v4_stack_forward(ctx, r->s, h, n, NULL, NULL);
-    default:      return dsattn_v41_stack_forward(ctx, r->s, h, n, NULL, NULL);
+    default:
+        if (r->ced != DSATTN_V41_CED_OFF && dsattn_v41_seq_pos(r->s) == 0)
+            return dsattn_v41_stack_prefill(ctx, r->s, h, n, r->ced, NULL);
+        return dsattn_v41_stack_forward(ctx, r->s, h, n, NULL, NULL);
     }
 }
 
@@ -625,6 +633,7 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
     long long n_prefill = 64, n_decode = 8;
     dsattn_mode mode = DSATTN_MODE_FAST;
     dsattn_v41_index_k ik = DSATTN_V41_INDEX_K_OWNER;
+    dsattn_v41_ced ced = DSATTN_V41_CED_OFF;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout); return 0; }
@@ -655,6 +664,9 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         else if (!strcmp(a, "--mode") && !strcmp(v, "reference")) mode = DSATTN_MODE_REFERENCE;
         else if (!strcmp(a, "--index-k") && !strcmp(v, "owner")) ik = DSATTN_V41_INDEX_K_OWNER;
         else if (!strcmp(a, "--index-k") && !strcmp(v, "reference")) ik = DSATTN_V41_INDEX_K_REFERENCE;
+        else if (!strcmp(a, "--ced") && !strcmp(v, "off")) ced = DSATTN_V41_CED_OFF;
+        else if (!strcmp(a, "--ced") && !strcmp(v, "exact")) ced = DSATTN_V41_CED_EXACT;
+        else if (!strcmp(a, "--ced") && !strcmp(v, "bounded")) ced = DSATTN_V41_CED_BOUNDED;
         else { fprintf(stderr, "dsattn run: bad option %s %s\n", a, v); run_usage(stderr); return 2; }
     }
     if (n_batch > 1 && (resume_path || save_path || out_path)) {
@@ -729,6 +741,19 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         cJSON_Delete(root);
         return 2;
     }
+    if (ced != DSATTN_V41_CED_OFF && (r.g != GEN_V41 || resume_path)) {
+        fprintf(stderr, "dsattn run: --ced is a V4.1 prefill option (%s)\n",
+                resume_path ? "a resumed run has no prefill" : "this config is not V4.1");
+        cJSON_Delete(root);
+        return 2;
+    }
+    r.ced = ced;
+    if (n_batch > 1 && ced != DSATTN_V41_CED_OFF) {
+        fprintf(stderr, "dsattn run: --batch decodes fresh sequences prefilled in full; --ced "
+                        "takes one sequence\n");
+        cJSON_Delete(root);
+        return 2;
+    }
     if (resume_path && r.g == GEN_V41 && sess.generation == DSATTN_SESSION_V41)
         ik = sess.variant[0] ? DSATTN_V41_INDEX_K_REFERENCE : DSATTN_V41_INDEX_K_OWNER;
     dsattn_ctx_params p = dsattn_ctx_default_params();
@@ -774,6 +799,14 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         }
         goto out;
     }
+    if (r.g == GEN_V41 && !resume_path) {
+        static const char *const ced_name[] = { "off", "exact", "bounded" };
+        uint64_t in_rows = 0, full_rows = 0;
+        if (!dsattn_v41_ced_work(r.m, (size_t)n_prefill, ced, &in_rows, NULL) &&
+            !dsattn_v41_ced_work(r.m, (size_t)n_prefill, DSATTN_V41_CED_OFF, &full_rows, NULL))
+            printf("  prefill: ced %s, %llu of %llu layer-rows\n", ced_name[ced],
+                   (unsigned long long)in_rows, (unsigned long long)full_rows);
+    }
     if (resume_path) {
         t0 = now_s();
         if ((st = r_load(&r, resume_path, (size_t)(n_prefill + n_decode), err, sizeof err))) {
@@ -814,8 +847,10 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         }
         dsattn_counters c = dsattn_ctx_counters(ctx);
         double ss = 0, g, wu;
-        for (size_t i = 0; i < n * dim; i++) ss += (double)h[i] * h[i];
-        double rms = sqrt(ss / (double)(n * dim));
+        /* a CED prefill leaves only the last row as the stack's output */
+        const size_t r0 = step == 0 && r.ced != DSATTN_V41_CED_OFF ? n - 1 : 0;
+        for (size_t i = r0 * dim; i < n * dim; i++) ss += (double)h[i] * h[i];
+        double rms = sqrt(ss / (double)((n - r0) * dim));
         if (!isfinite(rms)) {
             fprintf(stderr, "dsattn run: step %lld produced a non-finite residual\n", step);
             goto out;
