@@ -10,6 +10,7 @@
 #ifndef DSATTN_V4_INTERNAL_H
 #define DSATTN_V4_INTERNAL_H
 
+#include "csa.h"
 #include "dsattn.h"
 #include "internal.h"
 #include "ops.h"
@@ -18,18 +19,9 @@
 #define DSATTN_V4_CSA_RATIO  4        /* ratio 4 = CSA (overlap + indexer) */
 #define DSATTN_V4_ACT_BLOCK  128      /* act_quant block before FP8 GEMMs   */
 
-typedef struct {
-    int64_t dim, n_layers, n_total_layers;     /* total = compress_ratios len */
-    int64_t n_heads, head_dim, rope_head_dim, q_lora_rank;
-    int64_t o_groups, o_lora_rank, window_size;
-    int64_t compress_ratios[DSATTN_MAX_LAYERS];
-    int64_t index_n_heads, index_head_dim, index_topk;
-    double  rope_theta, compress_rope_theta, rope_factor, original_seq_len;
-    double  beta_fast, beta_slow;
-    float   norm_eps;
-    int     fp8;                               /* dtype "fp8"                */
-    int64_t fp8_block;                         /* weight block edge (128)    */
-} dsattn_v4_config;
+/* The shared CSA-family config (csa.h); V4 leaves the V4.1 plan fields
+ * at zero.  Its FP8 weight block is 128. */
+typedef dsattn_csa_config dsattn_v4_config;
 
 /* One Compressor: wkv / wgate [coff*d, dim] (bf16 or fp32 storage, fp32
  * compute), ape [ratio, coff*d] fp32, norm [d]. */

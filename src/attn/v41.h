@@ -10,29 +10,16 @@
 #ifndef DSATTN_V41_H
 #define DSATTN_V41_H
 
+#include "csa.h"
 #include "dsattn.h"
 #include "internal.h"
 #include "ops.h"
 #include "weights.h"
 
 
-typedef struct {
-    int64_t dim, n_layers, n_total_layers;     /* total = backbone + DSpark */
-    int64_t n_heads, head_dim, rope_head_dim, q_lora_rank;
-    int64_t o_groups, o_lora_rank, window_size;
-    int64_t compress_ratios[DSATTN_MAX_LAYERS];
-    uint8_t is_kv_source[DSATTN_MAX_LAYERS];
-    uint8_t is_index_source[DSATTN_MAX_LAYERS];
-    dsattn_v41_mode mode[DSATTN_MAX_LAYERS];   /* the io layer's plan       */
-    int64_t candidate_source_layer;            /* -1: none                  */
-    int64_t candidate_topk_blocks, candidate_block_size;
-    int64_t index_n_heads, index_head_dim, index_topk;
-    double  rope_theta, compress_rope_theta, rope_factor, original_seq_len;
-    double  beta_fast, beta_slow;
-    float   norm_eps;
-    int     fp8;                               /* dtype "fp8"               */
-    int64_t fp8_block;                         /* weight block edge (32)    */
-} dsattn_v41_config;
+/* The shared CSA-family config (csa.h), its layer plan fields filled from
+ * the io layer's plan.  Default FP8 weight block 32. */
+typedef dsattn_csa_config dsattn_v41_config;
 
 typedef struct {
     int64_t         ratio;

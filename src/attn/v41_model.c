@@ -1,8 +1,9 @@
 /* v41_model.c - the V4.1 (CSA2) model object: config, layer plan, weights.
  *
- * Owns: parsing config.json (the flat inference/config.json keys, or an HF
- * config.json whose text_config carries the same numbers under HF names),
- * deriving each layer's mode exactly as Attention.__init__ does, binding
+ * Owns: V4.1's config rules (its checks, the source layers and each
+ * layer's mode from the io layer's plan; the fields it shares with V4 are
+ * read by csa_config.c, either config.json format through src/io),
+ * deriving each layer's flags exactly as Attention.__init__ does, binding
  * the per-layer weights by their official inference names from a mapped
  * safetensors file (borrowed, never copied unless a conversion is needed),
  * and making random weights at any config's dims for tests and benchmarks.
@@ -63,14 +64,8 @@ dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
     /* Two kinds of rule: the reference's own (quantization blocks, RoPE
      * pairs, the layer plan), and dsattn's fixed per-row buffers (the upper
      * bounds, all above every published config), each message saying which. */
-    CHECKF(c->n_layers > 0 && c->n_layers <= c->n_total_layers &&
-               c->n_total_layers <= DSATTN_MAX_LAYERS,
-           "n_layers %lld / compress_ratios length %lld out of range (max %d)",
-           (long long)c->n_layers, (long long)c->n_total_layers, DSATTN_MAX_LAYERS);
-    CHECKF(c->dim > 0 && c->dim <= (1 << 16),
-           "dim %lld must be positive and at most 65536 (a dsattn limit)", (long long)c->dim);
-    CHECKF(c->n_heads > 0 && c->n_heads <= 512,
-           "n_heads %lld must be positive and at most 512 (a dsattn limit)", (long long)c->n_heads);
+    dsattn_status st = dsattn_csa_config_check(c, err, errlen);
+    if (st) return st;
     CHECKF(c->head_dim > 0 && c->head_dim % 32 == 0,
            "head_dim %lld is not a positive multiple of 32, the block of the window KV's "
            "FP8 quantization", (long long)c->head_dim);
@@ -82,31 +77,12 @@ dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
            "index_head_dim", (long long)c->rope_head_dim);
     CHECKF(c->rope_head_dim <= 128, "rope_head_dim %lld is above 128 (a dsattn limit: "
            "per-row RoPE tables)", (long long)c->rope_head_dim);
-    CHECKF(c->q_lora_rank > 0 && c->q_lora_rank <= (1 << 16),
-           "q_lora_rank %lld must be positive and at most 65536 (a dsattn limit)",
-           (long long)c->q_lora_rank);
-    CHECKF(c->o_groups > 0 && c->n_heads % c->o_groups == 0,
-           "o_groups %lld must divide n_heads %lld", (long long)c->o_groups, (long long)c->n_heads);
-    CHECKF(c->o_lora_rank > 0 && c->o_lora_rank <= (1 << 16),
-           "o_lora_rank %lld must be positive and at most 65536 (a dsattn limit)",
-           (long long)c->o_lora_rank);
-    CHECKF(c->window_size > 0 && c->window_size <= (1 << 20),
-           "window_size %lld must be positive and at most 1048576 (a dsattn limit)",
-           (long long)c->window_size);
-    CHECKF(c->index_n_heads > 0 && c->index_n_heads <= 256,
-           "index_n_heads %lld must be positive and at most 256 (a dsattn limit)",
-           (long long)c->index_n_heads);
     CHECKF(c->index_head_dim > 0 && c->index_head_dim % 32 == 0,
            "index_head_dim %lld is not a positive multiple of 32, the block of the index "
            "keys' FP4 quantization", (long long)c->index_head_dim);
     CHECKF(c->index_head_dim <= 512, "index_head_dim %lld is above 512 (a dsattn limit)",
            (long long)c->index_head_dim);
-    if (c->fp8) {
-        dsattn_status st = v41_check_fp8_dims(c, err, errlen);
-        if (st) return st;
-    }
-    CHECKF(c->index_topk > 0, "index_topk must be positive");
-    CHECKF(c->norm_eps >= 0.0f, "norm_eps must be >= 0");
+    if (c->fp8 && (st = v41_check_fp8_dims(c, err, errlen))) return st;
 
     /* the layer plan's rules (sources, ratios, candidates) are the io
      * layer's dsattn_v41_plan_from_config, applied by dsattn_v41_config_load;
@@ -120,28 +96,12 @@ dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
     return DSATTN_OK;
 }
 
-/* The io layer (src/io/config.c) reads both config formats DeepSeek ships
- * (flat inference/config.json and HF config.json with text_config) into one
- * normalised struct; this is only the V4.1 view of it. */
-static dsattn_status from_model_config(dsattn_v41_config *c, const dsattn_model_config *mc,
-                                       char *err, size_t errlen)
+/* V4.1's part of reading its config (csa_config.c reads the shared
+ * fields): the source layers, the candidate pool and each layer's mode from
+ * the io layer's plan, then the checks. */
+static dsattn_status v41_finish(dsattn_csa_config *c, const dsattn_model_config *mc, char *err,
+                                size_t errlen)
 {
-    if (mc->arch != DSATTN_ARCH_V41)
-        return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                           "config is %s, not a V4.1 (CSA2) model", dsattn_arch_name(mc->arch));
-    CHECKF(mc->n_compress_ratios <= DSATTN_MAX_LAYERS, "too many layers (%lld)",
-           (long long)mc->n_compress_ratios);
-    c->dim = mc->dim;
-    c->n_layers = mc->n_layers;
-    c->n_total_layers = mc->n_compress_ratios;
-    c->n_heads = mc->n_heads;
-    c->head_dim = mc->head_dim;
-    c->rope_head_dim = mc->rope_head_dim;
-    c->q_lora_rank = mc->q_lora_rank;
-    c->o_groups = mc->o_groups;
-    c->o_lora_rank = mc->o_lora_rank;
-    c->window_size = mc->window_size;
-    for (int64_t l = 0; l < mc->n_compress_ratios; l++) c->compress_ratios[l] = mc->compress_ratios[l];
     for (int64_t i = 0; i < mc->n_kv_source_layers; i++) {
         int64_t l = mc->kv_source_layers[i];
         CHECKF(l >= 0 && l < c->n_total_layers, "kv_source_layers: layer %lld out of range",
@@ -157,42 +117,18 @@ static dsattn_status from_model_config(dsattn_v41_config *c, const dsattn_model_
     c->candidate_source_layer = mc->candidate_source_layer;
     c->candidate_topk_blocks = mc->candidate_topk_blocks;
     c->candidate_block_size = mc->candidate_block_size;
-    c->index_n_heads = mc->index_n_heads;
-    c->index_head_dim = mc->index_head_dim;
-    c->index_topk = mc->index_topk;
-    c->rope_theta = mc->rope_theta;
-    c->compress_rope_theta = mc->compress_rope_theta;
-    c->rope_factor = mc->rope_factor;
-    c->original_seq_len = (double)mc->original_seq_len;
-    c->beta_fast = (double)mc->beta_fast;
-    c->beta_slow = (double)mc->beta_slow;
-    c->norm_eps = (float)mc->norm_eps;
-    c->fp8 = !strcmp(mc->dtype, "fp8");
-    c->fp8_block = mc->weight_block ? mc->weight_block : 32;
-    return DSATTN_OK;
+    dsattn_v41_plan *plan = malloc(sizeof *plan);
+    if (!plan) return dsattn_errf(err, errlen, DSATTN_ERR_NOMEM, "out of memory");
+    dsattn_status st = dsattn_v41_plan_from_config(mc, plan, err, errlen);
+    for (int64_t l = 0; !st && l < c->n_layers; l++) c->mode[l] = plan->layer[l].mode;
+    free(plan);
+    return st ? st : dsattn_v41_config_validate(c, err, errlen);
 }
 
 dsattn_status dsattn_v41_config_load(dsattn_v41_config *c, const char *path,
                                      char *err, size_t errlen)
 {
-    dsattn_model_config *mc = calloc(1, sizeof *mc);
-    if (!mc) return DSATTN_ERR_NOMEM;
-    memset(c, 0, sizeof *c);
-    c->candidate_source_layer = -1;
-    dsattn_v41_plan *plan = malloc(sizeof *plan);
-    dsattn_status st = plan ? dsattn_config_load(mc, path, err, errlen) : DSATTN_ERR_NOMEM;
-    if (!st) st = from_model_config(c, mc, err, errlen);
-    if (!st) st = dsattn_v41_plan_from_config(mc, plan, err, errlen);
-    for (int64_t l = 0; !st && l < c->n_layers; l++) c->mode[l] = plan->layer[l].mode;
-    if (!st) st = dsattn_v41_config_validate(c, err, errlen);
-    free(plan);
-    free(mc);
-    if (st && err && errlen && !strstr(err, path)) {
-        char tmp[1024];
-        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
-        snprintf(err, errlen, "%s", tmp);
-    }
-    return st;
+    return dsattn_csa_config_load(c, path, DSATTN_ARCH_V41, 32, v41_finish, err, errlen);
 }
 
 /* ==== Model object ====================================================== */
@@ -212,11 +148,7 @@ static void plan_layers(dsattn_v41 *m)
                              c->candidate_source_layer < l;
         /* compress_ratio > 0 (not > 1): ratio-1 layers use the long-range
          * table too (docs/semantics.md §2.3). */
-        if (L->ratio > 0)
-            dsattn_rope_init(&L->rope, (size_t)c->rope_head_dim, c->compress_rope_theta, 1,
-                             c->original_seq_len, c->rope_factor, c->beta_fast, c->beta_slow);
-        else
-            dsattn_rope_init(&L->rope, (size_t)c->rope_head_dim, c->rope_theta, 0, 0, 1, 0, 0);
+        dsattn_csa_layer_rope(&L->rope, c, L->ratio);
     }
 }
 
@@ -252,20 +184,6 @@ static int last_source(const dsattn_v41 *m, int l, int kv)
 int dsattn_v41_layer_kv_source(const dsattn_v41 *m, int l) { return last_source(m, l, 1); }
 int dsattn_v41_layer_topk_source(const dsattn_v41 *m, int l) { return last_source(m, l, 0); }
 
-static size_t wbytes(const dsattn_weight *w)
-{
-    if (!w->data) return 0;
-    switch (w->kind) {
-    case DSATTN_W_F32:  return w->rows * w->cols * 4;
-    case DSATTN_W_BF16: return w->rows * w->cols * 2;
-    case DSATTN_W_FP8:
-        return w->rows * w->cols +
-               ((w->rows + w->block - 1) / w->block) * ((w->cols + w->block - 1) / w->block);
-    case DSATTN_W_FP4:  return w->rows * w->cols / 2 + w->rows * w->cols / 32;
-    }
-    return 0;
-}
-
 size_t dsattn_v41_weight_bytes(const dsattn_v41 *m)
 {
     size_t t = 0;
@@ -273,7 +191,7 @@ size_t dsattn_v41_weight_bytes(const dsattn_v41 *m)
         const dsattn_v41_layer_w *L = &m->layer[l];
         const dsattn_weight *ws[] = { &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
                                       &L->c_wkv, &L->c_wgate, &L->i_wq_b, &L->i_wproj, &L->i_wk };
-        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) t += wbytes(ws[i]);
+        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) t += dsattn_csa_stored_bytes(ws[i]);
     }
     return t;
 }

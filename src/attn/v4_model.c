@@ -1,7 +1,7 @@
 /* v4_model.c - the V4 (CSA + HCA) model object: config, layer plan, weights.
  *
- * Owns: parsing the flat inference/config.json (ModelArgs keys, the form the
- * V4-Flash / V4-Pro releases ship in inference/), deriving each layer's kind
+ * Owns: V4's config rules (its checks and scale format; the fields it shares
+ * with V4.1 are read by csa_config.c), deriving each layer's kind
  * from compress_ratios exactly as Attention.__init__ does (0 -> sliding
  * window, 4 -> CSA with overlap and an indexer, anything else -> HCA; the
  * n_mtp trailing entries are the MTP block, not part of the stack),
@@ -10,8 +10,8 @@
  * the mapping, only FP8 wo_a converted to bf16 as the official conversion
  * does), random weights at any config's dims, and a config-only model for
  * bills at real size.
- * Not here: the forward pass and per-sequence state (v4_forward.c), HF
- * config.json keys (the stack reads the inference/config.json form).
+ * Not here: the forward pass and per-sequence state (v4_forward.c), the
+ * config.json formats (src/io/config.c).
  */
 #include "v4.h"
 
@@ -44,13 +44,8 @@ static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err, size_t errlen)
 {
-    CHECKF(c->n_layers > 0 && c->n_layers <= c->n_total_layers &&
-               c->n_total_layers <= DSATTN_MAX_LAYERS,
-           "n_layers %lld / compress_ratios length %lld out of range (max %d)",
-           (long long)c->n_layers, (long long)c->n_total_layers, DSATTN_MAX_LAYERS);
-    CHECKF(c->dim > 0 && c->dim <= (1 << 16), "dim %lld out of range", (long long)c->dim);
-    CHECKF(c->n_heads > 0 && c->n_heads <= 512, "n_heads %lld out of range",
-           (long long)c->n_heads);
+    dsattn_status st = dsattn_csa_config_check(c, err, errlen);
+    if (st) return st;
     CHECKF(c->rope_head_dim > 0 && c->rope_head_dim % 2 == 0 && c->rope_head_dim <= 128,
            "rope_head_dim %lld must be even and in (0, 128]", (long long)c->rope_head_dim);
     CHECKF(c->head_dim > c->rope_head_dim && c->head_dim <= 512 &&
@@ -58,24 +53,11 @@ dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err, si
            "head_dim %lld: the nope part (head_dim - rope_head_dim = %lld) must be a positive "
            "multiple of 64 (FP8 blocks of 64) and head_dim <= 512",
            (long long)c->head_dim, (long long)(c->head_dim - c->rope_head_dim));
-    CHECKF(c->q_lora_rank > 0 && c->q_lora_rank <= (1 << 16), "q_lora_rank %lld out of range",
-           (long long)c->q_lora_rank);
-    CHECKF(c->o_groups > 0 && c->n_heads % c->o_groups == 0,
-           "o_groups %lld must divide n_heads %lld", (long long)c->o_groups,
-           (long long)c->n_heads);
-    CHECKF(c->o_lora_rank > 0 && c->o_lora_rank <= (1 << 16), "o_lora_rank %lld out of range",
-           (long long)c->o_lora_rank);
-    CHECKF(c->window_size > 0 && c->window_size <= (1 << 20), "window_size %lld out of range",
-           (long long)c->window_size);
-    CHECKF(c->index_n_heads > 0 && c->index_n_heads <= 256, "index_n_heads %lld out of range",
-           (long long)c->index_n_heads);
     CHECKF(is_pow2(c->index_head_dim) && c->index_head_dim >= 32 && c->index_head_dim <= 256 &&
                c->index_head_dim >= c->rope_head_dim,
            "index_head_dim %lld must be a power of two in [32, 256] (Hadamard, FP4 blocks "
            "of 32) and >= rope_head_dim", (long long)c->index_head_dim);
-    CHECKF(c->index_topk > 0 && c->index_topk <= (1 << 24), "index_topk %lld out of range",
-           (long long)c->index_topk);
-    CHECKF(c->norm_eps >= 0.0f, "norm_eps must be >= 0");
+    CHECKF(c->index_topk <= (1 << 24), "index_topk %lld out of range", (long long)c->index_topk);
     CHECKF(c->rope_theta > 1.0 && c->compress_rope_theta > 1.0,
            "rope_theta / compress_rope_theta must be > 1");
     CHECKF(c->original_seq_len >= 0 && c->rope_factor > 0 && c->beta_fast > 0 && c->beta_slow > 0,
@@ -89,65 +71,28 @@ dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err, si
     return DSATTN_OK;
 }
 
-/* The io layer (src/io/config.c) reads config.json, flat or HF, into one
- * normalised struct (with V4's ModelArgs defaults: dtype fp8, one MTP
- * layer, original_seq_len 0); this is only the V4 view of it. */
+/* V4's part of reading its config (csa_config.c reads the shared fields,
+ * with V4's ModelArgs defaults from the io layer: dtype fp8, one MTP
+ * layer, original_seq_len 0).
+ * Transformer.__init__: scale_fmt = "ue8m0" if scale_dtype == "fp8" else
+ * the config's scale_fmt.  dsattn implements the power-of-two (UE8M0)
+ * scales the release uses; MODEL1 rows have no room for fp32 scales.
+ * scale_dtype defaults to "fp8". */
+static dsattn_status v4_finish(dsattn_csa_config *c, const dsattn_model_config *mc, char *err,
+                               size_t errlen)
+{
+    const char *sd = mc->scale_dtype[0] ? mc->scale_dtype : "fp8";
+    if (strcmp(sd, "fp8") != 0 && strcmp(mc->scale_fmt, "ue8m0") != 0)
+        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                           "scale_dtype '%s' / scale_fmt '%s': only UE8M0 (power-of-two) "
+                           "scales are implemented", sd, mc->scale_fmt);
+    return dsattn_v4_config_validate(c, err, errlen);
+}
+
 dsattn_status dsattn_v4_config_load(dsattn_v4_config *c, const char *path, char *err,
                                     size_t errlen)
 {
-    memset(c, 0, sizeof *c);
-    dsattn_model_config *mc = calloc(1, sizeof *mc);
-    if (!mc) return DSATTN_ERR_NOMEM;
-    dsattn_status st = dsattn_config_load(mc, path, err, errlen);
-    if (st) goto out;
-    if (mc->arch != DSATTN_ARCH_V4) {
-        st = dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "%s: config is %s, not deepseek_v4",
-                         path, dsattn_arch_name(mc->arch));
-        goto out;
-    }
-    c->dim = mc->dim;
-    c->n_layers = mc->n_layers;
-    c->n_total_layers = mc->n_compress_ratios;
-    c->n_heads = mc->n_heads;
-    c->head_dim = mc->head_dim;
-    c->rope_head_dim = mc->rope_head_dim;
-    c->q_lora_rank = mc->q_lora_rank;
-    c->o_groups = mc->o_groups;
-    c->o_lora_rank = mc->o_lora_rank;
-    c->window_size = mc->window_size;
-    for (int64_t l = 0; l < mc->n_compress_ratios; l++) c->compress_ratios[l] = mc->compress_ratios[l];
-    c->index_n_heads = mc->index_n_heads;
-    c->index_head_dim = mc->index_head_dim;
-    c->index_topk = mc->index_topk;
-    c->rope_theta = mc->rope_theta;
-    c->compress_rope_theta = mc->compress_rope_theta;
-    c->rope_factor = mc->rope_factor;
-    c->original_seq_len = (double)mc->original_seq_len;
-    c->beta_fast = (double)mc->beta_fast;
-    c->beta_slow = (double)mc->beta_slow;
-    c->norm_eps = (float)mc->norm_eps;
-    c->fp8 = !strcmp(mc->dtype, "fp8");
-    c->fp8_block = mc->weight_block ? mc->weight_block : 128;
-    /* Transformer.__init__: scale_fmt = "ue8m0" if scale_dtype == "fp8"
-     * else the config's scale_fmt.  dsattn implements the power-of-two
-     * (UE8M0) scales the release uses; MODEL1 rows have no room for fp32
-     * scales.  scale_dtype defaults to "fp8". */
-    const char *sd = mc->scale_dtype[0] ? mc->scale_dtype : "fp8";
-    if (strcmp(sd, "fp8") != 0 && strcmp(mc->scale_fmt, "ue8m0") != 0) {
-        st = dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                         "%s: scale_dtype '%s' / scale_fmt '%s': only UE8M0 (power-of-two) "
-                         "scales are implemented", path, sd, mc->scale_fmt);
-        goto out;
-    }
-    st = dsattn_v4_config_validate(c, err, errlen);
-    if (st && err && errlen && !strstr(err, path)) {
-        char tmp[1024];
-        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
-        snprintf(err, errlen, "%s", tmp);
-    }
-out:
-    free(mc);
-    return st;
+    return dsattn_csa_config_load(c, path, DSATTN_ARCH_V4, 128, v4_finish, err, errlen);
 }
 
 /* ==== Model lifetime and plan =========================================== */
@@ -162,13 +107,7 @@ static void plan_layers(dsattn_v4 *m)
         else if (L->ratio == 0) L->kind = DSATTN_V4_SWA;
         else if (L->ratio == DSATTN_V4_CSA_RATIO) L->kind = DSATTN_V4_CSA;
         else L->kind = DSATTN_V4_HCA;
-        /* Attention.__init__: compressed layers use compress_rope_theta with
-         * YaRN; pure sliding-window layers rope_theta without. */
-        if (L->ratio > 0)
-            dsattn_rope_init(&L->rope, (size_t)c->rope_head_dim, c->compress_rope_theta, 1,
-                             c->original_seq_len, c->rope_factor, c->beta_fast, c->beta_slow);
-        else
-            dsattn_rope_init(&L->rope, (size_t)c->rope_head_dim, c->rope_theta, 0, 0, 1, 0, 0);
+        dsattn_csa_layer_rope(&L->rope, c, L->ratio);
         const int overlap = L->ratio == DSATTN_V4_CSA_RATIO;
         L->comp.d = (size_t)c->head_dim;
         L->comp.ratio = (size_t)L->ratio;
@@ -204,20 +143,6 @@ int dsattn_v4_layer_ratio(const dsattn_v4 *m, int l)
     return (int)m->layer[l].ratio;
 }
 
-static size_t wbytes(const dsattn_weight *w)
-{
-    if (!w->data) return 0;
-    switch (w->kind) {
-    case DSATTN_W_F32:  return w->rows * w->cols * 4;
-    case DSATTN_W_BF16: return w->rows * w->cols * 2;
-    case DSATTN_W_FP8:
-        return w->rows * w->cols +
-               ((w->rows + w->block - 1) / w->block) * ((w->cols + w->block - 1) / w->block);
-    case DSATTN_W_FP4:  return w->rows * w->cols / 2 + w->rows * w->cols / 32;
-    }
-    return 0;
-}
-
 size_t dsattn_v4_weight_bytes(const dsattn_v4 *m)
 {
     size_t t = 0;
@@ -227,7 +152,7 @@ size_t dsattn_v4_weight_bytes(const dsattn_v4 *m)
         const dsattn_weight *ws[] = { &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
                                       &L->comp.wkv, &L->comp.wgate, &L->icomp.wkv,
                                       &L->icomp.wgate, &L->i_wq_b, &L->i_wproj };
-        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) t += wbytes(ws[i]);
+        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) t += dsattn_csa_stored_bytes(ws[i]);
     }
     return t;
 }

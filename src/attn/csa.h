@@ -1,0 +1,69 @@
+/* csa.h - what the two compressed-sparse-attention generations, V4 (CSA +
+ * HCA) and V4.1 (CSA2), share at model level: one config struct, one
+ * reader of it from the io layer's normalised model config, the checks
+ * both apply, the RoPE table a layer of a given compress ratio uses, and
+ * the stored size of a weight.
+ *
+ * Their ModelArgs carry the same numbers (dimensions, compress ratios,
+ * indexer, RoPE / YaRN, weight storage); V4.1 adds its layer plan (kv and
+ * index sources, the candidate pool), which a V4 config leaves at zero
+ * (candidate_source_layer -1).  Each generation's own rules stay in its
+ * model file (v4_model.c, v41_model.c), given to the reader as `finish`.
+ */
+#ifndef DSATTN_CSA_H
+#define DSATTN_CSA_H
+
+#include "config.h"
+#include "dsattn.h"
+#include "internal.h"
+#include "ops.h"
+#include "weights.h"
+
+typedef struct {
+    int64_t dim, n_layers, n_total_layers;     /* total = compress_ratios len:
+                                                * backbone + MTP / DSpark    */
+    int64_t n_heads, head_dim, rope_head_dim, q_lora_rank;
+    int64_t o_groups, o_lora_rank, window_size;
+    int64_t compress_ratios[DSATTN_MAX_LAYERS];
+    int64_t index_n_heads, index_head_dim, index_topk;
+    double  rope_theta, compress_rope_theta, rope_factor, original_seq_len;
+    double  beta_fast, beta_slow;
+    float   norm_eps;
+    int     fp8;                               /* dtype "fp8"                */
+    int64_t fp8_block;                         /* weight block edge          */
+
+    /* V4.1 only: the layer plan (the io layer's), zero in a V4 config */
+    uint8_t is_kv_source[DSATTN_MAX_LAYERS];
+    uint8_t is_index_source[DSATTN_MAX_LAYERS];
+    dsattn_v41_mode mode[DSATTN_MAX_LAYERS];
+    int64_t candidate_source_layer;            /* -1: none                   */
+    int64_t candidate_topk_blocks, candidate_block_size;
+} dsattn_csa_config;
+
+/* A generation's part of reading its config: its own fields and checks,
+ * given the shared fields already copied. */
+typedef dsattn_status (*dsattn_csa_finish_fn)(dsattn_csa_config *c,
+                                              const dsattn_model_config *mc, char *err,
+                                              size_t errlen);
+
+/* Read config.json (either format, through io/config.c) as generation
+ * `arch`: the shared fields (weight block `default_block` when the config
+ * names none), then `finish`.  Every error starts with the path. */
+dsattn_status dsattn_csa_config_load(dsattn_csa_config *c, const char *path, dsattn_arch arch,
+                                     int64_t default_block, dsattn_csa_finish_fn finish,
+                                     char *err, size_t errlen);
+
+/* The range checks both generations apply (layer count, dimensions that
+ * size dsattn's per-row buffers, o_groups dividing n_heads, norm_eps). */
+dsattn_status dsattn_csa_config_check(const dsattn_csa_config *c, char *err, size_t errlen);
+
+/* The RoPE table of a layer of compress ratio `ratio` (Attention.__init__):
+ * compressed layers (ratio > 0, ratio 1 included) compress_rope_theta with
+ * YaRN, pure sliding-window layers rope_theta without. */
+void dsattn_csa_layer_rope(dsattn_rope *r, const dsattn_csa_config *c, int64_t ratio);
+
+/* Bytes of a weight as the checkpoint stores it (FP8: one UE8M0 scale
+ * byte a block; 0 for an unbound weight). */
+size_t dsattn_csa_stored_bytes(const dsattn_weight *w);
+
+#endif /* DSATTN_CSA_H */
