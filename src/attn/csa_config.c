@@ -35,7 +35,8 @@ static dsattn_status copy_shared(dsattn_csa_config *c, const dsattn_model_config
     c->o_groups = mc->o_groups;
     c->o_lora_rank = mc->o_lora_rank;
     c->window_size = mc->window_size;
-    for (int64_t l = 0; l < mc->n_compress_ratios; l++) c->compress_ratios[l] = mc->compress_ratios[l];
+    for (int64_t l = 0; l < mc->n_compress_ratios; l++)
+        c->compress_ratios[l] = mc->compress_ratios[l];
     c->index_n_heads = mc->index_n_heads;
     c->index_head_dim = mc->index_head_dim;
     c->index_topk = mc->index_topk;

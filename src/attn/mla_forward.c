@@ -40,6 +40,7 @@
  */
 #include "mla.h"
 
+#include "batch_common.h"
 #include "ktab.h"
 #include "numfmt.h"
 
@@ -1589,30 +1590,26 @@ static void batch_ws_end(dsattn_ws *w)
     dsattn_owned_free(&w->spill);
 }
 
-/* Every check before anything is written: a status and in *failed the
- * first bad sequence (SIZE_MAX when the fault is not a sequence's). */
+static int batch_seq_info(const void *seqs, size_t i, dsattn_batch_seq_info *info)
+{
+    const dsattn_mla_seq *s = ((dsattn_mla_seq *const *)seqs)[i];
+    if (!s) return 0;
+    *info = (dsattn_batch_seq_info){ s, s->m, 0, s->pos, s->max_seq_len, (size_t)s->m->cfg.dim,
+                                     s->m->has_weights };
+    return 1;
+}
+
+/* Every check before anything is written: the sequences' (batch_common.c),
+ * then the layer.  A status and in *failed (when given) the first bad
+ * sequence, SIZE_MAX when the fault is not a sequence's. */
 static dsattn_status batch_check(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs, size_t B,
                                  int l, const void *x, const void *out, size_t *failed)
 {
-    dsattn_status st = DSATTN_OK;
-    if (!ctx || !seqs || B == 0 || !x || !out) st = DSATTN_ERR_INVALID_ARG;
-    else if (seqs[0] && (l < 0 || l >= seqs[0]->m->cfg.n_layers)) st = DSATTN_ERR_INVALID_ARG;
-    else if (seqs[0] && !seqs[0]->m->has_weights) st = DSATTN_ERR_UNSUPPORTED;
-    if (st) {
-        if (failed) *failed = SIZE_MAX;
-        return st;
-    }
-    const dsattn_mla *m = seqs[0] ? seqs[0]->m : NULL;
-    for (size_t i = 0; i < B; i++) {
-        const dsattn_mla_seq *s = seqs[i];
-        int bad = !s || s->m != m || (size_t)s->pos + 1 > s->max_seq_len;
-        for (size_t j = 0; j < i && !bad; j++) bad = seqs[j] == s;
-        if (bad) {
-            if (failed) *failed = i;
-            return DSATTN_ERR_INVALID_ARG;
-        }
-    }
-    return DSATTN_OK;
+    size_t bad;
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, batch_seq_info, x, out, &bad);
+    if (!st && (l < 0 || l >= seqs[0]->m->cfg.n_layers)) st = DSATTN_ERR_INVALID_ARG;
+    if (st && failed) *failed = bad;
+    return st;
 }
 
 /* W_uv over B rows.  Fast mode with B >= 8: o = x . W_uv^T is a Linear
@@ -1900,13 +1897,9 @@ dsattn_status dsattn_mla_stack_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *co
     }
     float *xout = xin + B * dim;
     for (size_t l = 0; l < nl && !st; l++) {
-        for (size_t t = 0; t < B; t++)
-            dsattn_rmsnorm(h + t * dim, m->layer[l].attn_norm, dim, m->cfg.eps, xin + t * dim,
-                           DSATTN_OUT_BF16);
+        dsattn_batch_prenorm(h, m->layer[l].attn_norm, B, dim, m->cfg.eps, xin);
         if ((st = mla_batch_layer(ctx, seqs, B, (int)l, xin, xout, &bw))) break;
-        for (size_t i = 0; i < B * dim; i++) h[i] = h[i] + xout[i];
-        if (attn_in) memcpy(attn_in + l * B * dim, xin, B * dim * sizeof(float));
-        if (attn_out) memcpy(attn_out + l * B * dim, xout, B * dim * sizeof(float));
+        dsattn_batch_residual(h, xin, xout, B, dim, l, attn_in, attn_out);
     }
     batch_ws_end(&bw);
     for (size_t t = 0; t < B && !st; t++) st = dsattn_mla_seq_advance(seqs[t], 1);

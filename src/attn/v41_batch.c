@@ -27,6 +27,7 @@
  */
 #include "v41.h"
 
+#include "batch_common.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -39,30 +40,15 @@ static void set_failed(size_t *failed, size_t i)
     *failed = i;
 }
 
-/* The sequence-level checks of a batched step: arguments, one model and
- * one index_k mode, distinct sequences, room for one more token, weights
- * loaded.  *failed: the first bad sequence, SIZE_MAX when the error is
- * not one sequence's. */
-static dsattn_status check_seqs(const dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t B,
-                                const void *x, const void *out, size_t *failed)
+/* The sequence-level checks (batch_common.c) see one model and one
+ * index_k mode. */
+static int seq_info(const void *seqs, size_t i, dsattn_batch_seq_info *info)
 {
-    set_failed(failed, SIZE_MAX);
-    if (!ctx || !seqs || !x || !out || B == 0) return DSATTN_ERR_INVALID_ARG;
-    for (size_t i = 0; i < B; i++) {
-        const dsattn_v41_seq *s = seqs[i];
-        set_failed(failed, i);
-        if (!s || s->m != seqs[0]->m || s->index_k_mode != seqs[0]->index_k_mode)
-            return DSATTN_ERR_INVALID_ARG;
-        if (s->pos < 0 || (size_t)s->pos >= s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
-        for (size_t j = 0; j < i; j++)
-            if (seqs[j] == s) return DSATTN_ERR_INVALID_ARG;
-    }
-    set_failed(failed, SIZE_MAX);
-    size_t n;
-    if (!dsattn_mul_size(B, (size_t)seqs[0]->m->cfg.dim, &n) || n > SIZE_MAX / sizeof(float))
-        return DSATTN_ERR_OVERFLOW;
-    if (!seqs[0]->m->layer[0].wq_a.data) return DSATTN_ERR_UNSUPPORTED;   /* config only */
-    return DSATTN_OK;
+    const dsattn_v41_seq *s = ((dsattn_v41_seq *const *)seqs)[i];
+    if (!s) return 0;
+    *info = (dsattn_batch_seq_info){ s, s->m, (int)s->index_k_mode, s->pos, s->max_seq_len,
+                                     (size_t)s->m->cfg.dim, s->m->layer[0].wq_a.data != NULL };
+    return 1;
 }
 
 /* New compressed entries this token completes in a KV source of ratio m. */
@@ -111,14 +97,6 @@ typedef struct {
     size_t hg, hper, att_ws, per_thr;
 } bplan;
 
-static int take(size_t *at, size_t *off, size_t a, size_t b)
-{
-    size_t n;
-    if (!dsattn_mul_size(a, b, &n) || !dsattn_add_size(n, 15, &n)) return 0;
-    *off = *at;
-    return dsattn_add_size(*at, n / 16 * 16, at);
-}
-
 /* 0 on size overflow.  The stand-in stack's rows are always included, so
  * that after a step of B sequences neither call grows the scratch for B
  * or fewer. */
@@ -134,17 +112,15 @@ static int plan_batch(const dsattn_v41_config *c, size_t B, int nthr, bplan *p)
     p->hper = (H + p->hg - 1) / p->hg;
     p->att_ws = dsattn_sparse_attn_scratch(p->hper, D);
     p->per_thr = p->att_ws + (size_t)c->window_size + (size_t)c->index_topk + 16;
-    size_t at = 0, swab_f = (dsattn_v41_swa_bytes(c) + 3) / 4;
-    int ok = take(&at, &p->pos, B, 2) && take(&at, &p->qr, B, QL) && take(&at, &p->q, B, H * D) &&
-             take(&at, &p->kvw, B, D) && take(&at, &p->o, B, H * D) &&
-             take(&at, &p->oa, B, G * R) && take(&at, &p->lat, B, D) &&
-             take(&at, &p->aqs, B, maxk) && take(&at, &p->ckz, B, 2 * D) &&
-             take(&at, &p->kk, B, Di) && take(&at, &p->qi, B, Hi * Di) &&
-             take(&at, &p->wts, B, Hi) && take(&at, &p->nnew, B, 4) &&
-             take(&at, &p->thr, T, p->per_thr) && take(&at, &p->wrow, B, swab_f) &&
-             take(&at, &p->xin, B, 2 * dim);
-    p->end = at;
-    return ok && at <= SIZE_MAX / sizeof(float) - 64;
+    const size_t swab_f = (dsattn_v41_swa_bytes(c) + 3) / 4;
+    const dsattn_batch_buf bufs[] = {
+        { &p->pos, B, 2 },   { &p->qr, B, QL },     { &p->q, B, H * D },   { &p->kvw, B, D },
+        { &p->o, B, H * D }, { &p->oa, B, G * R },  { &p->lat, B, D },     { &p->aqs, B, maxk },
+        { &p->ckz, B, 2 * D }, { &p->kk, B, Di },   { &p->qi, B, Hi * Di }, { &p->wts, B, Hi },
+        { &p->nnew, B, 4 },  { &p->thr, T, p->per_thr }, { &p->wrow, B, swab_f },
+        { &p->xin, B, 2 * dim },
+    };
+    return dsattn_batch_layout(bufs, DSATTN_ARRAY_LEN(bufs), &p->end);
 }
 
 static float *batch_scratch(dsattn_ctx *ctx, const bplan *p)
@@ -322,7 +298,7 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
 static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t n_seqs,
                                 int layer, const float *x, float *out, size_t *failed)
 {
-    dsattn_status st = check_seqs(ctx, seqs, n_seqs, x, out, failed);
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, n_seqs, seq_info, x, out, failed);
     if (st) return st;
     const dsattn_v41 *m = seqs[0]->m;
     if (layer < 0 || layer >= m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
@@ -337,7 +313,7 @@ static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, si
 static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t n_seqs,
                                  float *h, float *attn_in, float *attn_out, size_t *failed)
 {
-    dsattn_status st = check_seqs(ctx, seqs, n_seqs, h, h, failed);
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, n_seqs, seq_info, h, h, failed);
     if (st) return st;
     const dsattn_v41 *m = seqs[0]->m;
     const dsattn_v41_config *c = &m->cfg;
@@ -352,13 +328,9 @@ static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     float *xin = base + bp.xin, *xout = xin + B * dim;
     for (int l = 0; l < c->n_layers; l++) {
         if ((st = check_layer(seqs, B, l, failed))) return st;
-        for (size_t i = 0; i < B; i++)
-            dsattn_rmsnorm(h + i * dim, m->layer[l].attn_norm, dim, c->norm_eps, xin + i * dim,
-                           DSATTN_OUT_BF16);
+        dsattn_batch_prenorm(h, m->layer[l].attn_norm, B, dim, c->norm_eps, xin);
         if ((st = batch_layer(ctx, seqs, B, l, xin, xout, base, &bp))) return st;
-        for (size_t i = 0; i < B * dim; i++) h[i] = h[i] + xout[i];
-        if (attn_in) memcpy(attn_in + (size_t)l * B * dim, xin, B * dim * sizeof(float));
-        if (attn_out) memcpy(attn_out + (size_t)l * B * dim, xout, B * dim * sizeof(float));
+        dsattn_batch_residual(h, xin, xout, B, dim, (size_t)l, attn_in, attn_out);
     }
     for (size_t i = 0; i < B; i++) seqs[i]->pos += 1;
     return DSATTN_OK;

@@ -19,30 +19,19 @@
  */
 #include "v4.h"
 
+#include "batch_common.h"
 #include "numfmt.h"
 
 #include <math.h>
 #include <string.h>
 
-static dsattn_status check_seqs(const dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B,
-                                const void *x, const void *out, size_t *failed)
+static int seq_info(const void *seqs, size_t i, dsattn_batch_seq_info *info)
 {
-    *failed = SIZE_MAX;
-    if (!ctx || !seqs || !x || !out || B == 0) return DSATTN_ERR_INVALID_ARG;
-    for (size_t i = 0; i < B; i++) {
-        const dsattn_v4_seq *s = seqs[i];
-        *failed = i;
-        if (!s || s->m != seqs[0]->m) return DSATTN_ERR_INVALID_ARG;
-        if (s->pos < 0 || (size_t)s->pos >= s->max_seq_len) return DSATTN_ERR_INVALID_ARG;
-        for (size_t j = 0; j < i; j++)
-            if (seqs[j] == s) return DSATTN_ERR_INVALID_ARG;
-    }
-    *failed = SIZE_MAX;
-    size_t n;
-    if (!dsattn_mul_size(B, (size_t)seqs[0]->m->cfg.dim, &n) || n > SIZE_MAX / sizeof(float))
-        return DSATTN_ERR_OVERFLOW;
-    if (!seqs[0]->m->has_weights) return DSATTN_ERR_UNSUPPORTED;   /* config only */
-    return DSATTN_OK;
+    const dsattn_v4_seq *s = ((dsattn_v4_seq *const *)seqs)[i];
+    if (!s) return 0;
+    *info = (dsattn_batch_seq_info){ s, s->m, 0, s->pos, s->max_seq_len, (size_t)s->m->cfg.dim,
+                                     s->m->has_weights };
+    return 1;
 }
 
 /* ==== Scratch =========================================================== */
@@ -51,14 +40,6 @@ typedef struct {
     size_t pos, qr, q, kvw, o, oa, aqs, ckv, cz, ikv, iz, qi, wts, crow, thr, wrow, xin, end;
     size_t cwmax, hg, hper, att_ws, per_thr;
 } bplan;
-
-static int take(size_t *at, size_t *off, size_t a, size_t b)
-{
-    size_t n;
-    if (!dsattn_mul_size(a, b, &n) || !dsattn_add_size(n, 15, &n)) return 0;
-    *off = *at;
-    return dsattn_add_size(*at, n / 16 * 16, at);
-}
 
 /* cwmax: the widest compressed index row any of the sequences can reach
  * (HCA: every entry up to capacity), so that the plan depends on the
@@ -89,17 +70,15 @@ static int plan_batch(const dsattn_v4 *m, size_t B, size_t cap, int nthr, bplan 
     p->hper = (H + p->hg - 1) / p->hg;
     p->att_ws = dsattn_sparse_attn_scratch(p->hper, D);
     p->per_thr = p->att_ws + (size_t)c->window_size + p->cwmax + 16;
-    size_t at = 0, kvb_f = (dsattn_v4_kv_bytes(c) + 3) / 4;
-    int ok = take(&at, &p->pos, B, 2) && take(&at, &p->qr, B, QL) && take(&at, &p->q, B, H * D) &&
-             take(&at, &p->kvw, B, D) && take(&at, &p->o, B, H * D) &&
-             take(&at, &p->oa, B, G * R) && take(&at, &p->aqs, B, maxk) &&
-             take(&at, &p->ckv, B, cmain) && take(&at, &p->cz, B, cmain) &&
-             take(&at, &p->ikv, B, cidx) && take(&at, &p->iz, B, cidx) &&
-             take(&at, &p->qi, B, Hi * Di) && take(&at, &p->wts, B, Hi) &&
-             take(&at, &p->crow, B, p->cwmax + 1) && take(&at, &p->thr, T, p->per_thr) &&
-             take(&at, &p->wrow, B, kvb_f) && take(&at, &p->xin, B, 2 * dim);
-    p->end = at;
-    return ok && at <= SIZE_MAX / sizeof(float) - 64;
+    const size_t kvb_f = (dsattn_v4_kv_bytes(c) + 3) / 4;
+    const dsattn_batch_buf bufs[] = {
+        { &p->pos, B, 2 },     { &p->qr, B, QL },     { &p->q, B, H * D },  { &p->kvw, B, D },
+        { &p->o, B, H * D },   { &p->oa, B, G * R },  { &p->aqs, B, maxk }, { &p->ckv, B, cmain },
+        { &p->cz, B, cmain },  { &p->ikv, B, cidx },  { &p->iz, B, cidx },  { &p->qi, B, Hi * Di },
+        { &p->wts, B, Hi },    { &p->crow, B, p->cwmax + 1 }, { &p->thr, T, p->per_thr },
+        { &p->wrow, B, kvb_f }, { &p->xin, B, 2 * dim },
+    };
+    return dsattn_batch_layout(bufs, DSATTN_ARRAY_LEN(bufs), &p->end);
 }
 
 static size_t max_cap(dsattn_v4_seq *const *seqs, size_t B)
@@ -259,7 +238,7 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, si
 static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B, int layer,
                                 const float *x, float *out, size_t *failed)
 {
-    dsattn_status st = check_seqs(ctx, seqs, B, x, out, failed);
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, x, out, failed);
     if (st) return st;
     const dsattn_v4 *m = seqs[0]->m;
     if (layer < 0 || layer >= m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
@@ -273,7 +252,7 @@ static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, siz
 static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B, float *h,
                                  float *attn_in, float *attn_out, size_t *failed)
 {
-    dsattn_status st = check_seqs(ctx, seqs, B, h, h, failed);
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, h, h, failed);
     if (st) return st;
     const dsattn_v4 *m = seqs[0]->m;
     const dsattn_v4_config *c = &m->cfg;
@@ -284,13 +263,9 @@ static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, si
     if (!base) return DSATTN_ERR_NOMEM;
     float *xin = base + bp.xin, *xout = xin + B * dim;
     for (int l = 0; l < c->n_layers; l++) {
-        for (size_t i = 0; i < B; i++)
-            dsattn_rmsnorm(h + i * dim, m->layer[l].attn_norm, dim, c->norm_eps, xin + i * dim,
-                           DSATTN_OUT_BF16);
+        dsattn_batch_prenorm(h, m->layer[l].attn_norm, B, dim, c->norm_eps, xin);
         if ((st = batch_layer(ctx, seqs, B, l, xin, xout, base, &bp))) return st;
-        for (size_t i = 0; i < B * dim; i++) h[i] = h[i] + xout[i];
-        if (attn_in) memcpy(attn_in + (size_t)l * B * dim, xin, B * dim * sizeof(float));
-        if (attn_out) memcpy(attn_out + (size_t)l * B * dim, xout, B * dim * sizeof(float));
+        dsattn_batch_residual(h, xin, xout, B, dim, (size_t)l, attn_in, attn_out);
     }
     for (size_t i = 0; i < B; i++) seqs[i]->pos += 1;
     return DSATTN_OK;

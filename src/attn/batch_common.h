@@ -1,0 +1,59 @@
+/* batch_common.h - what the batched decode steps of every generation with
+ * one (MLA in mla_forward.c, V4 in v4_batch.c, V4.1 in v41_batch.c) share:
+ * the sequence-level checks made before anything is written, the offsets
+ * of their B-row scratch, and the stand-in stack's pre-norm and residual
+ * over B rows.
+ */
+#ifndef DSATTN_BATCH_COMMON_H
+#define DSATTN_BATCH_COMMON_H
+
+#include "dsattn.h"
+#include "internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What the checks read of one sequence of a batch. */
+typedef struct {
+    const void *seq;          /* the handle (a batch holds each once)       */
+    const void *model;        /* every sequence must share the first one's  */
+    int         variant;      /* ... and this (V4.1: the index_k mode)      */
+    int64_t     pos;          /* tokens consumed so far                     */
+    size_t      max_seq_len;
+    size_t      dim;          /* the model's: floats per row of x and out   */
+    int         has_weights;  /* 0: a config-only model                     */
+} dsattn_batch_seq_info;
+
+/* Sequence i of the generation's array `seqs`: fills *info, 0 if it is NULL. */
+typedef int (*dsattn_batch_info_fn)(const void *seqs, size_t i, dsattn_batch_seq_info *info);
+
+/* Arguments, one model (and variant), distinct sequences, room for one
+ * more token, B rows of dim floats addressable, weights loaded.  *failed:
+ * the first bad sequence, SIZE_MAX when the error is not one sequence's
+ * (written on every path). */
+dsattn_status dsattn_batch_check_seqs(const dsattn_ctx *ctx, const void *seqs, size_t B,
+                                      dsattn_batch_info_fn info, const void *x,
+                                      const void *out, size_t *failed);
+
+/* One buffer of a B-row scratch: a x b floats, its offset written to *off. */
+typedef struct {
+    size_t *off;
+    size_t  a, b;
+} dsattn_batch_buf;
+
+/* Lays the buffers out one after the other, each 16-float aligned; *end:
+ * the floats they take.  0 on size overflow (or more than
+ * SIZE_MAX / sizeof(float) - 64 floats, the room a caller's alignment
+ * needs). */
+int dsattn_batch_layout(const dsattn_batch_buf *bufs, size_t n, size_t *end);
+
+/* The stand-in stack around one layer over B rows of dim: xin = RMSNorm(h)
+ * with the layer's attn_norm (bf16-rounded, as the one-sequence stack),
+ * then h += xout, the layer's rows kept at layer l of attn_in / attn_out
+ * ([n_layers, B, dim]) when given. */
+void dsattn_batch_prenorm(const float *h, const float *attn_norm, size_t B, size_t dim,
+                          float eps, float *xin);
+void dsattn_batch_residual(float *h, const float *xin, const float *xout, size_t B, size_t dim,
+                           size_t l, float *attn_in, float *attn_out);
+
+#endif /* DSATTN_BATCH_COMMON_H */
