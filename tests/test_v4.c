@@ -718,7 +718,21 @@ DSATTN_TEST(v4, bad_configs_are_errors)
         unlink(cfg);
         free(cfg);
     }
-    /* FP8 at dims the 128 activation block does not divide */
+    /* the limits V4 shares with V4.1 (csa_config.c); the first of a
+     * repeated key is the one read */
+    {
+        char good[2048], bad[2100], e2[512] = "";
+        snprintf(good, sizeof good, base, "deepseek_v4", 80, 32, "[4, 16, 0]", "");
+        snprintf(bad, sizeof bad, "{\"n_heads\": 1024, %s", good + 1);
+        char *cfg = write_cfg(bad);
+        dsattn_v4 *m = NULL;
+        dsattn_status st = cfg ? dsattn_v4_load_config(&m, cfg, e2, sizeof e2) : DSATTN_ERR_IO;
+        CHECK_MSG(st == DSATTN_ERR_FORMAT && strstr(e2, "n_heads 1024 must be positive and at most 512"),
+                  "%d: %s", (int)st, e2);
+        CHECK(m == NULL);
+        if (cfg) unlink(cfg);
+        free(cfg);
+    }
     char err[512] = "";
     dsattn_v4 *m = NULL;
     CHECK(dsattn_v4_create_random(&m, dsattn_test_data(GCASE "/config.json"), 1, 1, err,

@@ -519,6 +519,14 @@ DSATTN_TEST(v41, bad_configs_are_errors_not_defaults)
     bad_cfg("{" TINY_KEYS ", \"compress_ratios\": [0,2,2,2], \"kv_source_layers\": [9],"
             " \"index_source_layers\": [1]}", DSATTN_ERR_FORMAT, "outside layers");
     bad_cfg("not json", DSATTN_ERR_FORMAT, "");
+    /* the limits V4.1 shares with V4 (csa_config.c); the first of a
+     * repeated key is the one read */
+    bad_cfg("{\"n_heads\": 1024, " TINY_KEYS ", \"compress_ratios\": [0,2,2,2],"
+            " \"kv_source_layers\": [1], \"index_source_layers\": [1]}", DSATTN_ERR_FORMAT,
+            "n_heads 1024 must be positive and at most 512");
+    bad_cfg("{\"index_n_heads\": 512, " TINY_KEYS ", \"compress_ratios\": [0,2,2,2],"
+            " \"kv_source_layers\": [1], \"index_source_layers\": [1]}", DSATTN_ERR_FORMAT,
+            "index_n_heads 512 must be positive and at most 256");
 }
 
 /* ==== Checkpoints written by make-weights =============================== */
