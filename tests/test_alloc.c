@@ -15,8 +15,9 @@
  * mode, on contexts of 2 threads and of 1 (libgomp allocates a team for a
  * parallel region run on one thread, so every region of a decode step is
  * skipped on one thread); every step after the first must allocate nothing.
- * The batched MLA decode is checked the same way over batches of up to 9
- * sequences (2 threads).
+ * The batched decode of MLA, V4 and V4.1 is checked the same way over
+ * batches of up to 9 sequences.  One table of entry points a generation
+ * (`gen`) drives every case.
  */
 #include "harness.h"
 
@@ -95,39 +96,121 @@ static int counting_or_skip(void)
 /* ==== One generation behind a common face =============================== */
 
 typedef struct {
-    const char *name;
-    void *seq;
-    int n_layers;
-    size_t dim;
+    const char *name;                 /* in messages                            */
+    int n_variants, n_batch_variants; /* one-sequence / batched variants        */
+    /* sequence k of a pool (0 for one sequence) of the given variant */
+    dsattn_status (*create)(void **seq, const void *m, size_t cap, int variant, int k);
+    int (*n_layers)(const void *m);
+    int (*dim)(const void *m);
     dsattn_status (*fwd)(dsattn_ctx *, void *, int, const float *, size_t, float *);
     dsattn_status (*adv)(void *, size_t);
-    dsattn_status (*stack)(dsattn_ctx *, void *, float *, size_t, float *, float *);
-    void (*destroy)(void *);
+    dsattn_status (*stack)(dsattn_ctx *, void *, float *, size_t);          /* NULL: none */
+    dsattn_status (*bfwd)(dsattn_ctx *, void *const *, size_t, int, const float *, float *);
+    dsattn_status (*bstack)(dsattn_ctx *, void *const *, size_t, float *);
+    void (*destroy)(void *seq);
+    dsattn_status (*load)(void **m, const char *cfg, const char *w, char *err, size_t errlen);
+    void (*free_model)(void *m);
 } gen;
 
-#define ADAPT(G, SEQ)                                                                       \
+enum { BPOOL = 9 };
+
+#define ADAPT(G, SEQ, MODEL)                                                                \
+    static int G##_n_layers(const void *m) { return dsattn_##G##_n_layers((const MODEL *)m); } \
+    static int G##_dim(const void *m) { return dsattn_##G##_dim((const MODEL *)m); }       \
     static dsattn_status G##_fwd(dsattn_ctx *c, void *s, int l, const float *x, size_t n, \
                                  float *o)                                                 \
     {                                                                                      \
         return dsattn_##G##_attn_forward(c, (SEQ *)s, l, x, n, o);                         \
     }                                                                                      \
     static dsattn_status G##_adv(void *s, size_t n) { return dsattn_##G##_seq_advance((SEQ *)s, n); } \
-    static void G##_destroy(void *s) { dsattn_##G##_seq_destroy((SEQ *)s); }
+    static void G##_destroy(void *s) { dsattn_##G##_seq_destroy((SEQ *)s); }              \
+    static void G##_free_model(void *m) { dsattn_##G##_destroy((MODEL *)m); }
 
-ADAPT(mha, dsattn_mha_seq)
-ADAPT(mla, dsattn_mla_seq)
-ADAPT(v4, dsattn_v4_seq)
-ADAPT(v41, dsattn_v41_seq)
-
-#define ADAPT_STACK(G, SEQ)                                                                 \
-    static dsattn_status G##_stack(dsattn_ctx *c, void *s, float *h, size_t n, float *a,   \
-                                   float *b)                                               \
+/* the stand-in stack, the batched steps and loading a golden case */
+#define ADAPT_STACK(G, SEQ, MODEL)                                                          \
+    static dsattn_status G##_stack(dsattn_ctx *c, void *s, float *h, size_t n)            \
     {                                                                                      \
-        return dsattn_##G##_stack_forward(c, (SEQ *)s, h, n, a, b);                        \
+        return dsattn_##G##_stack_forward(c, (SEQ *)s, h, n, NULL, NULL);                  \
+    }                                                                                      \
+    static dsattn_status G##_bfwd(dsattn_ctx *c, void *const *s, size_t n, int l,         \
+                                  const float *x, float *o)                                \
+    {                                                                                      \
+        SEQ *t[BPOOL];                                                                     \
+        for (size_t i = 0; i < n; i++) t[i] = (SEQ *)s[i];                                 \
+        return dsattn_##G##_attn_forward_batch(c, t, n, l, x, o, NULL);                    \
+    }                                                                                      \
+    static dsattn_status G##_bstack(dsattn_ctx *c, void *const *s, size_t n, float *h)     \
+    {                                                                                      \
+        SEQ *t[BPOOL];                                                                     \
+        for (size_t i = 0; i < n; i++) t[i] = (SEQ *)s[i];                                 \
+        return dsattn_##G##_stack_forward_batch(c, t, n, h, NULL, NULL, NULL);             \
+    }                                                                                      \
+    static dsattn_status G##_load(void **m, const char *cfg, const char *w, char *err,    \
+                                  size_t errlen)                                           \
+    {                                                                                      \
+        MODEL *t = NULL;                                                                   \
+        dsattn_status st = dsattn_##G##_load(&t, cfg, w, err, errlen);                     \
+        *m = t;                                                                            \
+        return st;                                                                         \
     }
-ADAPT_STACK(mla, dsattn_mla_seq)
-ADAPT_STACK(v4, dsattn_v4_seq)
-ADAPT_STACK(v41, dsattn_v41_seq)
+
+ADAPT(mha, dsattn_mha_seq, dsattn_mha)
+ADAPT(mla, dsattn_mla_seq, dsattn_mla)
+ADAPT(v4, dsattn_v4_seq, dsattn_v4)
+ADAPT(v41, dsattn_v41_seq, dsattn_v41)
+ADAPT_STACK(mla, dsattn_mla_seq, dsattn_mla)
+ADAPT_STACK(v4, dsattn_v4_seq, dsattn_v4)
+ADAPT_STACK(v41, dsattn_v41_seq, dsattn_v41)
+
+/* Each generation's sequence options: MHA none; MLA the cache format
+ * (a pool mixes naive into latent bf16); V4 the all-invalid-row rule (a
+ * pool mixes both); V4.1 the index_k mode (one per batch). */
+static dsattn_status mha_create(void **s, const void *m, size_t cap, int v, int k)
+{
+    dsattn_mha_seq *t = NULL;
+    dsattn_status st = dsattn_mha_seq_create(&t, m, cap);
+    *s = t;
+    return st;
+}
+
+static dsattn_status mla_create(void **s, const void *m, size_t cap, int v, int k)
+{
+    dsattn_mla_seq *t = NULL;
+    dsattn_status st = dsattn_mla_seq_create(&t, m, cap, v || k % 3 == 2
+                                                             ? DSATTN_MLA_CACHE_NAIVE
+                                                             : DSATTN_MLA_CACHE_LATENT_BF16);
+    *s = t;
+    return st;
+}
+
+static dsattn_status v4_create(void **s, const void *m, size_t cap, int v, int k)
+{
+    dsattn_v4_seq *t = NULL;
+    dsattn_status st = dsattn_v4_seq_create(&t, m, cap, (v + k) & 1 ? DSATTN_V4_EMPTY_ZERO
+                                                                    : DSATTN_V4_EMPTY_REFERENCE);
+    *s = t;
+    return st;
+}
+
+static dsattn_status v41_create(void **s, const void *m, size_t cap, int v, int k)
+{
+    dsattn_v41_seq *t = NULL;
+    dsattn_status st = dsattn_v41_seq_create(&t, m, cap, v ? DSATTN_V41_INDEX_K_REFERENCE
+                                                           : DSATTN_V41_INDEX_K_OWNER);
+    *s = t;
+    return st;
+}
+
+static const gen MHA = { "MHA/GQA", 1, 0, mha_create, mha_n_layers, mha_dim, mha_fwd, mha_adv,
+                         NULL, NULL, NULL, mha_destroy, NULL, mha_free_model };
+static const gen MLA = { "MLA", 2, 1, mla_create, mla_n_layers, mla_dim, mla_fwd, mla_adv,
+                         mla_stack, mla_bfwd, mla_bstack, mla_destroy, mla_load,
+                         mla_free_model };
+static const gen V4 = { "V4 CSA/HCA", 1, 1, v4_create, v4_n_layers, v4_dim, v4_fwd, v4_adv,
+                        v4_stack, v4_bfwd, v4_bstack, v4_destroy, v4_load, v4_free_model };
+static const gen V41 = { "V4.1 CSA2", 2, 2, v41_create, v41_n_layers, v41_dim, v41_fwd,
+                         v41_adv, v41_stack, v41_bfwd, v41_bstack, v41_destroy, v41_load,
+                         v41_free_model };
 
 static float *rand_x(size_t n, uint64_t seed)
 {
@@ -144,7 +227,9 @@ static float *rand_x(size_t n, uint64_t seed)
     return x;
 }
 
-enum { PREFILL = 8 };
+enum { PREFILL = 8, CAP = PREFILL + 24 + 1 };
+
+static const dsattn_mode modes[2] = { DSATTN_MODE_FAST, DSATTN_MODE_REFERENCE };
 
 /* config.json and weights.safetensors of a golden case folder */
 static void case_paths(const char *dir, char cfg[512], char w[512])
@@ -155,34 +240,44 @@ static void case_paths(const char *dir, char cfg[512], char w[512])
     snprintf(w, 512, "%.400s/weights.safetensors", d);
 }
 
+static void *load_case(const gen *g, const char *dir)
+{
+    char err[256] = "", cfg[512], w[512];
+    case_paths(dir, cfg, w);
+    void *m = NULL;
+    dsattn_status st = g->load(&m, cfg, w, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "load %s: %s", dir, err);
+    return st ? NULL : m;
+}
+
+/* ==== One sequence ====================================================== */
+
 /* Prefill PREFILL tokens, then `steps` decode steps (attn_forward of every
  * layer + advance, or stack_forward when use_stack).  Returns the largest
  * per-step count of libc and dsattn_alloc allocations over steps 2..steps;
  * *first gets step 1's libc count. */
-static void run_steps(dsattn_ctx *ctx, const gen *g, int steps, int use_stack,
-                      unsigned long long *worst_libc, unsigned long long *worst_ds,
-                      unsigned long long *first, unsigned long long *total_after_first)
+static void run_steps(dsattn_ctx *ctx, const gen *g, const void *m, void *seq, int steps,
+                      int use_stack, unsigned long long *worst_libc,
+                      unsigned long long *worst_ds, unsigned long long *first,
+                      unsigned long long *total_after_first)
 {
-    const size_t D = g->dim;
+    const size_t D = (size_t)g->dim(m);
+    const int nl = g->n_layers(m);
     float *x = rand_x((PREFILL + (size_t)steps) * D, 99);
     float *out = malloc(PREFILL * D * sizeof *out);
     *worst_libc = *worst_ds = *first = *total_after_first = 0;
-    if (use_stack) {
-        CHECK_OK(g->stack(ctx, g->seq, x, PREFILL, NULL, NULL));
-    } else {
-        for (int l = 0; l < g->n_layers; l++) CHECK_OK(g->fwd(ctx, g->seq, l, x, PREFILL, out));
-        CHECK_OK(g->adv(g->seq, PREFILL));
-    }
-    for (int t = 0; t < steps; t++) {
-        float *xt = x + (PREFILL + (size_t)t) * D;
+    for (int t = -1; t < steps; t++) {             /* -1: the prefill */
+        const size_t n = t < 0 ? PREFILL : 1;
+        float *xt = t < 0 ? x : x + (PREFILL + (size_t)t) * D;
         const unsigned long long c0 = libc_count(), d0 = dsattn_alloc_count();
         if (use_stack) {
-            CHECK_OK(g->stack(ctx, g->seq, xt, 1, NULL, NULL));
+            CHECK_OK(g->stack(ctx, seq, xt, n));
         } else {
-            for (int l = 0; l < g->n_layers; l++) CHECK_OK(g->fwd(ctx, g->seq, l, xt, 1, out));
-            CHECK_OK(g->adv(g->seq, 1));
+            for (int l = 0; l < nl; l++) CHECK_OK(g->fwd(ctx, seq, l, xt, n, out));
+            CHECK_OK(g->adv(seq, n));
         }
         const unsigned long long dc = libc_count() - c0, dd = dsattn_alloc_count() - d0;
+        if (t < 0) continue;
         if (t == 0) {
             *first = dc;
             continue;
@@ -195,10 +290,10 @@ static void run_steps(dsattn_ctx *ctx, const gen *g, int steps, int use_stack,
     free(out);
 }
 
-/* make(): a fresh sequence of capacity PREFILL + 24 + 1 in *g. */
-static void check_gen(const char *what, void (*make)(gen *g, int variant), int n_variants)
+/* Every variant, 8 and 24 steps, layer API and stack, both modes, 2
+ * threads and 1: a fresh sequence of capacity CAP each time. */
+static void check_gen(const char *what, const gen *g, const void *m)
 {
-    static const dsattn_mode modes[2] = { DSATTN_MODE_FAST, DSATTN_MODE_REFERENCE };
     static const int step_counts[2] = { 8, 24 };
     static const int thread_counts[2] = { 2, 1 };
     for (int ti = 0; ti < 2; ti++)
@@ -206,52 +301,43 @@ static void check_gen(const char *what, void (*make)(gen *g, int variant), int n
         const int nthr = thread_counts[ti];
         dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], nthr);
         if (!ctx) return;
-        for (int v = 0; v < n_variants; v++)
+        for (int v = 0; v < g->n_variants; v++)
             for (int si = 0; si < 2; si++)
-                for (int use_stack = 0; use_stack < 2; use_stack++) {
-                    gen g;
-                    memset(&g, 0, sizeof g);
-                    make(&g, v);
-                    if (!g.seq) { CHECK_MSG(0, "%s: no sequence", what); continue; }
-                    if (use_stack && !g.stack) { g.destroy(g.seq); continue; }
+                for (int use_stack = 0; use_stack < 1 + (g->stack != NULL); use_stack++) {
+                    void *seq = NULL;
+                    CHECK_OK(g->create(&seq, m, CAP, v, 0));
+                    if (!seq) { CHECK_MSG(0, "%s: no sequence", what); continue; }
                     unsigned long long wl, wd, first, tot;
-                    run_steps(ctx, &g, step_counts[si], use_stack, &wl, &wd, &first, &tot);
+                    run_steps(ctx, g, m, seq, step_counts[si], use_stack, &wl, &wd, &first,
+                              &tot);
                     if (!use_stack)
-                        printf("    %-22s %-9s %d thr %2d steps: step 1 %llu libc allocations,"
-                           " steps 2..%d %llu (%.2f per step; dsattn_alloc max %llu)\n",
-                               g.name, mi ? "reference" : "fast", nthr,
+                        printf("    %-22s variant %d %-9s %d thr %2d steps: step 1 %llu libc"
+                               " allocations, steps 2..%d %llu (%.2f per step; dsattn_alloc"
+                               " max %llu)\n", what, v, mi ? "reference" : "fast", nthr,
                                step_counts[si], first, step_counts[si], tot,
                                (double)tot / (step_counts[si] - 1), wd);
                     CHECK_MSG(wl == 0 && wd == 0,
-                              "%s (%s, %s mode, %d thread(s), %s, %d steps): up to %llu libc /"
-                              " %llu dsattn_alloc allocations in a decode step after the first",
-                              what, g.name, mi ? "reference" : "fast", nthr,
-                              use_stack ? "stack_forward" : "attn_forward", step_counts[si],
-                              wl, wd);
-                    g.destroy(g.seq);
+                              "%s (%s variant %d, %s mode, %d thread(s), %s, %d steps): up to"
+                              " %llu libc / %llu dsattn_alloc allocations in a decode step"
+                              " after the first", what, g->name, v, mi ? "reference" : "fast",
+                              nthr, use_stack ? "stack_forward" : "attn_forward",
+                              step_counts[si], wl, wd);
+                    g->destroy(seq);
                 }
         dsattn_ctx_destroy(ctx);
     }
 }
 
-enum { CAP = PREFILL + 24 + 1 };
-
-/* ---- MHA / GQA: a small Llama config written to /tmp */
-static dsattn_mha *mha_model[2];
-
-static void make_mha(gen *g, int v)
+static void decode_case(const gen *g, const char *dir)
 {
-    dsattn_mha_seq *s = NULL;
-    CHECK_OK(dsattn_mha_seq_create(&s, mha_model[v], CAP));
-    g->name = v ? "GQA (kv 2)" : "MHA";
-    g->seq = s;
-    g->n_layers = dsattn_mha_n_layers(mha_model[v]);
-    g->dim = (size_t)dsattn_mha_dim(mha_model[v]);
-    g->fwd = mha_fwd;
-    g->adv = mha_adv;
-    g->destroy = mha_destroy;
+    if (!counting_or_skip()) return;
+    void *m = load_case(g, dir);
+    if (!m) return;
+    check_gen(dir, g, m);
+    g->free_model(m);
 }
 
+/* ---- MHA / GQA: a small Llama config written to /tmp */
 DSATTN_TEST(alloc, mha_gqa_decode_allocates_nothing)
 {
     if (!counting_or_skip()) return;
@@ -269,260 +355,54 @@ DSATTN_TEST(alloc, mha_gqa_decode_allocates_nothing)
         if (!f) return;
         fputs(j, f);
         fclose(f);
-        CHECK_OK(dsattn_mha_create_random(&mha_model[v], path, 5 + (uint64_t)v, err, sizeof err));
+        dsattn_mha *m = NULL;
+        CHECK_OK(dsattn_mha_create_random(&m, path, 5 + (uint64_t)v, err, sizeof err));
         remove(path);
-        if (!mha_model[v]) return;
+        if (!m) return;
+        check_gen(v ? "GQA (kv 2)" : "MHA", &MHA, m);
+        dsattn_mha_destroy(m);
     }
-    check_gen("MHA/GQA", make_mha, 2);
-    for (int v = 0; v < 2; v++) dsattn_mha_destroy(mha_model[v]);
 }
 
-/* ---- MLA (V3) and MLA + DSA (V3.2): the golden cases' weights */
-static dsattn_mla *mla_model;
-
-static void make_mla(gen *g, int v)
-{
-    static const dsattn_mla_cache fmts[2] = { DSATTN_MLA_CACHE_LATENT_BF16, DSATTN_MLA_CACHE_NAIVE };
-    static const char *const names[2][2] = { { "V3 latent bf16", "V3 naive" },
-                                              { "V3.2 latent bf16", "V3.2 naive" } };
-    dsattn_mla_seq *s = NULL;
-    CHECK_OK(dsattn_mla_seq_create(&s, mla_model, CAP, fmts[v]));
-    g->name = names[dsattn_mla_is_dsa(mla_model)][v];
-    g->seq = s;
-    g->n_layers = dsattn_mla_n_layers(mla_model);
-    g->dim = (size_t)dsattn_mla_dim(mla_model);
-    g->fwd = mla_fwd;
-    g->adv = mla_adv;
-    g->stack = mla_stack;
-    g->destroy = mla_destroy;
-}
-
-static void mla_case(const char *dir)
-{
-    char err[256] = "", cfg[512], w[512];
-    case_paths(dir, cfg, w);
-    dsattn_status st = dsattn_mla_load(&mla_model, cfg, w, err, sizeof err);
-    CHECK_MSG(st == DSATTN_OK, "load %s: %s", dir, err);
-    if (st) return;
-    check_gen(dir, make_mla, 2);
-    dsattn_mla_destroy(mla_model);
-}
-
-DSATTN_TEST(alloc, v3_mla_decode_allocates_nothing) { if (counting_or_skip()) mla_case("golden/v3/tiny-seed0"); }
-DSATTN_TEST(alloc, v32_dsa_decode_allocates_nothing) { if (counting_or_skip()) mla_case("golden/v32/tiny-seed0"); }
-
-/* ---- MLA batched decode (dsattn_mla_attn_forward_batch / stack_forward_batch):
- * 9 sequences of mixed depths and cache formats, a first step of all 9,
- * then steps over random subsets in random orders (B <= 9, layers or the
- * stack): every step after the first allocates nothing, on a context of 2
- * threads in both modes. */
-static void mla_batch_case(const char *dir)
-{
-    enum { NB = 9, BSTEPS = 12 };
-    char err[256] = "", cfg[512], w[512];
-    case_paths(dir, cfg, w);
-    dsattn_mla *m = NULL;
-    dsattn_status st = dsattn_mla_load(&m, cfg, w, err, sizeof err);
-    CHECK_MSG(st == DSATTN_OK, "load %s: %s", dir, err);
-    if (st) return;
-    const size_t D = (size_t)dsattn_mla_dim(m), L = (size_t)dsattn_mla_n_layers(m);
-    static const dsattn_mode modes[2] = { DSATTN_MODE_FAST, DSATTN_MODE_REFERENCE };
-    for (int mi = 0; mi < 2; mi++) {
-        dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], 2);
-        if (!ctx) break;
-        dsattn_mla_seq *pool[NB];
-        float *x = rand_x((PREFILL + L * NB) * D, 7 + (uint64_t)mi);
-        float *out = malloc(L * NB * D * sizeof *out);
-        dsattn_rng r = { 1234 };
-        for (int i = 0; i < NB; i++) {
-            CHECK_OK(dsattn_mla_seq_create(&pool[i], m, CAP + BSTEPS,
-                                           i % 3 == 2 ? DSATTN_MLA_CACHE_NAIVE
-                                                      : DSATTN_MLA_CACHE_LATENT_BF16));
-            const size_t d = (size_t)i % PREFILL;           /* depths 0..7 */
-            if (d == 0) continue;
-            for (size_t l = 0; l < L; l++) CHECK_OK(dsattn_mla_attn_forward(ctx, pool[i], (int)l, x, d, out));
-            CHECK_OK(dsattn_mla_seq_advance(pool[i], d));
-        }
-        unsigned long long worst_libc = 0, worst_ds = 0;
-        for (int step = 0; step < BSTEPS && !dsattn_test_failed(); step++) {
-            int perm[NB];
-            for (int i = 0; i < NB; i++) perm[i] = i;
-            for (int i = NB - 1; i > 0; i--) {
-                const int j = (int)(dsattn_rng_u64(&r) % (uint64_t)(i + 1)), t = perm[i];
-                perm[i] = perm[j];
-                perm[j] = t;
-            }
-            const size_t k = step == 0 ? NB : 1 + (size_t)(dsattn_rng_u64(&r) % NB);
-            dsattn_mla_seq *b[NB];
-            for (size_t i = 0; i < k; i++) b[i] = pool[perm[i]];
-            const unsigned long long c0 = libc_count(), d0 = dsattn_alloc_count();
-            if (step % 2) {
-                CHECK_OK(dsattn_mla_stack_forward_batch(ctx, b, k, x, NULL, NULL, NULL));
-            } else {
-                for (size_t l = 0; l < L; l++)
-                    CHECK_OK(dsattn_mla_attn_forward_batch(ctx, b, k, (int)l, x + l * k * D,
-                                                           out + l * k * D, NULL));
-                for (size_t i = 0; i < k; i++) CHECK_OK(dsattn_mla_seq_advance(b[i], 1));
-            }
-            const unsigned long long dc = libc_count() - c0, dd = dsattn_alloc_count() - d0;
-            if (step == 0) continue;
-            if (dc > worst_libc) worst_libc = dc;
-            if (dd > worst_ds) worst_ds = dd;
-        }
-        printf("    %-22s %-9s batched steps 2..%d: up to %llu libc / %llu dsattn_alloc"
-               " allocations per step\n", dir, mi ? "reference" : "fast", BSTEPS, worst_libc,
-               worst_ds);
-        CHECK_MSG(worst_libc == 0 && worst_ds == 0,
-                  "%s (%s mode): up to %llu libc / %llu dsattn_alloc allocations in a batched"
-                  " decode step after the first", dir, mi ? "reference" : "fast", worst_libc,
-                  worst_ds);
-        for (int i = 0; i < NB; i++) dsattn_mla_seq_destroy(pool[i]);
-        free(x);
-        free(out);
-        dsattn_ctx_destroy(ctx);
-    }
-    dsattn_mla_destroy(m);
-}
-
-DSATTN_TEST(alloc, v3_mla_batched_decode_allocates_nothing)
-{
-    if (counting_or_skip()) mla_batch_case("golden/v3/tiny-seed0");
-}
-DSATTN_TEST(alloc, v32_dsa_batched_decode_allocates_nothing)
-{
-    if (counting_or_skip()) mla_batch_case("golden/v32/tiny-seed0");
-}
-
-/* ---- CSA + HCA (V4) */
-static dsattn_v4 *v4_model;
-
-static void make_v4(gen *g, int v)
-{
-    dsattn_v4_seq *s = NULL;
-    CHECK_OK(dsattn_v4_seq_create(&s, v4_model, CAP,
-                                  v ? DSATTN_V4_EMPTY_ZERO : DSATTN_V4_EMPTY_REFERENCE));
-    g->name = "V4 CSA/HCA";
-    g->seq = s;
-    g->n_layers = dsattn_v4_n_layers(v4_model);
-    g->dim = (size_t)dsattn_v4_dim(v4_model);
-    g->fwd = v4_fwd;
-    g->adv = v4_adv;
-    g->stack = v4_stack;
-    g->destroy = v4_destroy;
-}
-
-DSATTN_TEST(alloc, v4_csa_hca_decode_allocates_nothing)
-{
-    if (!counting_or_skip()) return;
-    char err[256] = "", cfg[512], w[512];
-    case_paths("golden/v4/tiny-seed0", cfg, w);
-    dsattn_status st = dsattn_v4_load(&v4_model, cfg, w, err, sizeof err);
-    CHECK_MSG(st == DSATTN_OK, "load: %s", err);
-    if (st) return;
-    check_gen("V4", make_v4, 1);
-    dsattn_v4_destroy(v4_model);
-}
-
-/* ---- CSA2 (V4.1), bf16 and FP8 weights, both index_k modes */
-static dsattn_v41 *v41_model;
-
-static void make_v41(gen *g, int v)
-{
-    dsattn_v41_seq *s = NULL;
-    CHECK_OK(dsattn_v41_seq_create(&s, v41_model, CAP,
-                                   v ? DSATTN_V41_INDEX_K_REFERENCE : DSATTN_V41_INDEX_K_OWNER));
-    g->name = v ? "V4.1 index_k ref" : "V4.1 index_k owner";
-    g->seq = s;
-    g->n_layers = dsattn_v41_n_layers(v41_model);
-    g->dim = (size_t)dsattn_v41_dim(v41_model);
-    g->fwd = v41_fwd;
-    g->adv = v41_adv;
-    g->stack = v41_stack;
-    g->destroy = v41_destroy;
-}
-
-static void v41_case(const char *dir)
-{
-    char err[256] = "", cfg[512], w[512];
-    case_paths(dir, cfg, w);
-    dsattn_status st = dsattn_v41_load(&v41_model, cfg, w, err, sizeof err);
-    CHECK_MSG(st == DSATTN_OK, "load %s: %s", dir, err);
-    if (st) return;
-    check_gen(dir, make_v41, 2);
-    dsattn_v41_destroy(v41_model);
-}
-
+/* ---- MLA (V3) and MLA + DSA (V3.2), both cache formats; V4; V4.1 with
+ * bf16 and FP8 weights, both index_k modes: the golden cases' weights */
+DSATTN_TEST(alloc, v3_mla_decode_allocates_nothing) { decode_case(&MLA, "golden/v3/tiny-seed0"); }
+DSATTN_TEST(alloc, v32_dsa_decode_allocates_nothing) { decode_case(&MLA, "golden/v32/tiny-seed0"); }
+DSATTN_TEST(alloc, v4_csa_hca_decode_allocates_nothing) { decode_case(&V4, "golden/v4/tiny-seed0"); }
 DSATTN_TEST(alloc, v41_csa2_decode_allocates_nothing)
 {
-    if (!counting_or_skip()) return;
-    v41_case("golden/v41/tiny-seed0");
-    v41_case("golden/v41/tiny-seed2-fp8");
+    decode_case(&V41, "golden/v41/tiny-seed0");
+    decode_case(&V41, "golden/v41/tiny-seed2-fp8");
 }
 
-/* The counters count: creating a sequence allocates its caches through
- * dsattn_alloc (aligned_alloc underneath), and both counters see it. */
 /* ==== Batched decode steps ============================================= */
 /* A pool of sequences at mixed depths (prefills of 0..8 tokens) decodes
  * batches of changing size and membership, through the layer API and the
  * stack; after the first batched step (which sizes the context's batch
  * scratch for the largest batch, 9 here) no step allocates. */
 
-enum { BPOOL = 9 };
-
-typedef struct {
-    const char *name;
-    void *seq[BPOOL];
-    int n_layers;
-    size_t dim;
-    dsattn_status (*fwd)(dsattn_ctx *, void *const *, size_t, int, const float *, float *);
-    dsattn_status (*stack)(dsattn_ctx *, void *const *, size_t, float *);
-    dsattn_status (*one)(dsattn_ctx *, void *, float *, size_t);   /* a prefill */
-    dsattn_status (*adv)(void *, size_t);
-    void (*destroy)(void *);
-} bgen;
-
-#define ADAPT_BATCH(G, SEQ)                                                                 \
-    static dsattn_status G##_bfwd(dsattn_ctx *c, void *const *s, size_t n, int l,         \
-                                  const float *x, float *o)                                \
-    {                                                                                      \
-        SEQ *t[BPOOL];                                                                     \
-        for (size_t i = 0; i < n; i++) t[i] = (SEQ *)s[i];                                 \
-        return dsattn_##G##_attn_forward_batch(c, t, n, l, x, o, NULL);                    \
-    }                                                                                      \
-    static dsattn_status G##_bstack(dsattn_ctx *c, void *const *s, size_t n, float *h)     \
-    {                                                                                      \
-        SEQ *t[BPOOL];                                                                     \
-        for (size_t i = 0; i < n; i++) t[i] = (SEQ *)s[i];                                 \
-        return dsattn_##G##_stack_forward_batch(c, t, n, h, NULL, NULL, NULL);             \
-    }                                                                                      \
-    static dsattn_status G##_one(dsattn_ctx *c, void *s, float *h, size_t n)               \
-    {                                                                                      \
-        return dsattn_##G##_stack_forward(c, (SEQ *)s, h, n, NULL, NULL);                  \
-    }
-ADAPT_BATCH(v41, dsattn_v41_seq)
-ADAPT_BATCH(v4, dsattn_v4_seq)
-
 /* 12 batched steps after the first; returns the worst per-step counts. */
-static void run_batched(dsattn_ctx *ctx, const bgen *g, unsigned long long *worst_libc,
-                        unsigned long long *worst_ds)
+static void run_batched(dsattn_ctx *ctx, const gen *g, const void *m, void *const *pool,
+                        unsigned long long *worst_libc, unsigned long long *worst_ds)
 {
     static const size_t sizes[13] = { 9, 4, 9, 1, 7, 8, 2, 9, 5, 9, 3, 6, 9 };
-    const size_t D = g->dim;
-    float *x = rand_x(BPOOL * D * (size_t)g->n_layers + PREFILL * D, 7);
+    const size_t D = (size_t)g->dim(m);
+    const int nl = g->n_layers(m);
+    float *x = rand_x(BPOOL * D * (size_t)nl + PREFILL * D, 7);
     float *out = malloc(BPOOL * D * sizeof *out);
     *worst_libc = *worst_ds = 0;
     for (size_t k = 0; k < BPOOL; k++)
-        if (k % PREFILL) CHECK_OK(g->one(ctx, g->seq[k], x, k % PREFILL));
+        if (k % PREFILL) CHECK_OK(g->stack(ctx, pool[k], x, k % PREFILL));
     for (size_t t = 0; t < 13; t++) {
         const size_t n = sizes[t];
         void *sub[BPOOL];
-        for (size_t i = 0; i < n; i++) sub[i] = g->seq[(t * 5 + i * 7) % BPOOL];   /* distinct */
+        for (size_t i = 0; i < n; i++) sub[i] = pool[(t * 5 + i * 7) % BPOOL];   /* distinct */
         const unsigned long long c0 = libc_count(), d0 = dsattn_alloc_count();
         if (t & 1) {
-            CHECK_OK(g->stack(ctx, sub, n, x));
+            CHECK_OK(g->bstack(ctx, sub, n, x));
         } else {
-            for (int l = 0; l < g->n_layers; l++)
-                CHECK_OK(g->fwd(ctx, sub, n, l, x + (size_t)l * BPOOL * D, out));
+            for (int l = 0; l < nl; l++)
+                CHECK_OK(g->bfwd(ctx, sub, n, l, x + (size_t)l * BPOOL * D, out));
             for (size_t i = 0; i < n; i++) CHECK_OK(g->adv(sub[i], 1));
         }
         const unsigned long long dc = libc_count() - c0, dd = dsattn_alloc_count() - d0;
@@ -534,92 +414,63 @@ static void run_batched(dsattn_ctx *ctx, const bgen *g, unsigned long long *wors
     free(out);
 }
 
-static void check_batched(void (*make)(bgen *g, int variant), int n_variants)
+static void batched_case(const gen *g, const char *dir)
 {
-    static const dsattn_mode modes[2] = { DSATTN_MODE_FAST, DSATTN_MODE_REFERENCE };
+    if (!counting_or_skip()) return;
+    void *m = load_case(g, dir);
+    if (!m) return;
     /* fast mode on 1 thread is left out: batches of 8 and more take the
      * Linear's tiled prefill path, whose parallel regions libgomp still
      * runs with a team it allocates */
     for (int threads = 2; threads >= 1; threads--)
         for (int mi = threads == 1; mi < 2; mi++) {
             dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], threads);
-            if (!ctx) return;
-            for (int v = 0; v < n_variants; v++) {
-                bgen g;
-                memset(&g, 0, sizeof g);
-                make(&g, v);
+            if (!ctx) break;
+            for (int v = 0; v < g->n_batch_variants; v++) {
+                void *pool[BPOOL] = { NULL };
+                int made = 1;
+                for (int k = 0; k < BPOOL; k++) {
+                    CHECK_OK(g->create(&pool[k], m, CAP, v, k));
+                    made = made && pool[k];
+                }
                 unsigned long long wl = 0, wd = 0;
-                if (g.seq[BPOOL - 1]) run_batched(ctx, &g, &wl, &wd);
-                printf("    %-22s %-9s %d thread(s), batched steps 2..13: up to %llu libc /"
-                       " %llu dsattn_alloc allocations per step\n",
-                       g.name, mi ? "reference" : "fast", threads, wl, wd);
+                if (made) run_batched(ctx, g, m, pool, &wl, &wd);
+                printf("    %-22s variant %d %-9s %d thread(s), batched steps 2..13: up to %llu"
+                       " libc / %llu dsattn_alloc allocations per step\n",
+                       dir, v, mi ? "reference" : "fast", threads, wl, wd);
                 CHECK_MSG(wl == 0 && wd == 0,
-                          "%s (%s mode, %d thread(s)): up to %llu libc / %llu dsattn_alloc"
-                          " allocations in a batched step after the first",
-                          g.name, mi ? "reference" : "fast", threads, wl, wd);
-                for (int k = 0; k < BPOOL; k++) g.destroy(g.seq[k]);
+                          "%s (%s variant %d, %s mode, %d thread(s)): up to %llu libc / %llu"
+                          " dsattn_alloc allocations in a batched step after the first",
+                          dir, g->name, v, mi ? "reference" : "fast", threads, wl, wd);
+                for (int k = 0; k < BPOOL; k++)
+                    if (pool[k]) g->destroy(pool[k]);
             }
             dsattn_ctx_destroy(ctx);
         }
+    g->free_model(m);
 }
 
-static void make_v41_batch(bgen *g, int v)
+/* MLA: its pool mixes the cache formats; V4: the all-invalid-row rules;
+ * V4.1: one index_k mode a batch, each in turn. */
+DSATTN_TEST(alloc, v3_mla_batched_decode_allocates_nothing)
 {
-    g->name = v ? "V4.1 batch (ref index_k)" : "V4.1 batch";
-    for (int k = 0; k < BPOOL; k++)
-        CHECK_OK(dsattn_v41_seq_create((dsattn_v41_seq **)&g->seq[k], v41_model, CAP,
-                                       v ? DSATTN_V41_INDEX_K_REFERENCE : DSATTN_V41_INDEX_K_OWNER));
-    g->n_layers = dsattn_v41_n_layers(v41_model);
-    g->dim = (size_t)dsattn_v41_dim(v41_model);
-    g->fwd = v41_bfwd;
-    g->stack = v41_bstack;
-    g->one = v41_one;
-    g->adv = v41_adv;
-    g->destroy = v41_destroy;
+    batched_case(&MLA, "golden/v3/tiny-seed0");
 }
-
-static void make_v4_batch(bgen *g, int v)
+DSATTN_TEST(alloc, v32_dsa_batched_decode_allocates_nothing)
 {
-    (void)v;
-    g->name = "V4 batch (mixed empty)";
-    for (int k = 0; k < BPOOL; k++)
-        CHECK_OK(dsattn_v4_seq_create((dsattn_v4_seq **)&g->seq[k], v4_model, CAP,
-                                      k & 1 ? DSATTN_V4_EMPTY_ZERO : DSATTN_V4_EMPTY_REFERENCE));
-    g->n_layers = dsattn_v4_n_layers(v4_model);
-    g->dim = (size_t)dsattn_v4_dim(v4_model);
-    g->fwd = v4_bfwd;
-    g->stack = v4_bstack;
-    g->one = v4_one;
-    g->adv = v4_adv;
-    g->destroy = v4_destroy;
+    batched_case(&MLA, "golden/v32/tiny-seed0");
 }
-
 DSATTN_TEST(alloc, v4_batched_decode_allocates_nothing)
 {
-    if (!counting_or_skip()) return;
-    char err[256] = "", cfg[512], w[512];
-    case_paths("golden/v4/tiny-seed0", cfg, w);
-    dsattn_status st = dsattn_v4_load(&v4_model, cfg, w, err, sizeof err);
-    CHECK_MSG(st == DSATTN_OK, "load: %s", err);
-    if (st) return;
-    check_batched(make_v4_batch, 1);
-    dsattn_v4_destroy(v4_model);
-    v4_model = NULL;
+    batched_case(&V4, "golden/v4/tiny-seed0");
 }
-
 DSATTN_TEST(alloc, v41_batched_decode_allocates_nothing)
 {
-    if (!counting_or_skip()) return;
-    char err[256] = "", cfg[512], w[512];
-    case_paths("golden/v41/tiny-seed2-fp8", cfg, w);
-    dsattn_status st = dsattn_v41_load(&v41_model, cfg, w, err, sizeof err);
-    CHECK_MSG(st == DSATTN_OK, "load: %s", err);
-    if (st) return;
-    check_batched(make_v41_batch, 2);
-    dsattn_v41_destroy(v41_model);
-    v41_model = NULL;
+    batched_case(&V41, "golden/v41/tiny-seed2-fp8");
 }
 
+/* The counters count: creating a sequence allocates its caches through
+ * dsattn_alloc (aligned_alloc underneath), and both counters see it. */
 DSATTN_TEST(alloc, counters_see_library_allocations)
 {
     if (!counting_or_skip()) return;
