@@ -368,7 +368,10 @@ DSATTN_TEST(alloc, mha_gqa_decode_allocates_nothing)
  * bf16 and FP8 weights, both index_k modes: the golden cases' weights */
 DSATTN_TEST(alloc, v3_mla_decode_allocates_nothing) { decode_case(&MLA, "golden/v3/tiny-seed0"); }
 DSATTN_TEST(alloc, v32_dsa_decode_allocates_nothing) { decode_case(&MLA, "golden/v32/tiny-seed0"); }
-DSATTN_TEST(alloc, v4_csa_hca_decode_allocates_nothing) { decode_case(&V4, "golden/v4/tiny-seed0"); }
+DSATTN_TEST(alloc, v4_csa_hca_decode_allocates_nothing)
+{
+    decode_case(&V4, "golden/v4/tiny-seed0");
+}
 DSATTN_TEST(alloc, v41_csa2_decode_allocates_nothing)
 {
     decode_case(&V41, "golden/v41/tiny-seed0");
