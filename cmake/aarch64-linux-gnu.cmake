@@ -23,8 +23,13 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
 set(ENV{PKG_CONFIG_PATH} "")
 
-# Tests and the CLI run under user-mode emulation.
+# Tests and the CLI run under user-mode emulation, with the multiarch arm64
+# loader and C library (libc6:arm64, /lib/ld-linux-aarch64.so.1), which the
+# arm64 libraries come with.  No `-L /usr/aarch64-linux-gnu`: that takes the
+# cross toolchain's ld.so but still the multiarch libc.so.6, and when the two
+# glibc builds differ (Debian 12: 2.36-8cross1 against 2.36-9+deb12uN) their
+# private shared state disagrees and the first pthread_create spins forever.
 find_program(DSATTN_QEMU_AARCH64 qemu-aarch64)
 if(DSATTN_QEMU_AARCH64)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${DSATTN_QEMU_AARCH64} -L /usr/aarch64-linux-gnu)
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${DSATTN_QEMU_AARCH64})
 endif()
