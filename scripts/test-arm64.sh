@@ -8,7 +8,10 @@
 # gcc-aarch64-linux-gnu, the arm64 builds of OpenBLAS / cJSON / xxHash and
 # of the C library (multiarch: dpkg --add-architecture arm64), qemu-user.
 # .ci/run calls it.  Time on the 2-core x86-64 host it was written on:
-# TIME_PLACEHOLDER
+# 2026-12-02, load average 7, from an empty build-arm64, under nice -n 10:
+# 414 s in all (build 61 s; formats 21, golden_mla 5, golden_v4 17, v41 202,
+# loader 93, kernels 15 s).  v41 spends most of it in its fast-vs-reference
+# statistical gates (112 s), loader in make_weights_every_layout (59 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
