@@ -35,7 +35,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 echo "== cross-build for aarch64 (cmake/aarch64-linux-gnu.cmake) into build-arm64"
-cmake -S . -B build-arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+cmake -S . -B build-arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake --no-warn-unused-cli \
       -DCMAKE_BUILD_TYPE=Release -DDSATTN_WERROR=ON >/dev/null
 # Only the test runner and what it needs (the library, the CLI it spawns):
 # the benches and tools are not run here.
@@ -60,11 +60,14 @@ QEMU=(timeout "${DSATTN_ARM64_TIMEOUT:-900}" qemu-aarch64)
 fail=0
 for s in "${suites[@]}"; do
   start=$(date +%s)
-  if out=$(cd build-arm64 && "${QEMU[@]}" ./dsattn_test --suite "$s" 2>&1); then
+  rc=0
+  out=$(cd build-arm64 && "${QEMU[@]}" ./dsattn_test --suite "$s" 2>&1) || rc=$?
+  if [ $rc -eq 0 ]; then
     echo "$s (qemu-aarch64, $(( $(date +%s) - start )) s): $(tail -n 2 <<<"$out" | paste -sd ' ' | sed 's/kernel table: \([a-z0-9]*\) /[\1] /')"
   else
     grep -E 'FAIL|error' <<<"$out" | tail -n 30 || true
     tail -n 2 <<<"$out"
+    [ $rc -ne 124 ] || echo "$s: timed out after ${DSATTN_ARM64_TIMEOUT:-900} s (a hang?)" >&2
     echo "$s: FAILED under qemu-aarch64 ($(( $(date +%s) - start )) s)" >&2
     fail=1
   fi
