@@ -312,6 +312,88 @@ static void run_gemv_fp4_special(const char *name)
     gemv_fp4_case(&isa, &rng, 5, 1280, 1);
 }
 
+/* gemv_fp8_m: m tokens (strided x, strided y) against rows [r0, r0+rows)
+ * of a [total, k] FP8 matrix, each token's outputs within gemv_fp8's bound
+ * of the ref gemv_fp8 of that token; the gaps between y's rows untouched.
+ * flags: 1 NaN codes in every third row, 2 extreme scales and x, 4 the
+ * finite form (no NaN codes then). */
+static void gemv_fp8_m_case(const isa_t *isa, dsattn_rng *rng, size_t total, size_t r0,
+                            size_t rows, size_t k, size_t bs, size_t m, int flags)
+{
+    if (!isa->k->gemv_fp8_m) return;
+    const int nan_codes = (flags & 1) && !(flags & 4);
+    const size_t ldsc = (k + bs - 1) / bs, nsr = (total + bs - 1) / bs;
+    const size_t ldx = k + 3, ldy = rows + 5;
+    uint8_t *W = malloc(total * k);
+    float *sc = malloc(nsr * ldsc * sizeof(float)), *x = malloc(m * ldx * sizeof(float));
+    float *y = canary_alloc(m * ldy), *yr = malloc(rows * sizeof(float));
+    double *mag = calloc(rows, sizeof(double));
+    for (size_t i = 0; i < total * k; i++) W[i] = rnd_e4m3(rng);
+    if (nan_codes)
+        for (size_t r = 0; r < total; r += 3) W[r * k + (size_t)(dsattn_rng_u64(rng) % k)] = 0x7f;
+    for (size_t i = 0; i < nsr * ldsc; i++)
+        sc[i] = (flags & 2) ? ((i % 3 == 0) ? 0x1p80f : (i % 3 == 1) ? 0x1p-100f : 0x1p-126f)
+                            : ldexpf(1.0f + 0.5f * dsattn_rng_uniform(rng),
+                                     -(int)(dsattn_rng_u64(rng) % 12));
+    fill_uniform(rng, x, m * ldx);
+    if (flags & 2)
+        for (size_t i = 0; i < m * ldx; i += 5) x[i] *= (i % 2) ? 0x1p20f : 0x1p-20f;
+    const uint8_t *Wc = W + r0 * k;
+    const float *scc = sc + (r0 / bs) * ldsc;
+    isa->k->gemv_fp8_m(Wc, scc, bs, ldsc, x, ldx, m, y, ldy, rows, k, (flags & 4) != 0);
+    for (size_t t = 0; t < m; t++) {
+        const float *xt = x + t * ldx;
+        dsattn_kernels_ref.gemv_fp8(Wc, scc, bs, ldsc, xt, yr, rows, k);
+        for (size_t r = 0; r < rows; r++) {
+            size_t gr = r0 + r;
+            mag[r] = 0;
+            for (size_t i = 0; i < k; i++)
+                mag[r] += fabs((double)dsattn_e4m3_to_f32(W[gr * k + i]) *
+                               sc[(gr / bs) * ldsc + i / bs] * xt[i]);
+            if (nan_codes && isnan(mag[r])) mag[r] = 0;
+        }
+        check_bound("gemv_fp8_m", isa, y + t * ldy, yr, mag, rows, k, m * 100000 + rows * 100 + bs, k);
+        for (size_t r = rows; r < ldy && t + 1 < m; r++)
+            CHECK_MSG(!memcmp(&y[t * ldy + r], &(float){ CANARY }, 4),
+                      "gemv_fp8_m[%s] wrote into y's gap (token %zu)", isa->k->name, t);
+        if (nan_codes)
+            for (size_t r = 0; r < rows; r++)
+                CHECK_MSG(isnan(y[t * ldy + r]) == ((r0 + r) % 3 == 0),
+                          "gemv_fp8_m[%s] NaN row %zu token %zu", isa->k->name, r0 + r, t);
+    }
+    CHECK_MSG(canary_ok(y, m * ldy), "gemv_fp8_m[%s] wrote outside y", isa->k->name);
+    free(W); free(sc); free(x); canary_free(y); free(yr); free(mag);
+}
+
+/* Every token count of a batched step (1..17: whole and partial passes of
+ * eight), the V4.1 shapes' k (one slab, several, a slab tail), blocks of 32
+ * and 128, row ranges inside block rows, odd k and blocks (the per-token
+ * path), NaN codes, the finite form, extreme scales. */
+static void run_gemv_fp8_m(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    if (!isa.k->gemv_fp8_m) {
+        dsattn_test_skip("this table has no gemv_fp8_m (its callers loop gemv_fp8)");
+        return;
+    }
+    dsattn_rng rng = { 21 };
+    for (size_t m = 1; m <= 17; m++) {
+        gemv_fp8_m_case(&isa, &rng, 70, 0, 70, 1024, 32, m, 0);
+        gemv_fp8_m_case(&isa, &rng, 33, 0, 33, 2560, 128, m, 4);
+    }
+    const size_t ks[] = { 31, 64, 96, 100, 512, 1536, 4096 + 64 };
+    for (size_t j = 0; j < DSATTN_ARRAY_LEN(ks); j++) {
+        gemv_fp8_m_case(&isa, &rng, 96, 32, 64, ks[j], 32, 8, 0);
+        gemv_fp8_m_case(&isa, &rng, 256, 128, 65, ks[j], 128, 5, 0);
+        gemv_fp8_m_case(&isa, &rng, 40, 0, 40, ks[j], 32, 8, 1);
+        gemv_fp8_m_case(&isa, &rng, 40, 0, 13, ks[j], 32, 3, 1);
+        gemv_fp8_m_case(&isa, &rng, 50, 0, 50, ks[j], 48, 4, 0);     /* odd block */
+        gemv_fp8_m_case(&isa, &rng, 67, 0, 67, ks[j], 32, 9, 2);     /* extremes */
+        gemv_fp8_m_case(&isa, &rng, 67, 64, 3, ks[j], 64, 16, 6);
+    }
+}
+
 DSATTN_TEST(kernels, gemv_avx512)        { run_gemv("avx512"); }
 DSATTN_TEST(kernels, gemv_avx2)          { run_gemv("avx2"); }
 DSATTN_TEST(kernels, gemv_neon)          { run_gemv("neon"); }
@@ -321,6 +403,9 @@ DSATTN_TEST(kernels, gemv_fp8_extremes_avx512) { run_gemv_fp8_extremes("avx512")
 DSATTN_TEST(kernels, gemv_fp8_extremes_avx2)   { run_gemv_fp8_extremes("avx2"); }
 DSATTN_TEST(kernels, gemv_fp8_extremes_neon)   { run_gemv_fp8_extremes("neon"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_neon)   { run_gemv_fp8_ranges("neon"); }
+DSATTN_TEST(kernels, gemv_fp8_m_avx512) { run_gemv_fp8_m("avx512"); }
+DSATTN_TEST(kernels, gemv_fp8_m_avx2)   { run_gemv_fp8_m("avx2"); }
+DSATTN_TEST(kernels, gemv_fp8_m_neon)   { run_gemv_fp8_m("neon"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx512) { run_gemv_fp4_special("avx512"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx2)   { run_gemv_fp4_special("avx2"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_neon)   { run_gemv_fp4_special("neon"); }

@@ -128,6 +128,18 @@ typedef struct dsattn_kernels {
                             size_t ldsc, const float *x, float *y,
                             size_t rows, size_t k);
 
+    /* gemv_fp8 of m tokens at once (a batched decode step):
+     *   y[t*ldy + r] = gemv_fp8 of x + t*ldx, row r, t < m, r < rows,
+     * with gemv_fp8_finite's contract when finite != 0.  Each weight block is
+     * decoded once for all m tokens: fp32 FMA in the table's own order,
+     * tested against m calls of the ref gemv_fp8 with gemv_fp8's bound.
+     * NULL in the ref and NEON tables: the caller loops gemv_fp8 over the
+     * tokens (and a fast context without it takes the panel + sgemm path
+     * for 8+ tokens). */
+    void (*gemv_fp8_m)(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                       const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                       size_t rows, size_t k, int finite);
+
     /* Activation quantization before an FP8 projection (V3.2 / V4 / V4.1
      * act_quant with UE8M0 scales): deq = the deq output of numfmt.c's
      * dsattn_quant_fp8_ue8m0(x, n, block, ...), bit for bit on every path,

@@ -345,6 +345,108 @@ static void gemv_fp8_finite_avx2(const uint8_t *W, const float *scale, size_t bs
     gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0);
 }
 
+/* ==== FP8 E4M3 GEMV over several tokens ================================= */
+/* m tokens against one weight (a batched decode step: one row per
+ * sequence).  Each 32-code step of a row is decoded once (as in fp8_step)
+ * and multiplied into every token of the pass: one row x up to eight
+ * tokens = 8 accumulators of the 16 registers.  k is walked in slabs of
+ * M_KC so that the pass's arranged x slabs (8 x 2 KB) stay in L1 (32 KB on
+ * Zen 2) while the rows stream past them; each token's slab is arranged
+ * with its block scales once per scale row, and a row's slab sums are
+ * added to y slab by slab.  Shapes gemv_fp8_impl does not take in this
+ * form (bs % 32, k % 32, M_KC % bs) go token by token through it. */
+#define M_T 8
+#define M_KC 512
+#define M_PF_ROWS 8                /* rows ahead the next slab lines are prefetched */
+
+AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
+                  size_t ldy, const int T, int accumulate, const int track_nan)
+{
+    const __m256i keep = _mm256_set1_epi16((short)0xBF80);
+    __m256 acc[M_T];
+    __m256i nanv = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (size_t t0 = 0; t0 < kn; t0 += 32) {
+        if (t0 % 64 == 0) _mm_prefetch((const char *)(w + t0 + M_PF_ROWS * k), _MM_HINT_T0);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(w + t0));
+        if (track_nan) nanv = _mm256_max_epu8(nanv, _mm256_or_si256(v, _mm256_set1_epi8((char)0x80)));
+        const __m256i lo = e4m3w_to_h(v);
+        const __m256i hi = _mm256_and_si256(_mm256_srai_epi16(v, 1), keep);
+        const __m256 w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(lo));
+        const __m256 w1 = _mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1));
+        const __m256 w2 = _mm256_cvtph_ps(_mm256_castsi256_si128(hi));
+        const __m256 w3 = _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const float *xc = xb + (size_t)t * M_KC + t0;
+            __m256 a = _mm256_fmadd_ps(w0, _mm256_load_ps(xc), acc[t]);
+            a = _mm256_fmadd_ps(w1, _mm256_load_ps(xc + 8), a);
+            a = _mm256_fmadd_ps(w2, _mm256_load_ps(xc + 16), a);
+            acc[t] = _mm256_fmadd_ps(w3, _mm256_load_ps(xc + 24), a);
+        }
+    }
+    float s[M_T];
+    if (T == M_T) {
+        _mm256_storeu_ps(s, hsum8(acc));
+    } else {
+        for (int t = 0; t < T; t++) s[t] = hsum(acc[t]);
+    }
+    const int nan = track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1)));
+    for (int t = 0; t < T; t++) {
+        float vv = nan ? __builtin_nanf("") : s[t] * 256.0f;
+        float *o = y + (size_t)t * ldy;
+        *o = accumulate ? *o + vv : vv;
+    }
+}
+
+AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t kn, float *y,
+                   size_t ldy, size_t nr, const int T, int accumulate, const int track_nan)
+{
+    for (size_t r = 0; r < nr; r++)
+        fp8_row_m(W + r * k, k, xb, kn, y + r, ldy, T, accumulate, track_nan);
+}
+
+static void gemv_fp8_m_avx2(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                            const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                            size_t rows, size_t k, int finite)
+{
+    if (bs == 0 || m == 0) return;
+    if (k == 0 || k % 32 || bs % 32 || (k > M_KC && M_KC % bs)) {
+        for (size_t t = 0; t < m; t++)
+            gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite);
+        return;
+    }
+    float xb[M_T * M_KC] A32;
+    for (size_t g0 = 0; g0 < m; g0 += M_T) {
+        const size_t T = m - g0 < M_T ? m - g0 : M_T;
+        for (size_t k0 = 0; k0 < k; k0 += M_KC) {
+            const size_t kn = k - k0 < M_KC ? k - k0 : M_KC;
+            for (size_t rb0 = 0; rb0 < rows;) {
+                const size_t sr = rb0 / bs;                       /* scale row */
+                const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
+                for (size_t t = 0; t < T; t++)
+                    fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
+                                  xb + t * M_KC);
+                const uint8_t *w = W + rb0 * k + k0;
+                float *yo = y + g0 * ldy + rb0;
+                const int acc = k0 > 0;
+                switch (T) {   /* the token count as a constant: accumulators in registers */
+                case 8: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 8, acc, !finite); break;
+                case 7: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 7, acc, !finite); break;
+                case 6: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 6, acc, !finite); break;
+                case 5: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 5, acc, !finite); break;
+                case 4: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 4, acc, !finite); break;
+                case 3: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 3, acc, !finite); break;
+                case 2: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 2, acc, !finite); break;
+                default: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 1, acc, !finite); break;
+                }
+                rb0 = rb1;
+            }
+        }
+    }
+}
+
 /* ==== FP4 E2M1 GEMV ===================================================== */
 /* 64 codes (32 bytes) per step and no per-element shuffle: every E2M1
  * value is a bf16 number, so two vpshufb look up the high and the low byte
@@ -800,6 +902,7 @@ static const dsattn_kernels kernels_avx2 = {
     .gemv_bf16            = gemv_bf16_avx2,
     .gemv_fp8             = gemv_fp8_avx2,
     .gemv_fp8_finite      = gemv_fp8_finite_avx2,
+    .gemv_fp8_m           = gemv_fp8_m_avx2,
     .act_quant_fp8_pow2   = dsattn_act_quant_fp8_pow2_ref,
     .gemv_fp4             = gemv_fp4_avx2,
     .dot_f32              = dot_f32_avx2,

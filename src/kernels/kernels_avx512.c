@@ -446,6 +446,130 @@ static void gemv_fp8_finite_avx512(const uint8_t *W, const float *scale, size_t 
     gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0);
 }
 
+/* ==== FP8 E4M3 GEMV over several tokens ================================= */
+/* m tokens against one weight (a batched decode step: one row per
+ * sequence).  Each 64-code step of a weight row is decoded once (as in
+ * fp8_step) and multiplied into every token of the pass: up to 16
+ * accumulators, one per (row, token) - 2 rows x up to 8 tokens, or one row
+ * x 9..16 tokens - so a decode (15 port-0/5 ops) serves 4 FMA vectors per
+ * token and an x load serves the pass's rows.  k is walked in slabs of
+ * M_KC (M_KC / 2 past 8 tokens) so that the tokens' arranged x (32 KB)
+ * stays in L1 while the rows of the call stream past it; a row's slab sums
+ * are added to y slab by slab.  Per scale row each token's slab is
+ * arranged with its block scales (fp8_arrange_x, as gemv_fp8_impl does
+ * it), so every product is the one gemv_fp8 forms.  Shapes outside this
+ * form (k % 64, bs % 32) go token by token through gemv_fp8_impl. */
+#define M_TMAX 16
+#define M_KC 1024
+#define M_PF_ROWS 8                /* rows ahead the next slab lines are prefetched */
+
+AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, size_t kn,
+                   float *y, size_t ldy, const int R, const int T, int accumulate,
+                   const int track_nan)
+{
+    const __m512i keep = _mm512_set1_epi16((short)0xBF80);
+    __m512 acc[2][M_TMAX];
+    __m512i nanv[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (size_t t0 = 0; t0 < kn; t0 += 64) {
+        __m512 wv[2][4];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const uint8_t *w = W + (size_t)r * k + t0;
+            _mm_prefetch((const char *)(w + M_PF_ROWS * k), _MM_HINT_T0);
+            const __m512i v = _mm512_loadu_si512(w);
+            if (track_nan)
+                nanv[r] = _mm512_max_epu8(nanv[r], _mm512_or_si512(v, _mm512_set1_epi8((char)0x80)));
+            const __m512i lo = e4m3w_to_h(v);
+            const __m512i hi = _mm512_and_si512(_mm512_srai_epi16(v, 1), keep);
+            wv[r][0] = _mm512_cvtph_ps(_mm512_castsi512_si256(lo));
+            wv[r][1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(lo, 1));
+            wv[r][2] = _mm512_cvtph_ps(_mm512_castsi512_si256(hi));
+            wv[r][3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1));
+        }
+#pragma GCC unroll 16
+        for (int t = 0; t < T; t++) {
+            const float *xc = xb + (size_t)t * ldxb + t0;
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512 xv = _mm512_load_ps(xc + 16 * j);
+#pragma GCC unroll 2
+                for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r][j], xv, acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) {
+        float s[M_TMAX];
+        if (T >= 8) _mm256_storeu_ps(s, hsum8(acc[r]));
+        if (T == 16) _mm256_storeu_ps(s + 8, hsum8(acc[r] + 8));
+        for (int t = T >= 8 ? (T == 16 ? 16 : 8) : 0; t < T; t++) s[t] = hsum(acc[r][t]);
+        const int nan = track_nan && _mm512_cmpeq_epi8_mask(nanv[r], _mm512_set1_epi8(-1)) != 0;
+        for (int t = 0; t < T; t++) {
+            const float v = nan ? __builtin_nanf("") : s[t] * 256.0f;
+            float *o = y + (size_t)t * ldy + r;
+            *o = accumulate ? *o + v : v;
+        }
+    }
+}
+
+/* rows [0, nr) of one scale row, one slab: pairs of rows for up to 8
+ * tokens, single rows past 8 */
+AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, size_t kn,
+                   float *y, size_t ldy, size_t nr, const int T, int accumulate,
+                   const int track_nan)
+{
+    size_t r = 0;
+    if (T <= 8)
+        for (; r + 2 <= nr; r += 2)
+            fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 2, T, accumulate, track_nan);
+    for (; r < nr; r++)
+        fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 1, T, accumulate, track_nan);
+}
+
+static void gemv_fp8_m_avx512(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                              const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                              size_t rows, size_t k, int finite)
+{
+    if (bs == 0 || m == 0) return;
+    if (k % 64 || bs % 32) {
+        for (size_t t = 0; t < m; t++)
+            gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite);
+        return;
+    }
+    float xb[8 * M_KC] A64;                 /* the pass's tokens x one slab: 32 KB */
+    for (size_t g0 = 0; g0 < m; g0 += M_TMAX) {
+        const size_t T = m - g0 < M_TMAX ? m - g0 : M_TMAX;
+        const size_t kc = T <= 8 ? M_KC : M_KC / 2;
+        for (size_t k0 = 0; k0 < k; k0 += kc) {
+            const size_t kn = k - k0 < kc ? k - k0 : kc;
+            for (size_t rb0 = 0; rb0 < rows;) {
+                const size_t sr = rb0 / bs;                       /* scale row */
+                const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
+                for (size_t t = 0; t < T; t++)      /* arranged, times this row's scales */
+                    fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
+                                  xb + t * kc);
+                const uint8_t *w = W + rb0 * k + k0;
+                float *yo = y + g0 * ldy + rb0;
+                const size_t nr = rb1 - rb0;
+                const int acc = k0 > 0, nan = !finite;
+                switch (T) {   /* the token count as a constant: accumulators in registers */
+#define M_CASE(n) case n: fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan); break;
+                M_CASE(16) M_CASE(15) M_CASE(14) M_CASE(13) M_CASE(12) M_CASE(11) M_CASE(10)
+                M_CASE(9) M_CASE(8) M_CASE(7) M_CASE(6) M_CASE(5) M_CASE(4) M_CASE(3)
+                M_CASE(2)
+#undef M_CASE
+                default: fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan); break;
+                }
+                rb0 = rb1;
+            }
+        }
+    }
+}
+
 /* ==== FP4 E2M1 GEMV ===================================================== */
 /* A 64-byte load is 16 dwords of 8 nibbles each; dword lane i holds
  * elements 8i..8i+7 of a 128-element chunk.  Shifting by 4j brings element
@@ -1290,6 +1414,7 @@ static const dsattn_kernels kernels_avx512 = {
     .gemv_bf16            = gemv_bf16_avx512,
     .gemv_fp8             = gemv_fp8_avx512,
     .gemv_fp8_finite      = gemv_fp8_finite_avx512,
+    .gemv_fp8_m           = gemv_fp8_m_avx512,
     .act_quant_fp8_pow2   = act_quant_fp8_pow2_avx512,
     .gemv_fp4             = gemv_fp4_avx512,
     .dot_f32              = dot_f32_avx512,
