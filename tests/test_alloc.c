@@ -422,11 +422,11 @@ static void batched_case(const gen *g, const char *dir)
     if (!counting_or_skip()) return;
     void *m = load_case(g, dir);
     if (!m) return;
-    /* fast mode on 1 thread is left out: batches of 8 and more take the
-     * Linear's tiled prefill path, whose parallel regions libgomp still
-     * runs with a team it allocates */
+    /* both modes on 2 threads and on 1 (where every parallel region of the
+     * step must be a plain loop: libgomp allocates a team for a region it
+     * runs on one thread) */
     for (int threads = 2; threads >= 1; threads--)
-        for (int mi = threads == 1; mi < 2; mi++) {
+        for (int mi = 0; mi < 2; mi++) {
             dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], threads);
             if (!ctx) break;
             for (int v = 0; v < g->n_batch_variants; v++) {

@@ -1520,8 +1520,9 @@ dsattn_status dsattn_mla_seq_fill_synthetic(dsattn_mla_seq *s, int64_t depth, ui
  * sequences whose key set is long enough to split over the threads one
  * after another with their keys split (as the one-sequence forward), the
  * others in parallel, one sequence per thread.  A row's arithmetic is the
- * one-sequence forward's: only dsattn_linear's path at B >= 8 (fast mode)
- * and the split of short rows' keys over threads differ. */
+ * one-sequence forward's: only dsattn_linear's path for B > 1 (fast mode:
+ * the multi-token GEMV, or the tiles) and the split of short rows' keys
+ * over threads differ. */
 
 /* The batch scratch of one layer step for B rows (what mla_batch_layer
  * takes from it, in order; counted generously where a piece is released). */
@@ -1614,8 +1615,8 @@ static dsattn_status batch_check(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs, s
 
 /* W_uv over B rows.  Fast mode with B >= 8: o = x . W_uv^T is a Linear
  * per head, so all of wkv_b runs as one block-diagonal Linear of H groups
- * (dsattn_linear_grouped: the prefill tile GEMM, each weight tile decoded
- * once for the B rows; the W_uk rows of each group compute a by-product
+ * (dsattn_linear_grouped: the multi-token GEMV or the prefill tile GEMM,
+ * each weight block decoded once for the B rows; the W_uk rows of each group compute a by-product
  * that is dropped), far less decode work than absorb_out's per-row dots.
  * Otherwise (reference mode, small B, shapes the grouped form refuses)
  * absorb_out. */

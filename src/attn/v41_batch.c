@@ -15,9 +15,10 @@
  * Batching changes the order of work, never a row's arithmetic: each
  * projection output row depends on its own input row only (a reference
  * mode Linear is one GEMV per row), so in reference mode the batched step
- * equals B one-sequence steps bit for bit.  In fast mode a batch of 8 or
- * more rows takes the Linear's tiled path, whose fp32 sums differ from
- * the GEMV's in the last bits.
+ * equals B one-sequence steps bit for bit.  In fast mode an FP8 projection
+ * of up to 16 rows runs the kernel table's multi-token GEMV (each weight
+ * block decoded once for every row; more rows, or AMX contexts: the tiled
+ * path), whose fp32 sums differ from the one-row GEMV's in the last bits.
  *
  * Every sequence is checked before anything is written: on an error no
  * sequence and no output row has changed.  The B-row buffers live in the

@@ -203,6 +203,19 @@ static void gemv_chunk(const dsattn_kernels *k, const dsattn_weight *W, size_t G
                        float *y, size_t ldy, dsattn_out_round round, size_t r0, size_t r1)
 {
     const size_t Rg = W->rows / G;
+    if (W->kind == DSATTN_W_FP8 && n_tok > 1 && k->gemv_fp8_m) {
+        /* every token of the chunk per weight block decoded (a batched step) */
+        const size_t K = W->cols, ldsc = (K + W->block - 1) / W->block;
+        for (size_t g = r0 / Rg; g < G && g * Rg < r1; g++) {
+            size_t a = DSATTN_MAX(r0, g * Rg), b = DSATTN_MIN(r1, (g + 1) * Rg);
+            k->gemv_fp8_m((const uint8_t *)W->data + a * K, W->scale + (a / W->block) * ldsc,
+                          W->block, ldsc, x + g * gx, ldx, n_tok, y + a, ldy, b - a, K,
+                          W->finite);
+        }
+        if (round == DSATTN_OUT_BF16)
+            for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy + r0, r1 - r0);
+        return;
+    }
     for (size_t t = 0; t < n_tok; t++) {
         float *yt = y + t * ldy;
         for (size_t g = r0 / Rg; g < G && g * Rg < r1; g++) {
@@ -326,57 +339,54 @@ static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
     void (*const tile_rows)(const float *, size_t, size_t, size_t, float *) =
         mk ? mk->tile_rows : tile_rows_c;
     void (*const round_bf16)(float *, size_t) = mk ? mk->round_bf16 : dsattn_round_bf16_n;
-#pragma omp parallel num_threads(nthr)
-    {
-        float *rows = tbuf + (size_t)omp_get_thread_num() * per_thr;
+    /* two loops, each a region only with 2+ threads (DSATTN_PARALLEL_FOR_DYN:
+     * a one-thread region would allocate a libgomp team per call) */
+    DSATTN_PARALLEL_FOR_DYN(nthr, j, G * ng, {
+        const size_t gr = j / ng, g = j % ng;
+        pk->pack_b(x + gr * gx + g * NR * ldx, ldx, DSATTN_MIN(NR, n_tok - g * NR), K,
+                   bp + (gr * np + g * NR) * K);
+    });
+    DSATTN_PARALLEL_FOR_DYN(nthr, pi, n_pan, {
+        float *rows = tbuf + (size_t)dsattn_thread_num() * per_thr;
         float *ap = rows + MR * K, *cb = ap + PG_ROWS * K;
-#pragma omp for schedule(static)
-        for (size_t j = 0; j < G * ng; j++) {
-            const size_t gr = j / ng, g = j % ng;
-            pk->pack_b(x + gr * gx + g * NR * ldx, ldx, DSATTN_MIN(NR, n_tok - g * NR), K,
-                       bp + (gr * np + g * NR) * K);
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (size_t pi = 0; pi < n_pan; pi++) {
-            const size_t gr = pi / pan_g, r0 = gr * Rg + pi % pan_g * PG_ROWS;
-            const size_t n = DSATTN_MIN((size_t)PG_ROWS, (gr + 1) * Rg - r0);
-            const float *bg = bp + gr * np * K;
-            const size_t nt = (n + MR - 1) / MR;
-            for (size_t i = 0; i < nt; i++) {
-                const size_t a = r0 + i * MR, m = DSATTN_MIN(MR, r0 + n - a);
-                if (fused) {
-                    const size_t ldsc = (K + W->block - 1) / W->block;
-                    const float *sc[DSATTN_PGEMM_MR];
-                    for (size_t r = 0; r < MR; r++)
-                        sc[r] = W->scale + ((a + DSATTN_MIN(r, m - 1)) / W->block) * ldsc;
-                    pk->tile_fp8((const uint8_t *)W->data + a * K, K, sc, W->block, m,
-                                 W->finite, ap + i * MR * K);
-                    continue;
-                }
-                if (W->kind == DSATTN_W_FP8) {
-                    const size_t ldsc = (K + W->block - 1) / W->block;
-                    for (size_t r = 0; r < m; r++)
-                        fp8_row((const uint8_t *)W->data + (a + r) * K,
-                                W->scale + ((a + r) / W->block) * ldsc, W->block, K, rows + r * K);
-                } else {
-                    dequant_rows(W, a, m, rows);
-                }
-                tile_rows(rows, K, m, K, ap + i * MR * K);
+        const size_t gr = pi / pan_g, r0 = gr * Rg + pi % pan_g * PG_ROWS;
+        const size_t n = DSATTN_MIN((size_t)PG_ROWS, (gr + 1) * Rg - r0);
+        const float *bg = bp + gr * np * K;
+        const size_t nt = (n + MR - 1) / MR;
+        for (size_t i = 0; i < nt; i++) {
+            const size_t a = r0 + i * MR, m = DSATTN_MIN(MR, r0 + n - a);
+            if (fused) {
+                const size_t ldsc = (K + W->block - 1) / W->block;
+                const float *sc[DSATTN_PGEMM_MR];
+                for (size_t r = 0; r < MR; r++)
+                    sc[r] = W->scale + ((a + DSATTN_MIN(r, m - 1)) / W->block) * ldsc;
+                pk->tile_fp8((const uint8_t *)W->data + a * K, K, sc, W->block, m,
+                             W->finite, ap + i * MR * K);
+                continue;
             }
-            for (size_t k0 = 0; k0 < K; k0 += PG_KC) {
-                const size_t kc = DSATTN_MIN((size_t)PG_KC, K - k0);
-                for (size_t g = 0; g < ng; g++) {
-                    const int nw = (int)DSATTN_MIN(NR, (n_tok - g * NR + 7) / 8 * 8);
-                    for (size_t i = 0; i < nt; i++)
-                        pk->tile(ap + i * MR * K + k0 * MR, bg + g * NR * K + k0 * NR, kc, nw,
-                                 cb + i * MR * np + g * NR, np, k0 == 0);
-                }
+            if (W->kind == DSATTN_W_FP8) {
+                const size_t ldsc = (K + W->block - 1) / W->block;
+                for (size_t r = 0; r < m; r++)
+                    fp8_row((const uint8_t *)W->data + (a + r) * K,
+                            W->scale + ((a + r) / W->block) * ldsc, W->block, K, rows + r * K);
+            } else {
+                dequant_rows(W, a, m, rows);
             }
-            if (round == DSATTN_OUT_BF16) round_bf16(cb, n * np);
-            for (size_t t = 0; t < n_tok; t++)
-                for (size_t r = 0; r < n; r++) y[t * ldy + r0 + r] = cb[r * np + t];
+            tile_rows(rows, K, m, K, ap + i * MR * K);
         }
-    }
+        for (size_t k0 = 0; k0 < K; k0 += PG_KC) {
+            const size_t kc = DSATTN_MIN((size_t)PG_KC, K - k0);
+            for (size_t g = 0; g < ng; g++) {
+                const int nw = (int)DSATTN_MIN(NR, (n_tok - g * NR + 7) / 8 * 8);
+                for (size_t i = 0; i < nt; i++)
+                    pk->tile(ap + i * MR * K + k0 * MR, bg + g * NR * K + k0 * NR, kc, nw,
+                             cb + i * MR * np + g * NR, np, k0 == 0);
+            }
+        }
+        if (round == DSATTN_OUT_BF16) round_bf16(cb, n * np);
+        for (size_t t = 0; t < n_tok; t++)
+            for (size_t r = 0; r < n; r++) y[t * ldy + r0 + r] = cb[r * np + t];
+    });
     if (own) dsattn_free(ws);
     return DSATTN_OK;
 }
@@ -500,6 +510,18 @@ static int prefill_tiles(dsattn_ctx *ctx, const dsattn_weight *W, size_t G, cons
     return 1;
 }
 
+/* Up to LIN_GEMV_MAX_TOK tokens (a batched decode step) an FP8 weight
+ * goes through the table's multi-token GEMV, which decodes each block once
+ * for every token, rather than through the register tiles, which pad the
+ * tokens to whole tiles and decode the weight into panels first (measured
+ * with dsattn bench v41 --batch).  Not where the context runs AMX tiles. */
+#define LIN_GEMV_MAX_TOK 16
+
+static int batched_gemv(const dsattn_ctx *ctx, const dsattn_weight *W)
+{
+    return W->kind == DSATTN_W_FP8 && ctx->k->gemv_fp8_m && !ctx->kt->amx;
+}
+
 static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
                             const float *x, size_t ldx, size_t n_tok,
                             float *y, size_t ldy, dsattn_out_round round,
@@ -519,10 +541,11 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
     if (W->kind == DSATTN_W_FP4 && K % 32) return DSATTN_ERR_UNSUPPORTED;
 
     dsattn_status st = DSATTN_OK;
-    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
-        prefill_tiles(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st)) {
+    const int tiles = ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
+                      !(n_tok <= LIN_GEMV_MAX_TOK && batched_gemv(ctx, W));
+    if (tiles && prefill_tiles(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st)) {
         if (st) return st;
-    } else if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
+    } else if (tiles) {
         /* Prefill-sized: each thread dequantizes its own row panels (SIMD
          * for FP8) and multiplies them with sgemm, which OpenBLAS runs
          * single-threaded inside our region - one thread pool, no
@@ -537,10 +560,9 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
         float *wbuf = lin_scratch(ctx, wbytes, &own);
         if (!wbuf) return DSATTN_ERR_NOMEM;
         const dsattn_fp8_row_fn fp8_row = ctx->kt->wdq->fp8_row;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr)
-        for (size_t pi = 0; pi < n_pan; pi++) {
+        DSATTN_PARALLEL_FOR_DYN(nthr, pi, n_pan, {
             size_t r0 = pi * panel, n = DSATTN_MIN(panel, R - r0);
-            float *wb = wbuf + (size_t)omp_get_thread_num() * panel * K;
+            float *wb = wbuf + (size_t)dsattn_thread_num() * panel * K;
             if (W->kind == DSATTN_W_FP8) {
                 size_t ldsc = (K + W->block - 1) / W->block;
                 for (size_t r = r0; r < r0 + n; r++)
@@ -553,7 +575,7 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
              * inactive, and OpenBLAS would fork its own team inside it
              * (beside the idle pool: 2.5 instead of 11 tok/s on 1 thread) */
             dsattn_sgemm_small(1, 1, n_tok, n, K, in, ldin, wb, K, 0.0f, y + r0, ldy);
-        }
+        });
         if (own) dsattn_free(wbuf);
         if (round == DSATTN_OUT_BF16)
             for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy, R);
@@ -629,7 +651,8 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     const size_t Rg = W->rows / G;
     if ((W->kind == DSATTN_W_FP8 && Rg % W->block) || (W->kind == DSATTN_W_FP4 && W->cols % 32))
         return DSATTN_ERR_UNSUPPORTED;
-    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 && !ctx->kt->pgemm) {
+    const int small = n_tok <= LIN_GEMV_MAX_TOK && batched_gemv(ctx, W);
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 && !small && !ctx->kt->pgemm) {
         /* prefill-sized without register tiles: the panel + sgemm path,
          * one group at a time */
         for (size_t g = 0; g < G; g++) {
@@ -643,7 +666,7 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     const int timed = ctx->prof_on && !omp_in_parallel();
     const double t0 = timed ? dsattn_clock() : 0.0;
     const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
-    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8) {
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 && !small) {
         /* prefill-sized with GEMM tiles: every group's panels in one region */
         dsattn_status st = DSATTN_OK;
         prefill_tiles(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round, &st);
