@@ -523,12 +523,18 @@ void dsattn_bench_end(dsattn_bench_table *t, const char *footer)
 dsattn_status dsattn_bench_time(dsattn_ctx *ctx, dsattn_bench_step_fn step, void *arg, int reps,
                                 dsattn_bench_result *r)
 {
+    return dsattn_bench_time_w(ctx, step, arg, reps, 1, r);
+}
+
+dsattn_status dsattn_bench_time_w(dsattn_ctx *ctx, dsattn_bench_step_fn step, void *arg,
+                                  int reps, int warm, dsattn_bench_result *r)
+{
     const int T = dsattn_ctx_threads(ctx);
     r->threads = T;
     r->reps = reps;
     r->lim_gbs = dsattn_bench_read_bw(T);
     r->lim_gflops = dsattn_bench_fma_peak(T);
-    dsattn_status st = step(ctx, arg);                               /* warm-up */
+    dsattn_status st = warm ? step(ctx, arg) : DSATTN_OK;            /* warm-up */
     double sum = 0, sum2 = 0;
     for (int i = 0; i < reps && !st; i++) {
         dsattn_ctx_counters_reset(ctx);

@@ -115,6 +115,11 @@ void dsattn_bench_end(dsattn_bench_table *t, const char *footer);
 typedef dsattn_status (*dsattn_bench_step_fn)(dsattn_ctx *ctx, void *arg);
 dsattn_status dsattn_bench_time(dsattn_ctx *ctx, dsattn_bench_step_fn step, void *arg,
                                 int reps, dsattn_bench_result *r);
+/* The same with the warm-up call optional (warm = 0: none - a long prefill,
+ * where one more call would double the run and its first-touch costs are
+ * a small share of the timed one). */
+dsattn_status dsattn_bench_time_w(dsattn_ctx *ctx, dsattn_bench_step_fn step, void *arg,
+                                  int reps, int warm, dsattn_bench_result *r);
 
 /* Seconds on a monotonic clock. */
 double dsattn_bench_now(void);

@@ -180,7 +180,8 @@ int dsattn_bench_v41(int argc, char **argv)
                    "Decode ms/token of the 40-layer V4.1-Flash attention stack at real dims\n"
                    "(FP8 weights, random, seeded; synthetic cache fill to each depth) beside\n"
                    "its byte bound, then one prefill of N tokens per thread count.  Every\n"
-                   "list is cross-multiplied; one warm-up step, then reps timed steps.\n"
+                   "list is cross-multiplied; one warm-up step, then reps timed steps\n"
+                   "(a prefill of 1,024+ tokens: one cold timed run, no warm-up).\n"
                    "--batch B decodes B sequences per step (all filled to the depth) through\n"
                    "the batched stack; rows add tok/s across the batch and the step bound\n"
                    "max(bytes / read BW, FLOPs / FMA or tile peak).\n");
@@ -397,7 +398,8 @@ int dsattn_bench_v41(int argc, char **argv)
         snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
         snprintf(r.variant, sizeof r.variant, "CSA2 stack, prefill %lld tokens, ced %s", prefill,
                  ced_name[ced]);
-        dsattn_status st = dsattn_bench_time(ctx, v41_step_run, &a, 1, &r);
+        /* a prompt of 1,024+ tokens is timed cold: a warm-up would double it */
+        dsattn_status st = dsattn_bench_time_w(ctx, v41_step_run, &a, 1, prefill < 1024, &r);
         if (st) {
             fprintf(stderr, "bench v41: prefill failed: %s\n", dsattn_status_str(st));
             rc = 1;

@@ -166,7 +166,10 @@ typedef struct {
     wkind kind;
     size_t rows, k, bs;         /* bs: FP8 block edge */
     int finite;                 /* FP8: the no-NaN-code entry the models use */
+    size_t tok;                 /* FP8: tokens per call (gemv_fp8_m, a batched step); 0 = 1 */
 } gemv_case;
+
+static size_t gemv_tok(const gemv_case *c) { return c->tok > 1 ? c->tok : 1; }
 
 static size_t gemv_wbytes(const gemv_case *c)
 {
@@ -197,6 +200,17 @@ static void gemv_call(const dsattn_kernels *K, const gemv_case *c, const uint8_t
     case W_BF16: K->gemv_bf16((const uint16_t *)w + r0 * k, x, y + r0, n, k); break;
     case W_FP8: {
         size_t ldsc = (k + c->bs - 1) / c->bs;
+        if (gemv_tok(c) > 1) {          /* x: [tok, k], y: [tok, rows] */
+            const float *sc = (const float *)s + (r0 / c->bs) * ldsc;
+            if (K->gemv_fp8_m) {
+                K->gemv_fp8_m(w + r0 * k, sc, c->bs, ldsc, x, k, c->tok, y + r0, c->rows, n, k,
+                              c->finite);
+            } else {
+                for (size_t t = 0; t < c->tok; t++)
+                    K->gemv_fp8(w + r0 * k, sc, c->bs, ldsc, x + t * k, y + t * c->rows + r0, n, k);
+            }
+            break;
+        }
         (c->finite ? K->gemv_fp8_finite : K->gemv_fp8)(
             w + r0 * k, (const float *)s + (r0 / c->bs) * ldsc, c->bs, ldsc, x, y + r0, n, k);
         break;
@@ -243,20 +257,29 @@ static int within_bound(double got, double want, size_t k, double mag)
 static int gemv_verify(const dsattn_kernels *K, const gemv_case *c, const uint8_t *w,
                        const uint8_t *s, const float *x)
 {
-    size_t n = c->rows < 64 ? c->rows : 64;
-    float yf[64], yr[64];
+    /* the first 64 rows (of every token: the last token's x, each
+     * token against the one-token ref) */
+    size_t n = c->rows < 64 ? c->rows : 64, T = gemv_tok(c);
+    gemv_case one = *c;
+    one.tok = 0;
+    float yr[64];
     float *row = dsattn_alloc_array(c->k, sizeof(float));
-    if (!row) return 0;
+    float *yf = dsattn_alloc_array(T * c->rows, sizeof(float));
+    if (!row || !yf) { dsattn_free(row); dsattn_free(yf); return 0; }
     gemv_call(K, c, w, s, x, yf, 0, n);
-    gemv_call(&dsattn_kernels_ref, c, w, s, x, yr, 0, n);
     int ok = 1;
-    for (size_t r = 0; r < n; r++) {
-        deq_wrow(c, w, s, r, row);
-        double mag = 0;
-        for (size_t i = 0; i < c->k; i++) mag += fabs((double)row[i] * x[i]);
-        ok &= within_bound(yf[r], yr[r], c->k, mag);
+    for (size_t t = 0; t < T; t++) {
+        const float *xt = x + t * c->k;
+        gemv_call(&dsattn_kernels_ref, &one, w, s, xt, yr, 0, n);
+        for (size_t r = 0; r < n; r++) {
+            deq_wrow(c, w, s, r, row);
+            double mag = 0;
+            for (size_t i = 0; i < c->k; i++) mag += fabs((double)row[i] * xt[i]);
+            ok &= within_bound(yf[t * c->rows + r], yr[r], c->k, mag);
+        }
     }
     dsattn_free(row);
+    dsattn_free(yf);
     return ok;
 }
 
@@ -276,7 +299,12 @@ static const char *wname(const gemv_case *c, char *buf, size_t n)
     switch (c->kind) {
     case W_F32:  snprintf(buf, n, "gemv_f32"); break;
     case W_BF16: snprintf(buf, n, "gemv_bf16"); break;
-    case W_FP8:  snprintf(buf, n, "gemv_fp8%s b%zu", c->finite ? "_finite" : "", c->bs); break;
+    case W_FP8:
+        if (gemv_tok(c) > 1)
+            snprintf(buf, n, "gemv_fp8_m x%zu%s b%zu", c->tok, c->finite ? " finite" : "", c->bs);
+        else
+            snprintf(buf, n, "gemv_fp8%s b%zu", c->finite ? "_finite" : "", c->bs);
+        break;
     case W_FP4:  snprintf(buf, n, "gemv_fp4"); break;
     }
     return buf;
@@ -303,10 +331,11 @@ static size_t bench_gemv(kctx *b, const gemv_case *c, bench_row *out)
         if (c->kind == W_FP4)
             for (size_t i = 0; i < sb; i++) s[i] = (uint8_t)(120 + i % 8);
     }
-    float *x = dsattn_alloc_array(c->k, sizeof(float));
-    float *y = dsattn_alloc_array(c->rows, sizeof(float));
+    const size_t ntok = gemv_tok(c);
+    float *x = dsattn_alloc_array(ntok * c->k, sizeof(float));
+    float *y = dsattn_alloc_array(ntok * c->rows, sizeof(float));
     if (!x || !y) { dsattn_free(x); dsattn_free(y); return 0; }
-    for (size_t i = 0; i < c->k; i++) x[i] = (float)((int)(i % 17) - 8) / 8.0f;
+    for (size_t i = 0; i < ntok * c->k; i++) x[i] = (float)((int)(i % 17) - 8) / 8.0f;
     const char *check = gemv_verify(b->K, c, base, base + wb, x) ? "ok" : "FAIL";
 
     size_t n = 0;
@@ -343,8 +372,8 @@ static size_t bench_gemv(kctx *b, const gemv_case *c, bench_row *out)
         snprintf(r->shape, sizeof r->shape, "%zux%zu", c->rows, c->k);
         r->threads = T;
         r->sec = best;
-        r->bytes = (double)(wb + sb) + 4.0 * (double)(c->k + c->rows);
-        r->flops = 2.0 * (double)c->rows * (double)c->k;
+        r->bytes = (double)(wb + sb) + 4.0 * (double)ntok * (double)(c->k + c->rows);
+        r->flops = 2.0 * (double)ntok * (double)c->rows * (double)c->k;
         r->lim_bw = b->bw[ti];
         r->lim_flops = b->peak[ti];
         r->check = check;
@@ -680,12 +709,15 @@ static int bench_kernels(int argc, char **argv)
     fflush(f);
 
     const gemv_case gc[] = {
-        { W_F32, 32768, 1280, 0, 0 },  { W_F32, 5120, 8192, 0, 0 },  { W_F32, 1280, 5120, 0, 0 },
-        { W_BF16, 32768, 1280, 0, 0 }, { W_BF16, 5120, 8192, 0, 0 }, { W_BF16, 1280, 5120, 0, 0 },
-        { W_FP8, 32768, 1280, 128, 0 }, { W_FP8, 5120, 8192, 128, 0 }, { W_FP8, 1280, 5120, 128, 0 },
-        { W_FP8, 32768, 1280, 32, 0 },  { W_FP8, 5120, 8192, 32, 0 },
-        { W_FP8, 32768, 1280, 32, 1 }, { W_FP8, 5120, 8192, 32, 1 },
-        { W_FP4, 32768, 1280, 0, 0 },  { W_FP4, 5120, 8192, 0, 0 },  { W_FP4, 1280, 5120, 0, 0 },
+        { W_F32, 32768, 1280, 0, 0, 0 },  { W_F32, 5120, 8192, 0, 0, 0 },  { W_F32, 1280, 5120, 0, 0, 0 },
+        { W_BF16, 32768, 1280, 0, 0, 0 }, { W_BF16, 5120, 8192, 0, 0, 0 }, { W_BF16, 1280, 5120, 0, 0, 0 },
+        { W_FP8, 32768, 1280, 128, 0, 0 }, { W_FP8, 5120, 8192, 128, 0, 0 }, { W_FP8, 1280, 5120, 128, 0, 0 },
+        { W_FP8, 32768, 1280, 32, 0, 0 },  { W_FP8, 5120, 8192, 32, 0, 0 },
+        { W_FP8, 32768, 1280, 32, 1, 0 }, { W_FP8, 5120, 8192, 32, 1, 0 },
+        /* a batched decode step of 8 and 16 sequences (V4.1's blocks) */
+        { W_FP8, 32768, 1280, 32, 1, 8 }, { W_FP8, 5120, 8192, 32, 1, 8 },
+        { W_FP8, 32768, 1280, 32, 1, 16 }, { W_FP8, 5120, 8192, 32, 1, 16 },
+        { W_FP4, 32768, 1280, 0, 0, 0 },  { W_FP4, 5120, 8192, 0, 0, 0 },  { W_FP4, 1280, 5120, 0, 0, 0 },
     };
     const fused_case fc[] = {
         { F_MDOT_FP4KV, 4, 512 },  { F_MDOT_FP4KV, 8, 512 },  { F_MDOT_FP4KV, 64, 512 },
