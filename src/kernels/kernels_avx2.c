@@ -236,18 +236,25 @@ static void fp8_arrange_x(const float *x, const float *sc, size_t bs, size_t k0,
 }
 
 /* One 32-code step of a row. */
-AI void fp8_step(__m256i v, const float *xc, __m256 *a, __m256i *nanv, const int track_nan)
+/* 32 E4M3 codes -> their values x 2^-8 in the arranged order, and the
+ * NaN byte max. */
+AI void fp8_decode32(__m256i v, __m256 *w, __m256i *nanv, const int track_nan)
 {
     const __m256i keep = _mm256_set1_epi16((short)0xBF80);
     if (track_nan) *nanv = _mm256_max_epu8(*nanv, _mm256_or_si256(v, _mm256_set1_epi8((char)0x80)));
-    __m256i lo = e4m3w_to_h(v);
-    __m256i hi = _mm256_and_si256(_mm256_srai_epi16(v, 1), keep);
-    a[0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(lo)), _mm256_load_ps(xc), a[0]);
-    a[1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1)),
-                           _mm256_load_ps(xc + 8), a[1]);
-    a[2] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(hi)), _mm256_load_ps(xc + 16), a[2]);
-    a[3] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1)),
-                           _mm256_load_ps(xc + 24), a[3]);
+    const __m256i lo = e4m3w_to_h(v);
+    const __m256i hi = _mm256_and_si256(_mm256_srai_epi16(v, 1), keep);
+    w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(lo));
+    w[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1));
+    w[2] = _mm256_cvtph_ps(_mm256_castsi256_si128(hi));
+    w[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1));
+}
+
+AI void fp8_step(__m256i v, const float *xc, __m256 *a, __m256i *nanv, const int track_nan)
+{
+    __m256 w[4];
+    fp8_decode32(v, w, nanv, track_nan);
+    for (int j = 0; j < 4; j++) a[j] = _mm256_fmadd_ps(w[j], _mm256_load_ps(xc + 8 * j), a[j]);
 }
 
 /* One row's codes [0, kn) (of a row of k) against the arranged xb. */
@@ -354,7 +361,7 @@ static void gemv_fp8_finite_avx2(const uint8_t *W, const float *scale, size_t bs
  * Zen 2) while the rows stream past them; each token's slab is arranged
  * with its block scales once per scale row, and a row's slab sums are
  * added to y slab by slab.  Shapes gemv_fp8_impl does not take in this
- * form (bs % 32, k % 32, M_KC % bs) go token by token through it. */
+ * form (bs % 32, k % 32) go token by token through it. */
 #define M_T 8
 #define M_KC 512
 #define M_PF_ROWS 8                /* rows ahead the next slab lines are prefetched */
@@ -362,28 +369,21 @@ static void gemv_fp8_finite_avx2(const uint8_t *W, const float *scale, size_t bs
 AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
                   size_t ldy, const int T, int accumulate, const int track_nan)
 {
-    const __m256i keep = _mm256_set1_epi16((short)0xBF80);
     __m256 acc[M_T];
     __m256i nanv = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (size_t t0 = 0; t0 < kn; t0 += 32) {
         if (t0 % 64 == 0) _mm_prefetch((const char *)(w + t0 + M_PF_ROWS * k), _MM_HINT_T0);
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(w + t0));
-        if (track_nan) nanv = _mm256_max_epu8(nanv, _mm256_or_si256(v, _mm256_set1_epi8((char)0x80)));
-        const __m256i lo = e4m3w_to_h(v);
-        const __m256i hi = _mm256_and_si256(_mm256_srai_epi16(v, 1), keep);
-        const __m256 w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(lo));
-        const __m256 w1 = _mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1));
-        const __m256 w2 = _mm256_cvtph_ps(_mm256_castsi256_si128(hi));
-        const __m256 w3 = _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1));
+        __m256 wv[4];
+        fp8_decode32(_mm256_loadu_si256((const __m256i *)(w + t0)), wv, &nanv, track_nan);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const float *xc = xb + (size_t)t * M_KC + t0;
-            __m256 a = _mm256_fmadd_ps(w0, _mm256_load_ps(xc), acc[t]);
-            a = _mm256_fmadd_ps(w1, _mm256_load_ps(xc + 8), a);
-            a = _mm256_fmadd_ps(w2, _mm256_load_ps(xc + 16), a);
-            acc[t] = _mm256_fmadd_ps(w3, _mm256_load_ps(xc + 24), a);
+            __m256 a = _mm256_fmadd_ps(wv[0], _mm256_load_ps(xc), acc[t]);
+            a = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xc + 8), a);
+            a = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xc + 16), a);
+            acc[t] = _mm256_fmadd_ps(wv[3], _mm256_load_ps(xc + 24), a);
         }
     }
     float s[M_T];
@@ -412,7 +412,7 @@ static void gemv_fp8_m_avx2(const uint8_t *W, const float *scale, size_t bs, siz
                             size_t rows, size_t k, int finite)
 {
     if (bs == 0 || m == 0) return;
-    if (k == 0 || k % 32 || bs % 32 || (k > M_KC && M_KC % bs)) {
+    if (k == 0 || k % 32 || bs % 32) {
         for (size_t t = 0; t < m; t++)
             gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite);
         return;

@@ -313,18 +313,26 @@ static void fp8_arrange_x(const float *x, const float *sc, size_t bs, size_t k0,
 
 /* One 64-code step of a row: four partial sums (one per x vector, so no
  * FMA waits on another) and the NaN byte max. */
-AI void fp8_step(__m512i v, const float *xc, __m512 *a, __m512i *nanv, const int track_nan)
+/* 64 E4M3 codes -> their values x 2^-8 in the arranged order (w[0] even
+ * codes 0..30, w[1] even 32..62, w[2] odd 1..31, w[3] odd 33..63), and the
+ * NaN byte max. */
+AI void fp8_decode64(__m512i v, __m512 *w, __m512i *nanv, const int track_nan)
 {
     const __m512i keep = _mm512_set1_epi16((short)0xBF80);
     if (track_nan) *nanv = _mm512_max_epu8(*nanv, _mm512_or_si512(v, _mm512_set1_epi8((char)0x80)));
-    __m512i lo = e4m3w_to_h(v);
-    __m512i hi = _mm512_and_si512(_mm512_srai_epi16(v, 1), keep);
-    a[0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(lo)), _mm512_load_ps(xc), a[0]);
-    a[1] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(lo, 1)),
-                           _mm512_load_ps(xc + 16), a[1]);
-    a[2] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(hi)), _mm512_load_ps(xc + 32), a[2]);
-    a[3] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1)),
-                           _mm512_load_ps(xc + 48), a[3]);
+    const __m512i lo = e4m3w_to_h(v);
+    const __m512i hi = _mm512_and_si512(_mm512_srai_epi16(v, 1), keep);
+    w[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(lo));
+    w[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(lo, 1));
+    w[2] = _mm512_cvtph_ps(_mm512_castsi512_si256(hi));
+    w[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1));
+}
+
+AI void fp8_step(__m512i v, const float *xc, __m512 *a, __m512i *nanv, const int track_nan)
+{
+    __m512 w[4];
+    fp8_decode64(v, w, nanv, track_nan);
+    for (int j = 0; j < 4; j++) a[j] = _mm512_fmadd_ps(w[j], _mm512_load_ps(xc + 16 * j), a[j]);
 }
 
 /* R rows, each read front to back in one pass (a purely sequential stream
@@ -467,7 +475,6 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
                    float *y, size_t ldy, const int R, const int T, int accumulate,
                    const int track_nan)
 {
-    const __m512i keep = _mm512_set1_epi16((short)0xBF80);
     __m512 acc[2][M_TMAX];
     __m512i nanv[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
 #pragma GCC unroll 2
@@ -480,15 +487,7 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
         for (int r = 0; r < R; r++) {
             const uint8_t *w = W + (size_t)r * k + t0;
             _mm_prefetch((const char *)(w + M_PF_ROWS * k), _MM_HINT_T0);
-            const __m512i v = _mm512_loadu_si512(w);
-            if (track_nan)
-                nanv[r] = _mm512_max_epu8(nanv[r], _mm512_or_si512(v, _mm512_set1_epi8((char)0x80)));
-            const __m512i lo = e4m3w_to_h(v);
-            const __m512i hi = _mm512_and_si512(_mm512_srai_epi16(v, 1), keep);
-            wv[r][0] = _mm512_cvtph_ps(_mm512_castsi512_si256(lo));
-            wv[r][1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(lo, 1));
-            wv[r][2] = _mm512_cvtph_ps(_mm512_castsi512_si256(hi));
-            wv[r][3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1));
+            fp8_decode64(_mm512_loadu_si512(w), wv[r], &nanv[r], track_nan);
         }
 #pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
