@@ -282,21 +282,6 @@ dsattn_status dsattn_mla_load(dsattn_mla **out, const char *config_json,
 
 /* ==== Random weights ==================================================== */
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-    *s = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
-
-static float rng_normal(uint64_t *s)
-{
-    double u1 = ((double)(rng_next(s) >> 11) + 1.0) * 0x1p-53;
-    double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
 /* bf16 weight ~ N(0, 1/cols), rows generated in parallel from per-row seeds. */
 static dsattn_status rand_bf16(dsattn_mla *m, size_t rows, size_t cols, uint64_t seed,
                                dsattn_weight *w)
@@ -309,7 +294,8 @@ static dsattn_status rand_bf16(dsattn_mla *m, size_t rows, size_t cols, uint64_t
 #pragma omp parallel for schedule(static)
     for (size_t r = 0; r < rows; r++) {
         uint64_t s = (seed * 0x9e3779b97f4a7c15ull) ^ (r * 0xd1b54a32d192ed03ull) ^ 1;
-        for (size_t i = 0; i < cols; i++) p[r * cols + i] = dsattn_f32_to_bf16(rng_normal(&s) * sd);
+        for (size_t i = 0; i < cols; i++)
+            p[r * cols + i] = dsattn_f32_to_bf16(dsattn_weight_rng_normal(&s) * sd);
     }
     w->kind = DSATTN_W_BF16;
     w->rows = rows;
@@ -339,7 +325,7 @@ static dsattn_status rand_fp8(dsattn_mla *m, size_t rows, size_t cols, uint64_t 
         uint64_t g = (seed * 0x9e3779b97f4a7c15ull) ^ (r * 0xd1b54a32d192ed03ull) ^ 1;
         const float sd = 1.0f / sqrtf((float)cols);
         for (size_t i = 0; i < cols; i++) {
-            float v = rng_normal(&g) * sd / s;
+            float v = dsattn_weight_rng_normal(&g) * sd / s;
             v = v > 448.0f ? 448.0f : (v < -448.0f ? -448.0f : v);
             p[r * cols + i] = dsattn_f32_to_e4m3(v);
         }
@@ -361,7 +347,7 @@ static dsattn_status rand_vec(dsattn_mla *m, size_t n, float base, float jitter,
     dsattn_status st = own(m, v);
     if (st) return st;
     uint64_t s = (seed * 0x9e3779b97f4a7c15ull) | 1;
-    for (size_t i = 0; i < n; i++) v[i] = dsattn_round_bf16(base + jitter * rng_normal(&s));
+    for (size_t i = 0; i < n; i++) v[i] = dsattn_round_bf16(base + jitter * dsattn_weight_rng_normal(&s));
     *out = v;
     return DSATTN_OK;
 }

@@ -212,14 +212,9 @@ void dsattn_ckpt_close(dsattn_ckpt *ck)
         dsattn_st_close(ck->files[i]);
         free(ck->paths[i]);
     }
-    free(ck->files);
-    free(ck->paths);
-    free(ck->e);
-    free(ck->by_name);
-    free(ck->pub);
-    free(ck->layout);
-    free(ck->cfg_path);
-    free(ck);
+    void *owned[] = { ck->files, ck->paths, ck->e, ck->by_name, ck->pub, ck->layout,
+                      ck->cfg_path, ck };
+    for (size_t i = 0; i < DSATTN_ARRAY_LEN(owned); i++) free(owned[i]);
 }
 
 static dsattn_status ck_add_file(dsattn_ckpt *ck, const char *path, size_t *idx,
@@ -497,19 +492,17 @@ const dsattn_ckpt_entry *dsattn_ckpt_at(const dsattn_ckpt *ck, size_t i)
     return ck && i < ck->n ? &ck->pub[i] : NULL;
 }
 
+static const char *entry_name(const void *list, size_t i)
+{
+    const dsattn_ckpt *ck = list;
+    return ck->e[ck->by_name[i]].name;
+}
+
 const dsattn_ckpt_entry *dsattn_ckpt_find(const dsattn_ckpt *ck, const char *name)
 {
     if (!ck || !name) return NULL;
-    size_t lo = 0, hi = ck->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        size_t k = ck->by_name[mid];
-        int c = strcmp(name, ck->e[k].name);
-        if (c == 0) return &ck->pub[k];
-        if (c < 0) hi = mid;
-        else lo = mid + 1;
-    }
-    return NULL;
+    size_t i = dsattn_name_bsearch(name, ck->n, entry_name, ck);
+    return i < ck->n ? &ck->pub[ck->by_name[i]] : NULL;
 }
 
 /* ==== weights =========================================================== */

@@ -11,6 +11,7 @@
 #include "jsoncfg.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -135,6 +136,33 @@ static dsattn_status check_pos(const char *what, const char *key, int64_t v,
     return DSATTN_OK;
 }
 
+/* A group of required integer keys: read them all, then check each against
+ * its lower bound (errors name the inference key).  An `opt` key that is
+ * absent takes the value `def`. */
+typedef struct {
+    const char *inf, *hf;
+    size_t      off;          /* offsetof(dsattn_model_config, field) */
+    int64_t     lo;
+    int         opt;
+    int64_t     def;
+} int_key;
+#define IKEY(inf, hf, field, lo) { inf, hf, offsetof(dsattn_model_config, field), lo, 0, 0 }
+
+static int64_t *key_field(dsattn_model_config *c, const int_key *k)
+{
+    return (int64_t *)((char *)c + k->off);
+}
+
+static dsattn_status rd_keys(cfg_rd *r, dsattn_model_config *c, const int_key *k, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        TRY(k[i].opt ? rd_int_opt(r, k[i].inf, k[i].hf, k[i].def, key_field(c, &k[i]))
+                     : rd_int(r, k[i].inf, k[i].hf, key_field(c, &k[i])));
+    for (size_t i = 0; i < n; i++)
+        TRY(check_pos(r->what, k[i].inf, *key_field(c, &k[i]), k[i].lo, r->err, r->errlen));
+    return DSATTN_OK;
+}
+
 /* The layer lists of V4.1: in range, no duplicates; sorted on return. */
 static int cmp_i64(const void *a, const void *b)
 {
@@ -234,16 +262,16 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
     dsattn_arch a = c->arch;
     int mla = a == DSATTN_ARCH_V3 || a == DSATTN_ARCH_V32;
 
-    TRY(rd_int(&r, "dim", "hidden_size", &c->dim));
-    TRY(rd_int(&r, "n_layers", "num_hidden_layers", &c->n_layers));
-    TRY(rd_int(&r, "n_heads", "num_attention_heads", &c->n_heads));
-    TRY(check_pos(what, "n_layers", c->n_layers, 1, err, errlen));
+    static const int_key shape_keys[] = {
+        IKEY("dim", "hidden_size", dim, 1),
+        IKEY("n_layers", "num_hidden_layers", n_layers, 1),
+        IKEY("n_heads", "num_attention_heads", n_heads, 1),
+    };
+    TRY(rd_keys(&r, c, shape_keys, DSATTN_ARRAY_LEN(shape_keys)));
     if (c->n_layers > DSATTN_MAX_LAYERS)
         return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
                            "%s: %lld layers, at most %d supported", what,
                            (long long)c->n_layers, DSATTN_MAX_LAYERS);
-    TRY(check_pos(what, "dim", c->dim, 1, err, errlen));
-    TRY(check_pos(what, "n_heads", c->n_heads, 1, err, errlen));
     int64_t n_mtp = -1;
     TRY(rd_int_opt(&r, "n_mtp_layers", "num_nextn_predict_layers", -1, &n_mtp));
     if (n_mtp < -1 || n_mtp > 64)
@@ -251,16 +279,14 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
                            "%s: MTP layer count %lld out of range", what, (long long)n_mtp);
 
     if (mla) {
-        TRY(rd_int_opt(&r, "q_lora_rank", "q_lora_rank", 0, &c->q_lora_rank));
-        TRY(rd_int(&r, "kv_lora_rank", "kv_lora_rank", &c->kv_lora_rank));
-        TRY(rd_int(&r, "qk_nope_head_dim", "qk_nope_head_dim", &c->qk_nope_head_dim));
-        TRY(rd_int(&r, "qk_rope_head_dim", "qk_rope_head_dim", &c->qk_rope_head_dim));
-        TRY(rd_int(&r, "v_head_dim", "v_head_dim", &c->v_head_dim));
-        TRY(check_pos(what, "q_lora_rank", c->q_lora_rank, 0, err, errlen));
-        TRY(check_pos(what, "kv_lora_rank", c->kv_lora_rank, 1, err, errlen));
-        TRY(check_pos(what, "qk_nope_head_dim", c->qk_nope_head_dim, 1, err, errlen));
-        TRY(check_pos(what, "qk_rope_head_dim", c->qk_rope_head_dim, 2, err, errlen));
-        TRY(check_pos(what, "v_head_dim", c->v_head_dim, 1, err, errlen));
+        static const int_key mla_keys[] = {
+            { "q_lora_rank", "q_lora_rank", offsetof(dsattn_model_config, q_lora_rank), 0, 1, 0 },
+            IKEY("kv_lora_rank", "kv_lora_rank", kv_lora_rank, 1),
+            IKEY("qk_nope_head_dim", "qk_nope_head_dim", qk_nope_head_dim, 1),
+            IKEY("qk_rope_head_dim", "qk_rope_head_dim", qk_rope_head_dim, 2),
+            IKEY("v_head_dim", "v_head_dim", v_head_dim, 1),
+        };
+        TRY(rd_keys(&r, c, mla_keys, DSATTN_ARRAY_LEN(mla_keys)));
         if (c->qk_rope_head_dim % 2)
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                                "%s: qk_rope_head_dim %lld is odd", what,
@@ -276,18 +302,15 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
         c->max_seq_len = 4096 * 4;
         c->norm_eps = 1e-6;
     } else {
-        TRY(rd_int(&r, "q_lora_rank", "q_lora_rank", &c->q_lora_rank));
-        TRY(rd_int(&r, "head_dim", "head_dim", &c->head_dim));
-        TRY(rd_int(&r, "rope_head_dim", "qk_rope_head_dim", &c->rope_head_dim));
-        TRY(rd_int(&r, "o_groups", "o_groups", &c->o_groups));
-        TRY(rd_int(&r, "o_lora_rank", "o_lora_rank", &c->o_lora_rank));
-        TRY(rd_int(&r, "window_size", "sliding_window", &c->window_size));
-        TRY(check_pos(what, "q_lora_rank", c->q_lora_rank, 1, err, errlen));
-        TRY(check_pos(what, "head_dim", c->head_dim, 1, err, errlen));
-        TRY(check_pos(what, "rope_head_dim", c->rope_head_dim, 2, err, errlen));
-        TRY(check_pos(what, "o_groups", c->o_groups, 1, err, errlen));
-        TRY(check_pos(what, "o_lora_rank", c->o_lora_rank, 1, err, errlen));
-        TRY(check_pos(what, "window_size", c->window_size, 1, err, errlen));
+        static const int_key v4_keys[] = {
+            IKEY("q_lora_rank", "q_lora_rank", q_lora_rank, 1),
+            IKEY("head_dim", "head_dim", head_dim, 1),
+            IKEY("rope_head_dim", "qk_rope_head_dim", rope_head_dim, 2),
+            IKEY("o_groups", "o_groups", o_groups, 1),
+            IKEY("o_lora_rank", "o_lora_rank", o_lora_rank, 1),
+            IKEY("window_size", "sliding_window", window_size, 1),
+        };
+        TRY(rd_keys(&r, c, v4_keys, DSATTN_ARRAY_LEN(v4_keys)));
         /* V4.1 rotates the tail of a head and quantizes all of it, so a
          * head of rope dims only is valid there; V4 quantizes the non-rope
          * part by itself and needs some. */
@@ -338,12 +361,12 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
     }
 
     if (a != DSATTN_ARCH_V3) {
-        TRY(rd_int(&r, "index_n_heads", "index_n_heads", &c->index_n_heads));
-        TRY(rd_int(&r, "index_head_dim", "index_head_dim", &c->index_head_dim));
-        TRY(rd_int(&r, "index_topk", "index_topk", &c->index_topk));
-        TRY(check_pos(what, "index_n_heads", c->index_n_heads, 1, err, errlen));
-        TRY(check_pos(what, "index_head_dim", c->index_head_dim, 1, err, errlen));
-        TRY(check_pos(what, "index_topk", c->index_topk, 1, err, errlen));
+        static const int_key index_keys[] = {
+            IKEY("index_n_heads", "index_n_heads", index_n_heads, 1),
+            IKEY("index_head_dim", "index_head_dim", index_head_dim, 1),
+            IKEY("index_topk", "index_topk", index_topk, 1),
+        };
+        TRY(rd_keys(&r, c, index_keys, DSATTN_ARRAY_LEN(index_keys)));
     }
 
     if (a == DSATTN_ARCH_V41) {
@@ -357,14 +380,11 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
          * reference's own smoke-test config); the pool's sizes matter only
          * when there is a source. */
         if (c->candidate_source_layer >= 0) {
-            TRY(rd_int(&r, "candidate_topk_blocks", "candidate_topk_blocks",
-                       &c->candidate_topk_blocks));
-            TRY(rd_int(&r, "candidate_block_size", "candidate_block_size",
-                       &c->candidate_block_size));
-            TRY(check_pos(what, "candidate_topk_blocks", c->candidate_topk_blocks, 1, err,
-                          errlen));
-            TRY(check_pos(what, "candidate_block_size", c->candidate_block_size, 1, err,
-                          errlen));
+            static const int_key pool_keys[] = {
+                IKEY("candidate_topk_blocks", "candidate_topk_blocks", candidate_topk_blocks, 1),
+                IKEY("candidate_block_size", "candidate_block_size", candidate_block_size, 1),
+            };
+            TRY(rd_keys(&r, c, pool_keys, DSATTN_ARRAY_LEN(pool_keys)));
         }
         int64_t lim = c->n_compress_ratios;
         TRY(check_list(what, "kv_source_layers", c->kv_source_layers,
@@ -512,6 +532,24 @@ static int in_list(const int64_t *v, int64_t n, int64_t x)
     return 0;
 }
 
+/* Every source layer (kv or index) is a backbone layer that compresses. */
+static dsattn_status check_sources(const dsattn_model_config *c, const char *role,
+                                   const int64_t *v, int64_t n, char *err, size_t errlen)
+{
+    const int64_t L = c->n_layers;
+    for (int64_t k = 0; k < n; k++) {
+        if (v[k] < 0 || v[k] >= L)
+            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
+                               "layer plan: %s source layer %lld is not a backbone layer "
+                               "(0..%lld)", role, (long long)v[k], (long long)L - 1);
+        if (c->compress_ratios[v[k]] == 0)
+            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
+                               "layer plan: %s source layer %lld has compress ratio 0 "
+                               "(a source must compress)", role, (long long)v[k]);
+    }
+    return DSATTN_OK;
+}
+
 dsattn_status dsattn_v41_plan_from_config(const dsattn_model_config *c,
                                           dsattn_v41_plan *p, char *err,
                                           size_t errlen)
@@ -529,28 +567,12 @@ dsattn_status dsattn_v41_plan_from_config(const dsattn_model_config *c,
                            (long long)total, (long long)L);
     p->n_layers = L;
     p->n_mtp = total - L;
-    for (int64_t k = 0; k < c->n_kv_source_layers; k++) {
-        int64_t s = c->kv_source_layers[k];
-        if (s < 0 || s >= L)
-            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                               "layer plan: kv source layer %lld is not a backbone layer "
-                               "(0..%lld)", (long long)s, (long long)L - 1);
-        if (c->compress_ratios[s] == 0)
-            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                               "layer plan: kv source layer %lld has compress ratio 0 "
-                               "(a source must compress)", (long long)s);
-    }
-    for (int64_t k = 0; k < c->n_index_source_layers; k++) {
-        int64_t s = c->index_source_layers[k];
-        if (s < 0 || s >= L)
-            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                               "layer plan: index source layer %lld is not a backbone layer "
-                               "(0..%lld)", (long long)s, (long long)L - 1);
-        if (c->compress_ratios[s] == 0)
-            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                               "layer plan: index source layer %lld has compress ratio 0",
-                               (long long)s);
-    }
+    dsattn_status st = check_sources(c, "kv", c->kv_source_layers, c->n_kv_source_layers,
+                                     err, errlen);
+    if (st == DSATTN_OK)
+        st = check_sources(c, "index", c->index_source_layers, c->n_index_source_layers, err,
+                           errlen);
+    if (st != DSATTN_OK) return st;
     int64_t cand = c->candidate_source_layer;
     if (cand >= 0 && !in_list(c->index_source_layers, c->n_index_source_layers, cand))
         return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,

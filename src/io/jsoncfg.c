@@ -136,6 +136,20 @@ static bool jc_exact_int(const cJSON *j, int64_t *out)
     return true;
 }
 
+/* The value of `key` when it is present and `is` accepts it; else the
+ * error "missing" or "expected <what>, got <its type>". */
+static dsattn_status jc_typed(const cJSON *obj, const char *key, cJSON_bool (*is)(const cJSON *),
+                              const char *what, const cJSON **out, char *err, size_t errlen)
+{
+    const cJSON *j = jc_get(obj, key);
+    if (!j) return jc_missing(key, err, errlen);
+    if (!is(j))
+        return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "key '%s': expected %s, got %s", key,
+                           what, jc_type(j));
+    *out = j;
+    return DSATTN_OK;
+}
+
 dsattn_status dsattn_jcfg_int(const cJSON *obj, const char *key, int64_t *out,
                               char *err, size_t errlen)
 {
@@ -164,37 +178,28 @@ dsattn_status dsattn_jcfg_double(const cJSON *obj, const char *key, double *out,
 dsattn_status dsattn_jcfg_bool(const cJSON *obj, const char *key, bool *out,
                                char *err, size_t errlen)
 {
-    const cJSON *j = jc_get(obj, key);
-    if (!j) return jc_missing(key, err, errlen);
-    if (!cJSON_IsBool(j))
-        return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                           "key '%s': expected true/false, got %s", key, jc_type(j));
-    *out = cJSON_IsTrue(j);
-    return DSATTN_OK;
+    const cJSON *j;
+    dsattn_status st = jc_typed(obj, key, cJSON_IsBool, "true/false", &j, err, errlen);
+    if (st == DSATTN_OK) *out = cJSON_IsTrue(j);
+    return st;
 }
 
 dsattn_status dsattn_jcfg_string(const cJSON *obj, const char *key,
                                  const char **out, char *err, size_t errlen)
 {
-    const cJSON *j = jc_get(obj, key);
-    if (!j) return jc_missing(key, err, errlen);
-    if (!cJSON_IsString(j))
-        return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                           "key '%s': expected a string, got %s", key, jc_type(j));
-    *out = j->valuestring;
-    return DSATTN_OK;
+    const cJSON *j;
+    dsattn_status st = jc_typed(obj, key, cJSON_IsString, "a string", &j, err, errlen);
+    if (st == DSATTN_OK) *out = j->valuestring;
+    return st;
 }
 
 dsattn_status dsattn_jcfg_int_array(const cJSON *obj, const char *key,
                                     int64_t *out, size_t max, size_t *n,
                                     char *err, size_t errlen)
 {
-    const cJSON *j = jc_get(obj, key);
-    if (!j) return jc_missing(key, err, errlen);
-    if (!cJSON_IsArray(j))
-        return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                           "key '%s': expected an array of integers, got %s", key,
-                           jc_type(j));
+    const cJSON *j;
+    dsattn_status st = jc_typed(obj, key, cJSON_IsArray, "an array of integers", &j, err, errlen);
+    if (st != DSATTN_OK) return st;
     size_t k = 0;
     for (const cJSON *c = j->child; c; c = c->next, k++) {
         if (k >= max)
@@ -211,53 +216,39 @@ dsattn_status dsattn_jcfg_int_array(const cJSON *obj, const char *key,
 dsattn_status dsattn_jcfg_object(const cJSON *obj, const char *key,
                                  const cJSON **out, char *err, size_t errlen)
 {
-    const cJSON *j = jc_get(obj, key);
-    if (!j) return jc_missing(key, err, errlen);
-    if (!cJSON_IsObject(j))
-        return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                           "key '%s': expected an object, got %s", key, jc_type(j));
-    *out = j;
-    return DSATTN_OK;
+    return jc_typed(obj, key, cJSON_IsObject, "an object", out, err, errlen);
 }
 
 dsattn_status dsattn_jcfg_int_opt(const cJSON *obj, const char *key, int64_t def,
                                   int64_t *out, char *err, size_t errlen)
 {
-    if (!jc_get(obj, key)) {
-        *out = def;
-        return DSATTN_OK;
-    }
-    return dsattn_jcfg_int(obj, key, out, err, errlen);
+    if (jc_get(obj, key)) return dsattn_jcfg_int(obj, key, out, err, errlen);
+    *out = def;
+    return DSATTN_OK;
 }
 
 dsattn_status dsattn_jcfg_double_opt(const cJSON *obj, const char *key,
                                      double def, double *out, char *err,
                                      size_t errlen)
 {
-    if (!jc_get(obj, key)) {
-        *out = def;
-        return DSATTN_OK;
-    }
-    return dsattn_jcfg_double(obj, key, out, err, errlen);
+    if (jc_get(obj, key)) return dsattn_jcfg_double(obj, key, out, err, errlen);
+    *out = def;
+    return DSATTN_OK;
 }
 
 dsattn_status dsattn_jcfg_bool_opt(const cJSON *obj, const char *key, bool def,
                                    bool *out, char *err, size_t errlen)
 {
-    if (!jc_get(obj, key)) {
-        *out = def;
-        return DSATTN_OK;
-    }
-    return dsattn_jcfg_bool(obj, key, out, err, errlen);
+    if (jc_get(obj, key)) return dsattn_jcfg_bool(obj, key, out, err, errlen);
+    *out = def;
+    return DSATTN_OK;
 }
 
 dsattn_status dsattn_jcfg_string_opt(const cJSON *obj, const char *key,
                                      const char *def, const char **out,
                                      char *err, size_t errlen)
 {
-    if (!jc_get(obj, key)) {
-        *out = def;
-        return DSATTN_OK;
-    }
-    return dsattn_jcfg_string(obj, key, out, err, errlen);
+    if (jc_get(obj, key)) return dsattn_jcfg_string(obj, key, out, err, errlen);
+    *out = def;
+    return DSATTN_OK;
 }

@@ -19,39 +19,12 @@
 
 typedef struct { const char *hf, *inf; } name_pair;
 
-/* DeepSeek-V3 inference/convert.py `mapping` (names only). */
-static const name_pair dsattn_v3_map[] = {
-    { "embed_tokens", "embed" },       { "input_layernorm", "attn_norm" },
-    { "post_attention_layernorm", "ffn_norm" },
-    { "q_proj", "wq" },                { "q_a_proj", "wq_a" },
-    { "q_a_layernorm", "q_norm" },     { "q_b_proj", "wq_b" },
-    { "kv_a_proj_with_mqa", "wkv_a" }, { "kv_a_layernorm", "kv_norm" },
-    { "kv_b_proj", "wkv_b" },          { "o_proj", "wo" },
-    { "gate", "gate" },                { "gate_proj", "w1" },
-    { "down_proj", "w2" },             { "up_proj", "w3" },
-    { "norm", "norm" },                { "lm_head", "head" },
-    { "scale", "scale" },              { NULL, NULL },
-};
-
-/* DeepSeek-V3.2-Exp: V3's table plus the indexer keys (identity). */
-static const name_pair dsattn_v32_map[] = {
-    { "embed_tokens", "embed" },       { "input_layernorm", "attn_norm" },
-    { "post_attention_layernorm", "ffn_norm" },
-    { "q_proj", "wq" },                { "q_a_proj", "wq_a" },
-    { "q_a_layernorm", "q_norm" },     { "q_b_proj", "wq_b" },
-    { "kv_a_proj_with_mqa", "wkv_a" }, { "kv_a_layernorm", "kv_norm" },
-    { "kv_b_proj", "wkv_b" },          { "o_proj", "wo" },
-    { "gate", "gate" },                { "gate_proj", "w1" },
-    { "down_proj", "w2" },             { "up_proj", "w3" },
-    { "norm", "norm" },                { "lm_head", "head" },
-    { "scale", "scale" },              { "wq_b", "wq_b" },
-    { "wk", "wk" },                    { "k_norm", "k_norm" },
-    { "weights_proj", "weights_proj" }, { NULL, NULL },
-};
-
-/* DeepSeek-V4 (Flash/Pro) and V4.1 convert.py: the V3 keys plus identities;
- * keys not in the table pass through. */
-static const name_pair dsattn_v4_map[] = {
+/* The renames of DeepSeek-V3 inference/convert.py `mapping`.  The V3.2-Exp,
+ * V4 (Flash/Pro) and V4.1 converters use the same renames; the keys they add
+ * (gate, norm, scale, the indexer's wq_b / wk / k_norm / weights_proj, V4's
+ * embed / wo_a / wo_b / head / attn_sink) map to themselves, which
+ * str.replace leaves unchanged, so one table serves every generation. */
+static const name_pair dsattn_hf_renames[] = {
     { "embed_tokens", "embed" },       { "input_layernorm", "attn_norm" },
     { "post_attention_layernorm", "ffn_norm" },
     { "q_proj", "wq" },                { "q_a_proj", "wq_a" },
@@ -60,20 +33,8 @@ static const name_pair dsattn_v4_map[] = {
     { "kv_b_proj", "wkv_b" },          { "o_proj", "wo" },
     { "gate_proj", "w1" },             { "down_proj", "w2" },
     { "up_proj", "w3" },               { "lm_head", "head" },
-    { "embed", "embed" },              { "wq_b", "wq_b" },
-    { "wo_a", "wo_a" },                { "wo_b", "wo_b" },
-    { "head", "head" },                { "attn_sink", "attn_sink" },
-    { "weights_proj", "weights_proj" }, { NULL, NULL },
+    { NULL, NULL },
 };
-
-static const name_pair *arch_map(dsattn_arch a)
-{
-    switch (a) {
-    case DSATTN_ARCH_V3:  return dsattn_v3_map;
-    case DSATTN_ARCH_V32: return dsattn_v32_map;
-    default:              return dsattn_v4_map;
-    }
-}
 
 /* Python's s.replace(old, new) into out; -1 if it does not fit. */
 static int replace_all(const char *s, const char *old, const char *rep, char *out,
@@ -124,7 +85,7 @@ int dsattn_name_to_inference(dsattn_arch a, const char *in, char *out, size_t ou
         }
     }
     const char *rep = NULL;
-    for (const name_pair *m = arch_map(a); key[0] && m->hf; m++)
+    for (const name_pair *m = dsattn_hf_renames; key[0] && m->hf; m++)
         if (strcmp(m->hf, key) == 0) rep = m->inf;
     if (rep && strcmp(rep, key) != 0) {
         if (replace_all(b2, key, rep, b1, sizeof b1)) return -1;

@@ -139,13 +139,9 @@ static void st_free(dsattn_st_file *f)
         free(f->meta_k[i]);
         free(f->meta_v[i]);
     }
-    free(f->meta_k);
-    free(f->meta_v);
-    free(f->t);
-    free(f->by_name);
     if (f->map) munmap(f->map, f->len);
-    free(f->path);
-    free(f);
+    void *owned[] = { f->meta_k, f->meta_v, f->t, f->by_name, f->path, f };
+    for (size_t i = 0; i < DSATTN_ARRAY_LEN(owned); i++) free(owned[i]);
 }
 
 void dsattn_st_close(dsattn_st_file *f) { st_free(f); }
@@ -573,33 +569,43 @@ const dsattn_st_tensor *dsattn_st_at(const dsattn_st_file *f, size_t i)
     return f && i < f->n ? &f->t[i] : NULL;
 }
 
-const dsattn_st_tensor *dsattn_st_find(const dsattn_st_file *f, const char *name)
+size_t dsattn_name_bsearch(const char *key, size_t n,
+                           const char *(*name)(const void *list, size_t i), const void *list)
 {
-    if (!f || !name) return NULL;
-    size_t lo = 0, hi = f->n;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const dsattn_st_tensor *t = &f->t[f->by_name[mid]];
-        int c = strcmp(name, t->name);
-        if (c == 0) return t;
+        int c = strcmp(key, name(list, mid));
+        if (c == 0) return mid;
         if (c < 0) hi = mid;
         else lo = mid + 1;
     }
-    return NULL;
+    return n;
+}
+
+static const char *tensor_name(const void *list, size_t i)
+{
+    const dsattn_st_file *f = list;
+    return f->t[f->by_name[i]].name;
+}
+
+static const char *meta_key(const void *list, size_t i)
+{
+    return ((const dsattn_st_file *)list)->meta_k[i];
+}
+
+const dsattn_st_tensor *dsattn_st_find(const dsattn_st_file *f, const char *name)
+{
+    if (!f || !name) return NULL;
+    size_t i = dsattn_name_bsearch(name, f->n, tensor_name, f);
+    return i < f->n ? &f->t[f->by_name[i]] : NULL;
 }
 
 const char *dsattn_st_meta(const dsattn_st_file *f, const char *key)
 {
     if (!f || !key) return NULL;
-    size_t lo = 0, hi = f->n_meta;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(key, f->meta_k[mid]);
-        if (c == 0) return f->meta_v[mid];
-        if (c < 0) hi = mid;
-        else lo = mid + 1;
-    }
-    return NULL;
+    size_t i = dsattn_name_bsearch(key, f->n_meta, meta_key, f);
+    return i < f->n_meta ? f->meta_v[i] : NULL;
 }
 
 size_t dsattn_st_meta_count(const dsattn_st_file *f) { return f ? f->n_meta : 0; }
@@ -615,6 +621,11 @@ const char *dsattn_st_path(const dsattn_st_file *f) { return f ? f->path : NULL;
 const uint8_t *dsattn_st_base(const dsattn_st_file *f) { return f ? f->base : NULL; }
 size_t dsattn_st_size(const dsattn_st_file *f) { return f ? f->len : 0; }
 
+/* Unaligned little-endian element loads (tensor data is not aligned). */
+static uint16_t ld_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static int32_t ld_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static int64_t ld_i64(const uint8_t *p) { int64_t v; memcpy(&v, p, 8); return v; }
+
 dsattn_status dsattn_st_to_f32(const dsattn_st_tensor *t, float *out, size_t n)
 {
     if (!t || (!out && n) || n != t->numel) return DSATTN_ERR_INVALID_ARG;
@@ -626,18 +637,10 @@ dsattn_status dsattn_st_to_f32(const dsattn_st_tensor *t, float *out, size_t n)
         memcpy(out, p, n * 4);
         break;
     case DSATTN_DT_F16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = dsattn_f16_to_f32(h);
-        }
+        for (size_t i = 0; i < n; i++) out[i] = dsattn_f16_to_f32(ld_u16(p + 2 * i));
         break;
     case DSATTN_DT_BF16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = dsattn_bf16_to_f32(h);
-        }
+        for (size_t i = 0; i < n; i++) out[i] = dsattn_bf16_to_f32(ld_u16(p + 2 * i));
         break;
     case DSATTN_DT_F8_E4M3:
         for (size_t i = 0; i < n; i++) out[i] = dsattn_e4m3_to_f32(p[i]);
@@ -652,18 +655,10 @@ dsattn_status dsattn_st_to_f32(const dsattn_st_tensor *t, float *out, size_t n)
         for (size_t i = 0; i < n; i++) out[i] = (float)p[i];
         break;
     case DSATTN_DT_I32:
-        for (size_t i = 0; i < n; i++) {
-            int32_t v;
-            memcpy(&v, p + 4 * i, 4);
-            out[i] = (float)v;
-        }
+        for (size_t i = 0; i < n; i++) out[i] = (float)ld_i32(p + 4 * i);
         break;
     case DSATTN_DT_I64:
-        for (size_t i = 0; i < n; i++) {
-            int64_t v;
-            memcpy(&v, p + 8 * i, 8);
-            out[i] = (float)v;
-        }
+        for (size_t i = 0; i < n; i++) out[i] = (float)ld_i64(p + 8 * i);
         break;
     default:
         return DSATTN_ERR_UNSUPPORTED;

@@ -105,6 +105,12 @@ size_t                  dsattn_st_count(const dsattn_st_file *f);
 const dsattn_st_tensor *dsattn_st_at(const dsattn_st_file *f, size_t i);
 /* NULL if absent.  O(log n). */
 const dsattn_st_tensor *dsattn_st_find(const dsattn_st_file *f, const char *name);
+
+/* Binary search among n names in strcmp order, the i-th of which is
+ * name(list, i): the i whose name equals key, or n when none does.  Every
+ * by-name lookup of the io layer (tensors, metadata, checkpoint entries). */
+size_t dsattn_name_bsearch(const char *key, size_t n,
+                           const char *(*name)(const void *list, size_t i), const void *list);
 /* __metadata__ value or NULL. */
 const char *dsattn_st_meta(const dsattn_st_file *f, const char *key);
 size_t      dsattn_st_meta_count(const dsattn_st_file *f);

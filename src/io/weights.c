@@ -89,21 +89,6 @@ size_t dsattn_weight_bytes(const dsattn_weight *w)
 
 /* ==== Seeded random weights ============================================= */
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-    *s = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
-
-static float rng_normal(uint64_t *s)
-{
-    double u1 = ((double)(rng_next(s) >> 11) + 1.0) * 0x1p-53;
-    double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
 int dsattn_weight_random(dsattn_weight *w, dsattn_wkind kind, size_t rows, size_t cols,
                          size_t block, float gain, uint64_t seed, dsattn_owned *own)
 {
@@ -123,7 +108,7 @@ int dsattn_weight_random(dsattn_weight *w, dsattn_wkind kind, size_t rows, size_
         for (size_t r = 0; r < rows; r++) {
             uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
             for (size_t i = 0; i < cols; i += 8) {
-                uint64_t v = rng_next(&s);
+                uint64_t v = dsattn_weight_rng_next(&s);
                 for (size_t j = 0; j < 8 && i + j < cols; j++) {
                     uint8_t b = (uint8_t)(v >> (8 * j));
                     p[r * cols + i + j] = (uint8_t)((b & 0x80) | (((b >> 3) & 7) + 4) << 3 | (b & 7));
@@ -148,7 +133,7 @@ int dsattn_weight_random(dsattn_weight *w, dsattn_wkind kind, size_t rows, size_
     for (size_t r = 0; r < rows; r++) {
         uint64_t s = (seed ^ ((r + 1) * 0x9e3779b97f4a7c15ull)) | 1;
         for (size_t i = 0; i < cols; i++) {
-            float v = rng_normal(&s) * sd;
+            float v = dsattn_weight_rng_normal(&s) * sd;
             if (f32) ((float *)p)[r * cols + i] = dsattn_round_bf16(v);
             else ((uint16_t *)p)[r * cols + i] = dsattn_f32_to_bf16(v);
         }
@@ -165,7 +150,7 @@ int dsattn_vec_random(float **out, size_t n, float base, float jitter, int bf16,
     if (st) return st;
     uint64_t s = seed | 1;
     for (size_t i = 0; i < n; i++) {
-        float x = base + jitter * rng_normal(&s);
+        float x = base + jitter * dsattn_weight_rng_normal(&s);
         v[i] = bf16 ? dsattn_round_bf16(x) : x;
     }
     *out = v;

@@ -9,6 +9,7 @@
 #ifndef DSATTN_WEIGHTS_H
 #define DSATTN_WEIGHTS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,23 @@ int dsattn_weight_gemv_ref(const dsattn_weight *w, const float *x, float *y);
 size_t dsattn_weight_bytes(const dsattn_weight *w);
 
 /* ==== Seeded random weights (tests, benchmarks, `dsattn run`) ========= */
+/* The generator behind them, for every loader that makes random weights:
+ * xorshift64* steps, and a standard normal value by Box-Muller from two. */
+static inline uint64_t dsattn_weight_rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    *s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+static inline float dsattn_weight_rng_normal(uint64_t *s)
+{
+    double u1 = ((double)(dsattn_weight_rng_next(s) >> 11) + 1.0) * 0x1p-53;
+    double u2 = (double)(dsattn_weight_rng_next(s) >> 11) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
 /* Reproducible from the seed alone, and quick to make at real size (rows
  * are seeded independently and filled in parallel):
  *   DSATTN_W_BF16 / DSATTN_W_F32: N(0, gain^2 / cols), rounded to bf16 values;

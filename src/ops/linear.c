@@ -107,39 +107,12 @@ static size_t weight_bytes(const dsattn_weight *W)
     return 0;
 }
 
-/* Dequantize rows [r0, r0+n) of W into out [n, cols] fp32. */
+/* Dequantize rows [r0, r0+n) of W into out [n, cols] fp32 (the reference
+ * row decode of weights.c, so the BLAS path sees the same values). */
 static void dequant_rows(const dsattn_weight *W, size_t r0, size_t n, float *out)
 {
-    size_t K = W->cols;
-    for (size_t r = r0; r < r0 + n; r++) {
-        float *o = out + (r - r0) * K;
-        switch (W->kind) {
-        case DSATTN_W_F32:
-            memcpy(o, (const float *)W->data + r * K, K * sizeof(float));
-            break;
-        case DSATTN_W_BF16: {
-            const uint16_t *w = (const uint16_t *)W->data + r * K;
-            for (size_t i = 0; i < K; i++) o[i] = dsattn_bf16_to_f32(w[i]);
-            break;
-        }
-        case DSATTN_W_FP8: {
-            const uint8_t *w = (const uint8_t *)W->data + r * K;
-            size_t ldsc = (K + W->block - 1) / W->block;
-            const float *sc = W->scale + (r / W->block) * ldsc;
-            for (size_t i = 0; i < K; i++) o[i] = dsattn_e4m3_to_f32(w[i]) * sc[i / W->block];
-            break;
-        }
-        case DSATTN_W_FP4: {
-            const uint8_t *w = (const uint8_t *)W->data + r * (K / 2);
-            const uint8_t *sc = W->scale_e8m0 + r * (K / 32);
-            for (size_t i = 0; i < K; i++) {
-                uint8_t c = (i & 1) ? (uint8_t)(w[i / 2] >> 4) : (uint8_t)(w[i / 2] & 15);
-                o[i] = dsattn_e2m1_to_f32(c) * dsattn_ue8m0_to_f32(sc[i / 32]);
-            }
-            break;
-        }
-        }
-    }
+    for (size_t r = r0; r < r0 + n; r++)
+        (void)dsattn_weight_row_f32(W, r, out + (r - r0) * W->cols);
 }
 
 /* The decode-sized path (and every reference-mode call).  The rows are cut

@@ -200,13 +200,21 @@ void dsattn_v41_kv_pack(const float *x, size_t d, uint8_t *row, float *deq)
     dsattn_quant_fp4_e4m3(x, d, row, row + d / 2, deq);
 }
 
-void dsattn_v41_kv_unpack(const uint8_t *row, size_t d, float *out)
+/* An FP4 row: d/2 bytes of E2M1 nibbles (low nibble first), then one
+ * scale byte per `group` values, decoded by `scale`. */
+static inline void fp4_row_unpack(const uint8_t *row, size_t d, size_t group,
+                                  float (*scale)(uint8_t), float *out)
 {
     const uint8_t *sc = row + d / 2;
     for (size_t i = 0; i < d; i++) {
         uint8_t c = (i & 1) ? (uint8_t)(row[i / 2] >> 4) : (uint8_t)(row[i / 2] & 15);
-        out[i] = dsattn_e2m1_to_f32(c) * dsattn_e4m3_to_f32(sc[i / 16]);
+        out[i] = dsattn_e2m1_to_f32(c) * scale(sc[i / group]);
     }
+}
+
+void dsattn_v41_kv_unpack(const uint8_t *row, size_t d, float *out)
+{
+    fp4_row_unpack(row, d, 16, dsattn_e4m3_to_f32, out);
 }
 
 void dsattn_fp4_index_pack(const float *x, size_t d, uint8_t *row, float *deq)
@@ -216,11 +224,7 @@ void dsattn_fp4_index_pack(const float *x, size_t d, uint8_t *row, float *deq)
 
 void dsattn_fp4_index_unpack(const uint8_t *row, size_t d, float *out)
 {
-    const uint8_t *sc = row + d / 2;
-    for (size_t i = 0; i < d; i++) {
-        uint8_t c = (i & 1) ? (uint8_t)(row[i / 2] >> 4) : (uint8_t)(row[i / 2] & 15);
-        out[i] = dsattn_e2m1_to_f32(c) * dsattn_ue8m0_to_f32(sc[i / 32]);
-    }
+    fp4_row_unpack(row, d, 32, dsattn_ue8m0_to_f32, out);
 }
 
 void dsattn_v41_swa_pack(const float *x, size_t d, uint8_t *row, float *deq)
