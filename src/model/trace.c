@@ -1,17 +1,57 @@
-/* trace.c - dispatch of `dsattn trace` by model_type, and the input reader
- * every backend shares.  Backends live beside this file, one per
- * generation; add a row to the table below for a new one. */
+/* trace.c - `dsattn trace`: the protocol every generation shares, and the
+ * one place that tells the generations apart.
+ *
+ * The protocol: read the case's input, load its model, prefill x[:P] at
+ * position 0, then step one token at a time, and write `out`,
+ * layer.{i}.attn_in / attn_out, layer.{i}.topk for every layer that selects
+ * (V4 adds trace.{i}.topk_order, its picks in the reference's score order)
+ * and each layer's caches.  config.json's model_type picks the generation
+ * (the table in dsattn_trace_case); the few calls that differ by generation
+ * (load, sequence, stack, selection, description) are the if-chains over a
+ * trace_seq below, and the cache layouts live beside this file, one file
+ * per generation.
+ */
 #include "trace.h"
 
 #include "internal.h"
 #include "jsoncfg.h"
+#include "mla.h"
+#include "numfmt.h"
 #include "safetensors.h"
+#include "v4.h"
+#include "v41.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef struct { const char *model_type; dsattn_trace_fn fn; } backend;
+typedef enum { GEN_MLA, GEN_V4, GEN_V41 } trace_gen;
 
+/* One generation's model and sequence: the pair of that generation is set. */
+typedef struct {
+    dsattn_mla *mla_m;   dsattn_mla_seq *mla;     /* V3, V3.2 */
+    dsattn_v4  *v4_m;    dsattn_v4_seq  *v4;      /* V4       */
+    dsattn_v41 *v41_m;   dsattn_v41_seq *v41;     /* V4.1     */
+} trace_seq;
+
+/* What the output says about the model run. */
+typedef struct {
+    size_t      n_layers, dim;
+    size_t      index_topk;   /* 0: nothing selects                           */
+    int         score_order;  /* V4: topk is the set sorted, plus topk_order  */
+    const char *producer;     /* metadata "producer"                          */
+    const char *key, *value;  /* one more metadata pair: the variant run      */
+} trace_desc;
+
+/* Everything a run produces. */
+typedef struct {
+    float   *x;            /* [T, dim]: the input, then the final residual */
+    size_t   T, P, dim, kw;
+    float   *ain, *aout;   /* [n_layers, T, dim]                            */
+    int32_t *topk;         /* [n_layers, T, kw], -1 padded                  */
+} trace_result;
+
+static dsattn_status protocol(trace_gen g, const char *case_dir, const char *out_path,
+                              const dsattn_trace_opts *o, char *err, size_t errlen);
 
 dsattn_status dsattn_trace_case(const char *case_dir, const char *out_path,
                                 const dsattn_trace_opts *o, char *err, size_t errlen)
@@ -28,21 +68,16 @@ dsattn_status dsattn_trace_case(const char *case_dir, const char *out_path,
     int v41_keys = dsattn_jcfg_has(root, "kv_source_layers");
     cJSON_Delete(root);
     if (st) return st;
-    const backend table[] = {
-        { "deepseek_v41", dsattn_trace_v41 },
-        { "deepseek_v3", dsattn_trace_v3 },
-        { "deepseek_v32", dsattn_trace_v3 },
-        { "deepseek_v4", dsattn_trace_v4 },
+    static const struct { const char *model_type; trace_gen g; } table[] = {
+        { "deepseek_v41", GEN_V41 },
+        { "deepseek_v3", GEN_MLA },
+        { "deepseek_v32", GEN_MLA },
+        { "deepseek_v4", GEN_V4 },
     };
     if (!type[0] && v41_keys) snprintf(type, sizeof type, "deepseek_v41");
-    for (size_t i = 0; i < DSATTN_ARRAY_LEN(table); i++) {
-        if (strcmp(type, table[i].model_type)) continue;
-        if (!table[i].fn)
-            return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                               "%s: model_type '%s' has no trace backend in this build",
-                               path, type);
-        return table[i].fn(case_dir, out_path, o, err, errlen);
-    }
+    for (size_t i = 0; i < DSATTN_ARRAY_LEN(table); i++)
+        if (!strcmp(type, table[i].model_type))
+            return protocol(table[i].g, case_dir, out_path, o, err, errlen);
     return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
                        "%s: unknown model_type '%s' (known: deepseek_v3, deepseek_v32, "
                        "deepseek_v4, deepseek_v41)", path, type);
@@ -83,16 +118,91 @@ dsattn_status dsattn_trace_load_input(const char *case_dir, float **x, size_t *T
     return DSATTN_OK;
 }
 
-/* ==== The protocol runner =============================================== */
+/* ==== What differs by generation ====================================== */
 
-dsattn_status dsattn_trace_result_init(dsattn_trace_result *r, const char *case_dir,
-                                       size_t dim, size_t n_layers, size_t kw, char *err,
-                                       size_t errlen)
+/* Load the model and make a sequence of T tokens, of the variant the
+ * options pick. */
+static dsattn_status seq_open(trace_seq *s, trace_gen g, const char *cfg, const char *wts,
+                              size_t T, const dsattn_trace_opts *o, char *err, size_t errlen)
 {
-    memset(r, 0, sizeof *r);
-    dsattn_status st = dsattn_trace_load_input(case_dir, &r->x, &r->T, &r->dim, &r->P, err,
-                                               errlen);
-    if (st) return st;
+    dsattn_status st;
+    if (g == GEN_MLA)
+        return (st = dsattn_mla_load(&s->mla_m, cfg, wts, err, errlen)) ? st :
+               dsattn_mla_seq_create(&s->mla, s->mla_m, T, o->mla_naive ? DSATTN_MLA_CACHE_NAIVE
+                                                              : DSATTN_MLA_CACHE_LATENT_BF16);
+    if (g == GEN_V4)
+        return (st = dsattn_v4_load(&s->v4_m, cfg, wts, err, errlen)) ? st :
+               dsattn_v4_seq_create(&s->v4, s->v4_m, T, o->v4_defined_empty
+                                                        ? DSATTN_V4_EMPTY_ZERO
+                                                        : DSATTN_V4_EMPTY_REFERENCE);
+    return (st = dsattn_v41_load(&s->v41_m, cfg, wts, err, errlen)) ? st :
+           dsattn_v41_seq_create(&s->v41, s->v41_m, T, o->index_k_ref
+                                                       ? DSATTN_V41_INDEX_K_REFERENCE
+                                                       : DSATTN_V41_INDEX_K_OWNER);
+}
+
+static void seq_close(trace_seq *s)
+{
+    dsattn_mla_seq_destroy(s->mla);  dsattn_mla_destroy(s->mla_m);
+    dsattn_v4_seq_destroy(s->v4);    dsattn_v4_destroy(s->v4_m);
+    dsattn_v41_seq_destroy(s->v41);  dsattn_v41_destroy(s->v41_m);
+}
+
+static trace_desc describe(const trace_seq *s, const dsattn_trace_opts *o)
+{
+    if (s->mla_m) {
+        const dsattn_mla_config *c = &s->mla_m->cfg;
+        return (trace_desc){ (size_t)c->n_layers, (size_t)c->dim,
+                             c->dsa ? (size_t)c->index_topk : 0, 0,
+                             c->dsa ? "dsattn trace (v32)" : "dsattn trace (v3)", "attn_impl",
+                             o->mla_naive ? "naive"
+                             : c->dsa     ? "official (prefill MHA, decode absorbed)"
+                                          : "absorb" };
+    }
+    if (s->v4_m)
+        return (trace_desc){ (size_t)s->v4_m->cfg.n_layers, (size_t)s->v4_m->cfg.dim,
+                             (size_t)s->v4_m->cfg.index_topk, 1, "dsattn trace (v4)",
+                             "v4_empty", o->v4_defined_empty ? "zero" : "nan" };
+    const dsattn_v41_config *c = &s->v41_m->cfg;
+    return (trace_desc){ (size_t)c->n_layers, (size_t)c->dim, (size_t)c->index_topk, 0,
+                         "dsattn trace (v41)", "index_k",
+                         o->index_k_ref ? "reference" : "owner" };
+}
+
+/* The golden stand-in stack over all layers on h [n, dim] (in place),
+ * capturing attn_in / attn_out [n_layers, n, dim]; advances the seq. */
+static dsattn_status seq_stack(dsattn_ctx *ctx, trace_seq *s, float *h, size_t n, float *ain,
+                               float *aout)
+{
+    if (s->mla) return dsattn_mla_stack_forward(ctx, s->mla, h, n, ain, aout);
+    if (s->v4) return dsattn_v4_stack_forward(ctx, s->v4, h, n, ain, aout);
+    return dsattn_v41_stack_forward(ctx, s->v41, h, n, ain, aout);
+}
+
+/* The last chunk's own selection of layer l (rows x width); NOT_FOUND for
+ * a layer that does not select. */
+static dsattn_status seq_selection(const trace_seq *s, size_t l, const int32_t **rows,
+                                   size_t *nr, size_t *w)
+{
+    if (s->mla) return dsattn_mla_seq_selection(s->mla, (int)l, rows, nr, w);
+    if (s->v4) return dsattn_v4_seq_selection(s->v4, (int)l, rows, nr, w);
+    return dsattn_v41_seq_selection(s->v41, (int)l, rows, nr, w);
+}
+
+static dsattn_status seq_caches(dsattn_st_writer *w, const trace_seq *s, size_t l)
+{
+    if (s->mla) return dsattn_trace_mla_caches(w, s->mla, (int)l);
+    if (s->v4) return dsattn_trace_v4_caches(w, s->v4, (int)l);
+    return dsattn_trace_v41_caches(w, s->v41, (int)l);
+}
+
+/* ==== The protocol ===================================================== */
+
+/* The result arrays for n_layers and a top-k width min(kw, T), once r
+ * holds the input (x, T, P, dim) and the model's dim is checked. */
+static dsattn_status result_alloc(trace_result *r, size_t dim, size_t n_layers, size_t kw,
+                                  char *err, size_t errlen)
+{
     if (r->dim != dim)
         return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, "input dim %zu != config dim %zu",
                            r->dim, dim);
@@ -106,7 +216,7 @@ dsattn_status dsattn_trace_result_init(dsattn_trace_result *r, const char *case_
     return DSATTN_OK;
 }
 
-void dsattn_trace_result_free(dsattn_trace_result *r)
+static void result_free(trace_result *r)
 {
     dsattn_free(r->x);
     dsattn_free(r->ain);
@@ -115,16 +225,18 @@ void dsattn_trace_result_free(dsattn_trace_result *r)
     memset(r, 0, sizeof *r);
 }
 
-dsattn_status dsattn_trace_run(dsattn_ctx *ctx, const dsattn_trace_stack *s,
-                               dsattn_trace_result *r, char *err, size_t errlen)
+/* Prefill x[:P] at position 0, then one-token decode steps, collecting
+ * attn_in/attn_out and the selections (first kw picks of each row). */
+static dsattn_status run(dsattn_ctx *ctx, trace_seq *s, size_t nl, trace_result *r, char *err,
+                         size_t errlen)
 {
-    const size_t nl = s->n_layers, dim = r->dim, T = r->T, P = r->P, kw = r->kw;
+    const size_t dim = r->dim, T = r->T, P = r->P, kw = r->kw;
     float *lin = dsattn_alloc_array(nl * P * dim, sizeof(float));
     float *lout = dsattn_alloc_array(nl * P * dim, sizeof(float));
     dsattn_status st = lin && lout ? DSATTN_OK : DSATTN_ERR_NOMEM;
     for (size_t t0 = 0; t0 < T && !st;) {
         size_t n = t0 == 0 ? P : 1;
-        if ((st = s->stack(ctx, s->seq, r->x + t0 * dim, n, lin, lout))) {
+        if ((st = seq_stack(ctx, s, r->x + t0 * dim, n, lin, lout))) {
             dsattn_errf(err, errlen, st, "stack forward at token %zu: %s", t0,
                         dsattn_status_str(st));
             break;
@@ -138,7 +250,7 @@ dsattn_status dsattn_trace_run(dsattn_ctx *ctx, const dsattn_trace_stack *s,
             }
             const int32_t *rows;
             size_t nr, wd;
-            if (kw && s->selection && s->selection(s->seq, (int)l, &rows, &nr, &wd) == DSATTN_OK)
+            if (kw && seq_selection(s, l, &rows, &nr, &wd) == DSATTN_OK)
                 for (size_t t = 0; t < nr && t < n; t++)
                     for (size_t i = 0; i < wd && i < kw; i++)
                         r->topk[(l * T + t0 + t) * kw + i] = rows[t * wd + i];
@@ -150,14 +262,6 @@ dsattn_status dsattn_trace_run(dsattn_ctx *ctx, const dsattn_trace_stack *s,
     return st;
 }
 
-dsattn_status dsattn_trace_ctx(dsattn_ctx **ctx, const dsattn_trace_opts *o)
-{
-    dsattn_ctx_params cp = dsattn_ctx_default_params();
-    cp.mode = o->mode;
-    cp.n_threads = o->n_threads;
-    return dsattn_ctx_create(ctx, &cp);
-}
-
 dsattn_status dsattn_trace_add_f32(dsattn_st_writer *w, const char *name, const float *v,
                                    size_t r, size_t c)
 {
@@ -165,18 +269,131 @@ dsattn_status dsattn_trace_add_f32(dsattn_st_writer *w, const char *name, const 
     return dsattn_st_writer_add(w, name, DSATTN_DT_F32, 2, shape, v);
 }
 
-dsattn_status dsattn_trace_add_common(dsattn_st_writer *w, const dsattn_trace_result *r,
-                                      size_t n_layers)
+dsattn_status dsattn_trace_add_caches(dsattn_st_writer *w, int l, const dsattn_trace_cache *caches,
+                                      int n, dsattn_status (*get)(const void *seq, int l, int which,
+                                                                  const uint8_t **rows, size_t *n_rows,
+                                                                  size_t *row_bytes),
+                                      const void *seq)
 {
+    dsattn_status st = DSATTN_OK;
+    for (int which = 0; which < n && !st; which++) {
+        const dsattn_trace_cache *c = &caches[which];
+        const uint8_t *rows;
+        size_t nr, rb;
+        if ((st = get(seq, l, which, &rows, &nr, &rb))) {
+            if (st == DSATTN_ERR_NOT_FOUND) st = DSATTN_OK;
+            continue;
+        }
+        char nm[128];
+        int64_t shape[2] = { (int64_t)nr, (int64_t)rb };
+        snprintf(nm, sizeof nm, "cache.%d.%s", l, c->name);
+        if ((st = dsattn_st_writer_add(w, nm, DSATTN_DT_U8, 2, shape, rows))) break;
+        float *deq = dsattn_alloc_array(nr * c->d + 1, sizeof(float));
+        if (!deq) return DSATTN_ERR_NOMEM;
+        for (size_t i = 0; i < nr; i++) c->unpack(rows + i * rb, c->d, deq + i * c->d, seq);
+        snprintf(nm, sizeof nm, "cache.%d.%s_deq", l, c->name);
+        st = dsattn_trace_add_f32(w, nm, deq, nr, c->d);
+        dsattn_free(deq);
+    }
+    return st;
+}
+
+void dsattn_trace_unpack_fp4_index(const uint8_t *row, size_t d, float *out, const void *seq)
+{
+    dsattn_fp4_index_unpack(row, d, out);
+}
+
+static dsattn_status add_i32(dsattn_st_writer *w, const char *name, const int32_t *v,
+                             size_t r, size_t c)
+{
+    int64_t shape[2] = { (int64_t)r, (int64_t)c };
+    return dsattn_st_writer_add(w, name, DSATTN_DT_I32, 2, shape, v);
+}
+
+static int cmp_valid_first(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (x < 0 && y >= 0) return 1;
+    if (y < 0 && x >= 0) return -1;
+    return (x > y) - (x < y);
+}
+
+/* Layer l's picks: layer.{l}.topk, the picks as run; with score_order
+ * (V4, which picks in score order) layer.{l}.topk is the same set
+ * ascending, valid first, and trace.{l}.topk_order the picks as run. */
+static dsattn_status add_topk(dsattn_st_writer *w, const trace_result *r, size_t l,
+                              int score_order)
+{
+    const size_t T = r->T, kw = r->kw;
+    const int32_t *picks = r->topk + l * T * kw;
+    char nm[128];
+    snprintf(nm, sizeof nm, "layer.%zu.topk", l);
+    if (!score_order) return add_i32(w, nm, picks, T, kw);
+    int32_t *sorted = dsattn_alloc_array(T * kw + 1, sizeof(int32_t));
+    if (!sorted) return DSATTN_ERR_NOMEM;
+    memcpy(sorted, picks, T * kw * sizeof(int32_t));
+    for (size_t t = 0; t < T; t++) qsort(sorted + t * kw, kw, sizeof(int32_t), cmp_valid_first);
+    dsattn_status st = add_i32(w, nm, sorted, T, kw);
+    dsattn_free(sorted);
+    snprintf(nm, sizeof nm, "trace.%zu.topk_order", l);
+    return st ? st : add_i32(w, nm, picks, T, kw);
+}
+
+static dsattn_status write_file(const trace_seq *s, const trace_desc *d, const trace_result *r,
+                                const char *out_path, const dsattn_trace_opts *o, char *err,
+                                size_t errlen)
+{
+    dsattn_st_writer *w = dsattn_st_writer_create();
+    if (!w) return DSATTN_ERR_NOMEM;
+    dsattn_st_writer_meta(w, "producer", d->producer);
+    dsattn_st_writer_meta(w, "mode", o->mode == DSATTN_MODE_REFERENCE ? "reference" : "fast");
+    dsattn_st_writer_meta(w, d->key, d->value);
     const size_t T = r->T, dim = r->dim;
     dsattn_status st = dsattn_trace_add_f32(w, "out", r->x, T, dim);
-    for (size_t l = 0; l < n_layers && !st; l++) {
+    for (size_t l = 0; l < d->n_layers && !st; l++) {
         char nm[128];
         snprintf(nm, sizeof nm, "layer.%zu.attn_out", l);
         st = dsattn_trace_add_f32(w, nm, r->aout + l * T * dim, T, dim);
         snprintf(nm, sizeof nm, "layer.%zu.attn_in", l);
         if (!st) st = dsattn_trace_add_f32(w, nm, r->ain + l * T * dim, T, dim);
     }
+    for (size_t l = 0; l < d->n_layers && !st; l++) {
+        const int32_t *rows;
+        size_t nr, wd;
+        if (r->kw && seq_selection(s, l, &rows, &nr, &wd) == DSATTN_OK)
+            st = add_topk(w, r, l, d->score_order);
+        if (!st) st = seq_caches(w, s, l);
+    }
+    if (!st) st = dsattn_st_writer_save(w, out_path, err, errlen);
+    dsattn_st_writer_destroy(w);
+    return st;
+}
+
+static dsattn_status protocol(trace_gen g, const char *case_dir, const char *out_path,
+                              const dsattn_trace_opts *o, char *err, size_t errlen)
+{
+    char cfg[4096], wts[4096];
+    snprintf(cfg, sizeof cfg, "%s/config.json", case_dir);
+    snprintf(wts, sizeof wts, "%s/weights.safetensors", case_dir);
+    trace_seq s;
+    memset(&s, 0, sizeof s);
+    trace_result r;
+    memset(&r, 0, sizeof r);
+    dsattn_ctx *ctx = NULL;
+    dsattn_ctx_params cp = dsattn_ctx_default_params();
+    cp.mode = o->mode;
+    cp.n_threads = o->n_threads;
+    trace_desc d;
+    dsattn_status st = dsattn_trace_load_input(case_dir, &r.x, &r.T, &r.dim, &r.P, err, errlen);
+    if (!st && !(st = seq_open(&s, g, cfg, wts, r.T, o, err, errlen))) {
+        d = describe(&s, o);
+        if (!(st = result_alloc(&r, d.dim, d.n_layers, d.index_topk, err, errlen)) &&
+            !(st = dsattn_ctx_create(&ctx, &cp)) && !(st = run(ctx, &s, d.n_layers, &r, err, errlen)))
+            st = write_file(&s, &d, &r, out_path, o, err, errlen);
+    }
+    result_free(&r);
+    dsattn_ctx_destroy(ctx);
+    seq_close(&s);
     return st;
 }
 

@@ -13,6 +13,8 @@
 #define DSATTN_TRACE_H
 
 #include "dsattn.h"
+#include "dsattn_mla.h"
+#include "dsattn_v4.h"
 #include "safetensors.h"
 
 typedef struct {
@@ -23,75 +25,44 @@ typedef struct {
     int         v4_defined_empty; /* V4: 1 = all-invalid rows give 0, not NaN */
 } dsattn_trace_opts;
 
-typedef dsattn_status (*dsattn_trace_fn)(const char *case_dir, const char *out_path,
-                                         const dsattn_trace_opts *o, char *err,
-                                         size_t errlen);
-
 /* Dispatch on config.json's model_type. */
 dsattn_status dsattn_trace_case(const char *case_dir, const char *out_path,
                                 const dsattn_trace_opts *o, char *err, size_t errlen);
 
-/* Backends (one per generation). */
-dsattn_status dsattn_trace_v41(const char *case_dir, const char *out_path,
-                               const dsattn_trace_opts *o, char *err, size_t errlen);
-
-/* V3 MLA and V3.2 MLA + DSA (trace_v3.c). */
-dsattn_status dsattn_trace_v3(const char *case_dir, const char *out_path,
-                              const dsattn_trace_opts *o, char *err, size_t errlen);
-/* V4 CSA + HCA (trace_v4.c). */
-dsattn_status dsattn_trace_v4(const char *case_dir, const char *out_path,
-                              const dsattn_trace_opts *o, char *err, size_t errlen);
-
-/* ==== The protocol runner every backend shares ========================== */
-
-/* What a backend hands the runner: its sequence and two adapters. */
-typedef struct {
-    void  *seq;
-    size_t n_layers, dim;
-    /* the golden stand-in stack over all layers on h [n, dim] (in place),
-     * capturing attn_in / attn_out [n_layers, n, dim]; advances the seq */
-    dsattn_status (*stack)(dsattn_ctx *ctx, void *seq, float *h, size_t n, float *ain,
-                           float *aout);
-    /* the last chunk's own selection of layer l (rows x width), or non-OK
-     * when the layer has none; may be NULL */
-    dsattn_status (*selection)(const void *seq, int l, const int32_t **rows, size_t *n_rows,
-                               size_t *width);
-} dsattn_trace_stack;
-
-/* Everything a run produces. */
-typedef struct {
-    float   *x;            /* [T, dim]: the input, then the final residual */
-    size_t   T, P, dim, kw;
-    float   *ain, *aout;   /* [n_layers, T, dim]                            */
-    int32_t *topk;         /* [n_layers, T, kw], -1 padded                  */
-} dsattn_trace_result;
-
-/* Load input.safetensors of case_dir into r (x, T, P, dim), check dim, and
- * allocate the result arrays for n_layers and a top-k width min(kw, T)
- * (kw = index_topk; 0: no selections). */
-dsattn_status dsattn_trace_result_init(dsattn_trace_result *r, const char *case_dir,
-                                       size_t dim, size_t n_layers, size_t kw, char *err,
-                                       size_t errlen);
-void dsattn_trace_result_free(dsattn_trace_result *r);
-
-/* Prefill x[:P] at position 0, then one-token decode steps, collecting
- * attn_in/attn_out and the selections (first kw picks of each row). */
-dsattn_status dsattn_trace_run(dsattn_ctx *ctx, const dsattn_trace_stack *s,
-                               dsattn_trace_result *r, char *err, size_t errlen);
-
-/* A context for the trace options. */
-dsattn_status dsattn_trace_ctx(dsattn_ctx **ctx, const dsattn_trace_opts *o);
-
-/* Writer helpers: one F32 [r, c] tensor; `out` and layer.{i}.attn_out /
- * attn_in for every layer. */
-dsattn_status dsattn_trace_add_f32(dsattn_st_writer *w, const char *name, const float *v,
-                                   size_t r, size_t c);
-dsattn_status dsattn_trace_add_common(dsattn_st_writer *w, const dsattn_trace_result *r,
-                                      size_t n_layers);
-
-/* Shared helpers for backends: load input x [T, dim] and prefill length. */
+/* Load a case's input x [T, dim] and prefill length. */
 dsattn_status dsattn_trace_load_input(const char *case_dir, float **x, size_t *T,
                                       size_t *dim, size_t *prefill, char *err,
                                       size_t errlen);
+
+/* One F32 [r, c] tensor. */
+dsattn_status dsattn_trace_add_f32(dsattn_st_writer *w, const char *name, const float *v,
+                                   size_t r, size_t c);
+
+/* A packed cache a generation writes: cache.{l}.{name} U8 [n, row bytes]
+ * as stored, and cache.{l}.{name}_deq F32 [n, d], each row decoded by
+ * unpack (seq: the sequence, for decoders that need its config). */
+typedef struct {
+    const char *name;
+    size_t      d;
+    void      (*unpack)(const uint8_t *row, size_t d, float *out, const void *seq);
+} dsattn_trace_cache;
+
+/* The row decoder of the FP4 index-key caches (V4, V4.1). */
+void dsattn_trace_unpack_fp4_index(const uint8_t *row, size_t d, float *out, const void *seq);
+
+/* Write caches[which] of layer l, for every `which` below n that get()
+ * finds (DSATTN_ERR_NOT_FOUND: the layer has no such cache). */
+dsattn_status dsattn_trace_add_caches(dsattn_st_writer *w, int l, const dsattn_trace_cache *caches,
+                                      int n, dsattn_status (*get)(const void *seq, int l, int which,
+                                                                  const uint8_t **rows, size_t *n_rows,
+                                                                  size_t *row_bytes),
+                                      const void *seq);
+
+/* Layer l's caches, the part of the output each generation owns (trace.c
+ * runs the protocol and writes the rest): trace_v3.c (MLA V3 and MLA + DSA
+ * V3.2), trace_v4.c (CSA + HCA), trace_v41.c (CSA2). */
+dsattn_status dsattn_trace_mla_caches(dsattn_st_writer *w, const dsattn_mla_seq *s, int l);
+dsattn_status dsattn_trace_v4_caches(dsattn_st_writer *w, const dsattn_v4_seq *s, int l);
+dsattn_status dsattn_trace_v41_caches(dsattn_st_writer *w, const dsattn_v41_seq *s, int l);
 
 #endif
