@@ -13,6 +13,7 @@
  */
 #include "bench_util.h"
 #include "cli_num.h"
+#include "cli_util.h"
 #include "dsattn.h"
 
 #include <math.h>
@@ -20,21 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static float *rand_x(size_t n, uint64_t seed)
-{
-    float *x = malloc(n * sizeof(float));
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 3;
-    for (size_t i = 0; i < n && x; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        float u = (float)((double)(s >> 11) * 0x1p-52 - 1.0) * 1.7320508f;
-        uint32_t b;
-        memcpy(&b, &u, 4);
-        b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;      /* bf16 value */
-        memcpy(&x[i], &b, 4);
-    }
-    return x;
-}
 
 /* fast vs reference on one synthetic cache: rel L2 <= 4e-3 (test_mha's
  * bound).  Returns 0 if they agree. */
@@ -44,7 +30,7 @@ static int verify(const dsattn_mha *m, uint64_t seed)
     dsattn_ctx_params p = dsattn_ctx_default_params();
     dsattn_ctx *cf = NULL, *cr = NULL;
     dsattn_mha_seq *sf = NULL, *sr = NULL;
-    float *x = rand_x(dim, seed), *of = calloc(dim, 4), *orf = calloc(dim, 4);
+    float *x = dsattn_cli_rand_bf16(dim, seed, 3), *of = calloc(dim, 4), *orf = calloc(dim, 4);
     int bad = 1;
     dsattn_ctx_create(&cf, &p);
     p.mode = DSATTN_MODE_REFERENCE;
@@ -150,7 +136,7 @@ int dsattn_bench_mha(int argc, char **argv)
             continue;
         }
         const size_t dim = (size_t)dsattn_mha_dim(m);
-        float *x = rand_x(dim, seed + 1), *y = calloc(dim, sizeof(float));
+        float *x = dsattn_cli_rand_bf16(dim, seed + 1, 3), *y = calloc(dim, sizeof(float));
         for (int di = 0; di < nd && x && y; di++) {
             dsattn_mha_seq *s = NULL;
             if (dsattn_mha_seq_create_layers(&s, m, (size_t)depths[di] + 1, 0, 1) ||

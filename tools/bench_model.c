@@ -34,6 +34,7 @@
  */
 #include "bench_util.h"
 #include "cli_num.h"
+#include "cli_util.h"
 #include "dsattn.h"
 #include "numfmt.h"
 #include "ops.h"
@@ -96,22 +97,6 @@ static void progress(const char *mode, int i, int n, const char *what, long long
             what, depth, thr, thr == 1 ? "" : "s", dsattn_bench_now() - t_start);
 }
 
-/* bf16-valued pseudo-random vector in about +-1.7 (a normalised input) */
-static float *rand_x(size_t n, uint64_t seed)
-{
-    float *x = malloc(n * sizeof(float));
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 3;
-    for (size_t i = 0; i < n && x; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        float u = (float)((double)(s >> 11) * 0x1p-52 - 1.0) * 1.7320508f;
-        uint32_t b;
-        memcpy(&b, &u, 4);
-        b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-        memcpy(&x[i], &b, 4);
-    }
-    return x;
-}
-
 static cJSON *read_json(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -131,34 +116,11 @@ static cJSON *read_json(const char *path)
     return j;
 }
 
-static void set_num(cJSON *o, const char *k, double v)
-{
-    cJSON_DeleteItemFromObjectCaseSensitive(o, k);
-    cJSON_AddNumberToObject(o, k, v);
-}
-
-static void set_ints(cJSON *o, const char *k, const int *v, int n)
-{
-    cJSON_DeleteItemFromObjectCaseSensitive(o, k);
-    cJSON_AddItemToObject(o, k, cJSON_CreateIntArray(v, n));
-}
-
-static double jnum(const cJSON *o, const char *k, double def)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : def;
-}
-
 /* Write j to /tmp/dsattn_bench_<pid>_<tag>.json; path in out[n]. */
 static int write_cfg(const cJSON *j, const char *tag, char *out, size_t n)
 {
     snprintf(out, n, "/tmp/dsattn_bench_%d_%s.json", (int)getpid(), tag);
-    char *txt = cJSON_Print(j);
-    FILE *f = txt ? fopen(out, "w") : NULL;
-    int ok = f && fputs(txt, f) >= 0;
-    if (f && fclose(f)) ok = 0;
-    free(txt);
-    return ok ? 0 : -1;
+    return dsattn_cli_json_write(j, out);
 }
 
 static int parse_opts(const char *mode, int argc, char **argv, opts *o, const char *usage)
@@ -289,7 +251,7 @@ static dsattn_mla *mla_model(const char *configs, const mla_case *c, uint64_t se
     if (!j) { snprintf(err, errlen, "cannot read %.300s", src); return NULL; }
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
     const int fp8 = cJSON_IsString(dt) && !strcmp(dt->valuestring, "fp8");
-    set_num(j, "n_layers", 1);
+    dsattn_cli_json_set_num(j, "n_layers", 1);
     int wr = write_cfg(j, c->key, path, pathn);
     cJSON_Delete(j);
     dsattn_mla *m = NULL;
@@ -305,7 +267,7 @@ static int mla_verify(const dsattn_mla *m, const mla_case *c, uint64_t seed)
     const size_t dim = (size_t)dsattn_mla_dim(m);
     dsattn_ctx *cf = make_ctx(DSATTN_MODE_FAST, 0), *cr = make_ctx(DSATTN_MODE_REFERENCE, 1);
     dsattn_mla_seq *sf = NULL, *sr = NULL;
-    float *x = rand_x(dim, seed + 7), *of = calloc(dim, 4), *orf = calloc(dim, 4);
+    float *x = dsattn_cli_rand_bf16(dim, seed + 7, 3), *of = calloc(dim, 4), *orf = calloc(dim, 4);
     int bad = 1;
     double rel = -1, cs = -1;
     if (cf && cr && x && of && orf && !dsattn_mla_seq_create(&sf, m, depth + 1, c->cache) &&
@@ -340,7 +302,8 @@ static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_benc
     const int nb = o->nb > 0 ? o->nb : 1;
     size_t maxb = 1;
     for (int i = 0; i < nb; i++) maxb = (size_t)bl[i] > maxb ? (size_t)bl[i] : maxb;
-    float *x = rand_x(maxb * dim, o->seed + 1), *y = calloc(maxb * dim, sizeof(float));
+    float *x = dsattn_cli_rand_bf16(maxb * dim, o->seed + 1, 3);
+    float *y = calloc(maxb * dim, sizeof(float));
     dsattn_mla_seq **s = calloc(maxb, sizeof *s);
     int rc = 0;
     long long maxr = 0;
@@ -563,12 +526,12 @@ static dsattn_v4 *v4_model(const char *src, const v4_case *c, uint64_t seed, cha
     if (!j) { snprintf(err, errlen, "cannot read %.300s", src); return NULL; }
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
     const int fp8 = cJSON_IsString(dt) && !strcmp(dt->valuestring, "fp8");
-    *nh = (int)jnum(j, "index_n_heads", 64);
-    *dh = (int)jnum(j, "index_head_dim", 128);
-    *topk = (int)jnum(j, "index_topk", 512);
-    set_num(j, "n_layers", 1);
-    set_num(j, "n_mtp_layers", 0);
-    set_ints(j, "compress_ratios", &c->ratio, 1);
+    *nh = (int)dsattn_cli_json_num(j, "index_n_heads", 64);
+    *dh = (int)dsattn_cli_json_num(j, "index_head_dim", 128);
+    *topk = (int)dsattn_cli_json_num(j, "index_topk", 512);
+    dsattn_cli_json_set_num(j, "n_layers", 1);
+    dsattn_cli_json_set_num(j, "n_mtp_layers", 0);
+    dsattn_cli_json_set_ints(j, "compress_ratios", &c->ratio, 1);
     int wr = write_cfg(j, c->key, path, pathn);
     cJSON_Delete(j);
     dsattn_v4 *m = NULL;
@@ -583,7 +546,7 @@ static int v4_verify(const dsattn_v4 *m, const v4_case *c, uint64_t seed)
     const size_t dim = (size_t)dsattn_v4_dim(m);
     dsattn_ctx *cf = make_ctx(DSATTN_MODE_FAST, 0), *cr = make_ctx(DSATTN_MODE_REFERENCE, 1);
     dsattn_v4_seq *sf = NULL, *sr = NULL;
-    float *x = rand_x(dim, seed + 7), *of = calloc(dim, 4), *orf = calloc(dim, 4);
+    float *x = dsattn_cli_rand_bf16(dim, seed + 7, 3), *of = calloc(dim, 4), *orf = calloc(dim, 4);
     int bad = 1;
     double rel = -1, cs = -1;
     if (cf && cr && x && of && orf &&
@@ -615,7 +578,8 @@ static double v4_scan_ms(dsattn_ctx *ctx, const dsattn_v4_seq *s, int nh, int dh
     size_t n, rb;
     *keys = 0;
     if (dsattn_v4_seq_cache(s, 0, 1, &rows, &n, &rb) || n == 0) return 0;
-    float *q = rand_x((size_t)nh * dh, seed), *w = rand_x((size_t)nh, seed + 1);
+    float *q = dsattn_cli_rand_bf16((size_t)nh * dh, seed, 3);
+    float *w = dsattn_cli_rand_bf16((size_t)nh, seed + 1, 3);
     float *score = malloc((n + 1) * sizeof(float));
     int32_t *pick = malloc(((size_t)topk + 1) * sizeof(int32_t));
     double ms = -1;
@@ -704,7 +668,7 @@ int dsattn_bench_v4(int argc, char **argv)
             continue;
         }
         const size_t dim = (size_t)dsattn_v4_dim(m);
-        float *x = rand_x(dim, o.seed + 1), *y = calloc(dim, sizeof(float));
+        float *x = dsattn_cli_rand_bf16(dim, o.seed + 1, 3), *y = calloc(dim, sizeof(float));
         const char *mname = strstr(src, "pro") ? "DeepSeek-V4-Pro" : "DeepSeek-V4-Flash";
         for (int di = 0; di < o.nd && x && y; di++) {
             dsattn_v4_seq *s = NULL;
@@ -815,12 +779,12 @@ static dsattn_v41 *v41_sampler(const char *configs, uint64_t seed, char *path, s
     cJSON *j = read_json(src);
     if (!j) { snprintf(err, errlen, "cannot read %.300s", src); return NULL; }
     static const int ratios[] = { 0, 2, 2, 1, 1, 1 }, kv[] = { 1, 3 }, ix[] = { 1, 3, 4 };
-    set_num(j, "n_layers", 6);
-    set_num(j, "n_mtp_layers", 0);
-    set_ints(j, "compress_ratios", ratios, 6);
-    set_ints(j, "kv_source_layers", kv, 2);
-    set_ints(j, "index_source_layers", ix, 3);
-    set_num(j, "candidate_source_layer", 3);
+    dsattn_cli_json_set_num(j, "n_layers", 6);
+    dsattn_cli_json_set_num(j, "n_mtp_layers", 0);
+    dsattn_cli_json_set_ints(j, "compress_ratios", ratios, 6);
+    dsattn_cli_json_set_ints(j, "kv_source_layers", kv, 2);
+    dsattn_cli_json_set_ints(j, "index_source_layers", ix, 3);
+    dsattn_cli_json_set_num(j, "candidate_source_layer", 3);
     int wr = write_cfg(j, "v41", path, pathn);
     cJSON_Delete(j);
     dsattn_v41 *m = NULL;
@@ -838,7 +802,7 @@ static int v41_verify(const dsattn_v41 *m, uint64_t seed)
     const size_t dim = (size_t)dsattn_v41_dim(m);
     dsattn_ctx *cf = make_ctx(DSATTN_MODE_FAST, 0), *cr = make_ctx(DSATTN_MODE_REFERENCE, 1);
     dsattn_v41_seq *sf = NULL, *sr = NULL;
-    float *x = rand_x(dim, seed + 7), *of = calloc(dim, 4), *orf = calloc(dim, 4);
+    float *x = dsattn_cli_rand_bf16(dim, seed + 7, 3), *of = calloc(dim, 4), *orf = calloc(dim, 4);
     int bad = !(cf && cr && x && of && orf) ||
               dsattn_v41_seq_create(&sf, m, depth + 1, DSATTN_V41_INDEX_K_OWNER) ||
               dsattn_v41_seq_create(&sr, m, depth + 1, DSATTN_V41_INDEX_K_OWNER) ||

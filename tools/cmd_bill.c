@@ -29,6 +29,8 @@
 #include "bench_util.h"
 #include "cli.h"
 #include "cli_num.h"
+#include "cli_util.h"
+#include "config.h"
 #include "dsattn.h"
 
 #include <cjson/cJSON.h>
@@ -148,57 +150,6 @@ static cJSON *load_json(const char *path, char *err, size_t errlen)
     return j;
 }
 
-static int write_json(const cJSON *j, const char *path)
-{
-    char *t = cJSON_Print(j);
-    if (!t) return -1;
-    FILE *f = fopen(path, "w");
-    int ok = f && fputs(t, f) >= 0;
-    if (f) fclose(f);
-    free(t);
-    return ok ? 0 : -1;
-}
-
-static void set_num(cJSON *j, const char *key, double v)
-{
-    cJSON_DeleteItemFromObjectCaseSensitive(j, key);
-    cJSON_AddNumberToObject(j, key, v);
-}
-
-static void set_int_array(cJSON *j, const char *key, const int *v, int n)
-{
-    cJSON_DeleteItemFromObjectCaseSensitive(j, key);
-    cJSON_AddItemToObject(j, key, cJSON_CreateIntArray(v, n));
-}
-
-static double jnum(const cJSON *j, const char *key, double def)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : def;
-}
-
-static int is_fp8(const cJSON *j)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "dtype");
-    return cJSON_IsString(v) && !strcmp(v->valuestring, "fp8");
-}
-
-/* bf16 values of unit RMS: a normalised layer input */
-static float *rand_input(size_t dim, uint64_t seed)
-{
-    float *x = malloc(dim * sizeof(float));
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < dim && x; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        float u = (float)((double)(s >> 11) * 0x1p-52 - 1.0) * 1.7320508f;
-        uint32_t b;
-        memcpy(&b, &u, 4);
-        b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;   /* RNE to bf16 */
-        memcpy(&x[i], &b, 4);
-    }
-    return x;
-}
-
 static int kind_add(kinds_t *k, const char *name, int sampler_layer)
 {
     for (int i = 0; i < k->n; i++)
@@ -217,7 +168,7 @@ typedef dsattn_status (*fwd_fn)(dsattn_ctx *, void *, int, const float *, size_t
 static dsattn_status step_layers(const bill_opts *o, void *seq, fwd_fn fwd, int n_layers,
                                  size_t dim, double *fl, double *by)
 {
-    float *x = rand_input(dim, o->seed + 7), *y = malloc(dim * sizeof(float));
+    float *x = dsattn_cli_rand_bf16(dim, o->seed + 7, 1), *y = malloc(dim * sizeof(float));
     dsattn_status st = x && y ? DSATTN_OK : DSATTN_ERR_NOMEM;
     for (int l = 0; l < n_layers && !st; l++) {
         dsattn_ctx_counters_reset(o->dctx);
@@ -254,9 +205,9 @@ static dsattn_status fwd_v41(dsattn_ctx *c, void *s, int l, const float *x, size
 
 static void plan_mha(const cJSON *cfg, bill_row *r)
 {
-    int L = (int)jnum(cfg, "num_hidden_layers", 0);
-    int H = (int)jnum(cfg, "num_attention_heads", 0);
-    int Hkv = (int)jnum(cfg, "num_key_value_heads", H);
+    int L = (int)dsattn_cli_json_num(cfg, "num_hidden_layers", 0);
+    int H = (int)dsattn_cli_json_num(cfg, "num_attention_heads", 0);
+    int Hkv = (int)dsattn_cli_json_num(cfg, "num_key_value_heads", H);
     kind_add(&r->k, Hkv == H ? "MHA" : "GQA", 0);
     r->k.count[0] = L;
     r->n_layers = L;
@@ -327,17 +278,17 @@ static dsattn_mla_cache mla_cache_of(const cJSON *cfg)
 
 static void plan_mla(const cJSON *cfg, bill_row *r, cJSON *sampler)
 {
-    r->n_layers = (int)jnum(cfg, "n_layers", 0);
+    r->n_layers = (int)dsattn_cli_json_num(cfg, "n_layers", 0);
     kind_add(&r->k, is_dsa(cfg) ? "MLA+DSA" : "MLA", 0);
     r->k.count[0] = r->n_layers;
-    r->weights = is_fp8(cfg) ? "fp8" : "bf16";
-    set_num(sampler, "n_layers", 1);     /* every layer has the same attention */
+    r->weights = dsattn_cli_json_is_fp8(cfg) ? "fp8" : "bf16";
+    dsattn_cli_json_set_num(sampler, "n_layers", 1);     /* every layer has the same attention */
 }
 
 static void entries_mla(const cJSON *cfg, bill_row *r, long ctx)
 {
     if (is_dsa(cfg)) {
-        double topk = jnum(cfg, "index_topk", 2048);
+        double topk = dsattn_cli_json_num(cfg, "index_topk", 2048);
         r->k.attended[0] = fmin(topk, (double)ctx);
         r->k.scored[0] = (double)ctx;
     } else {
@@ -367,7 +318,7 @@ static int decode_mla(const bill_opts *o, const char *sampler, const cJSON *cfg,
     dsattn_mla_seq *s = NULL;
     double fl[1], by[1];
     int ok = 0;
-    TRY(dsattn_mla_create_random(&m, sampler, o->seed, is_fp8(cfg), r->err, sizeof r->err));
+    TRY(dsattn_mla_create_random(&m, sampler, o->seed, dsattn_cli_json_is_fp8(cfg), r->err, sizeof r->err));
     TRY(dsattn_mla_seq_create(&s, m, (size_t)ctx, mla_cache_of(cfg)));
     TRY(dsattn_mla_seq_fill_synthetic(s, ctx - 1, o->seed + 1));
     TRY(step_layers(o, s, fwd_mla, 1, (size_t)dsattn_mla_dim(m), fl, by));
@@ -416,16 +367,16 @@ static dsattn_status plan_v4(const char *cfgpath, bill_row *r, cJSON *sampler, c
         r->k.count[k]++;
     }
     dsattn_v4_destroy(m);
-    set_num(sampler, "n_layers", ns);
-    set_num(sampler, "n_mtp_layers", 0);
-    set_int_array(sampler, "compress_ratios", ratios, ns);
+    dsattn_cli_json_set_num(sampler, "n_layers", ns);
+    dsattn_cli_json_set_num(sampler, "n_mtp_layers", 0);
+    dsattn_cli_json_set_ints(sampler, "compress_ratios", ratios, ns);
     return st;
 }
 
 static void entries_v4(const cJSON *cfg, bill_row *r, long ctx)
 {
-    double w = fmin(jnum(cfg, "window_size", 128), (double)ctx);
-    double topk = jnum(cfg, "index_topk", 512);
+    double w = fmin(dsattn_cli_json_num(cfg, "window_size", 128), (double)ctx);
+    double topk = dsattn_cli_json_num(cfg, "index_topk", 512);
     for (int i = 0; i < r->k.n; i++) {
         int ratio = atoi(strstr(r->k.name[i], "m=") + 2);
         if (ratio == 0) { r->k.attended[i] = w; r->k.scored[i] = 0; }
@@ -460,7 +411,7 @@ static int decode_v4(const bill_opts *o, const char *sampler, const cJSON *cfg, 
     dsattn_v4_seq *s = NULL;
     double fl[MAX_KINDS], by[MAX_KINDS];
     int ok = 0;
-    TRY(dsattn_v4_create_random(&m, sampler, o->seed, is_fp8(cfg), r->err, sizeof r->err));
+    TRY(dsattn_v4_create_random(&m, sampler, o->seed, dsattn_cli_json_is_fp8(cfg), r->err, sizeof r->err));
     TRY(dsattn_v4_seq_create(&s, m, (size_t)ctx, DSATTN_V4_EMPTY_REFERENCE));
     TRY(dsattn_v4_seq_fill_synthetic(s, ctx - 1, o->seed + 1));
     TRY(step_layers(o, s, fwd_v4, dsattn_v4_n_layers(m), (size_t)dsattn_v4_dim(m), fl, by));
@@ -483,17 +434,6 @@ out:
 
 /* ==== CSA2 (V4.1) ======================================================= */
 
-static const char *v41_mode_name(dsattn_v41_mode md)
-{
-    switch (md) {
-    case DSATTN_V41_SWA:     return "SWA";
-    case DSATTN_V41_FULL:    return "Full";
-    case DSATTN_V41_REINDEX: return "Reindex";
-    case DSATTN_V41_REUSE:   return "Reuse";
-    default:                 return "MTP";
-    }
-}
-
 /* The sampler keeps the first layer of each kind (mode, ratio, candidate
  * source or not) plus what that layer reads: the latest KV source at or
  * before it, the latest index source, and for Reindex the candidate
@@ -504,7 +444,7 @@ static dsattn_status plan_v41(const char *cfgpath, const cJSON *cfg, bill_row *r
     dsattn_v41 *m = NULL;
     dsattn_status st = dsattn_v41_load_config(&m, cfgpath, err, errlen);
     if (st) return st;
-    const int L = dsattn_v41_n_layers(m), cand = (int)jnum(cfg, "candidate_source_layer", -1);
+    const int L = dsattn_v41_n_layers(m), cand = (int)dsattn_cli_json_num(cfg, "candidate_source_layer", -1);
     r->n_layers = L;
     char (*kname)[24] = calloc((size_t)L, sizeof *kname);
     int *keep = calloc((size_t)L, sizeof(int)), *newi = calloc((size_t)L, sizeof(int));
@@ -517,7 +457,8 @@ static dsattn_status plan_v41(const char *cfgpath, const cJSON *cfg, bill_row *r
         if (md == DSATTN_V41_FULL) last_kv = l;
         if (md == DSATTN_V41_FULL || md == DSATTN_V41_REINDEX) last_idx = l;
         if (md == DSATTN_V41_SWA) snprintf(kname[l], 24, "SWA");
-        else snprintf(kname[l], 24, "%s m=%d%s", v41_mode_name(md), ratio, l == cand ? "+cand" : "");
+        else snprintf(kname[l], 24, "%s m=%d%s", dsattn_v41_mode_name(md), ratio,
+                      l == cand ? "+cand" : "");
         int before = seen.n;
         kind_add(&seen, kname[l], l);
         if (seen.n == before) continue;               /* kind already sampled */
@@ -547,12 +488,12 @@ static dsattn_status plan_v41(const char *cfgpath, const cJSON *cfg, bill_row *r
         if (k < 0) { st = DSATTN_ERR_UNSUPPORTED; goto done; }
         r->k.count[k]++;
     }
-    set_num(sampler, "n_layers", ns);
-    set_num(sampler, "n_mtp_layers", 0);
-    set_int_array(sampler, "compress_ratios", ratios, ns);
-    set_int_array(sampler, "kv_source_layers", kv, nkv);
-    set_int_array(sampler, "index_source_layers", ix, nix);
-    set_num(sampler, "candidate_source_layer", cand >= 0 && keep[cand] ? newi[cand] : -1);
+    dsattn_cli_json_set_num(sampler, "n_layers", ns);
+    dsattn_cli_json_set_num(sampler, "n_mtp_layers", 0);
+    dsattn_cli_json_set_ints(sampler, "compress_ratios", ratios, ns);
+    dsattn_cli_json_set_ints(sampler, "kv_source_layers", kv, nkv);
+    dsattn_cli_json_set_ints(sampler, "index_source_layers", ix, nix);
+    dsattn_cli_json_set_num(sampler, "candidate_source_layer", cand >= 0 && keep[cand] ? newi[cand] : -1);
 done:
     free(kname);
     free(keep);
@@ -563,9 +504,9 @@ done:
 
 static void entries_v41(const cJSON *cfg, bill_row *r, long ctx)
 {
-    double w = fmin(jnum(cfg, "window_size", 128), (double)ctx);
-    double topk = jnum(cfg, "index_topk", 512);
-    double pool = jnum(cfg, "candidate_topk_blocks", 0) * jnum(cfg, "candidate_block_size", 0);
+    double w = fmin(dsattn_cli_json_num(cfg, "window_size", 128), (double)ctx);
+    double topk = dsattn_cli_json_num(cfg, "index_topk", 512);
+    double pool = dsattn_cli_json_num(cfg, "candidate_topk_blocks", 0) * dsattn_cli_json_num(cfg, "candidate_block_size", 0);
     for (int i = 0; i < r->k.n; i++) {
         const char *nm = r->k.name[i], *mp = strstr(nm, "m=");
         int ratio = mp ? atoi(mp + 2) : 0;
@@ -598,7 +539,7 @@ static int decode_v41(const bill_opts *o, const char *sampler, const cJSON *cfg,
     dsattn_v41_seq *s = NULL;
     double fl[BILL_MAX_SAMPLER], by[BILL_MAX_SAMPLER];
     int ok = 0;
-    TRY(dsattn_v41_create_random(&m, sampler, o->seed, is_fp8(cfg), r->err, sizeof r->err));
+    TRY(dsattn_v41_create_random(&m, sampler, o->seed, dsattn_cli_json_is_fp8(cfg), r->err, sizeof r->err));
     TRY(dsattn_v41_seq_create(&s, m, (size_t)ctx, DSATTN_V41_INDEX_K_OWNER));
     TRY(dsattn_v41_seq_fill_synthetic(s, ctx - 1, o->seed + 1));
     TRY(step_layers(o, s, fwd_v41, dsattn_v41_n_layers(m), (size_t)dsattn_v41_dim(m), fl, by));
@@ -663,11 +604,11 @@ static void measure_row(const bill_opts *o, const bill_gen *g, bill_row *r)
     case FAM_MHA: plan_mha(cfg, r); break;
     case FAM_MLA: plan_mla(cfg, r, smp); break;
     case FAM_V4:  st = plan_v4(cfgpath, r, smp, r->err, sizeof r->err);
-                  r->weights = is_fp8(cfg) ? "fp8" : "bf16"; break;
+                  r->weights = dsattn_cli_json_is_fp8(cfg) ? "fp8" : "bf16"; break;
     case FAM_V41: st = plan_v41(cfgpath, cfg, r, smp, r->err, sizeof r->err);
-                  r->weights = is_fp8(cfg) ? "fp8" : "bf16"; break;
+                  r->weights = dsattn_cli_json_is_fp8(cfg) ? "fp8" : "bf16"; break;
     }
-    if (!st && g->fam != FAM_MHA && write_json(smp, sampler))
+    if (!st && g->fam != FAM_MHA && dsattn_cli_json_write(smp, sampler))
         st = DSATTN_ERR_IO, snprintf(r->err, sizeof r->err, "cannot write %.200s", sampler);
     /* the KV bill: a sequence over the published config, no weights */
     if (!st) {
@@ -697,7 +638,7 @@ static void measure_row(const bill_opts *o, const bill_gen *g, bill_row *r)
         if (!decode_at(o, r, cfgpath, sampler, cfg, o->ctx, r)) goto done;
         /* the measured top-k widths must be what the structure says */
         for (int i = 0; i < r->k.n; i++) {
-            double want = r->k.attended[i] - fmin(jnum(cfg, "window_size", 0), (double)o->ctx);
+            double want = r->k.attended[i] - fmin(dsattn_cli_json_num(cfg, "window_size", 0), (double)o->ctx);
             if (r->k.width[i] >= 0 && fabs((double)r->k.width[i] - want) > 0.5) {
                 char kn[24];
                 memcpy(kn, r->k.name[i], sizeof kn);
@@ -1071,28 +1012,6 @@ static void bill_usage(FILE *f)
 /* --ctx bound: 2^32 tokens (the bill extrapolates past what it measures). */
 #define BILL_MAX_CTX (1ll << 32)
 
-static const char *find_configs(void)
-{
-    static char dir[1100];
-    const char *e = getenv("DSATTN_CONFIGS");
-    if (e && *e) return e;
-    if (access("configs/deepseek-v4.1-flash.json", R_OK) == 0) return "configs";
-    char exe[1024];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *s = strrchr(exe, '/');
-        if (s) {
-            *s = 0;
-            snprintf(dir, sizeof dir, "%s/../configs", exe);
-            char probe[1200];
-            snprintf(probe, sizeof probe, "%s/deepseek-v4.1-flash.json", dir);
-            if (access(probe, R_OK) == 0) return dir;
-        }
-    }
-    return "configs";
-}
-
 static int wanted(const char *only, const char *key)
 {
     if (!only) return 1;
@@ -1144,7 +1063,7 @@ DSATTN_CMD(bill, 10, "the bill of every generation: KV bytes/token, FLOPs and by
         bill_usage(stderr);
         return 2;
     }
-    if (!o.configs) o.configs = find_configs();
+    if (!o.configs) o.configs = dsattn_cli_configs_dir();
     char tmpl[] = "/tmp/dsattn_bill_XXXXXX";
     o.tmpdir = mkdtemp(tmpl);
     if (!o.tmpdir) { fprintf(stderr, "dsattn bill: cannot create a temporary folder\n"); return 1; }

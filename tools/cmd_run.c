@@ -40,6 +40,8 @@
  */
 #include "cli.h"
 #include "cli_num.h"
+#include "cli_util.h"
+#include "config.h"
 #include "dsattn.h"
 #include "jsoncfg.h"
 #include "mha.h"
@@ -106,28 +108,12 @@ static void run_usage(FILE *f)
         "                       step (default 1)\n");
 }
 
+/* The V4.1-Flash config of the configs folder. */
 static const char *find_config(void)
 {
-    static char path[1100];
-    const char *e = getenv("DSATTN_CONFIGS");
-    if (e && *e) {
-        snprintf(path, sizeof path, "%s/deepseek-v4.1-flash.json", e);
-        return path;
-    }
-    if (access("configs/deepseek-v4.1-flash.json", R_OK) == 0)
-        return "configs/deepseek-v4.1-flash.json";
-    char exe[1024];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *s = strrchr(exe, '/');
-        if (s) {
-            *s = 0;
-            snprintf(path, sizeof path, "%s/../configs/deepseek-v4.1-flash.json", exe);
-            if (access(path, R_OK) == 0) return path;
-        }
-    }
-    return "configs/deepseek-v4.1-flash.json";
+    static char path[1200];
+    snprintf(path, sizeof path, "%s/deepseek-v4.1-flash.json", dsattn_cli_configs_dir());
+    return path;
 }
 
 /* The config.json a checkpoint brings: beside the file, or in the folder. */
@@ -536,17 +522,6 @@ static dsattn_status fit_layers(runner *r, const cJSON *root, const char *config
 
 /* ==== Reporting ========================================================== */
 
-static const char *mode_name(dsattn_v41_mode m)
-{
-    switch (m) {
-    case DSATTN_V41_SWA:     return "SWA";
-    case DSATTN_V41_FULL:    return "Full";
-    case DSATTN_V41_REINDEX: return "Reindex";
-    case DSATTN_V41_REUSE:   return "Reuse";
-    default:                 return "MTP";
-    }
-}
-
 static const char *v4_kind_name(dsattn_v4_kind k)
 {
     switch (k) {
@@ -601,7 +576,7 @@ static void layer_table(const runner *r)
             if (tk >= 0) snprintf(b, sizeof b, "%d", tk);
             if (ir >= 0) snprintf(c, sizeof c, "%d", ir);
             printf("| %d | %s | %d | %s | %s | %s |\n", l,
-                   mode_name(dsattn_v41_layer_mode(r->m, l)), dsattn_v41_layer_ratio(r->m, l),
+                   dsattn_v41_mode_name(dsattn_v41_layer_mode(r->m, l)), dsattn_v41_layer_ratio(r->m, l),
                    a, b, c);
         }
         printf("The three source columns are what each layer read in the last step, recorded\n"

@@ -1,0 +1,79 @@
+/* cli_util.c - config.json edits and synthetic inputs the subcommands
+ * share (see cli_util.h). */
+#include "cli_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void dsattn_cli_json_set_num(cJSON *j, const char *key, double v)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(j, key);
+    cJSON_AddNumberToObject(j, key, v);
+}
+
+void dsattn_cli_json_set_ints(cJSON *j, const char *key, const int *v, int n)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(j, key);
+    cJSON_AddItemToObject(j, key, cJSON_CreateIntArray(v, n));
+}
+
+double dsattn_cli_json_num(const cJSON *j, const char *key, double def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+int dsattn_cli_json_is_fp8(const cJSON *j)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+    return cJSON_IsString(v) && !strcmp(v->valuestring, "fp8");
+}
+
+int dsattn_cli_json_write(const cJSON *j, const char *path)
+{
+    char *txt = cJSON_Print(j);
+    FILE *f = txt ? fopen(path, "w") : NULL;
+    int ok = f && fputs(txt, f) >= 0;
+    if (f && fclose(f)) ok = 0;
+    free(txt);
+    return ok ? 0 : -1;
+}
+
+float *dsattn_cli_rand_bf16(size_t n, uint64_t seed, uint64_t salt)
+{
+    float *x = malloc(n * sizeof(float) + 1);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + salt;
+    for (size_t i = 0; i < n && x; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        float u = (float)((double)(s >> 11) * 0x1p-52 - 1.0) * 1.7320508f;
+        uint32_t b;
+        memcpy(&b, &u, 4);
+        b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;      /* RNE to bf16 */
+        memcpy(&x[i], &b, 4);
+    }
+    return x;
+}
+
+const char *dsattn_cli_configs_dir(void)
+{
+    static char dir[1100];
+    const char *e = getenv("DSATTN_CONFIGS");
+    if (e && *e) return e;
+    if (access("configs/deepseek-v4.1-flash.json", R_OK) == 0) return "configs";
+    char exe[1024];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *s = strrchr(exe, '/');
+        if (s) {
+            *s = 0;
+            snprintf(dir, sizeof dir, "%s/../configs", exe);
+            char probe[1200];
+            snprintf(probe, sizeof probe, "%s/deepseek-v4.1-flash.json", dir);
+            if (access(probe, R_OK) == 0) return dir;
+        }
+    }
+    return "configs";
+}

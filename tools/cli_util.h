@@ -1,0 +1,33 @@
+/* cli_util.h - what several subcommands share beyond number parsing
+ * (cli_num.h): where the shipped configs are, editing a config.json into a
+ * smaller sampler model, and synthetic layer inputs.  Implemented in
+ * tools/cli_util.c. */
+#ifndef DSATTN_CLI_UTIL_H
+#define DSATTN_CLI_UTIL_H
+
+#include <cjson/cJSON.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The configs folder: $DSATTN_CONFIGS, else ./configs when it holds
+ * deepseek-v4.1-flash.json, else <folder of the executable>/../configs when
+ * that does, else "configs". */
+const char *dsattn_cli_configs_dir(void);
+
+/* Set key to a number / an integer array, replacing what was there. */
+void dsattn_cli_json_set_num(cJSON *j, const char *key, double v);
+void dsattn_cli_json_set_ints(cJSON *j, const char *key, const int *v, int n);
+/* The number at key, or def when it is absent or not a number. */
+double dsattn_cli_json_num(const cJSON *j, const char *key, double def);
+/* 1 when key "dtype" is "fp8". */
+int dsattn_cli_json_is_fp8(const cJSON *j);
+/* Print j to path; 0, or -1 when it cannot be written. */
+int dsattn_cli_json_write(const cJSON *j, const char *path);
+
+/* n bf16 values uniform in about +-1.7 (unit RMS: a normalised layer
+ * input), from an xorshift stream started at seed * 0x9e3779b97f4a7c15 +
+ * salt; malloc'd, NULL when out of memory. */
+float *dsattn_cli_rand_bf16(size_t n, uint64_t seed, uint64_t salt);
+
+#endif
