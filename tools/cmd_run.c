@@ -302,13 +302,9 @@ static int write_layers_config(const cJSON *root, gen_t g, int n, const char *tm
         while (cJSON_IsArray(cr) && cJSON_GetArraySize(cr) > n)
             cJSON_DeleteItemFromArray(cr, cJSON_GetArraySize(cr) - 1);
     }
-    char *txt = cJSON_Print(j);
+    int rc = dsattn_cli_json_write(j, tmp);
     cJSON_Delete(j);
-    FILE *f = txt ? fopen(tmp, "w") : NULL;
-    int ok = f && fputs(txt, f) >= 0;
-    if (f && fclose(f)) ok = 0;
-    free(txt);
-    return ok ? 0 : -1;
+    return rc;
 }
 
 /* The model of r->g with r->n_layers layers from config (or the original
