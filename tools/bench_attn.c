@@ -22,38 +22,24 @@
 #include <string.h>
 #include <unistd.h>
 
+static dsattn_status verify_step(dsattn_ctx *ctx, const void *m, int64_t depth, uint64_t seed,
+                                 const float *x, float *out)
+{
+    dsattn_mha_seq *s = NULL;
+    dsattn_status st = dsattn_mha_seq_create_layers(&s, m, (size_t)depth + 1, 0, 1);
+    if (!st) st = dsattn_mha_seq_fill_synthetic(s, depth, seed);
+    if (!st) st = dsattn_mha_attn_forward(ctx, s, 0, x, 1, out);
+    dsattn_mha_seq_destroy(s);
+    return st;
+}
+
 /* fast vs reference on one synthetic cache: rel L2 <= 4e-3 (test_mha's
  * bound).  Returns 0 if they agree. */
 static int verify(const dsattn_mha *m, uint64_t seed)
 {
-    const size_t depth = 2048, dim = (size_t)dsattn_mha_dim(m);
-    dsattn_ctx_params p = dsattn_ctx_default_params();
-    dsattn_ctx *cf = NULL, *cr = NULL;
-    dsattn_mha_seq *sf = NULL, *sr = NULL;
-    float *x = dsattn_cli_rand_bf16(dim, seed, 3), *of = calloc(dim, 4), *orf = calloc(dim, 4);
-    int bad = 1;
-    dsattn_ctx_create(&cf, &p);
-    p.mode = DSATTN_MODE_REFERENCE;
-    dsattn_ctx_create(&cr, &p);
-    if (cf && cr && x && of && orf && !dsattn_mha_seq_create_layers(&sf, m, depth + 1, 0, 1) &&
-        !dsattn_mha_seq_create_layers(&sr, m, depth + 1, 0, 1) &&
-        !dsattn_mha_seq_fill_synthetic(sf, depth, seed) &&
-        !dsattn_mha_seq_fill_synthetic(sr, depth, seed) &&
-        !dsattn_mha_attn_forward(cf, sf, 0, x, 1, of) &&
-        !dsattn_mha_attn_forward(cr, sr, 0, x, 1, orf)) {
-        double num = 0, den = 0;
-        for (size_t i = 0; i < dim; i++) {
-            num += (double)(of[i] - orf[i]) * (of[i] - orf[i]);
-            den += (double)orf[i] * orf[i];
-        }
-        bad = !(sqrt(num / fmax(den, 1e-300)) <= 4e-3);
-    }
-    dsattn_mha_seq_destroy(sf);
-    dsattn_mha_seq_destroy(sr);
-    dsattn_ctx_destroy(cf);
-    dsattn_ctx_destroy(cr);
-    free(x); free(of); free(orf);
-    return bad;
+    double rel = -1, cs = -1;
+    return dsattn_bench_verify(verify_step, m, (size_t)dsattn_mha_dim(m), 2048, seed, seed, &rel,
+                               &cs) || !(rel <= 4e-3);
 }
 
 typedef struct {
@@ -72,41 +58,22 @@ static dsattn_status mha_step(dsattn_ctx *ctx, void *p)
 
 int dsattn_bench_mha(int argc, char **argv)
 {
-    const char *configs = getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs";
-    const char *models = "7b,67b";
-    dsattn_bench_fmt fmt = DSATTN_BENCH_MD;
-    long long depths[16] = { 16384, 65536, 131072 }, thr[16] = { 1, 2 }, reps[16] = { 3 };
-    int nd = 3, nt = 2, nr = 1;
-    uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: dsattn bench mha [--model 7b,67b] [--depth 16K,64K,128K] [--threads 1,2]\n"
-                   "                        [--reps 3] [--configs DIR] [--seed S] [--format md|csv|json]\n"
-                   "One MHA (DeepSeek-LLM-7B) / GQA (67B) layer at real dims decoding one token\n"
-                   "over a synthetically filled bf16 cache; GB/s vs the DRAM read bandwidth.\n"
-                   "Every list is cross-multiplied; one warm-up step, then reps timed steps.\n");
-            return 0;
-        }
-        if (!v) { fprintf(stderr, "bench mha: %s needs a value\n", a); return 2; }
-        i++;
-        int rc = 0;
-        if (!strcmp(a, "--depth"))
-            rc = dsattn_cli_list("bench mha", a, v, 1, DSATTN_BENCH_MAX_DEPTH, DSATTN_CLI_SUFFIX,
-                                 depths, 16, &nd);
-        else if (!strcmp(a, "--threads"))
-            rc = dsattn_cli_list("bench mha", a, v, 1, DSATTN_CLI_MAX_THREADS, 0, thr, 16, &nt);
-        else if (!strcmp(a, "--reps"))
-            rc = dsattn_cli_list("bench mha", a, v, 1, DSATTN_BENCH_MAX_REPS, 0, reps, 16, &nr);
-        else if (!strcmp(a, "--model")) models = v;
-        else if (!strcmp(a, "--configs")) configs = v;
-        else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64("bench mha", a, v, &seed);
-        else if (!strcmp(a, "--format")) {
-            if (dsattn_bench_parse_fmt(v, &fmt)) { fprintf(stderr, "bench mha: bad --format\n"); return 2; }
-        } else { fprintf(stderr, "bench mha: unknown option %s\n", a); return 2; }
-        if (rc) return rc;
-    }
-    if (nd <= 0 || nt <= 0 || nr <= 0) { fprintf(stderr, "bench mha: bad list\n"); return 2; }
+    static const char usage[] =
+        "usage: dsattn bench mha [--model 7b,67b] [--depth 16K,64K,128K] [--threads 1,2]\n"
+        "                        [--reps 3] [--configs DIR] [--seed S] [--format md|csv|json]\n"
+        "One MHA (DeepSeek-LLM-7B) / GQA (67B) layer at real dims decoding one token\n"
+        "over a synthetically filled bf16 cache; GB/s vs the DRAM read bandwidth.\n"
+        "Every list is cross-multiplied; one warm-up step, then reps timed steps.\n";
+    dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
+                            DSATTN_BENCH_MD, "7b,67b", { 16384, 65536, 131072 }, { 1, 2 },
+                            { 3 }, 3, 2, 1, 1, 0, { 1 }, 0 };
+    int pr = dsattn_bench_parse_opts("mha", argc, argv, &o, usage);
+    if (pr) return pr == 1 ? 0 : pr;
+    const char *configs = o.configs, *models = o.models;
+    const dsattn_bench_fmt fmt = o.fmt;
+    const long long *depths = o.depth, *thr = o.thr, *reps = o.reps;
+    const int nd = o.nd, nt = o.nt, nr = o.nr;
+    const uint64_t seed = o.seed;
     const char *names[2] = { "7b", "67b" };
     int nm = dsattn_bench_in_list(models, names[0]) + dsattn_bench_in_list(models, names[1]);
     if (!nm) { fprintf(stderr, "bench mha: --model takes 7b, 67b\n"); return 2; }
@@ -175,13 +142,7 @@ int dsattn_bench_mha(int argc, char **argv)
         dsattn_mha_destroy(m);
     }
     char note[1024];
-    size_t k = (size_t)snprintf(note, sizeof note, "Machine limits measured in this run (threads: "
-                                "DRAM read GB/s, fp32 FMA GFLOP/s):");
-    for (int i = 0; i < nt && k < sizeof note; i++)
-        k += (size_t)snprintf(note + k, sizeof note - k, "%s %lld: %.2f, %.1f", i ? ";" : "",
-                              thr[i], dsattn_bench_read_bw((int)thr[i]),
-                              dsattn_bench_fma_peak((int)thr[i]));
-    if (k < sizeof note) snprintf(note + k, sizeof note - k, ".\n");
+    dsattn_bench_limits_note(note, sizeof note, thr, nt, 0);
     dsattn_bench_end(&t, note);
     return rc;
 }

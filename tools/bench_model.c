@@ -47,8 +47,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAXL 16
-
 /* Fast vs reference gate before timing.  Both modes round the same bf16
  * intermediates (absorbed queries, scores, probabilities, latent rows) but
  * at different points of an fp32 vs double accumulation, so near-tie
@@ -62,26 +60,14 @@
 
 /* ==== Shared ============================================================= */
 
-typedef struct {
-    const char      *configs;
-    dsattn_bench_fmt fmt;
-    const char      *models;
-    long long        depth[MAXL], thr[MAXL], reps[MAXL];
-    int              nd, nt, nr;
-    uint64_t         seed;
-    int              profile;    /* --profile: print the phase table      */
-    long long        batch[MAXL];/* bench mla --batch: sequences per step  */
-    int              nb;         /* 0: one sequence                        */
-} opts;
-
 static double t_start;
 
 /* --profile rows of the running bench (markdown only) */
 static dsattn_bench_prof_row g_prof[64];
 static int g_nprof;
 
-static void prof_keep(const opts *o, dsattn_ctx *ctx, const char *key, long long depth, int thr,
-                      double step_s)
+static void prof_keep(const dsattn_bench_opts *o, dsattn_ctx *ctx, const char *key,
+                      long long depth, int thr, double step_s)
 {
     if (!o->profile || g_nprof >= 64) return;
     dsattn_bench_prof_row *r = &g_prof[g_nprof++];
@@ -121,73 +107,6 @@ static int write_cfg(const cJSON *j, const char *tag, char *out, size_t n)
 {
     snprintf(out, n, "/tmp/dsattn_bench_%d_%s.json", (int)getpid(), tag);
     return dsattn_cli_json_write(j, out);
-}
-
-static int parse_opts(const char *mode, int argc, char **argv, opts *o, const char *usage)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { printf("%s", usage); return 1; }
-        if (!strcmp(a, "--profile")) { o->profile = 1; continue; }
-        if (!v) { fprintf(stderr, "bench %s: %s needs a value\n", mode, a); return 2; }
-        i++;
-        char who[32];
-        snprintf(who, sizeof who, "bench %s", mode);
-        int rc = 0;
-        if (!strcmp(a, "--depth"))
-            rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_DEPTH, DSATTN_CLI_SUFFIX,
-                                 o->depth, MAXL, &o->nd);
-        else if (!strcmp(a, "--threads"))
-            rc = dsattn_cli_list(who, a, v, 1, DSATTN_CLI_MAX_THREADS, 0, o->thr, MAXL, &o->nt);
-        else if (!strcmp(a, "--reps"))
-            rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_REPS, 0, o->reps, MAXL, &o->nr);
-        else if (!strcmp(a, "--batch") && !strcmp(mode, "mla"))
-            rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_BATCH, 0, o->batch, MAXL, &o->nb);
-        else if (!strcmp(a, "--model")) o->models = v;
-        else if (!strcmp(a, "--configs")) o->configs = v;
-        else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64(who, a, v, &o->seed);
-        else if (!strcmp(a, "--format")) {
-            if (dsattn_bench_parse_fmt(v, &o->fmt)) {
-                fprintf(stderr, "bench %s: --format md|csv|json\n", mode);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "bench %s: unknown option %s\n%s", mode, a, usage);
-            return 2;
-        }
-        if (rc) return rc;
-    }
-    if (o->nd <= 0 || o->nt <= 0 || o->nr <= 0) {
-        fprintf(stderr, "bench %s: --depth/--threads/--reps take comma lists of positive "
-                        "integers (K, M suffixes)\n", mode);
-        return 2;
-    }
-    return 0;
-}
-
-static dsattn_ctx *make_ctx(dsattn_mode mode, int threads)
-{
-    dsattn_ctx_params p = dsattn_ctx_default_params();
-    p.mode = mode;
-    p.n_threads = threads;
-    dsattn_ctx *c = NULL;
-    return dsattn_ctx_create(&c, &p) ? NULL : c;
-}
-
-/* The machine limits each used thread count was measured at. */
-static void limits_note(char *buf, size_t n, const opts *o)
-{
-    size_t k = (size_t)snprintf(buf, n, "Machine limits measured in this run (threads: DRAM read "
-                                        "GB/s, fp32 FMA GFLOP/s):");
-    for (int i = 0; i < o->nt && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s %lld: %.2f, %.1f", i ? ";" : "", o->thr[i],
-                              dsattn_bench_read_bw((int)o->thr[i]),
-                              dsattn_bench_fma_peak((int)o->thr[i]));
-    /* the AMX-BF16 tile peak where the CPU has the tiles */
-    for (int i = 0; i < o->nt && k < n && dsattn_bench_amx_bf16_peak(1) > 0; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s %lld thr %.0f", i ? "," : "; AMX-BF16 GFLOP/s:",
-                              o->thr[i], dsattn_bench_amx_bf16_peak((int)o->thr[i]));
-    if (k < n) snprintf(buf + k, n - k, ".\n");
 }
 
 /* ==== MLA (V3, V3.2) ==================================================== */
@@ -261,40 +180,39 @@ static dsattn_mla *mla_model(const char *configs, const mla_case *c, uint64_t se
 }
 
 /* Fast vs reference on one synthetic cache at depth 512; 0 = agree. */
+typedef struct { const dsattn_mla *m; dsattn_mla_cache cache; } mla_verify_arg;
+
+static dsattn_status mla_verify_step(dsattn_ctx *ctx, const void *arg, int64_t depth,
+                                     uint64_t seed, const float *x, float *out)
+{
+    const mla_verify_arg *a = arg;
+    dsattn_mla_seq *s = NULL;
+    dsattn_status st = dsattn_mla_seq_create(&s, a->m, (size_t)depth + 1, a->cache);
+    if (!st) st = dsattn_mla_seq_fill_synthetic(s, depth, seed);
+    if (!st) st = dsattn_mla_attn_forward(ctx, s, 0, x, 1, out);
+    dsattn_mla_seq_destroy(s);
+    return st;
+}
+
 static int mla_verify(const dsattn_mla *m, const mla_case *c, uint64_t seed)
 {
     const int64_t depth = 512;
-    const size_t dim = (size_t)dsattn_mla_dim(m);
-    dsattn_ctx *cf = make_ctx(DSATTN_MODE_FAST, 0), *cr = make_ctx(DSATTN_MODE_REFERENCE, 1);
-    dsattn_mla_seq *sf = NULL, *sr = NULL;
-    float *x = dsattn_cli_rand_bf16(dim, seed + 7, 3), *of = calloc(dim, 4), *orf = calloc(dim, 4);
-    int bad = 1;
+    const mla_verify_arg a = { m, c->cache };
     double rel = -1, cs = -1;
-    if (cf && cr && x && of && orf && !dsattn_mla_seq_create(&sf, m, depth + 1, c->cache) &&
-        !dsattn_mla_seq_create(&sr, m, depth + 1, c->cache) &&
-        !dsattn_mla_seq_fill_synthetic(sf, depth, seed) &&
-        !dsattn_mla_seq_fill_synthetic(sr, depth, seed) &&
-        !dsattn_mla_attn_forward(cf, sf, 0, x, 1, of) &&
-        !dsattn_mla_attn_forward(cr, sr, 0, x, 1, orf)) {
-        dsattn_bench_rel_cos(of, orf, dim, &rel, &cs);
-        bad = !(rel <= VERIFY_REL && cs >= VERIFY_COS);
-    }
+    int bad = dsattn_bench_verify(mla_verify_step, &a, (size_t)dsattn_mla_dim(m), depth, seed,
+                                  seed + 7, &rel, &cs) ||
+              !(rel <= VERIFY_REL && cs >= VERIFY_COS);
     fprintf(stderr, "bench mla: %s fast vs reference at depth %lld: rel %.3g, cosine %.7f "
                     "(need <= %g, >= %g) %s\n", c->key, (long long)depth, rel, cs,
             VERIFY_REL, VERIFY_COS, bad ? "MISMATCH" : "ok");
-    dsattn_mla_seq_destroy(sf);
-    dsattn_mla_seq_destroy(sr);
-    dsattn_ctx_destroy(cf);
-    dsattn_ctx_destroy(cr);
-    free(x); free(of); free(orf);
     return bad;
 }
 
 /* One row per (depth, threads, reps, batch) of one MLA case; returns 0 or 1.
  * Batch 1 is the one-sequence forward; B > 1 the batched call over B
  * sequences, each filled to the depth (with its own seed). */
-static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_bench_table *t,
-                    int *done, int total)
+static int mla_rows(const dsattn_bench_opts *o, const mla_case *c, dsattn_mla *m,
+                    dsattn_bench_table *t, int *done, int total)
 {
     const size_t dim = (size_t)dsattn_mla_dim(m);
     static const long long one[1] = { 1 };
@@ -327,7 +245,7 @@ static int mla_rows(const opts *o, const mla_case *c, dsattn_mla *m, dsattn_benc
                 for (int bi = 0; bi < nb; bi++) {
                     const size_t B = (size_t)bl[bi];
                     progress("mla", ++*done, total, c->key, o->depth[di], (int)o->thr[ti]);
-                    dsattn_ctx *ctx = make_ctx(DSATTN_MODE_FAST, (int)o->thr[ti]);
+                    dsattn_ctx *ctx = dsattn_bench_ctx(DSATTN_MODE_FAST, (int)o->thr[ti]);
                     if (ctx) dsattn_ctx_set_profiling(ctx, 1);
                     dsattn_bench_result r;
                     memset(&r, 0, sizeof r);
@@ -420,10 +338,10 @@ int dsattn_bench_mla(int argc, char **argv)
         "(each filled to the depth) in one batched call: tok/s is the aggregate.  Every\n"
         "list is cross-multiplied; one warm-up step, then reps timed steps per row.\n"
         "Checked against reference mode first.\n";
-    opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs", DSATTN_BENCH_MD,
-               "v3,v3-fp8,v3.2", { 4096, 32768, 131072 }, { 1, 2 }, { 3 }, 3, 2, 1, 1, 0,
-               { 1 }, 1 };
-    int pr = parse_opts("mla", argc, argv, &o, usage);
+    dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
+               DSATTN_BENCH_MD, "v3,v3-fp8,v3.2", { 4096, 32768, 131072 }, { 1, 2 }, { 3 },
+               3, 2, 1, 1, 0, { 1 }, 1 };
+    int pr = dsattn_bench_parse_opts("mla", argc, argv, &o, usage);
     if (pr) return pr == 1 ? 0 : pr;
     t_start = dsattn_bench_now();
     int nm = 0;
@@ -460,7 +378,7 @@ int dsattn_bench_mla(int argc, char **argv)
         remove(path);
     }
     char note[1024];
-    limits_note(note, sizeof note, &o);
+    dsattn_bench_limits_note(note, sizeof note, o.thr, o.nt, 1);
     dsattn_bench_end(&t, note);
     if (o.fmt == DSATTN_BENCH_MD)
         printf("attended = cache entries the step's query attended; idx keys = index keys the "
@@ -540,33 +458,27 @@ static dsattn_v4 *v4_model(const char *src, const v4_case *c, uint64_t seed, cha
     return m;
 }
 
+static dsattn_status v4_verify_step(dsattn_ctx *ctx, const void *m, int64_t depth,
+                                    uint64_t seed, const float *x, float *out)
+{
+    dsattn_v4_seq *s = NULL;
+    dsattn_status st = dsattn_v4_seq_create(&s, m, (size_t)depth + 1, DSATTN_V4_EMPTY_REFERENCE);
+    if (!st) st = dsattn_v4_seq_fill_synthetic(s, depth, seed);
+    if (!st) st = dsattn_v4_attn_forward(ctx, s, 0, x, 1, out);
+    dsattn_v4_seq_destroy(s);
+    return st;
+}
+
 static int v4_verify(const dsattn_v4 *m, const v4_case *c, uint64_t seed)
 {
     const int64_t depth = 512;
-    const size_t dim = (size_t)dsattn_v4_dim(m);
-    dsattn_ctx *cf = make_ctx(DSATTN_MODE_FAST, 0), *cr = make_ctx(DSATTN_MODE_REFERENCE, 1);
-    dsattn_v4_seq *sf = NULL, *sr = NULL;
-    float *x = dsattn_cli_rand_bf16(dim, seed + 7, 3), *of = calloc(dim, 4), *orf = calloc(dim, 4);
-    int bad = 1;
     double rel = -1, cs = -1;
-    if (cf && cr && x && of && orf &&
-        !dsattn_v4_seq_create(&sf, m, depth + 1, DSATTN_V4_EMPTY_REFERENCE) &&
-        !dsattn_v4_seq_create(&sr, m, depth + 1, DSATTN_V4_EMPTY_REFERENCE) &&
-        !dsattn_v4_seq_fill_synthetic(sf, depth, seed) &&
-        !dsattn_v4_seq_fill_synthetic(sr, depth, seed) &&
-        !dsattn_v4_attn_forward(cf, sf, 0, x, 1, of) &&
-        !dsattn_v4_attn_forward(cr, sr, 0, x, 1, orf)) {
-        dsattn_bench_rel_cos(of, orf, dim, &rel, &cs);
-        bad = !(rel <= VERIFY_REL && cs >= VERIFY_COS);
-    }
+    int bad = dsattn_bench_verify(v4_verify_step, m, (size_t)dsattn_v4_dim(m), depth, seed,
+                                  seed + 7, &rel, &cs) ||
+              !(rel <= VERIFY_REL && cs >= VERIFY_COS);
     fprintf(stderr, "bench v4: %s fast vs reference at depth %lld: rel %.3g, cosine %.7f "
                     "(need <= %g, >= %g) %s\n", c->key, (long long)depth, rel, cs,
             VERIFY_REL, VERIFY_COS, bad ? "MISMATCH" : "ok");
-    dsattn_v4_seq_destroy(sf);
-    dsattn_v4_seq_destroy(sr);
-    dsattn_ctx_destroy(cf);
-    dsattn_ctx_destroy(cr);
-    free(x); free(of); free(orf);
     return bad;
 }
 
@@ -625,10 +537,10 @@ int dsattn_bench_v4(int argc, char **argv)
         if (!strcmp(argv[i], "--config") && i + 1 < argc) { cfg = argv[++i]; continue; }
         av[ac++] = argv[i];
     }
-    opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs", DSATTN_BENCH_MD,
-               "csa,hca", { 4096, 65536, 262144, 1048576 }, { 1, 2 }, { 3 }, 4, 2, 1, 1, 0,
-               { 1 }, 1 };
-    int pr = parse_opts("v4", ac, av, &o, usage);
+    dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
+               DSATTN_BENCH_MD, "csa,hca", { 4096, 65536, 262144, 1048576 }, { 1, 2 }, { 3 },
+               4, 2, 1, 1, 0, { 1 }, 1 };
+    int pr = dsattn_bench_parse_opts("v4", ac, av, &o, usage);
     free(av);
     if (pr) return pr == 1 ? 0 : pr;
     t_start = dsattn_bench_now();
@@ -683,7 +595,7 @@ int dsattn_bench_v4(int argc, char **argv)
             for (int ti = 0; ti < o.nt; ti++)
                 for (int ri = 0; ri < o.nr; ri++) {
                     progress("v4", ++done, total, c->key, o.depth[di], (int)o.thr[ti]);
-                    dsattn_ctx *ctx = make_ctx(DSATTN_MODE_FAST, (int)o.thr[ti]);
+                    dsattn_ctx *ctx = dsattn_bench_ctx(DSATTN_MODE_FAST, (int)o.thr[ti]);
                     dsattn_bench_result r;
                     memset(&r, 0, sizeof r);
                     snprintf(r.model, sizeof r.model, "%s", mname);
@@ -734,7 +646,7 @@ int dsattn_bench_v4(int argc, char **argv)
         remove(path);
     }
     char note[1024];
-    limits_note(note, sizeof note, &o);
+    dsattn_bench_limits_note(note, sizeof note, o.thr, o.nt, 1);
     dsattn_bench_end(&t, note);
     if (o.fmt == DSATTN_BENCH_MD) {
         printf("idx keys = compressed index keys the CSA indexer scored in the step (depth/4); "
@@ -800,7 +712,8 @@ static int v41_verify(const dsattn_v41 *m, uint64_t seed)
     const int64_t depth = 256;
     const int L = dsattn_v41_n_layers(m);
     const size_t dim = (size_t)dsattn_v41_dim(m);
-    dsattn_ctx *cf = make_ctx(DSATTN_MODE_FAST, 0), *cr = make_ctx(DSATTN_MODE_REFERENCE, 1);
+    dsattn_ctx *cf = dsattn_bench_ctx(DSATTN_MODE_FAST, 0);
+    dsattn_ctx *cr = dsattn_bench_ctx(DSATTN_MODE_REFERENCE, 1);
     dsattn_v41_seq *sf = NULL, *sr = NULL;
     float *x = dsattn_cli_rand_bf16(dim, seed + 7, 3), *of = calloc(dim, 4), *orf = calloc(dim, 4);
     int bad = !(cf && cr && x && of && orf) ||
@@ -835,7 +748,7 @@ int dsattn_bench_short(const char *configs, int threads)
     const int reps = 2;
     const uint64_t seed = 1;
     t_start = dsattn_bench_now();
-    dsattn_ctx *ctx = make_ctx(DSATTN_MODE_FAST, threads);
+    dsattn_ctx *ctx = dsattn_bench_ctx(DSATTN_MODE_FAST, threads);
     if (!ctx) return 1;
     const int T = dsattn_ctx_threads(ctx);
     fprintf(stderr, "dsattn: short bench (V4.1 sampler at 64K, one V3 MLA layer at 32K) ...\n");
@@ -894,8 +807,8 @@ int dsattn_bench_short(const char *configs, int threads)
     if (!m) { fprintf(stderr, "bench: V3: %s\n", err); rc = 1; }
     else if (mla_verify(m, c, seed)) { fprintf(stderr, "bench: V3 not timed\n"); rc = 1; }
     else {
-        opts o = { configs, DSATTN_BENCH_MD, c->key, { dmla }, { T }, { reps }, 1, 1, 1, seed, 0,
-                   { 1 }, 1 };
+        dsattn_bench_opts o = { configs, DSATTN_BENCH_MD, c->key, { dmla }, { T }, { reps }, 1, 1,
+                                1, seed, 0, { 1 }, 1 };
         int done = 0;
         rc |= mla_rows(&o, c, m, &t, &done, 1);
     }

@@ -10,6 +10,8 @@
  */
 #include "dsattn_commit.h"
 #include "bench_util.h"
+#include "cli_num.h"
+#include "cli_util.h"
 
 #include "amx_attn.h"
 #include "internal.h"
@@ -549,5 +551,96 @@ dsattn_status dsattn_bench_time_w(dsattn_ctx *ctx, dsattn_bench_step_fn step, vo
     }
     r->ms_mean = sum / (reps > 0 ? reps : 1);
     r->ms_sd = reps > 1 ? sqrt(fmax(0.0, (sum2 - sum * sum / reps) / (reps - 1))) : 0.0;
+    return st;
+}
+
+/* ==== The options of the one-layer modes ================================ */
+
+int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_bench_opts *o,
+                            const char *usage)
+{
+    const int mla = !strcmp(mode, "mla"), mha = !strcmp(mode, "mha");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { printf("%s", usage); return 1; }
+        if (!strcmp(a, "--profile") && !mha) { o->profile = 1; continue; }
+        if (!v) { fprintf(stderr, "bench %s: %s needs a value\n", mode, a); return 2; }
+        i++;
+        char who[32];
+        snprintf(who, sizeof who, "bench %s", mode);
+        int rc = 0;
+        if (!strcmp(a, "--depth"))
+            rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_DEPTH, DSATTN_CLI_SUFFIX,
+                                 o->depth, DSATTN_BENCH_MAXL, &o->nd);
+        else if (!strcmp(a, "--threads"))
+            rc = dsattn_cli_list(who, a, v, 1, DSATTN_CLI_MAX_THREADS, 0, o->thr,
+                                 DSATTN_BENCH_MAXL, &o->nt);
+        else if (!strcmp(a, "--reps"))
+            rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_REPS, 0, o->reps,
+                                 DSATTN_BENCH_MAXL, &o->nr);
+        else if (!strcmp(a, "--batch") && mla)
+            rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_BATCH, 0, o->batch,
+                                 DSATTN_BENCH_MAXL, &o->nb);
+        else if (!strcmp(a, "--model")) o->models = v;
+        else if (!strcmp(a, "--configs")) o->configs = v;
+        else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64(who, a, v, &o->seed);
+        else if (!strcmp(a, "--format")) {
+            if (dsattn_bench_parse_fmt(v, &o->fmt)) {
+                fprintf(stderr, "bench %s: --format md|csv|json\n", mode);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "bench %s: unknown option %s\n%s", mode, a, usage);
+            return 2;
+        }
+        if (rc) return rc;
+    }
+    if (o->nd <= 0 || o->nt <= 0 || o->nr <= 0) {
+        fprintf(stderr, "bench %s: --depth/--threads/--reps take comma lists of positive "
+                        "integers (K, M suffixes)\n", mode);
+        return 2;
+    }
+    return 0;
+}
+
+dsattn_ctx *dsattn_bench_ctx(dsattn_mode mode, int threads)
+{
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    p.mode = mode;
+    p.n_threads = threads;
+    dsattn_ctx *c = NULL;
+    return dsattn_ctx_create(&c, &p) ? NULL : c;
+}
+
+void dsattn_bench_limits_note(char *buf, size_t n, const long long *thr, int nt, int amx)
+{
+    size_t k = (size_t)snprintf(buf, n, "Machine limits measured in this run (threads: DRAM read "
+                                        "GB/s, fp32 FMA GFLOP/s):");
+    for (int i = 0; i < nt && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s %lld: %.2f, %.1f", i ? ";" : "", thr[i],
+                              dsattn_bench_read_bw((int)thr[i]), dsattn_bench_fma_peak((int)thr[i]));
+    /* the AMX-BF16 tile peak where the CPU has the tiles */
+    for (int i = 0; amx && i < nt && k < n && dsattn_bench_amx_bf16_peak(1) > 0; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s %lld thr %.0f", i ? "," : "; AMX-BF16 GFLOP/s:",
+                              thr[i], dsattn_bench_amx_bf16_peak((int)thr[i]));
+    if (k < n) snprintf(buf + k, n - k, ".\n");
+}
+
+dsattn_status dsattn_bench_verify(dsattn_bench_layer_step step, const void *arg, size_t dim,
+                                  int64_t depth, uint64_t seed, uint64_t x_seed, double *rel,
+                                  double *cosine)
+{
+    dsattn_ctx *cf = dsattn_bench_ctx(DSATTN_MODE_FAST, 0);
+    dsattn_ctx *cr = dsattn_bench_ctx(DSATTN_MODE_REFERENCE, 1);
+    float *x = dsattn_cli_rand_bf16(dim, x_seed, 3);
+    float *out = calloc(2 * dim + 1, sizeof(float));
+    dsattn_status st = cf && cr && x && out ? DSATTN_OK : DSATTN_ERR_NOMEM;
+    if (!st) st = step(cf, arg, depth, seed, x, out);
+    if (!st) st = step(cr, arg, depth, seed, x, out + dim);
+    if (!st) dsattn_bench_rel_cos(out, out + dim, dim, rel, cosine);
+    dsattn_ctx_destroy(cf);
+    dsattn_ctx_destroy(cr);
+    free(x);
+    free(out);
     return st;
 }

@@ -124,6 +124,48 @@ dsattn_status dsattn_bench_time_w(dsattn_ctx *ctx, dsattn_bench_step_fn step, vo
 /* Seconds on a monotonic clock. */
 double dsattn_bench_now(void);
 
+/* ==== The options of the one-layer modes (mha, mla, v4) =============== */
+
+#define DSATTN_BENCH_MAXL 16    /* entries of each list option */
+
+typedef struct {
+    const char      *configs;
+    dsattn_bench_fmt fmt;
+    const char      *models;
+    long long        depth[DSATTN_BENCH_MAXL], thr[DSATTN_BENCH_MAXL], reps[DSATTN_BENCH_MAXL];
+    int              nd, nt, nr;
+    uint64_t         seed;
+    int              profile;    /* --profile: print the phase table (mla, v4) */
+    long long        batch[DSATTN_BENCH_MAXL]; /* --batch (mla): sequences per step */
+    int              nb;         /* 0: one sequence                            */
+} dsattn_bench_opts;
+
+/* Parse `bench <mode>`'s options into o (its defaults already set):
+ * --depth/--threads/--reps lists, --model, --configs, --seed, --format,
+ * --profile (mla, v4), --batch (mla).  0 to run, 1 after --help (usage
+ * printed), 2 on a refused option (message on stderr). */
+int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_bench_opts *o,
+                            const char *usage);
+/* A context of the mode and thread count (0: default), or NULL. */
+dsattn_ctx *dsattn_bench_ctx(dsattn_mode mode, int threads);
+/* The table's footnote: the DRAM read bandwidth and fp32 FMA peak at each of
+ * the nt thread counts, and with amx the AMX-BF16 tile peak where the CPU
+ * has the tiles. */
+void dsattn_bench_limits_note(char *buf, size_t n, const long long *thr, int nt, int amx);
+
+/* One decode step for dsattn_bench_verify: a fresh sequence of the model
+ * behind arg, filled synthetically from seed to depth, then x through
+ * layer 0 into out. */
+typedef dsattn_status (*dsattn_bench_layer_step)(dsattn_ctx *ctx, const void *arg, int64_t depth,
+                                                 uint64_t seed, const float *x, float *out);
+/* Fast vs reference before timing: the step on a fast context (default
+ * threads) and on a one-thread reference context with the same input
+ * (dim bf16 values from x_seed): rel L2 error and cosine of the fast output
+ * against the reference one.  Non-OK when a step fails. */
+dsattn_status dsattn_bench_verify(dsattn_bench_layer_step step, const void *arg, size_t dim,
+                                  int64_t depth, uint64_t seed, uint64_t x_seed, double *rel,
+                                  double *cosine);
+
 /* The V4.1 stack decode benchmark (bench_v41.c). */
 int dsattn_bench_v41(int argc, char **argv);
 /* `dsattn bench mha` (bench_attn.c), `mla` and `v4` (bench_model.c). */
