@@ -1,4 +1,4 @@
-/* names.c - per-generation name tables (HF <-> inference) and the attention
+/* names.c - the HF <-> inference name tables and the attention
  * tensors each config implies.  See names.h.
  *
  * The forward map reproduces convert.py literally, including its use of

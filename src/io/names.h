@@ -3,8 +3,9 @@
  * official inference/convert.py does it, the reverse map for writers, and
  * the list of attention tensors a config implies (name, shape, operator).
  *
- * All per-generation naming knowledge lives here, in one table per
- * generation.  Inference names are the canonical ones everywhere else:
+ * All per-generation naming knowledge lives here: one rename table for
+ * every generation (their converters differ only by keys that map to
+ * themselves) and the per-generation attention tensor lists.  Inference names are the canonical ones everywhere else:
  *   V3 / V3.2 : layers.{i}.attn_norm.weight, layers.{i}.attn.wq_a.weight,
  *               .q_norm, .wq_b, .wkv_a, .kv_norm, .wkv_b, .wo
  *               (+ V3.2 .attn.indexer.{wq_b, wk, k_norm(+bias), weights_proj})
