@@ -1,15 +1,15 @@
 /* trace.c - `dsattn trace`: the protocol every generation shares, and the
  * one place that tells the generations apart.
  *
- * The protocol: read the case's input, load its model, prefill x[:P] at
+ * The protocol: load the case's model, read its input, prefill x[:P] at
  * position 0, then step one token at a time, and write `out`,
  * layer.{i}.attn_in / attn_out, layer.{i}.topk for every layer that selects
  * (V4 adds trace.{i}.topk_order, its picks in the reference's score order)
  * and each layer's caches.  config.json's model_type picks the generation
  * (the table in dsattn_trace_case); the few calls that differ by generation
- * (load, sequence, stack, selection, description) are the if-chains over a
- * trace_seq below, and the cache layouts live beside this file, one file
- * per generation.
+ * (load, sequence, description, stack, selection, caches) are the if-chains
+ * over a trace_seq below, and the cache layouts live beside this file, one
+ * file per generation.
  */
 #include "trace.h"
 
@@ -120,23 +120,27 @@ dsattn_status dsattn_trace_load_input(const char *case_dir, float **x, size_t *T
 
 /* ==== What differs by generation ====================================== */
 
-/* Load the model and make a sequence of T tokens, of the variant the
- * options pick. */
-static dsattn_status seq_open(trace_seq *s, trace_gen g, const char *cfg, const char *wts,
-                              size_t T, const dsattn_trace_opts *o, char *err, size_t errlen)
+static dsattn_status model_load(trace_seq *s, trace_gen g, const char *cfg, const char *wts,
+                                char *err, size_t errlen)
 {
-    dsattn_status st;
-    if (g == GEN_MLA)
-        return (st = dsattn_mla_load(&s->mla_m, cfg, wts, err, errlen)) ? st :
-               dsattn_mla_seq_create(&s->mla, s->mla_m, T, o->mla_naive ? DSATTN_MLA_CACHE_NAIVE
-                                                              : DSATTN_MLA_CACHE_LATENT_BF16);
-    if (g == GEN_V4)
-        return (st = dsattn_v4_load(&s->v4_m, cfg, wts, err, errlen)) ? st :
-               dsattn_v4_seq_create(&s->v4, s->v4_m, T, o->v4_defined_empty
+    if (g == GEN_MLA) return dsattn_mla_load(&s->mla_m, cfg, wts, err, errlen);
+    if (g == GEN_V4) return dsattn_v4_load(&s->v4_m, cfg, wts, err, errlen);
+    return dsattn_v41_load(&s->v41_m, cfg, wts, err, errlen);
+}
+
+/* A sequence of T tokens on the loaded model, of the variant the options
+ * pick. */
+static dsattn_status seq_create(trace_seq *s, size_t T, const dsattn_trace_opts *o)
+{
+    if (s->mla_m)
+        return dsattn_mla_seq_create(&s->mla, s->mla_m, T, o->mla_naive
+                                                           ? DSATTN_MLA_CACHE_NAIVE
+                                                           : DSATTN_MLA_CACHE_LATENT_BF16);
+    if (s->v4_m)
+        return dsattn_v4_seq_create(&s->v4, s->v4_m, T, o->v4_defined_empty
                                                         ? DSATTN_V4_EMPTY_ZERO
                                                         : DSATTN_V4_EMPTY_REFERENCE);
-    return (st = dsattn_v41_load(&s->v41_m, cfg, wts, err, errlen)) ? st :
-           dsattn_v41_seq_create(&s->v41, s->v41_m, T, o->index_k_ref
+    return dsattn_v41_seq_create(&s->v41, s->v41_m, T, o->index_k_ref
                                                        ? DSATTN_V41_INDEX_K_REFERENCE
                                                        : DSATTN_V41_INDEX_K_OWNER);
 }
@@ -383,12 +387,13 @@ static dsattn_status protocol(trace_gen g, const char *case_dir, const char *out
     dsattn_ctx_params cp = dsattn_ctx_default_params();
     cp.mode = o->mode;
     cp.n_threads = o->n_threads;
-    trace_desc d;
-    dsattn_status st = dsattn_trace_load_input(case_dir, &r.x, &r.T, &r.dim, &r.P, err, errlen);
-    if (!st && !(st = seq_open(&s, g, cfg, wts, r.T, o, err, errlen))) {
-        d = describe(&s, o);
-        if (!(st = result_alloc(&r, d.dim, d.n_layers, d.index_topk, err, errlen)) &&
-            !(st = dsattn_ctx_create(&ctx, &cp)) && !(st = run(ctx, &s, d.n_layers, &r, err, errlen)))
+    dsattn_status st = model_load(&s, g, cfg, wts, err, errlen);
+    if (!st) {
+        const trace_desc d = describe(&s, o);
+        if (!(st = dsattn_trace_load_input(case_dir, &r.x, &r.T, &r.dim, &r.P, err, errlen)) &&
+            !(st = result_alloc(&r, d.dim, d.n_layers, d.index_topk, err, errlen)) &&
+            !(st = dsattn_ctx_create(&ctx, &cp)) && !(st = seq_create(&s, r.T, o)) &&
+            !(st = run(ctx, &s, d.n_layers, &r, err, errlen)))
             st = write_file(&s, &d, &r, out_path, o, err, errlen);
     }
     result_free(&r);
