@@ -2,201 +2,564 @@
  * (aarch64 builds only; CMakeLists.txt leaves this file out elsewhere and
  * absent.c then makes dsattn_kernels_neon_ptr NULL).
  *
- * SIMD entries: the four decode GEMVs (fp32, bf16, FP8 E4M3 with block
- * scales, FP4 E2M1 with UE8M0 scales; gemv_fp8_finite is gemv_fp8).  They
- * accumulate in fp32 with FMA, four lanes by two accumulators, in their own
- * order, and are tested against the scalar reference with the bounds of
- * the x86 tables (tests/test_kernels.c).  Decoding is exact: bf16 is a
- * 16-bit shift, E4M3 codes go through numfmt.h's table (so a NaN code gives
- * a NaN output with no extra tracking), E2M1 codes through a byte table of
- * 2x their values, the half folded into the power-of-two scale.
+ * Owns a NEON form of every dsattn_kernels entry the AVX2 table has a SIMD
+ * form of; act_quant_fp8_pow2 is the scalar one, as in the AVX2 table.
+ * Same contract as the x86 tables: fp32 FMA accumulation in its own order,
+ * tested against kernels_ref.c with the bounds of tests/test_kernels.c (4
+ * lanes), decoders and conversions bit-exact, single-threaded and
+ * reentrant, scratch on the stack (at most 4 KB).  Baseline ARMv8.0 only:
+ * no fp16 arithmetic, dotprod or bf16 instruction is used (the fp16 -> fp32
+ * conversion FCVTL is baseline).  Few kernels, shared by several entries:
+ *  - heads_dot: G fp32 rows . one fp32 vector (gemv_f32, dot_f32, mdot_f32
+ *    and the fused packed-row dots, which decode a row into an L1 buffer
+ *    first);
+ *  - maxpy_f32 (also the fused packed-row axpys);
+ *  - bf16_tile: heads x bf16 rows (mdot_bf16_rows, gemv_bf16);
+ *  - fp8_gemv_m: FP8 rows x up to 8 tokens (gemv_fp8, gemv_fp8_finite,
+ *    gemv_fp8_m);
+ *  - gemv_fp4.
  *
- * Every other entry (packed-row dots and axpys, row decoders, the bf16 row
- * tiles, act_quant) is the scalar reference's, called through
- * dsattn_kernels_ref: correct everywhere, not yet a NEON form.  Speed on
- * ARM hardware has not been measured (docs/kernels.md).
+ * Decodes (all exact):
+ *  - bf16: a 16-bit left shift (SHLL).
+ *  - E2M1: every value is a bf16 number; two 16-entry byte lookups (TBL)
+ *    give its high and low byte, a byte zip makes the bf16 words (-0.0 for
+ *    code 8, as numfmt.c).
+ *  - E4M3: sign to bit 15 and the magnitude bits to 13..7 make an fp16
+ *    number equal to the value times 2^-8, subnormals included; FCVTL makes
+ *    it fp32 and an exact *256 restores it.  NaN codes (0x7f / 0xff) would
+ *    come out as +-480, so a compare mask puts NaN there (left out where the
+ *    weights are known finite).
+ *  - UE8M0 b: bits b << 23, b = 0 -> 2^-127, 255 -> NaN.
+ * Speed on ARM hardware has not been measured (docs/kernels.md).
  */
 #include "kernels.h"
 
 #include "numfmt.h"
 
 #include <arm_neon.h>
+#include <math.h>
+#include <string.h>
 
-static inline float hsum2(float32x4_t a, float32x4_t b) { return vaddvq_f32(vaddq_f32(a, b)); }
+#define AI static inline __attribute__((always_inline))
 
+/* Row elements decoded per pass of the fused kernels (4 KB of stack). */
+#define RCH 1024
+
+/* ==== Exact decoders ==================================================== */
+
+AI float32x4_t bf16lo(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)); }
+AI float32x4_t bf16hi(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)); }
+AI float32x4_t bf16x4(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+
+AI float ue8m0f(uint8_t b)
+{
+    uint32_t u = b == 0 ? 0x00400000u : (b == 255 ? 0x7fc00000u : (uint32_t)b << 23);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* bf16 bytes of the E2M1 values 0 .5 1 1.5 2 3 4 6, then their negatives */
+static const uint8_t e2m1_bf16_hi[16] = { 0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
+                                          0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0 };
+static const uint8_t e2m1_bf16_lo[16] = { 0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0,
+                                          0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0xC0 };
+
+/* 16 E2M1 codes (one per byte) -> 16 floats */
+AI void e2m1x16(uint8x16_t c, float32x4_t v[4])
+{
+    const uint8x16_t l = vqtbl1q_u8(vld1q_u8(e2m1_bf16_lo), c);
+    const uint8x16_t h = vqtbl1q_u8(vld1q_u8(e2m1_bf16_hi), c);
+    const uint16x8_t w0 = vreinterpretq_u16_u8(vzip1q_u8(l, h));
+    const uint16x8_t w1 = vreinterpretq_u16_u8(vzip2q_u8(l, h));
+    v[0] = bf16lo(w0);
+    v[1] = bf16hi(w0);
+    v[2] = bf16lo(w1);
+    v[3] = bf16hi(w1);
+}
+
+/* 16 packed bytes (32 codes, even element in the low nibble) -> 32 floats,
+ * natural order */
+AI void fp4x32(const uint8_t *p, float32x4_t v[8])
+{
+    const uint8x16_t b = vld1q_u8(p);
+    const uint8x16_t lo = vandq_u8(b, vdupq_n_u8(15)), hi = vshrq_n_u8(b, 4);
+    e2m1x16(vzip1q_u8(lo, hi), v);
+    e2m1x16(vzip2q_u8(lo, hi), v + 4);
+}
+
+/* 8 packed bytes -> 16 floats */
+AI void fp4x16(const uint8_t *p, float32x4_t v[4])
+{
+    const uint8x8_t b = vld1_u8(p);
+    const uint8x16_t lo = vcombine_u8(vand_u8(b, vdup_n_u8(15)), vdup_n_u8(0));
+    const uint8x16_t hi = vcombine_u8(vshr_n_u8(b, 4), vdup_n_u8(0));
+    e2m1x16(vzip1q_u8(lo, hi), v);
+}
+
+/* 8 E4M3 codes -> 8 exact floats; NaN codes -> NaN when nan != 0 (else
+ * +-480: only for weights known to hold none). */
+AI void fp8x8(uint8x8_t c, float32x4_t *f0, float32x4_t *f1, const int nan)
+{
+    const int16x8_t w = vreinterpretq_s16_u16(vshll_n_u8(c, 8));     /* code in the high byte */
+    const uint16x8_t h = vandq_u16(vreinterpretq_u16_s16(vshrq_n_s16(w, 1)), vdupq_n_u16(0xBF80));
+    float32x4_t a = vmulq_n_f32(vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))), 256.0f);
+    float32x4_t b = vmulq_n_f32(vcvt_high_f32_f16(vreinterpretq_f16_u16(h)), 256.0f);
+    if (nan) {
+        const int16x8_t m = vmovl_s8(vreinterpret_s8_u8(
+            vceq_u8(vand_u8(c, vdup_n_u8(0x7f)), vdup_n_u8(0x7f))));
+        const float32x4_t q = vdupq_n_f32(__builtin_nanf(""));
+        a = vbslq_f32(vreinterpretq_u32_s32(vmovl_s16(vget_low_s16(m))), q, a);
+        b = vbslq_f32(vreinterpretq_u32_s32(vmovl_high_s16(m)), q, b);
+    }
+    *f0 = a;
+    *f1 = b;
+}
+
+/* ==== fp32 dots: G rows against one vector ============================== */
+/* out[g] (+)= q[g*ldq ..] . v, g < G: v loaded once for the G rows; G = 8
+ * (16 accumulators of the 32 registers), 4 or 1 with U chains per row. */
+AI void heads_dot(const float *q, size_t ldq, const float *v, size_t n, float *out,
+                  const int G, const int accumulate)
+{
+    const int U = G == 1 ? 4 : 2;
+    float32x4_t a[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < G * U; j++) a[j] = vdupq_n_f32(0.0f);
+    size_t i = 0;
+    for (; i + 4 * (size_t)U <= n; i += 4 * (size_t)U) {
+#pragma GCC unroll 4
+        for (int u = 0; u < U; u++) {
+            const float32x4_t vv = vld1q_f32(v + i + 4 * u);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++)
+                a[g * U + u] = vfmaq_f32(a[g * U + u], vld1q_f32(q + g * ldq + i + 4 * u), vv);
+        }
+    }
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t vv = vld1q_f32(v + i);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++) a[g * U] = vfmaq_f32(a[g * U], vld1q_f32(q + g * ldq + i), vv);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++) {
+        float32x4_t b = a[g * U];
+        for (int u = 1; u < U; u++) b = vaddq_f32(b, a[g * U + u]);
+        float s = vaddvq_f32(b);
+        for (size_t j = i; j < n; j++) s += q[g * ldq + j] * v[j];
+        out[g] = accumulate ? out[g] + s : s;
+    }
+}
+
+static void mdot_core(const float *q, size_t ldq, size_t nh, const float *v, size_t n,
+                      float *out, int accumulate)
+{
+    size_t h = 0;
+    for (; h + 8 <= nh; h += 8) heads_dot(q + h * ldq, ldq, v, n, out + h, 8, accumulate);
+    if (h + 4 <= nh) { heads_dot(q + h * ldq, ldq, v, n, out + h, 4, accumulate); h += 4; }
+    for (; h < nh; h++) heads_dot(q + h * ldq, ldq, v, n, out + h, 1, accumulate);
+}
+
+static void mdot_f32_neon(const float *q, size_t ldq, size_t nh, const float *v, size_t n,
+                          float *out)
+{
+    mdot_core(q, ldq, nh, v, n, out, 0);
+}
+
+/* a GEMV is the rows of W against x */
 static void gemv_f32_neon(const float *W, const float *x, float *y, size_t rows, size_t k)
 {
-    for (size_t r = 0; r < rows; r++) {
-        const float *w = W + r * k;
-        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
-        size_t i = 0;
-        for (; i + 8 <= k; i += 8) {
-            a0 = vfmaq_f32(a0, vld1q_f32(w + i), vld1q_f32(x + i));
-            a1 = vfmaq_f32(a1, vld1q_f32(w + i + 4), vld1q_f32(x + i + 4));
+    mdot_core(W, k, rows, x, k, y, 0);
+}
+
+static float dot_f32_neon(const float *a, const float *b, size_t n)
+{
+    float s;
+    heads_dot(a, 0, b, n, &s, 1, 0);
+    return s;
+}
+
+/* acc[h*ldacc + i] += p[h] * v[i]: v loaded once per 16 elements for all
+ * heads; one FMA (one rounding) per element, the scalar tail too. */
+static void maxpy_f32_neon(const float *p, size_t nh, const float *v, size_t n, float *acc,
+                           size_t ldacc)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const float32x4_t v0 = vld1q_f32(v + i), v1 = vld1q_f32(v + i + 4);
+        const float32x4_t v2 = vld1q_f32(v + i + 8), v3 = vld1q_f32(v + i + 12);
+        for (size_t h = 0; h < nh; h++) {
+            float *a = acc + h * ldacc + i;
+            const float ph = p[h];
+            vst1q_f32(a, vfmaq_n_f32(vld1q_f32(a), v0, ph));
+            vst1q_f32(a + 4, vfmaq_n_f32(vld1q_f32(a + 4), v1, ph));
+            vst1q_f32(a + 8, vfmaq_n_f32(vld1q_f32(a + 8), v2, ph));
+            vst1q_f32(a + 12, vfmaq_n_f32(vld1q_f32(a + 12), v3, ph));
         }
-        if (i + 4 <= k) {
-            a0 = vfmaq_f32(a0, vld1q_f32(w + i), vld1q_f32(x + i));
-            i += 4;
+    }
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t vv = vld1q_f32(v + i);
+        for (size_t h = 0; h < nh; h++) {
+            float *a = acc + h * ldacc + i;
+            vst1q_f32(a, vfmaq_n_f32(vld1q_f32(a), vv, p[h]));
         }
-        float t = 0.0f;
-        for (; i < k; i++) t += w[i] * x[i];
-        y[r] = hsum2(a0, a1) + t;
+    }
+    for (; i < n; i++)
+        for (size_t h = 0; h < nh; h++) acc[h * ldacc + i] = fmaf(p[h], v[i], acc[h * ldacc + i]);
+}
+
+/* ==== Packed cache rows ================================================= */
+
+enum { FMT_FP4E4M3 = 0, FMT_FP4UE8M0 = 1, FMT_FP8UE8M0 = 2 };
+
+/* Elements [i0, i0 + n) of a row of format fmt -> out, each the fp32
+ * product code value * block scale, as numfmt.c's unpack.  i0 and n are
+ * multiples of the format's block (16 for FMT_FP4E4M3, else 32). */
+AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, size_t n,
+                      float *out)
+{
+    float32x4_t v[8];
+    size_t i = i0;
+    if (fmt == FMT_FP8UE8M0) {
+        for (; i < i0 + n; i += 32) {
+            const float s = ue8m0f(row[d + i / 32]);
+            for (int j = 0; j < 4; j++) {
+                fp8x8(vld1_u8(row + i + 8 * j), &v[2 * j], &v[2 * j + 1], 1);
+                vst1q_f32(out + (i - i0) + 8 * j, vmulq_n_f32(v[2 * j], s));
+                vst1q_f32(out + (i - i0) + 8 * j + 4, vmulq_n_f32(v[2 * j + 1], s));
+            }
+        }
+        return;
+    }
+    const uint8_t *sb = row + d / 2;
+    for (; i + 32 <= i0 + n; i += 32) {
+        float s0, s1;
+        if (fmt == FMT_FP4E4M3) {
+            s0 = dsattn_e4m3_to_f32(sb[i / 16]);
+            s1 = dsattn_e4m3_to_f32(sb[i / 16 + 1]);
+        } else {
+            s0 = s1 = ue8m0f(sb[i / 32]);
+        }
+        fp4x32(row + i / 2, v);
+        for (int j = 0; j < 8; j++) vst1q_f32(out + (i - i0) + 4 * j, vmulq_n_f32(v[j], j < 4 ? s0 : s1));
+    }
+    if (i < i0 + n) {                       /* FMT_FP4E4M3: a last 16 */
+        const float s = dsattn_e4m3_to_f32(sb[i / 16]);
+        fp4x16(row + i / 2, v);
+        for (int j = 0; j < 4; j++) vst1q_f32(out + (i - i0) + 4 * j, vmulq_n_f32(v[j], s));
     }
 }
 
-static inline float32x4_t bf16x4(const uint16_t *p)
+static void dequant_fp4e4m3_row_neon(const uint8_t *row, size_t d, float *out)
 {
-    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+    dequant_range(FMT_FP4E4M3, row, d, 0, d, out);
 }
 
+static void dequant_fp8ue8m0_row_neon(const uint8_t *row, size_t d, float *out)
+{
+    dequant_range(FMT_FP8UE8M0, row, d, 0, d, out);
+}
+
+static void dequant_fp4ue8m0_row_neon(const uint8_t *row, size_t d, float *out)
+{
+    dequant_range(FMT_FP4UE8M0, row, d, 0, d, out);
+}
+
+/* Fused kernels: decode up to RCH elements into an L1 buffer once, then
+ * the fp32 dots / axpys over it for every head. */
+AI void mdot_row(const int fmt, const float *q, size_t ldq, size_t nh, const uint8_t *row,
+                 size_t d, float *out)
+{
+    float buf[RCH];
+    if (d == 0) memset(out, 0, nh * sizeof(float));
+    for (size_t i0 = 0; i0 < d; i0 += RCH) {
+        const size_t n = d - i0 < RCH ? d - i0 : RCH;
+        dequant_range(fmt, row, d, i0, n, buf);
+        mdot_core(q + i0, ldq, nh, buf, n, out, i0 > 0);
+    }
+}
+
+AI void maxpy_row(const int fmt, const float *p, size_t nh, const uint8_t *row, size_t d,
+                  float *acc, size_t ldacc)
+{
+    float buf[RCH];
+    for (size_t i0 = 0; i0 < d; i0 += RCH) {
+        const size_t n = d - i0 < RCH ? d - i0 : RCH;
+        dequant_range(fmt, row, d, i0, n, buf);
+        maxpy_f32_neon(p, nh, buf, n, acc + i0, ldacc);
+    }
+}
+
+static void mdot_fp4e4m3_neon(const float *q, size_t ldq, size_t nh, const uint8_t *row,
+                              size_t d, float *out)
+{
+    mdot_row(FMT_FP4E4M3, q, ldq, nh, row, d, out);
+}
+
+static void mdot_fp4e4m3_rows_neon(const float *q, size_t ldq, size_t nh,
+                                   const uint8_t *const *rows, size_t nr, size_t d,
+                                   float *out, size_t ldo)
+{
+    for (size_t r = 0; r < nr; r++) mdot_row(FMT_FP4E4M3, q, ldq, nh, rows[r], d, out + r * ldo);
+}
+
+static void maxpy_fp4e4m3_neon(const float *p, size_t nh, const uint8_t *row, size_t d,
+                               float *acc, size_t ldacc)
+{
+    maxpy_row(FMT_FP4E4M3, p, nh, row, d, acc, ldacc);
+}
+
+/* one row after another, the heads' weights of the row gathered (64 at a
+ * time): one FMA per row and element */
+static void maxpy_fp4e4m3_rows_neon(const float *p, size_t ldp, size_t nh,
+                                    const uint8_t *const *rows, size_t nr, size_t d,
+                                    float *acc, size_t ldacc)
+{
+    float ph[64];
+    for (size_t r = 0; r < nr; r++)
+        for (size_t h0 = 0; h0 < nh; h0 += 64) {
+            const size_t n = nh - h0 < 64 ? nh - h0 : 64;
+            for (size_t h = 0; h < n; h++) ph[h] = p[(h0 + h) * ldp + r];
+            maxpy_row(FMT_FP4E4M3, ph, n, rows[r], d, acc + h0 * ldacc, ldacc);
+        }
+}
+
+static void mdot_fp4ue8m0_neon(const float *q, size_t ldq, size_t nh, const uint8_t *row,
+                               size_t d, float *out)
+{
+    mdot_row(FMT_FP4UE8M0, q, ldq, nh, row, d, out);
+}
+
+static void mdot_fp8ue8m0_neon(const float *q, size_t ldq, size_t nh, const uint8_t *row,
+                               size_t d, float *out)
+{
+    mdot_row(FMT_FP8UE8M0, q, ldq, nh, row, d, out);
+}
+
+static void maxpy_fp8ue8m0_neon(const float *p, size_t nh, const uint8_t *row, size_t d,
+                                float *acc, size_t ldacc)
+{
+    maxpy_row(FMT_FP8UE8M0, p, nh, row, d, acc, ldacc);
+}
+
+/* ==== bf16 rows ========================================================= */
+
+static void cvt_bf16_f32_neon(const uint16_t *src, size_t n, float *out)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const uint16x8_t h = vld1q_u16(src + i);
+        vst1q_f32(out + i, bf16lo(h));
+        vst1q_f32(out + i + 4, bf16hi(h));
+    }
+    for (; i < n; i++) out[i] = dsattn_bf16_to_f32(src[i]);
+}
+
+/* HB heads x RB bf16 rows (HB * RB <= 16 accumulators): each row vector
+ * decoded once for the HB heads; the k tail (k % 4) in scalar fp32. */
+AI void bf16_tile(const float *q, size_t ldq, const uint16_t *rows, size_t ldr, size_t k,
+                  float *out, size_t ldo, const int HB, const int RB)
+{
+    float32x4_t acc[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < HB * RB; j++) acc[j] = vdupq_n_f32(0.0f);
+    size_t i = 0;
+    for (; i + 4 <= k; i += 4) {
+        float32x4_t w[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < RB; r++) w[r] = bf16x4(rows + r * ldr + i);
+#pragma GCC unroll 4
+        for (int h = 0; h < HB; h++) {
+            const float32x4_t qv = vld1q_f32(q + h * ldq + i);
+#pragma GCC unroll 8
+            for (int r = 0; r < RB; r++) acc[h * RB + r] = vfmaq_f32(acc[h * RB + r], qv, w[r]);
+        }
+    }
+    for (int h = 0; h < HB; h++)
+        for (int r = 0; r < RB; r++) {
+            float t = vaddvq_f32(acc[h * RB + r]);
+            for (size_t j = i; j < k; j++) t += q[h * ldq + j] * dsattn_bf16_to_f32(rows[r * ldr + j]);
+            out[r * ldo + h] = t;
+        }
+}
+
+AI void bf16_heads(const float *q, size_t ldq, const uint16_t *rows, size_t ldr, size_t nr,
+                   size_t k, float *out, size_t ldo, const int HB, const int RB)
+{
+    size_t r = 0;
+    for (; r + (size_t)RB <= nr; r += (size_t)RB)
+        bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, RB);
+    for (; r < nr; r++) bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, 1);
+}
+
+static void mdot_bf16_rows_neon(const float *q, size_t ldq, size_t nh, const uint16_t *rows,
+                                size_t ldr, size_t nr, size_t k, float *out, size_t ldo)
+{
+    size_t h = 0;
+    for (; h + 4 <= nh; h += 4) bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 4, 4);
+    if (h + 2 <= nh) { bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 2, 8); h += 2; }
+    if (h < nh) bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 1, 8);
+}
+
+/* a bf16 GEMV is one "head" (x) against the rows of W */
 static void gemv_bf16_neon(const uint16_t *W, const float *x, float *y, size_t rows, size_t k)
 {
-    for (size_t r = 0; r < rows; r++) {
-        const uint16_t *w = W + r * k;
-        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
-        size_t i = 0;
-        for (; i + 8 <= k; i += 8) {
-            a0 = vfmaq_f32(a0, bf16x4(w + i), vld1q_f32(x + i));
-            a1 = vfmaq_f32(a1, bf16x4(w + i + 4), vld1q_f32(x + i + 4));
+    mdot_bf16_rows_neon(x, k, 1, W, k, rows, k, y, 1);
+}
+
+/* ==== FP8 E4M3 GEMV, one token or several =============================== */
+/* Per weight row, per 8 codes of a scale block: decode once (exact), times
+ * the block scale (one fp32 rounding), then FMA into 2 accumulators of
+ * each of the T tokens (16 of the 32 registers at T = 8); a block's last
+ * k % 8 codes in scalar fp32.  Several tokens walk k in slabs of M_KC so
+ * that their x slabs (8 x 2 KB) stay in L1 while the rows stream past;
+ * a row's slab sums are added to y.  Any k and block size. */
+#define M_T 8
+#define M_KC 512
+
+AI void fp8_rows_m(const uint8_t *W, size_t k, const float *sc, size_t bs, const float *x,
+                   size_t ldx, float *y, size_t ldy, size_t nr, size_t k0, size_t kn,
+                   const int T, const int nan)
+{
+    for (size_t r = 0; r < nr; r++) {
+        const uint8_t *w = W + r * k;
+        float32x4_t a[2 * M_T];
+        float tail[M_T];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            a[2 * t] = a[2 * t + 1] = vdupq_n_f32(0.0f);
+            tail[t] = 0.0f;
         }
-        if (i + 4 <= k) {
-            a0 = vfmaq_f32(a0, bf16x4(w + i), vld1q_f32(x + i));
-            i += 4;
+        for (size_t b0 = k0; b0 < k0 + kn;) {        /* a scale block's part in the slab */
+            const size_t blk = b0 / bs, e = (blk + 1) * bs < k0 + kn ? (blk + 1) * bs : k0 + kn;
+            const float s = sc[blk];
+            size_t i = b0;
+            for (; i + 8 <= e; i += 8) {
+                float32x4_t f0, f1;
+                fp8x8(vld1_u8(w + i), &f0, &f1, nan);
+                f0 = vmulq_n_f32(f0, s);
+                f1 = vmulq_n_f32(f1, s);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    const float *xt = x + (size_t)t * ldx + i;
+                    a[2 * t] = vfmaq_f32(a[2 * t], f0, vld1q_f32(xt));
+                    a[2 * t + 1] = vfmaq_f32(a[2 * t + 1], f1, vld1q_f32(xt + 4));
+                }
+            }
+            for (; i < e; i++) {
+                const float wv = dsattn_e4m3_to_f32(w[i]) * s;
+                for (int t = 0; t < T; t++) tail[t] += wv * x[(size_t)t * ldx + i];
+            }
+            b0 = e;
         }
-        float t = 0.0f;
-        for (; i < k; i++) t += dsattn_bf16_to_f32(w[i]) * x[i];
-        y[r] = hsum2(a0, a1) + t;
+        for (int t = 0; t < T; t++) {
+            const float v = vaddvq_f32(vaddq_f32(a[2 * t], a[2 * t + 1])) + tail[t];
+            float *o = y + (size_t)t * ldy + r;
+            *o = k0 > 0 ? *o + v : v;
+        }
     }
 }
 
-static inline float32x4_t e4m3x4(const uint8_t *c)
+static void fp8_gemv_m(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                       const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                       size_t rows, size_t k, int finite)
 {
-    const float v[4] = { dsattn_e4m3_to_f32(c[0]), dsattn_e4m3_to_f32(c[1]),
-                         dsattn_e4m3_to_f32(c[2]), dsattn_e4m3_to_f32(c[3]) };
-    return vld1q_f32(v);
+    if (bs == 0) return;
+    const size_t kc = m > 1 ? M_KC : (k > 0 ? k : 1);     /* one token: no slabs */
+    for (size_t g0 = 0; g0 < m;) {
+        const size_t left = m - g0, T = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        const float *xg = x + g0 * ldx;
+        float *yg = y + g0 * ldy;
+        for (size_t k0 = 0; k0 == 0 || k0 < k; k0 += kc) {   /* k = 0: y = 0 */
+            const size_t kn = k - k0 < kc ? k - k0 : kc;
+            for (size_t rb0 = 0; rb0 < rows;) {
+                const size_t sr = rb0 / bs;                       /* scale row */
+                const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
+                const uint8_t *w = W + rb0 * k;
+                const float *sc = scale + sr * ldsc;
+                const size_t nr = rb1 - rb0;
+#define FP8_PASS(TT)                                                                  \
+    (finite ? fp8_rows_m(w, k, sc, bs, xg, ldx, yg + rb0, ldy, nr, k0, kn, TT, 0)     \
+            : fp8_rows_m(w, k, sc, bs, xg, ldx, yg + rb0, ldy, nr, k0, kn, TT, 1))
+                switch (T) {   /* the token count as a constant: accumulators in registers */
+                case 8: FP8_PASS(8); break;
+                case 4: FP8_PASS(4); break;
+                case 2: FP8_PASS(2); break;
+                default: FP8_PASS(1); break;
+                }
+#undef FP8_PASS
+                rb0 = rb1;
+            }
+        }
+        g0 += T;
+    }
 }
 
-/* Per row, per scale block along k: the weight times its block's scale
- * (one fp32 rounding), FMA into the accumulators. */
 static void gemv_fp8_neon(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                           const float *x, float *y, size_t rows, size_t k)
 {
-    for (size_t r = 0; r < rows; r++) {
-        const uint8_t *w = W + r * k;
-        const float *sc = scale + (r / bs) * ldsc;
-        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
-        float t = 0.0f;
-        for (size_t b0 = 0; b0 < k; b0 += bs) {
-            const size_t end = b0 + bs < k ? b0 + bs : k;
-            const float s = sc[b0 / bs];
-            size_t i = b0;
-            for (; i + 8 <= end; i += 8) {
-                a0 = vfmaq_f32(a0, vmulq_n_f32(e4m3x4(w + i), s), vld1q_f32(x + i));
-                a1 = vfmaq_f32(a1, vmulq_n_f32(e4m3x4(w + i + 4), s), vld1q_f32(x + i + 4));
-            }
-            if (i + 4 <= end) {
-                a0 = vfmaq_f32(a0, vmulq_n_f32(e4m3x4(w + i), s), vld1q_f32(x + i));
-                i += 4;
-            }
-            for (; i < end; i++) t += dsattn_e4m3_to_f32(w[i]) * s * x[i];
-        }
-        y[r] = hsum2(a0, a1) + t;
-    }
+    fp8_gemv_m(W, scale, bs, ldsc, x, k, 1, y, rows, rows, k, 0);
 }
 
-/* 2 x the E2M1 value of each code (all integers; code 8 is -0 -> 0, which
- * adds the same as -0.0 into a sum that starts at +0) */
-static const int8_t e2m1_x2[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+static void gemv_fp8_finite_neon(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                                 const float *x, float *y, size_t rows, size_t k)
+{
+    fp8_gemv_m(W, scale, bs, ldsc, x, k, 1, y, rows, rows, k, 1);
+}
 
-static inline float32x4_t s8lo_f32(int16x8_t v) { return vcvtq_f32_s32(vmovl_s16(vget_low_s16(v))); }
-static inline float32x4_t s8hi_f32(int16x8_t v) { return vcvtq_f32_s32(vmovl_high_s16(v)); }
-
+/* ==== FP4 E2M1 GEMV ===================================================== */
+/* Per row, per 32 codes (one UE8M0 block): decode (exact), two partial
+ * sums against x, then one FMA of each with the block scale. */
 static void gemv_fp4_neon(const uint8_t *W, const uint8_t *scale, const float *x, float *y,
                           size_t rows, size_t k)
 {
-    const int8x16_t lut = vld1q_s8(e2m1_x2);
     for (size_t r = 0; r < rows; r++) {
-        const uint8_t *w = W + r * (k / 2);
-        const uint8_t *sc = scale + r * (k / 32);
+        const uint8_t *w = W + r * (k / 2), *sc = scale + r * (k / 32);
         float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
         for (size_t g = 0; g < k / 32; g++) {
-            const float s = 0.5f * dsattn_ue8m0_to_f32(sc[g]);   /* exact: a power of two */
-            const uint8x16_t b = vld1q_u8(w + g * 16);
-            const uint8x16_t lo = vandq_u8(b, vdupq_n_u8(15)), hi = vshrq_n_u8(b, 4);
-            /* element order: even elements in the low nibbles */
-            const int8x16_t c0 = vqtbl1q_s8(lut, vzip1q_u8(lo, hi));
-            const int8x16_t c1 = vqtbl1q_s8(lut, vzip2q_u8(lo, hi));
-            const int16x8_t h[4] = { vmovl_s8(vget_low_s8(c0)), vmovl_high_s8(c0),
-                                     vmovl_s8(vget_low_s8(c1)), vmovl_high_s8(c1) };
+            float32x4_t v[8];
             const float *xg = x + g * 32;
-            for (int j = 0; j < 4; j++) {
-                a0 = vfmaq_f32(a0, vmulq_n_f32(s8lo_f32(h[j]), s), vld1q_f32(xg + 8 * j));
-                a1 = vfmaq_f32(a1, vmulq_n_f32(s8hi_f32(h[j]), s), vld1q_f32(xg + 8 * j + 4));
+            fp4x32(w + g * 16, v);
+            float32x4_t p0 = vmulq_f32(v[0], vld1q_f32(xg));
+            float32x4_t p1 = vmulq_f32(v[1], vld1q_f32(xg + 4));
+            for (int j = 2; j < 8; j += 2) {
+                p0 = vfmaq_f32(p0, v[j], vld1q_f32(xg + 4 * j));
+                p1 = vfmaq_f32(p1, v[j + 1], vld1q_f32(xg + 4 * j + 4));
             }
+            const float s = ue8m0f(sc[g]);
+            a0 = vfmaq_n_f32(a0, p0, s);
+            a1 = vfmaq_n_f32(a1, p1, s);
         }
-        y[r] = hsum2(a0, a1);
+        y[r] = vaddvq_f32(vaddq_f32(a0, a1));
     }
 }
 
-/* ==== Entries without a NEON form: the scalar reference's ============== */
-
-#define REF(name) (*dsattn_kernels_ref.name)
-
-static float dot_f32_r(const float *a, const float *b, size_t n) { return REF(dot_f32)(a, b, n); }
-static void mdot_f32_r(const float *q, size_t ldq, size_t nh, const float *v, size_t n, float *out)
-{ REF(mdot_f32)(q, ldq, nh, v, n, out); }
-static void maxpy_f32_r(const float *p, size_t nh, const float *v, size_t n, float *acc, size_t lda)
-{ REF(maxpy_f32)(p, nh, v, n, acc, lda); }
-static void deq_fp4e4m3_r(const uint8_t *row, size_t d, float *out) { REF(dequant_fp4e4m3_row)(row, d, out); }
-static void deq_fp8ue8m0_r(const uint8_t *row, size_t d, float *out) { REF(dequant_fp8ue8m0_row)(row, d, out); }
-static void deq_fp4ue8m0_r(const uint8_t *row, size_t d, float *out) { REF(dequant_fp4ue8m0_row)(row, d, out); }
-static void mdot_fp4e4m3_r(const float *q, size_t ldq, size_t nh, const uint8_t *row, size_t d, float *out)
-{ REF(mdot_fp4e4m3)(q, ldq, nh, row, d, out); }
-static void mdot_fp4e4m3_rows_r(const float *q, size_t ldq, size_t nh, const uint8_t *const *rows,
-                                size_t nr, size_t d, float *out, size_t ldo)
-{ REF(mdot_fp4e4m3_rows)(q, ldq, nh, rows, nr, d, out, ldo); }
-static void maxpy_fp4e4m3_r(const float *p, size_t nh, const uint8_t *row, size_t d, float *acc,
-                            size_t lda)
-{ REF(maxpy_fp4e4m3)(p, nh, row, d, acc, lda); }
-static void maxpy_fp4e4m3_rows_r(const float *p, size_t ldp, size_t nh, const uint8_t *const *rows,
-                                 size_t nr, size_t d, float *acc, size_t lda)
-{ REF(maxpy_fp4e4m3_rows)(p, ldp, nh, rows, nr, d, acc, lda); }
-static void mdot_fp4ue8m0_r(const float *q, size_t ldq, size_t nh, const uint8_t *row, size_t d, float *out)
-{ REF(mdot_fp4ue8m0)(q, ldq, nh, row, d, out); }
-static void mdot_fp8ue8m0_r(const float *q, size_t ldq, size_t nh, const uint8_t *row, size_t d, float *out)
-{ REF(mdot_fp8ue8m0)(q, ldq, nh, row, d, out); }
-static void maxpy_fp8ue8m0_r(const float *p, size_t nh, const uint8_t *row, size_t d, float *acc,
-                             size_t lda)
-{ REF(maxpy_fp8ue8m0)(p, nh, row, d, acc, lda); }
-static void cvt_bf16_f32_r(const uint16_t *src, size_t n, float *out) { REF(cvt_bf16_f32)(src, n, out); }
-static void mdot_bf16_rows_r(const float *q, size_t ldq, size_t nh, const uint16_t *rows, size_t ldr,
-                             size_t nr, size_t k, float *out, size_t ldo)
-{ REF(mdot_bf16_rows)(q, ldq, nh, rows, ldr, nr, k, out, ldo); }
+/* ==== The table ========================================================= */
 
 static const dsattn_kernels kernels_neon = {
-    .name      = "neon",
-    .gemv_f32  = gemv_f32_neon,
-    .gemv_bf16 = gemv_bf16_neon,
-    .gemv_fp8  = gemv_fp8_neon,
-    .gemv_fp8_finite = gemv_fp8_neon,   /* the LUT decode needs no NaN tracking */
-    .gemv_fp4  = gemv_fp4_neon,
-    /* scalar reference entries */
-    .act_quant_fp8_pow2   = dsattn_act_quant_fp8_pow2_ref,
-    .dot_f32              = dot_f32_r,
-    .mdot_f32             = mdot_f32_r,
-    .maxpy_f32            = maxpy_f32_r,
-    .dequant_fp4e4m3_row  = deq_fp4e4m3_r,
-    .dequant_fp8ue8m0_row = deq_fp8ue8m0_r,
-    .dequant_fp4ue8m0_row = deq_fp4ue8m0_r,
-    .mdot_fp4e4m3         = mdot_fp4e4m3_r,
-    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_r,
-    .maxpy_fp4e4m3        = maxpy_fp4e4m3_r,
-    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_r,
-    .mdot_fp4ue8m0        = mdot_fp4ue8m0_r,
-    .mdot_fp8ue8m0        = mdot_fp8ue8m0_r,
-    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_r,
-    .cvt_bf16_f32         = cvt_bf16_f32_r,
-    .mdot_bf16_rows       = mdot_bf16_rows_r,
+    .name                 = "neon",
+    .gemv_f32             = gemv_f32_neon,
+    .gemv_bf16            = gemv_bf16_neon,
+    .gemv_fp8             = gemv_fp8_neon,
+    .gemv_fp8_finite      = gemv_fp8_finite_neon,
+    .gemv_fp8_m           = fp8_gemv_m,
+    .act_quant_fp8_pow2   = dsattn_act_quant_fp8_pow2_ref,   /* scalar, as in avx2 */
+    .gemv_fp4             = gemv_fp4_neon,
+    .dot_f32              = dot_f32_neon,
+    .mdot_f32             = mdot_f32_neon,
+    .maxpy_f32            = maxpy_f32_neon,
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_neon,
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_neon,
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_neon,
+    .mdot_fp4e4m3         = mdot_fp4e4m3_neon,
+    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_neon,
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3_neon,
+    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_neon,
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0_neon,
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0_neon,
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_neon,
+    .cvt_bf16_f32         = cvt_bf16_f32_neon,
+    .mdot_bf16_rows       = mdot_bf16_rows_neon,
 };
 
 const dsattn_kernels *const dsattn_kernels_neon_ptr = &kernels_neon;
