@@ -1,4 +1,4 @@
-/* test_kernels.c - every fast kernel of both ISAs against the scalar
+/* test_kernels.c - every fast kernel of every ISA table against the scalar
  * reference (kernels_ref.c), and the ISA choice of dsattn_ctx_create.
  *
  * Bounds.  The reference forms each product exactly and rounds the double
@@ -8,7 +8,7 @@
  * the lane tree (<= 4) and pass joins (<= 2).  So
  *     |fast - ref| <= (ceil(k/L) + 16) * 2^-24 * sum_i |w_i x_i s_i|
  *                     + (k + 16) * 2^-149          (subnormal floor)
- * with L = 16 (AVX-512) or 8 (AVX2).  For k = 5120 that is ~2e-5 of the
+ * with L = 16 (AVX-512), 8 (AVX2) or 4 (NEON).  For k = 5120 that is ~2e-5 of the
  * absolute sum, ten times smaller than dropping one typical term, and a
  * test below checks that such a one-term slip is indeed caught.
  * The dequant kernels have no tolerance at all: bit-exact to numfmt.c,

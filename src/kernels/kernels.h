@@ -6,9 +6,9 @@
  * (kernels_ref.c) is the scalar reference of every entry and is never
  * deleted: it follows the arithmetic contract of the golden cases - every
  * product formed exactly, accumulated in double, rounded ONCE to fp32 - so a
- * context in DSATTN_MODE_REFERENCE is bit-reproducible.  The AVX2 / AVX-512
- * tables accumulate in fp32 in their own order and are tested against `ref`
- * (tests/test_kernels.c) with stated relative bounds.
+ * context in DSATTN_MODE_REFERENCE is bit-reproducible.  The AVX2, AVX-512
+ * and NEON tables accumulate in fp32 in their own order and are tested
+ * against `ref` (tests/test_kernels.c) with stated relative bounds.
  *
  * Shapes: W is row-major [rows, k] (torch Linear layout [out, in]); x is [k];
  * y is [rows].  Everything is unaligned-safe; k and rows may be any size
@@ -133,9 +133,9 @@ typedef struct dsattn_kernels {
      * with gemv_fp8_finite's contract when finite != 0.  Each weight block is
      * decoded once for all m tokens: fp32 FMA in the table's own order,
      * tested against m calls of the ref gemv_fp8 with gemv_fp8's bound.
-     * NULL in the ref and NEON tables: the caller loops gemv_fp8 over the
-     * tokens (and a fast context without it takes the panel + sgemm path
-     * for 8+ tokens). */
+     * NULL in the ref table: the caller loops gemv_fp8 over the tokens (and
+     * a fast context without it takes the panel + sgemm path for 8+
+     * tokens). */
     void (*gemv_fp8_m)(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                        const float *x, size_t ldx, size_t m, float *y, size_t ldy,
                        size_t rows, size_t k, int finite);
