@@ -2,8 +2,8 @@
  * (aarch64 builds only; CMakeLists.txt leaves this file out elsewhere and
  * absent.c then makes dsattn_kernels_neon_ptr NULL).
  *
- * Owns a NEON form of every dsattn_kernels entry the AVX2 table has a SIMD
- * form of; act_quant_fp8_pow2 is the scalar one, as in the AVX2 table.
+ * Owns a NEON form of every dsattn_kernels entry (the AVX2 table's SIMD
+ * entries, and act_quant_fp8_pow2, which AVX2 leaves scalar).
  * Same contract as the x86 tables: fp32 FMA accumulation in its own order,
  * tested against kernels_ref.c with the bounds of tests/test_kernels.c (4
  * lanes), decoders and conversions bit-exact, single-threaded and
@@ -17,7 +17,7 @@
  *  - bf16_tile: heads x bf16 rows (mdot_bf16_rows, gemv_bf16);
  *  - fp8_gemv_m: FP8 rows x up to 8 tokens (gemv_fp8, gemv_fp8_finite,
  *    gemv_fp8_m);
- *  - gemv_fp4.
+ *  - gemv_fp4, act_quant_fp8_pow2.
  *
  * Decodes (all exact):
  *  - bf16: a 16-bit left shift (SHLL).
@@ -534,6 +534,41 @@ static void gemv_fp4_neon(const uint8_t *W, const uint8_t *scale, const float *x
     }
 }
 
+/* ==== Activation quantization =========================================== */
+/* numfmt.c's dsattn_quant_fp8_ue8m0 deq, bit for bit: the block scale in
+ * scalar code (the same expressions); per lane the same fp32 divide, the
+ * clamp (FMIN / FMAX pass NaN through, as the C compares do), the E4M3
+ * grid value: at |y| >= 2^-6 an integer round-to-nearest-even of the fp32
+ * bits to 3 mantissa bits (a carry moves into the exponent, as m = 16 does
+ * there; |y| <= 448 keeps it finite), below that FRINTN of y * 2^9 (exact
+ * scalings; -0.0 stays -0.0 as code 0x80 does); then times the scale.
+ * A NaN lane stays NaN through all of it. */
+static void act_quant_fp8_pow2_neon(const float *x, size_t n, size_t block, float *deq)
+{
+    if (block == 0 || block % 4) {
+        dsattn_act_quant_fp8_pow2_ref(x, n, block, deq);
+        return;
+    }
+    const float inv448 = (float)(1.0 / 448.0);
+    const uint32x4_t half = vdupq_n_u32(0x7ffff), one = vdupq_n_u32(1), keep = vdupq_n_u32(0xfff00000u);
+    const float32x4_t lo = vdupq_n_f32(-448.0f), hi = vdupq_n_f32(448.0f), sub = vdupq_n_f32(0x1p-6f);
+    for (size_t b = 0; b < n / block; b++) {
+        const float *xb = x + b * block;
+        float32x4_t m = vdupq_n_f32(0.0f);
+        for (size_t i = 0; i < block; i += 4) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xb + i)));   /* NaN sticks */
+        const float s = dsattn_pow2_ceil(fmaxf(vmaxvq_f32(m), 1e-4f) * inv448);
+        const float32x4_t sv = vdupq_n_f32(s);
+        for (size_t i = 0; i < block; i += 4) {
+            const float32x4_t y = vmaxq_f32(vminq_f32(vdivq_f32(vld1q_f32(xb + i), sv), hi), lo);
+            const uint32x4_t u = vreinterpretq_u32_f32(y);
+            const uint32x4_t rn = vandq_u32(vaddq_u32(u, vaddq_u32(half, vandq_u32(vshrq_n_u32(u, 20), one))), keep);
+            const float32x4_t small = vmulq_n_f32(vrndnq_f32(vmulq_n_f32(y, 512.0f)), 0x1p-9f);
+            const float32x4_t q = vbslq_f32(vcaltq_f32(y, sub), small, vreinterpretq_f32_u32(rn));
+            vst1q_f32(deq + b * block + i, vmulq_f32(q, sv));
+        }
+    }
+}
+
 /* ==== The table ========================================================= */
 
 static const dsattn_kernels kernels_neon = {
@@ -543,7 +578,7 @@ static const dsattn_kernels kernels_neon = {
     .gemv_fp8             = gemv_fp8_neon,
     .gemv_fp8_finite      = gemv_fp8_finite_neon,
     .gemv_fp8_m           = fp8_gemv_m,
-    .act_quant_fp8_pow2   = dsattn_act_quant_fp8_pow2_ref,   /* scalar, as in avx2 */
+    .act_quant_fp8_pow2   = act_quant_fp8_pow2_neon,
     .gemv_fp4             = gemv_fp4_neon,
     .dot_f32              = dot_f32_neon,
     .mdot_f32             = mdot_f32_neon,
