@@ -537,25 +537,24 @@ static void fill_rand(float *x, size_t n, uint64_t seed, float amp)
     for (size_t i = 0; i < n; i++) x[i] = amp * dsattn_rng_normal(&r);
 }
 
-DSATTN_TEST(mla, tile_kernels_avx512_match_scalar_on_odd_sizes)
+/* One SIMD table against the scalar one on sizes off every tile: 37 heads
+ * (hp 48 = a 32-head group and a 16-head half group), D = 45 (a 16- and an
+ * 8-wide transpose tail), 23 latent columns (AVX-512 12 + 4 + 4 + 3, AVX2
+ * 6 + 6 + 6 + 5), key counts 1, 13 and 30 (partial 12-key tiles).  Tile
+ * packing, FP8 row decode and the weight rows are bit-exact (same values,
+ * NaN codes included); QK, PV and the softmax differ only by FMA
+ * contraction and the exp polynomial: elementwise rel <= 2e-5 (scores,
+ * P.V) and 1e-5 (probabilities, sums).  With a second table B (the AVX2
+ * table beside the AVX-512 one), QK, the softmax and PV must equal B's bit
+ * for bit: the same FMA chains in other register tiles (mla_kernels.h). */
+static void check_mla_table(const dsattn_mla_kern *A, const dsattn_mla_kern *B)
 {
-    /* The AVX-512 table against the scalar one on sizes off every tile:
-     * 37 heads (hp 48 = a 32-head group and a 16-head half group), D = 45
-     * (a 16-wide transpose tail), 23 latent columns (12 + 4 + 4 + 3), key
-     * counts 1, 13 and 30 (partial 12-key tiles).  Tile packing, FP8 row
-     * decode and the weight rows are bit-exact (same values, NaN codes
-     * included); QK, PV and the softmax differ only by FMA contraction and
-     * the exp polynomial: elementwise rel <= 2e-5 (scores, P.V) and 1e-5
-     * (probabilities, sums). */
-    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
-    if (!KT) return;
-    const dsattn_mla_kern *A = KT->mla, *R = &dsattn_mla_kern_ref;
-    if (!A) { dsattn_test_skip("no AVX-512 MLA tiles (build)"); return; }
+    const dsattn_mla_kern *R = &dsattn_mla_kern_ref;
     const size_t H = 37, hp = 48, D = 45, C = 23, NKMAX = 36, ld = hp + 3;
     float *q = malloc(H * D * 4), *qp = malloc(hp * D * 4), *rows = malloc(NKMAX * D * 4);
     float *ka = malloc(NKMAX * D * 4), *kr = malloc(NKMAX * D * 4);
-    float *sa = malloc(NKMAX * ld * 4), *sr = malloc(NKMAX * ld * 4);
-    float *aa = malloc(C * hp * 4), *ar = malloc(C * hp * 4);
+    float *sa = malloc(NKMAX * ld * 4), *sr = malloc(NKMAX * ld * 4), *sb = malloc(NKMAX * ld * 4);
+    float *aa = malloc(C * hp * 4), *ar = malloc(C * hp * 4), *ab = malloc(C * hp * 4);
     uint16_t *b16 = malloc(NKMAX * D * 2);
     fill_rand(q, H * D, 5, 1.0f);
     fill_rand(rows, NKMAX * D, 6, 1.0f);
@@ -584,6 +583,11 @@ DSATTN_TEST(mla, tile_kernels_avx512_match_scalar_on_odd_sizes)
         R->qk(qp, hp, D, kr, nk, sr, ld);
         for (size_t j = 0; j < ntile * 12; j++)
             CHECK_CLOSE("qk", sa + j * ld, sr + j * ld, hp, 1e-5, 2e-5);
+        if (B) {
+            B->qk(qp, hp, D, kr, nk, sb, ld);
+            for (size_t j = 0; j < ntile * 12; j++)
+                CHECK_BITS("qk, two SIMD tables", sa + j * ld, sb + j * ld, hp);
+        }
         /* online softmax from a state with a max to move, bf16 and fp32 */
         for (int bf = 0; bf < 2; bf++) {
             float ma[48], la[48], fa[48], mr[48], lr[48], fr[48];
@@ -592,6 +596,10 @@ DSATTN_TEST(mla, tile_kernels_avx512_match_scalar_on_odd_sizes)
                 la[h] = lr[h] = h % 3 ? 2.0f : 0.0f;
             }
             memcpy(sa, sr, nk * ld * 4);
+            memcpy(sb, sr, nk * ld * 4);
+            float mb[48], lb[48], fb[48];
+            memcpy(mb, ma, sizeof mb);
+            memcpy(lb, la, sizeof lb);
             A->softmax(sa, ld, hp, nk, 0.37f, bf, ma, la, fa);
             R->softmax(sr, ld, hp, nk, 0.37f, bf, mr, lr, fr);
             CHECK_BITS("softmax max", ma, mr, hp);
@@ -599,16 +607,28 @@ DSATTN_TEST(mla, tile_kernels_avx512_match_scalar_on_odd_sizes)
             CHECK_CLOSE("softmax alpha", fa, fr, hp, 0, 1e-5);
             for (size_t j = 0; j < nk; j++)
                 CHECK_CLOSE("softmax p", sa + j * ld, sr + j * ld, hp, 0, 1e-5);
+            if (B) {
+                B->softmax(sb, ld, hp, nk, 0.37f, bf, mb, lb, fb);
+                CHECK_BITS("softmax sum, two SIMD tables", la, lb, hp);
+                CHECK_BITS("softmax alpha, two SIMD tables", fa, fb, hp);
+                for (size_t j = 0; j < nk; j++)
+                    CHECK_BITS("softmax p, two SIMD tables", sa + j * ld, sb + j * ld, hp);
+            }
         }
         /* P.V with a rescale, over the scalar's probabilities */
         fill_rand(aa, C * hp, 7, 1.0f);
         memcpy(ar, aa, C * hp * 4);
         float al[48];
-        for (size_t h = 0; h < hp; h++) al[h] = h % 2 ? 1.0f : 0.5f;
+        for (size_t h = 0; h < hp; h++) al[h] = h % 3 ? 1.0f : 0.25f * (float)(1 + h % 4);
         const uint8_t *pf[1] = { (const uint8_t *)b16 };
+        memcpy(ab, aa, C * hp * 4);
         A->pv(sr, ld, hp, kr, D, nk, C, al, aa, pf, 1, 200);
         R->pv(sr, ld, hp, kr, D, nk, C, al, ar, pf, 1, 200);
         CHECK_CLOSE("pv", aa, ar, C * hp, 1e-5, 2e-5);
+        if (B) {
+            B->pv(sr, ld, hp, kr, D, nk, C, al, ab, pf, 1, 200);
+            CHECK_BITS("pv, two SIMD tables", aa, ab, C * hp);
+        }
     }
     /* FP8 latent rows (656-byte layout at kl 512) with NaN codes */
     {
@@ -751,7 +771,29 @@ DSATTN_TEST(mla, tile_kernels_avx512_match_scalar_on_odd_sizes)
         CHECK_BITS("round_bf16", ra, rr, 37);
     }
     free(q); free(qp); free(rows); free(ka); free(kr); free(sa); free(sr); free(aa); free(ar);
-    free(b16);
+    free(sb); free(ab); free(b16);
+}
+
+DSATTN_TEST(mla, tile_kernels_simd_match_scalar_on_odd_sizes)
+{
+    /* every SIMD mla table this build and CPU run (AVX-512, AVX2), each
+     * against the scalar table, and the AVX2 one against the AVX-512 one */
+    static const dsattn_isa isas[2] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2 };
+    const dsattn_mla_kern *tab[2] = { NULL, NULL };
+    int n = 0;
+    for (int i = 0; i < 2; i++) {
+        dsattn_ktab t;
+        if (dsattn_ktab_fill(&t, isas[i], 0) == DSATTN_OK && t.mla) tab[i] = t.mla;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!tab[i]) continue;
+        const int before = dsattn_test_failed();
+        check_mla_table(tab[i], i == 1 ? tab[0] : NULL);
+        CHECK_MSG(dsattn_test_failed() == before, "the checks above failed for mla table %s",
+                  tab[i]->name);
+        n++;
+    }
+    if (!n) dsattn_test_skip("no SIMD MLA tiles (CPU or build)");
 }
 
 DSATTN_TEST(mla, tiled_decode_off_tile_sizes_matches_reference)

@@ -14,6 +14,7 @@
 #if !defined(__x86_64__)
 const dsattn_kernels *const dsattn_kernels_avx2_ptr = NULL;
 const dsattn_kernels *const dsattn_kernels_avx512_ptr = NULL;
+const dsattn_mla_kern *const dsattn_mla_kern_avx2_ptr = NULL;
 const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr = NULL;
 const dsattn_sa_kern *const dsattn_sa_kern_avx512_ptr = NULL;
 const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr = NULL;

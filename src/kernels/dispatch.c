@@ -34,6 +34,7 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
         if (!(dsattn_cpu_has_avx2() && dsattn_kernels_avx2_ptr)) return DSATTN_ERR_UNSUPPORTED;
         t->k = dsattn_kernels_avx2_ptr;
         t->pgemm = dsattn_pgemm_avx2_ptr;
+        t->mla = dsattn_mla_kern_avx2_ptr;
         break;
     case DSATTN_ISA_AVX512:
         if (!(dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr))

@@ -11,11 +11,13 @@
  * folds into the P.V tile load.  hp (heads, padded) is a multiple of 16;
  * padded heads carry zero queries and are ignored by the caller.
  *
- * Two tables: `ref` (mla_tile.c: plain scalar C, fp32 in a fixed order,
- * the cross-check of the SIMD table in tests/test_mla.c) and `avx512`
- * (mla_tile_avx512.c: register tiles of 12 rows x 32 heads, FMA).  The
- * driver uses the avx512 table when the context's kernel table is avx512
- * and keeps its sgemm path otherwise; reference mode never comes here.
+ * Three tables: `ref` (mla_tile.c: plain scalar C, fp32 in a fixed order,
+ * the cross-check of the SIMD tables in tests/test_mla.c), `avx512`
+ * (mla_tile_avx512.c: register tiles of 12 rows x 32 heads, FMA) and
+ * `avx2` (mla_tile_avx2.c: the same FMA chains in 6 x 16 sub-tiles, equal
+ * to avx512 bit for bit on QK, PV and the softmax).  The driver uses the
+ * context's table (ktab.h's mla slot) and keeps its sgemm path where the
+ * slot is NULL; reference mode never comes here.
  *
  * Not here: the layer, the merge of per-thread softmax states, anything
  * that allocates.
@@ -38,7 +40,7 @@
 #define DSATTN_MLA_KT 12
 
 typedef struct dsattn_mla_kern {
-    const char *name;                            /* "ref", "avx512" */
+    const char *name;                            /* "ref", "avx2", "avx512" */
 
     /* Scores of a tiled key block, heads in lanes:
      *   st[j*ldst + h] = sum_{d<D} key(j, d) * q(d, h),   h < hp
@@ -95,14 +97,15 @@ typedef struct dsattn_mla_kern {
     /* x[i] = bf16(x[i]), the RNE rounding of dsattn_round_bf16 (NaN kept) */
     void (*round_bf16)(float *x, size_t n);
     /* The V3.2 indexer's head sum: out[j] = sum_h relu(c[j*ldc + h]) * w[h],
-     * h < nh, j < nk, in fp32 (ref: h in order; avx512: 16 heads per lane,
+     * h < nh, j < nk, in fp32 (ref: h in order; avx512/avx2: 16/8 heads per lane,
      * lanes added at the end) */
     void (*relu_wsum)(const float *c, size_t ldc, size_t nk, const float *w, size_t nh,
                       float *out);
 } dsattn_mla_kern;
 
 extern const dsattn_mla_kern dsattn_mla_kern_ref;
-/* NULL when the build has no AVX-512 path */
+/* NULL when the build has no such path (absent.c, or the compiler's) */
+extern const dsattn_mla_kern *const dsattn_mla_kern_avx2_ptr;
 extern const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr;
 
 /* Pack q [H rows of ldq floats, D used] into groups (see qk): hp heads,
