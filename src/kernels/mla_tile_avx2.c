@@ -268,20 +268,6 @@ AI void pv_sub(const float *p, size_t ldp, size_t hp, const float *kt, size_t D,
         const float *kb = kt + j0 * D + c * KT;
         const size_t nj = nk - j0 < KT ? nk - j0 : KT;
         const float *pj = p + j0 * ldp;
-        if (nj == KT) {                     /* full tile: no loop exit to predict */
-#pragma GCC unroll 12
-            for (int jj = 0; jj < KT; jj++) {
-                const __m256 p0 = _mm256_loadu_ps(pj + (size_t)jj * ldp);
-                const __m256 p1 = _mm256_loadu_ps(pj + (size_t)jj * ldp + 8);
-#pragma GCC unroll 6
-                for (int r = 0; r < RC; r++) {
-                    const __m256 b = _mm256_broadcast_ss(kb + r * KT + jj);
-                    a[r][0] = _mm256_fmadd_ps(b, p0, a[r][0]);
-                    a[r][1] = _mm256_fmadd_ps(b, p1, a[r][1]);
-                }
-            }
-            continue;
-        }
         for (size_t jj = 0; jj < nj; jj++, pj += ldp) {
             const __m256 p0 = _mm256_loadu_ps(pj), p1 = _mm256_loadu_ps(pj + 8);
 #pragma GCC unroll 6
