@@ -38,7 +38,9 @@ typedef struct {
 void dsattn_bench_print_profile(const dsattn_bench_prof_row *rows, int n, const char *scope);
 
 /* fp32 FMA GFLOP/s of `threads` threads (independent chains), best of 3;
- * cached per thread count.  1.0 when the CPU has no AVX2/AVX-512. */
+ * cached per thread count.  The vector width is the CPU's, or 8 lanes when
+ * the AVX2 table is forced ($DSATTN_ISA=avx2).  1.0 when the CPU has no
+ * AVX2/AVX-512. */
 double dsattn_bench_fma_peak(int threads);
 /* The probe itself: simd 2 = AVX-512, 1 = AVX2 (0: returns 0). */
 double dsattn_bench_fma_peak_probe(int simd, int threads);
