@@ -62,6 +62,24 @@ dsattn_status dsattn_csa_config_check(const dsattn_csa_config *c, char *err, siz
  * YaRN, pure sliding-window layers rope_theta without. */
 void dsattn_csa_layer_rope(dsattn_rope *r, const dsattn_csa_config *c, int64_t ratio);
 
+/* The dims and flags of the shared attention blocks' view of a layer
+ * (ops.h dsattn_attn_layer) from the config; `v4`: V4's per-head query RMS,
+ * Hadamard index queries and activation block 128 (V4.1: none, none, 32).
+ * The weight pointers are the generation's to set, once its weights are
+ * bound. */
+void dsattn_csa_attn_layer(dsattn_attn_layer *a, const dsattn_csa_config *c, int v4);
+
+/* Build layer L's view L->attn: the dims above and pointers to L's
+ * weights, which both generations' layer structs name alike. */
+#define DSATTN_CSA_ATTN_LINK(L, c, v4)                                                   \
+    do {                                                                                 \
+        dsattn_attn_layer *a_ = &(L)->attn;                                              \
+        dsattn_csa_attn_layer(a_, (c), (v4));                                            \
+        a_->wq_a = &(L)->wq_a; a_->wq_b = &(L)->wq_b; a_->wkv = &(L)->wkv;               \
+        a_->wo_a = &(L)->wo_a; a_->wo_b = &(L)->wo_b; a_->i_wq_b = &(L)->i_wq_b;         \
+        a_->q_norm = (L)->q_norm; a_->kv_norm = (L)->kv_norm; a_->rope = &(L)->rope;     \
+    } while (0)
+
 /* Bytes of a weight as the checkpoint stores it (FP8: one UE8M0 scale
  * byte a block; 0 for an unbound weight). */
 size_t dsattn_csa_stored_bytes(const dsattn_weight *w);

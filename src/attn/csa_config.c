@@ -1,7 +1,8 @@
 /* csa_config.c - the config of the compressed-sparse-attention generations
  * (V4, V4.1): reading the fields they share from the io layer's normalised
- * model config, the checks they share, the per-ratio RoPE table and a
- * weight's stored size (csa.h).
+ * model config, the checks they share, the per-ratio RoPE table, the dims
+ * of the shared attention blocks' view of a layer and a weight's stored
+ * size (csa.h).
  *
  * Owns: nothing generation-specific; V4's scale rules and V4.1's layer
  * plan are their model files' `finish` steps.
@@ -110,6 +111,22 @@ void dsattn_csa_layer_rope(dsattn_rope *r, const dsattn_csa_config *c, int64_t r
                          c->original_seq_len, c->rope_factor, c->beta_fast, c->beta_slow);
     else
         dsattn_rope_init(r, (size_t)c->rope_head_dim, c->rope_theta, 0, 0, 1, 0, 0);
+}
+
+void dsattn_csa_attn_layer(dsattn_attn_layer *a, const dsattn_csa_config *c, int v4)
+{
+    a->H = (size_t)c->n_heads;
+    a->D = (size_t)c->head_dim;
+    a->rd = (size_t)c->rope_head_dim;
+    a->G = (size_t)c->o_groups;
+    a->R = (size_t)c->o_lora_rank;
+    a->eps = c->norm_eps;
+    a->head_rms = v4;
+    a->aq.block = v4 ? 128 : 32;
+    a->aq.scale = DSATTN_ACTQ_POW2;
+    a->Hi = (size_t)c->index_n_heads;
+    a->Di = (size_t)c->index_head_dim;
+    a->hadamard = v4;
 }
 
 size_t dsattn_csa_stored_bytes(const dsattn_weight *w)

@@ -43,6 +43,7 @@ typedef struct {
     dsattn_v4_compressor_w comp;               /* ratio > 0                  */
     dsattn_v4_compressor_w icomp;              /* CSA: the indexer's         */
     dsattn_weight  i_wq_b, i_wproj;            /* CSA indexer                */
+    dsattn_attn_layer attn;                    /* the shared blocks' view    */
 } dsattn_v4_layer_w;
 
 struct dsattn_v4 {

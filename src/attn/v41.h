@@ -35,6 +35,7 @@ typedef struct {
     float          *c_norm;
     dsattn_weight   i_wq_b, i_wproj, i_wk;     /* indexer (index sources)   */
     float          *i_knorm;
+    dsattn_attn_layer attn;                    /* the shared blocks' view    */
 } dsattn_v41_layer_w;
 
 struct dsattn_v41 {

@@ -138,11 +138,9 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     const dsattn_v41_config *c = &m->cfg;
     const dsattn_v41_layer_w *L = &m->layer[l];
     const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
-    const size_t rd = (size_t)c->rope_head_dim, G = (size_t)c->o_groups;
-    const size_t R = (size_t)c->o_lora_rank, w = (size_t)c->window_size;
+    const size_t rd = (size_t)c->rope_head_dim, w = (size_t)c->window_size;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
-    const dsattn_actq aq = { 32, DSATTN_ACTQ_POW2 };
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     int64_t *pos = (int64_t *)(base + bp->pos);
     float *qr = base + bp->qr, *q = base + bp->q, *kvw = base + bp->kvw, *o = base + bp->o;
@@ -156,18 +154,17 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     dsattn_phase_mark pm;
 
     for (size_t i = 0; i < B; i++) pos[i] = seqs[i]->pos;
+    const dsattn_attn_rows rows = { B, pos, 0, aqs };
 
     /* ---- query path over the B rows, each at its own position */
     dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-    st = dsattn_attn_query_at(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, B, H, D, rd, &L->rope, pos,
-                              0, c->norm_eps, 0, &aq, aqs, qr, q);
+    st = dsattn_attn_query(ctx, &L->attn, &rows, x, qr, q);
     dsattn_phase_end(ctx, &pm);
     if (st) return st;
 
     /* ---- window KV rows, each into its sequence's ring */
     dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    st = dsattn_attn_window_kv_at(ctx, &L->wkv, L->kv_norm, x, B, D, rd, &L->rope, pos, 0,
-                                  c->norm_eps, &aq, aqs, kvw);
+    st = dsattn_attn_window_kv(ctx, &L->attn, &rows, x, kvw);
     if (!st)
         for (size_t i = 0; i < B; i++) {
             dsattn_v41_swa_pack(kvw + i * D, D, wrow + i * swab, NULL);
@@ -214,8 +211,7 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
             if (L->owns_k && nl > 0)
                 st = dsattn_linear(ctx, &L->i_wk, lat, D, nl, kk, Di, DSATTN_OUT_BF16, NULL, NULL);
             if (!st)
-                st = dsattn_index_query_at(ctx, &L->i_wq_b, qr, B, Hi, Di, rd, &L->rope, pos, 0, 0,
-                                           &aq, aqs, qi);
+                st = dsattn_index_query(ctx, &L->attn, &rows, qr, qi);
             if (!st) st = dsattn_index_weights(ctx, &L->i_wproj, x, B, Hi, Di, wts);
             for (size_t i = 0; i < B && !st; i++) {
                 dsattn_v41_seq *s = seqs[i];
@@ -288,8 +284,7 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
 
     /* ---- inverse RoPE at each row's position, grouped wo_a, wo_b */
     dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
-    st = dsattn_attn_output_at(ctx, o, B, H, D, rd, &L->rope, pos, 0, &L->wo_a, G, R, &L->wo_b,
-                               &aq, aqs, oa, out);
+    st = dsattn_attn_output(ctx, &L->attn, &rows, o, oa, out);
     dsattn_phase_end(ctx, &pm);
     return st;
 }

@@ -163,8 +163,6 @@ dsattn_status dsattn_v41_seq_advance(dsattn_v41_seq *s, size_t n)
 
 /* ==== Helpers =========================================================== */
 
-static dsattn_actq v41_actq(void) { dsattn_actq a = { 32, DSATTN_ACTQ_POW2 }; return a; }
-
 /* ==== Candidate pool (select_candidate_blocks) ========================== */
 
 /* scores[0..T) already masked (-inf beyond the row's visible count cl).
@@ -272,7 +270,6 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     const size_t first = (size_t)ck->start_pos / ratio;
     const size_t kbytes = dsattn_v41_kidx_bytes(c);
     const size_t kw = DSATTN_MIN((size_t)c->index_topk, T);
-    dsattn_actq aq = v41_actq();
     dsattn_status st = DSATTN_OK;
     float cs[64], sn[64];
 
@@ -320,8 +317,8 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
         qi = pre->qi;
         wts = pre->wts;
     } else {
-        if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope,
-                                     (int64_t)q_pos0, 0, &aq, aqs, qi)))
+        const dsattn_attn_rows rows = { s, NULL, (int64_t)q_pos0, aqs };
+        if ((st = dsattn_index_query(ctx, &L->attn, &rows, qr, qi)))
             goto done;
         if ((st = dsattn_index_weights(ctx, &L->i_wproj, x, s, Hi, Di, wts))) goto done;
     }
@@ -549,7 +546,6 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
     const size_t wrows = ck.prefill ? s : w;               /* window rows attended */
     const size_t ww = ck.prefill ? DSATTN_MIN(s, w) : w;   /* window idx width     */
-    const dsattn_actq aq = v41_actq();
     dsattn_status st;
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
@@ -567,15 +563,14 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     /* ---- query path: q_norm(wq_a x) -> wq_b -> RoPE on each head's tail */
     dsattn_phase_mark pm;
     dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-    st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, s, H, D, rd, &L->rope,
-                           ck.start_pos, c->norm_eps, 0, &aq, aqs, qr, q);
+    const dsattn_attn_rows rows = { s, NULL, ck.start_pos, aqs };
+    st = dsattn_attn_query(ctx, &L->attn, &rows, x, qr, q);
     dsattn_phase_end(ctx, &pm);
     if (st) return st;
 
     /* ---- window KV: kv_norm(wkv x) -> RoPE -> FP8 rows; ring slot pos % w */
     dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope, ck.start_pos,
-                               c->norm_eps, &aq, aqs, kvw);
+    st = dsattn_attn_window_kv(ctx, &L->attn, &rows, x, kvw);
     if (!st) {
         for (size_t t = 0; t < s; t++) dsattn_v41_swa_pack(kvw + t * D, D, wrow + t * swab, NULL);
         for (size_t t = s > w ? s - w : 0; t < s; t++)
@@ -659,8 +654,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
 
     /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
     dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
-    st = dsattn_attn_output(ctx, o, s, H, D, rd, &L->rope, ck.start_pos, &L->wo_a, G, R,
-                            &L->wo_b, &aq, aqs, oa, out);
+    st = dsattn_attn_output(ctx, &L->attn, &rows, o, oa, out);
     dsattn_phase_end(ctx, &pm);
     return st;
 }
@@ -879,7 +873,6 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     const size_t nkv = n - kv0, nout = n - out_first;
     const size_t kpos = first + kv0, qpos = first + out_first;  /* first KV / query row */
     const size_t ww = DSATTN_MIN(P, w);                     /* window idx width      */
-    const dsattn_actq aq = v41_actq();
     dsattn_status st;
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
@@ -899,14 +892,14 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     dsattn_phase_mark pm;
 
     dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-    st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x + out_first * dim, nout, H, D,
-                           rd, &L->rope, (int64_t)qpos, c->norm_eps, 0, &aq, aqs, qr, q);
+    const dsattn_attn_rows qrows = { nout, NULL, (int64_t)qpos, aqs };
+    const dsattn_attn_rows krows = { nkv, NULL, (int64_t)kpos, aqs };
+    st = dsattn_attn_query(ctx, &L->attn, &qrows, x + out_first * dim, qr, q);
     dsattn_phase_end(ctx, &pm);
     if (st) return st;
 
     dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x + kv0 * dim, nkv, D, rd, &L->rope,
-                               (int64_t)kpos, c->norm_eps, &aq, aqs, kvw);
+    st = dsattn_attn_window_kv(ctx, &L->attn, &krows, x + kv0 * dim, kvw);
     if (!st) {
         for (size_t t = 0; t < nkv; t++) dsattn_v41_swa_pack(kvw + t * D, D, wrow + t * swab, NULL);
         for (size_t t = nkv > w ? nkv - w : 0; t < nkv; t++)
@@ -994,8 +987,7 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     dsattn_phase_end(ctx, &pm);
 
     dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
-    st = dsattn_attn_output(ctx, o, nout, H, D, rd, &L->rope, (int64_t)qpos, &L->wo_a, G, R,
-                            &L->wo_b, &aq, aqs, oa, out);
+    st = dsattn_attn_output(ctx, &L->attn, &qrows, o, oa, out);
     dsattn_phase_end(ctx, &pm);
     return st;
 }

@@ -152,6 +152,14 @@ static void plan_layers(dsattn_v41 *m)
     }
 }
 
+/* Each layer's view for the shared attention blocks (ops.h): the config's
+ * dims and flags, pointers to the layer's weights.  Run once the weights
+ * are bound (a config-only model links its empty ones). */
+static void link_layers(dsattn_v41 *m)
+{
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) DSATTN_CSA_ATTN_LINK(&m->layer[l], &m->cfg, 0);
+}
+
 void dsattn_v41_destroy(dsattn_v41 *m)
 {
     if (!m) return;
@@ -277,6 +285,7 @@ dsattn_status dsattn_v41_load_config(dsattn_v41 **out, const char *config_json,
     dsattn_status st = dsattn_v41_config_load(&m->cfg, config_json, err, errlen);
     if (st) { dsattn_v41_destroy(m); return st; }
     plan_layers(m);
+    link_layers(m);
     *out = m;
     return DSATTN_OK;
 }
@@ -306,6 +315,7 @@ dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
     const dsattn_binder b = { ck, &m->owned, err, errlen };
     for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
     if (st) { dsattn_v41_destroy(m); return st; }
+    link_layers(m);
     *out = m;
     return DSATTN_OK;
 }
@@ -373,6 +383,7 @@ dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json
 #undef DMAT
 #undef VEC
     if (st) { dsattn_v41_destroy(m); return st; }
+    link_layers(m);
     *out = m;
     return DSATTN_OK;
 }

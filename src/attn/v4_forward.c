@@ -142,12 +142,6 @@ static void *scratch_get(dsattn_v4_seq *s, size_t bytes)
     return s->scratch;
 }
 
-static dsattn_actq v4_actq(void)
-{
-    dsattn_actq a = { DSATTN_V4_ACT_BLOCK, DSATTN_ACTQ_POW2 };
-    return a;
-}
-
 /* ==== Compressor ======================================================== */
 
 typedef dsattn_v4_chunk chunk;
@@ -232,9 +226,8 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, con
     dsattn_v4_layer_s *S = &seq->layer[l];
     const size_t s = ck->s, m = (size_t)L->ratio;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
-    const size_t rd = (size_t)c->rope_head_dim, ib = dsattn_v4_idx_bytes(c);
+    const size_t ib = dsattn_v4_idx_bytes(c);
     const size_t T = ((size_t)ck->start_pos + s) / m;
-    const dsattn_actq aq = v4_actq();
     dsattn_status st;
     size_t n_new;
 
@@ -260,8 +253,8 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, con
                                  pre->ikv, pre->iz)))
             goto done;
     } else {
-        if ((st = dsattn_index_query(ctx, &L->i_wq_b, qr, s, Hi, Di, rd, &L->rope,
-                                     ck->start_pos, 1, &aq, aqs, qi)))
+        const dsattn_attn_rows qrows = { s, NULL, ck->start_pos, aqs };
+        if ((st = dsattn_index_query(ctx, &L->attn, &qrows, qr, qi)))
             goto done;
         if ((st = run_compressor(ctx, c, L, &L->icomp, &S->icomp, x, ck, S->ikv, ib, &n_new, wa,
                                  NULL, NULL)))
@@ -389,7 +382,6 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     const size_t cw = L->kind == DSATTN_V4_CSA ? DSATTN_MIN((size_t)c->index_topk, T)
                       : L->kind == DSATTN_V4_HCA ? T : 0;
     const size_t offset = wrows;
-    const dsattn_actq aq = v4_actq();
     dsattn_status st;
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
@@ -406,15 +398,14 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     /* ---- query: q_norm(wq_a x) -> wq_b -> per-head RMS rescale -> RoPE */
     dsattn_phase_mark pm;
     dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-    st = dsattn_attn_query(ctx, &L->wq_a, L->q_norm, &L->wq_b, x, s, H, D, rd, &L->rope,
-                           ck.start_pos, c->norm_eps, 1, &aq, aqs, qr, q);
+    const dsattn_attn_rows rows = { s, NULL, ck.start_pos, aqs };
+    st = dsattn_attn_query(ctx, &L->attn, &rows, x, qr, q);
     dsattn_phase_end(ctx, &pm);
     if (st) return st;
 
     /* ---- window KV: kv_norm(wkv x) -> RoPE -> MODEL1 row; ring slot p % w */
     dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    st = dsattn_attn_window_kv(ctx, &L->wkv, L->kv_norm, x, s, D, rd, &L->rope, ck.start_pos,
-                               c->norm_eps, &aq, aqs, kvw);
+    st = dsattn_attn_window_kv(ctx, &L->attn, &rows, x, kvw);
     if (!st) {
         for (size_t t = 0; t < s; t++)
             dsattn_v4_kv_pack(kvw + t * D, D - rd, rd, wrow + t * kvb, NULL);
@@ -487,8 +478,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
 
     /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
     dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
-    st = dsattn_attn_output(ctx, o, s, H, D, rd, &L->rope, ck.start_pos, &L->wo_a, G, R,
-                            &L->wo_b, &aq, aqs, oa, out);
+    st = dsattn_attn_output(ctx, &L->attn, &rows, o, oa, out);
     dsattn_phase_end(ctx, &pm);
     return st;
 }

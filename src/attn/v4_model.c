@@ -120,6 +120,12 @@ static void plan_layers(dsattn_v4 *m)
     }
 }
 
+/* L->attn of every layer, after its weights are bound (V4's flags). */
+static void link_layers(dsattn_v4 *m)
+{
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) DSATTN_CSA_ATTN_LINK(&m->layer[l], &m->cfg, 1);
+}
+
 void dsattn_v4_destroy(dsattn_v4 *m)
 {
     if (!m) return;
@@ -167,6 +173,7 @@ static dsattn_status new_model(dsattn_v4 **out, const char *config_json, char *e
     dsattn_status st = dsattn_v4_config_load(&m->cfg, config_json, err, errlen);
     if (st) { dsattn_v4_destroy(m); return st; }
     plan_layers(m);
+    link_layers(m);
     *out = m;
     return DSATTN_OK;
 }
@@ -265,6 +272,7 @@ dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json, const cha
     for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
     if (st) { dsattn_v4_destroy(m); return st; }
     m->has_weights = 1;
+    link_layers(m);
     *out = m;
     return DSATTN_OK;
 }
@@ -343,6 +351,7 @@ dsattn_status dsattn_v4_create_random(dsattn_v4 **out, const char *config_json, 
 #undef MAT
     if (st) { dsattn_v4_destroy(m); return st; }
     m->has_weights = 1;
+    link_layers(m);
     *out = m;
     return DSATTN_OK;
 }

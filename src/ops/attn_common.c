@@ -3,10 +3,10 @@
  * sliding-window KV projection, the grouped output projection and the
  * index queries / head weights of the lightning indexer.
  *
- * Generation differences are flags, not copies: V4 rescales each query
- * head by its RMS (V4.1 dropped it) and rotates index queries with a
- * Hadamard transform (V4.1 has none); the FP8 activation block of the
- * Linears (128 in V4, 32 in V4.1) is the caller's dsattn_actq.
+ * Generation differences are flags of the caller's dsattn_attn_layer, not
+ * copies: V4 rescales each query head by its RMS (V4.1 dropped it) and
+ * rotates index queries with a Hadamard transform (V4.1 has none); the FP8
+ * activation block of the Linears is 128 in V4, 32 in V4.1.
  *
  * Not here: anything that touches a cache or a sequence (window packing,
  * compressors, top-k), which stays with each generation.
@@ -40,93 +40,58 @@ static void head_rms_bf16(float *q, size_t D, float eps)
 
 /* Row t's position: pos[t] for a batch of sequences, start_pos + t for a
  * chunk of one. */
-static inline int64_t row_pos(const int64_t *pos, int64_t start_pos, size_t t)
+static inline int64_t row_pos(const dsattn_attn_rows *r, size_t t)
 {
-    return pos ? pos[t] : start_pos + (int64_t)t;
+    return r->pos ? r->pos[t] : r->start_pos + (int64_t)t;
 }
 
-dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_weight *wq_a,
-                                const float *q_norm, const dsattn_weight *wq_b,
-                                const float *x, size_t s, size_t H, size_t D,
-                                size_t rd, const dsattn_rope *rope, int64_t start_pos,
-                                float eps, int head_rms, const dsattn_actq *aq,
-                                float *aqs, float *qr, float *q)
+dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                const dsattn_attn_rows *r, const float *x, float *qr,
+                                float *q)
 {
-    return dsattn_attn_query_at(ctx, wq_a, q_norm, wq_b, x, s, H, D, rd, rope, NULL, start_pos,
-                                eps, head_rms, aq, aqs, qr, q);
-}
-
-dsattn_status dsattn_attn_query_at(dsattn_ctx *ctx, const dsattn_weight *wq_a,
-                                   const float *q_norm, const dsattn_weight *wq_b,
-                                   const float *x, size_t s, size_t H, size_t D,
-                                   size_t rd, const dsattn_rope *rope, const int64_t *pos,
-                                   int64_t start_pos, float eps, int head_rms,
-                                   const dsattn_actq *aq, float *aqs, float *qr, float *q)
-{
-    const size_t dim = wq_a->cols, QL = wq_a->rows;
+    const size_t dim = a->wq_a->cols, QL = a->wq_a->rows, s = r->n;
+    const size_t H = a->H, D = a->D, rd = a->rd;
     float cs[64], sn[64];
     dsattn_status st;
-    if ((st = dsattn_linear(ctx, wq_a, x, dim, s, qr, QL, DSATTN_OUT_BF16, aq, aqs))) return st;
+    if ((st = dsattn_linear(ctx, a->wq_a, x, dim, s, qr, QL, DSATTN_OUT_BF16, &a->aq, r->aqs)))
+        return st;
     for (size_t t = 0; t < s; t++)
-        dsattn_rmsnorm(qr + t * QL, q_norm, QL, eps, qr + t * QL, DSATTN_OUT_BF16);
-    if ((st = dsattn_linear(ctx, wq_b, qr, QL, s, q, H * D, DSATTN_OUT_BF16, aq, aqs))) return st;
+        dsattn_rmsnorm(qr + t * QL, a->q_norm, QL, a->eps, qr + t * QL, DSATTN_OUT_BF16);
+    if ((st = dsattn_linear(ctx, a->wq_b, qr, QL, s, q, H * D, DSATTN_OUT_BF16, &a->aq, r->aqs)))
+        return st;
     for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(rope, row_pos(pos, start_pos, t), cs, sn);
+        dsattn_rope_cs(a->rope, row_pos(r, t), cs, sn);
         for (size_t h = 0; h < H; h++) {
             float *qh = q + (t * H + h) * D;
-            if (head_rms) head_rms_bf16(qh, D, eps);
+            if (a->head_rms) head_rms_bf16(qh, D, a->eps);
             dsattn_rope_apply(qh + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
         }
     }
     return DSATTN_OK;
 }
 
-dsattn_status dsattn_attn_window_kv(dsattn_ctx *ctx, const dsattn_weight *wkv,
-                                    const float *kv_norm, const float *x, size_t s,
-                                    size_t D, size_t rd, const dsattn_rope *rope,
-                                    int64_t start_pos, float eps,
-                                    const dsattn_actq *aq, float *aqs, float *kv)
+dsattn_status dsattn_attn_window_kv(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                    const dsattn_attn_rows *r, const float *x, float *kv)
 {
-    return dsattn_attn_window_kv_at(ctx, wkv, kv_norm, x, s, D, rd, rope, NULL, start_pos, eps,
-                                    aq, aqs, kv);
-}
-
-dsattn_status dsattn_attn_window_kv_at(dsattn_ctx *ctx, const dsattn_weight *wkv,
-                                       const float *kv_norm, const float *x, size_t s,
-                                       size_t D, size_t rd, const dsattn_rope *rope,
-                                       const int64_t *pos, int64_t start_pos, float eps,
-                                       const dsattn_actq *aq, float *aqs, float *kv)
-{
+    const size_t D = a->D, rd = a->rd;
     float cs[64], sn[64];
-    dsattn_status st = dsattn_linear(ctx, wkv, x, wkv->cols, s, kv, D, DSATTN_OUT_BF16, aq, aqs);
+    dsattn_status st = dsattn_linear(ctx, a->wkv, x, a->wkv->cols, r->n, kv, D,
+                                     DSATTN_OUT_BF16, &a->aq, r->aqs);
     if (st) return st;
-    for (size_t t = 0; t < s; t++) {
+    for (size_t t = 0; t < r->n; t++) {
         float *k = kv + t * D;
-        dsattn_rmsnorm(k, kv_norm, D, eps, k, DSATTN_OUT_BF16);
-        dsattn_rope_cs(rope, row_pos(pos, start_pos, t), cs, sn);
+        dsattn_rmsnorm(k, a->kv_norm, D, a->eps, k, DSATTN_OUT_BF16);
+        dsattn_rope_cs(a->rope, row_pos(r, t), cs, sn);
         dsattn_rope_apply(k + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
     }
     return DSATTN_OK;
 }
 
-dsattn_status dsattn_attn_output(dsattn_ctx *ctx, float *o, size_t s, size_t H,
-                                 size_t D, size_t rd, const dsattn_rope *rope,
-                                 int64_t start_pos, const dsattn_weight *wo_a,
-                                 size_t G, size_t R, const dsattn_weight *wo_b,
-                                 const dsattn_actq *aq, float *aqs, float *oa,
-                                 float *out)
+dsattn_status dsattn_attn_output(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                 const dsattn_attn_rows *r, float *o, float *oa, float *out)
 {
-    return dsattn_attn_output_at(ctx, o, s, H, D, rd, rope, NULL, start_pos, wo_a, G, R, wo_b,
-                                 aq, aqs, oa, out);
-}
-
-dsattn_status dsattn_attn_output_at(dsattn_ctx *ctx, float *o, size_t s, size_t H,
-                                    size_t D, size_t rd, const dsattn_rope *rope,
-                                    const int64_t *pos, int64_t start_pos,
-                                    const dsattn_weight *wo_a, size_t G, size_t R,
-                                    const dsattn_weight *wo_b, const dsattn_actq *aq,
-                                    float *aqs, float *oa, float *out)
-{
+    const size_t s = r->n, H = a->H, D = a->D, rd = a->rd, G = a->G, R = a->R;
+    const dsattn_weight *wo_a = a->wo_a;
     float cs[64], sn[64];
     dsattn_status st;
     /* wo_a is a bf16 einsum in the reference (convert.py dequantizes the
@@ -138,7 +103,7 @@ dsattn_status dsattn_attn_output_at(dsattn_ctx *ctx, float *o, size_t s, size_t 
         !(wo_a->kind == DSATTN_W_FP8 && R % wo_a->block == 0))
         return DSATTN_ERR_UNSUPPORTED;
     for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(rope, row_pos(pos, start_pos, t), cs, sn);
+        dsattn_rope_cs(a->rope, row_pos(r, t), cs, sn);
         for (size_t h = 0; h < H; h++)
             dsattn_rope_apply(o + (t * H + h) * D + D - rd, rd, cs, sn, 1, 1, DSATTN_OUT_BF16);
     }
@@ -146,36 +111,25 @@ dsattn_status dsattn_attn_output_at(dsattn_ctx *ctx, float *o, size_t s, size_t 
     if ((st = dsattn_linear_grouped(ctx, wo_a, G, o, H * D, H * D / G, s, oa, G * R,
                                     DSATTN_OUT_BF16)))
         return st;
-    return dsattn_linear(ctx, wo_b, oa, G * R, s, out, wo_b->rows, DSATTN_OUT_BF16, aq, aqs);
+    return dsattn_linear(ctx, a->wo_b, oa, G * R, s, out, a->wo_b->rows, DSATTN_OUT_BF16,
+                         &a->aq, r->aqs);
 }
 
-dsattn_status dsattn_index_query(dsattn_ctx *ctx, const dsattn_weight *wq_b,
-                                 const float *qr, size_t s, size_t Hi, size_t Di,
-                                 size_t rd, const dsattn_rope *rope, int64_t start_pos,
-                                 int hadamard, const dsattn_actq *aq, float *aqs,
-                                 float *q)
+dsattn_status dsattn_index_query(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                 const dsattn_attn_rows *r, const float *qr, float *q)
 {
-    return dsattn_index_query_at(ctx, wq_b, qr, s, Hi, Di, rd, rope, NULL, start_pos, hadamard,
-                                 aq, aqs, q);
-}
-
-dsattn_status dsattn_index_query_at(dsattn_ctx *ctx, const dsattn_weight *wq_b,
-                                    const float *qr, size_t s, size_t Hi, size_t Di,
-                                    size_t rd, const dsattn_rope *rope, const int64_t *pos,
-                                    int64_t start_pos, int hadamard, const dsattn_actq *aq,
-                                    float *aqs, float *q)
-{
+    const size_t Hi = a->Hi, Di = a->Di, rd = a->rd, QL = a->i_wq_b->cols;
     float cs[64], sn[64];
-    const size_t QL = wq_b->cols;
-    dsattn_status st = dsattn_linear(ctx, wq_b, qr, QL, s, q, Hi * Di, DSATTN_OUT_BF16, aq, aqs);
+    dsattn_status st = dsattn_linear(ctx, a->i_wq_b, qr, QL, r->n, q, Hi * Di, DSATTN_OUT_BF16,
+                                     &a->aq, r->aqs);
     if (st) return st;
     const float hscale = (float)pow((double)Di, -0.5);
-    for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(rope, row_pos(pos, start_pos, t), cs, sn);
+    for (size_t t = 0; t < r->n; t++) {
+        dsattn_rope_cs(a->rope, row_pos(r, t), cs, sn);
         for (size_t h = 0; h < Hi; h++) {
             float *qh = q + (t * Hi + h) * Di;
             dsattn_rope_apply(qh + Di - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
-            if (hadamard) dsattn_hadamard(qh, Di, hscale, qh, DSATTN_OUT_BF16);
+            if (a->hadamard) dsattn_hadamard(qh, Di, hscale, qh, DSATTN_OUT_BF16);
             dsattn_quant_fp4_ue8m0(qh, Di, NULL, NULL, qh);
         }
     }

@@ -257,83 +257,74 @@ void dsattn_window_idx_decode(size_t w, int64_t start_pos, int32_t *row);
 void dsattn_window_idx_decode_valid_first(size_t w, int64_t start_pos, int32_t *row);
 
 /* ==== Attention building blocks shared by V4 and V4.1 =================== */
-/* The low-rank query, the sliding-window KV projection and the grouped
- * output projection of V4 / V4.1 Attention.forward, identical in both
- * references except where a flag says.  x: [s, dim] (bf16 values); every
- * output holds bf16 values.  rope is the layer's table; positions are
- * start_pos + t.  aq: the activation quantization of FP8 Linears (block 32
- * in V4.1, 128 in V4); aqs: dsattn_attn_aq_scratch(...) floats. */
+/* The low-rank query, the sliding-window KV projection, the grouped output
+ * projection and the index queries of V4 / V4.1 Attention.forward,
+ * identical in both references except where a flag of the layer says.
+ * Every input row holds bf16 values, every output row too.
+ *
+ * Two small structs carry the arguments, so that no size can be swapped
+ * with another silently: what is the same for every call of a layer
+ * (dsattn_attn_layer, built once when the model's weights are bound) and
+ * the rows of one call (dsattn_attn_rows: how many, at which positions,
+ * the scratch).  The data buffers are the remaining, named arguments. */
+
+typedef struct {
+    const dsattn_weight *wq_a, *wq_b;     /* [QL, dim], [H*D, QL]              */
+    const dsattn_weight *wkv;             /* [D, dim]                          */
+    const dsattn_weight *wo_a, *wo_b;     /* [G*R, H*D/G], [dim, G*R]          */
+    const float         *q_norm, *kv_norm; /* [QL], [D]                        */
+    const dsattn_rope   *rope;            /* the layer's table                 */
+    size_t               H, D, rd;        /* heads, head_dim, rope_head_dim    */
+    size_t               G, R;            /* o_groups, o_lora_rank             */
+    float                eps;             /* norm_eps                          */
+    int                  head_rms;        /* V4: q_h *= rsqrt(mean(q_h^2)+eps) */
+    dsattn_actq          aq;              /* FP8 Linears' activation quant:
+                                           * block 32 in V4.1, 128 in V4       */
+    const dsattn_weight *i_wq_b;          /* index layers: [Hi*Di, QL]         */
+    size_t               Hi, Di;          /* index heads, index head_dim       */
+    int                  hadamard;        /* V4: Hadamard on index queries     */
+} dsattn_attn_layer;
+
+typedef struct {
+    size_t         n;                     /* rows                              */
+    const int64_t *pos;                   /* row t at pos[t] (a batch of
+                                           * sequences); NULL: start_pos + t   */
+    int64_t        start_pos;
+    float         *aqs;                   /* dsattn_attn_aq_scratch(n, widest
+                                           * input) floats                     */
+} dsattn_attn_rows;
 
 /* Floats of activation-quantization scratch for the widest input. */
 size_t dsattn_attn_aq_scratch(size_t s, size_t max_cols);
 
-/* qr = q_norm(wq_a x) [s, QL]; q = wq_b qr [s, H*D]; head_rms (V4 only):
+/* qr = q_norm(wq_a x) [n, QL]; q = wq_b qr [n, H*D]; head_rms (V4 only):
  * q_h *= rsqrt(mean(q_h^2) + eps) per head, unweighted, in bf16 as the
  * reference's bf16 tensors compute it; then RoPE (interleaved) on each
- * head's last rd dims. */
-dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_weight *wq_a,
-                                const float *q_norm, const dsattn_weight *wq_b,
-                                const float *x, size_t s, size_t H, size_t D,
-                                size_t rd, const dsattn_rope *rope, int64_t start_pos,
-                                float eps, int head_rms, const dsattn_actq *aq,
-                                float *aqs, float *qr, float *q);
+ * head's last rd dims.  x: [n, dim]. */
+dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                const dsattn_attn_rows *r, const float *x, float *qr,
+                                float *q);
 
-/* kv = kv_norm(wkv x) [s, D], RoPE on the last rd dims: the window KV before
+/* kv = kv_norm(wkv x) [n, D], RoPE on the last rd dims: the window KV before
  * the generation's quantization (FP8 over all D in V4.1, over the nope dims
  * in V4). */
-dsattn_status dsattn_attn_window_kv(dsattn_ctx *ctx, const dsattn_weight *wkv,
-                                    const float *kv_norm, const float *x, size_t s,
-                                    size_t D, size_t rd, const dsattn_rope *rope,
-                                    int64_t start_pos, float eps,
-                                    const dsattn_actq *aq, float *aqs, float *kv);
+dsattn_status dsattn_attn_window_kv(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                    const dsattn_attn_rows *r, const float *x, float *kv);
 
 /* The attention output: inverse RoPE at the query position on each head's
- * last rd dims of o [s, H*D] (in place), then o viewed as G groups of
+ * last rd dims of o [n, H*D] (in place), then o viewed as G groups of
  * H*D/G, group g times wo_a rows [g*R, (g+1)*R) (bf16 einsum, block
- * diagonal) -> oa [s, G*R], then out = wo_b oa [s, dim]. */
-dsattn_status dsattn_attn_output(dsattn_ctx *ctx, float *o, size_t s, size_t H,
-                                 size_t D, size_t rd, const dsattn_rope *rope,
-                                 int64_t start_pos, const dsattn_weight *wo_a,
-                                 size_t G, size_t R, const dsattn_weight *wo_b,
-                                 const dsattn_actq *aq, float *aqs, float *oa,
-                                 float *out);
+ * diagonal) -> oa [n, G*R], then out = wo_b oa [n, dim]. */
+dsattn_status dsattn_attn_output(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                 const dsattn_attn_rows *r, float *o, float *oa, float *out);
 
-/* Index queries: q = wq_b(qr) [s, Hi*Di] -> RoPE on each head's last rd
+/* Index queries: q = i_wq_b(qr) [n, Hi*Di] -> RoPE on each head's last rd
  * dims -> (V4: Hadamard over the head's Di dims, scale Di^-0.5, bf16) ->
- * FP4 QDQ (block 32, UE8M0).  weights w [s, Hi] =
- * bf16(weights_proj(x) * fp32(Di^-0.5 * Hi^-0.5)). */
-dsattn_status dsattn_index_query(dsattn_ctx *ctx, const dsattn_weight *wq_b,
-                                 const float *qr, size_t s, size_t Hi, size_t Di,
-                                 size_t rd, const dsattn_rope *rope, int64_t start_pos,
-                                 int hadamard, const dsattn_actq *aq, float *aqs,
-                                 float *q);
+ * FP4 QDQ (block 32, UE8M0). */
+dsattn_status dsattn_index_query(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                 const dsattn_attn_rows *r, const float *qr, float *q);
 
-/* The same four for a batch of sequences, one row each: row t sits at
- * position pos[t] (pos NULL: start_pos + t, the functions above).  Every
- * projection runs once over the s rows. */
-dsattn_status dsattn_attn_query_at(dsattn_ctx *ctx, const dsattn_weight *wq_a,
-                                   const float *q_norm, const dsattn_weight *wq_b,
-                                   const float *x, size_t s, size_t H, size_t D,
-                                   size_t rd, const dsattn_rope *rope, const int64_t *pos,
-                                   int64_t start_pos, float eps, int head_rms,
-                                   const dsattn_actq *aq, float *aqs, float *qr, float *q);
-dsattn_status dsattn_attn_window_kv_at(dsattn_ctx *ctx, const dsattn_weight *wkv,
-                                       const float *kv_norm, const float *x, size_t s,
-                                       size_t D, size_t rd, const dsattn_rope *rope,
-                                       const int64_t *pos, int64_t start_pos, float eps,
-                                       const dsattn_actq *aq, float *aqs, float *kv);
-dsattn_status dsattn_attn_output_at(dsattn_ctx *ctx, float *o, size_t s, size_t H,
-                                    size_t D, size_t rd, const dsattn_rope *rope,
-                                    const int64_t *pos, int64_t start_pos,
-                                    const dsattn_weight *wo_a, size_t G, size_t R,
-                                    const dsattn_weight *wo_b, const dsattn_actq *aq,
-                                    float *aqs, float *oa, float *out);
-dsattn_status dsattn_index_query_at(dsattn_ctx *ctx, const dsattn_weight *wq_b,
-                                    const float *qr, size_t s, size_t Hi, size_t Di,
-                                    size_t rd, const dsattn_rope *rope, const int64_t *pos,
-                                    int64_t start_pos, int hadamard, const dsattn_actq *aq,
-                                    float *aqs, float *q);
-
+/* Head weights w [s, Hi] = bf16(weights_proj(x) * fp32(Di^-0.5 * Hi^-0.5)). */
 dsattn_status dsattn_index_weights(dsattn_ctx *ctx, const dsattn_weight *wproj,
                                    const float *x, size_t s, size_t Hi, size_t Di,
                                    float *w);
