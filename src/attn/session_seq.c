@@ -138,32 +138,48 @@ static dsattn_status drv_clone(const gen_ops *o, void **out, const void *seq)
     return DSATTN_OK;
 }
 
-/* The four public entry points of a generation, each a call of the driver
- * with that generation's ops (declared in include/dsattn.h). */
-#define SESSION_API(g, OPS)                                                          \
+/* A generation's glue, alike for all four: model_of, head (variant fields
+ * from g##_variant, position, capacity), set_pos, destroy, its ops and the
+ * four public entry points (declared in include/dsattn.h), each a call of
+ * the driver.  The generation writes g##_config_hash, g##_shapes_hash,
+ * g##_variant, g##_sections, g##_check and g##_create. */
+#define SESSION_API(g, GEN)                                                            \
+    static const void *g##_model_of(const void *s) { return ((const dsattn_##g##_seq *)s)->m; } \
+    static void g##_head(const void *sv, dsattn_sess_header *h)                        \
+    {                                                                                  \
+        const dsattn_##g##_seq *s = sv;                                                \
+        g##_variant(s, h->variant);                                                    \
+        h->pos = s->pos;                                                               \
+        h->capacity = s->max_seq_len;                                                  \
+    }                                                                                  \
+    static void g##_set_pos(void *s, int64_t pos) { ((dsattn_##g##_seq *)s)->pos = pos; } \
+    static void g##_destroy(void *s) { dsattn_##g##_seq_destroy(s); }                  \
+    static const gen_ops g##_ops = { GEN, g##_config_hash, g##_shapes_hash, g##_model_of, \
+                                     g##_head, g##_sections, g##_check, g##_create,    \
+                                     g##_set_pos, g##_destroy };                       \
     dsattn_status dsattn_##g##_seq_save(const dsattn_##g##_seq *s, const char *path,   \
                                         char *err, size_t errlen)                      \
     {                                                                                  \
-        return drv_save(&OPS, s, path, err, errlen);                                   \
+        return drv_save(&g##_ops, s, path, err, errlen);                               \
     }                                                                                  \
     dsattn_status dsattn_##g##_seq_load(dsattn_##g##_seq **out, const dsattn_##g *m,   \
                                         const char *path, size_t max_seq_len,          \
                                         char *err, size_t errlen)                      \
     {                                                                                  \
-        return drv_load(&OPS, (void **)out, m, path, max_seq_len, err, errlen);        \
+        return drv_load(&g##_ops, (void **)out, m, path, max_seq_len, err, errlen);    \
     }                                                                                  \
     dsattn_status dsattn_##g##_seq_load_buffer(dsattn_##g##_seq **out,                 \
                                                const dsattn_##g *m, const void *buf,   \
                                                size_t len, size_t max_seq_len,         \
                                                char *err, size_t errlen)               \
     {                                                                                  \
-        return drv_load_buffer(&OPS, (void **)out, m, buf, len, max_seq_len, NULL, err, \
-                               errlen);                                                \
+        return drv_load_buffer(&g##_ops, (void **)out, m, buf, len, max_seq_len, NULL, \
+                               err, errlen);                                           \
     }                                                                                  \
     dsattn_status dsattn_##g##_seq_clone(dsattn_##g##_seq **out,                       \
                                          const dsattn_##g##_seq *s)                    \
     {                                                                                  \
-        return drv_clone(&OPS, (void **)out, s);                                       \
+        return drv_clone(&g##_ops, (void **)out, s);                                   \
     }
 
 /* The header's small-state section: `n` little-endian int64 values. */
@@ -182,14 +198,44 @@ static dsattn_status get_state(const dsattn_sess_file *f, const char *name, size
 
 #define BADF(...) dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, __VA_ARGS__)
 
-/* ==== V4.1 (CSA2) ====================================================== */
-
-static uint64_t v41_config_hash(const void *mv)
+/* The header's option fields of a generation with one: variant[0] at most
+ * max0, variant[1] zero. */
+static dsattn_status check_variant(const dsattn_sess_file *f, uint32_t max0, const char *what,
+                                   char *err, size_t errlen)
 {
-    const dsattn_v41_config *c = &((const dsattn_v41 *)mv)->cfg;
+    if (f->h.variant[0] > max0 || f->h.variant[1] != 0)
+        return BADF("%s: header: unknown %s %u/%u", f->name, what, (unsigned)f->h.variant[0],
+                    (unsigned)f->h.variant[1]);
+    return DSATTN_OK;
+}
+
+/* A layer's weights and vectors by name, for the shapes hash. */
+typedef struct { const char *n; const dsattn_weight *w; } named_w;
+typedef struct { const char *n; const float *v; } named_v;
+
+/* Adds "layers.<l>.<name>" of each weight and vector to the shapes hash. */
+static void canon_layer(dsattn_sess_canon *h, long long l, const named_w *ws, size_t nw,
+                        const named_v *vs, size_t nv)
+{
+    char k[96];
+    for (size_t i = 0; i < nw; i++) {
+        snprintf(k, sizeof k, "layers.%lld.%s", l, ws[i].n);
+        dsattn_sess_canon_w(h, k, ws[i].w);
+    }
+    for (size_t i = 0; i < nv; i++) {
+        snprintf(k, sizeof k, "layers.%lld.%s", l, vs[i].n);
+        dsattn_sess_canon_v(h, k, vs[i].v, 0);
+    }
+}
+
+/* The config hash of both CSA generations (csa.h): the same keys in the
+ * same order, V4.1's layer plan and candidate pool where it has them. */
+static uint64_t csa_config_hash(const dsattn_csa_config *c, int64_t arch)
+{
+    const int v41 = arch == DSATTN_SESSION_V41;
     dsattn_sess_canon *h = dsattn_sess_canon_new();
     char k[64];
-    dsattn_sess_canon_i(h, "arch", DSATTN_SESSION_V41);
+    dsattn_sess_canon_i(h, "arch", arch);
     dsattn_sess_canon_i(h, "dim", c->dim);
     dsattn_sess_canon_i(h, "n_layers", c->n_layers);
     dsattn_sess_canon_i(h, "n_total_layers", c->n_total_layers);
@@ -203,14 +249,17 @@ static uint64_t v41_config_hash(const void *mv)
     for (int64_t l = 0; l < c->n_total_layers; l++) {
         snprintf(k, sizeof k, "layer.%lld.ratio", (long long)l);
         dsattn_sess_canon_i(h, k, c->compress_ratios[l]);
+        if (!v41) continue;
         snprintf(k, sizeof k, "layer.%lld.kv_source", (long long)l);
         dsattn_sess_canon_i(h, k, c->is_kv_source[l]);
         snprintf(k, sizeof k, "layer.%lld.index_source", (long long)l);
         dsattn_sess_canon_i(h, k, c->is_index_source[l]);
     }
-    dsattn_sess_canon_i(h, "candidate_source_layer", c->candidate_source_layer);
-    dsattn_sess_canon_i(h, "candidate_topk_blocks", c->candidate_topk_blocks);
-    dsattn_sess_canon_i(h, "candidate_block_size", c->candidate_block_size);
+    if (v41) {
+        dsattn_sess_canon_i(h, "candidate_source_layer", c->candidate_source_layer);
+        dsattn_sess_canon_i(h, "candidate_topk_blocks", c->candidate_topk_blocks);
+        dsattn_sess_canon_i(h, "candidate_block_size", c->candidate_block_size);
+    }
     dsattn_sess_canon_i(h, "index_n_heads", c->index_n_heads);
     dsattn_sess_canon_i(h, "index_head_dim", c->index_head_dim);
     dsattn_sess_canon_i(h, "index_topk", c->index_topk);
@@ -226,45 +275,38 @@ static uint64_t v41_config_hash(const void *mv)
     return dsattn_sess_canon_done(h);
 }
 
+/* ==== V4.1 (CSA2) ====================================================== */
+
+static uint64_t v41_config_hash(const void *mv)
+{
+    return csa_config_hash(&((const dsattn_v41 *)mv)->cfg, DSATTN_SESSION_V41);
+}
+
 static uint64_t v41_shapes_hash(const void *mv)
 {
     const dsattn_v41 *m = mv;
-    const dsattn_v41_config *c = &m->cfg;
     dsattn_sess_canon *h = dsattn_sess_canon_new();
-    char k[96];
-    for (int64_t l = 0; l < c->n_layers; l++) {
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         const dsattn_v41_layer_w *L = &m->layer[l];
-        const struct { const char *n; const dsattn_weight *w; } ws[] = {
+        const named_w ws[] = {
             { "wq_a", &L->wq_a }, { "wq_b", &L->wq_b }, { "wkv", &L->wkv },
             { "wo_a", &L->wo_a }, { "wo_b", &L->wo_b }, { "compressor.wkv", &L->c_wkv },
             { "compressor.wgate", &L->c_wgate }, { "indexer.wq_b", &L->i_wq_b },
             { "indexer.weights_proj", &L->i_wproj }, { "indexer.wk", &L->i_wk },
         };
-        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) {
-            snprintf(k, sizeof k, "layers.%lld.%s", (long long)l, ws[i].n);
-            dsattn_sess_canon_w(h, k, ws[i].w);
-        }
-        const struct { const char *n; const float *v; } vs[] = {
+        const named_v vs[] = {
             { "attn_norm", L->attn_norm }, { "q_norm", L->q_norm }, { "kv_norm", L->kv_norm },
             { "attn_sink", L->sink }, { "compressor.norm", L->c_norm },
             { "indexer.k_norm", L->i_knorm },
         };
-        for (size_t i = 0; i < DSATTN_ARRAY_LEN(vs); i++) {
-            snprintf(k, sizeof k, "layers.%lld.%s", (long long)l, vs[i].n);
-            dsattn_sess_canon_v(h, k, vs[i].v, 0);
-        }
+        canon_layer(h, (long long)l, ws, DSATTN_ARRAY_LEN(ws), vs, DSATTN_ARRAY_LEN(vs));
     }
     return dsattn_sess_canon_done(h);
 }
 
-static const void *v41_model_of(const void *s) { return ((const dsattn_v41_seq *)s)->m; }
-
-static void v41_head(const void *sv, dsattn_sess_header *h)
+static void v41_variant(const dsattn_v41_seq *s, uint32_t v[2])
 {
-    const dsattn_v41_seq *s = sv;
-    h->variant[0] = (uint32_t)s->index_k_mode;
-    h->pos = s->pos;
-    h->capacity = s->max_seq_len;
+    v[0] = (uint32_t)s->index_k_mode;
 }
 
 /* The runtime slots that carry across steps: which layer's compressed KV
@@ -321,11 +363,10 @@ static dsattn_status v41_check(const void *mv, const dsattn_sess_file *f, char *
                                size_t errlen)
 {
     const dsattn_v41 *m = mv;
-    if (f->h.variant[0] > DSATTN_V41_INDEX_K_REFERENCE || f->h.variant[1] != 0)
-        return BADF("%s: header: unknown V4.1 options %u/%u", f->name, (unsigned)f->h.variant[0],
-                    (unsigned)f->h.variant[1]);
+    dsattn_status st = check_variant(f, DSATTN_V41_INDEX_K_REFERENCE, "V4.1 options", err, errlen);
+    if (st) return st;
     int64_t v[2] = { -1, -1 };
-    dsattn_status st = get_state(f, "runtime", 2, v, err, errlen);
+    st = get_state(f, "runtime", 2, v, err, errlen);
     if (st) return st;
     const int64_t nl = m->cfg.n_layers;
     if (v[0] != -1 && (v[0] < 0 || v[0] >= nl || !m->layer[v[0]].is_kv_source))
@@ -341,50 +382,14 @@ static dsattn_status v41_create(void **out, const void *m, size_t cap, const uin
 {
     return dsattn_v41_seq_create((dsattn_v41_seq **)out, m, cap, (dsattn_v41_index_k)var[0]);
 }
-static void v41_set_pos(void *s, int64_t pos) { ((dsattn_v41_seq *)s)->pos = pos; }
-static void v41_destroy(void *s) { dsattn_v41_seq_destroy(s); }
 
-static const gen_ops V41 = { DSATTN_SESSION_V41, v41_config_hash, v41_shapes_hash, v41_model_of,
-                             v41_head, v41_sections, v41_check, v41_create, v41_set_pos,
-                             v41_destroy };
-
-SESSION_API(v41, V41)
+SESSION_API(v41, DSATTN_SESSION_V41)
 
 /* ==== V4 (CSA + HCA) =================================================== */
 
 static uint64_t v4_config_hash(const void *mv)
 {
-    const dsattn_v4_config *c = &((const dsattn_v4 *)mv)->cfg;
-    dsattn_sess_canon *h = dsattn_sess_canon_new();
-    char k[64];
-    dsattn_sess_canon_i(h, "arch", DSATTN_SESSION_V4);
-    dsattn_sess_canon_i(h, "dim", c->dim);
-    dsattn_sess_canon_i(h, "n_layers", c->n_layers);
-    dsattn_sess_canon_i(h, "n_total_layers", c->n_total_layers);
-    dsattn_sess_canon_i(h, "n_heads", c->n_heads);
-    dsattn_sess_canon_i(h, "head_dim", c->head_dim);
-    dsattn_sess_canon_i(h, "rope_head_dim", c->rope_head_dim);
-    dsattn_sess_canon_i(h, "q_lora_rank", c->q_lora_rank);
-    dsattn_sess_canon_i(h, "o_groups", c->o_groups);
-    dsattn_sess_canon_i(h, "o_lora_rank", c->o_lora_rank);
-    dsattn_sess_canon_i(h, "window_size", c->window_size);
-    for (int64_t l = 0; l < c->n_total_layers; l++) {
-        snprintf(k, sizeof k, "layer.%lld.ratio", (long long)l);
-        dsattn_sess_canon_i(h, k, c->compress_ratios[l]);
-    }
-    dsattn_sess_canon_i(h, "index_n_heads", c->index_n_heads);
-    dsattn_sess_canon_i(h, "index_head_dim", c->index_head_dim);
-    dsattn_sess_canon_i(h, "index_topk", c->index_topk);
-    dsattn_sess_canon_f(h, "rope_theta", c->rope_theta);
-    dsattn_sess_canon_f(h, "compress_rope_theta", c->compress_rope_theta);
-    dsattn_sess_canon_f(h, "rope_factor", c->rope_factor);
-    dsattn_sess_canon_f(h, "original_seq_len", c->original_seq_len);
-    dsattn_sess_canon_f(h, "beta_fast", c->beta_fast);
-    dsattn_sess_canon_f(h, "beta_slow", c->beta_slow);
-    dsattn_sess_canon_f(h, "norm_eps", (double)c->norm_eps);
-    dsattn_sess_canon_i(h, "fp8", c->fp8);
-    dsattn_sess_canon_i(h, "fp8_block", c->fp8_block);
-    return dsattn_sess_canon_done(h);
+    return csa_config_hash(&((const dsattn_v4 *)mv)->cfg, DSATTN_SESSION_V4);
 }
 
 static void v4_canon_comp(dsattn_sess_canon *h, const char *pre, const dsattn_v4_compressor_w *C)
@@ -411,23 +416,16 @@ static uint64_t v4_shapes_hash(const void *mv)
     char k[96];
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         const dsattn_v4_layer_w *L = &m->layer[l];
-        const struct { const char *n; const dsattn_weight *w; } ws[] = {
+        const named_w ws[] = {
             { "wq_a", &L->wq_a }, { "wq_b", &L->wq_b }, { "wkv", &L->wkv }, { "wo_a", &L->wo_a },
             { "wo_b", &L->wo_b }, { "indexer.wq_b", &L->i_wq_b },
             { "indexer.weights_proj", &L->i_wproj },
         };
-        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) {
-            snprintf(k, sizeof k, "layers.%lld.%s", (long long)l, ws[i].n);
-            dsattn_sess_canon_w(h, k, ws[i].w);
-        }
-        const struct { const char *n; const float *v; } vs[] = {
+        const named_v vs[] = {
             { "attn_norm", L->attn_norm }, { "q_norm", L->q_norm }, { "kv_norm", L->kv_norm },
             { "attn_sink", L->sink },
         };
-        for (size_t i = 0; i < DSATTN_ARRAY_LEN(vs); i++) {
-            snprintf(k, sizeof k, "layers.%lld.%s", (long long)l, vs[i].n);
-            dsattn_sess_canon_v(h, k, vs[i].v, 0);
-        }
+        canon_layer(h, (long long)l, ws, DSATTN_ARRAY_LEN(ws), vs, DSATTN_ARRAY_LEN(vs));
         snprintf(k, sizeof k, "layers.%lld.compressor", (long long)l);
         v4_canon_comp(h, k, &L->comp);
         snprintf(k, sizeof k, "layers.%lld.indexer.compressor", (long long)l);
@@ -436,15 +434,7 @@ static uint64_t v4_shapes_hash(const void *mv)
     return dsattn_sess_canon_done(h);
 }
 
-static const void *v4_model_of(const void *s) { return ((const dsattn_v4_seq *)s)->m; }
-
-static void v4_head(const void *sv, dsattn_sess_header *h)
-{
-    const dsattn_v4_seq *s = sv;
-    h->variant[0] = (uint32_t)s->empty;
-    h->pos = s->pos;
-    h->capacity = s->max_seq_len;
-}
+static void v4_variant(const dsattn_v4_seq *s, uint32_t v[2]) { v[0] = (uint32_t)s->empty; }
 
 /* Bytes of one of a compressor's two pooling-state arrays (as seq_create
  * allocates them: [coff*m, coff*d] fp32). */
@@ -484,23 +474,15 @@ static void v4_sections(void *sv, dsattn_sess_list *l)
 static dsattn_status v4_check(const void *m, const dsattn_sess_file *f, char *err, size_t errlen)
 {
     (void)m;
-    if (f->h.variant[0] > DSATTN_V4_EMPTY_ZERO || f->h.variant[1] != 0)
-        return BADF("%s: header: unknown V4 options %u/%u", f->name, (unsigned)f->h.variant[0],
-                    (unsigned)f->h.variant[1]);
-    return DSATTN_OK;
+    return check_variant(f, DSATTN_V4_EMPTY_ZERO, "V4 options", err, errlen);
 }
 
 static dsattn_status v4_create(void **out, const void *m, size_t cap, const uint32_t var[2])
 {
     return dsattn_v4_seq_create((dsattn_v4_seq **)out, m, cap, (dsattn_v4_empty)var[0]);
 }
-static void v4_set_pos(void *s, int64_t pos) { ((dsattn_v4_seq *)s)->pos = pos; }
-static void v4_destroy(void *s) { dsattn_v4_seq_destroy(s); }
 
-static const gen_ops V4 = { DSATTN_SESSION_V4, v4_config_hash, v4_shapes_hash, v4_model_of,
-                            v4_head, v4_sections, v4_check, v4_create, v4_set_pos, v4_destroy };
-
-SESSION_API(v4, V4)
+SESSION_API(v4, DSATTN_SESSION_V4)
 
 /* ==== MLA (V3) and MLA + DSA (V3.2) ==================================== */
 
@@ -541,40 +523,24 @@ static uint64_t mla_shapes_hash(const void *mv)
 {
     const dsattn_mla *m = mv;
     dsattn_sess_canon *h = dsattn_sess_canon_new();
-    char k[96];
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         const dsattn_mla_layer_w *L = &m->layer[l];
-        const struct { const char *n; const dsattn_weight *w; } ws[] = {
+        const named_w ws[] = {
             { "wq", &L->wq }, { "wq_a", &L->wq_a }, { "wq_b", &L->wq_b },
             { "wkv_a", &L->wkv_a }, { "wkv_b", &L->wkv_b }, { "wo", &L->wo },
             { "indexer.wq_b", &L->i_wq_b }, { "indexer.wk", &L->i_wk },
             { "indexer.weights_proj", &L->i_wproj },
         };
-        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) {
-            snprintf(k, sizeof k, "layers.%lld.%s", (long long)l, ws[i].n);
-            dsattn_sess_canon_w(h, k, ws[i].w);
-        }
-        const struct { const char *n; const float *v; } vs[] = {
+        const named_v vs[] = {
             { "attn_norm", L->attn_norm }, { "q_norm", L->q_norm }, { "kv_norm", L->kv_norm },
             { "indexer.k_norm.weight", L->i_knorm_w }, { "indexer.k_norm.bias", L->i_knorm_b },
         };
-        for (size_t i = 0; i < DSATTN_ARRAY_LEN(vs); i++) {
-            snprintf(k, sizeof k, "layers.%lld.%s", (long long)l, vs[i].n);
-            dsattn_sess_canon_v(h, k, vs[i].v, 0);
-        }
+        canon_layer(h, (long long)l, ws, DSATTN_ARRAY_LEN(ws), vs, DSATTN_ARRAY_LEN(vs));
     }
     return dsattn_sess_canon_done(h);
 }
 
-static const void *mla_model_of(const void *s) { return ((const dsattn_mla_seq *)s)->m; }
-
-static void mla_head(const void *sv, dsattn_sess_header *h)
-{
-    const dsattn_mla_seq *s = sv;
-    h->variant[0] = (uint32_t)s->fmt;
-    h->pos = s->pos;
-    h->capacity = s->max_seq_len;
-}
+static void mla_variant(const dsattn_mla_seq *s, uint32_t v[2]) { v[0] = (uint32_t)s->fmt; }
 
 static void mla_sections(void *sv, dsattn_sess_list *l)
 {
@@ -592,24 +558,15 @@ static void mla_sections(void *sv, dsattn_sess_list *l)
 static dsattn_status mla_check(const void *m, const dsattn_sess_file *f, char *err, size_t errlen)
 {
     (void)m;
-    if (f->h.variant[0] > DSATTN_MLA_CACHE_LATENT_FP8 || f->h.variant[1] != 0)
-        return BADF("%s: header: unknown MLA cache format %u/%u", f->name,
-                    (unsigned)f->h.variant[0], (unsigned)f->h.variant[1]);
-    return DSATTN_OK;
+    return check_variant(f, DSATTN_MLA_CACHE_LATENT_FP8, "MLA cache format", err, errlen);
 }
 
 static dsattn_status mla_create(void **out, const void *m, size_t cap, const uint32_t var[2])
 {
     return dsattn_mla_seq_create((dsattn_mla_seq **)out, m, cap, (dsattn_mla_cache)var[0]);
 }
-static void mla_set_pos(void *s, int64_t pos) { ((dsattn_mla_seq *)s)->pos = pos; }
-static void mla_destroy(void *s) { dsattn_mla_seq_destroy(s); }
 
-static const gen_ops MLA = { DSATTN_SESSION_MLA, mla_config_hash, mla_shapes_hash, mla_model_of,
-                             mla_head, mla_sections, mla_check, mla_create, mla_set_pos,
-                             mla_destroy };
-
-SESSION_API(mla, MLA)
+SESSION_API(mla, DSATTN_SESSION_MLA)
 
 /* ==== MHA / GQA ======================================================== */
 
@@ -633,33 +590,23 @@ static uint64_t mha_shapes_hash(const void *mv)
 {
     const dsattn_mha *m = mv;
     dsattn_sess_canon *h = dsattn_sess_canon_new();
-    char k[96];
     dsattn_sess_canon_i(h, "weights.first", m->w_first);
     dsattn_sess_canon_i(h, "weights.count", m->w_count);
     for (int l = 0; m->layer && l < m->w_count; l++) {
         const dsattn_mha_layer_w *L = &m->layer[m->w_first + l];
-        const struct { const char *n; const dsattn_weight *w; } ws[] = {
+        const named_w ws[] = {
             { "q_proj", &L->wq }, { "k_proj", &L->wk }, { "v_proj", &L->wv }, { "o_proj", &L->wo },
         };
-        for (size_t i = 0; i < DSATTN_ARRAY_LEN(ws); i++) {
-            snprintf(k, sizeof k, "layers.%d.%s", m->w_first + l, ws[i].n);
-            dsattn_sess_canon_w(h, k, ws[i].w);
-        }
-        snprintf(k, sizeof k, "layers.%d.input_layernorm", m->w_first + l);
-        dsattn_sess_canon_v(h, k, L->norm, 0);
+        const named_v vs[] = { { "input_layernorm", L->norm } };
+        canon_layer(h, m->w_first + l, ws, DSATTN_ARRAY_LEN(ws), vs, DSATTN_ARRAY_LEN(vs));
     }
     return dsattn_sess_canon_done(h);
 }
 
-static const void *mha_model_of(const void *s) { return ((const dsattn_mha_seq *)s)->m; }
-
-static void mha_head(const void *sv, dsattn_sess_header *h)
+static void mha_variant(const dsattn_mha_seq *s, uint32_t v[2])
 {
-    const dsattn_mha_seq *s = sv;
-    h->variant[0] = (uint32_t)s->first;
-    h->variant[1] = (uint32_t)s->count;
-    h->pos = s->pos;
-    h->capacity = s->max_seq_len;
+    v[0] = (uint32_t)s->first;
+    v[1] = (uint32_t)s->count;
 }
 
 /* The K and V caches are key-tiled and their last tile's width depends on
@@ -739,14 +686,8 @@ static dsattn_status mha_create(void **out, const void *m, size_t cap, const uin
 {
     return dsattn_mha_seq_create_layers((dsattn_mha_seq **)out, m, cap, (int)var[0], (int)var[1]);
 }
-static void mha_set_pos(void *s, int64_t pos) { ((dsattn_mha_seq *)s)->pos = pos; }
-static void mha_destroy(void *s) { dsattn_mha_seq_destroy(s); }
 
-static const gen_ops MHA = { DSATTN_SESSION_MHA, mha_config_hash, mha_shapes_hash, mha_model_of,
-                             mha_head, mha_sections, mha_check, mha_create, mha_set_pos,
-                             mha_destroy };
-
-SESSION_API(mha, MHA)
+SESSION_API(mha, DSATTN_SESSION_MHA)
 
 /* ==== Header only ====================================================== */
 
