@@ -40,6 +40,14 @@ typedef struct {
     int64_t candidate_topk_blocks, candidate_block_size;
 } dsattn_csa_config;
 
+/* The rows a layer forward runs over: a chunk of s rows of one sequence
+ * from start_pos, a prefill when the sequence was empty. */
+typedef struct {
+    size_t  s;                /* rows in this chunk                          */
+    int64_t start_pos;
+    int     prefill;
+} dsattn_csa_chunk;
+
 /* A generation's part of reading its config: its own fields and checks,
  * given the shared fields already copied. */
 typedef dsattn_status (*dsattn_csa_finish_fn)(dsattn_csa_config *c,
@@ -83,5 +91,51 @@ void dsattn_csa_attn_layer(dsattn_attn_layer *a, const dsattn_csa_config *c, int
 /* Bytes of a weight as the checkpoint stores it (FP8: one UE8M0 scale
  * byte a block; 0 for an unbound weight). */
 size_t dsattn_csa_stored_bytes(const dsattn_weight *w);
+
+/* ==== The attention and output phases of a layer step (csa_attend.c) === */
+
+/* What one row attends: its window entries and its compressed entries
+ * (csrc unused when cw is 0), the widths of the two parts of its index row,
+ * and the rule for a row with no valid entry (V4's DEFINED option: zeros;
+ * otherwise the kernel's result from the running max's start max_init). */
+typedef struct {
+    dsattn_kv_src wsrc, csrc;
+    size_t        ww, cw;
+    float         max_init;
+    int           zero_empty;
+} dsattn_csa_row_src;
+
+typedef struct {
+    const float *q;                 /* [n, H*D] queries                    */
+    float       *o, *oa, *out;      /* [n, H*D], [n, G*R], [n, dim]         */
+    const float *sink;              /* [H], or NULL                        */
+    size_t       hg, hper;          /* head groups per row, heads a group  */
+    size_t       att_ws, per_thr;   /* a thread's attention scratch floats,
+                                     * its whole slice (index row after)   */
+    float       *thr_ws;            /* [threads, per_thr]                  */
+    /* row t's index row idx (width ww + cw) and its sources */
+    void       (*row)(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src);
+    const void  *arg;
+} dsattn_csa_attend;
+
+/* The sparse attention of rows->n rows, one task per (row, head group),
+ * then dsattn_attn_output into out.  Phases ATTN and OUTPUT. */
+dsattn_status dsattn_csa_attend_output(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                       const dsattn_attn_rows *rows, const dsattn_csa_attend *j);
+
+/* The rows of a chunk of one sequence (arg of dsattn_csa_chunk_row): a
+ * prefill's window entries (dsattn_window_idx_prefill) or the decode
+ * ring's (valid_first: V4's order, dsattn_window_idx_decode_valid_first),
+ * then row t of the top-k rows cidx [s, src.cw]; the same sources for
+ * every row. */
+typedef struct {
+    const dsattn_csa_chunk *ck;
+    size_t                  w;
+    int                     valid_first;
+    const int32_t          *cidx;
+    dsattn_csa_row_src      src;
+} dsattn_csa_chunk_rows;
+
+void dsattn_csa_chunk_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src);
 
 #endif /* DSATTN_CSA_H */

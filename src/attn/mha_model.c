@@ -15,6 +15,7 @@
 
 #include "jsoncfg.h"
 #include "numfmt.h"
+#include "seq_glue.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -337,14 +338,7 @@ void dsattn_mha_seq_destroy(dsattn_mha_seq *s)
     free(s);
 }
 
-int64_t dsattn_mha_seq_pos(const dsattn_mha_seq *s) { return s ? s->pos : -1; }
-
-dsattn_status dsattn_mha_seq_advance(dsattn_mha_seq *s, size_t n)
-{
-    if (!s || n == 0 || n > s->max_seq_len - (size_t)s->pos) return DSATTN_ERR_INVALID_ARG;
-    s->pos += (int64_t)n;
-    return DSATTN_OK;
-}
+DSATTN_SEQ_POS_API(mha)
 
 dsattn_status dsattn_mha_seq_kv(const dsattn_mha_seq *s, int layer, size_t pos,
                                 float *k, float *v)

@@ -43,6 +43,7 @@
 #include "batch_common.h"
 #include "ktab.h"
 #include "numfmt.h"
+#include "seq_glue.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -132,17 +133,11 @@ void dsattn_mla_seq_destroy(dsattn_mla_seq *s)
     free(s);
 }
 
-int64_t dsattn_mla_seq_pos(const dsattn_mla_seq *s) { return s ? s->pos : -1; }
+DSATTN_SEQ_POS_API(mla)
+
 dsattn_mla_cache dsattn_mla_seq_cache_format(const dsattn_mla_seq *s)
 {
     return s ? s->fmt : (dsattn_mla_cache)-1;
-}
-
-dsattn_status dsattn_mla_seq_advance(dsattn_mla_seq *s, size_t n)
-{
-    if (!s || n == 0 || n > s->max_seq_len - (size_t)s->pos) return DSATTN_ERR_INVALID_ARG;
-    s->pos += (int64_t)n;
-    return DSATTN_OK;
 }
 
 /* ==== Cache rows ======================================================== */
@@ -1389,30 +1384,7 @@ size_t dsattn_mla_seq_scratch_at(const dsattn_mla *m, size_t cap, dsattn_mla_cac
 
 /* ==== The golden-case stack and accessors =============================== */
 
-/* adapters for the shared stand-in loop (src/ops: dsattn_standin_stack) */
-static dsattn_status mla_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
-                                float *out)
-{
-    return dsattn_mla_attn_forward(ctx, (dsattn_mla_seq *)seq, l, x, n, out);
-}
-
-static const float *mla_norm(const void *seq, int l)
-{
-    return ((const dsattn_mla_seq *)seq)->m->layer[l].attn_norm;
-}
-
-dsattn_status dsattn_mla_stack_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, float *h, size_t n,
-                   float *attn_in, float *attn_out)
-{
-    if (!ctx || !seq || !h || n == 0 || n > seq->max_seq_len - (size_t)seq->pos)
-        return DSATTN_ERR_INVALID_ARG;
-    dsattn_status st = dsattn_standin_stack(ctx, seq, mla_layer, mla_norm,
-                                            (size_t)seq->m->cfg.n_layers,
-                                            (size_t)seq->m->cfg.dim, seq->m->cfg.eps, h, n,
-                                            attn_in, attn_out, &seq->ws);
-    if (!st) st = dsattn_mla_seq_advance(seq, n);
-    return st;
-}
+DSATTN_STANDIN_STACK_API(mla, eps)
 
 dsattn_status dsattn_mla_seq_selection(const dsattn_mla_seq *s, int layer, const int32_t **rows,
                                        size_t *n_rows, size_t *width)

@@ -93,11 +93,7 @@ dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err,
 /* Bytes of one packed row: MODEL1 KV (584 at 512/64), index key (68 at 128). */
 /* ==== Pieces of the layer forward a batched step shares ================ */
 
-typedef struct {
-    size_t  s;                /* rows in this chunk                          */
-    int64_t start_pos;
-    int     prefill;
-} dsattn_v4_chunk;
+typedef dsattn_csa_chunk dsattn_v4_chunk;
 
 /* A compressor of layer l (index 0: the main one, 1: the CSA indexer's)
  * after its projections kv, z [ck->s, coff*d] (wkv x, wgate x, fp32):

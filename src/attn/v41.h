@@ -113,11 +113,7 @@ size_t dsattn_v41_candidate_pool(const float *scores, size_t T, size_t cl, size_
 
 /* ==== Pieces of the layer forward a batched step shares ================ */
 
-typedef struct {
-    size_t  s;                /* rows in this chunk                          */
-    int64_t start_pos;
-    int     prefill;
-} dsattn_v41_chunk;
+typedef dsattn_csa_chunk dsattn_v41_chunk;
 
 /* A ratio >= 2 compressor after its projections: kv, z [ck->s, D] fp32
  * (wkv x, wgate x) pooled into the layer's state; the completed groups'

@@ -131,23 +131,53 @@ static float *batch_scratch(dsattn_ctx *ctx, const bplan *p)
 
 /* ==== The batched layer ================================================= */
 
+/* Row i of a batched step: sequence i's one token at pos[i]. */
+typedef struct {
+    dsattn_v41_seq *const *seqs;
+    const int64_t         *pos;
+    int                    l;
+    const uint8_t         *wrow;      /* [B, swa_bytes] this step's window rows */
+} batch_rows;
+
+static void batch_row(const void *arg, size_t i, int32_t *idx, dsattn_csa_row_src *src)
+{
+    const batch_rows *r = arg;
+    const dsattn_v41_seq *s = r->seqs[i];
+    const dsattn_v41_config *c = &s->m->cfg;
+    const dsattn_v41_layer_w *L = &s->m->layer[r->l];
+    const size_t D = (size_t)c->head_dim, w = (size_t)c->window_size;
+    const size_t swab = dsattn_v41_swa_bytes(c);
+    const int prefill = r->pos[i] == 0;
+    const dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA,
+                                 prefill ? r->wrow + i * swab : s->layer[r->l].ring, swab,
+                                 prefill ? 1 : w, D, 0 };
+    const dsattn_kv_src none = { DSATTN_KV_V41_FP4, NULL, dsattn_v41_ckv_bytes(c), 0, D, 0 };
+    *src = (dsattn_csa_row_src){ wsrc, none, prefill ? 1 : w, 0, -1e30f, 0 };
+    if (prefill) dsattn_window_idx_prefill(w, 1, 0, idx);
+    else dsattn_window_idx_decode(w, r->pos[i], idx);
+    if (L->ratio > 0) {
+        src->csrc.base = s->layer[s->rt.compress_kv].ckv;
+        src->csrc.n_rows = (size_t)(r->pos[i] + 1) / (size_t)L->ratio;
+        src->cw = s->rt.topk_w;
+        if (src->cw) memcpy(idx + src->ww, s->rt.topk, src->cw * sizeof(int32_t));
+    }
+}
+
 static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t B, int l,
                                  const float *x, float *out, float *base, const bplan *bp)
 {
     const dsattn_v41 *m = seqs[0]->m;
     const dsattn_v41_config *c = &m->cfg;
     const dsattn_v41_layer_w *L = &m->layer[l];
-    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t dim = (size_t)c->dim, D = (size_t)c->head_dim;
     const size_t rd = (size_t)c->rope_head_dim, w = (size_t)c->window_size;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
-    const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     int64_t *pos = (int64_t *)(base + bp->pos);
     float *qr = base + bp->qr, *q = base + bp->q, *kvw = base + bp->kvw, *o = base + bp->o;
     float *oa = base + bp->oa, *lat = base + bp->lat, *aqs = base + bp->aqs;
     float *ckz = base + bp->ckz, *kk = base + bp->kk, *qi = base + bp->qi, *wts = base + bp->wts;
     size_t *nnew = (size_t *)(base + bp->nnew), *latrow = nnew + B;
-    float *thr_ws = base + bp->thr;
     uint8_t *wrow = (uint8_t *)(base + bp->wrow);
     float cs[64], sn[64];
     dsattn_status st;
@@ -251,42 +281,12 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     }
 
     /* ---- attention: (sequence, head group) tasks, each output computed
-     * by one thread in one order, as in the one-sequence forward */
-    const float scale = (float)pow((double)D, -0.5);
-    const size_t hg = bp->hg, hper = bp->hper, n_tasks = B * hg;
-    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
-        const size_t i = task / hg, h0 = (task % hg) * hper;
-        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
-        if (nhh == 0) continue;
-        const dsattn_v41_seq *s = seqs[i];
-        const int prefill = pos[i] == 0;
-        float *ws = thr_ws + (size_t)dsattn_thread_num() * bp->per_thr;
-        int32_t *idx = (int32_t *)(ws + bp->att_ws);
-        const size_t ww = prefill ? 1 : w;
-        const dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA,
-                                     prefill ? wrow + i * swab : s->layer[l].ring, swab,
-                                     prefill ? 1 : w, D, 0 };
-        dsattn_kv_src csrc = { DSATTN_KV_V41_FP4, NULL, ckvb, 0, D, 0 };
-        size_t cw = 0;
-        if (prefill) dsattn_window_idx_prefill(w, 1, 0, idx);
-        else dsattn_window_idx_decode(w, pos[i], idx);
-        if (L->ratio > 0) {
-            csrc.base = s->layer[s->rt.compress_kv].ckv;
-            csrc.n_rows = (size_t)(pos[i] + 1) / (size_t)L->ratio;
-            cw = s->rt.topk_w;
-            if (cw) memcpy(idx + ww, s->rt.topk, cw * sizeof(int32_t));
-        }
-        dsattn_sparse_attn(ctx, q + (i * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
-                           ww + cw, L->sink + h0, scale, -1e30f, o + (i * H + h0) * D, ws);
-    });
-    dsattn_phase_end(ctx, &pm);
-
-    /* ---- inverse RoPE at each row's position, grouped wo_a, wo_b */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
-    st = dsattn_attn_output(ctx, &L->attn, &rows, o, oa, out);
-    dsattn_phase_end(ctx, &pm);
-    return st;
+     * by one thread in one order, as in the one-sequence forward; then
+     * inverse RoPE at each row's position, grouped wo_a, wo_b */
+    const batch_rows br = { seqs, pos, l, wrow };
+    const dsattn_csa_attend job = { q, o, oa, out, L->sink, bp->hg, bp->hper, bp->att_ws,
+                                    bp->per_thr, base + bp->thr, batch_row, &br };
+    return dsattn_csa_attend_output(ctx, &L->attn, &rows, &job);
 }
 
 /* ==== Public entry points =============================================== */

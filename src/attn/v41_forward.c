@@ -23,6 +23,7 @@
 #include "v41.h"
 
 #include "numfmt.h"
+#include "seq_glue.h"
 
 #include <math.h>
 #include <omp.h>
@@ -152,14 +153,7 @@ void dsattn_v41_seq_destroy(dsattn_v41_seq *s)
     free(s);
 }
 
-int64_t dsattn_v41_seq_pos(const dsattn_v41_seq *s) { return s ? s->pos : -1; }
-
-dsattn_status dsattn_v41_seq_advance(dsattn_v41_seq *s, size_t n)
-{
-    if (!s || n == 0 || n > s->max_seq_len - (size_t)s->pos) return DSATTN_ERR_INVALID_ARG;
-    s->pos += (int64_t)n;
-    return DSATTN_OK;
-}
+DSATTN_SEQ_POS_API(v41)
 
 /* ==== Helpers =========================================================== */
 
@@ -527,6 +521,53 @@ static void v41_decode_scratch(const dsattn_v41 *m, size_t cap, size_t *fwd, siz
     }
 }
 
+/* ==== Steps the layer forward and the CED row forward share ============= */
+
+/* An index source with no compressed entry visible yet: the shared top-k
+ * slot holds `rows` empty rows from position p0, and so does its own
+ * selection. */
+static void topk_empty(dsattn_v41_seq *seq, int l, size_t rows, int64_t p0)
+{
+    seq->rt.topk_rows = rows;
+    seq->rt.topk_p0 = p0;
+    seq->rt.topk_w = 0;
+    seq->rt.topk_valid = 1;
+    seq->rt.topk_layer = l;
+    seq->layer[l].sel_rows = rows;
+    seq->layer[l].sel_w = 0;
+}
+
+/* A KV source's n_new new latents (entries first.. of its cache): RoPE at
+ * the entry's position (entry * ratio), then packed FP4 into the cache. */
+static void publish_latents(dsattn_v41_seq *seq, int l, float *lat, size_t n_new, size_t first)
+{
+    const dsattn_v41_config *c = &seq->m->cfg;
+    const dsattn_v41_layer_w *L = &seq->m->layer[l];
+    const size_t D = (size_t)c->head_dim, rd = (size_t)c->rope_head_dim;
+    const size_t ratio = (size_t)L->ratio, ckvb = dsattn_v41_ckv_bytes(c);
+    float cs[64], sn[64];
+    for (size_t i = 0; i < n_new; i++) {
+        float *v = lat + i * D;
+        dsattn_rope_cs(&L->rope, (int64_t)((first + i) * ratio), cs, sn);
+        dsattn_rope_apply(v + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
+        dsattn_v41_kv_pack(v, D, seq->layer[l].ckv + (first + i) * ckvb, NULL);
+    }
+}
+
+/* A compressed layer reads the current compress_kv slot (its n_rows
+ * entries) and the top-k rows of the last index source; recorded for the
+ * accessors. */
+static dsattn_status read_sources(dsattn_v41_seq *seq, int l, size_t n_rows, dsattn_kv_src *csrc)
+{
+    const int src = seq->rt.compress_kv;
+    if (src < 0) return DSATTN_ERR_INVALID_ARG;
+    seq->layer[l].source_read = src;
+    seq->layer[l].topk_read = seq->rt.topk_layer;
+    csrc->base = seq->layer[src].ckv;
+    csrc->n_rows = n_rows;
+    return DSATTN_OK;
+}
+
 dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
                                       int l, const float *x, size_t s, float *out)
 {
@@ -541,7 +582,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     if (!L->wq_a.data) return DSATTN_ERR_UNSUPPORTED;      /* config-only model */
     const chunk ck = { s, seq->pos, seq->pos == 0 };
     const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
-    const size_t rd = (size_t)c->rope_head_dim, QL = (size_t)c->q_lora_rank;
+    const size_t QL = (size_t)c->q_lora_rank;
     const size_t G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank, w = (size_t)c->window_size;
     const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
     const size_t wrows = ck.prefill ? s : w;               /* window rows attended */
@@ -558,7 +599,6 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     float *lat = oa + s * G * R, *aqs = lat + s * D;
     float *thr_ws = aqs + dsattn_attn_aq_scratch(s, maxk);
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
-    float cs[64], sn[64];
 
     /* ---- query path: q_norm(wq_a x) -> wq_b -> RoPE on each head's tail */
     dsattn_phase_mark pm;
@@ -598,13 +638,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         if (!L->is_index_source) {
             if (!seq->rt.topk_valid || seq->rt.topk_rows != s) return DSATTN_ERR_INVALID_ARG;
         } else if (compress_len == 0) {
-            seq->rt.topk_rows = s;
-            seq->rt.topk_p0 = ck.start_pos;
-            seq->rt.topk_w = 0;
-            seq->rt.topk_valid = 1;
-            seq->rt.topk_layer = l;
-            S->sel_rows = s;
-            S->sel_w = 0;
+            topk_empty(seq, l, s, ck.start_pos);
         } else {
             dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
             st = run_indexer(ctx, seq, l, x, qr, &ck, 0, lat, n_new, wrows, NULL);
@@ -613,50 +647,20 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         }
         if (n_new) {
             dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
-            const size_t first = (size_t)ck.start_pos / ratio;
-            for (size_t i = 0; i < n_new; i++) {
-                float *v = lat + i * D;
-                dsattn_rope_cs(&L->rope, (int64_t)((first + i) * ratio), cs, sn);
-                dsattn_rope_apply(v + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
-                dsattn_v41_kv_pack(v, D, S->ckv + (first + i) * ckvb, NULL);
-            }
+            publish_latents(seq, l, lat, n_new, (size_t)ck.start_pos / ratio);
             dsattn_phase_end(ctx, &pm);
         }
-        int src = seq->rt.compress_kv;
-        if (src < 0) return DSATTN_ERR_INVALID_ARG;
-        S->source_read = src;
-        S->topk_read = seq->rt.topk_layer;
-        csrc.base = seq->layer[src].ckv;
-        csrc.n_rows = compress_len;
+        if ((st = read_sources(seq, l, compress_len, &csrc))) return st;
         cidx = seq->rt.topk;
         cw = seq->rt.topk_w;
     }
 
-    /* ---- one sparse attention over [window rows ; compressed rows]: tasks
-     * are (token, head group); each output is computed by one thread in one
-     * order, so the result does not depend on the thread count. */
-    const float scale = (float)pow((double)D, -0.5);
-    const size_t n_tasks = s * hg;
-    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
-        const size_t t = task / hg, h0 = (task % hg) * hper;
-        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
-        if (nhh == 0) continue;
-        float *ws = thr_ws + (size_t)dsattn_thread_num() * per_thr;
-        int32_t *idx = (int32_t *)(ws + att_ws);
-        if (ck.prefill) dsattn_window_idx_prefill(w, s, t, idx);
-        else dsattn_window_idx_decode(w, ck.start_pos, idx);
-        if (cw) memcpy(idx + ww, cidx + t * cw, cw * sizeof(int32_t));
-        dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
-                           ww + cw, L->sink + h0, scale, -1e30f, o + (t * H + h0) * D, ws);
-    });
-    dsattn_phase_end(ctx, &pm);
-
-    /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
-    st = dsattn_attn_output(ctx, &L->attn, &rows, o, oa, out);
-    dsattn_phase_end(ctx, &pm);
-    return st;
+    /* ---- one sparse attention over [window rows ; compressed rows], then
+     * inverse RoPE at the query position, grouped wo_a, wo_b */
+    const dsattn_csa_chunk_rows cr = { &ck, w, 0, cidx, { wsrc, csrc, ww, cw, -1e30f, 0 } };
+    const dsattn_csa_attend job = { q, o, oa, out, L->sink, hg, hper, att_ws, per_thr, thr_ws,
+                                    dsattn_csa_chunk_row, &cr };
+    return dsattn_csa_attend_output(ctx, &L->attn, &rows, &job);
 }
 
 size_t dsattn_v41_seq_scratch_at(const dsattn_v41 *m, size_t cap)
@@ -676,30 +680,7 @@ size_t dsattn_v41_seq_scratch_at(const dsattn_v41 *m, size_t cap)
 
 /* ==== The golden-case stack and accessors =============================== */
 
-/* adapters for the shared stand-in loop (src/ops: dsattn_standin_stack) */
-static dsattn_status v41_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
-                                float *out)
-{
-    return dsattn_v41_attn_forward(ctx, (dsattn_v41_seq *)seq, l, x, n, out);
-}
-
-static const float *v41_norm(const void *seq, int l)
-{
-    return ((const dsattn_v41_seq *)seq)->m->layer[l].attn_norm;
-}
-
-dsattn_status dsattn_v41_stack_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq, float *h, size_t n,
-                   float *attn_in, float *attn_out)
-{
-    if (!ctx || !seq || !h || n == 0 || n > seq->max_seq_len - (size_t)seq->pos)
-        return DSATTN_ERR_INVALID_ARG;
-    dsattn_status st = dsattn_standin_stack(ctx, seq, v41_layer, v41_norm,
-                                            (size_t)seq->m->cfg.n_layers,
-                                            (size_t)seq->m->cfg.dim, seq->m->cfg.norm_eps, h, n,
-                                            attn_in, attn_out, &seq->ws);
-    if (!st) seq->pos += (int64_t)n;
-    return st;
-}
+DSATTN_STANDIN_STACK_API(v41, norm_eps)
 
 dsattn_status dsattn_v41_seq_selection(const dsattn_v41_seq *s, int layer,
                                        const int32_t **rows, size_t *n_rows,
@@ -839,6 +820,29 @@ dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
 
 /* ==== A suffix of a prefill chunk (CED prefill) ========================= */
 
+/* The index rows of dsattn_v41_attn_forward_rows (below). */
+typedef struct {
+    dsattn_csa_row_src src;
+    size_t             w, P, qpos, kpos;   /* window, chunk end, first query / KV row */
+    const int32_t     *cidx;               /* [nout, cw] top-k rows                  */
+    size_t             coff, nkv;          /* their writer's offset, this call's     */
+} ced_rows;
+
+static void ced_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)
+{
+    const ced_rows *r = arg;
+    const size_t ww = r->src.ww, cw = r->src.cw;
+    dsattn_window_idx_prefill(r->w, r->P, r->qpos + t, idx);
+    for (size_t i = 0; i < ww; i++)
+        idx[i] = idx[i] >= 0 && (size_t)idx[i] >= r->kpos ? (int32_t)((size_t)idx[i] - r->kpos)
+                                                           : -1;
+    for (size_t i = 0; i < cw; i++) {
+        const int32_t v = r->cidx[t * cw + i];
+        idx[ww + i] = v >= 0 ? (int32_t)((size_t)v - r->coff + r->nkv) : -1;
+    }
+    *src = r->src;
+}
+
 /* The layer forward over rows [first, first + n) of a prompt chunk that
  * starts at position 0 and ends at first + n, with attention outputs for
  * rows [first + out_first, first + n) only.  The layer's window has not seen
@@ -865,7 +869,7 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     if (L->is_kv_source && first != 0) return DSATTN_ERR_INVALID_ARG;
     const chunk ck = { n, (int64_t)first, 1 };
     const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
-    const size_t rd = (size_t)c->rope_head_dim, QL = (size_t)c->q_lora_rank;
+    const size_t QL = (size_t)c->q_lora_rank;
     const size_t G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank, w = (size_t)c->window_size;
     const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
     const size_t P = first + n;                              /* the chunk's end      */
@@ -888,7 +892,6 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     float *lat = oa + n * G * R, *aqs = lat + n * D;
     float *thr_ws = aqs + dsattn_attn_aq_scratch(n, maxk);
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * fp.per_thr);
-    float cs[64], sn[64];
     dsattn_phase_mark pm;
 
     dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
@@ -927,13 +930,7 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
                 (int64_t)(qpos + nout) > seq->rt.topk_p0 + (int64_t)seq->rt.topk_rows)
                 return DSATTN_ERR_INVALID_ARG;
         } else if (compress_len == 0) {
-            seq->rt.topk_rows = nout;
-            seq->rt.topk_p0 = (int64_t)qpos;
-            seq->rt.topk_w = 0;
-            seq->rt.topk_valid = 1;
-            seq->rt.topk_layer = l;
-            S->sel_rows = nout;
-            S->sel_w = 0;
+            topk_empty(seq, l, nout, (int64_t)qpos);
         } else {
             dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
             st = run_indexer(ctx, seq, l, x + out_first * dim, qr, &ck, out_first, lat, n_new,
@@ -943,20 +940,10 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         }
         if (n_new) {
             dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
-            for (size_t i = 0; i < n_new; i++) {
-                float *v = lat + i * D;
-                dsattn_rope_cs(&L->rope, (int64_t)(i * ratio), cs, sn);
-                dsattn_rope_apply(v + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
-                dsattn_v41_kv_pack(v, D, S->ckv + i * ckvb, NULL);
-            }
+            publish_latents(seq, l, lat, n_new, 0);
             dsattn_phase_end(ctx, &pm);
         }
-        int src = seq->rt.compress_kv;
-        if (src < 0) return DSATTN_ERR_INVALID_ARG;
-        S->source_read = src;
-        S->topk_read = seq->rt.topk_layer;
-        csrc.base = seq->layer[src].ckv;
-        csrc.n_rows = compress_len;
+        if ((st = read_sources(seq, l, compress_len, &csrc))) return st;
         cw = seq->rt.topk_w;
         cidx = seq->rt.topk + (size_t)((int64_t)qpos - seq->rt.topk_p0) * cw;
         coff = seq->rt.topk_off;
@@ -965,29 +952,8 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     /* one sparse attention per (row, head group): the window entries of the
      * row's position in a whole-chunk prefill, moved to this call's window
      * rows; the top-k rows moved from their writer's offset to nkv */
-    const float scale = (float)pow((double)D, -0.5);
-    const size_t n_tasks = nout * hg;
-    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
-        const size_t t = task / hg, h0 = (task % hg) * hper;
-        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
-        if (nhh == 0) continue;
-        float *ws = thr_ws + (size_t)dsattn_thread_num() * fp.per_thr;
-        int32_t *idx = (int32_t *)(ws + att_ws);
-        dsattn_window_idx_prefill(w, P, qpos + t, idx);
-        for (size_t i = 0; i < ww; i++)
-            idx[i] = idx[i] >= 0 && (size_t)idx[i] >= kpos ? (int32_t)((size_t)idx[i] - kpos) : -1;
-        for (size_t i = 0; i < cw; i++) {
-            const int32_t v = cidx[t * cw + i];
-            idx[ww + i] = v >= 0 ? (int32_t)((size_t)v - coff + nkv) : -1;
-        }
-        dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
-                           ww + cw, L->sink + h0, scale, -1e30f, o + (t * H + h0) * D, ws);
-    });
-    dsattn_phase_end(ctx, &pm);
-
-    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
-    st = dsattn_attn_output(ctx, &L->attn, &qrows, o, oa, out);
-    dsattn_phase_end(ctx, &pm);
-    return st;
+    const ced_rows cr = { { wsrc, csrc, ww, cw, -1e30f, 0 }, w, P, qpos, kpos, cidx, coff, nkv };
+    const dsattn_csa_attend job = { q, o, oa, out, L->sink, hg, hper, att_ws, fp.per_thr, thr_ws,
+                                    ced_row, &cr };
+    return dsattn_csa_attend_output(ctx, &L->attn, &qrows, &job);
 }

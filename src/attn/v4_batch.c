@@ -90,21 +90,54 @@ static size_t max_cap(dsattn_v4_seq *const *seqs, size_t B)
 
 /* ==== The batched layer ================================================= */
 
+/* Row i of a batched step: sequence i's one token at pos[i], with its own
+ * all-invalid-row rule. */
+typedef struct {
+    dsattn_v4_seq *const *seqs;
+    const int64_t        *pos;
+    int                   l;
+    const uint8_t        *wrow;       /* [B, kv_bytes] this step's window rows  */
+    const int32_t        *crow;       /* [B, cst] compressed index rows         */
+    size_t                cst;
+} batch_rows;
+
+static void batch_row(const void *arg, size_t i, int32_t *idx, dsattn_csa_row_src *src)
+{
+    const batch_rows *r = arg;
+    const dsattn_v4_seq *s = r->seqs[i];
+    const dsattn_v4_config *c = &s->m->cfg;
+    const dsattn_v4_layer_w *L = &s->m->layer[r->l];
+    const dsattn_v4_layer_s *S = &s->layer[r->l];
+    const size_t D = (size_t)c->head_dim, rd = (size_t)c->rope_head_dim;
+    const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
+    const size_t ratio = (size_t)L->ratio;
+    const int prefill = r->pos[i] == 0, zero = s->empty == DSATTN_V4_EMPTY_ZERO;
+    const size_t T = ratio ? (size_t)(r->pos[i] + 1) / ratio : 0;
+    const size_t cw = L->kind == DSATTN_V4_CSA ? DSATTN_MIN((size_t)c->index_topk, T)
+                      : L->kind == DSATTN_V4_HCA ? T : 0;
+    const dsattn_kv_src wsrc = { DSATTN_KV_V4, prefill ? r->wrow + i * kvb : S->kv, kvb,
+                                 prefill ? 1 : w, D, rd };
+    const dsattn_kv_src csrc = { DSATTN_KV_V4, S->kv + w * kvb, kvb, T, D, rd };
+    *src = (dsattn_csa_row_src){ wsrc, csrc, prefill ? 1 : w, cw, zero ? -1e30f : -INFINITY,
+                                 zero };
+    if (prefill) dsattn_window_idx_prefill(w, 1, 0, idx);
+    else dsattn_window_idx_decode_valid_first(w, r->pos[i], idx);
+    if (cw) memcpy(idx + src->ww, r->crow + i * r->cst, cw * sizeof(int32_t));
+}
+
 static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B, int l,
                                  const float *x, float *out, float *base, const bplan *bp)
 {
     const dsattn_v4 *m = seqs[0]->m;
     const dsattn_v4_config *c = &m->cfg;
     const dsattn_v4_layer_w *L = &m->layer[l];
-    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t dim = (size_t)c->dim, D = (size_t)c->head_dim;
     const size_t rd = (size_t)c->rope_head_dim, w = (size_t)c->window_size;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     const size_t kvb = dsattn_v4_kv_bytes(c), ratio = (size_t)L->ratio;
-    const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     int64_t *pos = (int64_t *)(base + bp->pos);
     float *qr = base + bp->qr, *q = base + bp->q, *kvw = base + bp->kvw, *o = base + bp->o;
     float *oa = base + bp->oa, *aqs = base + bp->aqs;
-    float *thr_ws = base + bp->thr;
     int32_t *crow = (int32_t *)(base + bp->crow);
     const size_t cst = bp->cwmax + 1;                   /* crow stride */
     uint8_t *wrow = (uint8_t *)(base + bp->wrow);
@@ -184,48 +217,12 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, si
     }
 
     /* ---- attention: (sequence, head group) tasks, each output computed
-     * by one thread in one order, as in the one-sequence forward */
-    const float scale = (float)pow((double)D, -0.5);
-    const size_t hg = bp->hg, hper = bp->hper, n_tasks = B * hg;
-    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
-        const size_t i = task / hg, h0 = (task % hg) * hper;
-        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
-        if (nhh == 0) continue;
-        const dsattn_v4_seq *s = seqs[i];
-        const dsattn_v4_layer_s *S = &s->layer[l];
-        const int prefill = pos[i] == 0;
-        const size_t T = ratio ? (size_t)(pos[i] + 1) / ratio : 0;
-        const size_t cw = L->kind == DSATTN_V4_CSA ? DSATTN_MIN((size_t)c->index_topk, T)
-                          : L->kind == DSATTN_V4_HCA ? T : 0;
-        const size_t ww = prefill ? 1 : w;
-        float *ws = thr_ws + (size_t)dsattn_thread_num() * bp->per_thr;
-        int32_t *idx = (int32_t *)(ws + bp->att_ws);
-        const dsattn_kv_src wsrc = { DSATTN_KV_V4, prefill ? wrow + i * kvb : S->kv, kvb,
-                                     prefill ? 1 : w, D, rd };
-        const dsattn_kv_src csrc = { DSATTN_KV_V4, S->kv + w * kvb, kvb, T, D, rd };
-        const float max_init = s->empty == DSATTN_V4_EMPTY_ZERO ? -1e30f : -INFINITY;
-        if (prefill) dsattn_window_idx_prefill(w, 1, 0, idx);
-        else dsattn_window_idx_decode_valid_first(w, pos[i], idx);
-        if (cw) memcpy(idx + ww, crow + i * cst, cw * sizeof(int32_t));
-        float *ot = o + (i * H + h0) * D;
-        size_t nv = 1;
-        if (s->empty == DSATTN_V4_EMPTY_ZERO) {
-            nv = 0;
-            for (size_t k = 0; k < ww + cw; k++) nv += idx[k] >= 0;
-            if (nv == 0) memset(ot, 0, nhh * D * sizeof(float));
-        }
-        if (nv)
-            dsattn_sparse_attn(ctx, q + (i * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
-                               ww + cw, L->sink ? L->sink + h0 : NULL, scale, max_init, ot, ws);
-    });
-    dsattn_phase_end(ctx, &pm);
-
-    /* ---- inverse RoPE at each row's position, grouped wo_a, wo_b */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
-    st = dsattn_attn_output(ctx, &L->attn, &rows, o, oa, out);
-    dsattn_phase_end(ctx, &pm);
-    return st;
+     * by one thread in one order, as in the one-sequence forward; then
+     * inverse RoPE at each row's position, grouped wo_a, wo_b */
+    const batch_rows br = { seqs, pos, l, wrow, crow, cst };
+    const dsattn_csa_attend job = { q, o, oa, out, L->sink, bp->hg, bp->hper, bp->att_ws,
+                                    bp->per_thr, base + bp->thr, batch_row, &br };
+    return dsattn_csa_attend_output(ctx, &L->attn, &rows, &job);
 }
 
 /* ==== Public entry points =============================================== */

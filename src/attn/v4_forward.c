@@ -23,6 +23,7 @@
 #include "v4.h"
 
 #include "numfmt.h"
+#include "seq_glue.h"
 
 #include <math.h>
 #include <omp.h>
@@ -121,14 +122,7 @@ void dsattn_v4_seq_destroy(dsattn_v4_seq *s)
     free(s);
 }
 
-int64_t dsattn_v4_seq_pos(const dsattn_v4_seq *s) { return s ? s->pos : -1; }
-
-dsattn_status dsattn_v4_seq_advance(dsattn_v4_seq *s, size_t n)
-{
-    if (!s || n == 0 || n > s->max_seq_len - (size_t)s->pos) return DSATTN_ERR_INVALID_ARG;
-    s->pos += (int64_t)n;
-    return DSATTN_OK;
-}
+DSATTN_SEQ_POS_API(v4)
 
 /* The forward's scratch: sized at creation for a decode step
  * (v4_decode_scratch), grown only by a prefill chunk that needs more. */
@@ -449,38 +443,15 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
         if (st) return st;
     }
 
-    /* ---- one sparse attention over [window rows ; compressed rows]: tasks
-     * are (token, head group); each output is computed by one thread in one
-     * order, so the result does not depend on the thread count. */
-    const float scale = (float)pow((double)D, -0.5);
-    const float max_init = seq->empty == DSATTN_V4_EMPTY_ZERO ? -1e30f : -INFINITY;
-    const size_t n_tasks = s * hg;
-    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
-        const size_t t = task / hg, h0 = (task % hg) * hper;
-        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
-        if (nhh == 0) continue;
-        float *ws = thr_ws + (size_t)dsattn_thread_num() * per_thr;
-        int32_t *idx = (int32_t *)(ws + att_ws);
-        if (ck.prefill) dsattn_window_idx_prefill(w, s, t, idx);
-        else dsattn_window_idx_decode_valid_first(w, ck.start_pos, idx);
-        if (cw) memcpy(idx + ww, crow + t * cw, cw * sizeof(int32_t));
-        float *ot = o + (t * H + h0) * D;
-        if (seq->empty == DSATTN_V4_EMPTY_ZERO) {
-            size_t nv = 0;
-            for (size_t i = 0; i < ww + cw; i++) nv += idx[i] >= 0;
-            if (nv == 0) { memset(ot, 0, nhh * D * sizeof(float)); continue; }
-        }
-        dsattn_sparse_attn(ctx, q + (t * H + h0) * D, nhh, D, &wsrc, cw ? &csrc : NULL, idx,
-                           ww + cw, L->sink ? L->sink + h0 : NULL, scale, max_init, ot, ws);
-    });
-    dsattn_phase_end(ctx, &pm);
-
-    /* ---- inverse RoPE at the query position, grouped wo_a, wo_b */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
-    st = dsattn_attn_output(ctx, &L->attn, &rows, o, oa, out);
-    dsattn_phase_end(ctx, &pm);
-    return st;
+    /* ---- one sparse attention over [window rows ; compressed rows] (a row
+     * with no valid entry: the sequence's dsattn_v4_empty rule), then
+     * inverse RoPE at the query position, grouped wo_a, wo_b */
+    const int zero = seq->empty == DSATTN_V4_EMPTY_ZERO;
+    const dsattn_csa_chunk_rows cr = { &ck, w, 1, crow,
+                                       { wsrc, csrc, ww, cw, zero ? -1e30f : -INFINITY, zero } };
+    const dsattn_csa_attend job = { q, o, oa, out, L->sink, hg, hper, att_ws, per_thr, thr_ws,
+                                    dsattn_csa_chunk_row, &cr };
+    return dsattn_csa_attend_output(ctx, &L->attn, &rows, &job);
 }
 
 dsattn_status dsattn_v4_compress_rows(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, int index,
@@ -524,30 +495,7 @@ size_t dsattn_v4_seq_scratch_at(const dsattn_v4 *m, size_t cap)
 
 /* ==== The golden-case stack and accessors =============================== */
 
-/* adapters for the shared stand-in loop (src/ops: dsattn_standin_stack) */
-static dsattn_status v4_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
-                                float *out)
-{
-    return dsattn_v4_attn_forward(ctx, (dsattn_v4_seq *)seq, l, x, n, out);
-}
-
-static const float *v4_norm(const void *seq, int l)
-{
-    return ((const dsattn_v4_seq *)seq)->m->layer[l].attn_norm;
-}
-
-dsattn_status dsattn_v4_stack_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, float *h, size_t n,
-                   float *attn_in, float *attn_out)
-{
-    if (!ctx || !seq || !h || n == 0 || n > seq->max_seq_len - (size_t)seq->pos)
-        return DSATTN_ERR_INVALID_ARG;
-    dsattn_status st = dsattn_standin_stack(ctx, seq, v4_layer, v4_norm,
-                                            (size_t)seq->m->cfg.n_layers,
-                                            (size_t)seq->m->cfg.dim, seq->m->cfg.norm_eps, h, n,
-                                            attn_in, attn_out, &seq->ws);
-    if (!st) seq->pos += (int64_t)n;
-    return st;
-}
+DSATTN_STANDIN_STACK_API(v4, norm_eps)
 
 dsattn_status dsattn_v4_seq_selection(const dsattn_v4_seq *s, int layer,
                                       const int32_t **rows, size_t *n_rows, size_t *width)

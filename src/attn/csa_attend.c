@@ -1,0 +1,64 @@
+/* csa_attend.c - the attention and output phases of a V4 / V4.1 layer step,
+ * written once for the one-sequence forwards (v4_forward.c, v41_forward.c,
+ * the CED row forward) and the batched ones (v4_batch.c, v41_batch.c): one
+ * sparse attention per (row, head group) task over the row's window and
+ * compressed entries, then the inverse RoPE and grouped output projection
+ * (dsattn_attn_output).
+ *
+ * Each output is computed by one thread in one order, so the result does
+ * not depend on the thread count.  What differs between the callers - which
+ * entries a row's index row names, and from which caches - is the caller's
+ * `row` function (csa.h, dsattn_csa_attend); the index row of a chunk of
+ * one sequence is dsattn_csa_chunk_row here.
+ */
+#include "csa.h"
+
+#include <math.h>
+#include <string.h>
+
+dsattn_status dsattn_csa_attend_output(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                       const dsattn_attn_rows *rows, const dsattn_csa_attend *j)
+{
+    const size_t H = a->H, D = a->D, hg = j->hg, hper = j->hper;
+    const int nthr = DSATTN_MAX(ctx->n_threads, 1);
+    const float scale = (float)pow((double)D, -0.5);
+    const size_t n_tasks = rows->n * hg;
+    dsattn_phase_mark pm;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
+    DSATTN_PARALLEL_FOR_DYN(nthr, task, n_tasks, {
+        const size_t t = task / hg, h0 = (task % hg) * hper;
+        const size_t nhh = DSATTN_MIN(hper, H - DSATTN_MIN(H, h0));
+        if (nhh == 0) continue;
+        float *ws = j->thr_ws + (size_t)dsattn_thread_num() * j->per_thr;
+        int32_t *idx = (int32_t *)(ws + j->att_ws);
+        dsattn_csa_row_src src;
+        j->row(j->arg, t, idx, &src);
+        const size_t n_idx = src.ww + src.cw;
+        float *ot = j->o + (t * H + h0) * D;
+        if (src.zero_empty) {
+            size_t nv = 0;
+            for (size_t i = 0; i < n_idx; i++) nv += idx[i] >= 0;
+            if (nv == 0) { memset(ot, 0, nhh * D * sizeof(float)); continue; }
+        }
+        dsattn_sparse_attn(ctx, j->q + (t * H + h0) * D, nhh, D, &src.wsrc,
+                           src.cw ? &src.csrc : NULL, idx, n_idx, j->sink ? j->sink + h0 : NULL,
+                           scale, src.max_init, ot, ws);
+    });
+    dsattn_phase_end(ctx, &pm);
+
+    dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
+    dsattn_status st = dsattn_attn_output(ctx, a, rows, j->o, j->oa, j->out);
+    dsattn_phase_end(ctx, &pm);
+    return st;
+}
+
+void dsattn_csa_chunk_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)
+{
+    const dsattn_csa_chunk_rows *r = arg;
+    const dsattn_csa_chunk *ck = r->ck;
+    if (ck->prefill) dsattn_window_idx_prefill(r->w, ck->s, t, idx);
+    else if (r->valid_first) dsattn_window_idx_decode_valid_first(r->w, ck->start_pos, idx);
+    else dsattn_window_idx_decode(r->w, ck->start_pos, idx);
+    *src = r->src;
+    if (src->cw) memcpy(idx + src->ww, r->cidx + t * src->cw, src->cw * sizeof(int32_t));
+}
