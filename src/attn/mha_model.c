@@ -364,13 +364,12 @@ size_t dsattn_mha_seq_scratch_at(const dsattn_mha *m, size_t cap)
 dsattn_status dsattn_mha_seq_kv_bill(const dsattn_mha_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;
-    memset(b, 0, sizeof *b);
     /* What seq_create allocated: two caches of Hkv * d * cap bf16 per held
-     * layer (no repeat_kv copies, no window, no state). */
-    b->global_bytes_allocated = s->bytes_allocated;
-    b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
-    b->scratch_bytes = s->scratch_size;             /* the forward's scratch */
-    return DSATTN_OK;
+     * layer (no repeat_kv copies, no window, no state), and the forward's
+     * scratch. */
+    *b = (dsattn_kv_bill){ .global_bytes_allocated = s->bytes_allocated,
+                           .scratch_bytes = s->scratch_size };
+    return dsattn_kv_bill_per_token(b, s->max_seq_len);
 }
 
 /* Tokens per generator of the synthetic fill: the 64 the first layout

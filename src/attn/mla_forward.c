@@ -1428,12 +1428,10 @@ dsattn_status dsattn_mla_seq_index_key(const dsattn_mla_seq *s, int layer, size_
 dsattn_status dsattn_mla_seq_kv_bill(const dsattn_mla_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;
-    memset(b, 0, sizeof *b);
     /* the byte counts seq_create recorded as it allocated */
-    b->global_bytes_allocated = s->kv_bytes;
-    b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
-    b->scratch_bytes = s->scratch_bytes;
-    return DSATTN_OK;
+    *b = (dsattn_kv_bill){ .global_bytes_allocated = s->kv_bytes,
+                           .scratch_bytes = s->scratch_bytes };
+    return dsattn_kv_bill_per_token(b, s->max_seq_len);
 }
 
 dsattn_status dsattn_mla_seq_fill_synthetic(dsattn_mla_seq *s, int64_t depth, uint64_t seed)

@@ -2,7 +2,8 @@
  * written once as macros that a generation's forward file expands: the
  * position accessor and advance (dsattn_<g>_seq_pos / _seq_advance) and the
  * golden cases' stand-in stack (dsattn_<g>_stack_forward: the shared loop
- * of src/ops, dsattn_standin_stack, over the generation's layer forward).
+ * of src/ops, dsattn_standin_stack, over the generation's layer forward),
+ * and the per-token field of the KV bill.
  *
  * Of the sequence type dsattn_<g>_seq they read only the fields pos,
  * max_seq_len, ws and m (whose cfg.n_layers, cfg.dim and layer[l].attn_norm
@@ -45,5 +46,13 @@
             (size_t)seq->m->cfg.dim, seq->m->cfg.EPS, h, n, attn_in, attn_out, &seq->ws); \
         return st ? st : dsattn_##g##_seq_advance(seq, n);                              \
     }
+
+/* The last field of a sequence's dsattn_kv_bill: global bytes per token of
+ * its capacity.  Returns DSATTN_OK, for the bill function to return. */
+static inline dsattn_status dsattn_kv_bill_per_token(dsattn_kv_bill *b, size_t max_seq_len)
+{
+    b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)max_seq_len;
+    return DSATTN_OK;
+}
 
 #endif /* DSATTN_SEQ_GLUE_H */

@@ -523,6 +523,19 @@ static void v41_decode_scratch(const dsattn_v41 *m, size_t cap, size_t *fwd, siz
 
 /* ==== Steps the layer forward and the CED row forward share ============= */
 
+/* A KV source's compressor over the chunk (phase COMPRESS): its completed
+ * groups' latents in lat, and the compress_kv slot names the layer. */
+static dsattn_status compress_source(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l, const float *x,
+                                     const chunk *ck, float *lat, size_t *n_new)
+{
+    dsattn_phase_mark pm;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
+    dsattn_status st = run_compressor(ctx, seq, l, x, ck, lat, n_new);
+    dsattn_phase_end(ctx, &pm);
+    if (!st) seq->rt.compress_kv = l;
+    return st;
+}
+
 /* An index source with no compressed entry visible yet: the shared top-k
  * slot holds `rows` empty rows from position p0, and so does its own
  * selection. */
@@ -628,13 +641,8 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         const size_t ratio = (size_t)L->ratio;
         const size_t compress_len = ((size_t)ck.start_pos + s) / ratio;
         size_t n_new = 0;
-        if (L->is_kv_source) {
-            dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
-            st = run_compressor(ctx, seq, l, x, &ck, lat, &n_new);
-            dsattn_phase_end(ctx, &pm);
-            if (st) return st;
-            seq->rt.compress_kv = l;
-        }
+        if (L->is_kv_source && (st = compress_source(ctx, seq, l, x, &ck, lat, &n_new)))
+            return st;
         if (!L->is_index_source) {
             if (!seq->rt.topk_valid || seq->rt.topk_rows != s) return DSATTN_ERR_INVALID_ARG;
         } else if (compress_len == 0) {
@@ -745,18 +753,14 @@ dsattn_status dsattn_v41_seq_cache(const dsattn_v41_seq *s, int layer, int which
 dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;
-    memset(b, 0, sizeof *b);
     /* the byte counts seq_create recorded as it allocated, and the scratch
      * and runtime buffers as they are now */
-    b->global_bytes_allocated = s->kv_bytes;
-    b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
-    b->window_bytes = s->window_bytes;
-    b->state_bytes = s->state_bytes;
     size_t sc = s->scratch_size + s->iscratch_size + s->ws.cap;
     sc += (s->rt.topk_cap + s->rt.cand_cap) * sizeof(int32_t) + s->rt.cand_n_cap * sizeof(size_t);
     for (int64_t l = 0; l < s->m->cfg.n_layers; l++) sc += s->layer[l].sel_cap * sizeof(int32_t);
-    b->scratch_bytes = sc;
-    return DSATTN_OK;
+    *b = (dsattn_kv_bill){ .global_bytes_allocated = s->kv_bytes, .window_bytes = s->window_bytes,
+                           .state_bytes = s->state_bytes, .scratch_bytes = sc };
+    return dsattn_kv_bill_per_token(b, s->max_seq_len);
 }
 
 /* Random but valid packed bytes: payload codes uniform, scales in a sane
@@ -918,13 +922,8 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     if (L->ratio > 0) {
         const size_t ratio = (size_t)L->ratio, compress_len = P / ratio;
         size_t n_new = 0;
-        if (L->is_kv_source) {
-            dsattn_phase_begin(ctx, DSATTN_PHASE_COMPRESS, &pm);
-            st = run_compressor(ctx, seq, l, x, &ck, lat, &n_new);
-            dsattn_phase_end(ctx, &pm);
-            if (st) return st;
-            seq->rt.compress_kv = l;
-        }
+        if (L->is_kv_source && (st = compress_source(ctx, seq, l, x, &ck, lat, &n_new)))
+            return st;
         if (!L->is_index_source) {
             if (!seq->rt.topk_valid || seq->rt.topk_p0 > (int64_t)qpos ||
                 (int64_t)(qpos + nout) > seq->rt.topk_p0 + (int64_t)seq->rt.topk_rows)

@@ -537,18 +537,14 @@ dsattn_status dsattn_v4_seq_cache(const dsattn_v4_seq *s, int layer, int which,
 dsattn_status dsattn_v4_seq_kv_bill(const dsattn_v4_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;
-    memset(b, 0, sizeof *b);
     /* the byte counts seq_create recorded as it allocated (one KV buffer per
      * layer: its ring rows are bounded state, the rest is global), and the
      * scratch as it is now */
-    b->global_bytes_allocated = s->kv_bytes;
-    b->global_bytes_per_token = (double)b->global_bytes_allocated / (double)s->max_seq_len;
-    b->window_bytes = s->window_bytes;
-    b->state_bytes = s->state_bytes;
     size_t sc = s->scratch_size + s->ws.cap;
     for (int64_t l = 0; l < s->m->cfg.n_layers; l++) sc += s->layer[l].sel_cap * sizeof(int32_t);
-    b->scratch_bytes = sc;
-    return DSATTN_OK;
+    *b = (dsattn_kv_bill){ .global_bytes_allocated = s->kv_bytes, .window_bytes = s->window_bytes,
+                           .state_bytes = s->state_bytes, .scratch_bytes = sc };
+    return dsattn_kv_bill_per_token(b, s->max_seq_len);
 }
 
 static void rand_row(uint64_t *x, float *v, size_t n)
