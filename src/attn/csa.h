@@ -92,7 +92,28 @@ void dsattn_csa_attn_layer(dsattn_attn_layer *a, const dsattn_csa_config *c, int
  * byte a block; 0 for an unbound weight). */
 size_t dsattn_csa_stored_bytes(const dsattn_weight *w);
 
-/* ==== The attention and output phases of a layer step (csa_attend.c) === */
+/* ==== The phases of a layer step every V4 / V4.1 forward shares ========
+ * (csa_attend.c) */
+
+/* The query and window-KV phases: q, qr from the rows of x (`rows`); the
+ * window KV kvw [krows->n, D] from the rows of kx (krows, kx NULL: the
+ * query's rows), which pack(arg, kvw) quantizes into the generation's
+ * rows and rings. */
+typedef struct {
+    const float            *x;
+    float                  *qr, *q;
+    const dsattn_attn_rows *krows;
+    const float            *kx;
+    float                  *kvw;
+    void                  (*pack)(const void *arg, const float *kvw);
+    const void             *arg;
+} dsattn_csa_qkv;
+
+/* dsattn_attn_query (phase QUERY), then dsattn_attn_window_kv and pack
+ * (phase KV). */
+dsattn_status dsattn_csa_query_kv(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                  const dsattn_attn_rows *rows, const dsattn_csa_qkv *j);
+
 
 /* What one row attends: its window entries and its compressed entries
  * (csrc unused when cw is 0), the widths of the two parts of its index row,

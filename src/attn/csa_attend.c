@@ -1,9 +1,10 @@
-/* csa_attend.c - the attention and output phases of a V4 / V4.1 layer step,
- * written once for the one-sequence forwards (v4_forward.c, v41_forward.c,
- * the CED row forward) and the batched ones (v4_batch.c, v41_batch.c): one
- * sparse attention per (row, head group) task over the row's window and
- * compressed entries, then the inverse RoPE and grouped output projection
- * (dsattn_attn_output).
+/* csa_attend.c - the phases of a V4 / V4.1 layer step written once for the
+ * one-sequence forwards (v4_forward.c, v41_forward.c, the CED row forward)
+ * and the batched ones (v4_batch.c, v41_batch.c): the query and window-KV
+ * projections (the generation packs the new window rows), and the
+ * attention - one sparse attention per (row, head group) task over the
+ * row's window and compressed entries - followed by the inverse RoPE and
+ * grouped output projection (dsattn_attn_output).
  *
  * Each output is computed by one thread in one order, so the result does
  * not depend on the thread count.  What differs between the callers - which
@@ -15,6 +16,21 @@
 
 #include <math.h>
 #include <string.h>
+
+dsattn_status dsattn_csa_query_kv(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                  const dsattn_attn_rows *rows, const dsattn_csa_qkv *j)
+{
+    dsattn_phase_mark pm;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
+    dsattn_status st = dsattn_attn_query(ctx, a, rows, j->x, j->qr, j->q);
+    dsattn_phase_end(ctx, &pm);
+    if (st) return st;
+    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
+    st = dsattn_attn_window_kv(ctx, a, j->krows ? j->krows : rows, j->kx ? j->kx : j->x, j->kvw);
+    if (!st) j->pack(j->arg, j->kvw);
+    dsattn_phase_end(ctx, &pm);
+    return st;
+}
 
 dsattn_status dsattn_csa_attend_output(dsattn_ctx *ctx, const dsattn_attn_layer *a,
                                        const dsattn_attn_rows *rows, const dsattn_csa_attend *j)

@@ -135,9 +135,23 @@ static float *batch_scratch(dsattn_ctx *ctx, const bplan *p)
 typedef struct {
     dsattn_v41_seq *const *seqs;
     const int64_t         *pos;
+    size_t                 B;
     int                    l;
-    const uint8_t         *wrow;      /* [B, swa_bytes] this step's window rows */
+    uint8_t               *wrow;      /* [B, swa_bytes] this step's window rows */
 } batch_rows;
+
+static void pack_window(const void *arg, const float *kvw)
+{
+    const batch_rows *r = arg;
+    const dsattn_v41_config *c = &r->seqs[0]->m->cfg;
+    const size_t D = (size_t)c->head_dim, w = (size_t)c->window_size;
+    const size_t swab = dsattn_v41_swa_bytes(c);
+    for (size_t i = 0; i < r->B; i++) {
+        uint8_t *row = r->wrow + i * swab;
+        dsattn_v41_swa_pack(kvw + i * D, D, row, NULL);
+        memcpy(r->seqs[i]->layer[r->l].ring + ((size_t)r->pos[i] % w) * swab, row, swab);
+    }
+}
 
 static void batch_row(const void *arg, size_t i, int32_t *idx, dsattn_csa_row_src *src)
 {
@@ -172,7 +186,7 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     const size_t dim = (size_t)c->dim, D = (size_t)c->head_dim;
     const size_t rd = (size_t)c->rope_head_dim, w = (size_t)c->window_size;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
-    const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
+    const size_t ckvb = dsattn_v41_ckv_bytes(c);
     int64_t *pos = (int64_t *)(base + bp->pos);
     float *qr = base + bp->qr, *q = base + bp->q, *kvw = base + bp->kvw, *o = base + bp->o;
     float *oa = base + bp->oa, *lat = base + bp->lat, *aqs = base + bp->aqs;
@@ -186,22 +200,11 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     for (size_t i = 0; i < B; i++) pos[i] = seqs[i]->pos;
     const dsattn_attn_rows rows = { B, pos, 0, aqs };
 
-    /* ---- query path over the B rows, each at its own position */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-    st = dsattn_attn_query(ctx, &L->attn, &rows, x, qr, q);
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
-
-    /* ---- window KV rows, each into its sequence's ring */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    st = dsattn_attn_window_kv(ctx, &L->attn, &rows, x, kvw);
-    if (!st)
-        for (size_t i = 0; i < B; i++) {
-            dsattn_v41_swa_pack(kvw + i * D, D, wrow + i * swab, NULL);
-            memcpy(seqs[i]->layer[l].ring + ((size_t)pos[i] % w) * swab, wrow + i * swab, swab);
-        }
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
+    /* ---- query path over the B rows, each at its own position; window KV
+     * rows, each into its sequence's ring */
+    const batch_rows br = { seqs, pos, B, l, wrow };
+    const dsattn_csa_qkv qkv = { x, qr, q, NULL, NULL, kvw, pack_window, &br };
+    if ((st = dsattn_csa_query_kv(ctx, &L->attn, &rows, &qkv))) return st;
 
     /* ---- compressed branch */
     if (L->ratio > 0) {
@@ -283,7 +286,6 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     /* ---- attention: (sequence, head group) tasks, each output computed
      * by one thread in one order, as in the one-sequence forward; then
      * inverse RoPE at each row's position, grouped wo_a, wo_b */
-    const batch_rows br = { seqs, pos, l, wrow };
     const dsattn_csa_attend job = { q, o, oa, out, L->sink, bp->hg, bp->hper, bp->att_ws,
                                     bp->per_thr, base + bp->thr, batch_row, &br };
     return dsattn_csa_attend_output(ctx, &L->attn, &rows, &job);

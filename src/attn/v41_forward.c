@@ -523,6 +523,22 @@ static void v41_decode_scratch(const dsattn_v41 *m, size_t cap, size_t *fwd, siz
 
 /* ==== Steps the layer forward and the CED row forward share ============= */
 
+/* The new window rows of a chunk of one sequence, n from position p0:
+ * FP8 rows in wrow, the last w of them also in the ring (slot pos % w). */
+typedef struct {
+    uint8_t *ring, *wrow;
+    size_t   n, p0, w, D, swab;
+} window_rows;
+
+static void pack_window(const void *arg, const float *kvw)
+{
+    const window_rows *r = arg;
+    for (size_t t = 0; t < r->n; t++)
+        dsattn_v41_swa_pack(kvw + t * r->D, r->D, r->wrow + t * r->swab, NULL);
+    for (size_t t = r->n > r->w ? r->n - r->w : 0; t < r->n; t++)
+        memcpy(r->ring + ((r->p0 + t) % r->w) * r->swab, r->wrow + t * r->swab, r->swab);
+}
+
 /* A KV source's compressor over the chunk (phase COMPRESS): its completed
  * groups' latents in lat, and the compress_kv slot names the layer. */
 static dsattn_status compress_source(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l, const float *x,
@@ -613,24 +629,13 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     float *thr_ws = aqs + dsattn_attn_aq_scratch(s, maxk);
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
 
-    /* ---- query path: q_norm(wq_a x) -> wq_b -> RoPE on each head's tail */
+    /* ---- query path: q_norm(wq_a x) -> wq_b -> RoPE on each head's tail;
+     * window KV: kv_norm(wkv x) -> RoPE -> FP8 rows; ring slot pos % w */
     dsattn_phase_mark pm;
-    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
     const dsattn_attn_rows rows = { s, NULL, ck.start_pos, aqs };
-    st = dsattn_attn_query(ctx, &L->attn, &rows, x, qr, q);
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
-
-    /* ---- window KV: kv_norm(wkv x) -> RoPE -> FP8 rows; ring slot pos % w */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    st = dsattn_attn_window_kv(ctx, &L->attn, &rows, x, kvw);
-    if (!st) {
-        for (size_t t = 0; t < s; t++) dsattn_v41_swa_pack(kvw + t * D, D, wrow + t * swab, NULL);
-        for (size_t t = s > w ? s - w : 0; t < s; t++)
-            memcpy(S->ring + (((size_t)ck.start_pos + t) % w) * swab, wrow + t * swab, swab);
-    }
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
+    const window_rows wr = { S->ring, wrow, s, (size_t)ck.start_pos, w, D, swab };
+    const dsattn_csa_qkv qkv = { x, qr, q, NULL, NULL, kvw, pack_window, &wr };
+    if ((st = dsattn_csa_query_kv(ctx, &L->attn, &rows, &qkv))) return st;
     dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA, ck.prefill ? wrow : S->ring, swab, wrows, D, 0 };
 
     /* ---- compressed branch */
@@ -898,22 +903,12 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * fp.per_thr);
     dsattn_phase_mark pm;
 
-    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
     const dsattn_attn_rows qrows = { nout, NULL, (int64_t)qpos, aqs };
     const dsattn_attn_rows krows = { nkv, NULL, (int64_t)kpos, aqs };
-    st = dsattn_attn_query(ctx, &L->attn, &qrows, x + out_first * dim, qr, q);
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
-
-    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    st = dsattn_attn_window_kv(ctx, &L->attn, &krows, x + kv0 * dim, kvw);
-    if (!st) {
-        for (size_t t = 0; t < nkv; t++) dsattn_v41_swa_pack(kvw + t * D, D, wrow + t * swab, NULL);
-        for (size_t t = nkv > w ? nkv - w : 0; t < nkv; t++)
-            memcpy(S->ring + ((kpos + t) % w) * swab, wrow + t * swab, swab);
-    }
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
+    const window_rows wr = { S->ring, wrow, nkv, kpos, w, D, swab };
+    const dsattn_csa_qkv qkv = { x + out_first * dim, qr, q, &krows, x + kv0 * dim, kvw,
+                                 pack_window, &wr };
+    if ((st = dsattn_csa_query_kv(ctx, &L->attn, &qrows, &qkv))) return st;
     dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA, wrow, swab, nkv, D, 0 };
 
     dsattn_kv_src csrc = { DSATTN_KV_V41_FP4, NULL, ckvb, 0, D, 0 };

@@ -95,11 +95,25 @@ static size_t max_cap(dsattn_v4_seq *const *seqs, size_t B)
 typedef struct {
     dsattn_v4_seq *const *seqs;
     const int64_t        *pos;
+    size_t                B;
     int                   l;
-    const uint8_t        *wrow;       /* [B, kv_bytes] this step's window rows  */
+    uint8_t              *wrow;       /* [B, kv_bytes] this step's window rows  */
     const int32_t        *crow;       /* [B, cst] compressed index rows         */
     size_t                cst;
 } batch_rows;
+
+static void pack_window(const void *arg, const float *kvw)
+{
+    const batch_rows *r = arg;
+    const dsattn_v4_config *c = &r->seqs[0]->m->cfg;
+    const size_t D = (size_t)c->head_dim, rd = (size_t)c->rope_head_dim;
+    const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
+    for (size_t i = 0; i < r->B; i++) {
+        uint8_t *row = r->wrow + i * kvb;
+        dsattn_v4_kv_pack(kvw + i * D, D - rd, rd, row, NULL);
+        memcpy(r->seqs[i]->layer[r->l].kv + ((size_t)r->pos[i] % w) * kvb, row, kvb);
+    }
+}
 
 static void batch_row(const void *arg, size_t i, int32_t *idx, dsattn_csa_row_src *src)
 {
@@ -131,10 +145,9 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, si
     const dsattn_v4 *m = seqs[0]->m;
     const dsattn_v4_config *c = &m->cfg;
     const dsattn_v4_layer_w *L = &m->layer[l];
-    const size_t dim = (size_t)c->dim, D = (size_t)c->head_dim;
-    const size_t rd = (size_t)c->rope_head_dim, w = (size_t)c->window_size;
+    const size_t dim = (size_t)c->dim, w = (size_t)c->window_size;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
-    const size_t kvb = dsattn_v4_kv_bytes(c), ratio = (size_t)L->ratio;
+    const size_t ratio = (size_t)L->ratio;
     int64_t *pos = (int64_t *)(base + bp->pos);
     float *qr = base + bp->qr, *q = base + bp->q, *kvw = base + bp->kvw, *o = base + bp->o;
     float *oa = base + bp->oa, *aqs = base + bp->aqs;
@@ -147,22 +160,11 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, si
     for (size_t i = 0; i < B; i++) pos[i] = seqs[i]->pos;
     const dsattn_attn_rows rows = { B, pos, 0, aqs };
 
-    /* ---- query path (V4's per-head RMS rescale) over the B rows */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-    st = dsattn_attn_query(ctx, &L->attn, &rows, x, qr, q);
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
-
-    /* ---- window KV rows, each into its sequence's ring */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    st = dsattn_attn_window_kv(ctx, &L->attn, &rows, x, kvw);
-    if (!st)
-        for (size_t i = 0; i < B; i++) {
-            dsattn_v4_kv_pack(kvw + i * D, D - rd, rd, wrow + i * kvb, NULL);
-            memcpy(seqs[i]->layer[l].kv + ((size_t)pos[i] % w) * kvb, wrow + i * kvb, kvb);
-        }
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
+    /* ---- query path (V4's per-head RMS rescale) over the B rows; window
+     * KV rows, each into its sequence's ring */
+    const batch_rows br = { seqs, pos, B, l, wrow, crow, cst };
+    const dsattn_csa_qkv qkv = { x, qr, q, NULL, NULL, kvw, pack_window, &br };
+    if ((st = dsattn_csa_query_kv(ctx, &L->attn, &rows, &qkv))) return st;
 
     /* ---- compressed branch: index rows (CSA) or every entry (HCA), then
      * the main compressor */
@@ -219,7 +221,6 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, si
     /* ---- attention: (sequence, head group) tasks, each output computed
      * by one thread in one order, as in the one-sequence forward; then
      * inverse RoPE at each row's position, grouped wo_a, wo_b */
-    const batch_rows br = { seqs, pos, l, wrow, crow, cst };
     const dsattn_csa_attend job = { q, o, oa, out, L->sink, bp->hg, bp->hper, bp->att_ws,
                                     bp->per_thr, base + bp->thr, batch_row, &br };
     return dsattn_csa_attend_output(ctx, &L->attn, &rows, &job);

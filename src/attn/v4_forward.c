@@ -210,6 +210,22 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, const dsattn_v4_config *c,
  * scores over the visible entries, top-k in descending score order (lower
  * index first on ties).  rows [s, kw]: j + offset or -1 (prefill picks the
  * row cannot see); sel [s, kw]: the same without the offset. */
+/* The new window rows of a chunk, n from position p0: MODEL1 rows in
+ * wrow, the last w of them also in the ring (slot pos % w). */
+typedef struct {
+    uint8_t *ring, *wrow;
+    size_t   n, p0, w, D, rd, kvb;
+} window_rows;
+
+static void pack_window(const void *arg, const float *kvw)
+{
+    const window_rows *r = arg;
+    for (size_t t = 0; t < r->n; t++)
+        dsattn_v4_kv_pack(kvw + t * r->D, r->D - r->rd, r->rd, r->wrow + t * r->kvb, NULL);
+    for (size_t t = r->n > r->w ? r->n - r->w : 0; t < r->n; t++)
+        memcpy(r->ring + ((r->p0 + t) % r->w) * r->kvb, r->wrow + t * r->kvb, r->kvb);
+}
+
 static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, const float *x,
                                  const float *qr, const chunk *ck, size_t offset,
                                  int32_t *rows, size_t kw, float *aqs,
@@ -389,25 +405,13 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
     int32_t *crow = (int32_t *)(((uintptr_t)(wrow + s * kvb) + 63) & ~(uintptr_t)63);
 
-    /* ---- query: q_norm(wq_a x) -> wq_b -> per-head RMS rescale -> RoPE */
+    /* ---- query: q_norm(wq_a x) -> wq_b -> per-head RMS rescale -> RoPE;
+     * window KV: kv_norm(wkv x) -> RoPE -> MODEL1 row; ring slot p % w */
     dsattn_phase_mark pm;
-    dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
     const dsattn_attn_rows rows = { s, NULL, ck.start_pos, aqs };
-    st = dsattn_attn_query(ctx, &L->attn, &rows, x, qr, q);
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
-
-    /* ---- window KV: kv_norm(wkv x) -> RoPE -> MODEL1 row; ring slot p % w */
-    dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    st = dsattn_attn_window_kv(ctx, &L->attn, &rows, x, kvw);
-    if (!st) {
-        for (size_t t = 0; t < s; t++)
-            dsattn_v4_kv_pack(kvw + t * D, D - rd, rd, wrow + t * kvb, NULL);
-        for (size_t t = s > w ? s - w : 0; t < s; t++)
-            memcpy(S->kv + (((size_t)ck.start_pos + t) % w) * kvb, wrow + t * kvb, kvb);
-    }
-    dsattn_phase_end(ctx, &pm);
-    if (st) return st;
+    const window_rows wr = { S->kv, wrow, s, (size_t)ck.start_pos, w, D, rd, kvb };
+    const dsattn_csa_qkv qkv = { x, qr, q, NULL, NULL, kvw, pack_window, &wr };
+    if ((st = dsattn_csa_query_kv(ctx, &L->attn, &rows, &qkv))) return st;
     const dsattn_kv_src wsrc = { DSATTN_KV_V4, ck.prefill ? wrow : S->kv, kvb, wrows, D, rd };
 
     /* ---- compressed branch: index rows, then the main compressor */
