@@ -195,6 +195,16 @@ const struct dsattn_ktab *dsattn_test_avx512_ktab(void)
     return &t;
 }
 
+const struct dsattn_ktab *dsattn_test_avx2_ktab(void)
+{
+    static dsattn_ktab t;
+    if (dsattn_ktab_fill(&t, DSATTN_ISA_AVX2, 0) != DSATTN_OK) {
+        dsattn_test_skip("no AVX2 (CPU or build)");
+        return NULL;
+    }
+    return &t;
+}
+
 int dsattn_test_amx_or_skip(void)
 {
     dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_FAST, 1);

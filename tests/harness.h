@@ -84,6 +84,8 @@ int dsattn_test_amx_or_skip(void);
  * fast slots the kernel tests check against their scalar twins - or NULL
  * after marking the test skipped when this CPU or build has none. */
 const struct dsattn_ktab *dsattn_test_avx512_ktab(void);
+/* The same for the AVX2 table (AVX2 + FMA CPUs of x86-64 builds). */
+const struct dsattn_ktab *dsattn_test_avx2_ktab(void);
 
 /* Seeded xorshift RNG, one per test. */
 typedef struct { uint64_t s; } dsattn_rng;

@@ -464,11 +464,10 @@ static int within_2ulp(const char *what, const float *f, const float *r, size_t 
  * (cap not a multiple of 32) or a full one, depths off the 32-key tile and
  * the 64-key P.V chunk, G batched as 8/4/2/1 (3, 5, 12, 64), d with a
  * partial 32-dim block (80, 96), and a deep case with prefetch active. */
-DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
+static void run_decode_kernel(const dsattn_ktab *KT)
 {
-    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
     if (!KT) return;
-    if (!KT->mha) { dsattn_test_skip("no AVX-512 MHA kernel (compiler)"); return; }
+    if (!KT->mha) { dsattn_test_skip("no MHA kernel in this table (compiler)"); return; }
     static const struct { size_t G, d, cap, T; float qs; } cs[] = {
         { 1, 128, 1, 1, 1 },      { 8, 128, 40, 1, 1 },     { 8, 128, 40, 33, 1 },
         { 8, 128, 40, 40, 4 },    { 2, 64, 100, 97, 1 },    { 3, 80, 70, 64, 2 },
@@ -505,28 +504,42 @@ DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
     }
 }
 
+DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
+{
+    run_decode_kernel(dsattn_test_avx512_ktab());
+}
+
+DSATTN_TEST(mha, avx2_decode_kernel_matches_contract_on_tails_seed7)
+{
+    run_decode_kernel(dsattn_test_avx2_ktab());
+}
+
 /* Decode through the layer at depths around the tile and chunk edges, on
- * every fast table this CPU has (AVX-512 kernel, plain C on avx2 / ref):
- * each against the reference layer, and the two fast paths against each
- * other.  A GQA config (4 heads on 2 KV heads, d = 64). */
+ * every fast table this CPU has (the AVX-512 and AVX2 kernels, plain C on
+ * ref): each against the reference layer, and each SIMD kernel against the
+ * plain C path.  A GQA config (4 heads on 2 KV heads, d = 64). */
 DSATTN_TEST(mha, fast_decode_every_isa_matches_reference_at_tile_edges_seed8)
 {
-    enum { DIM = 256 };
+    enum { DIM = 256, NI = 3 };
     static const size_t depth[] = { 0, 1, 31, 32, 63, 64, 65, 97, 200 };
     char err[256] = "";
     dsattn_mha *m = NULL;
     CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("edges", 2, 1), 8, err, sizeof err));
     if (!m) return;
-    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *cf[2] = { NULL, NULL };
-    const dsattn_isa isa[2] = { DSATTN_ISA_AVX512, DSATTN_ISA_REF };
-    for (int k = 0; k < 2; k++) {
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *cf[NI] = { NULL, NULL, NULL };
+    /* the plain C path (ref) last: the SIMD kernels are compared with it */
+    const dsattn_isa isa[NI] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2, DSATTN_ISA_REF };
+    const char *name[NI] = { "avx512", "avx2", "plain C" };
+    for (int k = 0; k < NI; k++) {
         dsattn_ctx_params p = dsattn_ctx_default_params();
         p.mode = DSATTN_MODE_FAST;
         p.isa = isa[k];
         if (k == 0 && !dsattn_cpu_has_avx512()) continue;
+        if (k == 1 && !dsattn_cpu_has_avx2()) continue;
         CHECK_OK(dsattn_ctx_create(&cf[k], &p));
     }
-    float *x = rand_x(1, DIM, 81), *orf = calloc(DIM, 4), *of[2] = { calloc(DIM, 4), calloc(DIM, 4) };
+    float *x = rand_x(1, DIM, 81), *orf = calloc(DIM, 4), *of[NI];
+    for (int k = 0; k < NI; k++) of[k] = calloc(DIM, 4);
     for (size_t di = 0; di < sizeof depth / sizeof depth[0]; di++) {
         /* caps: one more than the depth (a 1-wide last tile at 31, 63) and
          * a full 32-key last tile */
@@ -537,24 +550,26 @@ DSATTN_TEST(mha, fast_decode_every_isa_matches_reference_at_tile_edges_seed8)
             CHECK_OK(dsattn_mha_seq_fill_synthetic(s, (int64_t)depth[di], 9 + di));
             CHECK_OK(dsattn_mha_attn_forward(cr, s, 0, x, 1, orf));
             char what[64];
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < NI; k++) {
                 if (!cf[k]) continue;
                 CHECK_OK(dsattn_mha_attn_forward(cf[k], s, 0, x, 1, of[k]));
-                snprintf(what, sizeof what, "%s depth %zu cap %zu", k ? "plain C" : "avx512",
-                         depth[di], cap);
+                snprintf(what, sizeof what, "%s depth %zu cap %zu", name[k], depth[di], cap);
                 close_enough(what, of[k], orf, DIM, DIM);
             }
-            if (cf[0] && cf[1]) {
-                snprintf(what, sizeof what, "avx512 vs plain C depth %zu", depth[di]);
-                close_enough(what, of[0], of[1], DIM, DIM);
+            for (int k = 0; k + 1 < NI; k++) {
+                if (!cf[k] || !cf[NI - 1]) continue;
+                snprintf(what, sizeof what, "%s vs plain C depth %zu", name[k], depth[di]);
+                close_enough(what, of[k], of[NI - 1], DIM, DIM);
             }
             dsattn_mha_seq_destroy(s);
         }
     }
-    free(x); free(orf); free(of[0]); free(of[1]);
+    free(x); free(orf);
+    for (int k = 0; k < NI; k++) {
+        free(of[k]);
+        dsattn_ctx_destroy(cf[k]);
+    }
     dsattn_ctx_destroy(cr);
-    dsattn_ctx_destroy(cf[0]);
-    dsattn_ctx_destroy(cf[1]);
     dsattn_mha_destroy(m);
 }
 

@@ -30,13 +30,15 @@
  * of expf, one (query, KV head) pair per work item (OpenMP), all G query
  * heads of the group at once, so each bf16 K / V element is read from
  * memory once per query token and decoded once for the whole group.  The
- * AVX-512 table gets the kernel in src/kernels/mha_avx512.c (keys in lanes
- * for the scores, dims in lanes for P.V, bf16 scores with a running max /
- * sum between the two passes; docs/mha.md); other tables run
- * attend_fast_c, the plain C statement of the same arithmetic.
+ * AVX-512 and AVX2 tables get their kernel from the table's mha slot
+ * (src/kernels/mha_avx512.c, mha_avx2.c: keys in lanes for the scores,
+ * dims in lanes for P.V, bf16 scores with a running max / sum between the
+ * two passes; docs/mha.md); the other tables run attend_fast_c, the plain
+ * C statement of the same arithmetic.
  */
 #include "mha.h"
 
+#include "cpu.h"
 #include "ktab.h"
 #include "numfmt.h"
 
@@ -114,9 +116,9 @@ static void attend_ref(const float *q, size_t d, const uint16_t *K, const uint16
 
 /* ==== Fast, plain C: one query token, the G query heads of one KV head == */
 
-/* The fast-mode arithmetic without SIMD (the kernel of every table but
- * AVX-512; the layer-level test holds the AVX-512 kernel to it and both to
- * the reference): q [G][d], K / V
+/* The fast-mode arithmetic without SIMD (the kernel of the tables with no
+ * mha slot: ref, neon; the layer-level test holds the SIMD kernels to it
+ * and all to the reference): q [G][d], K / V
  * as attend_ref, T visible keys, ws >= attend_fast_c_floats(G, d, T)
  * floats, o [G][d].  Each K tile is read once for the group (the scores of
  * its keys in a register-sized row per head), each V row decoded once (by
@@ -160,7 +162,7 @@ static void attend_fast_c(const float *q, size_t G, size_t d, const uint16_t *K,
 /* ==== The layer forward ================================================= */
 
 /* The forward's scratch in floats for n tokens, Tmax visible keys, nt
- * threads; kind 0 reference, 1 the C fast kernel, 2 the AVX-512 one:
+ * threads; kind 0 reference, 1 the C fast kernel, 2 the table's kernel mhk:
  * q [n, H*d] | kv [n, 2*Hkv*d] | o [n, H*d] (*act floats) | per thread its
  * work, rounded to 64 bytes (the kernel's scratch is aligned). */
 static int scratch_floats(const dsattn_mha_config *c, size_t n, size_t Tmax, int nt, int kind,
@@ -182,10 +184,15 @@ size_t dsattn_mha_decode_scratch_bytes(const dsattn_mha_config *c, size_t cap)
     if (cap > SIZE_MAX / 64 || c->n_kv_heads <= 0) return SIZE_MAX;
     size_t most = 0, act, total;
     const int T = dsattn_ws_threads();
-    for (int kind = 0; kind < 3; kind++) {
-        if (kind == 2 && !dsattn_mha_kern_avx512_ptr) continue;
+    /* every kernel a context of this build and CPU can hold (dispatch.c) */
+    const dsattn_mha_kern *kerns[2] = {
+        dsattn_cpu_has_avx512() ? dsattn_mha_kern_avx512_ptr : NULL,
+        dsattn_cpu_has_avx2() ? dsattn_mha_kern_avx2_ptr : NULL };
+    for (int kind = 0; kind < 4; kind++) {
+        const dsattn_mha_kern *mhk = kind >= 2 ? kerns[kind - 2] : NULL;
+        if (kind >= 2 && !mhk) continue;
         for (int nt = 1; nt <= T; nt++) {
-            if (!scratch_floats(c, 1, cap, nt, kind, dsattn_mha_kern_avx512_ptr, &act, &total) ||
+            if (!scratch_floats(c, 1, cap, nt, kind >= 2 ? 2 : kind, mhk, &act, &total) ||
                 total > SIZE_MAX / sizeof(float))
                 return SIZE_MAX;
             most = DSATTN_MAX(most, total);

@@ -37,14 +37,17 @@ typedef void (*dsattn_mha_attend_fn)(const float *q, size_t G, size_t d, const u
  * probabilities and accumulators (all 64-byte aligned pieces). */
 size_t dsattn_mha_attend_ws_bytes(size_t G, size_t T);
 
-/* The ktab slot (ktab.h): a named attend kernel and its scratch size. */
+/* The ktab slot (ktab.h): a named attend kernel and its scratch size
+ * (ws_bytes(G, T): the bytes ws must have, any alignment). */
 typedef struct dsattn_mha_kern {
-    const char           *name;                  /* "avx512" */
+    const char           *name;                  /* "avx512", "avx2" */
     dsattn_mha_attend_fn  attend;
     size_t              (*ws_bytes)(size_t G, size_t T);
 } dsattn_mha_kern;
 
 /* NULL when the compiler could not build AVX-512 code. */
 extern const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr;
+/* mha_avx2.c: the same contract on AVX2 + FMA; NULL outside x86-64 builds. */
+extern const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr;
 
 #endif

@@ -1,0 +1,369 @@
+/* mha_avx2.c - the AVX2 + FMA fast attention kernel of MHA / GQA decode
+ * (mha_kernels.h): one query token, the G query heads of one KV head, on
+ * CPUs without AVX-512 (AMD Zen 2/3, Intel client cores) and under
+ * DSATTN_ISA=avx2.
+ *
+ * The shape of mha_avx512.c (read its header for the why) with 8 lanes and
+ * 16 registers:
+ *  - scores: K is key-tiled ([d][32 keys] per tile), so 32 bytes of a tile
+ *    row are one dim of 16 keys; decoded once (shift: even keys, mask: odd
+ *    keys) they feed 2 FMAs for each head of a batch of 4 (8 accumulators,
+ *    enough to cover the FMA latency), a tile being done in two 16-key
+ *    halves per batch (the tile, 8 KB at d = 128, stays in L1 between
+ *    them).  Batches of 2 and 1 heads take the whole tile at once.  A
+ *    partial last tile is copied into a zero-padded 32-key one first.
+ *  - softmax: the scores (bf16 values after the contract's two roundings)
+ *    go out as bf16 bits with streaming stores; the running max and sum of
+ *    exp of each head are updated per tile from the tile's 32 bf16 scores
+ *    alone, so a head's statistics do not depend on the batch it ran in.
+ *    The V pass computes p_j = bf16(exp(s_j - max) / sum) per chunk (the
+ *    quotient by the Newton step of mha_avx512.c).
+ *  - P.V: V is tiled by 64 keys and 32-dim blocks ([w][32] per block), so
+ *    32 bytes are 16 dims of one key; decoded once (even / odd dims) they
+ *    feed 2 FMAs per head with p broadcast, accumulators in registers over
+ *    the tile: 4 heads x 16 dims, 2 x 32 or 1 x 64.
+ *  - software prefetch of the tile 2 K tiles / 1 V tile ahead.
+ * Each key's score is one FMA chain over the dims in order and each head's
+ * output one chain over the keys in order, whatever the batch: the heads
+ * of a group are only ever batched, never mixed (GQA == MHA bit for bit).
+ * Not here: threading (the caller gives each thread whole KV heads).
+ */
+#include "mha_kernels.h"
+
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define KT  DSATTN_MHA_KTILE   /* keys per K tile (one 64-byte line per dim) */
+#define PVC DSATTN_MHA_VTILE   /* keys per P.V chunk: one V tile             */
+#define PFK 2                  /* K prefetch distance, tiles (8 KB each)     */
+#define PFV 1                  /* V prefetch distance, tiles (16 KB each)    */
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include "simd_avx2.h"
+
+static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* bf16 scores [G][T rounded up to 32] (64-byte rows), probabilities of a
+ * chunk [G][64], accumulators [G][128]; +64: the kernel aligns ws itself. */
+static size_t ws_bytes_avx2(size_t G, size_t T)
+{
+    size_t tp = (T + KT - 1) / KT * KT;
+    return 64 + up64(G * tp * sizeof(uint16_t)) + G * PVC * sizeof(float) +
+           G * 128 * sizeof(float);
+}
+
+#define UNROLL _Pragma("GCC unroll 8")
+#define INLINE DSATTN_AVX2_AI
+
+/* ==== K pass ============================================================ */
+
+/* Scores of keys 16*hb .. 16*(hb+NB)-1 of a full tile kt ([d][32] bf16)
+ * for NH heads (q [NH][d]) as bf16 bits in key order: tb[h*32 + key].
+ * pf: a later tile to prefetch (one line per dim) or NULL. */
+INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint16_t *pf,
+                       float inv, uint16_t *tb, const int hb, const int NH, const int NB)
+{
+    __m256 ae[8], ao[8];                           /* [h * NB + b] */
+    UNROLL for (int i = 0; i < NH * NB; i++) ae[i] = ao[i] = _mm256_setzero_ps();
+    const __m256i him = _mm256_set1_epi32((int)0xffff0000u);
+    for (size_t i = 0; i < d; i++) {
+        __m256 ve[2], vo[2];
+        UNROLL for (int b = 0; b < NB; b++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(kt + i * KT + 16 * (hb + b)));
+            /* lane l: key 2l (low word) and key 2l+1 (high word) of the half */
+            ve[b] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+            vo[b] = _mm256_castsi256_ps(_mm256_and_si256(x, him));
+        }
+        if (pf) _mm_prefetch((const char *)(pf + i * KT), _MM_HINT_T0);
+        UNROLL for (int h = 0; h < NH; h++) {
+            const __m256 qb = _mm256_broadcast_ss(q + (size_t)h * d + i);
+            UNROLL for (int b = 0; b < NB; b++) {
+                ae[h * NB + b] = _mm256_fmadd_ps(ve[b], qb, ae[h * NB + b]);
+                ao[h * NB + b] = _mm256_fmadd_ps(vo[b], qb, ao[h * NB + b]);
+            }
+        }
+    }
+    const __m256 vinv = _mm256_set1_ps(inv);
+    UNROLL for (int h = 0; h < NH; h++)
+        UNROLL for (int b = 0; b < NB; b++) {
+            const __m256 se = dsattn_rbf16_256(_mm256_mul_ps(dsattn_rbf16_256(ae[h * NB + b]), vinv));
+            const __m256 so = dsattn_rbf16_256(_mm256_mul_ps(dsattn_rbf16_256(ao[h * NB + b]), vinv));
+            const __m256i pk = _mm256_or_si256(_mm256_srli_epi32(_mm256_castps_si256(se), 16),
+                                               _mm256_and_si256(_mm256_castps_si256(so), him));
+            _mm256_store_si256((__m256i *)(tb + h * KT + 16 * (hb + b)), pk);
+        }
+}
+
+#define SCORE_FN(NH, NB)                                                                  \
+    static void score_##NH##_##NB(const float *q, size_t d, const uint16_t *kt,           \
+                                  const uint16_t *pf, float inv, uint16_t *tb, int hb)    \
+    {                                                                                     \
+        if (hb) score_keys(q, d, kt, pf, inv, tb, 1, NH, NB);                             \
+        else score_keys(q, d, kt, pf, inv, tb, 0, NH, NB);                                \
+    }
+SCORE_FN(4, 1) SCORE_FN(2, 2) SCORE_FN(1, 2)
+
+/* One tile's 32 bf16 scores tb (keys < nk count) for one head: stream them
+ * to sc (64-byte aligned) and fold them into the head's running max and
+ * sum of exp (the sum rescaled when the max grows). */
+static void tile_stats(const uint16_t *tb, size_t nk, uint16_t *sc, float *mrun, __m256 *lrun)
+{
+    const __m256i x0 = _mm256_load_si256((const __m256i *)tb);
+    const __m256i x1 = _mm256_load_si256((const __m256i *)(tb + 16));
+    _mm256_stream_si256((__m256i *)sc, x0);
+    _mm256_stream_si256((__m256i *)(sc + 16), x1);
+    const __m256i him = _mm256_set1_epi32((int)0xffff0000u);
+    /* keys 2l, 2l+1, 16+2l, 17+2l in lane l */
+    __m256 s[4] = { _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16)),
+                    _mm256_castsi256_ps(_mm256_and_si256(x0, him)),
+                    _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16)),
+                    _mm256_castsi256_ps(_mm256_and_si256(x1, him)) };
+    __m256 valid[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                        _mm256_setzero_ps() };
+    const int part = nk < KT;
+    if (part) {
+        const __m256i two_l = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+        const __m256i vn = _mm256_set1_epi32((int)nk);
+        const __m256 ninf = _mm256_set1_ps(-INFINITY);
+        for (int k = 0; k < 4; k++) {
+            const __m256i key = _mm256_add_epi32(two_l, _mm256_set1_epi32((k & 1) + 16 * (k >> 1)));
+            valid[k] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vn, key));
+            s[k] = _mm256_blendv_ps(ninf, s[k], valid[k]);
+        }
+    }
+    const float tmax = dsattn_hmax256(_mm256_max_ps(_mm256_max_ps(s[0], s[1]),
+                                                    _mm256_max_ps(s[2], s[3])));
+    if (tmax > *mrun) {   /* the max grew: rescale the sum so far */
+        *lrun = _mm256_mul_ps(*lrun, _mm256_set1_ps(expf(*mrun - tmax)));
+        *mrun = tmax;
+    }
+    const __m256 mb = _mm256_set1_ps(*mrun);
+    __m256 e[4];
+    for (int k = 0; k < 4; k++) {
+        e[k] = dsattn_exp256_ftz(_mm256_sub_ps(s[k], mb));
+        if (part) e[k] = _mm256_and_ps(e[k], valid[k]);
+    }
+    *lrun = _mm256_add_ps(*lrun, _mm256_add_ps(_mm256_add_ps(e[0], e[1]), _mm256_add_ps(e[2], e[3])));
+}
+
+/* ==== V pass ============================================================ */
+
+/* p[h][0..64) of a chunk from its bf16 scores: bf16(exp(s - M_h) / L_h),
+ * keys past nk get 0.  A load of 8 scores at k < nk stays inside the
+ * score row (rows are whole 32-key tiles, all written by the K pass). */
+static void chunk_probs(const uint16_t *sc, size_t ldsc, size_t c0, size_t nk, size_t G,
+                        const float *M, const float *L, float *pb)
+{
+    for (size_t h = 0; h < G; h++) {
+        const __m256 mb = _mm256_set1_ps(M[h]), lb = _mm256_set1_ps(L[h]);
+        const __m256 rb = _mm256_set1_ps(1.0f / L[h]);
+        for (size_t k = 0; k < PVC; k += 8) {
+            __m256 r = _mm256_setzero_ps();
+            if (k < nk) {
+                const __m128i x = _mm_loadu_si128((const __m128i *)(sc + h * ldsc + c0 + k));
+                const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+                const __m256 e = dsattn_exp256_ftz(_mm256_sub_ps(s, mb));
+                const __m256 q0 = _mm256_mul_ps(e, rb);
+                const __m256 q1 = _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, lb, e), rb, q0);
+                r = dsattn_rbf16_256(q1);
+                if (nk - k < 8) r = _mm256_and_ps(r, _mm256_castsi256_ps(dsattn_mask256(nk - k)));
+            }
+            _mm256_storeu_ps(pb + h * PVC + k, r);
+        }
+    }
+}
+
+/* One 16-dim piece of a V tile: dims 16u .. 16u+n-1, key j's n values at
+ * base + j * stride (n even, <= 16); m: the first n / 2 dword lanes. */
+typedef struct {
+    size_t   base, stride;
+    __m256i  m;
+} vquarter;
+
+/* acc (per 16-dim quarter u: 8 even dims then 8 odd dims) of NH heads,
+ * quarters u0 .. u0+NQ-1, += sum_{j<nk} p[h][j] * V[j][quarter].
+ * MASKED: some quarter is narrower than 16 dims or strided otherwise than
+ * 32 (the last block when d % 32 != 0).  pf: a later full tile to
+ * prefetch (the lines of the quarters' blocks) or NULL. */
+INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, size_t u0,
+                    const vquarter *vq, const uint16_t *pf, const int NH, const int NQ,
+                    const int MASKED)
+{
+    __m256 ae[8], ao[8];                           /* [h * NQ + u] */
+    const uint16_t *base[4];
+    UNROLL for (int u = 0; u < NQ; u++) base[u] = vt + vq[u0 + u].base;
+    UNROLL for (int h = 0; h < NH; h++)
+        UNROLL for (int u = 0; u < NQ; u++) {
+            ae[h * NQ + u] = _mm256_loadu_ps(acc + h * 128 + (u0 + u) * 16);
+            ao[h * NQ + u] = _mm256_loadu_ps(acc + h * 128 + (u0 + u) * 16 + 8);
+        }
+    const __m256i him = _mm256_set1_epi32((int)0xffff0000u);
+    for (size_t j = 0; j < nk; j++) {
+        __m256 ve[4], vo[4];
+        UNROLL for (int u = 0; u < NQ; u++) {
+            __m256i x;
+            if (MASKED)
+                x = _mm256_maskload_epi32((const int *)(base[u] + j * vq[u0 + u].stride),
+                                          vq[u0 + u].m);
+            else x = _mm256_loadu_si256((const __m256i *)(base[u] + j * 32));
+            /* one line per key and 32-dim block: the even quarter asks */
+            if (pf && ((u0 + u) & 1) == 0)
+                _mm_prefetch((const char *)(pf + (u0 + u) / 2 * 32 * PVC + j * 32), _MM_HINT_T0);
+            ve[u] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+            vo[u] = _mm256_castsi256_ps(_mm256_and_si256(x, him));
+        }
+        UNROLL for (int h = 0; h < NH; h++) {
+            const __m256 p = _mm256_broadcast_ss(pb + h * PVC + j);
+            UNROLL for (int u = 0; u < NQ; u++) {
+                ae[h * NQ + u] = _mm256_fmadd_ps(ve[u], p, ae[h * NQ + u]);
+                ao[h * NQ + u] = _mm256_fmadd_ps(vo[u], p, ao[h * NQ + u]);
+            }
+        }
+    }
+    UNROLL for (int h = 0; h < NH; h++)
+        UNROLL for (int u = 0; u < NQ; u++) {
+            _mm256_storeu_ps(acc + h * 128 + (u0 + u) * 16, ae[h * NQ + u]);
+            _mm256_storeu_ps(acc + h * 128 + (u0 + u) * 16 + 8, ao[h * NQ + u]);
+        }
+}
+
+#define PV_FN(NH, NQ, MS)                                                                \
+    static void pv_##NH##_##NQ##_##MS(const float *pb, const uint16_t *vt, size_t nk,    \
+                                      float *acc, size_t u0, const vquarter *vq,         \
+                                      const uint16_t *pf)                                \
+    {                                                                                    \
+        pv_keys(pb, vt, nk, acc, u0, vq, pf, NH, NQ, MS);                                \
+    }
+PV_FN(4, 1, 0) PV_FN(2, 2, 0) PV_FN(2, 1, 0) PV_FN(1, 4, 0) PV_FN(1, 2, 0) PV_FN(1, 1, 0)
+PV_FN(4, 1, 1) PV_FN(2, 2, 1) PV_FN(2, 1, 1) PV_FN(1, 4, 1) PV_FN(1, 2, 1) PV_FN(1, 1, 1)
+
+typedef void (*pv_fn)(const float *, const uint16_t *, size_t, float *, size_t,
+                      const vquarter *, const uint16_t *);
+/* [masked][heads 4 / 2 / 1][quarters 4 / 2 / 1] (NULL: not a batch shape) */
+static const pv_fn pv_tab[2][3][3] = {
+    { { NULL, NULL, pv_4_1_0 }, { NULL, pv_2_2_0, pv_2_1_0 }, { pv_1_4_0, pv_1_2_0, pv_1_1_0 } },
+    { { NULL, NULL, pv_4_1_1 }, { NULL, pv_2_2_1, pv_2_1_1 }, { pv_1_4_1, pv_1_2_1, pv_1_1_1 } },
+};
+
+/* heads in a batch: 4, 2 or 1, and its row in the tables */
+static size_t batch(size_t left, int *ix)
+{
+    if (left >= 4) { *ix = 0; return 4; }
+    if (left >= 2) { *ix = 1; return 2; }
+    *ix = 2;
+    return 1;
+}
+
+/* ==== The kernel ======================================================== */
+
+static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
+                        const uint16_t *V, size_t cap, size_t T, float inv, void *ws, float *o)
+{
+    const size_t tp = (T + KT - 1) / KT * KT;
+    /* 64-byte rows for the streaming stores: tp is a multiple of 32 keys */
+    uint16_t *sc = (uint16_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    float *pb = (float *)((char *)sc + up64(G * tp * sizeof(uint16_t)));
+    float *acc = pb + G * PVC;
+    float M[64], L[64];
+    __m256 lrun[64];
+    uint16_t tb[4 * KT] __attribute__((aligned(64)));
+    uint16_t kpad[128 * KT] __attribute__((aligned(64)));   /* a partial tile, padded */
+    for (size_t h = 0; h < G; h++) {
+        M[h] = -INFINITY;
+        lrun[h] = _mm256_setzero_ps();
+    }
+
+    /* ---- K pass: scores, running max and sum */
+    for (size_t b0 = 0; b0 < T; b0 += KT) {
+        const size_t w = DSATTN_MIN((size_t)KT, cap - b0), nk = DSATTN_MIN(w, T - b0);
+        const uint16_t *kt = K + b0 * d;
+        if (nk < KT) {
+            for (size_t i = 0; i < d; i++) {
+                memcpy(kpad + i * KT, kt + i * w, nk * sizeof(uint16_t));
+                memset(kpad + i * KT + nk, 0, (KT - nk) * sizeof(uint16_t));
+            }
+            kt = kpad;
+        }
+        const uint16_t *pf = b0 + (PFK + 1) * KT <= T ? K + (b0 + PFK * KT) * d : NULL;
+        for (size_t h0 = 0; h0 < G;) {
+            int ix;
+            const size_t nh = batch(G - h0, &ix);
+            const float *qh = q + h0 * d;
+            const uint16_t *p0 = h0 ? NULL : pf;
+            if (ix == 0) {
+                score_4_1(qh, d, kt, p0, inv, tb, 0);
+                score_4_1(qh, d, kt, NULL, inv, tb, 1);
+            } else if (ix == 1) {
+                score_2_2(qh, d, kt, p0, inv, tb, 0);
+            } else {
+                score_1_2(qh, d, kt, p0, inv, tb, 0);
+            }
+            for (size_t h = 0; h < nh; h++)
+                tile_stats(tb + h * KT, nk, sc + (h0 + h) * tp + b0, M + h0 + h, lrun + h0 + h);
+            h0 += nh;
+        }
+    }
+    for (size_t h = 0; h < G; h++) L[h] = dsattn_hsum256(lrun[h]);
+    _mm_sfence();   /* the streamed scores are ordered before the V pass reads them */
+
+    /* ---- V pass: per chunk, probabilities then P.V */
+    const size_t nq = (d + 15) / 16;                /* 16-dim quarters, <= 8 */
+    vquarter vq[8];
+    memset(acc, 0, G * 128 * sizeof(float));
+    for (size_t c0 = 0; c0 < T; c0 += PVC) {
+        const size_t w = DSATTN_MIN((size_t)PVC, cap - c0), nk = DSATTN_MIN(w, T - c0);
+        int masked_from = (int)nq;                  /* first quarter needing masks */
+        for (size_t u = 0; u < nq; u++) {
+            const size_t blk = u / 2 * 32, bs = DSATTN_MIN((size_t)32, d - blk);
+            const size_t off = (u & 1) * 16, n = DSATTN_MIN((size_t)16, bs - off);
+            vq[u].base = blk * w + off;
+            vq[u].stride = bs;
+            vq[u].m = dsattn_mask256(n / 2);
+            if (bs < 32 && masked_from == (int)nq) masked_from = (int)u;
+        }
+        chunk_probs(sc, tp, c0, nk, G, M, L, pb);
+        const uint16_t *vt = V + c0 * d;
+        const uint16_t *pf = c0 + (PFV + 1) * PVC <= T ? vt + PFV * PVC * d : NULL;
+        for (size_t h0 = 0; h0 < G;) {
+            int ix;
+            const size_t nh = batch(G - h0, &ix);
+            const size_t qmax = ix == 0 ? 1 : ix == 1 ? 2 : 4;
+            for (size_t u = 0; u < nq;) {
+                size_t k = DSATTN_MIN(qmax, nq - u);
+                if (k == 3) k = 2;
+                const int jx = k == 4 ? 0 : k == 2 ? 1 : 2;
+                const int masked = (int)(u + k) > masked_from;
+                pv_tab[masked][ix][jx](pb + h0 * PVC, vt, nk, acc + h0 * 128, u, vq,
+                                       h0 ? NULL : pf);
+                u += k;
+            }
+            h0 += nh;
+        }
+    }
+
+    /* ---- out: undo the even / odd dim order, round to bf16 */
+    for (size_t h = 0; h < G; h++)
+        for (size_t i = 0; i < d; i++) {
+            const size_t r = i % 16;
+            float a = acc[h * 128 + i / 16 * 16 + (r & 1) * 8 + r / 2];
+            uint32_t u;
+            memcpy(&u, &a, 4);
+            /* dsattn_round_bf16, without pulling numfmt into this header set */
+            if ((u & 0x7fffffffu) > 0x7f800000u) u = (u & 0xffff0000u) | 0x400000u;
+            else u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            memcpy(&o[h * d + i], &u, 4);
+        }
+}
+
+static const dsattn_mha_kern mha_avx2 = { "avx2", attend_avx2, ws_bytes_avx2 };
+const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr = &mha_avx2;
+
+#else  /* no AVX2 compiler support: no such path */
+
+const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr = 0;
+
+#endif

@@ -1,0 +1,123 @@
+/* simd_avx2.h - small AVX2 + FMA + F16C helpers that the AVX2 kernel files
+ * other than kernels_avx2.c inline into their loops (so the values stay in
+ * registers): the exp of the softmaxes, the bf16 rounding of 8 lanes, the
+ * exact decode of E4M3 codes, horizontal max / sum, first-n lane masks.
+ * Include only from files compiled for AVX2 (names ending _avx2.c, built
+ * with -mavx2 -mfma -mf16c and nothing more: they must run on a Haswell).
+ *
+ * dsattn_exp256 is dsattn_exp512 of simd_avx512.h on 8 lanes, bit for bit:
+ * the same range reduction and Cephes polynomial; 2^n (n in [-150, 128]
+ * after the clamp) is applied as two exact power-of-two factors 2^(n>>1)
+ * and 2^(n - (n>>1)), each a normal number, so the product rounds once -
+ * the value vscalefps gives, subnormal results included.  Inputs below
+ * -104 give exactly 0 (exp(-inf) = 0), NaN propagates.  dsattn_exp256_ftz,
+ * for the attention softmaxes: 0 below 2^-100 (x < -69.3), as
+ * dsattn_exp512_ftz. */
+#ifndef DSATTN_SIMD_AVX2_H
+#define DSATTN_SIMD_AVX2_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#define DSATTN_AVX2_AI static inline __attribute__((always_inline))
+
+/* exp of lanes already clamped to [lo, 88.72]: the polynomial and 2^n */
+DSATTN_AVX2_AI __m256 dsattn_exp256_core(__m256 xc)
+{
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    const __m256 r2 = _mm256_mul_ps(r, r);
+    p = _mm256_fmadd_ps(p, r2, r);
+    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    /* 2^n = 2^n1 * 2^n2, n1 = n >> 1 (floor), both in [-75, 64] */
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i b = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, b), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, b), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+/* exp with every lane below `lo` exactly 0 (clamped there first, so the
+ * polynomial and 2^n never see it); NaN propagates */
+DSATTN_AVX2_AI __m256 dsattn_exp256_cut(__m256 x, float lo)
+{
+    const __m256 vlo = _mm256_set1_ps(lo), hi = _mm256_set1_ps(88.72283935546875f);
+    const __m256 tiny = _mm256_cmp_ps(x, vlo, _CMP_LT_OQ);
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    /* maxps returns its second operand for a NaN lane: vlo, a finite input */
+    __m256 y = dsattn_exp256_core(_mm256_min_ps(_mm256_max_ps(x, vlo), hi));
+    y = _mm256_andnot_ps(tiny, y);
+    return _mm256_blendv_ps(y, x, nan);
+}
+
+DSATTN_AVX2_AI __m256 dsattn_exp256(__m256 x) { return dsattn_exp256_cut(x, -104.0f); }
+
+/* dsattn_exp256 for softmax weights: results below 2^-100 are exactly 0
+ * and no lane computes a subnormal (each would be a microcode assist) */
+DSATTN_AVX2_AI __m256 dsattn_exp256_ftz(__m256 x) { return dsattn_exp256_cut(x, -69.3f); }
+
+/* fp32 -> nearest bf16 value (RNE) for values that are not NaN, or NaN
+ * from an FMA / multiply / exp of bf16-valued operands (quiet, low 16 bits
+ * zero: adding 0x7fff + 0 leaves it as dsattn_round_bf16 returns it) */
+DSATTN_AVX2_AI __m256 dsattn_rbf16_256(__m256 x)
+{
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+DSATTN_AVX2_AI float dsattn_hmax256(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+DSATTN_AVX2_AI float dsattn_hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* all-ones in the first n lanes (n <= 8) of 32 bits: maskload / maskstore */
+DSATTN_AVX2_AI __m256i dsattn_mask256(size_t n)
+{
+    static const int32_t src[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+    return _mm256_loadu_si256((const __m256i *)(src + 8 - (n > 8 ? 8 : n)));
+}
+
+/* 16 E4M3 codes -> their exact fp32 values (NaN codes 0x7f / 0xff -> NaN),
+ * elements 0..7 in *v0, 8..15 in *v1: s.eeee.mmm moved into an fp16 as
+ * s.0eeee.mmm0000000 is the E4M3 value times 2^-8 (normals and subnormals
+ * alike), so vcvtph2ps and an exact * 256 decode it. */
+DSATTN_AVX2_AI void dsattn_e4m3x16_256(const uint8_t *w, __m256 *v0, __m256 *v1)
+{
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)w));
+    const __m256i h = _mm256_or_si256(
+        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7),
+        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+    const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)),
+                                           _mm256_set1_epi16(0x7f));
+    const __m256 k = _mm256_set1_ps(256.0f), qn = _mm256_set1_ps(__builtin_nanf(""));
+    const __m256 f0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), k);
+    const __m256 f1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), k);
+    const __m256 m0 = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(nan)));
+    const __m256 m1 = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(nan, 1)));
+    *v0 = _mm256_blendv_ps(f0, qn, m0);
+    *v1 = _mm256_blendv_ps(f1, qn, m1);
+}
+
+#endif /* DSATTN_SIMD_AVX2_H */
