@@ -67,16 +67,19 @@ static size_t ws_bytes_avx2(size_t G, size_t T)
 INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint16_t *pf,
                        float inv, uint16_t *tb, const int hb, const int NH, const int NB)
 {
-    __m256 ae[8], ao[8];                           /* [h * NB + b] */
+    __m256 ae[6], ao[6];                           /* [h * NB + b] */
     UNROLL for (int i = 0; i < NH * NB; i++) ae[i] = ao[i] = _mm256_setzero_ps();
     const __m256i him = _mm256_set1_epi32((int)0xffff0000u);
     for (size_t i = 0; i < d; i++) {
         __m256 ve[2], vo[2];
         UNROLL for (int b = 0; b < NB; b++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(kt + i * KT + 16 * (hb + b)));
-            /* lane l: key 2l (low word) and key 2l+1 (high word) of the half */
-            ve[b] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-            vo[b] = _mm256_castsi256_ps(_mm256_and_si256(x, him));
+            /* lane l: key 2l (low word) and key 2l+1 (high word) of the half;
+             * the odd keys by a word blend with the shifted (low words 0),
+             * which needs no mask register */
+            const __m256i e = _mm256_slli_epi32(x, 16);
+            ve[b] = _mm256_castsi256_ps(e);
+            vo[b] = _mm256_castsi256_ps(_mm256_blend_epi16(x, e, 0x55));
         }
         if (pf) _mm_prefetch((const char *)(pf + i * KT), _MM_HINT_T0);
         UNROLL for (int h = 0; h < NH; h++) {
@@ -99,13 +102,14 @@ INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint1
 }
 
 #define SCORE_FN(NH, NB)                                                                  \
-    static void score_##NH##_##NB(const float *q, size_t d, const uint16_t *kt,           \
+    static __attribute__((noinline)) void score_##NH##_##NB(const float *q, size_t d,    \
+                                  const uint16_t *kt,                                 \
                                   const uint16_t *pf, float inv, uint16_t *tb, int hb)    \
     {                                                                                     \
         if (hb) score_keys(q, d, kt, pf, inv, tb, 1, NH, NB);                             \
         else score_keys(q, d, kt, pf, inv, tb, 0, NH, NB);                                \
     }
-SCORE_FN(4, 1) SCORE_FN(2, 2) SCORE_FN(1, 2)
+SCORE_FN(6, 1) SCORE_FN(4, 1) SCORE_FN(2, 2) SCORE_FN(1, 2)
 
 /* One tile's 32 bf16 scores tb (keys < nk count) for one head: stream them
  * to sc (64-byte aligned) and fold them into the head's running max and
@@ -144,7 +148,7 @@ static void tile_stats(const uint16_t *tb, size_t nk, uint16_t *sc, float *mrun,
     const __m256 mb = _mm256_set1_ps(*mrun);
     __m256 e[4];
     for (int k = 0; k < 4; k++) {
-        e[k] = dsattn_exp256_ftz(_mm256_sub_ps(s[k], mb));
+        e[k] = dsattn_exp256_ftz_neg(_mm256_sub_ps(s[k], mb));
         if (part) e[k] = _mm256_and_ps(e[k], valid[k]);
     }
     *lrun = _mm256_add_ps(*lrun, _mm256_add_ps(_mm256_add_ps(e[0], e[1]), _mm256_add_ps(e[2], e[3])));
@@ -166,7 +170,7 @@ static void chunk_probs(const uint16_t *sc, size_t ldsc, size_t c0, size_t nk, s
             if (k < nk) {
                 const __m128i x = _mm_loadu_si128((const __m128i *)(sc + h * ldsc + c0 + k));
                 const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
-                const __m256 e = dsattn_exp256_ftz(_mm256_sub_ps(s, mb));
+                const __m256 e = dsattn_exp256_ftz_neg(_mm256_sub_ps(s, mb));
                 const __m256 q0 = _mm256_mul_ps(e, rb);
                 const __m256 q1 = _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, lb, e), rb, q0);
                 r = dsattn_rbf16_256(q1);
@@ -193,7 +197,7 @@ INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, 
                     const vquarter *vq, const uint16_t *pf, const int NH, const int NQ,
                     const int MASKED)
 {
-    __m256 ae[8], ao[8];                           /* [h * NQ + u] */
+    __m256 ae[6], ao[6];                           /* [h * NQ + u] */
     const uint16_t *base[4];
     UNROLL for (int u = 0; u < NQ; u++) base[u] = vt + vq[u0 + u].base;
     UNROLL for (int h = 0; h < NH; h++)
@@ -201,7 +205,6 @@ INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, 
             ae[h * NQ + u] = _mm256_loadu_ps(acc + h * 128 + (u0 + u) * 16);
             ao[h * NQ + u] = _mm256_loadu_ps(acc + h * 128 + (u0 + u) * 16 + 8);
         }
-    const __m256i him = _mm256_set1_epi32((int)0xffff0000u);
     for (size_t j = 0; j < nk; j++) {
         __m256 ve[4], vo[4];
         UNROLL for (int u = 0; u < NQ; u++) {
@@ -213,8 +216,9 @@ INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, 
             /* one line per key and 32-dim block: the even quarter asks */
             if (pf && ((u0 + u) & 1) == 0)
                 _mm_prefetch((const char *)(pf + (u0 + u) / 2 * 32 * PVC + j * 32), _MM_HINT_T0);
-            ve[u] = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-            vo[u] = _mm256_castsi256_ps(_mm256_and_si256(x, him));
+            const __m256i e = _mm256_slli_epi32(x, 16);
+            ve[u] = _mm256_castsi256_ps(e);
+            vo[u] = _mm256_castsi256_ps(_mm256_blend_epi16(x, e, 0x55));
         }
         UNROLL for (int h = 0; h < NH; h++) {
             const __m256 p = _mm256_broadcast_ss(pb + h * PVC + j);
@@ -238,23 +242,26 @@ INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, 
     {                                                                                    \
         pv_keys(pb, vt, nk, acc, u0, vq, pf, NH, NQ, MS);                                \
     }
-PV_FN(4, 1, 0) PV_FN(2, 2, 0) PV_FN(2, 1, 0) PV_FN(1, 4, 0) PV_FN(1, 2, 0) PV_FN(1, 1, 0)
-PV_FN(4, 1, 1) PV_FN(2, 2, 1) PV_FN(2, 1, 1) PV_FN(1, 4, 1) PV_FN(1, 2, 1) PV_FN(1, 1, 1)
+PV_FN(6, 1, 0) PV_FN(4, 1, 0) PV_FN(2, 2, 0) PV_FN(2, 1, 0) PV_FN(1, 4, 0) PV_FN(1, 2, 0) PV_FN(1, 1, 0)
+PV_FN(6, 1, 1) PV_FN(4, 1, 1) PV_FN(2, 2, 1) PV_FN(2, 1, 1) PV_FN(1, 4, 1) PV_FN(1, 2, 1) PV_FN(1, 1, 1)
 
 typedef void (*pv_fn)(const float *, const uint16_t *, size_t, float *, size_t,
                       const vquarter *, const uint16_t *);
-/* [masked][heads 4 / 2 / 1][quarters 4 / 2 / 1] (NULL: not a batch shape) */
-static const pv_fn pv_tab[2][3][3] = {
-    { { NULL, NULL, pv_4_1_0 }, { NULL, pv_2_2_0, pv_2_1_0 }, { pv_1_4_0, pv_1_2_0, pv_1_1_0 } },
-    { { NULL, NULL, pv_4_1_1 }, { NULL, pv_2_2_1, pv_2_1_1 }, { pv_1_4_1, pv_1_2_1, pv_1_1_1 } },
+/* [masked][heads 6 / 4 / 2 / 1][quarters 4 / 2 / 1] (NULL: not a batch shape) */
+static const pv_fn pv_tab[2][4][3] = {
+    { { NULL, NULL, pv_6_1_0 }, { NULL, NULL, pv_4_1_0 }, { NULL, pv_2_2_0, pv_2_1_0 },
+      { pv_1_4_0, pv_1_2_0, pv_1_1_0 } },
+    { { NULL, NULL, pv_6_1_1 }, { NULL, NULL, pv_4_1_1 }, { NULL, pv_2_2_1, pv_2_1_1 },
+      { pv_1_4_1, pv_1_2_1, pv_1_1_1 } },
 };
 
-/* heads in a batch: 4, 2 or 1, and its row in the tables */
+/* heads in a batch: 6, 4, 2 or 1, and its row in the tables */
 static size_t batch(size_t left, int *ix)
 {
-    if (left >= 4) { *ix = 0; return 4; }
-    if (left >= 2) { *ix = 1; return 2; }
-    *ix = 2;
+    if (left >= 6) { *ix = 0; return 6; }
+    if (left >= 4) { *ix = 1; return 4; }
+    if (left >= 2) { *ix = 2; return 2; }
+    *ix = 3;
     return 1;
 }
 
@@ -270,7 +277,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     float *acc = pb + G * PVC;
     float M[64], L[64];
     __m256 lrun[64];
-    uint16_t tb[4 * KT] __attribute__((aligned(64)));
+    uint16_t tb[6 * KT] __attribute__((aligned(64)));
     uint16_t kpad[128 * KT] __attribute__((aligned(64)));   /* a partial tile, padded */
     for (size_t h = 0; h < G; h++) {
         M[h] = -INFINITY;
@@ -295,9 +302,12 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
             const float *qh = q + h0 * d;
             const uint16_t *p0 = h0 ? NULL : pf;
             if (ix == 0) {
+                score_6_1(qh, d, kt, p0, inv, tb, 0);
+                score_6_1(qh, d, kt, NULL, inv, tb, 1);
+            } else if (ix == 1) {
                 score_4_1(qh, d, kt, p0, inv, tb, 0);
                 score_4_1(qh, d, kt, NULL, inv, tb, 1);
-            } else if (ix == 1) {
+            } else if (ix == 2) {
                 score_2_2(qh, d, kt, p0, inv, tb, 0);
             } else {
                 score_1_2(qh, d, kt, p0, inv, tb, 0);
@@ -331,7 +341,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
         for (size_t h0 = 0; h0 < G;) {
             int ix;
             const size_t nh = batch(G - h0, &ix);
-            const size_t qmax = ix == 0 ? 1 : ix == 1 ? 2 : 4;
+            const size_t qmax = ix <= 1 ? 1 : ix == 2 ? 2 : 4;
             for (size_t u = 0; u < nq;) {
                 size_t k = DSATTN_MIN(qmax, nq - u);
                 if (k == 3) k = 2;

@@ -65,6 +65,31 @@ DSATTN_AVX2_AI __m256 dsattn_exp256(__m256 x) { return dsattn_exp256_cut(x, -104
  * and no lane computes a subnormal (each would be a microcode assist) */
 DSATTN_AVX2_AI __m256 dsattn_exp256_ftz(__m256 x) { return dsattn_exp256_cut(x, -69.3f); }
 
+/* dsattn_exp256_ftz for x <= 0 or NaN (x - max in a softmax) with fewer
+ * operations, the same bits: no upper clamp, n in [-100, 0] so 2^n is one
+ * normal factor; NaN flows through (maxps returns its second operand). */
+DSATTN_AVX2_AI __m256 dsattn_exp256_ftz_neg(__m256 x)
+{
+    const __m256 vlo = _mm256_set1_ps(-69.3f);
+    const __m256 tiny = _mm256_cmp_ps(x, vlo, _CMP_LT_OQ);
+    const __m256 xc = _mm256_max_ps(vlo, x);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                         _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
 /* fp32 -> nearest bf16 value (RNE) for values that are not NaN, or NaN
  * from an FMA / multiply / exp of bf16-valued operands (quiet, low 16 bits
  * zero: adding 0x7fff + 0 leaves it as dsattn_round_bf16 returns it) */
