@@ -1,5 +1,7 @@
-/* test_vmath.c - the vectorised exp against expf: every float input class
- * (normal, near overflow, subnormal results, -inf, NaN) and every tail. */
+/* test_vmath.c - the vmath and wdq slots of every table against their
+ * scalar twins: the vectorised exp against expf (every float input class:
+ * normal, near overflow, subnormal results, -inf, NaN; every tail), the
+ * softmaxes' flushing exp, and the FP8 weight-row decoder bit for bit. */
 #include "harness.h"
 
 #include "kernels.h"
@@ -16,10 +18,9 @@ static double ulp_diff(float a, float b)
     return fabs((double)a - b) / (double)fmaxf(nextafterf(fabsf(b), INFINITY) - fabsf(b), 1e-45f);
 }
 
-DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp)
+/* a table's vmath slot against its scalar twin */
+static void run_exp_sub_sum(const dsattn_ktab *KT)
 {
-    /* the AVX-512 table's vmath slot against its scalar twin */
-    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
     if (!KT) return;
     const dsattn_exp_sub_sum_fn fast = KT->vmath->exp_sub_sum;
     CHECK(fast != dsattn_vmath_ref.exp_sub_sum);
@@ -38,6 +39,15 @@ DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp)
         for (size_t i = 0; i < n; i++) CHECK_MSG(ulp_diff(c[i], b[i]) <= 2, "n %zu [%zu]", n, i);
         CHECK_MSG(fabs((double)s - s_ref) <= 1e-5 * fabs((double)s_ref) + 1e-30, "n %zu sum %.9g ref %.9g", n, (double)s, (double)s_ref);
     }
+    /* sums of moderate terms at every tail (a lane past n counted would
+     * move them by far more than the bound) */
+    for (size_t n = 0; n <= 40; n++) {
+        float c[64], d[64];
+        for (size_t i = 0; i < n; i++) c[i] = d[i] = -2.0f * dsattn_rng_uniform(&r) - 2.0f;
+        float s_ref = dsattn_exp_sub_sum_ref(d, n, -1.0f), s = fast(c, n, -1.0f);
+        CHECK_MSG(fabs((double)s - s_ref) <= 1e-5 * fabs((double)s_ref) + 1e-30,
+                  "moderate n %zu sum %.9g ref %.9g", n, (double)s, (double)s_ref);
+    }
     memcpy(b, a, sizeof a);
     float m = 10.0f;
     dsattn_exp_sub_sum_ref(b, N, m);
@@ -54,24 +64,35 @@ DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp)
     CHECK(c[0] == 0.0f && c[7] == 0.0f);                 /* exp(-inf), far below */
 }
 
+DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp) { run_exp_sub_sum(dsattn_test_avx512_ktab()); }
+DSATTN_TEST(vmath, exp_sub_sum_avx2_within_2ulp)   { run_exp_sub_sum(dsattn_test_avx2_ktab()); }
+
 #include "numfmt.h"
 #include "wdequant.h"
 
-DSATTN_TEST(vmath, softmax_exp_flushes_below_2_pow_minus_100_and_nothing_else)
+/* The attention softmaxes' exp (isa 1: AVX-512, 2: AVX2): the table's
+ * exp bits where x >= -69.3 (checked through its exp_sub_sum with m = 0),
+ * exactly 0 below, never a subnormal, NaN kept, exp(-inf) = 0. */
+static void run_exp_ftz(int isa)
 {
-    /* the attention softmaxes' exp: dsattn_exp512's bits where x >= -69.3
-     * (checked through exp_sub_sum with m = 0), exactly 0 below, never a
-     * subnormal, NaN kept, exp(-inf) = 0 */
 #if defined(__x86_64__)
-    if (!dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    if (isa == 1 ? !dsattn_cpu_has_avx512() : !dsattn_cpu_has_avx2()) {
+        dsattn_test_skip(isa == 1 ? "no AVX-512" : "no AVX2");
+        return;
+    }
     enum { N = 4000 };
     static float x[N], y[N], ref[N];
     for (int i = 0; i < N; i++) x[i] = -120.0f + 0.05f * (float)i;      /* -120 .. 80 */
     x[0] = -INFINITY; x[1] = NAN; x[2] = -69.3f; x[3] = nextafterf(-69.3f, -INFINITY);
     x[4] = -87.5f; x[5] = -104.5f; x[6] = 0.0f;
     memcpy(ref, x, sizeof x);
-    dsattn_exp_sub_sum_avx512(ref, N, 0.0f);
-    dsattn_exp_ftz_avx512(x, N, y);
+    if (isa == 1) {
+        dsattn_exp_sub_sum_avx512(ref, N, 0.0f);
+        dsattn_exp_ftz_avx512(x, N, y);
+    } else {
+        dsattn_exp_sub_sum_avx2(ref, N, 0.0f);
+        dsattn_exp_ftz_avx2(x, N, y);
+    }
     size_t sub = 0, bad = 0;
     for (int i = 0; i < N; i++) {
         sub += y[i] != 0.0f && fabsf(y[i]) < 0x1p-126f;
@@ -83,19 +104,51 @@ DSATTN_TEST(vmath, softmax_exp_flushes_below_2_pow_minus_100_and_nothing_else)
     CHECK_MSG(bad == 0, "%zu results off the rule", bad);
     CHECK(y[2] > 0.0f && y[2] >= 0x1p-100f * 0.99f && y[3] == 0.0f && y[0] == 0.0f);
 #else
-    dsattn_test_skip("AVX-512 forms exist only in x86-64 builds");
+    (void)isa;
+    dsattn_test_skip("AVX-512 / AVX2 forms exist only in x86-64 builds");
+#endif
+}
+
+DSATTN_TEST(vmath, softmax_exp_flushes_below_2_pow_minus_100_and_nothing_else)
+{
+    run_exp_ftz(1);
+}
+
+DSATTN_TEST(vmath, softmax_exp_avx2_flushes_below_2_pow_minus_100_and_nothing_else)
+{
+    run_exp_ftz(2);
+}
+
+DSATTN_TEST(vmath, exp_avx2_is_the_avx512_exp_bit_for_bit)
+{
+    /* one polynomial, one rounding of 2^n: the two tables' exp_sub_sum give
+     * the same element bits on every input class (subnormal results too) */
+#if defined(__x86_64__)
+    if (!dsattn_cpu_has_avx512()) { dsattn_test_skip("no AVX-512"); return; }
+    enum { N = 6001 };
+    static float a[N], b[N];
+    for (int i = 0; i < N; i++) a[i] = -150.0f + 0.04f * (float)i;      /* -150 .. 90 */
+    a[0] = -INFINITY; a[1] = NAN; a[2] = 88.72283935546875f; a[3] = -103.99f; a[4] = -87.4f;
+    memcpy(b, a, sizeof a);
+    dsattn_exp_sub_sum_avx512(a, N, 0.0f);
+    dsattn_exp_sub_sum_avx2(b, N, 0.0f);
+    CHECK_BITS("exp avx2 vs avx512", b, a, N);
+#else
+    dsattn_test_skip("AVX-512 / AVX2 forms exist only in x86-64 builds");
 #endif
 }
 
 DSATTN_TEST(vmath, fp8_weight_row_decoder_follows_the_table)
 {
     /* the ISA override reaches the prefill's row decoder and the softmax
-     * exp: only the "avx512" table gets the AVX-512 forms */
+     * exp: the "avx512" table gets the AVX-512 forms, "avx2" the AVX2 ones */
     dsattn_ktab t;
     CHECK_OK(dsattn_ktab_fill(&t, DSATTN_ISA_REF, 1));
     CHECK(t.wdq == &dsattn_wdequant_ref && t.vmath == &dsattn_vmath_ref);
-    if (dsattn_ktab_fill(&t, DSATTN_ISA_AVX2, 1) == DSATTN_OK)
-        CHECK(t.wdq == &dsattn_wdequant_ref && t.vmath == &dsattn_vmath_ref);
+    if (dsattn_ktab_fill(&t, DSATTN_ISA_AVX2, 1) == DSATTN_OK) {
+        CHECK(t.wdq == dsattn_wdequant_avx2_ptr && t.vmath == dsattn_vmath_avx2_ptr);
+        CHECK(t.wdq && !strcmp(t.wdq->name, "avx2") && t.vmath && !strcmp(t.vmath->name, "avx2"));
+    }
     if (dsattn_ktab_fill(&t, DSATTN_ISA_AVX512, 1) == DSATTN_OK && dsattn_wdequant_avx512_ptr) {
         CHECK(t.wdq == dsattn_wdequant_avx512_ptr && t.vmath == dsattn_vmath_avx512_ptr);
 #if defined(__x86_64__)
@@ -104,26 +157,34 @@ DSATTN_TEST(vmath, fp8_weight_row_decoder_follows_the_table)
     }
 }
 
-DSATTN_TEST(vmath, fp8_weight_row_dequant_exact)
+/* a table's wdq slot against its scalar twin: every code (the NaN codes
+ * 0x7f / 0xff give NaN), several block sizes and ragged tails, bit-exact */
+static void run_fp8_row(const dsattn_ktab *KT)
 {
-    /* every code (the NaN codes 0x7f / 0xff give NaN), several block sizes
-     * and ragged tails: bit-exact */
+    if (!KT) return;
     uint8_t w[300];
-    float sc[16], a[300], b[300];
+    float sc[40], a[300], b[300];
     for (int i = 0; i < 300; i++) w[i] = (uint8_t)(i * 7 + 3);
     w[17] = 0x7f;
     w[40] = 0xff;
-    for (int i = 0; i < 16; i++) sc[i] = ldexpf(1.0f + (float)(i % 3) * 0.25f, i - 8);
-    const size_t bss[3] = { 32, 128, 24 };
-    /* the table's slot (AVX-512 where this CPU has it) against the scalar twin */
-    dsattn_ktab kt;
-    if (dsattn_ktab_fill(&kt, DSATTN_ISA_AVX512, 0) != DSATTN_OK)
-        dsattn_ktab_fill(&kt, DSATTN_ISA_REF, 0);
-    const dsattn_fp8_row_fn fast = kt.wdq->fp8_row;
-    for (int t = 0; t < 3; t++)
+    for (int i = 0; i < 40; i++) sc[i] = ldexpf(1.0f + (float)(i % 3) * 0.25f, i % 16 - 8);
+    const size_t bss[5] = { 32, 128, 24, 12, 8 };
+    const dsattn_fp8_row_fn fast = KT->wdq->fp8_row;
+    CHECK(fast != dsattn_wdequant_ref.fp8_row);
+    for (int t = 0; t < 5; t++)
         for (size_t k = 1; k <= 300; k += 37) {
             dsattn_fp8_row_f32_ref(w, sc, bss[t], k, a);
             fast(w, sc, bss[t], k, b);
             CHECK_BITS("fp8 row", b, a, k);
         }
+    /* all 256 codes, one scale */
+    uint8_t all[256];
+    float one = 1.0f, ra[256], rb[256];
+    for (int i = 0; i < 256; i++) all[i] = (uint8_t)i;
+    dsattn_fp8_row_f32_ref(all, &one, 256, 256, ra);
+    fast(all, &one, 256, 256, rb);
+    CHECK_BITS("fp8 row, every code", rb, ra, 256);
 }
+
+DSATTN_TEST(vmath, fp8_weight_row_dequant_exact)       { run_fp8_row(dsattn_test_avx512_ktab()); }
+DSATTN_TEST(vmath, fp8_weight_row_dequant_exact_avx2)  { run_fp8_row(dsattn_test_avx2_ktab()); }

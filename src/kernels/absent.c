@@ -21,6 +21,8 @@ const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr = NULL;
 const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr = NULL;
 const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr = NULL;
 const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr = NULL;
+const dsattn_vmath_kern *const dsattn_vmath_avx2_ptr = NULL;
+const dsattn_wdequant_kern *const dsattn_wdequant_avx2_ptr = NULL;
 const dsattn_amx_kern *const dsattn_amx_avx512_ptr = NULL;
 const dsattn_index_kern *const dsattn_index_vnni_ptr = NULL;
 

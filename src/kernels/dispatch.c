@@ -36,6 +36,8 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
         t->pgemm = dsattn_pgemm_avx2_ptr;
         t->mla = dsattn_mla_kern_avx2_ptr;
         t->mha = dsattn_mha_kern_avx2_ptr;
+        if (dsattn_wdequant_avx2_ptr) t->wdq = dsattn_wdequant_avx2_ptr;
+        if (dsattn_vmath_avx2_ptr) t->vmath = dsattn_vmath_avx2_ptr;
         break;
     case DSATTN_ISA_AVX512:
         if (!(dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr))

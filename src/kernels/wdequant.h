@@ -16,14 +16,18 @@ void dsattn_fp8_row_f32_ref(const uint8_t *w, const float *scale, size_t bs, siz
                             float *out);
 void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, size_t k,
                                float *out);
+void dsattn_fp8_row_f32_avx2(const uint8_t *w, const float *scale, size_t bs, size_t k,
+                             float *out);
 /* The ktab slot (ktab.h): one named row decoder. */
 typedef struct dsattn_wdequant_kern {
-    const char        *name;                     /* "ref", "avx512" */
+    const char        *name;                     /* "ref", "avx512", "avx2" */
     dsattn_fp8_row_fn  fp8_row;
 } dsattn_wdequant_kern;
 
 extern const dsattn_wdequant_kern dsattn_wdequant_ref;
 /* NULL when the build has no x86-64 path */
 extern const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr;
+/* wdequant_avx2.c; NULL outside x86-64 builds */
+extern const dsattn_wdequant_kern *const dsattn_wdequant_avx2_ptr;
 
 #endif
