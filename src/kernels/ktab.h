@@ -23,7 +23,8 @@
  *
  * k, wdq and vmath are never NULL.  Which slots a table fills:
  *   ref      k = ref, wdq = ref, vmath = ref, the rest NULL
- *   avx2     k = avx2, mla = avx2, pgemm = avx2, wdq = ref, vmath = ref, the rest NULL
+ *   avx2     k, mla, pgemm, mha, wdq, vmath = their AVX2 forms (*_avx2.c),
+ *            the rest NULL (sa, amx, index keep their generic paths)
  *   avx512   every slot its AVX-512 form (each NULL where the compiler
  *            could not build it); amx only where the CPU and OS run
  *            AMX-BF16 and $DSATTN_AMX is not "0" (dsattn_ctx_set_amx
