@@ -35,7 +35,9 @@ typedef struct {
     double lanes;
 } isa_t;
 
-/* The base slot of the named table (ktab.h), as the context would get it. */
+/* The base slot of the named table (ktab.h): "avx512", "neon", and both
+ * AVX2 tables by name ("avx2", "avx2-expshift") whichever of them the
+ * context would choose on this CPU. */
 static int get_isa(const char *name, isa_t *out)
 {
     dsattn_ktab t;
@@ -46,7 +48,8 @@ static int get_isa(const char *name, isa_t *out)
                            : "no AVX2+FMA (CPU or build)");
         return 0;
     }
-    out->k = t.k;
+    out->k = !strcmp(name, "avx2") ? dsattn_kernels_avx2_ptr
+           : !strcmp(name, "avx2-expshift") ? dsattn_kernels_avx2_expshift_ptr : t.k;
     out->lanes = w ? 16 : neon ? 4 : 8;
     return 1;
 }
@@ -173,7 +176,8 @@ static void gemv_fp8_case(const isa_t *isa, dsattn_rng *rng, size_t total, size_
         sc[i] = ldexpf(1.0f + 0.5f * dsattn_rng_uniform(rng), -(int)(dsattn_rng_u64(rng) % 12));
     if (nan_codes & 2)   /* scales at the ends of the fp32 range, x's too */
         for (size_t i = 0; i < nsr * ldsc; i++)
-            sc[i] = (i % 3 == 0) ? 0x1p80f : (i % 3 == 1) ? 0x1p-100f : 0x1p-126f;
+            sc[i] = (i % 4 == 0) ? 0x1p80f : (i % 4 == 1) ? 0x1p-100f
+                  : (i % 4 == 2) ? 0x1p-126f : 0x1p12f;   /* 2^12: |x * scale| past 2^8 */
     fill_uniform(rng, x, k);
     if (nan_codes & 2)
         for (size_t i = 0; i < k; i += 5) x[i] *= (i % 2) ? 0x1p20f : 0x1p-20f;
@@ -332,7 +336,8 @@ static void gemv_fp8_m_case(const isa_t *isa, dsattn_rng *rng, size_t total, siz
     if (nan_codes)
         for (size_t r = 0; r < total; r += 3) W[r * k + (size_t)(dsattn_rng_u64(rng) % k)] = 0x7f;
     for (size_t i = 0; i < nsr * ldsc; i++)
-        sc[i] = (flags & 2) ? ((i % 3 == 0) ? 0x1p80f : (i % 3 == 1) ? 0x1p-100f : 0x1p-126f)
+        sc[i] = (flags & 2) ? ((i % 4 == 0) ? 0x1p80f : (i % 4 == 1) ? 0x1p-100f
+                               : (i % 4 == 2) ? 0x1p-126f : 0x1p12f)
                             : ldexpf(1.0f + 0.5f * dsattn_rng_uniform(rng),
                                      -(int)(dsattn_rng_u64(rng) % 12));
     fill_uniform(rng, x, m * ldx);
@@ -396,15 +401,19 @@ static void run_gemv_fp8_m(const char *name)
 
 DSATTN_TEST(kernels, gemv_avx512)        { run_gemv("avx512"); }
 DSATTN_TEST(kernels, gemv_avx2)          { run_gemv("avx2"); }
+DSATTN_TEST(kernels, gemv_avx2_expshift) { run_gemv("avx2-expshift"); }
 DSATTN_TEST(kernels, gemv_neon)          { run_gemv("neon"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_avx512) { run_gemv_fp8_ranges("avx512"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_avx2)   { run_gemv_fp8_ranges("avx2"); }
+DSATTN_TEST(kernels, gemv_fp8_rows_avx2_expshift) { run_gemv_fp8_ranges("avx2-expshift"); }
 DSATTN_TEST(kernels, gemv_fp8_extremes_avx512) { run_gemv_fp8_extremes("avx512"); }
 DSATTN_TEST(kernels, gemv_fp8_extremes_avx2)   { run_gemv_fp8_extremes("avx2"); }
+DSATTN_TEST(kernels, gemv_fp8_extremes_avx2_expshift) { run_gemv_fp8_extremes("avx2-expshift"); }
 DSATTN_TEST(kernels, gemv_fp8_extremes_neon)   { run_gemv_fp8_extremes("neon"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_neon)   { run_gemv_fp8_ranges("neon"); }
 DSATTN_TEST(kernels, gemv_fp8_m_avx512) { run_gemv_fp8_m("avx512"); }
 DSATTN_TEST(kernels, gemv_fp8_m_avx2)   { run_gemv_fp8_m("avx2"); }
+DSATTN_TEST(kernels, gemv_fp8_m_avx2_expshift) { run_gemv_fp8_m("avx2-expshift"); }
 DSATTN_TEST(kernels, gemv_fp8_m_neon)   { run_gemv_fp8_m("neon"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx512) { run_gemv_fp4_special("avx512"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx2)   { run_gemv_fp4_special("avx2"); }
@@ -920,6 +929,8 @@ DSATTN_TEST(kernels, tables_complete)
     if (dsattn_kernels_avx2_ptr) {
         CHECK(table_complete(dsattn_kernels_avx2_ptr));
         CHECK(!strcmp(dsattn_kernels_avx2_ptr->name, "avx2"));
+        CHECK(dsattn_kernels_avx2_expshift_ptr &&
+              table_complete(dsattn_kernels_avx2_expshift_ptr));
     }
     if (dsattn_kernels_avx512_ptr) {
         CHECK(table_complete(dsattn_kernels_avx512_ptr));
@@ -947,7 +958,10 @@ static int mla_complete(const dsattn_mla_kern *m)
 
 static int ktab_complete(const dsattn_ktab *t)
 {
-    int ok = t->name && t->k && table_complete(t->k) && !strcmp(t->name, t->k->name);
+    /* the table's name is its ISA's; the k table's starts with it
+     * ("avx2-expshift" is an AVX2 table) */
+    int ok = t->name && t->k && table_complete(t->k) &&
+             !strncmp(t->k->name, t->name, strlen(t->name));
     ok &= t->wdq && t->wdq->name && t->wdq->fp8_row != NULL;         /* never NULL */
     ok &= t->vmath && t->vmath->name && t->vmath->exp_sub_sum != NULL;
     if (t->mla) ok &= mla_complete(t->mla);
@@ -1066,7 +1080,9 @@ DSATTN_TEST(kernels, ctx_isa_choice)
     CHECK(t == &dsattn_kernels_ref);
     if (has2) {
         CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AVX2, &st, &t), "avx2"));
-        CHECK(t == dsattn_kernels_avx2_ptr);
+        /* the exponent-shift table exactly where the FMA probe says so */
+        CHECK(t == (dsattn_avx2_fma_subnormal_full_rate() ? dsattn_kernels_avx2_expshift_ptr
+                                                          : dsattn_kernels_avx2_ptr));
     } else {
         ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AVX2, &st, &t);
         CHECK_EQ_INT(st, DSATTN_ERR_UNSUPPORTED);
@@ -1238,9 +1254,11 @@ DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)
 {
     /* Same bits as the NaN-tracking GEMV on every table, blocks 32 and 128,
      * ragged rows and k; and on the reference table it IS the reference. */
-    const dsattn_kernels *tabs[4] = { &dsattn_kernels_ref, dsattn_kernels_avx2_ptr,
-                                      dsattn_kernels_avx512_ptr, dsattn_kernels_neon_ptr };
-    const int have[4] = { 1, dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512(), 1 };
+    const dsattn_kernels *tabs[5] = { &dsattn_kernels_ref, dsattn_kernels_avx2_ptr,
+                                      dsattn_kernels_avx512_ptr, dsattn_kernels_neon_ptr,
+                                      dsattn_kernels_avx2_expshift_ptr };
+    const int have[5] = { 1, dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512(), 1,
+                          dsattn_cpu_has_avx2() };
     dsattn_rng r = { 17 };
     const size_t shapes[3][3] = { { 37, 300, 32 }, { 130, 5120, 128 }, { 64, 1280, 32 } };
     for (int s = 0; s < 3; s++) {
@@ -1255,7 +1273,7 @@ DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)
         }
         for (size_t i = 0; i < sr * ld; i++) sc[i] = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 8) - 12);
         for (size_t i = 0; i < K; i++) x[i] = dsattn_rng_normal(&r);
-        for (int t = 0; t < 4; t++) {
+        for (int t = 0; t < 5; t++) {
             if (!tabs[t] || !have[t]) continue;
             tabs[t]->gemv_fp8(W, sc, bs, ld, x, y0, R, K);
             tabs[t]->gemv_fp8_finite(W, sc, bs, ld, x, y1, R, K);
@@ -1264,3 +1282,32 @@ DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)
         free(W); free(sc); free(x); free(y0); free(y1);
     }
 }
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+/* Under denormals-are-zero (a caller built with -ffast-math) the
+ * exponent-shift GEMVs would read every E4M3 subnormal code as 0: they
+ * take the fp16 decode instead, so their bits equal the avx2 table's under
+ * the same MXCSR - and, with DAZ off again, the reference within bound. */
+DSATTN_TEST(kernels, gemv_fp8_expshift_under_daz_seed23)
+{
+    isa_t a, e;
+    if (!get_isa("avx2", &a) || !get_isa("avx2-expshift", &e)) return;
+    dsattn_rng r = { 23 };
+    const size_t R = 40, K = 1280, bs = 32, ld = K / bs, sr = (R + bs - 1) / bs;
+    uint8_t *W = malloc(R * K);
+    float *sc = malloc(sr * ld * sizeof(float)), *x = malloc(K * sizeof(float));
+    float *y0 = malloc(R * sizeof(float)), *y1 = malloc(R * sizeof(float));
+    for (size_t i = 0; i < R * K; i++)      /* every fourth code subnormal */
+        W[i] = (uint8_t)((i % 4 == 0) ? (dsattn_rng_u64(&r) & 0x87) : dsattn_rng_u64(&r) & 0xfe);
+    for (size_t i = 0; i < sr * ld; i++) sc[i] = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 8) - 6);
+    for (size_t i = 0; i < K; i++) x[i] = dsattn_rng_normal(&r);
+    const unsigned int csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x40);
+    a.k->gemv_fp8(W, sc, bs, ld, x, y0, R, K);
+    e.k->gemv_fp8(W, sc, bs, ld, x, y1, R, K);
+    _mm_setcsr(csr);
+    CHECK_BITS("avx2-expshift under DAZ", y1, y0, R);
+    free(W); free(sc); free(x); free(y0); free(y1);
+}
+#endif

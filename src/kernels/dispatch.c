@@ -32,7 +32,10 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
         break;
     case DSATTN_ISA_AVX2:
         if (!(dsattn_cpu_has_avx2() && dsattn_kernels_avx2_ptr)) return DSATTN_ERR_UNSUPPORTED;
-        t->k = dsattn_kernels_avx2_ptr;
+        /* the exponent-shift FP8 decode where the FMA takes subnormal
+         * operands at full rate (measured once: AMD Zen does) */
+        t->k = dsattn_kernels_avx2_expshift_ptr && dsattn_avx2_fma_subnormal_full_rate()
+                   ? dsattn_kernels_avx2_expshift_ptr : dsattn_kernels_avx2_ptr;
         t->pgemm = dsattn_pgemm_avx2_ptr;
         t->mla = dsattn_mla_kern_avx2_ptr;
         t->mha = dsattn_mha_kern_avx2_ptr;
@@ -61,7 +64,8 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
     default:
         return DSATTN_ERR_INVALID_ARG;
     }
-    t->name = t->k->name;
+    t->name = isa == DSATTN_ISA_REF ? "ref" : isa == DSATTN_ISA_AVX2 ? "avx2"
+            : isa == DSATTN_ISA_AVX512 ? "avx512" : "neon";
     return DSATTN_OK;
 }
 

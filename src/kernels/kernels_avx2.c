@@ -22,6 +22,7 @@
 
 #include <immintrin.h>
 #include <string.h>
+#include <time.h>
 
 #include "numfmt.h"
 
@@ -235,6 +236,123 @@ static void fp8_arrange_x(const float *x, const float *sc, size_t bs, size_t k0,
     }
 }
 
+/* The exponent shift needs subnormal operands read as they are: where the
+ * caller's thread runs with denormals-are-zero (MXCSR.DAZ, bit 6, as
+ * -ffast-math start-up code sets it) the fp16 decode runs instead. */
+AI int fp8sh_mxcsr_ok(void) { return !(_mm_getcsr() & 0x40); }
+
+/* Does this core's FMA take a subnormal operand at the rate of a normal
+ * one?  Timed once (min of 5 alternating runs of 8 x 2048 dependent-free
+ * FMAs each, a few microseconds): the exponent-shift decode hands the FMA
+ * a subnormal for every E4M3 subnormal code, which costs a microcode
+ * assist per instruction on cores that take one (Intel's: measured 67x on
+ * an AVX-512 host with 1 code in 16 subnormal) and nothing where the FMA
+ * handles them in hardware (AMD Zen 3: measured, the same speed).  A
+ * ratio under 2 is "full rate"; an assisting core is 20x and more. */
+__attribute__((noinline)) static double fma_probe(float v)
+{
+    __m256 acc[8];
+    const __m256 a = _mm256_set1_ps(v), b = _mm256_set1_ps(0x1p100f);
+    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int it = 0; it < 2048; it++) {
+        for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(a, b, acc[i]);
+        __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[1]), "+x"(acc[2]), "+x"(acc[3]),
+                              "+x"(acc[4]), "+x"(acc[5]), "+x"(acc[6]), "+x"(acc[7]));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    float sink[8];
+    _mm256_storeu_ps(sink, _mm256_add_ps(acc[0], acc[7]));
+    __asm__ volatile("" : : "r"(sink) : "memory");
+    return (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+int dsattn_avx2_fma_subnormal_full_rate(void)
+{
+    static int known = -1;                 /* immutable once measured */
+    int r = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (r >= 0) return r;
+    volatile float sub = 0x1p-130f, nrm = 0x1p-30f;
+    double tn = 1e30, ts = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double a = fma_probe(nrm), b = fma_probe(sub);
+        if (a < tn) tn = a;
+        if (b < ts) ts = b;
+    }
+    r = ts < 2.0 * tn;
+    __atomic_store_n(&known, r, __ATOMIC_RELAXED);
+    return r;
+}
+
+/* The exponent-shift decode's x: xb[32g + 8j + i] = x[32g + 4i + j] * its
+ * block scale * 2^K, zero past kn, with K chosen per call from the largest
+ * |x * scale| of [0, kn) so that no arranged element overflows: K = 120
+ * (the products are then the reference's own products) unless that
+ * magnitude is 2^7 or more, then K = 126 - its exponent (the products are
+ * scaled down by 2^(120 - K), and only those below 2^-126 of that scale
+ * lose digits, far under the fast path's bound).  *unscale = 2^(120 - K)
+ * multiplies a row's sum back.  Returns 0, arranging nothing usable, if
+ * some x * scale is inf or NaN: the caller then takes the fp16 decode,
+ * whose arithmetic on such inputs the tests pin down.  Same bs/k0 rules as
+ * fp8_arrange_x. */
+static int fp8sh_arrange_x(const float *x, const float *sc, size_t bs, size_t k0, size_t kn,
+                           float *xb, float *unscale)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(__builtin_inff());
+    __m256 mx = _mm256_setzero_ps(), fin = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    size_t blk = k0 / bs, left = bs - k0 % bs;
+    const size_t kp = (kn + 31) / 32 * 32;
+    for (size_t t0 = 0; t0 < kn; t0 += 32) {       /* pass 1: x * scale, natural order */
+        const float sv = sc[blk];
+        const __m256 s = _mm256_set1_ps(sv);
+        if ((left -= 32) == 0) { blk++; left = bs; }
+        for (int m = 0; m < 4; m++) {
+            __m256 a;
+            if (t0 + 8 * m + 8 <= kn) {
+                a = _mm256_mul_ps(_mm256_loadu_ps(x + t0 + 8 * m), s);
+            } else {
+                float t[8] A32 = { 0 };
+                for (size_t l = 0; t0 + 8 * m + l < kn && l < 8; l++) t[l] = x[t0 + 8 * m + l] * sv;
+                a = _mm256_load_ps(t);
+            }
+            const __m256 ab = _mm256_and_ps(a, absm);
+            fin = _mm256_and_ps(fin, _mm256_cmp_ps(ab, inf, _CMP_LT_OQ));
+            mx = _mm256_max_ps(mx, ab);
+            _mm256_store_ps(xb + t0 + 8 * m, a);
+        }
+    }
+    if (_mm256_movemask_ps(fin) != 0xff) return 0;
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float big = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    int K = 120;
+    if (big >= 0x1p7f) {                           /* normal: its exponent */
+        uint32_t u;
+        memcpy(&u, &big, 4);
+        K = 126 - ((int)(u >> 23) - 127);
+    }
+    uint32_t pu = (uint32_t)(K + 127) << 23, uu = (uint32_t)(120 - K + 127) << 23;
+    float pk;
+    memcpy(&pk, &pu, 4);
+    memcpy(unscale, &uu, 4);
+    const __m256 vk = _mm256_set1_ps(pk);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (size_t t0 = 0; t0 < kp; t0 += 32) {       /* pass 2: the decode's order, * 2^K */
+        float *o = xb + t0;
+        const __m256 a0 = _mm256_load_ps(o), a1 = _mm256_load_ps(o + 8);
+        const __m256 a2 = _mm256_load_ps(o + 16), a3 = _mm256_load_ps(o + 24);
+        const __m256 t0v = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+        const __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+        const __m256 c[4] = { _mm256_shuffle_ps(t0v, t2, 0x44), _mm256_shuffle_ps(t0v, t2, 0xEE),
+                              _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE) };
+        for (int j = 0; j < 4; j++)
+            _mm256_store_ps(o + 8 * j, _mm256_mul_ps(_mm256_permutevar8x32_ps(c[j], perm), vk));
+    }
+    return 1;
+}
+
 /* One 32-code step of a row. */
 /* 32 E4M3 codes -> their values x 2^-8 in the arranged order, and the
  * NaN byte max. */
@@ -250,16 +368,47 @@ AI void fp8_decode32(__m256i v, __m256 *w, __m256i *nanv, const int track_nan)
     w[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1));
 }
 
-AI void fp8_step(__m256i v, const float *xc, __m256 *a, __m256i *nanv, const int track_nan)
+/* The exponent-shift decode (the avx2-expshift table): lane i of w[j] is
+ * code 4i + j of the 32-byte load, its bits moved into an fp32 - sign to
+ * bit 31, eeee.mmm to bits 26..20 - which is the E4M3 value times 2^-120
+ * exactly (E4M3 subnormals become fp32 subnormals with the same digits).
+ * One 16-bit arithmetic shift by 4 serves two codes of a dword: the code
+ * in the high byte of a word lands on bits 10..4 of it with its sign
+ * copied above, so the high word of each dword is already in place (codes
+ * 4i + 3 and, after the bytes move up by 8, 4i + 2) and the low word's is
+ * one 32-bit shift by 16 away (4i + 1, 4i); the AND 0x87F00000 keeps the
+ * sign and the seven bits.  5 shifts and 4 ANDs per 32 codes (Zen 3: 1.6x
+ * the fp16 decode's rate in L2); the NaN byte max as above. */
+AI void fp8sh_decode32(__m256i v, __m256 *w, __m256i *nanv, const int track_nan)
+{
+    const __m256i m = _mm256_set1_epi32((int)0x87F00000u);
+    if (track_nan) *nanv = _mm256_max_epu8(*nanv, _mm256_or_si256(v, _mm256_set1_epi8((char)0x80)));
+    const __m256i t3 = _mm256_srai_epi16(v, 4);                          /* codes 4i+3, 4i+1 */
+    const __m256i t2 = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 4);    /* codes 4i+2, 4i */
+    w[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t2, 16), m));
+    w[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t3, 16), m));
+    w[2] = _mm256_castsi256_ps(_mm256_and_si256(t2, m));
+    w[3] = _mm256_castsi256_ps(_mm256_and_si256(t3, m));
+}
+
+/* sh = 0: the fp16 decode and fp8_arrange_x's order; sh = 1: the
+ * exponent-shift decode and fp8sh_arrange_x's order. */
+AI void fp8_step(__m256i v, const float *xc, __m256 *a, __m256i *nanv, const int track_nan,
+                 const int sh)
 {
     __m256 w[4];
-    fp8_decode32(v, w, nanv, track_nan);
+    if (sh) fp8sh_decode32(v, w, nanv, track_nan);
+    else    fp8_decode32(v, w, nanv, track_nan);
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) a[j] = _mm256_fmadd_ps(w[j], _mm256_load_ps(xc + 8 * j), a[j]);
 }
 
-/* One row's codes [0, kn) (of a row of k) against the arranged xb. */
+/* One row's codes [0, kn) (of a row of k) against the arranged xb; the
+ * row's sum times fin (256 after the fp16 decode, the arrangement's
+ * unscale after the exponent shift). */
 AI void fp8_row(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
-                int accumulate, const int track_nan, const uint8_t *W, size_t *pr, size_t *pc)
+                int accumulate, const int track_nan, const uint8_t *W, size_t *pr, size_t *pc,
+                const int sh, float fin)
 {
     __m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                     _mm256_setzero_ps() };
@@ -269,9 +418,10 @@ AI void fp8_row(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y
     for (; t0 < k64; t0 += 64) {
         _mm_prefetch((const char *)(W + *pr * k + *pc), _MM_HINT_T1);
         if ((*pc += 64) >= kn) { *pc = 0; ++*pr; }
-        fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0)), xb + t0, a, &nanv, track_nan);
+        fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0)), xb + t0, a, &nanv, track_nan,
+                 sh);
         fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0 + 32)), xb + t0 + 32, a, &nanv,
-                 track_nan);
+                 track_nan, sh);
     }
     for (; t0 < kn; t0 += 32) {          /* the arranged x is zero past kn */
         __m256i v;
@@ -282,9 +432,9 @@ AI void fp8_row(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y
             memcpy(ct, w + t0, kn - t0);
             v = _mm256_load_si256((const __m256i *)ct);
         }
-        fp8_step(v, xb + t0, a, &nanv, track_nan);
+        fp8_step(v, xb + t0, a, &nanv, track_nan, sh);
     }
-    float s = hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]))) * 256.0f;
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]))) * fin;
     if (track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1))))
         s = __builtin_nanf("");
     *y = accumulate ? *y + s : s;
@@ -305,8 +455,11 @@ static void fp8_row_generic(const uint8_t *w, const float *sc, size_t bs,
     *y = hsum(acc);
 }
 
+/* sh: try the exponent-shift decode (per scale row and x pass; the fp16
+ * decode where fp8sh_arrange_x declines) */
 AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
-                      const float *x, float *y, size_t rows, size_t k, const int nan)
+                      const float *x, float *y, size_t rows, size_t k, const int nan,
+                      const int sh)
 {
     float xb[XCH] A32;
     if (bs == 0) return;
@@ -319,17 +472,25 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
             fp8_row_generic(W + r * k, scale + (r / bs) * ldsc, bs, x, y + r, k);
         return;
     }
+    const int shd = sh && fp8sh_mxcsr_ok();
     for (size_t rb0 = 0; rb0 < rows;) {
         size_t sr = rb0 / bs;                       /* scale row */
         size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
         const float *sc = scale + sr * ldsc;
         for (size_t k0 = 0; k0 < k; k0 += XCH) {
             size_t kn = k - k0 < XCH ? k - k0 : XCH;
-            fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
+            float fin = 256.0f;
+            const int s1 = shd && fp8sh_arrange_x(x + k0, sc, bs, k0, kn, xb, &fin);
+            if (!s1) fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
             /* prefetch cursor, relative to the current row */
             size_t pr = FP8_PF / kn, pc = FP8_PF % kn / 64 * 64;
             for (size_t r = rb0; r < rb1; r++) {
-                fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, W + r * k + k0, &pr, &pc);
+                if (s1)
+                    fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, W + r * k + k0, &pr,
+                            &pc, 1, fin);
+                else
+                    fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, W + r * k + k0, &pr,
+                            &pc, 0, 256.0f);
                 pr--;
             }
         }
@@ -341,7 +502,13 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
 static void gemv_fp8_avx2(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                           const float *x, float *y, size_t rows, size_t k)
 {
-    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1);
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1, 0);
+}
+
+static void gemv_fp8_expshift(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                         const float *x, float *y, size_t rows, size_t k)
+{
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1, 1);
 }
 
 /* Weights without NaN codes: the same sums without the tracking. */
@@ -349,7 +516,14 @@ static void gemv_fp8_finite_avx2(const uint8_t *W, const float *scale, size_t bs
                                  size_t ldsc, const float *x, float *y, size_t rows,
                                  size_t k)
 {
-    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0);
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0, 0);
+}
+
+static void gemv_fp8_finite_expshift(const uint8_t *W, const float *scale, size_t bs,
+                                     size_t ldsc,
+                                const float *x, float *y, size_t rows, size_t k)
+{
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0, 1);
 }
 
 /* ==== FP8 E4M3 GEMV over several tokens ================================= */
@@ -367,7 +541,8 @@ static void gemv_fp8_finite_avx2(const uint8_t *W, const float *scale, size_t bs
 #define M_PF_ROWS 8                /* rows ahead the next slab lines are prefetched */
 
 AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
-                  size_t ldy, const int T, int accumulate, const int track_nan)
+                  size_t ldy, const int T, int accumulate, const int track_nan, const int sh,
+                  const float *fin)
 {
     __m256 acc[M_T];
     __m256i nanv = _mm256_setzero_si256();
@@ -376,7 +551,8 @@ AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t kn, float 
     for (size_t t0 = 0; t0 < kn; t0 += 32) {
         if (t0 % 64 == 0) _mm_prefetch((const char *)(w + t0 + M_PF_ROWS * k), _MM_HINT_T0);
         __m256 wv[4];
-        fp8_decode32(_mm256_loadu_si256((const __m256i *)(w + t0)), wv, &nanv, track_nan);
+        if (sh) fp8sh_decode32(_mm256_loadu_si256((const __m256i *)(w + t0)), wv, &nanv, track_nan);
+        else    fp8_decode32(_mm256_loadu_si256((const __m256i *)(w + t0)), wv, &nanv, track_nan);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const float *xc = xb + (size_t)t * M_KC + t0;
@@ -394,30 +570,38 @@ AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t kn, float 
     }
     const int nan = track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1)));
     for (int t = 0; t < T; t++) {
-        float vv = nan ? __builtin_nanf("") : s[t] * 256.0f;
+        float vv = nan ? __builtin_nanf("") : s[t] * fin[t];
         float *o = y + (size_t)t * ldy;
         *o = accumulate ? *o + vv : vv;
     }
 }
 
 AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t kn, float *y,
-                   size_t ldy, size_t nr, const int T, int accumulate, const int track_nan)
+                   size_t ldy, size_t nr, const int T, int accumulate, const int track_nan,
+                   const int sh, const float *fin)
 {
-    for (size_t r = 0; r < nr; r++)
-        fp8_row_m(W + r * k, k, xb, kn, y + r, ldy, T, accumulate, track_nan);
+    if (sh)
+        for (size_t r = 0; r < nr; r++)
+            fp8_row_m(W + r * k, k, xb, kn, y + r, ldy, T, accumulate, track_nan, 1, fin);
+    else
+        for (size_t r = 0; r < nr; r++)
+            fp8_row_m(W + r * k, k, xb, kn, y + r, ldy, T, accumulate, track_nan, 0, fin);
 }
 
-static void gemv_fp8_m_avx2(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
-                            const float *x, size_t ldx, size_t m, float *y, size_t ldy,
-                            size_t rows, size_t k, int finite)
+/* sh: the exponent-shift decode where every token of the pass arranges
+ * with it (fp8sh_arrange_x), else the fp16 decode for the pass */
+AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                        const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                        size_t rows, size_t k, int finite, const int sh)
 {
     if (bs == 0 || m == 0) return;
     if (k == 0 || k % 32 || bs % 32) {
         for (size_t t = 0; t < m; t++)
-            gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite);
+            gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite, sh);
         return;
     }
     float xb[M_T * M_KC] A32;
+    const int shd = sh && fp8sh_mxcsr_ok();
     for (size_t g0 = 0; g0 < m; g0 += M_T) {
         const size_t T = m - g0 < M_T ? m - g0 : M_T;
         for (size_t k0 = 0; k0 < k; k0 += M_KC) {
@@ -425,26 +609,49 @@ static void gemv_fp8_m_avx2(const uint8_t *W, const float *scale, size_t bs, siz
             for (size_t rb0 = 0; rb0 < rows;) {
                 const size_t sr = rb0 / bs;                       /* scale row */
                 const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
-                for (size_t t = 0; t < T; t++)
-                    fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
-                                  xb + t * M_KC);
+                float fin[M_T];
+                int s1 = shd;
+                for (size_t t = 0; t < T && s1; t++)
+                    s1 = fp8sh_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
+                                         xb + t * M_KC, fin + t);
+                if (!s1)
+                    for (size_t t = 0; t < T; t++) {
+                        fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
+                                      xb + t * M_KC);
+                        fin[t] = 256.0f;
+                    }
                 const uint8_t *w = W + rb0 * k + k0;
                 float *yo = y + g0 * ldy + rb0;
-                const int acc = k0 > 0;
+                const int acc = k0 > 0, nan = !finite;
+                const size_t nr = rb1 - rb0;
                 switch (T) {   /* the token count as a constant: accumulators in registers */
-                case 8: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 8, acc, !finite); break;
-                case 7: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 7, acc, !finite); break;
-                case 6: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 6, acc, !finite); break;
-                case 5: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 5, acc, !finite); break;
-                case 4: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 4, acc, !finite); break;
-                case 3: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 3, acc, !finite); break;
-                case 2: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 2, acc, !finite); break;
-                default: fp8_pass_m(w, k, xb, kn, yo, ldy, rb1 - rb0, 1, acc, !finite); break;
+                case 8: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 8, acc, nan, s1, fin); break;
+                case 7: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 7, acc, nan, s1, fin); break;
+                case 6: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 6, acc, nan, s1, fin); break;
+                case 5: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 5, acc, nan, s1, fin); break;
+                case 4: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 4, acc, nan, s1, fin); break;
+                case 3: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 3, acc, nan, s1, fin); break;
+                case 2: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 2, acc, nan, s1, fin); break;
+                default: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 1, acc, nan, s1, fin); break;
                 }
                 rb0 = rb1;
             }
         }
     }
+}
+
+static void gemv_fp8_m_avx2(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                            const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                            size_t rows, size_t k, int finite)
+{
+    gemv_fp8_m_impl(W, scale, bs, ldsc, x, ldx, m, y, ldy, rows, k, finite, 0);
+}
+
+static void gemv_fp8_m_expshift(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                           const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                           size_t rows, size_t k, int finite)
+{
+    gemv_fp8_m_impl(W, scale, bs, ldsc, x, ldx, m, y, ldy, rows, k, finite, 1);
 }
 
 /* ==== FP4 E2M1 GEMV ===================================================== */
@@ -896,36 +1103,49 @@ static void mdot_bf16_rows_avx2(const float *q, size_t ldq, size_t nh, const uin
 
 /* ==== The table ========================================================= */
 
-static const dsattn_kernels kernels_avx2 = {
-    .name                 = "avx2",
-    .gemv_f32             = gemv_f32_avx2,
-    .gemv_bf16            = gemv_bf16_avx2,
-    .gemv_fp8             = gemv_fp8_avx2,
-    .gemv_fp8_finite      = gemv_fp8_finite_avx2,
-    .gemv_fp8_m           = gemv_fp8_m_avx2,
-    .act_quant_fp8_pow2   = dsattn_act_quant_fp8_pow2_ref,
-    .gemv_fp4             = gemv_fp4_avx2,
-    .dot_f32              = dot_f32_avx2,
-    .mdot_f32             = mdot_f32_avx2,
-    .maxpy_f32            = maxpy_f32_avx2,
-    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_avx2,
-    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_avx2,
-    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_avx2,
-    .mdot_fp4e4m3         = mdot_fp4e4m3_avx2,
-    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx2,
-    .maxpy_fp4e4m3        = maxpy_fp4e4m3_avx2,
-    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_avx2,
-    .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx2,
-    .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx2,
-    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_avx2,
-    .cvt_bf16_f32         = cvt_bf16_f32_avx2,
-    .mdot_bf16_rows       = mdot_bf16_rows_avx2,
-};
+/* The table's entries; the two AVX2 tables differ only in the FP8 GEMVs. */
+#define AVX2_TABLE(NAME, FP8, FP8F, FP8M) {                 \
+    .name                 = NAME,                           \
+    .gemv_f32             = gemv_f32_avx2,                  \
+    .gemv_bf16            = gemv_bf16_avx2,                 \
+    .gemv_fp8             = FP8,                            \
+    .gemv_fp8_finite      = FP8F,                           \
+    .gemv_fp8_m           = FP8M,                           \
+    .act_quant_fp8_pow2   = dsattn_act_quant_fp8_pow2_ref,  \
+    .gemv_fp4             = gemv_fp4_avx2,                  \
+    .dot_f32              = dot_f32_avx2,                   \
+    .mdot_f32             = mdot_f32_avx2,                  \
+    .maxpy_f32            = maxpy_f32_avx2,                 \
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_avx2,       \
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_avx2,      \
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_avx2,      \
+    .mdot_fp4e4m3         = mdot_fp4e4m3_avx2,              \
+    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx2,         \
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3_avx2,             \
+    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_avx2,        \
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx2,             \
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx2,             \
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_avx2,            \
+    .cvt_bf16_f32         = cvt_bf16_f32_avx2,              \
+    .mdot_bf16_rows       = mdot_bf16_rows_avx2,            \
+}
+
+static const dsattn_kernels kernels_avx2 =
+    AVX2_TABLE("avx2", gemv_fp8_avx2, gemv_fp8_finite_avx2, gemv_fp8_m_avx2);
+
+/* The exponent-shift FP8 decode in the GEMVs: for CPUs whose FMA takes
+ * subnormal operands at full rate (dispatch.c chooses). */
+static const dsattn_kernels kernels_avx2_expshift =
+    AVX2_TABLE("avx2-expshift", gemv_fp8_expshift, gemv_fp8_finite_expshift,
+               gemv_fp8_m_expshift);
 
 const dsattn_kernels *const dsattn_kernels_avx2_ptr = &kernels_avx2;
+const dsattn_kernels *const dsattn_kernels_avx2_expshift_ptr = &kernels_avx2_expshift;
 
 #else  /* no AVX2 compiler support: no such path */
 
 const dsattn_kernels *const dsattn_kernels_avx2_ptr = 0;
+const dsattn_kernels *const dsattn_kernels_avx2_expshift_ptr = 0;
+int dsattn_avx2_fma_subnormal_full_rate(void) { return 0; }
 
 #endif
