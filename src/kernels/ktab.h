@@ -23,7 +23,8 @@
  *
  * k, wdq and vmath are never NULL.  Which slots a table fills:
  *   ref      k = ref, wdq = ref, vmath = ref, the rest NULL
- *   avx2     k, mla, pgemm, mha, wdq, vmath = their AVX2 forms (*_avx2.c),
+ *   avx2     k, mla, pgemm, mha, wdq, vmath = their AVX2 forms (*_avx2.c;
+ *            k is avx2-expshift where the FMA takes subnormals at full rate),
  *            the rest NULL (sa, amx, index keep their generic paths)
  *   avx512   every slot its AVX-512 form (each NULL where the compiler
  *            could not build it); amx only where the CPU and OS run
@@ -47,7 +48,7 @@
 #include "wdequant.h"
 
 typedef struct dsattn_ktab {
-    const char                 *name;   /* = k->name: "ref", "avx2", "avx512", "neon" */
+    const char                 *name;   /* the ISA: "ref", "avx2", "avx512", "neon" */
     const dsattn_kernels       *k;
     const dsattn_mla_kern      *mla;
     const dsattn_sa_kern       *sa;
