@@ -13,6 +13,7 @@
 #ifndef DSATTN_CSA_H
 #define DSATTN_CSA_H
 
+#include "checkpoint.h"
 #include "config.h"
 #include "dsattn.h"
 #include "internal.h"
@@ -91,6 +92,54 @@ void dsattn_csa_attn_layer(dsattn_attn_layer *a, const dsattn_csa_config *c, int
 /* Bytes of a weight as the checkpoint stores it (FP8: one UE8M0 scale
  * byte a block; 0 for an unbound weight). */
 size_t dsattn_csa_stored_bytes(const dsattn_weight *w);
+
+/* ==== The attention block's weights every V4 / V4.1 layer has ==========
+ * (csa_weights.c) */
+
+/* Where one layer keeps them: attn_norm [dim], wq_a [q_lora, dim], q_norm
+ * [q_lora], wq_b [H*D, q_lora], wkv [D, dim], kv_norm [D], sink [H], wo_a
+ * [G*R, H*D/G], wo_b [dim, G*R].  DSATTN_CSA_BLOCK_W(L) points into a
+ * layer struct of either generation (they name the fields alike). */
+typedef struct {
+    float        **attn_norm, **q_norm, **kv_norm, **sink;
+    dsattn_weight *wq_a, *wq_b, *wkv, *wo_a, *wo_b;
+} dsattn_csa_block_w;
+
+#define DSATTN_CSA_BLOCK_W(L)                                                         \
+    ((dsattn_csa_block_w){ &(L)->attn_norm, &(L)->q_norm, &(L)->kv_norm, &(L)->sink,  \
+                           &(L)->wq_a, &(L)->wq_b, &(L)->wkv, &(L)->wo_a, &(L)->wo_b })
+
+/* How a generation binds the block: its Linears' tensor names end in
+ * `suffix` ("" for V4's, ".weight" for V4.1's), accept the formats `lin`
+ * (wo_a: `wo_a`), through `bind_mat` (dsattn_bind_mat or the generation's
+ * stricter form). */
+typedef struct {
+    const char *suffix;
+    unsigned    lin, wo_a;
+    dsattn_status (*bind_mat)(const dsattn_binder *b, const char *name, unsigned accept,
+                              size_t rows, size_t cols, dsattn_weight *w);
+} dsattn_csa_bind_rule;
+
+/* Bind layer l's block from the checkpoint, in the order attn_norm, wq_a,
+ * q_norm, wq_b, wkv, kv_norm, attn_sink, wo_a, wo_b (the first error is
+ * returned). */
+dsattn_status dsattn_csa_bind_block(const dsattn_binder *b, const dsattn_csa_config *c,
+                                    int64_t l, const dsattn_csa_bind_rule *r,
+                                    const dsattn_csa_block_w *w);
+
+/* Seeded random block weights (io/weights.c), one seed a tensor from ++*k
+ * in the binding order: the Linears in format `lin` (FP8 blocks of
+ * c->fp8_block), wo_a in `wo_a`, the norms bf16-rounded around 1, the sink
+ * around 0 (bf16-rounded when sink_bf16). */
+dsattn_status dsattn_csa_random_block(const dsattn_csa_config *c, const dsattn_csa_block_w *w,
+                                      dsattn_wkind lin, dsattn_wkind wo_a, int sink_bf16,
+                                      uint64_t *k, dsattn_owned *own);
+
+/* Open the checkpoint at `weights` with its config: config_json when
+ * given, else the config.json beside the weights (*cfg_path; an error
+ * naming the weights when there is none). */
+dsattn_status dsattn_csa_ckpt_open(dsattn_ckpt **ck, const char **cfg_path, const char *weights,
+                                   const char *config_json, char *err, size_t errlen);
 
 /* ==== The phases of a layer step every V4 / V4.1 forward shares ========
  * (csa_attend.c) */

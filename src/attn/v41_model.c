@@ -234,24 +234,15 @@ static dsattn_status bind_layer(dsattn_v41 *m, const dsattn_binder *b, int64_t l
     dsattn_v41_layer_w *L = &m->layer[l];
     char n[256];
     dsattn_status st;
-    size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
-    size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
+    size_t dim = (size_t)c->dim, D = (size_t)c->head_dim, QL = (size_t)c->q_lora_rank;
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
-#define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
-    if ((st = dsattn_bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
-    if ((st = bind_mat(b, P("attn.wq_a.weight"), ANY, QL, dim, &L->wq_a))) return st;
-    if ((st = dsattn_bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
-    if ((st = bind_mat(b, P("attn.wq_b.weight"), ANY, H * D, QL, &L->wq_b))) return st;
-    if ((st = bind_mat(b, P("attn.wkv.weight"), ANY, D, dim, &L->wkv))) return st;
-    if ((st = dsattn_bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
-    if ((st = dsattn_bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
     /* wo_a: bf16 as the reference holds it, or FP8 as the checkpoint does
      * (exactly the same einsum, half the bytes: see dsattn_attn_output) */
     unsigned wo_a_ok = DSATTN_WMASK(DSATTN_W_BF16) | DSATTN_WMASK(DSATTN_W_F32) |
                        ((size_t)c->o_lora_rank % (size_t)c->fp8_block == 0 ? DSATTN_WMASK(DSATTN_W_FP8) : 0);
-    if ((st = bind_mat(b, P("attn.wo_a.weight"), wo_a_ok, G * R, H * D / G, &L->wo_a)))
-        return st;
-    if ((st = bind_mat(b, P("attn.wo_b.weight"), ANY, dim, G * R, &L->wo_b))) return st;
+    const dsattn_csa_bind_rule rule = { ".weight", ANY, wo_a_ok, bind_mat };
+    if ((st = dsattn_csa_bind_block(b, c, l, &rule, &DSATTN_CSA_BLOCK_W(L)))) return st;
+#define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
     if (L->is_kv_source) {
         /* a pooling compressor runs in fp32: dense weights only */
         unsigned cm = L->ratio > 1 ? DENSE : ANY;
@@ -296,14 +287,9 @@ dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
     if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
     *out = NULL;
     dsattn_ckpt *ck = NULL;
-    dsattn_status st = dsattn_ckpt_open(&ck, weights, config_json, err, errlen);
+    const char *cfg_path = NULL;
+    dsattn_status st = dsattn_csa_ckpt_open(&ck, &cfg_path, weights, config_json, err, errlen);
     if (st) return st;
-    const char *cfg_path = config_json ? config_json : dsattn_ckpt_config_path(ck);
-    if (!cfg_path) {
-        dsattn_ckpt_close(ck);
-        return dsattn_errf(err, errlen, DSATTN_ERR_NOT_FOUND,
-                           "%s: no config.json beside the weights and none given", weights);
-    }
     dsattn_v41 *m = calloc(1, sizeof *m);
     if (!m) { dsattn_ckpt_close(ck); return DSATTN_ERR_NOMEM; }
     m->ckpt = ck;
@@ -339,31 +325,23 @@ dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json
     }
     plan_layers(m);
     const dsattn_v41_config *c = &m->cfg;
-    size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
-    size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
+    size_t dim = (size_t)c->dim, D = (size_t)c->head_dim, QL = (size_t)c->q_lora_rank;
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     size_t bs = (size_t)c->fp8_block;
     uint64_t k = seed * 1000003ull + 17;
+    const dsattn_wkind lin = fp8 ? DSATTN_W_FP8 : DSATTN_W_BF16;
+    /* the released checkpoint stores wo_a in FP8 too */
+    const dsattn_wkind wo_a = fp8 && (size_t)c->o_lora_rank % bs == 0 ? DSATTN_W_FP8
+                                                                       : DSATTN_W_BF16;
     /* the shared seeded generator (io/weights.c); compressors of ratio > 1
      * are fp32 as in the checkpoint, FP8 where the release is FP8 */
-#define MAT(rows, cols, w) dsattn_weight_random(w, fp8 ? DSATTN_W_FP8 : DSATTN_W_BF16, rows, \
-                                                cols, bs, 1.0f, ++k, &m->owned)
+#define MAT(rows, cols, w) dsattn_weight_random(w, lin, rows, cols, bs, 1.0f, ++k, &m->owned)
 #define DMAT(rows, cols, f32, w) dsattn_weight_random(w, (f32) ? DSATTN_W_F32 : DSATTN_W_BF16, \
                                                        rows, cols, bs, 1.0f, ++k, &m->owned)
 #define VEC(n, base, jit, out) dsattn_vec_random(out, n, base, jit, 1, ++k, &m->owned)
     for (int64_t l = 0; l < c->n_layers && !st; l++) {
         dsattn_v41_layer_w *L = &m->layer[l];
-        if (!st) st = VEC(dim, 1.0f, 0.1f, &L->attn_norm);
-        if (!st) st = MAT(QL, dim, &L->wq_a);
-        if (!st) st = VEC(QL, 1.0f, 0.1f, &L->q_norm);
-        if (!st) st = MAT(H * D, QL, &L->wq_b);
-        if (!st) st = MAT(D, dim, &L->wkv);
-        if (!st) st = VEC(D, 1.0f, 0.1f, &L->kv_norm);
-        if (!st) st = VEC(H, 0.0f, 1.0f, &L->sink);
-        /* the released checkpoint stores wo_a in FP8 too */
-        if (!st) st = (fp8 && R % bs == 0) ? MAT(G * R, H * D / G, &L->wo_a)
-                                           : DMAT(G * R, H * D / G, 0, &L->wo_a);
-        if (!st) st = MAT(dim, G * R, &L->wo_b);
+        st = dsattn_csa_random_block(c, &DSATTN_CSA_BLOCK_W(L), lin, wo_a, 1, &k, &m->owned);
         if (L->is_kv_source) {
             int f32 = L->ratio > 1;
             if (!st) st = DMAT(D, dim, f32, &L->c_wkv);

@@ -216,19 +216,11 @@ static dsattn_status bind_layer(dsattn_v4 *m, const dsattn_binder *b, int64_t l)
     dsattn_v4_layer_w *L = &m->layer[l];
     char n[256];
     dsattn_status st;
-    size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
-    size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
+    size_t dim = (size_t)c->dim, QL = (size_t)c->q_lora_rank;
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
+    static const dsattn_csa_bind_rule rule = { "", LIN, BF16, dsattn_bind_mat };
+    if ((st = dsattn_csa_bind_block(b, c, l, &rule, &DSATTN_CSA_BLOCK_W(L)))) return st;
 #define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
-    if ((st = dsattn_bind_vec(b, P("attn_norm.weight"), dim, &L->attn_norm))) return st;
-    if ((st = dsattn_bind_mat(b, P("attn.wq_a"), LIN, QL, dim, &L->wq_a))) return st;
-    if ((st = dsattn_bind_vec(b, P("attn.q_norm.weight"), QL, &L->q_norm))) return st;
-    if ((st = dsattn_bind_mat(b, P("attn.wq_b"), LIN, H * D, QL, &L->wq_b))) return st;
-    if ((st = dsattn_bind_mat(b, P("attn.wkv"), LIN, D, dim, &L->wkv))) return st;
-    if ((st = dsattn_bind_vec(b, P("attn.kv_norm.weight"), D, &L->kv_norm))) return st;
-    if ((st = dsattn_bind_vec(b, P("attn.attn_sink"), H, &L->sink))) return st;
-    if ((st = dsattn_bind_mat(b, P("attn.wo_a"), BF16, G * R, H * D / G, &L->wo_a))) return st;
-    if ((st = dsattn_bind_mat(b, P("attn.wo_b"), LIN, dim, G * R, &L->wo_b))) return st;
     if (L->ratio > 0 && (st = bind_compressor(m, b, "attn.compressor", l, &L->comp))) return st;
     if (L->kind == DSATTN_V4_CSA) {
         if ((st = bind_compressor(m, b, "attn.indexer.compressor", l, &L->icomp))) return st;
@@ -257,14 +249,9 @@ dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json, const cha
     if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
     *out = NULL;
     dsattn_ckpt *ck = NULL;
-    dsattn_status st = dsattn_ckpt_open(&ck, weights, config_json, err, errlen);
+    const char *cfg_path = NULL;
+    dsattn_status st = dsattn_csa_ckpt_open(&ck, &cfg_path, weights, config_json, err, errlen);
     if (st) return st;
-    const char *cfg_path = config_json ? config_json : dsattn_ckpt_config_path(ck);
-    if (!cfg_path) {
-        dsattn_ckpt_close(ck);
-        return dsattn_errf(err, errlen, DSATTN_ERR_NOT_FOUND,
-                           "%s: no config.json beside the weights and none given", weights);
-    }
     dsattn_v4 *m = NULL;
     if ((st = new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
     m->ckpt = ck;
@@ -286,25 +273,13 @@ static dsattn_status rand_bf16(dsattn_v4 *m, size_t rows, size_t cols, uint64_t 
     return dsattn_weight_random(w, DSATTN_W_BF16, rows, cols, 0, 1.0f, seed, &m->owned);
 }
 
-static dsattn_status rand_fp8(dsattn_v4 *m, size_t rows, size_t cols, size_t bs,
-                              uint64_t seed, dsattn_weight *w)
-{
-    return dsattn_weight_random(w, DSATTN_W_FP8, rows, cols, bs, 1.0f, seed, &m->owned);
-}
-
-static dsattn_status rand_vec(dsattn_v4 *m, size_t n, float base, float jitter, int bf16,
-                              uint64_t seed, float **out)
-{
-    return dsattn_vec_random(out, n, base, jitter, bf16, seed, &m->owned);
-}
-
 static dsattn_status rand_compressor(dsattn_v4 *m, dsattn_v4_compressor_w *C, uint64_t *k)
 {
     const size_t coff = C->overlap ? 2 : 1, dim = (size_t)m->cfg.dim;
     dsattn_status st = rand_bf16(m, coff * C->d, dim, ++*k, &C->wkv);
     if (!st) st = rand_bf16(m, coff * C->d, dim, ++*k, &C->wgate);
-    if (!st) st = rand_vec(m, C->ratio * coff * C->d, 0.0f, 0.1f, 0, ++*k, &C->ape);
-    if (!st) st = rand_vec(m, C->d, 1.0f, 0.1f, 1, ++*k, &C->norm);
+    if (!st) st = dsattn_vec_random(&C->ape, C->ratio * coff * C->d, 0.0f, 0.1f, 0, ++*k, &m->owned);
+    if (!st) st = dsattn_vec_random(&C->norm, C->d, 1.0f, 0.1f, 1, ++*k, &m->owned);
     return st;
 }
 
@@ -316,8 +291,8 @@ dsattn_status dsattn_v4_create_random(dsattn_v4 **out, const char *config_json, 
     if (st) return st;
     m->cfg.fp8 = fp8 != 0;
     const dsattn_v4_config *c = &m->cfg;
-    size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
-    size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
+    size_t dim = (size_t)c->dim, QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
+    size_t R = (size_t)c->o_lora_rank;
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     size_t bs = (size_t)c->fp8_block;
     if (fp8 && (dim % DSATTN_V4_ACT_BLOCK || QL % DSATTN_V4_ACT_BLOCK ||
@@ -328,19 +303,12 @@ dsattn_status dsattn_v4_create_random(dsattn_v4 **out, const char *config_json, 
                            "be multiples of 128 (the activation block)", config_json);
     }
     uint64_t k = seed * 1000003ull + 17;
-#define MAT(rows, cols, w) (fp8 ? rand_fp8(m, rows, cols, bs, ++k, w) \
-                                : rand_bf16(m, rows, cols, ++k, w))
+    const dsattn_wkind lin = fp8 ? DSATTN_W_FP8 : DSATTN_W_BF16;
+#define MAT(rows, cols, w) dsattn_weight_random(w, lin, rows, cols, bs, 1.0f, ++k, &m->owned)
     for (int64_t l = 0; l < c->n_layers && !st; l++) {
         dsattn_v4_layer_w *L = &m->layer[l];
-        if (!st) st = rand_vec(m, dim, 1.0f, 0.1f, 1, ++k, &L->attn_norm);
-        if (!st) st = MAT(QL, dim, &L->wq_a);
-        if (!st) st = rand_vec(m, QL, 1.0f, 0.1f, 1, ++k, &L->q_norm);
-        if (!st) st = MAT(H * D, QL, &L->wq_b);
-        if (!st) st = MAT(D, dim, &L->wkv);
-        if (!st) st = rand_vec(m, D, 1.0f, 0.1f, 1, ++k, &L->kv_norm);
-        if (!st) st = rand_vec(m, H, 0.0f, 1.0f, 0, ++k, &L->sink);
-        if (!st) st = rand_bf16(m, G * R, H * D / G, ++k, &L->wo_a);
-        if (!st) st = MAT(dim, G * R, &L->wo_b);
+        st = dsattn_csa_random_block(c, &DSATTN_CSA_BLOCK_W(L), lin, DSATTN_W_BF16, 0, &k,
+                                     &m->owned);
         if (L->ratio > 0 && !st) st = rand_compressor(m, &L->comp, &k);
         if (L->kind == DSATTN_V4_CSA) {
             if (!st) st = rand_compressor(m, &L->icomp, &k);
