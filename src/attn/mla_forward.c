@@ -1617,9 +1617,14 @@ static dsattn_status absorb_out_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l
 }
 
 /* One layer for B checked sequences; x, out: [B, dim]; bw: the batch ws. */
-static dsattn_status mla_batch_layer(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs, size_t B,
-                                     int l, const float *x, float *out, dsattn_ws *bw)
+static dsattn_status mla_batch_layer(const dsattn_batch_step *sp, size_t layer,
+                                     const float *x, float *out)
 {
+    dsattn_ctx *ctx = sp->ctx;
+    dsattn_mla_seq *const *seqs = sp->seqs;
+    const size_t B = sp->B;
+    const int l = (int)layer;
+    dsattn_ws *bw = sp->scratch;
     const dsattn_mla *m = seqs[0]->m;
     const dsattn_mla_config *c = &m->cfg;
     const dsattn_mla_layer_w *L = &m->layer[l];
@@ -1846,7 +1851,8 @@ dsattn_status dsattn_mla_attn_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *con
     dsattn_ws bw;
     if ((st = batch_ws_begin(ctx, batch_bytes(&seqs[0]->m->cfg, n_seqs, ctx->n_threads), &bw)))
         return st;
-    st = mla_batch_layer(ctx, seqs, n_seqs, layer, x, out, &bw);
+    const dsattn_batch_step sp = { ctx, seqs, n_seqs, &bw, NULL, NULL };
+    st = mla_batch_layer(&sp, (size_t)layer, x, out);
     batch_ws_end(&bw);
     return st;
 }
@@ -1866,12 +1872,10 @@ dsattn_status dsattn_mla_stack_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *co
         batch_ws_end(&bw);
         return DSATTN_ERR_NOMEM;
     }
-    float *xout = xin + B * dim;
-    for (size_t l = 0; l < nl && !st; l++) {
-        dsattn_batch_prenorm(h, m->layer[l].attn_norm, B, dim, m->cfg.eps, xin);
-        if ((st = mla_batch_layer(ctx, seqs, B, (int)l, xin, xout, &bw))) break;
-        dsattn_batch_residual(h, xin, xout, B, dim, l, attn_in, attn_out);
-    }
+    const dsattn_batch_step sp = { ctx, seqs, B, &bw, NULL, NULL };
+    const dsattn_batch_stack_job job = { nl, dim, m->cfg.eps, xin, xin + B * dim,
+                                         DSATTN_BATCH_NORMS(m), mla_batch_layer, &sp };
+    st = dsattn_batch_stack(&job, h, attn_in, attn_out);
     batch_ws_end(&bw);
     for (size_t t = 0; t < B && !st; t++) st = dsattn_mla_seq_advance(seqs[t], 1);
     return st;

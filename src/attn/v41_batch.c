@@ -177,9 +177,15 @@ static void batch_row(const void *arg, size_t i, int32_t *idx, dsattn_csa_row_sr
     }
 }
 
-static dsattn_status batch_layer(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t B, int l,
-                                 const float *x, float *out, float *base, const bplan *bp)
+static dsattn_status batch_layer(const dsattn_batch_step *sp, size_t layer, const float *x,
+                                 float *out)
 {
+    dsattn_ctx *ctx = sp->ctx;
+    dsattn_v41_seq *const *seqs = sp->seqs;
+    const size_t B = sp->B;
+    const int l = (int)layer;
+    float *base = sp->scratch;
+    const bplan *bp = sp->plan;
     const dsattn_v41 *m = seqs[0]->m;
     const dsattn_v41_config *c = &m->cfg;
     const dsattn_v41_layer_w *L = &m->layer[l];
@@ -305,7 +311,16 @@ static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, si
     if (!plan_batch(&m->cfg, n_seqs, ctx->n_threads, &bp)) return DSATTN_ERR_OVERFLOW;
     float *base = batch_scratch(ctx, &bp);
     if (!base) return DSATTN_ERR_NOMEM;
-    return batch_layer(ctx, seqs, n_seqs, layer, x, out, base, &bp);
+    const dsattn_batch_step sp = { ctx, seqs, n_seqs, base, &bp, NULL };
+    return batch_layer(&sp, (size_t)layer, x, out);
+}
+
+/* A layer of the stand-in stack: its checks, then the layer. */
+static dsattn_status stack_layer(const dsattn_batch_step *sp, size_t l, const float *x,
+                                 float *out)
+{
+    dsattn_status st = check_layer(sp->seqs, sp->B, (int)l, sp->failed);
+    return st ? st : batch_layer(sp, l, x, out);
 }
 
 static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t n_seqs,
@@ -323,13 +338,11 @@ static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     if ((st = check_layer(seqs, B, 0, failed))) return st;
     float *base = batch_scratch(ctx, &bp);
     if (!base) return DSATTN_ERR_NOMEM;
-    float *xin = base + bp.xin, *xout = xin + B * dim;
-    for (int l = 0; l < c->n_layers; l++) {
-        if ((st = check_layer(seqs, B, l, failed))) return st;
-        dsattn_batch_prenorm(h, m->layer[l].attn_norm, B, dim, c->norm_eps, xin);
-        if ((st = batch_layer(ctx, seqs, B, l, xin, xout, base, &bp))) return st;
-        dsattn_batch_residual(h, xin, xout, B, dim, (size_t)l, attn_in, attn_out);
-    }
+    const dsattn_batch_step sp = { ctx, seqs, B, base, &bp, failed };
+    const dsattn_batch_stack_job job = { (size_t)c->n_layers, dim, c->norm_eps, base + bp.xin,
+                                         base + bp.xin + B * dim, DSATTN_BATCH_NORMS(m),
+                                         stack_layer, &sp };
+    if ((st = dsattn_batch_stack(&job, h, attn_in, attn_out))) return st;
     for (size_t i = 0; i < B; i++) seqs[i]->pos += 1;
     return DSATTN_OK;
 }
@@ -340,9 +353,7 @@ dsattn_status dsattn_v41_attn_forward_batch(dsattn_ctx *ctx, dsattn_v41_seq *con
                                             float *out, size_t *failed)
 {
     size_t bad = SIZE_MAX;
-    dsattn_status st = attn_batch(ctx, seqs, n_seqs, layer, x, out, &bad);
-    if (st && failed) *failed = bad;
-    return st;
+    return dsattn_batch_result(attn_batch(ctx, seqs, n_seqs, layer, x, out, &bad), &bad, failed);
 }
 
 dsattn_status dsattn_v41_stack_forward_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs,
@@ -350,7 +361,6 @@ dsattn_status dsattn_v41_stack_forward_batch(dsattn_ctx *ctx, dsattn_v41_seq *co
                                              float *attn_out, size_t *failed)
 {
     size_t bad = SIZE_MAX;
-    dsattn_status st = stack_batch(ctx, seqs, n_seqs, h, attn_in, attn_out, &bad);
-    if (st && failed) *failed = bad;
-    return st;
+    return dsattn_batch_result(stack_batch(ctx, seqs, n_seqs, h, attn_in, attn_out, &bad), &bad,
+                               failed);
 }
