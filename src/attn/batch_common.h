@@ -1,8 +1,8 @@
 /* batch_common.h - what the batched decode steps of every generation with
  * one (MLA in mla_forward.c, V4 in v4_batch.c, V4.1 in v41_batch.c) share:
  * the sequence-level checks made before anything is written, the offsets
- * of their B-row scratch, and the stand-in stack's pre-norm and residual
- * over B rows.
+ * of their B-row scratch, and the stand-in stack's loop (pre-norm, layer,
+ * residual) over B rows.
  */
 #ifndef DSATTN_BATCH_COMMON_H
 #define DSATTN_BATCH_COMMON_H
