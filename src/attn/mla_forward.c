@@ -1124,6 +1124,88 @@ typedef struct {
     float *q, *qa, *kv, *kvb, *o, *xo, *aqs, *qr, *qc, *wq, *score;
 } fwd_buf;
 
+/* The buffers of n rows both forwards take first, in this order from ws
+ * (zeroed): qr, q, kv, o, aqs and, when expanded, kvb.  0 when one is
+ * missing. */
+static int fwd_buf_rows(fwd_buf *b, dsattn_ws *ws, const dsattn_mla_config *c, size_t n,
+                        int expanded)
+{
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, QL = (size_t)c->q_lora_rank;
+    const size_t dn = (size_t)c->nope, dr = (size_t)c->rope, dv = (size_t)c->v_dim;
+    const size_t KL = (size_t)c->kv_lora_rank;
+    const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), DSATTN_MAX(KL, H * dv));
+    memset(b, 0, sizeof *b);
+    b->qr = dsattn_ws_arrayz(ws, n, DSATTN_MAX(QL, 1) * sizeof(float));
+    b->q = dsattn_ws_arrayz(ws, n, H * (dn + dr) * sizeof(float));
+    b->kv = dsattn_ws_arrayz(ws, n, (KL + dr) * sizeof(float));
+    b->o = dsattn_ws_arrayz(ws, n, H * dv * sizeof(float));
+    b->aqs = dsattn_ws_arrayz(ws, n, maxk * sizeof(float));
+    if (expanded) b->kvb = dsattn_ws_arrayz(ws, n, H * (dn + dv) * sizeof(float));
+    return b->qr && b->q && b->kv && b->o && b->aqs && (!expanded || b->kvb);
+}
+
+/* Row t's position: start + t in one sequence's chunk (seqs NULL), or
+ * sequence t's own in a batched step. */
+static int64_t row_pos(int64_t start, dsattn_mla_seq *const *seqs, size_t t)
+{
+    return seqs ? seqs[t]->pos : start + (int64_t)t;
+}
+
+/* The query of n rows of x: q_norm(wq_a x) into b->qr, then wq_b (or wq
+ * without a low-rank query) into b->q, RoPE on each head's rope tail at
+ * the row's position. */
+static dsattn_status mla_query_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *x,
+                                    size_t n, int64_t start, dsattn_mla_seq *const *seqs,
+                                    const fwd_buf *b)
+{
+    const dsattn_mla_config *c = &m->cfg;
+    const dsattn_mla_layer_w *L = &m->layer[l];
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, QL = (size_t)c->q_lora_rank;
+    const size_t dn = (size_t)c->nope, dr = (size_t)c->rope, dqk = dn + dr;
+    const dsattn_actq *aq = m->use_actq ? &m->actq : NULL;
+    float cs[64], sn[64];
+    dsattn_status st;
+    if (QL > 0) {
+        if ((st = dsattn_linear(ctx, &L->wq_a, x, dim, n, b->qr, QL, DSATTN_OUT_BF16, aq, b->aqs)))
+            return st;
+        for (size_t t = 0; t < n; t++) mla_rmsnorm(b->qr + t * QL, L->q_norm, QL, c->eps, b->qr + t * QL);
+        st = dsattn_linear(ctx, &L->wq_b, b->qr, QL, n, b->q, H * dqk, DSATTN_OUT_BF16, aq, b->aqs);
+    } else {
+        st = dsattn_linear(ctx, &L->wq, x, dim, n, b->q, H * dqk, DSATTN_OUT_BF16, aq, b->aqs);
+    }
+    if (st) return st;
+    for (size_t t = 0; t < n; t++) {
+        dsattn_rope_cs(&m->rope, row_pos(start, seqs, t), cs, sn);
+        for (size_t h = 0; h < H; h++)
+            dsattn_rope_apply(b->q + (t * H + h) * dqk + dn, dr, cs, sn, c->rope_il_mla, 0,
+                              DSATTN_OUT_BF16);
+    }
+    return DSATTN_OK;
+}
+
+/* The latent rows of n rows of x into b->kv: kv_norm(wkv_a x [:KL]) |
+ * RoPE(k_pe) at the row's position. */
+static dsattn_status mla_latent_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *x,
+                                     size_t n, int64_t start, dsattn_mla_seq *const *seqs,
+                                     const fwd_buf *b)
+{
+    const dsattn_mla_config *c = &m->cfg;
+    const dsattn_mla_layer_w *L = &m->layer[l];
+    const size_t dim = (size_t)c->dim, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    const dsattn_actq *aq = m->use_actq ? &m->actq : NULL;
+    float cs[64], sn[64];
+    dsattn_status st = dsattn_linear(ctx, &L->wkv_a, x, dim, n, b->kv, KL + dr, DSATTN_OUT_BF16,
+                                     aq, b->aqs);
+    if (st) return st;
+    for (size_t t = 0; t < n; t++) {
+        float *k = b->kv + t * (KL + dr);
+        mla_rmsnorm(k, L->kv_norm, KL, c->eps, k);
+        dsattn_rope_cs(&m->rope, row_pos(start, seqs, t), cs, sn);
+        dsattn_rope_apply(k + KL, dr, cs, sn, c->rope_il_mla, 0, DSATTN_OUT_BF16);
+    }
+    return DSATTN_OK;
+}
+
 /* Token j's cache row of layer l: the latent kv | k_pe (kv: KL + dr), or
  * for NAIVE the expanded K = [k_nope | k_pe] and V per head (e: wkv_b's
  * [H, dn + dv] of the token). */
@@ -1158,7 +1240,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     const dsattn_mla_layer_w *L = &m->layer[l];
     dsattn_mla_layer_s *S = &seq->layer[l];
-    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, QL = (size_t)c->q_lora_rank;
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads;
     const size_t dn = (size_t)c->nope, dr = (size_t)c->rope, dv = (size_t)c->v_dim;
     const size_t KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
@@ -1173,10 +1255,8 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     const int need_expanded = naive || mha_fresh;
     const dsattn_actq *aq = m->use_actq ? &m->actq : NULL;
     dsattn_status st = DSATTN_OK;
-    float cs[64], sn[64];
     dsattn_phase_mark pm = { -1, 0.0, 0, 0 };        /* the open phase, if any */
 
-    const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), DSATTN_MAX(KL, H * dv));
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     /* every buffer of the call from the sequence's scratch (sized for a
      * decode step: a prefill chunk may spill to the heap); wa NULL for
@@ -1184,54 +1264,25 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     dsattn_ws *ws = &seq->ws;
     const dsattn_ws_pos ws_mark = dsattn_ws_mark(ws);
     fwd_buf b;
-    memset(&b, 0, sizeof b);
-    b.qr = dsattn_ws_arrayz(ws, s, DSATTN_MAX(QL, 1) * sizeof(float));
-    b.q = dsattn_ws_arrayz(ws, s, H * dqk * sizeof(float));
-    b.kv = dsattn_ws_arrayz(ws, s, (KL + dr) * sizeof(float));
-    b.o = dsattn_ws_arrayz(ws, s, H * dv * sizeof(float));
-    b.aqs = dsattn_ws_arrayz(ws, s, maxk * sizeof(float));
-    if (need_expanded) b.kvb = dsattn_ws_arrayz(ws, s, H * (dn + dv) * sizeof(float));
+    const int rows_ok = fwd_buf_rows(&b, ws, c, s, need_expanded);
     if (c->dsa) {
         b.qc = dsattn_ws_arrayz(ws, s, Hi * Di * sizeof(float));
         b.wq = dsattn_ws_arrayz(ws, s, Hi * sizeof(float));
         b.score = dsattn_ws_array(ws, end, sizeof(float));   /* written before read */
     }
-    if (!b.qr || !b.q || !b.kv || !b.o || !b.aqs || (need_expanded && !b.kvb) ||
-        (c->dsa && (!b.qc || !b.wq || !b.score))) {
+    if (!rows_ok || (c->dsa && (!b.qc || !b.wq || !b.score))) {
         st = DSATTN_ERR_NOMEM;
         goto done;
     }
 
     /* ---- query: q_norm(wq_a x) -> wq_b, RoPE on each head's rope tail */
     dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-    if (QL > 0) {
-        if ((st = dsattn_linear(ctx, &L->wq_a, x, dim, s, b.qr, QL, DSATTN_OUT_BF16, aq, b.aqs)))
-            goto done;
-        for (size_t t = 0; t < s; t++) mla_rmsnorm(b.qr + t * QL, L->q_norm, QL, c->eps, b.qr + t * QL);
-        st = dsattn_linear(ctx, &L->wq_b, b.qr, QL, s, b.q, H * dqk, DSATTN_OUT_BF16, aq, b.aqs);
-    } else {
-        st = dsattn_linear(ctx, &L->wq, x, dim, s, b.q, H * dqk, DSATTN_OUT_BF16, aq, b.aqs);
-    }
-    if (st) goto done;
-    for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(&m->rope, start + (int64_t)t, cs, sn);
-        for (size_t h = 0; h < H; h++)
-            dsattn_rope_apply(b.q + (t * H + h) * dqk + dn, dr, cs, sn, c->rope_il_mla, 0,
-                              DSATTN_OUT_BF16);
-    }
-
+    if ((st = mla_query_rows(ctx, m, l, x, s, start, NULL, &b))) goto done;
     dsattn_phase_end(ctx, &pm);
 
     /* ---- latent: kv_norm(wkv_a x [:KL]) | RoPE(k_pe) */
     dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    if ((st = dsattn_linear(ctx, &L->wkv_a, x, dim, s, b.kv, KL + dr, DSATTN_OUT_BF16, aq, b.aqs)))
-        goto done;
-    for (size_t t = 0; t < s; t++) {
-        float *k = b.kv + t * (KL + dr);
-        mla_rmsnorm(k, L->kv_norm, KL, c->eps, k);
-        dsattn_rope_cs(&m->rope, start + (int64_t)t, cs, sn);
-        dsattn_rope_apply(k + KL, dr, cs, sn, c->rope_il_mla, 0, DSATTN_OUT_BF16);
-    }
+    if ((st = mla_latent_rows(ctx, m, l, x, s, start, NULL, &b))) goto done;
 
     /* ---- expanded K/V of this chunk (naive cache, V3.2 prefill) */
     if (need_expanded) {
@@ -1628,17 +1679,15 @@ static dsattn_status mla_batch_layer(const dsattn_batch_step *sp, size_t layer,
     const dsattn_mla *m = seqs[0]->m;
     const dsattn_mla_config *c = &m->cfg;
     const dsattn_mla_layer_w *L = &m->layer[l];
-    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, QL = (size_t)c->q_lora_rank;
+    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads;
     const size_t dn = (size_t)c->nope, dr = (size_t)c->rope, dv = (size_t)c->v_dim;
     const size_t KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
-    const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), DSATTN_MAX(KL, H * dv));
     const int v3 = !c->dsa, sparse = c->dsa && !c->force_dense;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     const int nth = DSATTN_MAX(ctx->n_threads, 1);
     const dsattn_actq *aq = m->use_actq ? &m->actq : NULL;
     dsattn_status st = DSATTN_OK;
-    float cs[64], sn[64];
     dsattn_phase_mark pm = { -1, 0.0, 0, 0 };
     size_t n_naive = 0;
     for (size_t t = 0; t < B; t++) n_naive += seqs[t]->fmt == DSATTN_MLA_CACHE_NAIVE;
@@ -1646,13 +1695,7 @@ static dsattn_status mla_batch_layer(const dsattn_batch_step *sp, size_t layer,
 
     const dsattn_ws_pos mark = dsattn_ws_mark(bw);
     fwd_buf b;
-    memset(&b, 0, sizeof b);
-    b.qr = dsattn_ws_arrayz(bw, B, DSATTN_MAX(QL, 1) * sizeof(float));
-    b.q = dsattn_ws_arrayz(bw, B, H * dqk * sizeof(float));
-    b.kv = dsattn_ws_arrayz(bw, B, (KL + dr) * sizeof(float));
-    b.o = dsattn_ws_arrayz(bw, B, H * dv * sizeof(float));
-    b.aqs = dsattn_ws_arrayz(bw, B, maxk * sizeof(float));
-    if (n_naive) b.kvb = dsattn_ws_arrayz(bw, B, H * (dn + dv) * sizeof(float));
+    const int rows_ok = fwd_buf_rows(&b, bw, c, B, n_naive > 0);
     b.qa = dsattn_ws_arrayz(bw, B, H * KL * sizeof(float));
     b.xo = dsattn_ws_arrayz(bw, B, H * KL * sizeof(float));
     float *qpe = dsattn_ws_arrayz(bw, B, H * dr * sizeof(float));
@@ -1665,43 +1708,21 @@ static dsattn_status mla_batch_layer(const dsattn_batch_step *sp, size_t layer,
         pos = dsattn_ws_arrayz(bw, B, sizeof(int64_t));
         krow = dsattn_ws_arrayz(bw, B, sizeof(uint8_t *));
     }
-    if (!b.qr || !b.q || !b.kv || !b.o || !b.aqs || (n_naive && !b.kvb) || !b.qa || !b.xo ||
-        !qpe || !nsel || (c->dsa && (!b.qc || !b.wq || !pos || !krow))) {
+    if (!rows_ok || !b.qa || !b.xo || !qpe || !nsel ||
+        (c->dsa && (!b.qc || !b.wq || !pos || !krow))) {
         st = DSATTN_ERR_NOMEM;
         goto done;
     }
 
     /* ---- query over the B rows, RoPE at each row's own position */
     dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-    if (QL > 0) {
-        if ((st = dsattn_linear(ctx, &L->wq_a, x, dim, B, b.qr, QL, DSATTN_OUT_BF16, aq, b.aqs)))
-            goto done;
-        for (size_t t = 0; t < B; t++) mla_rmsnorm(b.qr + t * QL, L->q_norm, QL, c->eps, b.qr + t * QL);
-        st = dsattn_linear(ctx, &L->wq_b, b.qr, QL, B, b.q, H * dqk, DSATTN_OUT_BF16, aq, b.aqs);
-    } else {
-        st = dsattn_linear(ctx, &L->wq, x, dim, B, b.q, H * dqk, DSATTN_OUT_BF16, aq, b.aqs);
-    }
-    if (st) goto done;
-    for (size_t t = 0; t < B; t++) {
-        dsattn_rope_cs(&m->rope, seqs[t]->pos, cs, sn);
-        for (size_t h = 0; h < H; h++) {
-            float *qh = b.q + (t * H + h) * dqk;
-            dsattn_rope_apply(qh + dn, dr, cs, sn, c->rope_il_mla, 0, DSATTN_OUT_BF16);
-            memcpy(qpe + (t * H + h) * dr, qh + dn, dr * sizeof(float));
-        }
-    }
+    if ((st = mla_query_rows(ctx, m, l, x, B, 0, seqs, &b))) goto done;
+    for (size_t t = 0; t < B * H; t++) memcpy(qpe + t * dr, b.q + t * dqk + dn, dr * sizeof(float));
     dsattn_phase_end(ctx, &pm);
 
     /* ---- latent rows, expanded K/V for NAIVE rows, cache writes */
     dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    if ((st = dsattn_linear(ctx, &L->wkv_a, x, dim, B, b.kv, KL + dr, DSATTN_OUT_BF16, aq, b.aqs)))
-        goto done;
-    for (size_t t = 0; t < B; t++) {
-        float *k = b.kv + t * (KL + dr);
-        mla_rmsnorm(k, L->kv_norm, KL, c->eps, k);
-        dsattn_rope_cs(&m->rope, seqs[t]->pos, cs, sn);
-        dsattn_rope_apply(k + KL, dr, cs, sn, c->rope_il_mla, 0, DSATTN_OUT_BF16);
-    }
+    if ((st = mla_latent_rows(ctx, m, l, x, B, 0, seqs, &b))) goto done;
     if (n_naive && (st = dsattn_linear(ctx, &L->wkv_b, b.kv, KL + dr, B, b.kvb, H * (dn + dv),
                                        DSATTN_OUT_BF16, aq, b.aqs)))
         goto done;
