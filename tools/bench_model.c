@@ -102,11 +102,41 @@ static cJSON *read_json(const char *path)
     return j;
 }
 
-/* Write j to /tmp/dsattn_bench_<pid>_<tag>.json; path in out[n]. */
-static int write_cfg(const cJSON *j, const char *tag, char *out, size_t n)
+/* A published config to edit into a sampler; *fp8: its dtype is "fp8"
+ * (fp8 may be NULL).  NULL, with err, when it cannot be read. */
+static cJSON *read_cfg(const char *src, int *fp8, char *err, size_t errlen)
+{
+    cJSON *j = read_json(src);
+    if (!j) { snprintf(err, errlen, "cannot read %.300s", src); return NULL; }
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+    if (fp8) *fp8 = cJSON_IsString(dt) && !strcmp(dt->valuestring, "fp8");
+    return j;
+}
+
+/* Write j (then freed) to /tmp/dsattn_bench_<pid>_<tag>.json, its path in
+ * out[n]; non-zero, with err, when it cannot be written. */
+static int write_cfg(cJSON *j, const char *tag, char *out, size_t n, char *err, size_t errlen)
 {
     snprintf(out, n, "/tmp/dsattn_bench_%d_%s.json", (int)getpid(), tag);
-    return dsattn_cli_json_write(j, out);
+    int wr = dsattn_cli_json_write(j, out);
+    cJSON_Delete(j);
+    if (wr) snprintf(err, errlen, "cannot write %s", out);
+    return wr;
+}
+
+/* Fast vs reference of a one-layer model's step at depth 512, reported on
+ * stderr as `bench gen: key ...`; 0 = agree. */
+static int verify_report(const char *gen, const char *key, dsattn_bench_layer_step step,
+                         const void *arg, size_t dim, uint64_t seed)
+{
+    const int64_t depth = 512;
+    double rel = -1, cs = -1;
+    int bad = dsattn_bench_verify(step, arg, dim, depth, seed, seed + 7, &rel, &cs) ||
+              !(rel <= VERIFY_REL && cs >= VERIFY_COS);
+    fprintf(stderr, "bench %s: %s fast vs reference at depth %lld: rel %.3g, cosine %.7f "
+                    "(need <= %g, >= %g) %s\n", gen, key, (long long)depth, rel, cs,
+            VERIFY_REL, VERIFY_COS, bad ? "MISMATCH" : "ok");
+    return bad;
 }
 
 /* ==== MLA (V3, V3.2) ==================================================== */
@@ -166,15 +196,12 @@ static dsattn_mla *mla_model(const char *configs, const mla_case *c, uint64_t se
 {
     char src[1024];
     snprintf(src, sizeof src, "%s/%s", configs, c->config);
-    cJSON *j = read_json(src);
-    if (!j) { snprintf(err, errlen, "cannot read %.300s", src); return NULL; }
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
-    const int fp8 = cJSON_IsString(dt) && !strcmp(dt->valuestring, "fp8");
+    int fp8 = 0;
+    cJSON *j = read_cfg(src, &fp8, err, errlen);
+    if (!j) return NULL;
     dsattn_cli_json_set_num(j, "n_layers", 1);
-    int wr = write_cfg(j, c->key, path, pathn);
-    cJSON_Delete(j);
+    if (write_cfg(j, c->key, path, pathn, err, errlen)) return NULL;
     dsattn_mla *m = NULL;
-    if (wr) { snprintf(err, errlen, "cannot write %s", path); return NULL; }
     if (dsattn_mla_create_random(&m, path, seed, fp8, err, errlen)) m = NULL;
     return m;
 }
@@ -196,16 +223,8 @@ static dsattn_status mla_verify_step(dsattn_ctx *ctx, const void *arg, int64_t d
 
 static int mla_verify(const dsattn_mla *m, const mla_case *c, uint64_t seed)
 {
-    const int64_t depth = 512;
     const mla_verify_arg a = { m, c->cache };
-    double rel = -1, cs = -1;
-    int bad = dsattn_bench_verify(mla_verify_step, &a, (size_t)dsattn_mla_dim(m), depth, seed,
-                                  seed + 7, &rel, &cs) ||
-              !(rel <= VERIFY_REL && cs >= VERIFY_COS);
-    fprintf(stderr, "bench mla: %s fast vs reference at depth %lld: rel %.3g, cosine %.7f "
-                    "(need <= %g, >= %g) %s\n", c->key, (long long)depth, rel, cs,
-            VERIFY_REL, VERIFY_COS, bad ? "MISMATCH" : "ok");
-    return bad;
+    return verify_report("mla", c->key, mla_verify_step, &a, (size_t)dsattn_mla_dim(m), seed);
 }
 
 /* One row per (depth, threads, reps, batch) of one MLA case; returns 0 or 1.
@@ -440,20 +459,17 @@ static dsattn_status scan_step(dsattn_ctx *ctx, void *p)
 static dsattn_v4 *v4_model(const char *src, const v4_case *c, uint64_t seed, char *path,
                            size_t pathn, int *nh, int *dh, int *topk, char *err, size_t errlen)
 {
-    cJSON *j = read_json(src);
-    if (!j) { snprintf(err, errlen, "cannot read %.300s", src); return NULL; }
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
-    const int fp8 = cJSON_IsString(dt) && !strcmp(dt->valuestring, "fp8");
+    int fp8 = 0;
+    cJSON *j = read_cfg(src, &fp8, err, errlen);
+    if (!j) return NULL;
     *nh = (int)dsattn_cli_json_num(j, "index_n_heads", 64);
     *dh = (int)dsattn_cli_json_num(j, "index_head_dim", 128);
     *topk = (int)dsattn_cli_json_num(j, "index_topk", 512);
     dsattn_cli_json_set_num(j, "n_layers", 1);
     dsattn_cli_json_set_num(j, "n_mtp_layers", 0);
     dsattn_cli_json_set_ints(j, "compress_ratios", &c->ratio, 1);
-    int wr = write_cfg(j, c->key, path, pathn);
-    cJSON_Delete(j);
+    if (write_cfg(j, c->key, path, pathn, err, errlen)) return NULL;
     dsattn_v4 *m = NULL;
-    if (wr) { snprintf(err, errlen, "cannot write %s", path); return NULL; }
     if (dsattn_v4_create_random(&m, path, seed, fp8, err, errlen)) m = NULL;
     return m;
 }
@@ -471,15 +487,7 @@ static dsattn_status v4_verify_step(dsattn_ctx *ctx, const void *m, int64_t dept
 
 static int v4_verify(const dsattn_v4 *m, const v4_case *c, uint64_t seed)
 {
-    const int64_t depth = 512;
-    double rel = -1, cs = -1;
-    int bad = dsattn_bench_verify(v4_verify_step, m, (size_t)dsattn_v4_dim(m), depth, seed,
-                                  seed + 7, &rel, &cs) ||
-              !(rel <= VERIFY_REL && cs >= VERIFY_COS);
-    fprintf(stderr, "bench v4: %s fast vs reference at depth %lld: rel %.3g, cosine %.7f "
-                    "(need <= %g, >= %g) %s\n", c->key, (long long)depth, rel, cs,
-            VERIFY_REL, VERIFY_COS, bad ? "MISMATCH" : "ok");
-    return bad;
+    return verify_report("v4", c->key, v4_verify_step, m, (size_t)dsattn_v4_dim(m), seed);
 }
 
 /* Time the index scan of the CSA layer of s with ctx: ms mean, keys. */
@@ -688,8 +696,8 @@ static dsattn_v41 *v41_sampler(const char *configs, uint64_t seed, char *path, s
 {
     char src[1024];
     snprintf(src, sizeof src, "%s/deepseek-v4.1-flash.json", configs);
-    cJSON *j = read_json(src);
-    if (!j) { snprintf(err, errlen, "cannot read %.300s", src); return NULL; }
+    cJSON *j = read_cfg(src, NULL, err, errlen);
+    if (!j) return NULL;
     static const int ratios[] = { 0, 2, 2, 1, 1, 1 }, kv[] = { 1, 3 }, ix[] = { 1, 3, 4 };
     dsattn_cli_json_set_num(j, "n_layers", 6);
     dsattn_cli_json_set_num(j, "n_mtp_layers", 0);
@@ -697,10 +705,8 @@ static dsattn_v41 *v41_sampler(const char *configs, uint64_t seed, char *path, s
     dsattn_cli_json_set_ints(j, "kv_source_layers", kv, 2);
     dsattn_cli_json_set_ints(j, "index_source_layers", ix, 3);
     dsattn_cli_json_set_num(j, "candidate_source_layer", 3);
-    int wr = write_cfg(j, "v41", path, pathn);
-    cJSON_Delete(j);
+    if (write_cfg(j, "v41", path, pathn, err, errlen)) return NULL;
     dsattn_v41 *m = NULL;
-    if (wr) { snprintf(err, errlen, "cannot write %s", path); return NULL; }
     if (dsattn_v41_create_random(&m, path, seed, 1, err, errlen)) m = NULL;
     return m;
 }
