@@ -1,6 +1,5 @@
-/* batch_common.c - the checks, scratch offsets and stack steps every
- * batched decode step shares, and the stand-in stack's loop over their
- * layers (batch_common.h); the generations' own
+/* batch_common.c - the checks, scratch offsets and public-call result rule
+ * batched decode step shares (batch_common.h); the generations' own
  * checks (a layer's runtime slots, V4.1) stay in their batch files.
  */
 #include "batch_common.h"
@@ -45,23 +44,6 @@ int dsattn_batch_layout(const dsattn_batch_buf *bufs, size_t n, size_t *end)
     }
     *end = at;
     return at <= SIZE_MAX / sizeof(float) - 64;
-}
-
-dsattn_status dsattn_batch_stack(const dsattn_batch_stack_job *j, float *h, float *attn_in,
-                                 float *attn_out)
-{
-    const size_t B = j->step->B, dim = j->dim;
-    for (size_t l = 0; l < j->n_layers; l++) {
-        const float *norm = *(float *const *)(const void *)(j->norm0 + l * j->norm_stride);
-        for (size_t i = 0; i < B; i++)
-            dsattn_rmsnorm(h + i * dim, norm, dim, j->eps, j->xin + i * dim, DSATTN_OUT_BF16);
-        dsattn_status st = j->layer(j->step, l, j->xin, j->xout);
-        if (st) return st;
-        for (size_t i = 0; i < B * dim; i++) h[i] = h[i] + j->xout[i];
-        if (attn_in) memcpy(attn_in + l * B * dim, j->xin, B * dim * sizeof(float));
-        if (attn_out) memcpy(attn_out + l * B * dim, j->xout, B * dim * sizeof(float));
-    }
-    return DSATTN_OK;
 }
 
 dsattn_status dsattn_batch_result(dsattn_status st, const size_t *bad, size_t *failed)

@@ -1,8 +1,8 @@
 /* batch_common.h - what the batched decode steps of every generation with
  * one (MLA in mla_forward.c, V4 in v4_batch.c, V4.1 in v41_batch.c) share:
  * the sequence-level checks made before anything is written, the offsets
- * of their B-row scratch, and the stand-in stack's loop (pre-norm, layer,
- * residual) over B rows.
+ * of their B-row scratch, the step their layer functions take and the
+ * rule of their public calls' `failed`.
  */
 #ifndef DSATTN_BATCH_COMMON_H
 #define DSATTN_BATCH_COMMON_H
@@ -47,45 +47,18 @@ typedef struct {
  * needs). */
 int dsattn_batch_layout(const dsattn_batch_buf *bufs, size_t n, size_t *end);
 
-/* One batched step of a generation: its sequences (its own array type),
- * its B-row scratch (V4, V4.1: the base of the context's batch scratch;
- * MLA: a dsattn_ws over it), its scratch plan, and where its per-layer
- * checks name a bad sequence (V4.1). */
+/* One batched step of a generation, the `seq` its layer function takes
+ * (a dsattn_layer_fn over B = n rows, so the stand-in stack over B rows is
+ * ops' dsattn_standin_rows): its sequences (its own array type), its B-row
+ * scratch (V4, V4.1: the base of the context's batch scratch; MLA: a
+ * dsattn_ws over it), its scratch plan, and where its per-layer checks
+ * name a bad sequence (V4.1). */
 typedef struct {
-    dsattn_ctx *ctx;
     const void *seqs;
-    size_t      B;
     void       *scratch;
     const void *plan;
     size_t     *failed;
 } dsattn_batch_step;
-
-/* One layer l of the step over its B rows: x, out [B, dim]. */
-typedef dsattn_status (*dsattn_batch_layer_fn)(const dsattn_batch_step *s, size_t l,
-                                               const float *x, float *out);
-
-/* The stand-in stack over B rows of dim: for each layer l in order,
- * xin = RMSNorm(h) with the layer's attn_norm (bf16-rounded, as the
- * one-sequence stack), xout = layer(step, l, xin), then h += xout, the
- * layer's rows kept at layer l of attn_in / attn_out ([n_layers, B, dim])
- * when given.  Stops at the first layer that fails and returns its status.
- * The attn_norm of layer l is the float pointer at norm0 + l * norm_stride
- * (bytes): DSATTN_BATCH_NORMS(model) gives both for a model whose layer
- * array is `layer`. */
-typedef struct {
-    size_t                   n_layers, dim;
-    float                    eps;
-    float                   *xin, *xout;                 /* [B, dim] each  */
-    const char              *norm0;
-    size_t                   norm_stride;
-    dsattn_batch_layer_fn    layer;
-    const dsattn_batch_step *step;
-} dsattn_batch_stack_job;
-
-#define DSATTN_BATCH_NORMS(m) (const char *)&(m)->layer[0].attn_norm, sizeof (m)->layer[0]
-
-dsattn_status dsattn_batch_stack(const dsattn_batch_stack_job *j, float *h, float *attn_in,
-                                 float *attn_out);
 
 /* The result of a public batched call whose checks wrote the first bad
  * sequence to *bad: st, with *bad copied to *failed (when given) only if

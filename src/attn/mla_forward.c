@@ -1668,13 +1668,11 @@ static dsattn_status absorb_out_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l
 }
 
 /* One layer for B checked sequences; x, out: [B, dim]; bw: the batch ws. */
-static dsattn_status mla_batch_layer(const dsattn_batch_step *sp, size_t layer,
-                                     const float *x, float *out)
+static dsattn_status mla_batch_layer(dsattn_ctx *ctx, void *step, int l, const float *x,
+                                     size_t B, float *out)
 {
-    dsattn_ctx *ctx = sp->ctx;
+    const dsattn_batch_step *sp = step;
     dsattn_mla_seq *const *seqs = sp->seqs;
-    const size_t B = sp->B;
-    const int l = (int)layer;
     dsattn_ws *bw = sp->scratch;
     const dsattn_mla *m = seqs[0]->m;
     const dsattn_mla_config *c = &m->cfg;
@@ -1872,10 +1870,17 @@ dsattn_status dsattn_mla_attn_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *con
     dsattn_ws bw;
     if ((st = batch_ws_begin(ctx, batch_bytes(&seqs[0]->m->cfg, n_seqs, ctx->n_threads), &bw)))
         return st;
-    const dsattn_batch_step sp = { ctx, seqs, n_seqs, &bw, NULL, NULL };
-    st = mla_batch_layer(&sp, (size_t)layer, x, out);
+    dsattn_batch_step sp = { seqs, &bw, NULL, NULL };
+    st = mla_batch_layer(ctx, &sp, layer, x, n_seqs, out);
     batch_ws_end(&bw);
     return st;
+}
+
+/* The stand-in stack's norm of layer l (a dsattn_norm_fn of the step). */
+static const float *mla_batch_norm(const void *step, int l)
+{
+    const dsattn_batch_step *sp = step;
+    return ((dsattn_mla_seq *const *)sp->seqs)[0]->m->layer[l].attn_norm;
 }
 
 dsattn_status dsattn_mla_stack_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs,
@@ -1893,10 +1898,9 @@ dsattn_status dsattn_mla_stack_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *co
         batch_ws_end(&bw);
         return DSATTN_ERR_NOMEM;
     }
-    const dsattn_batch_step sp = { ctx, seqs, B, &bw, NULL, NULL };
-    const dsattn_batch_stack_job job = { nl, dim, m->cfg.eps, xin, xin + B * dim,
-                                         DSATTN_BATCH_NORMS(m), mla_batch_layer, &sp };
-    st = dsattn_batch_stack(&job, h, attn_in, attn_out);
+    dsattn_batch_step sp = { seqs, &bw, NULL, NULL };
+    st = dsattn_standin_rows(ctx, &sp, mla_batch_layer, mla_batch_norm, nl, dim, m->cfg.eps, h, B,
+                             xin, xin + B * dim, attn_in, attn_out);
     batch_ws_end(&bw);
     for (size_t t = 0; t < B && !st; t++) st = dsattn_mla_seq_advance(seqs[t], 1);
     return st;

@@ -177,13 +177,12 @@ static void batch_row(const void *arg, size_t i, int32_t *idx, dsattn_csa_row_sr
     }
 }
 
-static dsattn_status batch_layer(const dsattn_batch_step *sp, size_t layer, const float *x,
+/* A dsattn_layer_fn over the B rows of the step `step`. */
+static dsattn_status batch_layer(dsattn_ctx *ctx, void *step, int l, const float *x, size_t B,
                                  float *out)
 {
-    dsattn_ctx *ctx = sp->ctx;
+    const dsattn_batch_step *sp = step;
     dsattn_v41_seq *const *seqs = sp->seqs;
-    const size_t B = sp->B;
-    const int l = (int)layer;
     float *base = sp->scratch;
     const bplan *bp = sp->plan;
     const dsattn_v41 *m = seqs[0]->m;
@@ -311,16 +310,24 @@ static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, si
     if (!plan_batch(&m->cfg, n_seqs, ctx->n_threads, &bp)) return DSATTN_ERR_OVERFLOW;
     float *base = batch_scratch(ctx, &bp);
     if (!base) return DSATTN_ERR_NOMEM;
-    const dsattn_batch_step sp = { ctx, seqs, n_seqs, base, &bp, NULL };
-    return batch_layer(&sp, (size_t)layer, x, out);
+    dsattn_batch_step sp = { seqs, base, &bp, NULL };
+    return batch_layer(ctx, &sp, layer, x, n_seqs, out);
 }
 
 /* A layer of the stand-in stack: its checks, then the layer. */
-static dsattn_status stack_layer(const dsattn_batch_step *sp, size_t l, const float *x,
+static dsattn_status stack_layer(dsattn_ctx *ctx, void *step, int l, const float *x, size_t B,
                                  float *out)
 {
-    dsattn_status st = check_layer(sp->seqs, sp->B, (int)l, sp->failed);
-    return st ? st : batch_layer(sp, l, x, out);
+    const dsattn_batch_step *sp = step;
+    dsattn_status st = check_layer(sp->seqs, B, l, sp->failed);
+    return st ? st : batch_layer(ctx, step, l, x, B, out);
+}
+
+/* The stand-in stack's norm of layer l (a dsattn_norm_fn of the step). */
+static const float *batch_norm(const void *step, int l)
+{
+    const dsattn_batch_step *sp = step;
+    return ((dsattn_v41_seq *const *)sp->seqs)[0]->m->layer[l].attn_norm;
 }
 
 static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t n_seqs,
@@ -338,11 +345,11 @@ static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, s
     if ((st = check_layer(seqs, B, 0, failed))) return st;
     float *base = batch_scratch(ctx, &bp);
     if (!base) return DSATTN_ERR_NOMEM;
-    const dsattn_batch_step sp = { ctx, seqs, B, base, &bp, failed };
-    const dsattn_batch_stack_job job = { (size_t)c->n_layers, dim, c->norm_eps, base + bp.xin,
-                                         base + bp.xin + B * dim, DSATTN_BATCH_NORMS(m),
-                                         stack_layer, &sp };
-    if ((st = dsattn_batch_stack(&job, h, attn_in, attn_out))) return st;
+    dsattn_batch_step sp = { seqs, base, &bp, failed };
+    float *xin = base + bp.xin;
+    if ((st = dsattn_standin_rows(ctx, &sp, stack_layer, batch_norm, (size_t)c->n_layers, dim,
+                                  c->norm_eps, h, B, xin, xin + B * dim, attn_in, attn_out)))
+        return st;
     for (size_t i = 0; i < B; i++) seqs[i]->pos += 1;
     return DSATTN_OK;
 }

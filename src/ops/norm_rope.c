@@ -152,15 +152,11 @@ void dsattn_window_idx_decode_valid_first(size_t w, int64_t start_pos, int32_t *
     for (; k < w; k++) row[k] = -1;
 }
 
-dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
-                                   dsattn_norm_fn norm, size_t n_layers, size_t dim,
-                                   float eps, float *h, size_t n, float *attn_in,
-                                   float *attn_out, dsattn_ws *ws)
+dsattn_status dsattn_standin_rows(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
+                                  dsattn_norm_fn norm, size_t n_layers, size_t dim, float eps,
+                                  float *h, size_t n, float *xin, float *xout, float *attn_in,
+                                  float *attn_out)
 {
-    const dsattn_ws_pos mark = dsattn_ws_mark(ws);
-    float *xin = dsattn_ws_arrayz(ws, 2 * n * dim, sizeof(float));
-    if (!xin) return DSATTN_ERR_NOMEM;
-    float *xout = xin + n * dim;
     dsattn_status st = DSATTN_OK;
     for (size_t l = 0; l < n_layers && !st; l++) {
         for (size_t t = 0; t < n; t++)
@@ -171,6 +167,19 @@ dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn l
         if (attn_in) memcpy(attn_in + l * n * dim, xin, n * dim * sizeof(float));
         if (attn_out) memcpy(attn_out + l * n * dim, xout, n * dim * sizeof(float));
     }
+    return st;
+}
+
+dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
+                                   dsattn_norm_fn norm, size_t n_layers, size_t dim,
+                                   float eps, float *h, size_t n, float *attn_in,
+                                   float *attn_out, dsattn_ws *ws)
+{
+    const dsattn_ws_pos mark = dsattn_ws_mark(ws);
+    float *xin = dsattn_ws_arrayz(ws, 2 * n * dim, sizeof(float));
+    if (!xin) return DSATTN_ERR_NOMEM;
+    dsattn_status st = dsattn_standin_rows(ctx, seq, layer, norm, n_layers, dim, eps, h, n, xin,
+                                           xin + n * dim, attn_in, attn_out);
     dsattn_ws_put(ws, xin);
     dsattn_ws_reset(ws, mark);
     return st;

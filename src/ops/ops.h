@@ -345,5 +345,12 @@ dsattn_status dsattn_standin_stack(dsattn_ctx *ctx, void *seq, dsattn_layer_fn l
                                    dsattn_norm_fn norm, size_t n_layers, size_t dim,
                                    float eps, float *h, size_t n, float *attn_in,
                                    float *attn_out, dsattn_ws *ws);
+/* The same loop with the caller's buffers xin, xout [n, dim] (the batched
+ * steps: their B rows, one of each sequence, in the context's batch
+ * scratch; `seq` is whatever the layer and norm functions read). */
+dsattn_status dsattn_standin_rows(dsattn_ctx *ctx, void *seq, dsattn_layer_fn layer,
+                                  dsattn_norm_fn norm, size_t n_layers, size_t dim, float eps,
+                                  float *h, size_t n, float *xin, float *xout, float *attn_in,
+                                  float *attn_out);
 
 #endif /* DSATTN_OPS_H */
