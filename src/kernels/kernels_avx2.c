@@ -1101,6 +1101,58 @@ static void mdot_bf16_rows_avx2(const float *q, size_t ldq, size_t nh, const uin
     if (h < nh) mdot_bf16_heads2(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 1, 8);
 }
 
+/* ==== Activation quantization (act_quant, UE8M0) ======================= */
+/* The scalar quantizer's deq output (dsattn_quant_fp8_ue8m0), 8 lanes at a
+ * time, bit for bit (the NEON form's steps): per block the amax (any NaN
+ * makes the scalar's fmaxf(amax, 1e-4) take 1e-4), the power-of-two scale
+ * s from the scalar code itself, then per element y = clamp(x / s, +-448)
+ * with NaN kept (minps / maxps return their second operand on NaN: the
+ * bound goes first), rounded to the E4M3 grid - at |y| >= 2^-6 an integer
+ * round-to-nearest-even of the fp32 bits to 3 mantissa bits (a carry moves
+ * into the exponent, as the scalar's m == 16 case does; |y| <= 448 keeps it
+ * finite; a NaN's bits stay a NaN), below 2^-6 the nearest multiple of 2^-9
+ * (roundps of y * 2^9, exact scalings, -0.0 kept) - times s.  A block size
+ * that is not a multiple of 8 takes the scalar code. */
+static void act_quant_fp8_pow2_avx2(const float *x, size_t n, size_t block, float *deq)
+{
+    if (block == 0 || block % 8) {
+        dsattn_act_quant_fp8_pow2_ref(x, n, block, deq);
+        return;
+    }
+    const float inv448 = (float)(1.0 / 448.0);
+    const __m256 lo = _mm256_set1_ps(-448.0f), hi = _mm256_set1_ps(448.0f);
+    const __m256 sub = _mm256_set1_ps(0x1p-6f), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i half = _mm256_set1_epi32(0x7ffff), one = _mm256_set1_epi32(1);
+    const __m256i keep = _mm256_set1_epi32((int)0xfff00000u);
+    for (size_t b = 0; b < n / block; b++) {
+        const float *xb = x + b * block;
+        __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+        for (size_t i = 0; i < block; i += 8) {
+            const __m256 v = _mm256_loadu_ps(xb + i);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            m = _mm256_max_ps(m, _mm256_and_ps(v, absm));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        amax = _mm256_movemask_ps(nan) ? 1e-4f : (amax > 1e-4f ? amax : 1e-4f);
+        const float s = dsattn_pow2_ceil(amax * inv448);
+        const __m256 sv = _mm256_set1_ps(s);
+        for (size_t i = 0; i < block; i += 8) {
+            const __m256 y = _mm256_max_ps(lo, _mm256_min_ps(hi, _mm256_div_ps(_mm256_loadu_ps(xb + i), sv)));
+            const __m256i u = _mm256_castps_si256(y);
+            const __m256i rn = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(half,
+                                   _mm256_and_si256(_mm256_srli_epi32(u, 20), one))), keep);
+            const __m256 small = _mm256_mul_ps(_mm256_round_ps(_mm256_mul_ps(y, _mm256_set1_ps(512.0f)),
+                                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                               _mm256_set1_ps(0x1p-9f));
+            const __m256 q = _mm256_blendv_ps(_mm256_castsi256_ps(rn), small,
+                                              _mm256_cmp_ps(_mm256_and_ps(y, absm), sub, _CMP_LT_OQ));
+            _mm256_storeu_ps(deq + b * block + i, _mm256_mul_ps(q, sv));
+        }
+    }
+}
+
 /* ==== The table ========================================================= */
 
 /* The table's entries; the two AVX2 tables differ only in the FP8 GEMVs. */
@@ -1111,7 +1163,7 @@ static void mdot_bf16_rows_avx2(const float *q, size_t ldq, size_t nh, const uin
     .gemv_fp8             = FP8,                            \
     .gemv_fp8_finite      = FP8F,                           \
     .gemv_fp8_m           = FP8M,                           \
-    .act_quant_fp8_pow2   = dsattn_act_quant_fp8_pow2_ref,  \
+    .act_quant_fp8_pow2   = act_quant_fp8_pow2_avx2,        \
     .gemv_fp4             = gemv_fp4_avx2,                  \
     .dot_f32              = dot_f32_avx2,                   \
     .mdot_f32             = mdot_f32_avx2,                  \

@@ -3,7 +3,7 @@
  * absent.c then makes dsattn_kernels_neon_ptr NULL).
  *
  * Owns a NEON form of every dsattn_kernels entry (the AVX2 table's SIMD
- * entries, and act_quant_fp8_pow2, which AVX2 leaves scalar).
+ * entries, and act_quant_fp8_pow2).
  * Same contract as the x86 tables: fp32 FMA accumulation in its own order,
  * tested against kernels_ref.c with the bounds of tests/test_kernels.c (4
  * lanes), decoders and conversions bit-exact, single-threaded and
