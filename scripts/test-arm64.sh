@@ -18,6 +18,9 @@ t0=$(date +%s)
 
 need=()
 command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
+# the cross C library's start files and headers: only a Recommends of the
+# cross compiler, which --no-install-recommends below leaves out
+[ -e /usr/aarch64-linux-gnu/lib/crti.o ] || need+=(libc6-dev-arm64-cross)
 command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
 [ -e /usr/include/aarch64-linux-gnu/openblas-openmp/cblas.h ] || need+=(libopenblas-openmp-dev:arm64)
 [ -e /usr/lib/aarch64-linux-gnu/libcjson.so ] || need+=(libcjson-dev:arm64)
