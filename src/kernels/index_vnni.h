@@ -1,5 +1,8 @@
-/* index_vnni.h - exact integer fast path of the lightning-indexer score
- * over FP4 index keys (index_vnni_avx512.c says why it is exact). */
+/* index_vnni.h - exact integer fast paths of the lightning-indexer score
+ * over FP4 index keys: the query layout they share (index_prep.c) and the
+ * two forms of the `index` slot, AVX-512 VNNI / AMX-INT8
+ * (index_vnni_avx512.c, which says why the integer sums are exact) and
+ * AVX2 (index_avx2.c); both give the reference's bits. */
 #ifndef DSATTN_INDEX_VNNI_H
 #define DSATTN_INDEX_VNNI_H
 
@@ -25,10 +28,39 @@ typedef struct {
  * missing.  The AMX form gives the same bits as the VNNI form. */
 int  dsattn_index_amx_ok(void);
 
-/* Does this CPU run the path for nh heads of dh dims? */
+/* Lay out one token's FP4-QDQ queries q [nh, dh] and weights w [nh] for
+ * either form (index_prep.c, plain C; use_amx = 0).  Returns 0 if q is not
+ * exactly FP4 QDQ values (then use the reference) or the shape is outside
+ * nh % 16 == 0 <= 64, dh % 32 == 0 <= 256. */
+int  dsattn_index_q_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
+                            size_t dh, const float *w);
+/* E2M1 code -> 2*value + 12: the keys' biased half-units (0..24), the
+ * unsigned operand of the byte dot products */
+extern const int8_t dsattn_index_k_lut[16];
+
+/* Can this key's block sums be scaled in fp32 exactly?  Its scales are
+ * 2^(e_b - 128) (UE8M0 byte e_b); the terms are corr * 2^(ue + e_b - 128)
+ * with |corr| < 2^14.  Exact if, per head, the term exponents span at most
+ * 8 (four terms then fit 14 + 8 + 2 = 24 bits), the smallest stays >= 2^-120
+ * (normal) and the sum stays < 2^110.  Inline: both forms call it per key,
+ * each in its own encoding. */
+static inline int dsattn_index_key_fits_f32(const dsattn_index_vnni_q *p,
+                                            const uint8_t *scales, size_t nb)
+{
+    if (!p->use_f32) return 0;
+    int kmin = 255, kmax = 0;
+    for (size_t b = 0; b < nb; b++) {
+        const int e = scales[b];
+        kmin = e < kmin ? e : kmin;
+        kmax = e > kmax ? e : kmax;
+    }
+    return p->ue_span + (kmax - kmin) <= 8 && p->ue_min + kmin - 128 >= -120 &&
+           p->ue_max + kmax - 128 + 16 <= 110;
+}
+
+/* Does this CPU run the VNNI form for nh heads of dh dims? */
 int  dsattn_index_vnni_ok(size_t nh, size_t dh);
-/* Lay out one token's FP4-QDQ queries q [nh, dh] and weights w [nh].
- * Returns 0 if q is not exactly FP4 QDQ values (then use the reference). */
+/* dsattn_index_q_prepare, with use_amx set where AMX-INT8 runs */
 int  dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
                                size_t dh, const float *w);
 /* Does key row `row` take the exact fp32 scaling (for the tests)? */
@@ -41,7 +73,7 @@ void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
 
 /* The ktab slot (ktab.h): the entry points above, for algorithm code. */
 typedef struct dsattn_index_kern {
-    const char *name;                                   /* "vnni" */
+    const char *name;                                   /* "vnni", "avx2" */
     int  (*ok)(size_t nh, size_t dh);
     int  (*prepare)(dsattn_index_vnni_q *p, const float *q, size_t nh, size_t dh,
                     const float *w);
@@ -51,5 +83,13 @@ typedef struct dsattn_index_kern {
 
 /* NULL when the build has no x86-64 path */
 extern const dsattn_index_kern *const dsattn_index_vnni_ptr;
+extern const dsattn_index_kern *const dsattn_index_avx2_ptr;
+
+/* The AVX2 form's entry points (index_avx2.c; prepare is the shared one).
+ * ok: the CPU has AVX2 and the shape is the VNNI form's. */
+int  dsattn_index_avx2_ok(size_t nh, size_t dh);
+void dsattn_index_avx2_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
+                              size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
+                              float *score);
 
 #endif

@@ -14,7 +14,10 @@
  * Layout per call (one query token): q as int8 half-units arranged for
  * vpdpbusd - for each group of 4 dims, 16 heads x 4 bytes per zmm - and a
  * bias correction, because vpdpbusd multiplies unsigned by signed bytes:
- * keys are stored as k + 12 (0..24) and 12 * sum(q) is subtracted.
+ * keys are stored as k + 12 (0..24) and 12 * sum(q) is subtracted.  The
+ * layout is index_prep.c's, shared with the AVX2 form (index_avx2.c), which
+ * forms the same int32 block sums and scales and weights them in the same
+ * order: both forms give the same bits.
  *
  * Where the CPU and OS offer AMX-INT8 (checked at run time; the machines
  * dsattn targets may not have it), the integer block dots of 16 keys x 16
@@ -26,7 +29,8 @@
  * The block sums are scaled and added in double (the reference's exact
  * products and double sum).  When a key's block scales and the query's
  * block units lie close together - within 8 binades, and far from the ends
- * of fp32's range, which key_fits_f32 checks from the exponents alone - the
+ * of fp32's range, which dsattn_index_key_fits_f32 (index_vnni.h) checks
+ * from the exponents alone - the
  * four terms of every head (integers below 2^14 times powers of two) and
  * all their partial sums fit in 24 bits, so the same sums formed in fp32 are
  * exact too, and equal the rounded double; those keys take the cheaper fp32
@@ -62,68 +66,11 @@ int dsattn_index_vnni_ok(size_t nh, size_t dh)
 
 int dsattn_index_amx_ok(void) { return dsattn_cpu_has_amx_int8(); }
 
-/* E2M1 code -> 2*value + 12 (unsigned half-units, biased) */
-static const int8_t k_lut[16] = { 12, 13, 14, 15, 16, 18, 20, 24,
-                                  12, 11, 10, 9, 8, 6, 4, 0 };
-
 int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
                               size_t dh, const float *w)
 {
-    if (nh > 64 || dh > 256 || nh % 16 || dh % 32) return 0;
-    p->nh = nh;
-    p->dh = dh;
+    if (!dsattn_index_q_prepare(p, q, nh, dh, w)) return 0;
     p->use_amx = dsattn_index_amx_ok();
-    p->use_f32 = 1;
-    p->ue_min = 1000;
-    p->ue_max = -1000;
-    p->ue_span = 0;
-    const size_t nb = dh / 32;
-    memset(p->qb, 0, sizeof p->qb);
-    for (size_t h = 0; h < nh; h++) {
-        p->w[h] = w[h];
-        int hmin = 1000, hmax = -1000;
-        for (size_t b = 0; b < nb; b++) {
-            const float *qq = q + h * dh + b * 32;
-            /* no libm calls in here: glibc's fmaxf / frexpf are SSE code,
-             * and calling SSE code from this AVX-512 code cost an SSE/AVX
-             * transition per call (prepare took 500 us in the stack, 12
-             * us alone); the compare keeps fmaxf's NaN rule (NaN skipped) */
-            float amax = 0.0f;
-            for (size_t i = 0; i < 32; i++) {
-                const float a = fabsf(qq[i]);
-                amax = a > amax ? a : amax;
-            }
-            /* unit u = s/2 with s = 2^ceil(log2(amax/6)): every FP4 QDQ value
-             * is an integer multiple of u within +-12 */
-            float u = amax > 0.0f ? dsattn_pow2_ceil(amax / 6.0f) * 0.5f : 1.0f;
-            int32_t sum = 0;
-            for (size_t i = 0; i < 32; i++) {
-                float v = qq[i] / u;
-                int iv = (int)lrintf(v);
-                if ((float)iv != v || iv < -12 || iv > 12) return 0;   /* not FP4 QDQ */
-                size_t d = b * 32 + i;
-                p->qb[((d / 4) * 64 + h) * 4 + d % 4] = (int8_t)iv;
-                sum += iv;
-            }
-            p->nbias[b * 64 + h] = -12 * sum;
-            p->unit[b * 64 + h] = u;
-            p->unitd[b * 64 + h] = (double)u;
-            if (amax > 0.0f) {              /* an all-zero block adds exactly 0 */
-                /* u = 2^e, a power of two: e from its bits (a subnormal u,
-                 * exponent field 0, from where its one bit sits) */
-                const uint32_t ub = dsattn_f32_bits(u), ef = (ub >> 23) & 0xffu;
-                int e = ef ? (int)ef - 127 : -149 + (31 - __builtin_clz(ub & 0x7fffffu));
-                hmin = e < hmin ? e : hmin;
-                hmax = e > hmax ? e : hmax;
-            }
-        }
-        if (hmax >= hmin) {
-            p->ue_min = hmin < p->ue_min ? hmin : p->ue_min;
-            p->ue_max = hmax > p->ue_max ? hmax : p->ue_max;
-            p->ue_span = hmax - hmin > p->ue_span ? hmax - hmin : p->ue_span;
-        }
-    }
-    if (p->ue_max < p->ue_min) p->ue_min = p->ue_max = 0;    /* all-zero query */
     return 1;
 }
 
@@ -167,37 +114,14 @@ VNNI_TARGET static inline void block_to_tot(__m512i corr, const double *unitd, _
     *t1 = _mm512_fmadd_pd(f1, u1, *t1);
 }
 
-/* Can this key's block sums be scaled in fp32 exactly?  Its scales are
- * 2^(e_b - 128) (UE8M0 byte e_b); the terms are corr * 2^(ue + e_b - 128)
- * with |corr| < 2^14.  Exact if, per head, the term exponents span at most
- * 8 (four terms then fit 14 + 8 + 2 = 24 bits), the smallest stays >= 2^-120
- * (normal) and the sum stays < 2^110. */
-static inline int key_fits_f32(const dsattn_index_vnni_q *p, const uint8_t *scales, size_t nb)
-{
-    if (!p->use_f32) return 0;
-    int kmin = 255, kmax = 0;
-    for (size_t b = 0; b < nb; b++) {
-        const int e = scales[b];
-        kmin = e < kmin ? e : kmin;
-        kmax = e > kmax ? e : kmax;
-    }
-    return p->ue_span + (kmax - kmin) <= 8 && p->ue_min + kmin - 128 >= -120 &&
-           p->ue_max + kmax - 128 + 16 <= 110;
-}
-
-int dsattn_index_vnni_key_f32(const dsattn_index_vnni_q *p, const uint8_t *row)
-{
-    return key_fits_f32(p, row + p->dh / 2, p->dh / 32);
-}
-
-/* The fp32 form of block_to_tot: corr * (u * s_k), all exact (key_fits_f32). */
+/* The fp32 form of block_to_tot: corr * (u * s_k), all exact (dsattn_index_key_fits_f32). */
 VNNI_TARGET static inline void block_to_tot32(__m512i corr, const float *unit, __m512 ks,
                                               __m512 *t)
 {
     *t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_mul_ps(_mm512_loadu_ps(unit), ks), *t);
 }
 
-/* 2^(e - 128) as a float, for key_fits_f32 keys (normal range) */
+/* 2^(e - 128) as a float, for dsattn_index_key_fits_f32 keys (normal range) */
 VNNI_TARGET static inline __m512 key_scale32(uint8_t e)
 {
     return _mm512_castsi512_ps(_mm512_set1_epi32((int)(((uint32_t)e + 127u - 128u) << 23)));
@@ -255,7 +179,7 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
     int f32[VNNI_ROWS];
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) {
-        f32[r] = key_fits_f32(p, row[r] + dh / 2, nb);
+        f32[r] = dsattn_index_key_fits_f32(p, row[r] + dh / 2, nb);
 #pragma GCC unroll 8
         for (size_t v = 0; v < 2 * NHC; v++) tot[r][v] = _mm512_setzero_pd();
 #pragma GCC unroll 4
@@ -374,7 +298,7 @@ AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *ba
         }
         for (size_t r = 0; r < nr; r++) {
             const uint8_t *row = base + (sel ? (size_t)sel[j + r] : j0 + j + r) * rb;
-            if (key_fits_f32(p, row + dh / 2, nb)) {
+            if (dsattn_index_key_fits_f32(p, row + dh / 2, nb)) {
                 __m512 t32[4];
                 for (size_t v = 0; v < nhc; v++) t32[v] = _mm512_setzero_ps();
                 for (size_t b = 0; b < nb; b++) {
@@ -436,7 +360,7 @@ VNNI_TARGET void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p,
                                           const int32_t *sel, size_t j0, size_t n,
                                           float *score)
 {
-    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_lut));
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)dsattn_index_k_lut));
     if (p->use_amx && dsattn_index_amx_ok()) {
         score_amx(p, base, row_bytes, sel, j0, n, lut, score);
         return;
@@ -458,8 +382,6 @@ const dsattn_index_kern *const dsattn_index_vnni_ptr = &index_vnni;
 
 int dsattn_index_vnni_ok(size_t nh, size_t dh) { (void)nh; (void)dh; return 0; }
 int dsattn_index_amx_ok(void) { return 0; }
-int dsattn_index_vnni_key_f32(const dsattn_index_vnni_q *p, const uint8_t *row)
-{ (void)p; (void)row; return 0; }
 int dsattn_index_vnni_prepare(dsattn_index_vnni_q *p, const float *q, size_t nh,
                               size_t dh, const float *w)
 { (void)p; (void)q; (void)nh; (void)dh; (void)w; return 0; }
