@@ -451,31 +451,41 @@ DSATTN_TEST(formats, vectors_candidate_pool)
 /* ==== Indexer fast path ================================================= */
 
 #include "index_vnni.h"
+#include "ktab.h"
 
-DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
+DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
 {
     /* Random FP4-QDQ queries and FP4 index keys over a wide range of
-     * scales: the integer VNNI path must reproduce the reference score
-     * (exact products, double sum, bf16 chain) bit for bit. */
+     * scales: each integer form of the `index` slot that this CPU runs
+     * (AVX-512 VNNI, AMX-INT8, AVX2) must reproduce the reference score
+     * (exact products, double sum, bf16 chain) bit for bit, and so each
+     * other: called directly, with the fp32 block scaling allowed and
+     * forced off, and through the fast context of every table. */
 #if defined(__x86_64__)     /* key_f32 and the AMX probe are x86-only, not table entries */
-    if (!dsattn_index_vnni_ok(32, 128)) { dsattn_test_skip("no AVX-512 VNNI"); return; }
+    const int vnni = dsattn_index_vnni_ok(32, 128), avx2 = dsattn_index_avx2_ok(32, 128);
+    if (!vnni && !avx2) { dsattn_test_skip("neither AVX-512 VNNI nor AVX2"); return; }
     dsattn_rng r = { 9 };
     /* the last case draws narrow scales, so most keys take the exact fp32
      * block scaling; the others mostly the double one */
     const size_t dims[4][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 }, { 64, 128 } };
-    dsattn_ctx *ref = NULL, *fast = NULL;
+    dsattn_ctx *ref = NULL, *fast[2] = { NULL, NULL };
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.mode = DSATTN_MODE_REFERENCE;
     CHECK_OK(dsattn_ctx_create(&ref, &p));
     p.mode = DSATTN_MODE_FAST;
-    CHECK_OK(dsattn_ctx_create(&fast, &p));
-    for (int c = 0; c < 4 && ref && fast; c++) {
+    p.isa = DSATTN_ISA_AVX2;
+    if (avx2) CHECK_OK(dsattn_ctx_create(&fast[0], &p));
+    p.isa = DSATTN_ISA_AVX512;
+    if (dsattn_ctx_create(&fast[1], &p) != DSATTN_OK) fast[1] = NULL;   /* no AVX-512 here */
+    if (avx2 && fast[0]) CHECK(fast[0]->kt->index && !strcmp(fast[0]->kt->index->name, "avx2"));
+    for (int c = 0; c < 4 && ref; c++) {
         const int narrow = c == 3;
         size_t nh = dims[c][0], dh = dims[c][1], n = 5000, rb = dsattn_fp4_index_row_bytes(dh);
         float *q = malloc(nh * dh * sizeof(float)), *w = malloc(nh * sizeof(float));
         float *key = malloc(dh * sizeof(float));
         uint8_t *rows = malloc(n * rb);
         float *s_ref = malloc(n * sizeof(float)), *s_fast = malloc(n * sizeof(float));
+        float *s_ref_at = malloc(n * sizeof(float));
         int32_t *sel = malloc(n * sizeof(int32_t));
         for (size_t h = 0; h < nh; h++) {
             for (size_t i = 0; i < dh; i++) {
@@ -484,6 +494,8 @@ DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
                 q[h * dh + i] = dsattn_round_bf16(dsattn_rng_normal(&r) * amp);
             }
             if (h == 1) memset(q + h * dh, 0, dh * sizeof(float));   /* zero head */
+            if (h == 2 && c == 0)                                    /* extreme codes: +-6 */
+                for (size_t i = 0; i < dh; i++) q[h * dh + i] = i % 2 ? -6.0f : 6.0f;
             dsattn_quant_fp4_ue8m0(q + h * dh, dh, NULL, NULL, q + h * dh);
             w[h] = dsattn_round_bf16(dsattn_rng_normal(&r) / 64.0f);
         }
@@ -491,39 +503,76 @@ DSATTN_TEST(formats, index_vnni_bit_exact_with_reference_seed9)
             float amp = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 30) - 15);
             if (narrow && j % 5 == 0) amp = ldexpf(1.0f, 100);  /* past the fp32 form's range */
             for (size_t i = 0; i < dh; i++) key[i] = dsattn_round_bf16(dsattn_rng_normal(&r) * amp);
+            /* extreme keys: every code +-6 (the largest byte dots), and
+             * one all-zero row */
+            if (j % 97 == 11)
+                for (size_t i = 0; i < dh; i++) key[i] = (i % 3 ? 6.0f : -6.0f) * amp;
+            if (j == 42) memset(key, 0, dh * sizeof(float));
             dsattn_fp4_index_pack(key, dh, rows + j * rb, NULL);
             sel[j] = (int32_t)((j * 7919) % n);
         }
         dsattn_kv_src src = { DSATTN_KV_FP4_IDX, rows, rb, n, dh, 0 };
         dsattn_index_scores_bf16(ref, q, nh, dh, w, &src, 0, n, s_ref);
-        dsattn_index_scores_bf16(fast, q, nh, dh, w, &src, 0, n, s_fast);
-        CHECK_BITS("index scores (range)", s_fast, s_ref, n);
-        dsattn_index_scores_bf16_at(ref, q, nh, dh, w, &src, sel, n, s_ref);
-        dsattn_index_scores_bf16_at(fast, q, nh, dh, w, &src, sel, n, s_fast);
-        CHECK_BITS("index scores (rows)", s_fast, s_ref, n);
-        /* both integer forms directly (VNNI always, AMX where it runs), each
-         * with the fp32 block scaling allowed and forced off */
+        dsattn_index_scores_bf16_at(ref, q, nh, dh, w, &src, sel, n, s_ref_at);
+        for (int t = 0; t < 2; t++) {
+            if (!fast[t]) continue;
+            const char *tn = dsattn_ctx_isa_name(fast[t]);
+            dsattn_index_scores_bf16(fast[t], q, nh, dh, w, &src, 0, n, s_fast);
+            CHECK_BITS(tn, s_fast, s_ref, n);
+            dsattn_index_scores_bf16_at(fast[t], q, nh, dh, w, &src, sel, n, s_fast);
+            CHECK_BITS(tn, s_fast, s_ref_at, n);
+        }
+        /* the integer forms directly (VNNI and AVX2 where the CPU runs
+         * them, AMX where it runs), each with the fp32 block scaling
+         * allowed and forced off; one prepare serves them all */
         static dsattn_index_vnni_q vq;
-        CHECK(dsattn_index_vnni_prepare(&vq, q, nh, dh, w));
+        CHECK(dsattn_index_q_prepare(&vq, q, nh, dh, w));
         size_t nf = 0;
         for (size_t j = 0; j < n; j++) nf += (size_t)dsattn_index_vnni_key_f32(&vq, rows + j * rb);
         if (narrow) CHECK_MSG(nf > n / 2 && nf < n, "fp32 scaling on %zu of %zu keys", nf, n);
-        for (int amx = 0; amx <= dsattn_index_amx_ok(); amx++)
+        for (int form = 0; form < 3; form++) {      /* 0 AVX2, 1 VNNI, 2 AMX-INT8 */
+            if (form == 0 ? !avx2 : form == 1 ? !vnni : !(vnni && dsattn_index_amx_ok()))
+                continue;
             for (int f = 0; f <= 1; f++) {
-                vq.use_amx = amx;
+                static const char *const nm[3][2] = {
+                    { "AVX2, double scaling", "AVX2, fp32 scaling" },
+                    { "VNNI, double scaling", "VNNI, fp32 scaling" },
+                    { "AMX, double scaling", "AMX, fp32 scaling" } };
+                vq.use_amx = form == 2;
                 vq.use_f32 = f;
                 memset(s_fast, 0, n * sizeof(float));
-                dsattn_index_vnni_scores(&vq, rows, rb, sel, 0, n - 3, s_fast);  /* odd tail */
-                CHECK_BITS(amx ? (f ? "AMX, fp32 scaling" : "AMX, double scaling")
-                               : (f ? "VNNI, fp32 scaling" : "VNNI, double scaling"),
-                           s_fast, s_ref, n - 3);
+                if (form == 0) dsattn_index_avx2_scores(&vq, rows, rb, sel, 0, n - 3, s_fast);
+                else dsattn_index_vnni_scores(&vq, rows, rb, sel, 0, n - 3, s_fast);  /* odd tail */
+                CHECK_BITS(nm[form][f], s_fast, s_ref_at, n - 3);
+                /* the range form from an offset, a length that is no multiple of 4 */
+                if (form == 0) {
+                    dsattn_index_avx2_scores(&vq, rows, rb, NULL, 7, n - 9, s_fast);
+                    CHECK_BITS(nm[form][f], s_fast, s_ref + 7, n - 9);
+                }
             }
-        free(q); free(w); free(key); free(rows); free(s_ref); free(s_fast); free(sel);
+        }
+        free(q); free(w); free(key); free(rows); free(s_ref); free(s_fast); free(s_ref_at); free(sel);
+    }
+    /* not FP4 QDQ, or a shape outside the forms: prepare refuses (the
+     * caller then keeps the reference path) */
+    {
+        static dsattn_index_vnni_q vq;
+        float q[16 * 32], w[16];
+        for (size_t i = 0; i < 16 * 32; i++) q[i] = 1.0f;
+        for (size_t i = 0; i < 16; i++) w[i] = 1.0f;
+        CHECK(dsattn_index_q_prepare(&vq, q, 16, 32, w));
+        q[5] = 1.0f + 0x1p-10f;                     /* not on the block's FP4 grid */
+        CHECK(!dsattn_index_q_prepare(&vq, q, 16, 32, w));
+        q[5] = 1.0f;
+        CHECK(!dsattn_index_q_prepare(&vq, q, 8, 32, w));        /* nh % 16 */
+        CHECK(!dsattn_index_q_prepare(&vq, q, 16, 48, w));       /* dh % 32 */
+        CHECK(!dsattn_index_avx2_ok(80, 128) && !dsattn_index_avx2_ok(16, 512));
     }
     dsattn_ctx_destroy(ref);
-    dsattn_ctx_destroy(fast);
+    dsattn_ctx_destroy(fast[0]);
+    dsattn_ctx_destroy(fast[1]);
 #else
-    dsattn_test_skip("the VNNI / AMX-INT8 indexer exists only in x86-64 builds");
+    dsattn_test_skip("the integer indexer forms exist only in x86-64 builds");
 #endif
 }
 

@@ -27,6 +27,7 @@ const dsattn_vmath_kern *const dsattn_vmath_avx2_ptr = NULL;
 const dsattn_wdequant_kern *const dsattn_wdequant_avx2_ptr = NULL;
 const dsattn_amx_kern *const dsattn_amx_avx512_ptr = NULL;
 const dsattn_index_kern *const dsattn_index_vnni_ptr = NULL;
+const dsattn_index_kern *const dsattn_index_avx2_ptr = NULL;
 
 /* The AMX shape predicate, asked by scratch sizing (mla_forward.c) with no
  * context at hand: no build of this architecture runs the AMX blocks, as

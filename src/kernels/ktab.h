@@ -19,13 +19,14 @@
  *   mha     dsattn_mha_kern      MHA/GQA decode attend         attend_fast_c in mha_forward.c (test_mha)
  *   amx     dsattn_amx_kern      AMX-BF16 attention/GEMM tiles the mla/sa FMA tiles (test_mla,
  *                                                              test_sparse_attn, test_pgemm)
- *   index   dsattn_index_kern    exact VNNI/AMX-INT8 indexer   the reference score (test_formats)
+ *   index   dsattn_index_kern    exact integer indexer scores  the reference score (test_formats)
+ *                                (AVX-512 VNNI / AMX-INT8, AVX2)
  *
  * k, wdq and vmath are never NULL.  Which slots a table fills:
  *   ref      k = ref, wdq = ref, vmath = ref, the rest NULL
- *   avx2     k, mla, pgemm, mha, wdq, vmath = their AVX2 forms (*_avx2.c;
- *            k is avx2-expshift where the FMA takes subnormals at full rate),
- *            the rest NULL (sa, amx, index keep their generic paths)
+ *   avx2     k, mla, pgemm, mha, wdq, vmath, index = their AVX2 forms
+ *            (*_avx2.c; k is avx2-expshift where the FMA takes subnormals
+ *            at full rate), the rest NULL (sa, amx keep their generic paths)
  *   avx512   every slot its AVX-512 form (each NULL where the compiler
  *            could not build it); amx only where the CPU and OS run
  *            AMX-BF16 and $DSATTN_AMX is not "0" (dsattn_ctx_set_amx
