@@ -106,17 +106,17 @@ AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size
     for (size_t r = 0; r < NR; r++) {
         decode_row(row[r], dh, lut, kb[r]);
         f32[r] = dsattn_index_key_fits_f32(p, row[r] + dh / 2, nb);
-        if (f32[r])
-            memset(t32[r], 0, NHC * 16 * sizeof(float));
-        else
-            memset(td[r], 0, NHC * 16 * sizeof(double));
     }
     for (size_t b = 0; b < nb; b++) {
+        /* rolled loops on purpose: unrolled, GCC kept all 32 key broadcasts
+         * of a block live across the head chunks and reassociated the adds
+         * into trees of products, and spilled most of them */
+#pragma GCC unroll 1
         for (size_t hc = 0; hc < NHC; hc++) {
             __m256i acc[IDX_ROWS][2];
 #pragma GCC unroll 4
             for (size_t r = 0; r < NR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+#pragma GCC unroll 2
             for (size_t g = 0; g < 8; g++) {
                 const int8_t *qg = p->qb + ((b * 8 + g) * 64 + hc * 16) * 4;
                 const __m256i q0 = _mm256_load_si256((const __m256i *)qg);
@@ -131,6 +131,7 @@ AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size
                 }
             }
             const size_t h0 = b * 64 + hc * 16;
+            const int first = b == 0;      /* the totals start at 0 (no memset) */
 #pragma GCC unroll 4
             for (size_t r = 0; r < NR; r++) {
                 const uint8_t e8 = row[r][dh / 2 + b];
@@ -145,7 +146,8 @@ AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size
                         const __m256 u = _mm256_mul_ps(_mm256_loadu_ps(p->unit + h0 + s * 8),
                                                        key_scale32(e8));
                         _mm256_store_ps(t32[r] + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), u,
-                                                                    _mm256_load_ps(t32[r] + h)));
+                                                                    first ? _mm256_setzero_ps()
+                                                                          : _mm256_load_ps(t32[r] + h)));
                     } else {
                         /* corr * u_q * s_k exact in double, one fused add each */
                         const __m256d ks = key_scaled(e8);
@@ -153,9 +155,10 @@ AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size
                         const __m256d u1 = _mm256_mul_pd(_mm256_loadu_pd(p->unitd + h0 + s * 8 + 4), ks);
                         const __m256d f0 = _mm256_cvtepi32_pd(_mm256_castsi256_si128(corr));
                         const __m256d f1 = _mm256_cvtepi32_pd(_mm256_extracti128_si256(corr, 1));
-                        _mm256_store_pd(td[r] + h, _mm256_fmadd_pd(f0, u0, _mm256_load_pd(td[r] + h)));
+                        const __m256d z = _mm256_setzero_pd();
+                        _mm256_store_pd(td[r] + h, _mm256_fmadd_pd(f0, u0, first ? z : _mm256_load_pd(td[r] + h)));
                         _mm256_store_pd(td[r] + h + 4,
-                                        _mm256_fmadd_pd(f1, u1, _mm256_load_pd(td[r] + h + 4)));
+                                        _mm256_fmadd_pd(f1, u1, first ? z : _mm256_load_pd(td[r] + h + 4)));
                     }
                 }
             }
