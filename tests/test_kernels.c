@@ -1017,7 +1017,9 @@ DSATTN_TEST(kernels, every_table_of_tables_complete_with_scalar_twins)
                 CHECK_MSG(s >= 6 || strcmp(dsattn_ktab_impl_name(&sc, s), "-"),
                           "slot %s has no scalar twin", dsattn_ktab_slot_name(s));
             }
-            if (i != 2) CHECK(!t.sa && !t.amx);
+            if (i != 2) CHECK(!t.amx);
+            CHECK(i == 1 || i == 2 || !t.sa);
+            CHECK(i != 1 || (t.sa && !strcmp(t.sa->name, "avx2")));
             /* the integer indexer: avx512 (VNNI / AMX-INT8) and avx2 */
             CHECK(i == 1 || i == 2 || !t.index);
             CHECK(i != 1 || (t.index && !strcmp(t.index->name, "avx2")));

@@ -49,12 +49,11 @@ static int same_bits_or_nan(float a, float b)
 
 /* ==== Kernels =========================================================== */
 
-DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit)
+static void rows_decoder_equals_unpackers_bit_for_bit_on(const dsattn_ktab *KT)
 {
-    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
     const dsattn_sa_kern *A = KT ? KT->sa : NULL, *R = &dsattn_sa_kern_ref;
     if (!KT) return;
-    if (!A) { dsattn_test_skip("no AVX-512 sparse-attention tiles (build)"); return; }
+    if (!A) { dsattn_test_skip("no sparse-attention tiles in this table (build)"); return; }
     const size_t d = 512, ld = d + 16, n = 24;
     dsattn_rng g = { 11 };
     uint8_t *f4 = make_rows(1, n, d, 3.0f, &g), *f8 = make_rows(0, n, d, 3.0f, &g);
@@ -101,16 +100,15 @@ DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit)
     free(a); free(b); free(f4); free(f8);
 }
 
-DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals)
+static void bf16_rows_decoder_equals_rows_and_refuses_subnormals_on(const dsattn_ktab *KT)
 {
     /* rows_bf16 (the AMX form's decoder) against rows: the same values as
      * bf16, on both tables, for random rows and the formats' edge codes and
      * scales; an FP8 block whose scale makes a subnormal is refused by both,
      * the same tiny scale over codes that stay normal is not. */
-    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
     const dsattn_sa_kern *A = KT ? KT->sa : NULL, *R = &dsattn_sa_kern_ref;
     if (!KT) return;
-    if (!A) { dsattn_test_skip("no AVX-512 sparse-attention tiles (build)"); return; }
+    if (!A) { dsattn_test_skip("no sparse-attention tiles in this table (build)"); return; }
     const size_t d = 512, ld = d + 16, n = 16;
     dsattn_rng g = { 23 };
     uint8_t *f4 = make_rows(1, n, d, 3.0f, &g), *f8 = make_rows(0, n, d, 3.0f, &g);
@@ -153,12 +151,11 @@ DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals)
     free(v); free(ha); free(hr); free(f4); free(f8);
 }
 
-DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table)
+static void qk_pv_finish_match_scalar_table_on(const dsattn_ktab *KT)
 {
-    const dsattn_ktab *KT = dsattn_test_avx512_ktab();
     const dsattn_sa_kern *A = KT ? KT->sa : NULL, *R = &dsattn_sa_kern_ref;
     if (!KT) return;
-    if (!A) { dsattn_test_skip("no AVX-512 sparse-attention tiles (build)"); return; }
+    if (!A) { dsattn_test_skip("no sparse-attention tiles in this table (build)"); return; }
     const size_t D = 96, ld = D + 16, nkmax = 72;
     const size_t hps[] = { 16, 32, 48, 64 }, nks[] = { 1, 5, 12, 13, 64 };
     dsattn_rng g = { 5 };
@@ -188,6 +185,36 @@ DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table)
         }
     free(q); free(qp); free(rows); free(s1); free(s2); free(al); free(a1); free(a2);
     free(den); free(o1); free(o2);
+}
+
+DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit)
+{
+    rows_decoder_equals_unpackers_bit_for_bit_on(dsattn_test_avx512_ktab());
+}
+
+DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit_avx2)
+{
+    rows_decoder_equals_unpackers_bit_for_bit_on(dsattn_test_avx2_ktab());
+}
+
+DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals)
+{
+    bf16_rows_decoder_equals_rows_and_refuses_subnormals_on(dsattn_test_avx512_ktab());
+}
+
+DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals_avx2)
+{
+    bf16_rows_decoder_equals_rows_and_refuses_subnormals_on(dsattn_test_avx2_ktab());
+}
+
+DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table)
+{
+    qk_pv_finish_match_scalar_table_on(dsattn_test_avx512_ktab());
+}
+
+DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table_avx2)
+{
+    qk_pv_finish_match_scalar_table_on(dsattn_test_avx2_ktab());
 }
 
 /* ==== Driver: fast vs reference ========================================= */

@@ -19,6 +19,7 @@ const dsattn_kernels *const dsattn_kernels_avx512_ptr = NULL;
 const dsattn_mla_kern *const dsattn_mla_kern_avx2_ptr = NULL;
 const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr = NULL;
 const dsattn_sa_kern *const dsattn_sa_kern_avx512_ptr = NULL;
+const dsattn_sa_kern *const dsattn_sa_kern_avx2_ptr = NULL;
 const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr = NULL;
 const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr = NULL;
 const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr = NULL;

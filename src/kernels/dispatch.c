@@ -38,6 +38,7 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
                    ? dsattn_kernels_avx2_expshift_ptr : dsattn_kernels_avx2_ptr;
         t->pgemm = dsattn_pgemm_avx2_ptr;
         t->mla = dsattn_mla_kern_avx2_ptr;
+        t->sa = dsattn_sa_kern_avx2_ptr;
         t->mha = dsattn_mha_kern_avx2_ptr;
         t->index = dsattn_index_avx2_ptr;
         if (dsattn_wdequant_avx2_ptr) t->wdq = dsattn_wdequant_avx2_ptr;

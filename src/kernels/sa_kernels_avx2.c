@@ -1,0 +1,186 @@
+/* sa_kernels_avx2.c - the AVX2 table of sa_kernels.h (AVX2 + FMA + F16C):
+ * the sparse-attention row decoder and the row-major QK / PV register
+ * tiles on 8 lanes and 16 registers.
+ *
+ * rows: 8 values per register.  FP4 E2M1: the nibbles are split and
+ * interleaved (element 2i is the low nibble) and widened to dword indices;
+ * AVX2's vpermps has 8 entries, so the two halves of the 16-entry E2M1
+ * table, each pre-multiplied by the block's E4M3 scale (exact, as
+ * numfmt.c's code x scale), are looked up and blended by bit 3 of the
+ * code.  FP8 E4M3: the code moved to fp16 is exactly 2^-8 times its value
+ * (vcvtph2ps), times 2^8 (exact), times the UE8M0 scale as a float (b << 23,
+ * 2^-127 for byte 0, NaN for 0xff): one rounding, numfmt.c's
+ * code x 2^(e - 127); NaN codes (0x7f / 0xff) give NaN.  Both decode to
+ * the unpackers' bits (tests/test_sparse_attn.c).
+ *
+ * qk / pv: the AVX-512 table's 12 x 32 tiles as sub-tiles of 6 keys
+ * (columns) x 16 heads (12 accumulators): per step 2 head-vector loads and
+ * 6 broadcasts for 12 FMAs.
+ *
+ * finish and rows_bf16 are the scalar table's (the division and rounding
+ * of a few thousand outputs per call; rows_bf16 serves only AMX contexts,
+ * which run the avx512 table).
+ */
+#include "sa_kernels.h"
+
+#include "mla_kernels.h"
+#include "numfmt.h"
+#include "simd_avx2.h"
+
+#include <string.h>
+
+#define KT DSATTN_MLA_KT
+#define AI static inline __attribute__((always_inline))
+
+/* values c0..c0+7 of a V4.1 FP4 row (c0 % 8 == 0); tlo / thi: the E2M1
+ * table's halves times the block's scale */
+AI __m256 fp4x8(const uint8_t *row, size_t c0, __m256 tlo, __m256 thi)
+{
+    uint32_t w;
+    memcpy(&w, row + c0 / 2, 4);
+    const __m128i b = _mm_cvtsi32_si128((int)w);
+    const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
+    const __m256i ix = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+    const __m256 sel = _mm256_castsi256_ps(_mm256_slli_epi32(ix, 28));   /* bit 3 -> sign */
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(tlo, ix),
+                            _mm256_permutevar8x32_ps(thi, ix), sel);
+}
+
+/* UE8M0 byte -> float: 2^(b - 127), byte 0 the subnormal 2^-127, 0xff NaN */
+AI float ue8m0(uint8_t b)
+{
+    const uint32_t u = b == 0xff ? 0x7fc00000u : b == 0 ? 0x00400000u : (uint32_t)b << 23;
+    return dsattn_bits_f32(u);
+}
+
+/* values c0..c0+7 of a V4.1 FP8 window row (c0 % 8 == 0) */
+AI __m256 fp8x8(const uint8_t *row, size_t d, size_t c0)
+{
+    const __m128i b8 = _mm_loadl_epi64((const __m128i *)(row + c0));
+    const __m128i b = _mm_cvtepu8_epi16(b8);
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7),
+                                   _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
+    const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f)),
+                                   _mm256_set1_ps(ue8m0(row[d + c0 / 32])));
+    const __m256i nan = _mm256_cvtepi16_epi32(
+        _mm_cmpeq_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7f)));
+    return _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), _mm256_castsi256_ps(nan));
+}
+
+static void rows_avx2(const uint8_t *const *rows, const unsigned char *kinds, size_t nr,
+                      size_t d, float *out, size_t ld)
+{
+    const __m256 tlo = _mm256_loadu_ps(dsattn_e2m1_table);
+    const __m256 thi = _mm256_loadu_ps(dsattn_e2m1_table + 8);
+    for (size_t r = 0; r < KT; r++) {
+        float *o = out + r * ld;
+        if (r >= nr) {
+            for (size_t c0 = 0; c0 < d; c0 += 8) _mm256_storeu_ps(o + c0, _mm256_setzero_ps());
+        } else if (kinds[r] == DSATTN_SA_FP4) {
+            const uint8_t *row = rows[r];
+            for (size_t c0 = 0; c0 < d; c0 += 16) {
+                const __m256 s = _mm256_set1_ps(dsattn_e4m3_lut[row[d / 2 + c0 / 16]]);
+                const __m256 lo = _mm256_mul_ps(tlo, s), hi = _mm256_mul_ps(thi, s);
+                _mm256_storeu_ps(o + c0, fp4x8(row, c0, lo, hi));
+                _mm256_storeu_ps(o + c0 + 8, fp4x8(row, c0 + 8, lo, hi));
+            }
+        } else {
+            for (size_t c0 = 0; c0 < d; c0 += 8) _mm256_storeu_ps(o + c0, fp8x8(rows[r], d, c0));
+        }
+    }
+}
+
+static int rows_bf16_avx2(const uint8_t *const *rows, const unsigned char *kinds, size_t nr,
+                          size_t d, uint16_t *out)
+{
+    return dsattn_sa_kern_ref.rows_bf16(rows, kinds, nr, d, out);
+}
+
+/* NK keys (rows k + r*ld) x 16 heads (two vectors at q + d*w) */
+AI void qk_tile(const float *q, size_t w, size_t D, const float *k, size_t ld, float *st,
+                size_t ldst, const int NK)
+{
+    __m256 a[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < NK; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+    for (size_t d = 0; d < D; d++) {
+        const __m256 q0 = _mm256_loadu_ps(q + d * w), q1 = _mm256_loadu_ps(q + d * w + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < NK; r++) {
+            const __m256 b = _mm256_broadcast_ss(k + (size_t)r * ld + d);
+            a[r][0] = _mm256_fmadd_ps(b, q0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(b, q1, a[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < NK; r++) {
+        _mm256_storeu_ps(st + (size_t)r * ldst, a[r][0]);
+        _mm256_storeu_ps(st + (size_t)r * ldst + 8, a[r][1]);
+    }
+}
+
+static void qk_rm_avx2(const float *qp, size_t hp, size_t D, const float *rows, size_t ld,
+                       size_t nk, float *st, size_t ldst)
+{
+    for (size_t j0 = 0; j0 < nk; j0 += KT)
+        for (size_t h0 = 0; h0 < hp; h0 += DSATTN_MLA_HG) {
+            /* group of 32 heads (the last may be 16): [D, w] at qp + h0 * D */
+            const size_t w = hp - h0 >= DSATTN_MLA_HG ? DSATTN_MLA_HG : hp - h0;
+            for (size_t hh = 0; hh < w; hh += 16)
+                for (size_t r0 = 0; r0 < KT; r0 += 6)
+                    qk_tile(qp + h0 * D + hh, w, D, rows + (j0 + r0) * ld, ld,
+                            st + (j0 + r0) * ldst + h0 + hh, ldst, 6);
+        }
+}
+
+/* RC columns c.. x 16 heads over all nk keys; rescale on load */
+AI void pv_tile(const float *p, size_t ldp, size_t hp, const float *rows, size_t ld, size_t nk,
+                size_t c, const float *alpha, float *acct, const int RC)
+{
+    __m256 a[6][2];
+    const __m256 al0 = _mm256_loadu_ps(alpha), al1 = _mm256_loadu_ps(alpha + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < RC; r++) {
+        a[r][0] = _mm256_mul_ps(_mm256_loadu_ps(acct + (size_t)r * hp), al0);
+        a[r][1] = _mm256_mul_ps(_mm256_loadu_ps(acct + (size_t)r * hp + 8), al1);
+    }
+    const float *kb = rows + c;
+    for (size_t j = 0; j < nk; j++, kb += ld, p += ldp) {
+        _mm_prefetch((const char *)(kb + 8 * ld), _MM_HINT_T0);
+        const __m256 p0 = _mm256_loadu_ps(p), p1 = _mm256_loadu_ps(p + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < RC; r++) {
+            const __m256 b = _mm256_broadcast_ss(kb + r);
+            a[r][0] = _mm256_fmadd_ps(b, p0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(b, p1, a[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < RC; r++) {
+        _mm256_storeu_ps(acct + (size_t)r * hp, a[r][0]);
+        _mm256_storeu_ps(acct + (size_t)r * hp + 8, a[r][1]);
+    }
+}
+
+static void pv_rm_avx2(const float *p, size_t ldp, size_t hp, const float *rows, size_t ld,
+                       size_t nk, size_t C, const float *alpha, float *acct)
+{
+    for (size_t h0 = 0; h0 < hp; h0 += 16) {
+        const float *ph = p + h0, *ah = alpha + h0;
+        size_t c = 0;
+        for (; c + 6 <= C; c += 6) pv_tile(ph, ldp, hp, rows, ld, nk, c, ah, acct + c * hp + h0, 6);
+        for (; c < C; c++) pv_tile(ph, ldp, hp, rows, ld, nk, c, ah, acct + c * hp + h0, 1);
+    }
+}
+
+static void finish_avx2(const float *acct, size_t hp, size_t nh, size_t d, const float *den,
+                        float *out)
+{
+    dsattn_sa_kern_ref.finish(acct, hp, nh, d, den, out);
+}
+
+static const dsattn_sa_kern sa_avx2 = {
+    "avx2", finish_avx2, rows_avx2, rows_bf16_avx2, qk_rm_avx2, pv_rm_avx2,
+};
+const dsattn_sa_kern *const dsattn_sa_kern_avx2_ptr = &sa_avx2;
