@@ -24,9 +24,9 @@
  *
  * k, wdq and vmath are never NULL.  Which slots a table fills:
  *   ref      k = ref, wdq = ref, vmath = ref, the rest NULL
- *   avx2     k, mla, pgemm, mha, wdq, vmath, index = their AVX2 forms
+ *   avx2     k, mla, sa, pgemm, mha, wdq, vmath, index = their AVX2 forms
  *            (*_avx2.c; k is avx2-expshift where the FMA takes subnormals
- *            at full rate), the rest NULL (sa, amx keep their generic paths)
+ *            at full rate), amx NULL
  *   avx512   every slot its AVX-512 form (each NULL where the compiler
  *            could not build it); amx only where the CPU and OS run
  *            AMX-BF16 and $DSATTN_AMX is not "0" (dsattn_ctx_set_amx

@@ -11,8 +11,8 @@
  * Reference mode evaluates each block literally (every score and every P.V
  * sum accumulated in double, rounded once).  Fast mode skips invalid rows,
  * dequantizes each gathered row once for all heads, and accumulates in fp32:
- * on AVX-512 through sparse_attn_tiled (sa_kernels.h, heads in lanes,
- * register-tiled GEMMs), elsewhere through the kernel table
+ * on AVX-512 and AVX2 through sparse_attn_tiled (sa_kernels.h, heads in
+ * lanes, register-tiled GEMMs), elsewhere through the kernel table
  * (sparse_attn_fast).
  */
 #include "blas.h"
@@ -321,7 +321,7 @@ static void decode_tile(const dsattn_kernels *k, const dsattn_sa_kern *sk,
     }
 }
 
-/* Tiled form (AVX-512 contexts; sa_kernels.h): per block of 64 indices
+/* Tiled form (AVX-512 and AVX2 contexts; sa_kernels.h): per block of 64 indices
  * the valid rows are decoded once into fp32 rows (12-row tiles, row-major)
  * that serve both S = Q.K^T and acc^T += P.V for every head of the call,
  * heads in the SIMD lanes, so the decode is paid once per row rather than
