@@ -33,57 +33,20 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
-#include <string.h>
 
 #include "numfmt.h"
+#include "simd_avx2.h"
 
 #define KT DSATTN_MLA_KT
 #define AI static inline __attribute__((always_inline))
 
-/* ---- small vector helpers ---------------------------------------------- */
-
-static float le_f32(const uint8_t *p)
-{
-    float f;
-    memcpy(&f, p, sizeof f);
-    return f;
-}
-
-/* the horizontal sum in one fixed order (lanes 0+4, 1+5, ..., then pairs) */
-AI float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+/* ---- small vector helpers (the hooks of mla_tile_tmpl.h) ------------------ */
 
 /* exp(x) for x <= 0: 0 below -69.3 (below 2^-100, no subnormal ever
  * computed), NaN kept - simd_avx512.h's dsattn_exp512_ftz lane for lane */
 AI __m256 exp8_ftz(__m256 x)
 {
-    const __m256 lo = _mm256_set1_ps(-69.3f);
-    const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_setzero_ps());
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    const __m256 r2 = _mm256_mul_ps(r, r);
-    p = _mm256_fmadd_ps(p, r2, r);
-    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
-                                                         _mm256_set1_epi32(127)), 23);
-    __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    y = _mm256_andnot_ps(tiny, y);
-    return _mm256_blendv_ps(y, x, nan);
+    return _mm256_blendv_ps(dsattn_exp256_ftz_neg(x), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 /* dsattn_round_bf16 on 8 lanes: RNE, NaN -> quiet NaN with the top bits */
@@ -96,15 +59,6 @@ AI __m256 rbf16(__m256 x)
     const __m256i qn = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), hi);
     return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(qn),
                             _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
-/* rbf16 for non-NaN lanes */
-AI __m256 rbf16_finite(__m256 x)
-{
-    const __m256i u = _mm256_castps_si256(x);
-    const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                                       _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
-    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
 /* 8 bf16 values (16 bytes) -> fp32 */
@@ -135,6 +89,25 @@ AI __m256 e4m3x8(const uint8_t *w)
     const __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(e4m3_h8(b)), _mm256_set1_ps(256.0f));
     return _mm256_blendv_ps(f, _mm256_set1_ps(__builtin_nanf("")), e4m3_nan8(b));
 }
+
+/* bf16(e4m3(w) * s) of 8 codes (NaN codes: NaN), for wscale's mode */
+AI __m256 wrow8(const uint8_t *w, __m256 f1, __m256 f2, int mode)
+{
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)w));
+    __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(e4m3_h8(b)), f1);
+    if (mode == 2) v = _mm256_mul_ps(v, f2);
+    if (mode != 1) v = dsattn_rbf16_256(v);
+    return _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), e4m3_nan8(b));
+}
+
+#define rbf16q rbf16
+#define exp_ftz exp8_ftz
+#define wrow wrow8
+#define e4m3x2_div256 dsattn_e4m3x16_div256_256
+#define bf16v bf16x8
+#define e4m3v e4m3x8
+#define hsumv dsattn_hsum256
+#include "mla_tile_tmpl.h"
 
 /* r[i] lane j  ->  r[j] lane i */
 AI void tr8(__m256 r[8])
@@ -216,37 +189,6 @@ static void qk_avx2(const float *qp, size_t hp, size_t D, const float *kt, size_
                 qk_sub6x16(qg + hh, w, D, k + 6, s + 6 * ldst + h0 + hh, ldst);
             }
         }
-    }
-}
-
-/* ---- softmax ------------------------------------------------------------- */
-
-static void softmax_avx2(float *st, size_t ldst, size_t hp, size_t nk, float scale, int bf16,
-                         float *m, float *l, float *alpha)
-{
-    const __m256 sc = _mm256_set1_ps(scale);
-    for (size_t h = 0; h < hp; h += 8) {
-        const __m256 mo = _mm256_loadu_ps(m + h);
-        __m256 mx = mo;
-        for (size_t j = 0; j < nk; j++) {
-            float *p = st + j * ldst + h;
-            __m256 s = _mm256_mul_ps(_mm256_loadu_ps(p), sc);
-            if (bf16) s = rbf16(s);
-            _mm256_storeu_ps(p, s);
-            mx = _mm256_max_ps(mx, s);
-        }
-        __m256 a = exp8_ftz(_mm256_sub_ps(mo, mx));
-        a = _mm256_blendv_ps(a, _mm256_set1_ps(1.0f), _mm256_cmp_ps(mo, mx, _CMP_EQ_OQ));
-        __m256 sum = _mm256_setzero_ps();
-        for (size_t j = 0; j < nk; j++) {
-            float *p = st + j * ldst + h;
-            const __m256 e = exp8_ftz(_mm256_sub_ps(_mm256_loadu_ps(p), mx));
-            _mm256_storeu_ps(p, e);
-            sum = _mm256_add_ps(sum, e);
-        }
-        _mm256_storeu_ps(l + h, _mm256_fmadd_ps(_mm256_loadu_ps(l + h), a, sum));
-        _mm256_storeu_ps(m + h, mx);
-        _mm256_storeu_ps(alpha + h, a);
     }
 }
 
@@ -354,278 +296,10 @@ static void tile_bf16_avx2(const uint8_t *const *rows, size_t nr, size_t D, floa
                                     : 0.0f;
 }
 
-static void v32_row_avx2(const uint8_t *row, size_t kl, size_t dr, float *out)
-{
-    for (size_t b = 0; b * 128 < kl; b++) {
-        const __m256 s = _mm256_set1_ps(le_f32(row + kl + 4 * b));
-        for (size_t i = b * 128; i < b * 128 + 128; i += 8)
-            _mm256_storeu_ps(out + i, _mm256_mul_ps(e4m3x8(row + i), s));
-    }
-    const uint8_t *rp = row + kl + 4 * (kl / 128);
-    size_t i = 0;
-    for (; i + 8 <= dr; i += 8) _mm256_storeu_ps(out + kl + i, bf16x8(rp + 2 * i));
-    for (; i < dr; i++)
-        out[kl + i] = dsattn_bf16_to_f32((uint16_t)(rp[2 * i] | rp[2 * i + 1] << 8));
-}
-
-/* ---- absorption weight rows ---------------------------------------------- */
-
-static float w8(const uint8_t *w, const float *scale, size_t bs, size_t i)
-{
-    return dsattn_round_bf16(dsattn_e4m3_to_f32(w[i]) * scale[i / bs]);
-}
-
-/* How one block scale s is applied (mla_tile_avx512.c's wscale).  mode 0:
- * e/256 * (256 s) then the bf16 rounding (256 s exact while |s| < 2^100).
- * mode 1: s a power of two in [2^-100, 2^100]: e * s is a normal bf16
- * value, the rounding the identity and skipped.  mode 2: huge scales, the
- * x256 and s separately, then rounding. */
-AI int wscale(float s, __m256 *f1, __m256 *f2)
-{
-    uint32_t u;
-    memcpy(&u, &s, sizeof u);
-    const uint32_t e = (u >> 23) & 0xff;
-    *f2 = _mm256_set1_ps(s);
-    if ((u & 0x7fffff) == 0 && e >= 127 - 100 && e <= 127 + 100) {
-        *f1 = _mm256_set1_ps(s * 256.0f);
-        return 1;
-    }
-    if (s < 0x1p100f && s > -0x1p100f) {
-        *f1 = _mm256_set1_ps(s * 256.0f);
-        return 0;
-    }
-    *f1 = _mm256_set1_ps(256.0f);
-    return 2;
-}
-
-/* bf16(e4m3(w) * s) of 8 codes (NaN codes: NaN), for wscale's mode */
-AI __m256 wrow8(const uint8_t *w, __m256 f1, __m256 f2, int mode)
-{
-    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)w));
-    __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(e4m3_h8(b)), f1);
-    if (mode == 2) v = _mm256_mul_ps(v, f2);
-    if (mode != 1) v = rbf16_finite(v);
-    return _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), e4m3_nan8(b));
-}
-
-/* wrow8 of 16 finite codes (elements 0..7 in *v0, 8..15 in *v1): one
- * 16-byte load and one widening */
-AI void wrow16_finite(const uint8_t *w, __m256 f1, __m256 f2, int mode, __m256 *v0, __m256 *v1)
-{
-    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)w));
-    const __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 1),
-                                       _mm256_set1_epi16((short)0xbfff));
-    __m256 a = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), f1);
-    __m256 c = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), f1);
-    if (mode == 2) {
-        a = _mm256_mul_ps(a, f2);
-        c = _mm256_mul_ps(c, f2);
-    }
-    if (mode != 1) {
-        a = rbf16_finite(a);
-        c = rbf16_finite(c);
-    }
-    *v0 = a;
-    *v1 = c;
-}
-
-AI void axpy_block(const uint8_t *w, size_t n, __m256 va, __m256 f1, __m256 f2, float *acc,
-                   int mode)
-{
-    for (size_t i = 0; i < n; i += 8) {
-        const __m256 v = wrow8(w + i, f1, f2, mode);
-        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, v, _mm256_loadu_ps(acc + i)));
-    }
-}
-
-/* Two chains per block: s0 takes the even 8-element steps, s1 the odd
- * ones (bs % 16 == 0: a block has an even number), folded into s0 at the
- * block's end.  fp8w_dot4 keeps exactly these chains per row. */
-AI __m256 dot_block(const uint8_t *w, size_t n, __m256 f1, __m256 f2, const float *x,
-                    __m256 s0, int mode)
-{
-    __m256 s1 = _mm256_setzero_ps();
-    for (size_t i = 0; i < n; i += 16) {
-        s0 = _mm256_fmadd_ps(wrow8(w + i, f1, f2, mode), _mm256_loadu_ps(x + i), s0);
-        s1 = _mm256_fmadd_ps(wrow8(w + i + 8, f1, f2, mode), _mm256_loadu_ps(x + i + 8), s1);
-    }
-    return _mm256_add_ps(s0, s1);
-}
-
-/* Both walk the row one scale block at a time (no division per vector). */
-static void fp8w_axpy_avx2(const uint8_t *w, const float *scale, size_t bs, size_t n, float a,
-                           float *acc)
-{
-    const __m256 va = _mm256_set1_ps(a);
-    size_t b0 = 0;
-    for (; b0 + bs <= n; b0 += bs) {
-        __m256 f1, f2;
-        const int mode = wscale(scale[b0 / bs], &f1, &f2);
-        if (mode == 1) axpy_block(w + b0, bs, va, f1, f2, acc + b0, 1);
-        else if (mode == 0) axpy_block(w + b0, bs, va, f1, f2, acc + b0, 0);
-        else axpy_block(w + b0, bs, va, f1, f2, acc + b0, 2);
-    }
-    for (size_t i = b0; i < n; i++) acc[i] += a * w8(w, scale, bs, i);
-}
-
-/* One scale block of four finite rows, one mode for all four (a constant
- * after inlining), 16 elements a step: each element still sees acc + r0,
- * + r1, + r2, + r3 in that order. */
-AI void axpy4_block_finite(const uint8_t *const *w, size_t b0, size_t bs, const __m256 *va,
-                           const __m256 *f1, const __m256 *f2, int mode, float *acc)
-{
-    for (size_t i = b0; i < b0 + bs; i += 16) {
-        __m256 s0 = _mm256_loadu_ps(acc + i), s1 = _mm256_loadu_ps(acc + i + 8);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            __m256 v0, v1;
-            wrow16_finite(w[k] + i, f1[k], f2[k], mode, &v0, &v1);
-            s0 = _mm256_fmadd_ps(va[k], v0, s0);
-            s1 = _mm256_fmadd_ps(va[k], v1, s1);
-        }
-        _mm256_storeu_ps(acc + i, s0);
-        _mm256_storeu_ps(acc + i + 8, s1);
-    }
-}
-
-static void fp8w_axpy4_avx2(const uint8_t *const *w, const float *const *scale, size_t bs,
-                            size_t n, const float *a, float *acc, int finite)
-{
-    const __m256 va[4] = { _mm256_set1_ps(a[0]), _mm256_set1_ps(a[1]), _mm256_set1_ps(a[2]),
-                           _mm256_set1_ps(a[3]) };
-    size_t b0 = 0;
-    for (; b0 + bs <= n; b0 += bs) {
-        __m256 f1[4], f2[4];
-        int mode[4];
-        for (int k = 0; k < 4; k++) mode[k] = wscale(scale[k][b0 / bs], &f1[k], &f2[k]);
-        if (finite && mode[0] == mode[1] && mode[0] == mode[2] && mode[0] == mode[3]) {
-            if (mode[0] == 1) axpy4_block_finite(w, b0, bs, va, f1, f2, 1, acc);
-            else if (mode[0] == 0) axpy4_block_finite(w, b0, bs, va, f1, f2, 0, acc);
-            else axpy4_block_finite(w, b0, bs, va, f1, f2, 2, acc);
-            continue;
-        }
-        for (size_t i = b0; i < b0 + bs; i += 8) {
-            __m256 s = _mm256_loadu_ps(acc + i);
-            s = _mm256_fmadd_ps(va[0], wrow8(w[0] + i, f1[0], f2[0], mode[0]), s);
-            s = _mm256_fmadd_ps(va[1], wrow8(w[1] + i, f1[1], f2[1], mode[1]), s);
-            s = _mm256_fmadd_ps(va[2], wrow8(w[2] + i, f1[2], f2[2], mode[2]), s);
-            s = _mm256_fmadd_ps(va[3], wrow8(w[3] + i, f1[3], f2[3], mode[3]), s);
-            _mm256_storeu_ps(acc + i, s);
-        }
-    }
-    for (size_t i = b0; i < n; i++)
-        for (int k = 0; k < 4; k++) acc[i] += a[k] * w8(w[k], scale[k], bs, i);
-}
-
-static float fp8w_dot_avx2(const uint8_t *w, const float *scale, size_t bs, size_t n,
-                           const float *x)
-{
-    __m256 s = _mm256_setzero_ps();
-    size_t b0 = 0;
-    for (; b0 + bs <= n; b0 += bs) {
-        __m256 f1, f2;
-        const int mode = wscale(scale[b0 / bs], &f1, &f2);
-        if (mode == 1) s = dot_block(w + b0, bs, f1, f2, x + b0, s, 1);
-        else if (mode == 0) s = dot_block(w + b0, bs, f1, f2, x + b0, s, 0);
-        else s = dot_block(w + b0, bs, f1, f2, x + b0, s, 2);
-    }
-    float r = hsum8(s);
-    for (size_t i = b0; i < n; i++) r += w8(w, scale, bs, i) * x[i];
-    return r;
-}
-
-/* The 16-element steps of one scale block of four finite rows, one mode
- * for all four: the chains of dot_block per row, the x loads shared. */
-AI void dot4_block_finite(const uint8_t *const *w, size_t b0, size_t bs, const float *x,
-                          const __m256 *f1, const __m256 *f2, int mode, __m256 *s0, __m256 *s1)
-{
-    for (size_t i = b0; i < b0 + bs; i += 16) {
-        const __m256 xa = _mm256_loadu_ps(x + i), xb = _mm256_loadu_ps(x + i + 8);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            __m256 v0, v1;
-            wrow16_finite(w[k] + i, f1[k], f2[k], mode, &v0, &v1);
-            s0[k] = _mm256_fmadd_ps(v0, xa, s0[k]);
-            s1[k] = _mm256_fmadd_ps(v1, xb, s1[k]);
-        }
-    }
-}
-
-static void fp8w_dot4_avx2(const uint8_t *const *w, const float *const *scale, size_t bs,
-                           size_t n, const float *x, float *out, int finite)
-{
-    __m256 s0[4], s1[4];
-    for (int k = 0; k < 4; k++) s0[k] = s1[k] = _mm256_setzero_ps();
-    size_t b0 = 0;
-    for (; b0 + bs <= n; b0 += bs) {
-        __m256 f1[4], f2[4];
-        int mode[4];
-        for (int k = 0; k < 4; k++) mode[k] = wscale(scale[k][b0 / bs], &f1[k], &f2[k]);
-        if (finite && mode[0] == mode[1] && mode[0] == mode[2] && mode[0] == mode[3]) {
-            if (mode[0] == 1) dot4_block_finite(w, b0, bs, x, f1, f2, 1, s0, s1);
-            else if (mode[0] == 0) dot4_block_finite(w, b0, bs, x, f1, f2, 0, s0, s1);
-            else dot4_block_finite(w, b0, bs, x, f1, f2, 2, s0, s1);
-        } else {
-            for (size_t i = b0; i < b0 + bs; i += 16) {
-                const __m256 xa = _mm256_loadu_ps(x + i), xb = _mm256_loadu_ps(x + i + 8);
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    s0[k] = _mm256_fmadd_ps(wrow8(w[k] + i, f1[k], f2[k], mode[k]), xa, s0[k]);
-                    s1[k] = _mm256_fmadd_ps(wrow8(w[k] + i + 8, f1[k], f2[k], mode[k]), xb,
-                                            s1[k]);
-                }
-            }
-        }
-        /* fp8w_dot folds s1 into s0 after every block (dot_block's return) */
-        for (int k = 0; k < 4; k++) {
-            s0[k] = _mm256_add_ps(s0[k], s1[k]);
-            s1[k] = _mm256_setzero_ps();
-        }
-    }
-    for (int k = 0; k < 4; k++) {
-        float r = hsum8(s0[k]);
-        for (size_t i = b0; i < n; i++) r += w8(w[k], scale[k], bs, i) * x[i];
-        out[k] = r;
-    }
-}
-
-static void bf16w_axpy_avx2(const uint16_t *w, size_t n, float a, float *acc)
-{
-    const __m256 va = _mm256_set1_ps(a);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, bf16x8((const uint8_t *)(w + i)),
-                                                  _mm256_loadu_ps(acc + i)));
-    for (; i < n; i++) acc[i] += a * dsattn_bf16_to_f32(w[i]);
-}
-
-static void round_bf16_avx2(float *x, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, rbf16(_mm256_loadu_ps(x + i)));
-    for (; i < n; i++) x[i] = dsattn_round_bf16(x[i]);
-}
-
-static void relu_wsum_avx2(const float *c, size_t ldc, size_t nk, const float *w, size_t nh,
-                           float *out)
-{
-    const size_t n8 = nh / 8 * 8;
-    for (size_t j = 0; j < nk; j++) {
-        const float *cj = c + j * ldc;
-        __m256 acc = _mm256_setzero_ps();
-        for (size_t h = 0; h < n8; h += 8)
-            acc = _mm256_fmadd_ps(_mm256_max_ps(_mm256_loadu_ps(cj + h), _mm256_setzero_ps()),
-                                  _mm256_loadu_ps(w + h), acc);
-        float sum = hsum8(acc);
-        for (size_t h = n8; h < nh; h++) sum += (cj[h] > 0.0f ? cj[h] : 0.0f) * w[h];
-        out[j] = sum;
-    }
-}
-
 static const dsattn_mla_kern mla_avx2 = {
-    "avx2", qk_avx2, softmax_avx2, pv_avx2, tile_rows_avx2, tile_bf16_avx2, v32_row_avx2,
-    fp8w_axpy_avx2, fp8w_dot_avx2, fp8w_axpy4_avx2, fp8w_dot4_avx2, bf16w_axpy_avx2,
-    round_bf16_avx2, relu_wsum_avx2,
+    "avx2", qk_avx2, mla_softmax, pv_avx2, tile_rows_avx2, tile_bf16_avx2, mla_v32_row,
+    mla_fp8w_axpy, mla_fp8w_dot, mla_fp8w_axpy4, mla_fp8w_dot4, mla_bf16w_axpy,
+    mla_round_bf16, mla_relu_wsum,
 };
 const dsattn_mla_kern *const dsattn_mla_kern_avx2_ptr = &mla_avx2;
 

@@ -1,7 +1,9 @@
 /* simd_avx2.h - small AVX2 + FMA + F16C helpers that the AVX2 kernel files
  * other than kernels_avx2.c inline into their loops (so the values stay in
  * registers): the exp of the softmaxes, the bf16 rounding of 8 lanes, the
- * exact decode of E4M3 codes, horizontal max / sum, first-n lane masks.
+ * exact decode of E4M3 codes, horizontal max / sum, first-n lane masks;
+ * and the 8-lane vector words (DSV_F, dsv_fmadd, ...) of the templates
+ * written once for both widths (simd_tmpl.h, mla_tile_tmpl.h).
  * Include only from files compiled for AVX2 (names ending _avx2.c, built
  * with -mavx2 -mfma -mf16c and nothing more: they must run on a Haswell).
  *
@@ -21,22 +23,40 @@
 
 #define DSATTN_AVX2_AI static inline __attribute__((always_inline))
 
+/* The vector words of simd_tmpl.h (and of the *_tmpl.h kernel templates)
+ * on 8 lanes; simd_avx512.h defines the same words on 16. */
+#define DSV_F __m256
+#define DSV_I __m256i
+#define DSV_N 8
+#define DSV(name) name##256
+#define DSV_AI DSATTN_AVX2_AI
+#define dsv_load(p) _mm256_loadu_ps(p)
+#define dsv_store(p, v) _mm256_storeu_ps((p), (v))
+#define dsv_set1(f) _mm256_set1_ps(f)
+#define dsv_zero() _mm256_setzero_ps()
+#define dsv_add(a, b) _mm256_add_ps((a), (b))
+#define dsv_sub(a, b) _mm256_sub_ps((a), (b))
+#define dsv_mul(a, b) _mm256_mul_ps((a), (b))
+#define dsv_max(a, b) _mm256_max_ps((a), (b))
+#define dsv_fmadd(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define dsv_fnmadd(a, b, c) _mm256_fnmadd_ps((a), (b), (c))
+#define dsv_round(a) _mm256_round_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+/* lanes where a == b (ordered) take y, the others x */
+#define dsv_sel_eq(a, b, x, y) _mm256_blendv_ps((x), (y), _mm256_cmp_ps((a), (b), _CMP_EQ_OQ))
+#define dsv_casti(a) _mm256_castps_si256(a)
+#define dsv_castf(a) _mm256_castsi256_ps(a)
+#define dsv_i_set1(i) _mm256_set1_epi32(i)
+#define dsv_i_add(a, b) _mm256_add_epi32((a), (b))
+#define dsv_i_and(a, b) _mm256_and_si256((a), (b))
+#define dsv_i_srli(a, n) _mm256_srli_epi32((a), (n))
+
+#include "simd_tmpl.h"
+
 /* exp of lanes already clamped to [lo, 88.72]: the polynomial and 2^n */
 DSATTN_AVX2_AI __m256 dsattn_exp256_core(__m256 xc)
 {
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    const __m256 r2 = _mm256_mul_ps(r, r);
-    p = _mm256_fmadd_ps(p, r2, r);
-    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    __m256 n;
+    const __m256 p = dsattn_exp_poly256(xc, &n);
     /* 2^n = 2^n1 * 2^n2, n1 = n >> 1 (floor), both in [-75, 64] */
     const __m256i ni = _mm256_cvtps_epi32(n);
     const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
@@ -72,33 +92,11 @@ DSATTN_AVX2_AI __m256 dsattn_exp256_ftz_neg(__m256 x)
 {
     const __m256 vlo = _mm256_set1_ps(-69.3f);
     const __m256 tiny = _mm256_cmp_ps(x, vlo, _CMP_LT_OQ);
-    const __m256 xc = _mm256_max_ps(vlo, x);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    __m256 n;
+    const __m256 p = dsattn_exp_poly256(_mm256_max_ps(vlo, x), &n);
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
                                                          _mm256_set1_epi32(127)), 23);
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
-/* fp32 -> nearest bf16 value (RNE) for values that are not NaN, or NaN
- * from an FMA / multiply / exp of bf16-valued operands (quiet, low 16 bits
- * zero: adding 0x7fff + 0 leaves it as dsattn_round_bf16 returns it) */
-DSATTN_AVX2_AI __m256 dsattn_rbf16_256(__m256 x)
-{
-    const __m256i u = _mm256_castps_si256(x);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
-    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
 DSATTN_AVX2_AI float dsattn_hmax256(__m256 v)
@@ -143,6 +141,21 @@ DSATTN_AVX2_AI void dsattn_e4m3x16_256(const uint8_t *w, __m256 *v0, __m256 *v1)
     const __m256 m1 = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(nan, 1)));
     *v0 = _mm256_blendv_ps(f0, qn, m0);
     *v1 = _mm256_blendv_ps(f1, qn, m1);
+}
+
+/* 16 E4M3 codes without NaN codes -> their values / 256, elements 0..7 in
+ * *v0 and 8..15 in *v1: sign and the 7 magnitude bits moved into an fp16
+ * ((b << 8) >> 1 arithmetic puts them at 15, 14 and 7..13; clearing bit
+ * 14 leaves s.0eeee.mmm0000000), one 16-byte load and one widening.  The
+ * callers fold the x256 into their scale (MLA absorption rows), as
+ * simd_avx512.h's dsattn_e4m3x32_div256. */
+DSATTN_AVX2_AI void dsattn_e4m3x16_div256_256(const uint8_t *w, __m256 *v0, __m256 *v1)
+{
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)w));
+    const __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 1),
+                                       _mm256_set1_epi16((short)0xbfff));
+    *v0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
 #endif /* DSATTN_SIMD_AVX2_H */

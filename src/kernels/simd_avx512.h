@@ -2,7 +2,9 @@
  * into their tile loops (so the values stay in registers): the exp of the
  * softmaxes, the bf16 rounding of 16 lanes, a 16 x 16 transpose, the
  * exact decode of 16 E4M3 codes, and the 12-row register tile that the MLA
- * scores and the prefill GEMM share.
+ * scores and the prefill GEMM share; and the 16-lane vector words (DSV_F,
+ * dsv_fmadd, ...) of the templates written once for both widths
+ * (simd_tmpl.h, mla_tile_tmpl.h).
  * Include only from files compiled for AVX-512 (names ending _avx512.c).
  *
  * dsattn_exp512: exp(x) = 2^n * exp(r), n = round(x / ln2), r = x - n ln2 (ln2 split in a
@@ -18,22 +20,40 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+/* The vector words of simd_tmpl.h (and of the *_tmpl.h kernel templates)
+ * on 16 lanes; simd_avx2.h defines the same words on 8. */
+#define DSV_F __m512
+#define DSV_I __m512i
+#define DSV_N 16
+#define DSV(name) name##512
+#define DSV_AI static inline __attribute__((always_inline))
+#define dsv_load(p) _mm512_loadu_ps(p)
+#define dsv_store(p, v) _mm512_storeu_ps((p), (v))
+#define dsv_set1(f) _mm512_set1_ps(f)
+#define dsv_zero() _mm512_setzero_ps()
+#define dsv_add(a, b) _mm512_add_ps((a), (b))
+#define dsv_sub(a, b) _mm512_sub_ps((a), (b))
+#define dsv_mul(a, b) _mm512_mul_ps((a), (b))
+#define dsv_max(a, b) _mm512_max_ps((a), (b))
+#define dsv_fmadd(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define dsv_fnmadd(a, b, c) _mm512_fnmadd_ps((a), (b), (c))
+#define dsv_round(a) _mm512_roundscale_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+/* lanes where a == b (ordered) take y, the others x */
+#define dsv_sel_eq(a, b, x, y) _mm512_mask_mov_ps((x), _mm512_cmp_ps_mask((a), (b), _CMP_EQ_OQ), (y))
+#define dsv_casti(a) _mm512_castps_si512(a)
+#define dsv_castf(a) _mm512_castsi512_ps(a)
+#define dsv_i_set1(i) _mm512_set1_epi32(i)
+#define dsv_i_add(a, b) _mm512_add_epi32((a), (b))
+#define dsv_i_and(a, b) _mm512_and_si512((a), (b))
+#define dsv_i_srli(a, n) _mm512_srli_epi32((a), (n))
+
+#include "simd_tmpl.h"
+
 /* exp of lanes already clamped to [lo, 88.72]: the polynomial and 2^n */
 static inline __attribute__((always_inline)) __m512 dsattn_exp512_core(__m512 xc)
 {
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 r2 = _mm512_mul_ps(r, r);
-    p = _mm512_fmadd_ps(p, r2, r);
-    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    __m512 n;
+    const __m512 p = dsattn_exp_poly512(xc, &n);
     return _mm512_scalef_ps(p, n);
 }
 

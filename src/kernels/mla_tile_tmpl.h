@@ -1,0 +1,353 @@
+/* mla_tile_tmpl.h - the entries of the MLA tables (mla_kernels.h) whose
+ * logic is the same at every vector width, written once: the softmax, the
+ * V3.2 latent row decode, the FP8 / bf16 absorption weight rows (one or
+ * four rows, dot and axpy), the bf16 rounding and the indexer's ReLU
+ * head sum.  mla_tile_avx2.c and mla_tile_avx512.c include it after
+ * simd_avx2.h / simd_avx512.h (the vector words DSV_F, dsv_fmadd, ...) and
+ * after their own decoders:
+ *
+ *   rbf16q(x)                   dsattn_round_bf16 of every lane, NaN quiet
+ *   exp_ftz(x)                  the softmaxes' exp (x <= 0 or NaN)
+ *   wrow(w, f1, f2, mode)       bf16(e4m3(w) * s) of DSV_N codes, NaN codes NaN
+ *   e4m3x2_div256(w, &a, &b)    2 DSV_N finite codes / 256 (a first)
+ *   bf16v(p)                    DSV_N bf16 values -> fp32
+ *   e4m3v(w)                    DSV_N E4M3 codes -> fp32 (NaN codes NaN)
+ *   hsumv(v)                    the horizontal sum in the ISA's fixed order
+ *
+ * Every function here is static, so each ISA file gets its own copy built
+ * with its own flags; the tiles (QK, PV, key tiles) stay in the ISA files,
+ * their register blocking differs.  Scalar twins: mla_tile.c. */
+#ifndef DSV_F
+#error "mla_tile_tmpl.h: include simd_avx2.h or simd_avx512.h first"
+#endif
+
+#include <string.h>
+
+#include "numfmt.h"
+
+#define MLA_AI static inline __attribute__((always_inline))
+
+/* Scale blocks are whole multiples of 16 elements (mla_kernels.h), so the
+ * loops over a block in steps of 2 DSV_N end on a single last DSV_N step
+ * only at 16 lanes (bs % 32 == 16); at 8 lanes that step does not exist. */
+#define MLA_ODD_STEP (16 % (2 * DSV_N) != 0)
+
+/* ---- softmax ------------------------------------------------------------- */
+
+static void mla_softmax(float *st, size_t ldst, size_t hp, size_t nk, float scale, int bf16,
+                        float *m, float *l, float *alpha)
+{
+    const DSV_F sc = dsv_set1(scale);
+    for (size_t h = 0; h < hp; h += DSV_N) {
+        const DSV_F mo = dsv_load(m + h);
+        DSV_F mx = mo;
+        for (size_t j = 0; j < nk; j++) {
+            float *p = st + j * ldst + h;
+            DSV_F s = dsv_mul(dsv_load(p), sc);
+            if (bf16) s = rbf16q(s);
+            dsv_store(p, s);
+            mx = dsv_max(mx, s);
+        }
+        DSV_F a = exp_ftz(dsv_sub(mo, mx));
+        a = dsv_sel_eq(mo, mx, a, dsv_set1(1.0f));
+        DSV_F sum = dsv_zero();
+        for (size_t j = 0; j < nk; j++) {
+            float *p = st + j * ldst + h;
+            const DSV_F e = exp_ftz(dsv_sub(dsv_load(p), mx));
+            dsv_store(p, e);
+            sum = dsv_add(sum, e);
+        }
+        dsv_store(l + h, dsv_fmadd(dsv_load(l + h), a, sum));
+        dsv_store(m + h, mx);
+        dsv_store(alpha + h, a);
+    }
+}
+
+/* ---- the V3.2 latent row ------------------------------------------------- */
+
+static float le_f32(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, sizeof f);
+    return f;
+}
+
+static void mla_v32_row(const uint8_t *row, size_t kl, size_t dr, float *out)
+{
+    for (size_t b = 0; b * 128 < kl; b++) {
+        const DSV_F s = dsv_set1(le_f32(row + kl + 4 * b));
+        for (size_t i = b * 128; i < b * 128 + 128; i += DSV_N)
+            dsv_store(out + i, dsv_mul(e4m3v(row + i), s));
+    }
+    const uint8_t *rp = row + kl + 4 * (kl / 128);
+    size_t i = 0;
+    for (; i + DSV_N <= dr; i += DSV_N) dsv_store(out + kl + i, bf16v(rp + 2 * i));
+    for (; i < dr; i++)
+        out[kl + i] = dsattn_bf16_to_f32((uint16_t)(rp[2 * i] | rp[2 * i + 1] << 8));
+}
+
+/* ---- absorption weight rows ---------------------------------------------- */
+
+static float w8(const uint8_t *w, const float *scale, size_t bs, size_t i)
+{
+    return dsattn_round_bf16(dsattn_e4m3_to_f32(w[i]) * scale[i / bs]);
+}
+
+/* How one block scale s is applied.  mode 0: e/256 * (256 s) then the
+ * bf16 rounding (256 s exact while |s| < 2^100).  mode 1: s a power of two
+ * in [2^-100, 2^100]: e * s has e's 4 significant bits, a normal bf16
+ * value, so the rounding is the identity and is skipped (bit-identical;
+ * the V3.2 release's UE8M0 scales and the generated weights).  mode 2:
+ * huge scales, the x256 and s separately, then rounding.  The decoders
+ * give e/256: the x256 of the decode is folded into the block scale,
+ * (e/256) * (256 s) is the same real product as e * s. */
+MLA_AI int wscale(float s, DSV_F *f1, DSV_F *f2)
+{
+    uint32_t u;
+    memcpy(&u, &s, sizeof u);
+    const uint32_t e = (u >> 23) & 0xff;
+    *f2 = dsv_set1(s);
+    if ((u & 0x7fffff) == 0 && e >= 127 - 100 && e <= 127 + 100) {
+        *f1 = dsv_set1(s * 256.0f);
+        return 1;
+    }
+    if (s < 0x1p100f && s > -0x1p100f) {
+        *f1 = dsv_set1(s * 256.0f);
+        return 0;
+    }
+    *f1 = dsv_set1(256.0f);
+    return 2;
+}
+
+/* wrow of 2 DSV_N finite codes (the first DSV_N in *v0): one load and one
+ * widening, no NaN compare */
+MLA_AI void wrow2_finite(const uint8_t *w, DSV_F f1, DSV_F f2, int mode, DSV_F *v0, DSV_F *v1)
+{
+    DSV_F a, b;
+    e4m3x2_div256(w, &a, &b);
+    a = dsv_mul(a, f1);
+    b = dsv_mul(b, f1);
+    if (mode == 2) {
+        a = dsv_mul(a, f2);
+        b = dsv_mul(b, f2);
+    }
+    if (mode != 1) {
+        a = DSV(dsattn_rbf16_)(a);
+        b = DSV(dsattn_rbf16_)(b);
+    }
+    *v0 = a;
+    *v1 = b;
+}
+
+MLA_AI void axpy_block(const uint8_t *w, size_t n, DSV_F va, DSV_F f1, DSV_F f2, float *acc,
+                       int mode)
+{
+    for (size_t i = 0; i < n; i += DSV_N) {
+        const DSV_F v = wrow(w + i, f1, f2, mode);
+        dsv_store(acc + i, dsv_fmadd(va, v, dsv_load(acc + i)));
+    }
+}
+
+/* Two chains per block: s0 takes the even DSV_N-element steps, s1 the odd
+ * ones, folded into s0 at the block's end (a last odd step, MLA_ODD_STEP,
+ * goes to s0).  fp8w_dot4 keeps exactly
+ * these chains per row. */
+MLA_AI DSV_F dot_block(const uint8_t *w, size_t n, DSV_F f1, DSV_F f2, const float *x,
+                       DSV_F s0, int mode)
+{
+    DSV_F s1 = dsv_zero();
+    size_t i = 0;
+    for (; i + 2 * DSV_N <= n; i += 2 * DSV_N) {
+        s0 = dsv_fmadd(wrow(w + i, f1, f2, mode), dsv_load(x + i), s0);
+        s1 = dsv_fmadd(wrow(w + i + DSV_N, f1, f2, mode), dsv_load(x + i + DSV_N), s1);
+    }
+    if (MLA_ODD_STEP && i < n) s0 = dsv_fmadd(wrow(w + i, f1, f2, mode), dsv_load(x + i), s0);
+    return dsv_add(s0, s1);
+}
+
+/* Both walk the row one scale block at a time (no division per vector). */
+static void mla_fp8w_axpy(const uint8_t *w, const float *scale, size_t bs, size_t n, float a,
+                          float *acc)
+{
+    const DSV_F va = dsv_set1(a);
+    size_t b0 = 0;
+    for (; b0 + bs <= n; b0 += bs) {
+        DSV_F f1, f2;
+        const int mode = wscale(scale[b0 / bs], &f1, &f2);
+        if (mode == 1) axpy_block(w + b0, bs, va, f1, f2, acc + b0, 1);
+        else if (mode == 0) axpy_block(w + b0, bs, va, f1, f2, acc + b0, 0);
+        else axpy_block(w + b0, bs, va, f1, f2, acc + b0, 2);
+    }
+    for (size_t i = b0; i < n; i++) acc[i] += a * w8(w, scale, bs, i);
+}
+
+static float mla_fp8w_dot(const uint8_t *w, const float *scale, size_t bs, size_t n,
+                          const float *x)
+{
+    DSV_F s = dsv_zero();
+    size_t b0 = 0;
+    for (; b0 + bs <= n; b0 += bs) {
+        DSV_F f1, f2;
+        const int mode = wscale(scale[b0 / bs], &f1, &f2);
+        if (mode == 1) s = dot_block(w + b0, bs, f1, f2, x + b0, s, 1);
+        else if (mode == 0) s = dot_block(w + b0, bs, f1, f2, x + b0, s, 0);
+        else s = dot_block(w + b0, bs, f1, f2, x + b0, s, 2);
+    }
+    float r = hsumv(s);
+    for (size_t i = b0; i < n; i++) r += w8(w, scale, bs, i) * x[i];
+    return r;
+}
+
+/* Four rows per pass over acc (the W_uk absorption adds 128 rows into one
+ * 512-float accumulator per head: one row per pass reloaded it 128 times).
+ * One scale block of four finite rows, one mode for all four (a constant
+ * after inlining), 2 DSV_N elements a step: each element still sees
+ * acc + r0, + r1, + r2, + r3 in that order. */
+MLA_AI void axpy4_block_finite(const uint8_t *const *w, size_t b0, size_t bs, const DSV_F *va,
+                               const DSV_F *f1, const DSV_F *f2, int mode, float *acc)
+{
+    size_t i = b0;
+    for (; i + 2 * DSV_N <= b0 + bs; i += 2 * DSV_N) {
+        DSV_F s0 = dsv_load(acc + i), s1 = dsv_load(acc + i + DSV_N);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            DSV_F v0, v1;
+            wrow2_finite(w[k] + i, f1[k], f2[k], mode, &v0, &v1);
+            s0 = dsv_fmadd(va[k], v0, s0);
+            s1 = dsv_fmadd(va[k], v1, s1);
+        }
+        dsv_store(acc + i, s0);
+        dsv_store(acc + i + DSV_N, s1);
+    }
+    if (MLA_ODD_STEP && i < b0 + bs) {
+        DSV_F s = dsv_load(acc + i);
+        for (int k = 0; k < 4; k++) s = dsv_fmadd(va[k], wrow(w[k] + i, f1[k], f2[k], mode), s);
+        dsv_store(acc + i, s);
+    }
+}
+
+static void mla_fp8w_axpy4(const uint8_t *const *w, const float *const *scale, size_t bs,
+                           size_t n, const float *a, float *acc, int finite)
+{
+    const DSV_F va[4] = { dsv_set1(a[0]), dsv_set1(a[1]), dsv_set1(a[2]), dsv_set1(a[3]) };
+    size_t b0 = 0;
+    for (; b0 + bs <= n; b0 += bs) {
+        DSV_F f1[4], f2[4];
+        int mode[4];
+        for (int k = 0; k < 4; k++) mode[k] = wscale(scale[k][b0 / bs], &f1[k], &f2[k]);
+        if (finite && mode[0] == mode[1] && mode[0] == mode[2] && mode[0] == mode[3]) {
+            if (mode[0] == 1) axpy4_block_finite(w, b0, bs, va, f1, f2, 1, acc);
+            else if (mode[0] == 0) axpy4_block_finite(w, b0, bs, va, f1, f2, 0, acc);
+            else axpy4_block_finite(w, b0, bs, va, f1, f2, 2, acc);
+            continue;
+        }
+        for (size_t i = b0; i < b0 + bs; i += DSV_N) {
+            DSV_F s = dsv_load(acc + i);
+            s = dsv_fmadd(va[0], wrow(w[0] + i, f1[0], f2[0], mode[0]), s);
+            s = dsv_fmadd(va[1], wrow(w[1] + i, f1[1], f2[1], mode[1]), s);
+            s = dsv_fmadd(va[2], wrow(w[2] + i, f1[2], f2[2], mode[2]), s);
+            s = dsv_fmadd(va[3], wrow(w[3] + i, f1[3], f2[3], mode[3]), s);
+            dsv_store(acc + i, s);
+        }
+    }
+    for (size_t i = b0; i < n; i++)
+        for (int k = 0; k < 4; k++) acc[i] += a[k] * w8(w[k], scale[k], bs, i);
+}
+
+/* The 2 DSV_N-element steps of one scale block of four finite rows, one
+ * mode for all four: the chains of dot_block per row, the x loads shared;
+ * returns where it stopped (fp8w_dot4 takes a last odd step). */
+MLA_AI size_t dot4_block_finite(const uint8_t *const *w, size_t b0, size_t bs, const float *x,
+                                const DSV_F *f1, const DSV_F *f2, int mode, DSV_F *s0,
+                                DSV_F *s1)
+{
+    size_t i = b0;
+    for (; i + 2 * DSV_N <= b0 + bs; i += 2 * DSV_N) {
+        const DSV_F xa = dsv_load(x + i), xb = dsv_load(x + i + DSV_N);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            DSV_F v0, v1;
+            wrow2_finite(w[k] + i, f1[k], f2[k], mode, &v0, &v1);
+            s0[k] = dsv_fmadd(v0, xa, s0[k]);
+            s1[k] = dsv_fmadd(v1, xb, s1[k]);
+        }
+    }
+    return i;
+}
+
+/* fp8w_dot of four rows: each row keeps fp8w_dot's two chains, so the
+ * bits are the same; the x vectors are loaded once for the four rows. */
+static void mla_fp8w_dot4(const uint8_t *const *w, const float *const *scale, size_t bs,
+                          size_t n, const float *x, float *out, int finite)
+{
+    DSV_F s0[4], s1[4];
+    for (int k = 0; k < 4; k++) s0[k] = s1[k] = dsv_zero();
+    size_t b0 = 0;
+    for (; b0 + bs <= n; b0 += bs) {
+        DSV_F f1[4], f2[4];
+        int mode[4];
+        for (int k = 0; k < 4; k++) mode[k] = wscale(scale[k][b0 / bs], &f1[k], &f2[k]);
+        size_t i = b0;
+        if (finite && mode[0] == mode[1] && mode[0] == mode[2] && mode[0] == mode[3]) {
+            if (mode[0] == 1) i = dot4_block_finite(w, b0, bs, x, f1, f2, 1, s0, s1);
+            else if (mode[0] == 0) i = dot4_block_finite(w, b0, bs, x, f1, f2, 0, s0, s1);
+            else i = dot4_block_finite(w, b0, bs, x, f1, f2, 2, s0, s1);
+        }
+        for (; i + 2 * DSV_N <= b0 + bs; i += 2 * DSV_N) {
+            const DSV_F xa = dsv_load(x + i), xb = dsv_load(x + i + DSV_N);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                s0[k] = dsv_fmadd(wrow(w[k] + i, f1[k], f2[k], mode[k]), xa, s0[k]);
+                s1[k] = dsv_fmadd(wrow(w[k] + i + DSV_N, f1[k], f2[k], mode[k]), xb, s1[k]);
+            }
+        }
+        if (MLA_ODD_STEP && i < b0 + bs) {
+            const DSV_F xa = dsv_load(x + i);
+            for (int k = 0; k < 4; k++)
+                s0[k] = dsv_fmadd(wrow(w[k] + i, f1[k], f2[k], mode[k]), xa, s0[k]);
+        }
+        /* fp8w_dot folds s1 into s0 after every block (dot_block's return) */
+        for (int k = 0; k < 4; k++) {
+            s0[k] = dsv_add(s0[k], s1[k]);
+            s1[k] = dsv_zero();
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        float r = hsumv(s0[k]);
+        for (size_t i = b0; i < n; i++) r += w8(w[k], scale[k], bs, i) * x[i];
+        out[k] = r;
+    }
+}
+
+static void mla_bf16w_axpy(const uint16_t *w, size_t n, float a, float *acc)
+{
+    const DSV_F va = dsv_set1(a);
+    size_t i = 0;
+    for (; i + DSV_N <= n; i += DSV_N)
+        dsv_store(acc + i, dsv_fmadd(va, bf16v((const uint8_t *)(w + i)), dsv_load(acc + i)));
+    for (; i < n; i++) acc[i] += a * dsattn_bf16_to_f32(w[i]);
+}
+
+static void mla_round_bf16(float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + DSV_N <= n; i += DSV_N) dsv_store(x + i, rbf16q(dsv_load(x + i)));
+    for (; i < n; i++) x[i] = dsattn_round_bf16(x[i]);
+}
+
+/* ---- the V3.2 indexer's head sum ----------------------------------------- */
+
+static void mla_relu_wsum(const float *c, size_t ldc, size_t nk, const float *w, size_t nh,
+                          float *out)
+{
+    const size_t nv = nh / DSV_N * DSV_N;
+    for (size_t j = 0; j < nk; j++) {
+        const float *cj = c + j * ldc;
+        DSV_F acc = dsv_zero();
+        for (size_t h = 0; h < nv; h += DSV_N)
+            acc = dsv_fmadd(dsv_max(dsv_load(cj + h), dsv_zero()), dsv_load(w + h), acc);
+        float sum = hsumv(acc);
+        for (size_t h = nv; h < nh; h++) sum += (cj[h] > 0.0f ? cj[h] : 0.0f) * w[h];
+        out[j] = sum;
+    }
+}
