@@ -109,70 +109,7 @@ AI __m256 wrow8(const uint8_t *w, __m256 f1, __m256 f2, int mode)
 #define hsumv dsattn_hsum256
 #include "mla_tile_tmpl.h"
 
-/* r[i] lane j  ->  r[j] lane i */
-AI void tr8(__m256 r[8])
-{
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
-/* 12 rows of 8 columns (r[i] = row i) -> columns d..d+7 of a key tile:
- * rows 0..7 as one 8 x 8 transpose, rows 8..11 as two 4 x 4 halves */
-AI void tile_store12x8(__m256 r[KT], float *o)
-{
-    tr8(r);
-    const __m256 t0 = _mm256_unpacklo_ps(r[8], r[9]), t1 = _mm256_unpackhi_ps(r[8], r[9]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[10], r[11]), t3 = _mm256_unpackhi_ps(r[10], r[11]);
-    const __m256 s[4] = { _mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
-                          _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE) };
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) {
-        _mm256_storeu_ps(o + (size_t)c * KT, r[c]);
-        _mm_storeu_ps(o + (size_t)c * KT + 8, _mm256_castps256_ps128(s[c]));
-        _mm256_storeu_ps(o + (size_t)(c + 4) * KT, r[c + 4]);
-        _mm_storeu_ps(o + (size_t)(c + 4) * KT + 8, _mm256_extractf128_ps(s[c], 1));
-    }
-}
-
 /* ---- QK ------------------------------------------------------------------ */
-
-/* keys 0..5 of k (a key tile, already offset to the first key) x 16 heads
- * of q (heads in lanes, ldq floats per latent element), over all D */
-AI void qk_sub6x16(const float *q, size_t ldq, size_t D, const float *k, float *st, size_t ldst)
-{
-    __m256 acc[6][2];
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-    for (size_t d = 0; d < D; d++) {
-        const __m256 q0 = _mm256_loadu_ps(q + d * ldq), q1 = _mm256_loadu_ps(q + d * ldq + 8);
-        const float *kd = k + d * KT;
-#pragma GCC unroll 6
-        for (int i = 0; i < 6; i++) {
-            const __m256 b = _mm256_broadcast_ss(kd + i);
-            acc[i][0] = _mm256_fmadd_ps(b, q0, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(b, q1, acc[i][1]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; i++) {
-        _mm256_storeu_ps(st + (size_t)i * ldst, acc[i][0]);
-        _mm256_storeu_ps(st + (size_t)i * ldst + 8, acc[i][1]);
-    }
-}
 
 static void qk_avx2(const float *qp, size_t hp, size_t D, const float *kt, size_t nk,
                     float *st, size_t ldst)
@@ -185,8 +122,9 @@ static void qk_avx2(const float *qp, size_t hp, size_t D, const float *kt, size_
             const size_t w = hp - h0 >= DSATTN_MLA_HG ? DSATTN_MLA_HG : hp - h0;   /* 32 or 16 */
             const float *qg = qp + h0 * D;
             for (size_t hh = 0; hh < w; hh += 16) {
-                qk_sub6x16(qg + hh, w, D, k, s + h0 + hh, ldst);
-                qk_sub6x16(qg + hh, w, D, k + 6, s + 6 * ldst + h0 + hh, ldst);
+                /* keys 0..5 and 6..11 x 16 heads (ldq = w floats per latent element) */
+                dsattn_tile6x16_256(k, qg + hh, w, D, s + h0 + hh, ldst, 1);
+                dsattn_tile6x16_256(k + 6, qg + hh, w, D, s + 6 * ldst + h0 + hh, ldst, 1);
             }
         }
     }
@@ -273,7 +211,7 @@ static void tile_rows_avx2(const float *rows, size_t ldr, size_t nr, size_t D, f
         for (int i = 0; i < KT; i++)
             r[i] = (size_t)i < nr ? _mm256_loadu_ps(rows + (size_t)i * ldr + d)
                                   : _mm256_setzero_ps();
-        tile_store12x8(r, kt + d * KT);
+        dsattn_store12x8_256(r, kt + d * KT);
     }
     for (; d < D; d++)
         for (size_t i = 0; i < KT; i++) kt[d * KT + i] = i < nr ? rows[i * ldr + d] : 0.0f;
@@ -287,7 +225,7 @@ static void tile_bf16_avx2(const uint8_t *const *rows, size_t nr, size_t D, floa
 #pragma GCC unroll 12
         for (int i = 0; i < KT; i++)
             r[i] = (size_t)i < nr ? bf16x8(rows[i] + 2 * d) : _mm256_setzero_ps();
-        tile_store12x8(r, kt + d * KT);
+        dsattn_store12x8_256(r, kt + d * KT);
     }
     for (; d < D; d++)
         for (size_t i = 0; i < KT; i++)

@@ -43,6 +43,23 @@ typedef struct dsattn_pgemm_kern {
                      int finite, float *a);
 } dsattn_pgemm_kern;
 
+/* The fast tile_fp8 forms' choice of decode: 1 when the codes are finite
+ * and every block scale s of the nr rows has 256 s finite (or s itself
+ * infinite), so the decode may give e / 256 and fold the x256 into the
+ * scale, (e / 256) * (256 s) being e * s rounded once; 0: the exact decode
+ * times s. */
+static inline int dsattn_pgemm_cheap(const float *const *sc, size_t nr, size_t K, size_t bs,
+                                     int finite)
+{
+    int cheap = finite;
+    for (size_t r = 0; r < nr && cheap; r++) {
+        if (r > 0 && sc[r] == sc[r - 1]) continue;      /* rows of one scale block */
+        for (size_t b = 0; b < (K + bs - 1) / bs && cheap; b++)
+            cheap = !__builtin_isinf(256.0f * sc[r][b]) || __builtin_isinf(sc[r][b]);
+    }
+    return cheap;
+}
+
 extern const dsattn_pgemm_kern dsattn_pgemm_ref;
 /* NULL when the build has no such path (absent.c, or the compiler's) */
 extern const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr;

@@ -20,31 +20,11 @@
 #include <immintrin.h>
 
 #include "numfmt.h"
+#include "simd_avx2.h"
 
 #define MR DSATTN_PGEMM_MR
 #define NR DSATTN_PGEMM_NR
 #define AI static inline __attribute__((always_inline))
-
-/* r[i] lane j  ->  r[j] lane i */
-AI void tr8(__m256 r[8])
-{
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
 
 static void pack_b_avx2(const float *x, size_t ldx, size_t nt, size_t K, float *bp)
 {
@@ -59,34 +39,9 @@ static void pack_b_avx2(const float *x, size_t ldx, size_t nt, size_t K, float *
                 r[i] = t0 + (size_t)i < nt
                            ? _mm256_maskload_ps(x + (t0 + (size_t)i) * ldx + k0, m)
                            : _mm256_setzero_ps();
-            tr8(r);
+            dsattn_tr8_256(r);
             for (size_t c = 0; c < kn; c++) _mm256_storeu_ps(bp + (k0 + c) * NR + t0, r[c]);
         }
-}
-
-/* rows 0..5 of a (a already offset to the first row) x tokens 0..15 of b */
-AI void sub6x16(const float *a, const float *b, size_t kc, float *c, size_t ldc, int first)
-{
-    __m256 acc[6][2];
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; i++) {
-        acc[i][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + (size_t)i * ldc);
-        acc[i][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + (size_t)i * ldc + 8);
-    }
-    for (size_t k = 0; k < kc; k++) {
-        const __m256 b0 = _mm256_loadu_ps(b + k * NR), b1 = _mm256_loadu_ps(b + k * NR + 8);
-#pragma GCC unroll 6
-        for (int i = 0; i < 6; i++) {
-            const __m256 ai = _mm256_broadcast_ss(a + k * MR + (size_t)i);
-            acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; i++) {
-        _mm256_storeu_ps(c + (size_t)i * ldc, acc[i][0]);
-        _mm256_storeu_ps(c + (size_t)i * ldc + 8, acc[i][1]);
-    }
 }
 
 /* rows 0..11 x tokens 0..7 of b */
@@ -111,8 +66,8 @@ static void tile_avx2(const float *a, const float *b, size_t kc, int nw, float *
 {
     int j = 0;
     for (; j + 16 <= nw; j += 16) {
-        sub6x16(a, b + j, kc, c + j, ldc, first);
-        sub6x16(a + 6, b + j, kc, c + 6 * ldc + j, ldc, first);
+        dsattn_tile6x16_256(a, b + j, NR, kc, c + j, ldc, first);
+        dsattn_tile6x16_256(a + 6, b + j, NR, kc, c + 6 * ldc + j, ldc, first);
     }
     if (j < nw) sub12x8(a, b + j, kc, c + j, ldc, first);   /* nw % 16 == 8 */
 }
@@ -160,32 +115,14 @@ AI void tile_fp8_impl(const uint8_t *w, size_t K, const float *const *sc, size_t
             else r[i] = _mm256_mul_ps(e4m3x8_exact(wi), _mm256_set1_ps(sc[i][blk]));
         }
         if ((left -= 8) == 0) { blk++; left = bs; }
-        tr8(r);
-        const __m256 t0 = _mm256_unpacklo_ps(r[8], r[9]), t1 = _mm256_unpackhi_ps(r[8], r[9]);
-        const __m256 t2 = _mm256_unpacklo_ps(r[10], r[11]), t3 = _mm256_unpackhi_ps(r[10], r[11]);
-        const __m256 s[4] = { _mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
-                              _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE) };
-        float *o = a + d * MR;
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            _mm256_storeu_ps(o + (size_t)c * MR, r[c]);
-            _mm_storeu_ps(o + (size_t)c * MR + 8, _mm256_castps256_ps128(s[c]));
-            _mm256_storeu_ps(o + (size_t)(c + 4) * MR, r[c + 4]);
-            _mm_storeu_ps(o + (size_t)(c + 4) * MR + 8, _mm256_extractf128_ps(s[c], 1));
-        }
+        dsattn_store12x8_256(r, a + d * MR);
     }
 }
 
 static void tile_fp8_avx2(const uint8_t *w, size_t K, const float *const *sc, size_t bs,
                           size_t nr, int finite, float *a)
 {
-    int cheap = finite;
-    for (size_t r = 0; r < nr && cheap; r++) {
-        if (r > 0 && sc[r] == sc[r - 1]) continue;      /* rows of one scale block */
-        for (size_t b = 0; b < (K + bs - 1) / bs && cheap; b++)
-            cheap = !__builtin_isinf(256.0f * sc[r][b]) || __builtin_isinf(sc[r][b]);
-    }
-    if (cheap) tile_fp8_impl(w, K, sc, bs, nr, a, 1);
+    if (dsattn_pgemm_cheap(sc, nr, K, bs, finite)) tile_fp8_impl(w, K, sc, bs, nr, a, 1);
     else tile_fp8_impl(w, K, sc, bs, nr, a, 0);
 }
 

@@ -84,13 +84,7 @@ AI void tile_fp8_impl(const uint8_t *w, size_t K, const float *const *sc, size_t
 static void tile_fp8_avx512(const uint8_t *w, size_t K, const float *const *sc, size_t bs,
                             size_t nr, int finite, float *a)
 {
-    int cheap = finite;
-    for (size_t r = 0; r < nr && cheap; r++) {
-        if (r > 0 && sc[r] == sc[r - 1]) continue;      /* rows of one scale block */
-        for (size_t b = 0; b < (K + bs - 1) / bs && cheap; b++)
-            cheap = !__builtin_isinf(256.0f * sc[r][b]) || __builtin_isinf(sc[r][b]);
-    }
-    if (cheap) tile_fp8_impl(w, K, sc, bs, nr, a, 1);
+    if (dsattn_pgemm_cheap(sc, nr, K, bs, finite)) tile_fp8_impl(w, K, sc, bs, nr, a, 1);
     else tile_fp8_impl(w, K, sc, bs, nr, a, 0);
 }
 

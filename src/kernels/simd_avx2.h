@@ -1,7 +1,9 @@
 /* simd_avx2.h - small AVX2 + FMA + F16C helpers that the AVX2 kernel files
  * other than kernels_avx2.c inline into their loops (so the values stay in
  * registers): the exp of the softmaxes, the bf16 rounding of 8 lanes, the
- * exact decode of E4M3 codes, horizontal max / sum, first-n lane masks;
+ * exact decode of E4M3 codes, horizontal max / sum, first-n lane masks,
+ * an 8 x 8 transpose and the 12-row tile store and 6 x 16 register tile
+ * that the MLA scores and the prefill GEMM share;
  * and the 8-lane vector words (DSV_F, dsv_fmadd, ...) of the templates
  * written once for both widths (simd_tmpl.h, mla_tile_tmpl.h).
  * Include only from files compiled for AVX2 (names ending _avx2.c, built
@@ -156,6 +158,76 @@ DSATTN_AVX2_AI void dsattn_e4m3x16_div256_256(const uint8_t *w, __m256 *v0, __m2
                                        _mm256_set1_epi16((short)0xbfff));
     *v0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     *v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
+/* r[i] lane j  ->  r[j] lane i */
+DSATTN_AVX2_AI void dsattn_tr8_256(__m256 r[8])
+{
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* 12 rows of 8 columns (r[i] = row i) -> 8 columns of a 12-row tile,
+ * 12 floats a column (o[c*12 + i] = row i, column c): rows 0..7 as one
+ * 8 x 8 transpose, rows 8..11 as two 4 x 4 halves.  r is overwritten. */
+DSATTN_AVX2_AI void dsattn_store12x8_256(__m256 r[12], float *o)
+{
+    dsattn_tr8_256(r);
+    const __m256 t0 = _mm256_unpacklo_ps(r[8], r[9]), t1 = _mm256_unpackhi_ps(r[8], r[9]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[10], r[11]), t3 = _mm256_unpackhi_ps(r[10], r[11]);
+    const __m256 s[4] = { _mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                          _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE) };
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        _mm256_storeu_ps(o + (size_t)c * 12, r[c]);
+        _mm_storeu_ps(o + (size_t)c * 12 + 8, _mm256_castps256_ps128(s[c]));
+        _mm256_storeu_ps(o + (size_t)(c + 4) * 12, r[c + 4]);
+        _mm_storeu_ps(o + (size_t)(c + 4) * 12 + 8, _mm256_extractf128_ps(s[c], 1));
+    }
+}
+
+/* The 6 x 16 register tile (MLA scores, prefill GEMM; the 8-lane half of
+ * simd_avx512.h's dsattn_tile12):
+ *   c[r*ldc + j] = (first ? 0 : c[r*ldc + j]) + sum_{k<kc} a[k*12 + r] * b[k*ldb + j]
+ * for r < 6, j < 16: 12 accumulators, per k two vector loads of b and six
+ * broadcasts of a, each lane one FMA chain over k in order. */
+DSATTN_AVX2_AI void dsattn_tile6x16_256(const float *a, const float *b, size_t ldb, size_t kc,
+                                        float *c, size_t ldc, int first)
+{
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++) {
+        acc[i][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + (size_t)i * ldc);
+        acc[i][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + (size_t)i * ldc + 8);
+    }
+    for (size_t k = 0; k < kc; k++) {
+        const __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < 6; i++) {
+            const __m256 ai = _mm256_broadcast_ss(a + k * 12 + (size_t)i);
+            acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++) {
+        _mm256_storeu_ps(c + (size_t)i * ldc, acc[i][0]);
+        _mm256_storeu_ps(c + (size_t)i * ldc + 8, acc[i][1]);
+    }
 }
 
 #endif /* DSATTN_SIMD_AVX2_H */
