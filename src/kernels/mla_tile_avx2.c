@@ -26,8 +26,11 @@
  * back as NaN, so the decoded values equal numfmt.c's table.  No gathers
  * (QEMU 7.2's AVX2 gather, which the Haswell emulation runs, lost lanes).
  *
- * Not here: the driver (mla_forward.c), the scalar cross-check
- * (mla_tile.c), the AVX-512 form (mla_tile_avx512.c).
+ * Here: the 8-lane decoders and register tiles.  Not here: the entries
+ * written once for both widths around them (mla_tile_tmpl.h: the QK / PV
+ * loops, softmax, row decode, absorption rows), the driver
+ * (mla_forward.c), the scalar cross-check (mla_tile.c), the AVX-512 form
+ * (mla_tile_avx512.c).
  */
 #include "mla_kernels.h"
 
@@ -107,25 +110,20 @@ AI __m256 wrow8(const uint8_t *w, __m256 f1, __m256 f2, int mode)
 #define bf16v bf16x8
 #define e4m3v e4m3x8
 #define hsumv dsattn_hsum256
-#include "mla_tile_tmpl.h"
 
 /* ---- QK ------------------------------------------------------------------ */
 
-static void qk_avx2(const float *qp, size_t hp, size_t D, const float *kt, size_t nk,
-                    float *st, size_t ldst)
+/* one key tile (12 keys at k) against every head: keys 0..5 and 6..11 x
+ * 16 heads a call, the heads in the packed groups of DSATTN_MLA_HG (the
+ * last may be 16: ldq = w floats per latent element) */
+AI void qk_keytile(const float *qp, size_t hp, size_t D, const float *k, float *s, size_t ldst)
 {
-    const size_t nt = (nk + KT - 1) / KT;
-    for (size_t t = 0; t < nt; t++) {
-        const float *k = kt + t * KT * D;
-        float *s = st + t * KT * ldst;
-        for (size_t h0 = 0; h0 < hp; h0 += DSATTN_MLA_HG) {
-            const size_t w = hp - h0 >= DSATTN_MLA_HG ? DSATTN_MLA_HG : hp - h0;   /* 32 or 16 */
-            const float *qg = qp + h0 * D;
-            for (size_t hh = 0; hh < w; hh += 16) {
-                /* keys 0..5 and 6..11 x 16 heads (ldq = w floats per latent element) */
-                dsattn_tile6x16_256(k, qg + hh, w, D, s + h0 + hh, ldst, 1);
-                dsattn_tile6x16_256(k + 6, qg + hh, w, D, s + 6 * ldst + h0 + hh, ldst, 1);
-            }
+    for (size_t h0 = 0; h0 < hp; h0 += DSATTN_MLA_HG) {
+        const size_t w = hp - h0 >= DSATTN_MLA_HG ? DSATTN_MLA_HG : hp - h0;   /* 32 or 16 */
+        const float *qg = qp + h0 * D;
+        for (size_t hh = 0; hh < w; hh += 16) {
+            dsattn_tile6x16_256(k, qg + hh, w, D, s + h0 + hh, ldst, 1);
+            dsattn_tile6x16_256(k + 6, qg + hh, w, D, s + 6 * ldst + h0 + hh, ldst, 1);
         }
     }
 }
@@ -165,40 +163,25 @@ AI void pv_sub(const float *p, size_t ldp, size_t hp, const float *kt, size_t D,
     }
 }
 
-static void pv_avx2(const float *p, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
-                    size_t C, const float *alpha, float *acct, const uint8_t *const *pf,
-                    size_t npf, size_t pf_bytes)
+/* PV in 16-head slices: column tiles of 6, then one of the 1..5 left */
+#define PV_HG 16
+#define pv_tiles(C) ((C) / 6 + ((C) % 6 != 0))
+
+AI size_t pv_tile(const float *ph, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
+                  size_t c, size_t C, const float *ah, float *o, int nv)
 {
-    /* column tiles of 6, then one of the 1..5 left; the prefetch lines
-     * are spread evenly over the tile calls of every 16-head slice */
-    const size_t lpr = (pf_bytes + 63) / 64, nl = npf * lpr;
-    const size_t per_slice = C / 6 + (C % 6 != 0);
-    const size_t steps = hp / 16 * per_slice;
-    size_t done = 0, step = 0, prow = 0, pline = 0;       /* done = prow * lpr + pline */
-#define PF_NEXT()                                                                   \
-    do {                                                                            \
-        _mm_prefetch((const char *)pf[prow] + pline * 64, _MM_HINT_T1);             \
-        if (++pline == lpr) { pline = 0; prow++; }                                  \
-    } while (0)
-    for (size_t h0 = 0; h0 < hp; h0 += 16) {
-        const float *ph = p + h0, *ah = alpha + h0;
-        for (size_t c = 0; c < C; step++) {
-            const size_t want = nl * (step + 1) / steps;
-            for (; done < want; done++) PF_NEXT();
-            float *o = acct + c * hp + h0;
-            switch (C - c >= 6 ? 6 : C - c) {
-            case 6: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 6); c += 6; break;
-            case 5: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 5); c += 5; break;
-            case 4: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 4); c += 4; break;
-            case 3: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 3); c += 3; break;
-            case 2: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 2); c += 2; break;
-            default: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 1); c += 1; break;
-            }
-        }
+    (void)nv;                               /* always 2: hp % 16 == 0 */
+    switch (C - c >= 6 ? 6 : C - c) {
+    case 6: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 6); return 6;
+    case 5: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 5); return 5;
+    case 4: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 4); return 4;
+    case 3: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 3); return 3;
+    case 2: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 2); return 2;
+    default: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 1); return 1;
     }
-    for (; done < nl; done++) PF_NEXT();
-#undef PF_NEXT
 }
+
+#include "mla_tile_tmpl.h"
 
 /* ---- key tiles ------------------------------------------------------------ */
 
@@ -235,7 +218,7 @@ static void tile_bf16_avx2(const uint8_t *const *rows, size_t nr, size_t D, floa
 }
 
 static const dsattn_mla_kern mla_avx2 = {
-    "avx2", qk_avx2, mla_softmax, pv_avx2, tile_rows_avx2, tile_bf16_avx2, mla_v32_row,
+    "avx2", mla_qk, mla_softmax, mla_pv, tile_rows_avx2, tile_bf16_avx2, mla_v32_row,
     mla_fp8w_axpy, mla_fp8w_dot, mla_fp8w_axpy4, mla_fp8w_dot4, mla_bf16w_axpy,
     mla_round_bf16, mla_relu_wsum,
 };

@@ -14,8 +14,10 @@
  * value; x256 is exact), NaN codes (0x7f/0xff) forced to NaN, so the
  * decoded values equal numfmt.c's table bit for bit.
  *
- * Not here: the driver (mla_forward.c), the scalar cross-check
- * (mla_tile.c).
+ * Here: the 16-lane decoders and register tiles.  Not here: the entries
+ * written once for both widths around them (mla_tile_tmpl.h: the QK / PV
+ * loops, softmax, row decode, absorption rows), the driver
+ * (mla_forward.c), the scalar cross-check (mla_tile.c).
  */
 #include "mla_kernels.h"
 
@@ -70,7 +72,6 @@ AI __m512 wrow16(const uint8_t *w, __m512 f1, __m512 f2, int mode)
 #define bf16v bf16x16
 #define e4m3v dsattn_e4m3x16
 #define hsumv _mm512_reduce_add_ps
-#include "mla_tile_tmpl.h"
 
 /* ---- QK ------------------------------------------------------------------ */
 
@@ -80,24 +81,19 @@ AI void qk_tile(const float *q, size_t D, const float *k, float *st, size_t ldst
     dsattn_tile12(k, q, (size_t)NV * 16, D, st, ldst, 1, NV);
 }
 
-static void qk_avx512(const float *qp, size_t hp, size_t D, const float *kt, size_t nk,
-                      float *st, size_t ldst)
+/* one key tile against every head: 32 heads a tile, a last 16 */
+AI void qk_keytile(const float *qp, size_t hp, size_t D, const float *k, float *s, size_t ldst)
 {
-    const size_t nt = (nk + KT - 1) / KT;
-    for (size_t t = 0; t < nt; t++) {
-        const float *k = kt + t * KT * D;
-        float *s = st + t * KT * ldst;
-        size_t h0 = 0;
-        for (; h0 + 32 <= hp; h0 += 32) qk_tile(qp + h0 * D, D, k, s + h0, ldst, 2);
-        if (h0 < hp) qk_tile(qp + h0 * D, D, k, s + h0, ldst, 1);
-    }
+    size_t h0 = 0;
+    for (; h0 + 32 <= hp; h0 += 32) qk_tile(qp + h0 * D, D, k, s + h0, ldst, 2);
+    if (h0 < hp) qk_tile(qp + h0 * D, D, k, s + h0, ldst, 1);
 }
 
 /* ---- PV ------------------------------------------------------------------ */
 
 /* RC latent columns c.. x NV head vectors, over all nk keys of the block */
-AI void pv_tile(const float *p, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
-                size_t c, const float *alpha, float *acct, int RC, int NV)
+AI void pv_tile_rc(const float *p, size_t ldp, size_t hp, const float *kt, size_t D,
+                   size_t nk, size_t c, const float *alpha, float *acct, int RC, int NV)
 {
     __m512 a[KT][2];
     const __m512 al0 = _mm512_loadu_ps(alpha), al1 = NV > 1 ? _mm512_loadu_ps(alpha + 16) : al0;
@@ -142,47 +138,30 @@ AI void pv_tile(const float *p, size_t ldp, size_t hp, const float *kt, size_t D
     }
 }
 
-static void pv_avx512(const float *p, size_t ldp, size_t hp, const float *kt, size_t D,
-                      size_t nk, size_t C, const float *alpha, float *acct,
-                      const uint8_t *const *pf, size_t npf, size_t pf_bytes)
+/* PV in 32-head groups (a last 16): column tiles of 12, then 4, then 1 */
+#define PV_HG 32
+#define pv_tiles(C) ((C) / 12 + (C) % 12 / 4 + (C) % 4)
+
+AI size_t pv_tile(const float *ph, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
+                  size_t c, size_t C, const float *ah, float *o, int nv)
 {
-    /* column tiles of 12, then 4, then 1; the prefetch lines are spread
-     * evenly over the tile calls of every head group */
-    const size_t lpr = (pf_bytes + 63) / 64, nl = npf * lpr;
-    const size_t per_group = C / 12 + C % 12 / 4 + C % 4;
-    const size_t steps = (hp + 31) / 32 * per_group;
-    size_t done = 0, step = 0, prow = 0, pline = 0;       /* done = prow * lpr + pline */
-#define PF_NEXT()                                                                   \
-    do {                                                                            \
-        _mm_prefetch((const char *)pf[prow] + pline * 64, _MM_HINT_T1);             \
-        if (++pline == lpr) { pline = 0; prow++; }                                  \
-    } while (0)
-    for (size_t h0 = 0; h0 < hp; h0 += 32) {
-        const int nv = h0 + 32 <= hp ? 2 : 1;
-        const float *ph = p + h0, *ah = alpha + h0;
-        for (size_t c = 0; c < C; step++) {
-            const size_t want = nl * (step + 1) / steps;
-            for (; done < want; done++) PF_NEXT();
-            float *o = acct + c * hp + h0;
-            const size_t left = C - c;
-            if (left >= 12) {
-                if (nv == 2) pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 12, 2);
-                else pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 12, 1);
-                c += 12;
-            } else if (left >= 4) {
-                if (nv == 2) pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 4, 2);
-                else pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 4, 1);
-                c += 4;
-            } else {
-                if (nv == 2) pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 1, 2);
-                else pv_tile(ph, ldp, hp, kt, D, nk, c, ah, o, 1, 1);
-                c += 1;
-            }
-        }
+    const size_t left = C - c;
+    if (left >= 12) {
+        if (nv == 2) pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 12, 2);
+        else pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 12, 1);
+        return 12;
     }
-    for (; done < nl; done++) PF_NEXT();
-#undef PF_NEXT
+    if (left >= 4) {
+        if (nv == 2) pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 4, 2);
+        else pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 4, 1);
+        return 4;
+    }
+    if (nv == 2) pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 1, 2);
+    else pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 1, 1);
+    return 1;
 }
+
+#include "mla_tile_tmpl.h"
 
 /* ---- key tiles ------------------------------------------------------------ */
 
@@ -230,7 +209,7 @@ static void tile_bf16_avx512(const uint8_t *const *rows, size_t nr, size_t D, fl
 }
 
 static const dsattn_mla_kern mla_avx512 = {
-    "avx512", qk_avx512, mla_softmax, pv_avx512, tile_rows_avx512, tile_bf16_avx512,
+    "avx512", mla_qk, mla_softmax, mla_pv, tile_rows_avx512, tile_bf16_avx512,
     mla_v32_row, mla_fp8w_axpy, mla_fp8w_dot, mla_fp8w_axpy4, mla_fp8w_dot4, mla_bf16w_axpy,
     mla_round_bf16, mla_relu_wsum,
 };

@@ -13,10 +13,15 @@
  *   bf16v(p)                    DSV_N bf16 values -> fp32
  *   e4m3v(w)                    DSV_N E4M3 codes -> fp32 (NaN codes NaN)
  *   hsumv(v)                    the horizontal sum in the ISA's fixed order
+ *   qk_keytile(qp, hp, D, k, s, ldst)   one key tile's scores, every head
+ *   PV_HG, pv_tiles(C), pv_tile(...)    the P.V tiles of one head group:
+ *                               PV_HG heads a group, pv_tiles(C) tile calls
+ *                               a group, pv_tile one call (returns columns)
  *
  * Every function here is static, so each ISA file gets its own copy built
- * with its own flags; the tiles (QK, PV, key tiles) stay in the ISA files,
- * their register blocking differs.  Scalar twins: mla_tile.c. */
+ * with its own flags; the register tiles (QK, PV, key tiles) stay in the
+ * ISA files, their blocking differs; the loops around them are here.
+ * Scalar twins: mla_tile.c. */
 #ifndef DSV_F
 #error "mla_tile_tmpl.h: include simd_avx2.h or simd_avx512.h first"
 #endif
@@ -31,6 +36,45 @@
  * loops over a block in steps of 2 DSV_N end on a single last DSV_N step
  * only at 16 lanes (bs % 32 == 16); at 8 lanes that step does not exist. */
 #define MLA_ODD_STEP (16 % (2 * DSV_N) != 0)
+
+/* ---- QK and PV: the loops around the ISA's register tiles ---------------- */
+
+static void mla_qk(const float *qp, size_t hp, size_t D, const float *kt, size_t nk, float *st,
+                   size_t ldst)
+{
+    const size_t nt = (nk + DSATTN_MLA_KT - 1) / DSATTN_MLA_KT;
+    for (size_t t = 0; t < nt; t++)
+        qk_keytile(qp, hp, D, kt + t * DSATTN_MLA_KT * D, st + t * DSATTN_MLA_KT * ldst, ldst);
+}
+
+/* The P.V tiles head group by head group (PV_HG heads; hp % 16 == 0, the
+ * last group of the AVX-512 form may be 16), column tile by column tile;
+ * the lines of the next block's rows (pf, npf rows of pf_bytes) are
+ * prefetched spread evenly over the tile calls. */
+static void mla_pv(const float *p, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
+                   size_t C, const float *alpha, float *acct, const uint8_t *const *pf,
+                   size_t npf, size_t pf_bytes)
+{
+    const size_t lpr = (pf_bytes + 63) / 64, nl = npf * lpr;
+    const size_t steps = (hp + PV_HG - 1) / PV_HG * pv_tiles(C);
+    size_t done = 0, step = 0, prow = 0, pline = 0;       /* done = prow * lpr + pline */
+#define PF_NEXT()                                                                   \
+    do {                                                                            \
+        _mm_prefetch((const char *)pf[prow] + pline * 64, _MM_HINT_T1);             \
+        if (++pline == lpr) { pline = 0; prow++; }                                  \
+    } while (0)
+    for (size_t h0 = 0; h0 < hp; h0 += PV_HG) {
+        const int nv = h0 + PV_HG <= hp ? 2 : 1;    /* the group's halves of PV_HG / 2 */
+        const float *ph = p + h0, *ah = alpha + h0;
+        for (size_t c = 0; c < C; step++) {
+            const size_t want = nl * (step + 1) / steps;
+            for (; done < want; done++) PF_NEXT();
+            c += pv_tile(ph, ldp, hp, kt, D, nk, c, C, ah, acct + c * hp + h0, nv);
+        }
+    }
+    for (; done < nl; done++) PF_NEXT();
+#undef PF_NEXT
+}
 
 /* ---- softmax ------------------------------------------------------------- */
 
