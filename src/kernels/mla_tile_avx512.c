@@ -96,12 +96,7 @@ AI void pv_tile_rc(const float *p, size_t ldp, size_t hp, const float *kt, size_
                    size_t nk, size_t c, const float *alpha, float *acct, int RC, int NV)
 {
     __m512 a[KT][2];
-    const __m512 al0 = _mm512_loadu_ps(alpha), al1 = NV > 1 ? _mm512_loadu_ps(alpha + 16) : al0;
-#pragma GCC unroll 12
-    for (int r = 0; r < RC; r++) {
-        a[r][0] = _mm512_mul_ps(_mm512_loadu_ps(acct + (size_t)r * hp), al0);
-        a[r][1] = NV > 1 ? _mm512_mul_ps(_mm512_loadu_ps(acct + (size_t)r * hp + 16), al1) : al1;
-    }
+    dsattn_pv_load512(a, acct, hp, alpha, RC, NV);
     for (size_t j0 = 0; j0 < nk; j0 += KT) {
         const float *kb = kt + j0 * D + c * KT;
         const size_t nj = nk - j0 < KT ? nk - j0 : KT;
@@ -131,11 +126,7 @@ AI void pv_tile_rc(const float *p, size_t ldp, size_t hp, const float *kt, size_
             }
         }
     }
-#pragma GCC unroll 12
-    for (int r = 0; r < RC; r++) {
-        _mm512_storeu_ps(acct + (size_t)r * hp, a[r][0]);
-        if (NV > 1) _mm512_storeu_ps(acct + (size_t)r * hp + 16, a[r][1]);
-    }
+    dsattn_rows_store512(a, acct, hp, RC, NV);
 }
 
 /* PV in 32-head groups (a last 16): column tiles of 12, then 4, then 1 */
@@ -145,20 +136,11 @@ AI void pv_tile_rc(const float *p, size_t ldp, size_t hp, const float *kt, size_
 AI size_t pv_tile(const float *ph, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
                   size_t c, size_t C, const float *ah, float *o, int nv)
 {
-    const size_t left = C - c;
-    if (left >= 12) {
-        if (nv == 2) pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 12, 2);
-        else pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 12, 1);
-        return 12;
-    }
-    if (left >= 4) {
-        if (nv == 2) pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 4, 2);
-        else pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 4, 1);
-        return 4;
-    }
-    if (nv == 2) pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 1, 2);
-    else pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, 1, 1);
-    return 1;
+    size_t n;
+#define PV_TILE(RC, NV) pv_tile_rc(ph, ldp, hp, kt, D, nk, c, ah, o, RC, NV)
+    DSATTN_PV_COLS_12_4_1(n, C - c, nv, PV_TILE);
+#undef PV_TILE
+    return n;
 }
 
 #include "mla_tile_tmpl.h"

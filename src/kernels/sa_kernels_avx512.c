@@ -135,11 +135,7 @@ AI void qk_rm_tile(const float *q, size_t D, const float *k, size_t ld, float *s
             if (NV > 1) a[r][1] = _mm512_fmadd_ps(b, q1, a[r][1]);
         }
     }
-#pragma GCC unroll 12
-    for (int r = 0; r < KT; r++) {
-        _mm512_storeu_ps(st + (size_t)r * ldst, a[r][0]);
-        if (NV > 1) _mm512_storeu_ps(st + (size_t)r * ldst + 16, a[r][1]);
-    }
+    dsattn_rows_store512(a, st, ldst, KT, NV);
 }
 
 static void qk_rm_avx512(const float *qp, size_t hp, size_t D, const float *rows, size_t ld,
@@ -159,12 +155,7 @@ AI void pv_rm_tile(const float *p, size_t ldp, size_t hp, const float *rows, siz
                    size_t nk, size_t c, const float *alpha, float *acct, int RC, int NV)
 {
     __m512 a[KT][2];
-    const __m512 al0 = _mm512_loadu_ps(alpha), al1 = NV > 1 ? _mm512_loadu_ps(alpha + 16) : al0;
-#pragma GCC unroll 12
-    for (int r = 0; r < RC; r++) {
-        a[r][0] = _mm512_mul_ps(_mm512_loadu_ps(acct + (size_t)r * hp), al0);
-        a[r][1] = NV > 1 ? _mm512_mul_ps(_mm512_loadu_ps(acct + (size_t)r * hp + 16), al1) : al1;
-    }
+    dsattn_pv_load512(a, acct, hp, alpha, RC, NV);
     const float *kb = rows + c;
     for (size_t j = 0; j < nk; j++, kb += ld, p += ldp) {
         _mm_prefetch((const char *)(kb + 8 * ld + 16), _MM_HINT_T0);
@@ -177,11 +168,7 @@ AI void pv_rm_tile(const float *p, size_t ldp, size_t hp, const float *rows, siz
             if (NV > 1) a[r][1] = _mm512_fmadd_ps(b, p1, a[r][1]);
         }
     }
-#pragma GCC unroll 12
-    for (int r = 0; r < RC; r++) {
-        _mm512_storeu_ps(acct + (size_t)r * hp, a[r][0]);
-        if (NV > 1) _mm512_storeu_ps(acct + (size_t)r * hp + 16, a[r][1]);
-    }
+    dsattn_rows_store512(a, acct, hp, RC, NV);
 }
 
 static void pv_rm_avx512(const float *p, size_t ldp, size_t hp, const float *rows, size_t ld,
@@ -192,20 +179,11 @@ static void pv_rm_avx512(const float *p, size_t ldp, size_t hp, const float *row
         const float *ph = p + h0, *ah = alpha + h0;
         for (size_t c = 0; c < C;) {
             float *o = acct + c * hp + h0;
-            const size_t left = C - c;
-            if (left >= 12) {
-                if (nv == 2) pv_rm_tile(ph, ldp, hp, rows, ld, nk, c, ah, o, 12, 2);
-                else pv_rm_tile(ph, ldp, hp, rows, ld, nk, c, ah, o, 12, 1);
-                c += 12;
-            } else if (left >= 4) {
-                if (nv == 2) pv_rm_tile(ph, ldp, hp, rows, ld, nk, c, ah, o, 4, 2);
-                else pv_rm_tile(ph, ldp, hp, rows, ld, nk, c, ah, o, 4, 1);
-                c += 4;
-            } else {
-                if (nv == 2) pv_rm_tile(ph, ldp, hp, rows, ld, nk, c, ah, o, 1, 2);
-                else pv_rm_tile(ph, ldp, hp, rows, ld, nk, c, ah, o, 1, 1);
-                c += 1;
-            }
+            size_t n;
+#define PV_TILE(RC, NV) pv_rm_tile(ph, ldp, hp, rows, ld, nk, c, ah, o, RC, NV)
+            DSATTN_PV_COLS_12_4_1(n, C - c, nv, PV_TILE);
+#undef PV_TILE
+            c += n;
         }
     }
 }

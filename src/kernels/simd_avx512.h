@@ -172,6 +172,46 @@ static inline __attribute__((always_inline)) __m512i dsattn_bf16_hi32(__m512 a, 
     return _mm512_permutex2var_epi16(_mm512_castps_si512(a), odd, _mm512_castps_si512(b));
 }
 
+/* The rows of a 12-row register form (rows r < R of NV head vectors of 16,
+ * a[r][1] unused when NV == 1) stored to c + r*ldc; with the P.V forms'
+ * load (mla_tile_avx512.c, sa_kernels_avx512.c): the accumulator rows
+ * read from acct (hp floats apart) times the softmax rescale alpha. */
+static inline __attribute__((always_inline)) void dsattn_rows_store512(__m512 a[][2], float *c,
+                                                                       size_t ldc, int R,
+                                                                       const int NV)
+{
+#pragma GCC unroll 12
+    for (int r = 0; r < R; r++) {
+        _mm512_storeu_ps(c + (size_t)r * ldc, a[r][0]);
+        if (NV > 1) _mm512_storeu_ps(c + (size_t)r * ldc + 16, a[r][1]);
+    }
+}
+
+static inline __attribute__((always_inline)) void dsattn_pv_load512(__m512 a[][2],
+                                                                    const float *acct, size_t hp,
+                                                                    const float *alpha, int RC,
+                                                                    const int NV)
+{
+    const __m512 al0 = _mm512_loadu_ps(alpha), al1 = NV > 1 ? _mm512_loadu_ps(alpha + 16) : al0;
+#pragma GCC unroll 12
+    for (int r = 0; r < RC; r++) {
+        a[r][0] = _mm512_mul_ps(_mm512_loadu_ps(acct + (size_t)r * hp), al0);
+        a[r][1] = NV > 1 ? _mm512_mul_ps(_mm512_loadu_ps(acct + (size_t)r * hp + 16), al1) : al1;
+    }
+}
+
+/* The column tiles of those P.V forms: 12 columns while 12 are left, then
+ * 4, then 1, each with nv (2 or 1) head vectors; TILE(RC, NV) runs one
+ * (constants after inlining), n is set to the columns it covers. */
+#define DSATTN_PV_COLS_12_4_1(n, left, nv, TILE)                                         \
+    do {                                                                                 \
+        const int pv_rc_ = (left) >= 12 ? 12 : (left) >= 4 ? 4 : 1;                       \
+        (n) = (size_t)pv_rc_;                                                            \
+        if (pv_rc_ == 12) { if ((nv) == 2) TILE(12, 2); else TILE(12, 1); }              \
+        else if (pv_rc_ == 4) { if ((nv) == 2) TILE(4, 2); else TILE(4, 1); }            \
+        else { if ((nv) == 2) TILE(1, 2); else TILE(1, 1); }                             \
+    } while (0)
+
 /* The 12-row register tile (MLA scores, prefill GEMM):
  *   c[r*ldc + 16v + j] = (first ? 0 : c[r*ldc + 16v + j])
  *                        + sum_{k<kc} a[k*12 + r] * b[k*ldb + 16v + j]
@@ -200,11 +240,7 @@ static inline __attribute__((always_inline)) void dsattn_tile12(const float *a, 
             if (NV > 1) acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
         }
     }
-#pragma GCC unroll 12
-    for (int r = 0; r < 12; r++) {
-        _mm512_storeu_ps(c + (size_t)r * ldc, acc[r][0]);
-        if (NV > 1) _mm512_storeu_ps(c + (size_t)r * ldc + 16, acc[r][1]);
-    }
+    dsattn_rows_store512(acc, c, ldc, 12, NV);
 }
 
 #endif /* DSATTN_SIMD_AVX512_H */
