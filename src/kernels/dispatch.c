@@ -21,6 +21,22 @@
 #include <omp.h>
 #endif
 
+/* The slots an x86-64 table fills from its ISA files (each NULL where
+ * the build has no such form); wdq and vmath keep their scalar forms then */
+static void fill_x86(dsattn_ktab *t, const dsattn_kernels *k, const dsattn_mla_kern *mla,
+                     const dsattn_sa_kern *sa, const dsattn_pgemm_kern *pgemm,
+                     const dsattn_wdequant_kern *wdq, const dsattn_vmath_kern *vmath,
+                     const dsattn_mha_kern *mha)
+{
+    t->k = k;
+    t->mla = mla;
+    t->sa = sa;
+    t->pgemm = pgemm;
+    if (wdq) t->wdq = wdq;
+    if (vmath) t->vmath = vmath;
+    t->mha = mha;
+}
+
 dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
 {
     memset(t, 0, sizeof *t);
@@ -34,26 +50,18 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
         if (!(dsattn_cpu_has_avx2() && dsattn_kernels_avx2_ptr)) return DSATTN_ERR_UNSUPPORTED;
         /* the exponent-shift FP8 decode where the FMA takes subnormal
          * operands at full rate (measured once: AMD Zen does) */
-        t->k = dsattn_kernels_avx2_expshift_ptr && dsattn_avx2_fma_subnormal_full_rate()
-                   ? dsattn_kernels_avx2_expshift_ptr : dsattn_kernels_avx2_ptr;
-        t->pgemm = dsattn_pgemm_avx2_ptr;
-        t->mla = dsattn_mla_kern_avx2_ptr;
-        t->sa = dsattn_sa_kern_avx2_ptr;
-        t->mha = dsattn_mha_kern_avx2_ptr;
+        fill_x86(t, dsattn_kernels_avx2_expshift_ptr && dsattn_avx2_fma_subnormal_full_rate()
+                        ? dsattn_kernels_avx2_expshift_ptr : dsattn_kernels_avx2_ptr,
+                 dsattn_mla_kern_avx2_ptr, dsattn_sa_kern_avx2_ptr, dsattn_pgemm_avx2_ptr,
+                 dsattn_wdequant_avx2_ptr, dsattn_vmath_avx2_ptr, dsattn_mha_kern_avx2_ptr);
         t->index = dsattn_index_avx2_ptr;
-        if (dsattn_wdequant_avx2_ptr) t->wdq = dsattn_wdequant_avx2_ptr;
-        if (dsattn_vmath_avx2_ptr) t->vmath = dsattn_vmath_avx2_ptr;
         break;
     case DSATTN_ISA_AVX512:
         if (!(dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr))
             return DSATTN_ERR_UNSUPPORTED;
-        t->k = dsattn_kernels_avx512_ptr;
-        t->mla = dsattn_mla_kern_avx512_ptr;
-        t->sa = dsattn_sa_kern_avx512_ptr;
-        t->pgemm = dsattn_pgemm_avx512_ptr;
-        if (dsattn_wdequant_avx512_ptr) t->wdq = dsattn_wdequant_avx512_ptr;
-        if (dsattn_vmath_avx512_ptr) t->vmath = dsattn_vmath_avx512_ptr;
-        t->mha = dsattn_mha_kern_avx512_ptr;
+        fill_x86(t, dsattn_kernels_avx512_ptr, dsattn_mla_kern_avx512_ptr,
+                 dsattn_sa_kern_avx512_ptr, dsattn_pgemm_avx512_ptr, dsattn_wdequant_avx512_ptr,
+                 dsattn_vmath_avx512_ptr, dsattn_mha_kern_avx512_ptr);
         t->amx = amx && dsattn_cpu_has_amx_bf16() ? dsattn_amx_avx512_ptr : NULL;
         t->index = dsattn_index_vnni_ptr;
         break;
