@@ -99,6 +99,14 @@ static inline __attribute__((always_inline)) __m512 dsattn_rbf16(__m512 x)
     return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, qn));
 }
 
+/* d[i] = the even 128-bit lanes of s[i] then of s[j], d[j] the odd ones */
+static inline __attribute__((always_inline)) void dsattn_tr16_lanes(__m512 *d, const __m512 *s,
+                                                                    int i, int j)
+{
+    d[i] = _mm512_shuffle_f32x4(s[i], s[j], 0x88);
+    d[j] = _mm512_shuffle_f32x4(s[i], s[j], 0xdd);
+}
+
 /* r[i] = row i (16 columns) -> r[c] = column c (16 rows) */
 static inline __attribute__((always_inline)) void dsattn_tr16(__m512 r[16])
 {
@@ -117,19 +125,16 @@ static inline __attribute__((always_inline)) void dsattn_tr16(__m512 r[16])
         r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
         r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
     }
+    /* the 128-bit lanes: rows k, 4+k and 8+k, 12+k, then k, 8+k and 4+k, 12+k */
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
-        t[k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
-        t[4 + k] = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
-        t[8 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
-        t[12 + k] = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+        dsattn_tr16_lanes(t, r, k, 4 + k);
+        dsattn_tr16_lanes(t, r, 8 + k, 12 + k);
     }
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
-        r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
-        r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
-        r[4 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0x88);
-        r[12 + k] = _mm512_shuffle_f32x4(t[4 + k], t[12 + k], 0xdd);
+        dsattn_tr16_lanes(r, t, k, 8 + k);
+        dsattn_tr16_lanes(r, t, 4 + k, 12 + k);
     }
 }
 

@@ -35,10 +35,13 @@ void dsattn_exp_ftz_avx512(const float *x, size_t n, float *out)
     }
 }
 
+static const dsattn_vmath_kern vmath_avx512 = { "avx512", dsattn_exp_sub_sum_avx512 };
+const dsattn_vmath_kern *const dsattn_vmath_avx512_ptr = &vmath_avx512;
 #else
 float dsattn_exp_sub_sum_avx512(float *x, size_t n, float m) { return dsattn_exp_sub_sum_ref(x, n, m); }
 void dsattn_exp_ftz_avx512(const float *x, size_t n, float *out)
 {
     for (size_t i = 0; i < n; i++) out[i] = x[i] < -69.3f ? 0.0f : expf(x[i]);
 }
+const dsattn_vmath_kern *const dsattn_vmath_avx512_ptr = NULL;
 #endif

@@ -10,10 +10,3 @@ void dsattn_fp8_row_f32_ref(const uint8_t *w, const float *scale, size_t bs, siz
 }
 
 const dsattn_wdequant_kern dsattn_wdequant_ref = { "ref", dsattn_fp8_row_f32_ref };
-
-#if defined(__x86_64__)
-static const dsattn_wdequant_kern wdequant_avx512 = { "avx512", dsattn_fp8_row_f32_avx512 };
-const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr = &wdequant_avx512;
-#else
-const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr = NULL;
-#endif

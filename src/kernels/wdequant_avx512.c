@@ -31,10 +31,14 @@ void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, 
     }
     for (; i < k; i++) out[i] = dsattn_e4m3_to_f32(w[i]) * scale[i / bs];
 }
+
+static const dsattn_wdequant_kern wdequant_avx512 = { "avx512", dsattn_fp8_row_f32_avx512 };
+const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr = &wdequant_avx512;
 #else
 void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, size_t k,
                                float *out)
 {
     dsattn_fp8_row_f32_ref(w, scale, bs, k, out);
 }
+const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr = NULL;
 #endif
