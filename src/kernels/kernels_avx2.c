@@ -106,8 +106,18 @@ AI void fp8x16_exact(__m128i c, __m256 *f0, __m256 *f1)
 
 /* ==== fp32 / bf16 GEMV ================================================== */
 
-AI void gemv_f32_rows(const float *W, size_t k, const float *x, float *y, const int R)
+AI __m256 bf16x8(__m128i h)
 {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* R rows (4 or 1) of W . x, W fp32 or (BF) bf16, one FMA chain a lane per
+ * row; the next R rows are prefetched one 64-byte line per row a step
+ * that starts a line. */
+AI void gemv_rows(const void *W, size_t k, const float *x, float *y, const int R, const int BF)
+{
+    const size_t es = BF ? 2 : 4;                   /* bytes an element */
+    const char *Wb = (const char *)W;
     __m256 acc[4];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     size_t i = 0;
@@ -115,17 +125,30 @@ AI void gemv_f32_rows(const float *W, size_t k, const float *x, float *y, const 
         __m256 xv = _mm256_loadu_ps(x + i);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            if (!(i & 8))   /* next step's rows, one line per row per 64 B */
-                _mm_prefetch((const char *)(W + R * k) + (i / 16 * R + r) * 64, _MM_HINT_T0);
-            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(W + r * k + i), xv, acc[r]);
+            if (!(i & (BF ? 24 : 8)))       /* next step's rows, one line per row per 64 B */
+                _mm_prefetch(Wb + R * k * es + (i / (64 / es) * R + r) * 64, _MM_HINT_T0);
+            const char *wr = Wb + (r * k + i) * es;
+            const __m256 wv = BF ? bf16x8(_mm_loadu_si128((const __m128i *)wr))
+                                 : _mm256_loadu_ps((const float *)wr);
+            acc[r] = _mm256_fmadd_ps(wv, xv, acc[r]);
         }
     }
-    if (i < k) {
+    if (i < k && !BF) {
         __m256i m = mask8(k - i);
         __m256 xv = _mm256_maskload_ps(x + i, m);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps(W + r * k + i, m), xv, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_maskload_ps((const float *)W + r * k + i, m), xv,
+                                     acc[r]);
+    } else if (i < k) {
+        float xt[8] A32 = { 0 };
+        memcpy(xt, x + i, (k - i) * sizeof(float));
+        __m256 xv = _mm256_load_ps(xt);
+        for (int r = 0; r < R; r++) {
+            uint16_t wt[8] = { 0 };
+            memcpy(wt, (const uint16_t *)W + r * k + i, (k - i) * sizeof(uint16_t));
+            acc[r] = _mm256_fmadd_ps(bf16x8(_mm_loadu_si128((const __m128i *)wt)), xv, acc[r]);
+        }
     }
     for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
 }
@@ -133,49 +156,16 @@ AI void gemv_f32_rows(const float *W, size_t k, const float *x, float *y, const 
 static void gemv_f32_avx2(const float *W, const float *x, float *y, size_t rows, size_t k)
 {
     size_t r = 0;
-    for (; r + 4 <= rows; r += 4) gemv_f32_rows(W + r * k, k, x, y + r, 4);
-    for (; r < rows; r++) gemv_f32_rows(W + r * k, k, x, y + r, 1);
-}
-
-AI __m256 bf16x8(__m128i h)
-{
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-AI void gemv_bf16_rows(const uint16_t *W, size_t k, const float *x, float *y, const int R)
-{
-    __m256 acc[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 8 <= k; i += 8) {
-        __m256 xv = _mm256_loadu_ps(x + i);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            if (!(i & 24))
-                _mm_prefetch((const char *)(W + R * k) + (i / 32 * R + r) * 64, _MM_HINT_T0);
-            acc[r] = _mm256_fmadd_ps(bf16x8(_mm_loadu_si128((const __m128i *)(W + r * k + i))),
-                                     xv, acc[r]);
-        }
-    }
-    if (i < k) {
-        float xt[8] A32 = { 0 };
-        memcpy(xt, x + i, (k - i) * sizeof(float));
-        __m256 xv = _mm256_load_ps(xt);
-        for (int r = 0; r < R; r++) {
-            uint16_t wt[8] = { 0 };
-            memcpy(wt, W + r * k + i, (k - i) * sizeof(uint16_t));
-            acc[r] = _mm256_fmadd_ps(bf16x8(_mm_loadu_si128((const __m128i *)wt)), xv, acc[r]);
-        }
-    }
-    for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
+    for (; r + 4 <= rows; r += 4) gemv_rows(W + r * k, k, x, y + r, 4, 0);
+    for (; r < rows; r++) gemv_rows(W + r * k, k, x, y + r, 1, 0);
 }
 
 static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t rows,
                            size_t k)
 {
     size_t r = 0;
-    for (; r + 4 <= rows; r += 4) gemv_bf16_rows(W + r * k, k, x, y + r, 4);
-    for (; r < rows; r++) gemv_bf16_rows(W + r * k, k, x, y + r, 1);
+    for (; r + 4 <= rows; r += 4) gemv_rows(W + r * k, k, x, y + r, 4, 1);
+    for (; r < rows; r++) gemv_rows(W + r * k, k, x, y + r, 1, 1);
 }
 
 /* ==== FP8 E4M3 GEMV ===================================================== */
