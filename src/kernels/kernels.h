@@ -147,6 +147,13 @@ typedef struct dsattn_kernels {
     void (*act_quant_fp8_pow2)(const float *x, size_t n, size_t block, float *deq);
 } dsattn_kernels;
 
+/* The packed row formats of the entries above, as the tables' row loops
+ * (dequant_range, mdot_row, maxpy_row in each kernels_*.c) take them:
+ * FP4 E2M1 with an E4M3 scale per 16 (V4.1 KV), FP4 with a UE8M0 scale per
+ * 32 (index K), FP8 E4M3 with a UE8M0 scale per 32 (V4.1 SWA).
+ * kernels_rows_tmpl.h turns each table's loops into its entries. */
+enum { DSATTN_ROW_FP4E4M3 = 0, DSATTN_ROW_FP4UE8M0 = 1, DSATTN_ROW_FP8UE8M0 = 2 };
+
 extern const dsattn_kernels dsattn_kernels_ref;
 /* The scalar entry, shared by the tables without a SIMD form. */
 void dsattn_act_quant_fp8_pow2_ref(const float *x, size_t n, size_t block, float *deq);

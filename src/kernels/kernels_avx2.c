@@ -880,20 +880,18 @@ static void maxpy_f32_avx2(const float *p, size_t nh, const float *v, size_t n,
 /* ==== Packed cache rows ================================================= */
 
 /* Dequantize elements [i0, i0 + n) of a row of format fmt into out. */
-enum { FMT_FP4E4M3 = 0, FMT_FP4UE8M0 = 1, FMT_FP8UE8M0 = 2 };
-
 AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, size_t n,
                       float *out)
 {
     float scf[64];
     /* scales in groups of <= 64 blocks; blocks are 16 or 32 elements */
-    const size_t blk = fmt == FMT_FP4E4M3 ? 16 : 32;
+    const size_t blk = fmt == DSATTN_ROW_FP4E4M3 ? 16 : 32;
     for (size_t c0 = i0; c0 < i0 + n; c0 += 64 * blk) {
         size_t cn = i0 + n - c0 < 64 * blk ? i0 + n - c0 : 64 * blk;
-        const uint8_t *sb = row + (fmt == FMT_FP8UE8M0 ? d : d / 2) + c0 / blk;
+        const uint8_t *sb = row + (fmt == DSATTN_ROW_FP8UE8M0 ? d : d / 2) + c0 / blk;
         for (size_t b = 0; b < cn / blk; b++)
-            scf[b] = fmt == FMT_FP4E4M3 ? dsattn_e4m3_to_f32(sb[b]) : ue8m0f(sb[b]);
-        if (fmt == FMT_FP8UE8M0) {
+            scf[b] = fmt == DSATTN_ROW_FP4E4M3 ? dsattn_e4m3_to_f32(sb[b]) : ue8m0f(sb[b]);
+        if (fmt == DSATTN_ROW_FP8UE8M0) {
             for (size_t i = c0; i < c0 + cn; i += 16) {
                 __m256 f0, f1, s = _mm256_set1_ps(scf[(i - c0) / 32]);
                 fp8x16_exact(_mm_loadu_si128((const __m128i *)(row + i)), &f0, &f1);
@@ -909,21 +907,6 @@ AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, si
             }
         }
     }
-}
-
-static void dequant_fp4e4m3_row_avx2(const uint8_t *row, size_t d, float *out)
-{
-    dequant_range(FMT_FP4E4M3, row, d, 0, d, out);
-}
-
-static void dequant_fp8ue8m0_row_avx2(const uint8_t *row, size_t d, float *out)
-{
-    dequant_range(FMT_FP8UE8M0, row, d, 0, d, out);
-}
-
-static void dequant_fp4ue8m0_row_avx2(const uint8_t *row, size_t d, float *out)
-{
-    dequant_range(FMT_FP4UE8M0, row, d, 0, d, out);
 }
 
 /* Fused kernels: decode up to RCH elements into an L1 buffer once, then
@@ -951,57 +934,7 @@ AI void maxpy_row(const int fmt, const float *p, size_t nh, const uint8_t *row,
     }
 }
 
-static void mdot_fp4e4m3_avx2(const float *q, size_t ldq, size_t nh,
-                              const uint8_t *row, size_t d, float *out)
-{
-    mdot_row(FMT_FP4E4M3, q, ldq, nh, row, d, out);
-}
-
-/* AVX2 keeps it simple: one row after another (16 registers leave no room
- * for the 8-row blocking of the AVX-512 path). */
-static void mdot_fp4e4m3_rows_avx2(const float *q, size_t ldq, size_t nh,
-                                   const uint8_t *const *rows, size_t nr, size_t d,
-                                   float *out, size_t ldo)
-{
-    for (size_t r = 0; r < nr; r++) mdot_row(FMT_FP4E4M3, q, ldq, nh, rows[r], d, out + r * ldo);
-}
-
-static void maxpy_fp4e4m3_avx2(const float *p, size_t nh, const uint8_t *row,
-                               size_t d, float *acc, size_t ldacc)
-{
-    maxpy_row(FMT_FP4E4M3, p, nh, row, d, acc, ldacc);
-}
-
-static void maxpy_fp4e4m3_rows_avx2(const float *p, size_t ldp, size_t nh,
-                                    const uint8_t *const *rows, size_t nr, size_t d,
-                                    float *acc, size_t ldacc)
-{
-    float ph[64];
-    for (size_t r = 0; r < nr; r++)
-        for (size_t h0 = 0; h0 < nh; h0 += 64) {
-            size_t n = nh - h0 < 64 ? nh - h0 : 64;
-            for (size_t h = 0; h < n; h++) ph[h] = p[(h0 + h) * ldp + r];
-            maxpy_row(FMT_FP4E4M3, ph, n, rows[r], d, acc + h0 * ldacc, ldacc);
-        }
-}
-
-static void mdot_fp4ue8m0_avx2(const float *q, size_t ldq, size_t nh,
-                               const uint8_t *row, size_t d, float *out)
-{
-    mdot_row(FMT_FP4UE8M0, q, ldq, nh, row, d, out);
-}
-
-static void mdot_fp8ue8m0_avx2(const float *q, size_t ldq, size_t nh,
-                               const uint8_t *row, size_t d, float *out)
-{
-    mdot_row(FMT_FP8UE8M0, q, ldq, nh, row, d, out);
-}
-
-static void maxpy_fp8ue8m0_avx2(const float *p, size_t nh, const uint8_t *row,
-                                size_t d, float *acc, size_t ldacc)
-{
-    maxpy_row(FMT_FP8UE8M0, p, nh, row, d, acc, ldacc);
-}
+#include "kernels_rows_tmpl.h"
 
 /* ==== bf16 rows: conversion and multi-head x multi-row dots ============= */
 
@@ -1158,16 +1091,16 @@ static void act_quant_fp8_pow2_avx2(const float *x, size_t n, size_t block, floa
     .dot_f32              = dot_f32_avx2,                   \
     .mdot_f32             = mdot_f32_avx2,                  \
     .maxpy_f32            = maxpy_f32_avx2,                 \
-    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_avx2,       \
-    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_avx2,      \
-    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_avx2,      \
-    .mdot_fp4e4m3         = mdot_fp4e4m3_avx2,              \
-    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx2,         \
-    .maxpy_fp4e4m3        = maxpy_fp4e4m3_avx2,             \
-    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_avx2,        \
-    .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx2,             \
-    .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx2,             \
-    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_avx2,            \
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row,            \
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row,           \
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row,           \
+    .mdot_fp4e4m3         = mdot_fp4e4m3,                   \
+    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_each,         \
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3,                  \
+    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_each,        \
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0,                  \
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0,                  \
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0,                 \
     .cvt_bf16_f32         = cvt_bf16_f32_avx2,              \
     .mdot_bf16_rows       = mdot_bf16_rows_avx2,            \
 }

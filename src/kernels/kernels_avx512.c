@@ -837,17 +837,16 @@ AI void fp8_unit(const uint8_t *p, __m512 *f0, __m512 *f1)
 }
 
 /* Row formats of the fused kernels (compile-time constants after inlining). */
-enum { FMT_FP4E4M3 = 0, FMT_FP4UE8M0 = 1, FMT_FP8UE8M0 = 2 };
 
 /* Scales of elements [i0, i0 + n) (n <= 512) as floats: one per 16
  * elements for FP4/E4M3, one per 32 for the UE8M0 formats. */
 AI void row_scales(const int fmt, const uint8_t *row, size_t d, size_t i0, size_t n,
                    float *sf)
 {
-    if (fmt == FMT_FP4E4M3) {
+    if (fmt == DSATTN_ROW_FP4E4M3) {
         e4m3_to_f32(row + d / 2 + i0 / 16, n / 16, sf);
     } else {
-        const uint8_t *sc = row + (fmt == FMT_FP4UE8M0 ? d / 2 : d) + i0 / 32;
+        const uint8_t *sc = row + (fmt == DSATTN_ROW_FP4UE8M0 ? d / 2 : d) + i0 / 32;
         ue8m0_to_f32(sc, n / 32, sf);
     }
 }
@@ -858,12 +857,12 @@ AI void row_unit(const int fmt, const uint8_t *row, size_t i, size_t i0,
                  const float *sf, int half, __m512 *wa, __m512 *wb)
 {
     size_t j = i - i0;
-    if (fmt == FMT_FP8UE8M0) {
+    if (fmt == DSATTN_ROW_FP8UE8M0) {
         fp8_unit(row + i, wa, wb);
         __m512 s = _mm512_set1_ps(sf[j / 32]);
         *wa = _mm512_mul_ps(*wa, s);
         *wb = _mm512_mul_ps(*wb, s);
-    } else if (fmt == FMT_FP4UE8M0) {
+    } else if (fmt == DSATTN_ROW_FP4UE8M0) {
         fp4_unit(row + i / 2, 0, wa, wb);
         __m512 s = _mm512_set1_ps(sf[j / 32]);
         *wa = _mm512_mul_ps(*wa, s);
@@ -896,21 +895,6 @@ AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, si
             _mm512_storeu_ps(out + (c0 - i0) + u, wa);
         }
     }
-}
-
-static void dequant_fp4e4m3_row_avx512(const uint8_t *row, size_t d, float *out)
-{
-    dequant_range(FMT_FP4E4M3, row, d, 0, d, out);
-}
-
-static void dequant_fp8ue8m0_row_avx512(const uint8_t *row, size_t d, float *out)
-{
-    dequant_range(FMT_FP8UE8M0, row, d, 0, d, out);
-}
-
-static void dequant_fp4ue8m0_row_avx512(const uint8_t *row, size_t d, float *out)
-{
-    dequant_range(FMT_FP4UE8M0, row, d, 0, d, out);
 }
 
 /* ==== Fused row kernels ================================================= */
@@ -1009,6 +993,8 @@ AI void maxpy_row(const int fmt, const float *p, size_t nh, const uint8_t *row,
     }
 }
 
+#include "kernels_rows_tmpl.h"
+
 /* ---- many rows per call ------------------------------------------------
  * Up to MR rows are decoded into L1 buffers (MR x MRCH floats = 16 KB),
  * then heads go two at a time over all of them: per 16 elements, 2 q loads
@@ -1069,7 +1055,7 @@ static void mdot_fp4e4m3_rows_avx512(const float *q, size_t ldq, size_t nh,
             size_t n = d - d0 < MRCH ? d - d0 : MRCH;
             int acc = d0 > 0;
             for (int r = 0; r < R; r++)
-                dequant_range(FMT_FP4E4M3, rows[r0 + (size_t)r], d, d0, n, buf + r * MRCH);
+                dequant_range(DSATTN_ROW_FP4E4M3, rows[r0 + (size_t)r], d, d0, n, buf + r * MRCH);
             const float *qd = q + d0;
             float *o = out + r0 * ldo;
             switch (R) {
@@ -1128,7 +1114,7 @@ static void maxpy_fp4e4m3_rows_avx512(const float *p, size_t ldp, size_t nh,
         for (size_t d0 = 0; d0 < d; d0 += MRCH) {
             size_t n = d - d0 < MRCH ? d - d0 : MRCH;
             for (int r = 0; r < R; r++)
-                dequant_range(FMT_FP4E4M3, rows[r0 + (size_t)r], d, d0, n, buf + r * MRCH);
+                dequant_range(DSATTN_ROW_FP4E4M3, rows[r0 + (size_t)r], d, d0, n, buf + r * MRCH);
             const float *pr = p + r0;
             float *a = acc + d0;
             switch (R) {
@@ -1143,36 +1129,6 @@ static void maxpy_fp4e4m3_rows_avx512(const float *p, size_t ldp, size_t nh,
             }
         }
     }
-}
-
-static void mdot_fp4e4m3_avx512(const float *q, size_t ldq, size_t nh,
-                                const uint8_t *row, size_t d, float *out)
-{
-    mdot_row(FMT_FP4E4M3, q, ldq, nh, row, d, out);
-}
-
-static void maxpy_fp4e4m3_avx512(const float *p, size_t nh, const uint8_t *row,
-                                 size_t d, float *acc, size_t ldacc)
-{
-    maxpy_row(FMT_FP4E4M3, p, nh, row, d, acc, ldacc);
-}
-
-static void mdot_fp4ue8m0_avx512(const float *q, size_t ldq, size_t nh,
-                                 const uint8_t *row, size_t d, float *out)
-{
-    mdot_row(FMT_FP4UE8M0, q, ldq, nh, row, d, out);
-}
-
-static void mdot_fp8ue8m0_avx512(const float *q, size_t ldq, size_t nh,
-                                 const uint8_t *row, size_t d, float *out)
-{
-    mdot_row(FMT_FP8UE8M0, q, ldq, nh, row, d, out);
-}
-
-static void maxpy_fp8ue8m0_avx512(const float *p, size_t nh, const uint8_t *row,
-                                  size_t d, float *acc, size_t ldacc)
-{
-    maxpy_row(FMT_FP8UE8M0, p, nh, row, d, acc, ldacc);
 }
 
 /* ==== bf16 rows: conversion and multi-head x multi-row dots ============= */
@@ -1419,16 +1375,16 @@ static const dsattn_kernels kernels_avx512 = {
     .dot_f32              = dot_f32_avx512,
     .mdot_f32             = mdot_f32_avx512,
     .maxpy_f32            = maxpy_f32_avx512,
-    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_avx512,
-    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_avx512,
-    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_avx512,
-    .mdot_fp4e4m3         = mdot_fp4e4m3_avx512,
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row,
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row,
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row,
+    .mdot_fp4e4m3         = mdot_fp4e4m3,
     .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx512,
-    .maxpy_fp4e4m3        = maxpy_fp4e4m3_avx512,
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3,
     .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_avx512,
-    .mdot_fp4ue8m0        = mdot_fp4ue8m0_avx512,
-    .mdot_fp8ue8m0        = mdot_fp8ue8m0_avx512,
-    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_avx512,
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0,
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0,
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0,
     .cvt_bf16_f32         = cvt_bf16_f32_avx512,
     .mdot_bf16_rows       = mdot_bf16_rows_avx512,
 };

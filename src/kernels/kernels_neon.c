@@ -210,17 +210,16 @@ static void maxpy_f32_neon(const float *p, size_t nh, const float *v, size_t n, 
 
 /* ==== Packed cache rows ================================================= */
 
-enum { FMT_FP4E4M3 = 0, FMT_FP4UE8M0 = 1, FMT_FP8UE8M0 = 2 };
 
 /* Elements [i0, i0 + n) of a row of format fmt -> out, each the fp32
  * product code value * block scale, as numfmt.c's unpack.  i0 and n are
- * multiples of the format's block (16 for FMT_FP4E4M3, else 32). */
+ * multiples of the format's block (16 for DSATTN_ROW_FP4E4M3, else 32). */
 AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, size_t n,
                       float *out)
 {
     float32x4_t v[8];
     size_t i = i0;
-    if (fmt == FMT_FP8UE8M0) {
+    if (fmt == DSATTN_ROW_FP8UE8M0) {
         for (; i < i0 + n; i += 32) {
             const float s = ue8m0f(row[d + i / 32]);
             for (int j = 0; j < 4; j++) {
@@ -234,7 +233,7 @@ AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, si
     const uint8_t *sb = row + d / 2;
     for (; i + 32 <= i0 + n; i += 32) {
         float s0, s1;
-        if (fmt == FMT_FP4E4M3) {
+        if (fmt == DSATTN_ROW_FP4E4M3) {
             s0 = dsattn_e4m3_to_f32(sb[i / 16]);
             s1 = dsattn_e4m3_to_f32(sb[i / 16 + 1]);
         } else {
@@ -243,26 +242,11 @@ AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, si
         fp4x32(row + i / 2, v);
         for (int j = 0; j < 8; j++) vst1q_f32(out + (i - i0) + 4 * j, vmulq_n_f32(v[j], j < 4 ? s0 : s1));
     }
-    if (i < i0 + n) {                       /* FMT_FP4E4M3: a last 16 */
+    if (i < i0 + n) {                       /* DSATTN_ROW_FP4E4M3: a last 16 */
         const float s = dsattn_e4m3_to_f32(sb[i / 16]);
         fp4x16(row + i / 2, v);
         for (int j = 0; j < 4; j++) vst1q_f32(out + (i - i0) + 4 * j, vmulq_n_f32(v[j], s));
     }
-}
-
-static void dequant_fp4e4m3_row_neon(const uint8_t *row, size_t d, float *out)
-{
-    dequant_range(FMT_FP4E4M3, row, d, 0, d, out);
-}
-
-static void dequant_fp8ue8m0_row_neon(const uint8_t *row, size_t d, float *out)
-{
-    dequant_range(FMT_FP8UE8M0, row, d, 0, d, out);
-}
-
-static void dequant_fp4ue8m0_row_neon(const uint8_t *row, size_t d, float *out)
-{
-    dequant_range(FMT_FP4UE8M0, row, d, 0, d, out);
 }
 
 /* Fused kernels: decode up to RCH elements into an L1 buffer once, then
@@ -290,57 +274,7 @@ AI void maxpy_row(const int fmt, const float *p, size_t nh, const uint8_t *row, 
     }
 }
 
-static void mdot_fp4e4m3_neon(const float *q, size_t ldq, size_t nh, const uint8_t *row,
-                              size_t d, float *out)
-{
-    mdot_row(FMT_FP4E4M3, q, ldq, nh, row, d, out);
-}
-
-static void mdot_fp4e4m3_rows_neon(const float *q, size_t ldq, size_t nh,
-                                   const uint8_t *const *rows, size_t nr, size_t d,
-                                   float *out, size_t ldo)
-{
-    for (size_t r = 0; r < nr; r++) mdot_row(FMT_FP4E4M3, q, ldq, nh, rows[r], d, out + r * ldo);
-}
-
-static void maxpy_fp4e4m3_neon(const float *p, size_t nh, const uint8_t *row, size_t d,
-                               float *acc, size_t ldacc)
-{
-    maxpy_row(FMT_FP4E4M3, p, nh, row, d, acc, ldacc);
-}
-
-/* one row after another, the heads' weights of the row gathered (64 at a
- * time): one FMA per row and element */
-static void maxpy_fp4e4m3_rows_neon(const float *p, size_t ldp, size_t nh,
-                                    const uint8_t *const *rows, size_t nr, size_t d,
-                                    float *acc, size_t ldacc)
-{
-    float ph[64];
-    for (size_t r = 0; r < nr; r++)
-        for (size_t h0 = 0; h0 < nh; h0 += 64) {
-            const size_t n = nh - h0 < 64 ? nh - h0 : 64;
-            for (size_t h = 0; h < n; h++) ph[h] = p[(h0 + h) * ldp + r];
-            maxpy_row(FMT_FP4E4M3, ph, n, rows[r], d, acc + h0 * ldacc, ldacc);
-        }
-}
-
-static void mdot_fp4ue8m0_neon(const float *q, size_t ldq, size_t nh, const uint8_t *row,
-                               size_t d, float *out)
-{
-    mdot_row(FMT_FP4UE8M0, q, ldq, nh, row, d, out);
-}
-
-static void mdot_fp8ue8m0_neon(const float *q, size_t ldq, size_t nh, const uint8_t *row,
-                               size_t d, float *out)
-{
-    mdot_row(FMT_FP8UE8M0, q, ldq, nh, row, d, out);
-}
-
-static void maxpy_fp8ue8m0_neon(const float *p, size_t nh, const uint8_t *row, size_t d,
-                                float *acc, size_t ldacc)
-{
-    maxpy_row(FMT_FP8UE8M0, p, nh, row, d, acc, ldacc);
-}
+#include "kernels_rows_tmpl.h"
 
 /* ==== bf16 rows ========================================================= */
 
@@ -583,16 +517,16 @@ static const dsattn_kernels kernels_neon = {
     .dot_f32              = dot_f32_neon,
     .mdot_f32             = mdot_f32_neon,
     .maxpy_f32            = maxpy_f32_neon,
-    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_neon,
-    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_neon,
-    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_neon,
-    .mdot_fp4e4m3         = mdot_fp4e4m3_neon,
-    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_neon,
-    .maxpy_fp4e4m3        = maxpy_fp4e4m3_neon,
-    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_neon,
-    .mdot_fp4ue8m0        = mdot_fp4ue8m0_neon,
-    .mdot_fp8ue8m0        = mdot_fp8ue8m0_neon,
-    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_neon,
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row,
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row,
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row,
+    .mdot_fp4e4m3         = mdot_fp4e4m3,
+    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_each,
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3,
+    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_each,
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0,
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0,
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0,
     .cvt_bf16_f32         = cvt_bf16_f32_neon,
     .mdot_bf16_rows       = mdot_bf16_rows_neon,
 };

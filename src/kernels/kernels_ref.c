@@ -112,48 +112,51 @@ static float fp8ue8m0_at(const uint8_t *row, size_t d, size_t i)
     return dsattn_e4m3_to_f32(row[i]) * dsattn_ue8m0_to_f32(row[d + i / 32]);
 }
 
-static void dequant_fp4e4m3_row_ref(const uint8_t *row, size_t d, float *out)
+/* The row loops of kernels_rows_tmpl.h: whole rows decode through
+ * numfmt.c's unpackers; dots and axpys take every element exactly from
+ * the format's decoder, summed in double and rounded once. */
+static inline __attribute__((always_inline)) void
+dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, size_t n, float *out)
 {
-    dsattn_v41_kv_unpack(row, d, out);
+    (void)i0;                                   /* whole rows only: i0 = 0, n = d */
+    (void)n;
+    if (fmt == DSATTN_ROW_FP4E4M3) dsattn_v41_kv_unpack(row, d, out);
+    else if (fmt == DSATTN_ROW_FP8UE8M0) dsattn_v41_swa_unpack(row, d, out);
+    else dsattn_fp4_index_unpack(row, d, out);
 }
 
-static void dequant_fp8ue8m0_row_ref(const uint8_t *row, size_t d, float *out)
+static inline __attribute__((always_inline)) float packed_at(const int fmt, const uint8_t *row,
+                                                             size_t d, size_t i)
 {
-    dsattn_v41_swa_unpack(row, d, out);
+    return fmt == DSATTN_ROW_FP4E4M3    ? fp4e4m3_at(row, d, i)
+           : fmt == DSATTN_ROW_FP4UE8M0 ? fp4ue8m0_at(row, d, i)
+                                        : fp8ue8m0_at(row, d, i);
 }
 
-static void dequant_fp4ue8m0_row_ref(const uint8_t *row, size_t d, float *out)
-{
-    dsattn_fp4_index_unpack(row, d, out);
-}
-
-static void mdot_fp4e4m3_ref(const float *q, size_t ldq, size_t nh,
-                             const uint8_t *row, size_t d, float *out)
+static inline __attribute__((always_inline)) void
+mdot_row(const int fmt, const float *q, size_t ldq, size_t nh, const uint8_t *row, size_t d,
+         float *out)
 {
     for (size_t h = 0; h < nh; h++) {
         double acc = 0.0;
         for (size_t i = 0; i < d; i++)
-            acc += (double)q[h * ldq + i] * (double)fp4e4m3_at(row, d, i);
+            acc += (double)q[h * ldq + i] * (double)packed_at(fmt, row, d, i);
         out[h] = (float)acc;
     }
 }
 
-static void mdot_fp4e4m3_rows_ref(const float *q, size_t ldq, size_t nh,
-                                  const uint8_t *const *rows, size_t nr, size_t d,
-                                  float *out, size_t ldo)
-{
-    for (size_t r = 0; r < nr; r++) mdot_fp4e4m3_ref(q, ldq, nh, rows[r], d, out + r * ldo);
-}
-
-static void maxpy_fp4e4m3_ref(const float *p, size_t nh, const uint8_t *row,
-                              size_t d, float *acc, size_t ldacc)
+static inline __attribute__((always_inline)) void
+maxpy_row(const int fmt, const float *p, size_t nh, const uint8_t *row, size_t d, float *acc,
+          size_t ldacc)
 {
     for (size_t h = 0; h < nh; h++) {
         float *a = acc + h * ldacc;
         for (size_t i = 0; i < d; i++)
-            a[i] = (float)((double)a[i] + (double)p[h] * (double)fp4e4m3_at(row, d, i));
+            a[i] = (float)((double)a[i] + (double)p[h] * (double)packed_at(fmt, row, d, i));
     }
 }
+
+#include "kernels_rows_tmpl.h"
 
 static void maxpy_fp4e4m3_rows_ref(const float *p, size_t ldp, size_t nh,
                                    const uint8_t *const *rows, size_t nr, size_t d,
@@ -167,38 +170,6 @@ static void maxpy_fp4e4m3_rows_ref(const float *p, size_t ldp, size_t nh,
                 s += (double)p[h * ldp + r] * (double)fp4e4m3_at(rows[r], d, i);
             a[i] = (float)s;
         }
-    }
-}
-
-static void mdot_fp4ue8m0_ref(const float *q, size_t ldq, size_t nh,
-                              const uint8_t *row, size_t d, float *out)
-{
-    for (size_t h = 0; h < nh; h++) {
-        double acc = 0.0;
-        for (size_t i = 0; i < d; i++)
-            acc += (double)q[h * ldq + i] * (double)fp4ue8m0_at(row, d, i);
-        out[h] = (float)acc;
-    }
-}
-
-static void mdot_fp8ue8m0_ref(const float *q, size_t ldq, size_t nh,
-                              const uint8_t *row, size_t d, float *out)
-{
-    for (size_t h = 0; h < nh; h++) {
-        double acc = 0.0;
-        for (size_t i = 0; i < d; i++)
-            acc += (double)q[h * ldq + i] * (double)fp8ue8m0_at(row, d, i);
-        out[h] = (float)acc;
-    }
-}
-
-static void maxpy_fp8ue8m0_ref(const float *p, size_t nh, const uint8_t *row,
-                               size_t d, float *acc, size_t ldacc)
-{
-    for (size_t h = 0; h < nh; h++) {
-        float *a = acc + h * ldacc;
-        for (size_t i = 0; i < d; i++)
-            a[i] = (float)((double)a[i] + (double)p[h] * (double)fp8ue8m0_at(row, d, i));
     }
 }
 
@@ -238,16 +209,16 @@ const dsattn_kernels dsattn_kernels_ref = {
     .dot_f32   = dot_f32_ref,
     .mdot_f32  = mdot_f32_ref,
     .maxpy_f32            = maxpy_f32_ref,
-    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row_ref,
-    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row_ref,
-    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row_ref,
-    .mdot_fp4e4m3         = mdot_fp4e4m3_ref,
-    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_ref,
-    .maxpy_fp4e4m3        = maxpy_fp4e4m3_ref,
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row,
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row,
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row,
+    .mdot_fp4e4m3         = mdot_fp4e4m3,
+    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_each,
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3,
     .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_ref,
-    .mdot_fp4ue8m0        = mdot_fp4ue8m0_ref,
-    .mdot_fp8ue8m0        = mdot_fp8ue8m0_ref,
-    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0_ref,
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0,
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0,
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0,
     .cvt_bf16_f32         = cvt_bf16_f32_ref,
     .mdot_bf16_rows       = mdot_bf16_rows_ref,
 };
