@@ -44,6 +44,7 @@
 #include <immintrin.h>
 
 #include "simd_avx2.h"
+#include "mha_tmpl.h"
 
 static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -200,11 +201,7 @@ INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, 
     __m256 ae[6], ao[6];                           /* [h * NQ + u] */
     const uint16_t *base[4];
     UNROLL for (int u = 0; u < NQ; u++) base[u] = vt + vq[u0 + u].base;
-    UNROLL for (int h = 0; h < NH; h++)
-        UNROLL for (int u = 0; u < NQ; u++) {
-            ae[h * NQ + u] = _mm256_loadu_ps(acc + h * 128 + (u0 + u) * 16);
-            ao[h * NQ + u] = _mm256_loadu_ps(acc + h * 128 + (u0 + u) * 16 + 8);
-        }
+    mha_pv_load(ae, ao, acc, u0, NH, NQ);
     for (size_t j = 0; j < nk; j++) {
         __m256 ve[4], vo[4];
         UNROLL for (int u = 0; u < NQ; u++) {
@@ -220,19 +217,9 @@ INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, 
             ve[u] = _mm256_castsi256_ps(e);
             vo[u] = _mm256_castsi256_ps(_mm256_blend_epi16(x, e, 0x55));
         }
-        UNROLL for (int h = 0; h < NH; h++) {
-            const __m256 p = _mm256_broadcast_ss(pb + h * PVC + j);
-            UNROLL for (int u = 0; u < NQ; u++) {
-                ae[h * NQ + u] = _mm256_fmadd_ps(ve[u], p, ae[h * NQ + u]);
-                ao[h * NQ + u] = _mm256_fmadd_ps(vo[u], p, ao[h * NQ + u]);
-            }
-        }
+        mha_pv_key(ae, ao, ve, vo, pb + j, NH, NQ);
     }
-    UNROLL for (int h = 0; h < NH; h++)
-        UNROLL for (int u = 0; u < NQ; u++) {
-            _mm256_storeu_ps(acc + h * 128 + (u0 + u) * 16, ae[h * NQ + u]);
-            _mm256_storeu_ps(acc + h * 128 + (u0 + u) * 16 + 8, ao[h * NQ + u]);
-        }
+    mha_pv_store(ae, ao, acc, u0, NH, NQ);
 }
 
 #define PV_FN(NH, NQ, MS)                                                                \

@@ -54,6 +54,7 @@ size_t dsattn_mha_attend_ws_bytes(size_t G, size_t T)
 #include <immintrin.h>
 
 #include "simd_avx512.h"
+#include "mha_tmpl.h"
 
 #define UNROLL _Pragma("GCC unroll 8")
 #define INLINE static inline __attribute__((always_inline))
@@ -207,11 +208,7 @@ INLINE void pv_chunk(const float *pb, const uint16_t *vt, size_t w, size_t nk, f
         base[u] = vt + (b + u) * 32 * w;
         st[u] = MASKED ? bs[b + u] : 32;
     }
-    UNROLL for (int h = 0; h < NH; h++)
-        UNROLL for (int u = 0; u < NQ; u++) {
-            ae[h * NQ + u] = _mm512_loadu_ps(acc + h * 128 + (b + u) * 32);
-            ao[h * NQ + u] = _mm512_loadu_ps(acc + h * 128 + (b + u) * 32 + 16);
-        }
+    mha_pv_load(ae, ao, acc, b, NH, NQ);
     const __m512i him = _mm512_set1_epi32((int)0xffff0000u);
     for (size_t j = 0; j < nk; j++) {
         __m512 ve[4], vo[4];
@@ -223,19 +220,9 @@ INLINE void pv_chunk(const float *pb, const uint16_t *vt, size_t w, size_t nk, f
             ve[u] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
             vo[u] = _mm512_castsi512_ps(_mm512_and_si512(x, him));
         }
-        UNROLL for (int h = 0; h < NH; h++) {
-            const __m512 p = _mm512_set1_ps(pb[h * PVC + j]);
-            UNROLL for (int u = 0; u < NQ; u++) {
-                ae[h * NQ + u] = _mm512_fmadd_ps(ve[u], p, ae[h * NQ + u]);
-                ao[h * NQ + u] = _mm512_fmadd_ps(vo[u], p, ao[h * NQ + u]);
-            }
-        }
+        mha_pv_key(ae, ao, ve, vo, pb + j, NH, NQ);
     }
-    UNROLL for (int h = 0; h < NH; h++)
-        UNROLL for (int u = 0; u < NQ; u++) {
-            _mm512_storeu_ps(acc + h * 128 + (b + u) * 32, ae[h * NQ + u]);
-            _mm512_storeu_ps(acc + h * 128 + (b + u) * 32 + 16, ao[h * NQ + u]);
-        }
+    mha_pv_store(ae, ao, acc, b, NH, NQ);
 }
 
 /* NQ: dim blocks per call, so NH * NQ <= 8 register pairs (NH 1 keeps 4). */
