@@ -46,17 +46,6 @@
 #include "simd_avx2.h"
 #include "mha_tmpl.h"
 
-static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-/* bf16 scores [G][T rounded up to 32] (64-byte rows), probabilities of a
- * chunk [G][64], accumulators [G][128]; +64: the kernel aligns ws itself. */
-static size_t ws_bytes_avx2(size_t G, size_t T)
-{
-    size_t tp = (T + KT - 1) / KT * KT;
-    return 64 + up64(G * tp * sizeof(uint16_t)) + G * PVC * sizeof(float) +
-           G * 128 * sizeof(float);
-}
-
 #define UNROLL _Pragma("GCC unroll 8")
 #define INLINE DSATTN_AVX2_AI
 
@@ -258,10 +247,8 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
                         const uint16_t *V, size_t cap, size_t T, float inv, void *ws, float *o)
 {
     const size_t tp = (T + KT - 1) / KT * KT;
-    /* 64-byte rows for the streaming stores: tp is a multiple of 32 keys */
-    uint16_t *sc = (uint16_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-    float *pb = (float *)((char *)sc + up64(G * tp * sizeof(uint16_t)));
-    float *acc = pb + G * PVC;
+    float *pb, *acc;
+    uint16_t *sc = mha_ws_split(ws, G, tp, &pb, &acc);
     float M[64], L[64];
     __m256 lrun[64];
     uint16_t tb[6 * KT] __attribute__((aligned(64)));
@@ -343,20 +330,10 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     }
 
     /* ---- out: undo the even / odd dim order, round to bf16 */
-    for (size_t h = 0; h < G; h++)
-        for (size_t i = 0; i < d; i++) {
-            const size_t r = i % 16;
-            float a = acc[h * 128 + i / 16 * 16 + (r & 1) * 8 + r / 2];
-            uint32_t u;
-            memcpy(&u, &a, 4);
-            /* dsattn_round_bf16, without pulling numfmt into this header set */
-            if ((u & 0x7fffffffu) > 0x7f800000u) u = (u & 0xffff0000u) | 0x400000u;
-            else u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-            memcpy(&o[h * d + i], &u, 4);
-        }
+    mha_out(acc, G, d, o);
 }
 
-static const dsattn_mha_kern mha_avx2 = { "avx2", attend_avx2, ws_bytes_avx2 };
+static const dsattn_mha_kern mha_avx2 = { "avx2", attend_avx2, mha_ws_bytes };
 const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr = &mha_avx2;
 
 #else  /* no AVX2 compiler support: no such path */

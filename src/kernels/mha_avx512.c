@@ -39,16 +39,6 @@
 #define PFK 2                  /* K prefetch distance, tiles (8 KB each)     */
 #define PFV 1                  /* V prefetch distance, tiles (16 KB each)    */
 
-static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-/* +64: the kernel aligns ws up to 64 bytes itself (streaming stores). */
-size_t dsattn_mha_attend_ws_bytes(size_t G, size_t T)
-{
-    size_t tp = (T + KT - 1) / KT * KT;
-    return 64 + up64(G * tp * sizeof(uint16_t)) + G * PVC * sizeof(float) +
-           G * 128 * sizeof(float);
-}
-
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512DQ__)
 #include <immintrin.h>
@@ -251,10 +241,8 @@ static void attend_avx512(const float *q, size_t G, size_t d, const uint16_t *K,
                           float *o)
 {
     const size_t tp = (T + KT - 1) / KT * KT;
-    /* 64-byte rows for the streaming stores: tp is a multiple of 32 keys */
-    uint16_t *sc = (uint16_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-    float *pb = (float *)((char *)sc + up64(G * tp * sizeof(uint16_t)));
-    float *acc = pb + G * PVC;
+    float *pb, *acc;
+    uint16_t *sc = mha_ws_split(ws, G, tp, &pb, &acc);
     float M[64], L[64];
     __m512 lrun[64];
     for (size_t h = 0; h < G; h++) {
@@ -307,21 +295,10 @@ static void attend_avx512(const float *q, size_t G, size_t d, const uint16_t *K,
     }
 
     /* ---- out: undo the even / odd dim order, round to bf16 */
-    for (size_t h = 0; h < G; h++)
-        for (size_t i = 0; i < d; i++) {
-            size_t b = i / 32, r = i % 32;
-            float a = acc[h * 128 + b * 32 + (r & 1) * 16 + r / 2];
-            uint32_t u;
-            memcpy(&u, &a, 4);
-            /* dsattn_round_bf16, without pulling numfmt into this header set */
-            if ((u & 0x7fffffffu) > 0x7f800000u) u = (u & 0xffff0000u) | 0x400000u;
-            else u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-            memcpy(&o[h * d + i], &u, 4);
-        }
+    mha_out(acc, G, d, o);
 }
 
-static const dsattn_mha_kern mha_avx512 = { "avx512", attend_avx512,
-                                            dsattn_mha_attend_ws_bytes };
+static const dsattn_mha_kern mha_avx512 = { "avx512", attend_avx512, mha_ws_bytes };
 const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr = &mha_avx512;
 
 #else  /* no AVX-512 compiler support: no such path */

@@ -27,15 +27,11 @@
 
 /* q [G][d] (bf16 values), K / V this KV head's caches (offset
  * dsattn_mha_k_index / v_index(cap, d, g, 0, 0)), T visible keys (1 <= T
- * <= cap), ws: dsattn_mha_attend_ws_bytes(G, T) bytes (any alignment);
+ * <= cap), ws: the table's ws_bytes(G, T) bytes (any alignment);
  * o [G][d] (bf16 values).  G <= 64, d <= 128 and even. */
 typedef void (*dsattn_mha_attend_fn)(const float *q, size_t G, size_t d, const uint16_t *K,
                                      const uint16_t *V, size_t cap, size_t T,
                                      float inv_sqrt_d, void *ws, float *o);
-
-/* Scratch of the AVX-512 kernel: bf16 scores [G][T] plus the per-chunk
- * probabilities and accumulators (all 64-byte aligned pieces). */
-size_t dsattn_mha_attend_ws_bytes(size_t G, size_t T);
 
 /* The ktab slot (ktab.h): a named attend kernel and its scratch size
  * (ws_bytes(G, T): the bytes ws must have, any alignment). */
