@@ -155,54 +155,19 @@ AI void e4m3_to_f32(const uint8_t *c, size_t n, float *out)
 
 /* ==== fp32 / bf16 GEMV ================================================== */
 
-AI void gemv_f32_rows(const float *W, size_t k, const float *x, float *y, const int R)
-{
-    __m512 acc[4];
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 16 <= k; i += 16) {
-        __m512 xv = _mm512_loadu_ps(x + i);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(W + 2 * R * k) + (i / 16 * R + r) * 64, _MM_HINT_T1);
-            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(W + r * k + i), xv, acc[r]);
-        }
-    }
-    if (i < k) {
-        __mmask16 m = mask16(k - i);
-        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, W + r * k + i), xv, acc[r]);
-    }
-    if (R == 4) {
-        _mm_storeu_ps(y, hsum4(acc[0], acc[1], acc[2], acc[3]));
-    } else {
-        for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
-    }
-}
-
-static void gemv_f32_avx512(const float *W, const float *x, float *y, size_t rows,
-                            size_t k)
-{
-    size_t r = 0;
-    for (; r + 4 <= rows; r += 4) gemv_f32_rows(W + r * k, k, x, y + r, 4);
-    switch (rows - r) {
-    case 3: gemv_f32_rows(W + r * k, k, x, y + r, 3); break;
-    case 2: gemv_f32_rows(W + r * k, k, x, y + r, 2); break;
-    case 1: gemv_f32_rows(W + r * k, k, x, y + r, 1); break;
-    default: break;
-    }
-}
-
 /* bf16 -> fp32 is a 16-bit shift: zero-extend 16 halves, shift left 16. */
 AI __m512 bf16x16(__m256i h)
 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-AI void gemv_bf16_rows(const uint16_t *W, size_t k, const float *x, float *y, const int R)
+/* R rows (4 to 1) of W . x, W fp32 or (BF) bf16, one FMA chain a lane per
+ * row; the rows two blocks ahead are prefetched, one 64-byte line per row
+ * a step that starts a line. */
+AI void gemv_rows(const void *W, size_t k, const float *x, float *y, const int R, const int BF)
 {
+    const size_t es = BF ? 2 : 4;                   /* bytes an element */
+    const char *Wb = (const char *)W;
     __m512 acc[4];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     size_t i = 0;
@@ -210,10 +175,12 @@ AI void gemv_bf16_rows(const uint16_t *W, size_t k, const float *x, float *y, co
         __m512 xv = _mm512_loadu_ps(x + i);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            if (!(i & 16))
-                _mm_prefetch((const char *)(W + 2 * R * k) + (i / 32 * R + r) * 64, _MM_HINT_T1);
-            __m256i h = _mm256_loadu_si256((const __m256i *)(W + r * k + i));
-            acc[r] = _mm512_fmadd_ps(bf16x16(h), xv, acc[r]);
+            if (!BF || !(i & 16))
+                _mm_prefetch(Wb + 2 * R * k * es + (i / (64 / es) * R + r) * 64, _MM_HINT_T1);
+            const char *wr = Wb + (r * k + i) * es;
+            const __m512 wv = BF ? bf16x16(_mm256_loadu_si256((const __m256i *)wr))
+                                 : _mm512_loadu_ps((const float *)wr);
+            acc[r] = _mm512_fmadd_ps(wv, xv, acc[r]);
         }
     }
     if (i < k) {
@@ -221,8 +188,10 @@ AI void gemv_bf16_rows(const uint16_t *W, size_t k, const float *x, float *y, co
         __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            __m256i h = _mm256_maskz_loadu_epi16(m, W + r * k + i);
-            acc[r] = _mm512_fmadd_ps(bf16x16(h), xv, acc[r]);
+            const __m512 wv =
+                BF ? bf16x16(_mm256_maskz_loadu_epi16(m, (const uint16_t *)W + r * k + i))
+                   : _mm512_maskz_loadu_ps(m, (const float *)W + r * k + i);
+            acc[r] = _mm512_fmadd_ps(wv, xv, acc[r]);
         }
     }
     if (R == 4) {
@@ -232,17 +201,31 @@ AI void gemv_bf16_rows(const uint16_t *W, size_t k, const float *x, float *y, co
     }
 }
 
+/* all rows: 4 at a time, then the 3, 2 or 1 left */
+AI void gemv_all(const void *W, const float *x, float *y, size_t rows, size_t k, const int BF)
+{
+    const size_t rb = k * (BF ? 2 : 4);             /* bytes a row */
+    const char *Wb = (const char *)W;
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4) gemv_rows(Wb + r * rb, k, x, y + r, 4, BF);
+    switch (rows - r) {
+    case 3: gemv_rows(Wb + r * rb, k, x, y + r, 3, BF); break;
+    case 2: gemv_rows(Wb + r * rb, k, x, y + r, 2, BF); break;
+    case 1: gemv_rows(Wb + r * rb, k, x, y + r, 1, BF); break;
+    default: break;
+    }
+}
+
+static void gemv_f32_avx512(const float *W, const float *x, float *y, size_t rows,
+                            size_t k)
+{
+    gemv_all(W, x, y, rows, k, 0);
+}
+
 static void gemv_bf16_avx512(const uint16_t *W, const float *x, float *y,
                              size_t rows, size_t k)
 {
-    size_t r = 0;
-    for (; r + 4 <= rows; r += 4) gemv_bf16_rows(W + r * k, k, x, y + r, 4);
-    switch (rows - r) {
-    case 3: gemv_bf16_rows(W + r * k, k, x, y + r, 3); break;
-    case 2: gemv_bf16_rows(W + r * k, k, x, y + r, 2); break;
-    case 1: gemv_bf16_rows(W + r * k, k, x, y + r, 1); break;
-    default: break;
-    }
+    gemv_all(W, x, y, rows, k, 1);
 }
 
 /* ==== FP8 E4M3 GEMV ===================================================== */
