@@ -136,31 +136,12 @@ AI void pv_sub(const float *p, size_t ldp, size_t hp, const float *kt, size_t D,
                size_t c, const float *alpha, float *acct, const int RC)
 {
     __m256 a[6][2];
-    const __m256 al0 = _mm256_loadu_ps(alpha), al1 = _mm256_loadu_ps(alpha + 8);
-#pragma GCC unroll 6
-    for (int r = 0; r < RC; r++) {
-        a[r][0] = _mm256_mul_ps(_mm256_loadu_ps(acct + (size_t)r * hp), al0);
-        a[r][1] = _mm256_mul_ps(_mm256_loadu_ps(acct + (size_t)r * hp + 8), al1);
-    }
+    dsattn_acc6x16_load_256(a, RC, acct, hp, alpha);
     for (size_t j0 = 0; j0 < nk; j0 += KT) {
-        const float *kb = kt + j0 * D + c * KT;
         const size_t nj = nk - j0 < KT ? nk - j0 : KT;
-        const float *pj = p + j0 * ldp;
-        for (size_t jj = 0; jj < nj; jj++, pj += ldp) {
-            const __m256 p0 = _mm256_loadu_ps(pj), p1 = _mm256_loadu_ps(pj + 8);
-#pragma GCC unroll 6
-            for (int r = 0; r < RC; r++) {
-                const __m256 b = _mm256_broadcast_ss(kb + (size_t)r * KT + jj);
-                a[r][0] = _mm256_fmadd_ps(b, p0, a[r][0]);
-                a[r][1] = _mm256_fmadd_ps(b, p1, a[r][1]);
-            }
-        }
+        dsattn_acc6x16_fma_256(a, RC, kt + j0 * D + c * KT, 1, KT, p + j0 * ldp, ldp, nj, 0);
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < RC; r++) {
-        _mm256_storeu_ps(acct + (size_t)r * hp, a[r][0]);
-        _mm256_storeu_ps(acct + (size_t)r * hp + 8, a[r][1]);
-    }
+    dsattn_acc6x16_store_256(a, RC, acct, hp);
 }
 
 /* PV in 16-head slices: column tiles of 6, then one of the 1..5 left */

@@ -15,7 +15,7 @@
  *
  * qk / pv: the AVX-512 table's 12 x 32 tiles as sub-tiles of 6 keys
  * (columns) x 16 heads (12 accumulators): per step 2 head-vector loads and
- * 6 broadcasts for 12 FMAs.
+ * 6 broadcasts for 12 FMAs (simd_avx2.h's 6 x 16 tile).
  *
  * finish and rows_bf16 are the scalar table's (the division and rounding
  * of a few thousand outputs per call; rows_bf16 serves only AMX contexts,
@@ -97,27 +97,15 @@ static int rows_bf16_avx2(const uint8_t *const *rows, const unsigned char *kinds
     return dsattn_sa_kern_ref.rows_bf16(rows, kinds, nr, d, out);
 }
 
-/* NK keys (rows k + r*ld) x 16 heads (two vectors at q + d*w) */
+/* 6 keys (rows k + r*ld) x 16 heads (two vectors at q + d*w) */
 AI void qk_tile(const float *q, size_t w, size_t D, const float *k, size_t ld, float *st,
-                size_t ldst, const int NK)
+                size_t ldst)
 {
     __m256 a[6][2];
 #pragma GCC unroll 6
-    for (int r = 0; r < NK; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
-    for (size_t d = 0; d < D; d++) {
-        const __m256 q0 = _mm256_loadu_ps(q + d * w), q1 = _mm256_loadu_ps(q + d * w + 8);
-#pragma GCC unroll 6
-        for (int r = 0; r < NK; r++) {
-            const __m256 b = _mm256_broadcast_ss(k + (size_t)r * ld + d);
-            a[r][0] = _mm256_fmadd_ps(b, q0, a[r][0]);
-            a[r][1] = _mm256_fmadd_ps(b, q1, a[r][1]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < NK; r++) {
-        _mm256_storeu_ps(st + (size_t)r * ldst, a[r][0]);
-        _mm256_storeu_ps(st + (size_t)r * ldst + 8, a[r][1]);
-    }
+    for (int r = 0; r < 6; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+    dsattn_acc6x16_fma_256(a, 6, k, 1, ld, q, w, D, 0);
+    dsattn_acc6x16_store_256(a, 6, st, ldst);
 }
 
 static void qk_rm_avx2(const float *qp, size_t hp, size_t D, const float *rows, size_t ld,
@@ -130,37 +118,19 @@ static void qk_rm_avx2(const float *qp, size_t hp, size_t D, const float *rows, 
             for (size_t hh = 0; hh < w; hh += 16)
                 for (size_t r0 = 0; r0 < KT; r0 += 6)
                     qk_tile(qp + h0 * D + hh, w, D, rows + (j0 + r0) * ld, ld,
-                            st + (j0 + r0) * ldst + h0 + hh, ldst, 6);
+                            st + (j0 + r0) * ldst + h0 + hh, ldst);
         }
 }
 
-/* RC columns c.. x 16 heads over all nk keys; rescale on load */
+/* RC columns c.. x 16 heads over all nk keys (the key rows prefetched 8
+ * ahead); rescale on load */
 AI void pv_tile(const float *p, size_t ldp, size_t hp, const float *rows, size_t ld, size_t nk,
                 size_t c, const float *alpha, float *acct, const int RC)
 {
     __m256 a[6][2];
-    const __m256 al0 = _mm256_loadu_ps(alpha), al1 = _mm256_loadu_ps(alpha + 8);
-#pragma GCC unroll 6
-    for (int r = 0; r < RC; r++) {
-        a[r][0] = _mm256_mul_ps(_mm256_loadu_ps(acct + (size_t)r * hp), al0);
-        a[r][1] = _mm256_mul_ps(_mm256_loadu_ps(acct + (size_t)r * hp + 8), al1);
-    }
-    const float *kb = rows + c;
-    for (size_t j = 0; j < nk; j++, kb += ld, p += ldp) {
-        _mm_prefetch((const char *)(kb + 8 * ld), _MM_HINT_T0);
-        const __m256 p0 = _mm256_loadu_ps(p), p1 = _mm256_loadu_ps(p + 8);
-#pragma GCC unroll 6
-        for (int r = 0; r < RC; r++) {
-            const __m256 b = _mm256_broadcast_ss(kb + r);
-            a[r][0] = _mm256_fmadd_ps(b, p0, a[r][0]);
-            a[r][1] = _mm256_fmadd_ps(b, p1, a[r][1]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < RC; r++) {
-        _mm256_storeu_ps(acct + (size_t)r * hp, a[r][0]);
-        _mm256_storeu_ps(acct + (size_t)r * hp + 8, a[r][1]);
-    }
+    dsattn_acc6x16_load_256(a, RC, acct, hp, alpha);
+    dsattn_acc6x16_fma_256(a, RC, rows + c, ld, 1, p, ldp, nk, 8);
+    dsattn_acc6x16_store_256(a, RC, acct, hp);
 }
 
 static void pv_rm_avx2(const float *p, size_t ldp, size_t hp, const float *rows, size_t ld,

@@ -2,8 +2,9 @@
  * other than kernels_avx2.c inline into their loops (so the values stay in
  * registers): the exp of the softmaxes, the bf16 rounding of 8 lanes, the
  * exact decode of E4M3 codes, horizontal max / sum, first-n lane masks,
- * an 8 x 8 transpose and the 12-row tile store and 6 x 16 register tile
- * that the MLA scores and the prefill GEMM share;
+ * an 8 x 8 transpose and the 12-row tile store, and the 6 x 16 register
+ * tile that the MLA scores and PV, the prefill GEMM and the sparse-attention
+ * QK / PV share;
  * and the 8-lane vector words (DSV_F, dsv_fmadd, ...) of the templates
  * written once for both widths (simd_tmpl.h, mla_tile_tmpl.h).
  * Include only from files compiled for AVX2 (names ending _avx2.c, built
@@ -200,11 +201,59 @@ DSATTN_AVX2_AI void dsattn_store12x8_256(__m256 r[12], float *o)
     }
 }
 
-/* The 6 x 16 register tile (MLA scores, prefill GEMM; the 8-lane half of
- * simd_avx512.h's dsattn_tile12):
- *   c[r*ldc + j] = (first ? 0 : c[r*ldc + j]) + sum_{k<kc} a[k*12 + r] * b[k*ldb + j]
- * for r < 6, j < 16: 12 accumulators, per k two vector loads of b and six
- * broadcasts of a, each lane one FMA chain over k in order. */
+/* The 6 x 16 register tile of 8-lane vectors: up to 6 rows of 16 lanes
+ * (12 accumulators), a row's 16 lanes read from b, one broadcast of a per
+ * row and step.  Its three steps, for rows i < nr (nr <= 6, a constant):
+ *   load:  acc[i] = c[i*ldc + 0..15] * alpha[0..15] (an online softmax's
+ *          rescale);
+ *   fma:   acc[i] += sum_{k<kc} a[k*ak + i*ai] * b[k*ldb + 0..15], each
+ *          lane one FMA chain over k in order; pf > 0 prefetches the a of
+ *          step k + pf;
+ *   store: c[i*ldc + 0..15] = acc[i].
+ * The MLA scores and PV (mla_tile_avx2.c), the prefill GEMM (pgemm_avx2.c)
+ * and the sparse-attention QK / PV (sa_kernels_avx2.c) run on it, each
+ * with its operands' strides; a tile that starts from 0 or from c unscaled
+ * sets acc itself. */
+DSATTN_AVX2_AI void dsattn_acc6x16_load_256(__m256 acc[6][2], const int nr, const float *c,
+                                            size_t ldc, const float *alpha)
+{
+    const __m256 al0 = _mm256_loadu_ps(alpha), al1 = _mm256_loadu_ps(alpha + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < nr; i++) {
+        acc[i][0] = _mm256_mul_ps(_mm256_loadu_ps(c + (size_t)i * ldc), al0);
+        acc[i][1] = _mm256_mul_ps(_mm256_loadu_ps(c + (size_t)i * ldc + 8), al1);
+    }
+}
+
+DSATTN_AVX2_AI void dsattn_acc6x16_fma_256(__m256 acc[6][2], const int nr, const float *a,
+                                           size_t ak, size_t ai, const float *b, size_t ldb,
+                                           size_t kc, const size_t pf)
+{
+    for (size_t k = 0; k < kc; k++) {
+        if (pf) _mm_prefetch((const char *)(a + (k + pf) * ak), _MM_HINT_T0);
+        const __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < nr; i++) {
+            const __m256 av = _mm256_broadcast_ss(a + k * ak + (size_t)i * ai);
+            acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+        }
+    }
+}
+
+DSATTN_AVX2_AI void dsattn_acc6x16_store_256(__m256 acc[6][2], const int nr, float *c,
+                                             size_t ldc)
+{
+#pragma GCC unroll 6
+    for (int i = 0; i < nr; i++) {
+        _mm256_storeu_ps(c + (size_t)i * ldc, acc[i][0]);
+        _mm256_storeu_ps(c + (size_t)i * ldc + 8, acc[i][1]);
+    }
+}
+
+/* The whole tile over a packed [kc][12] operand (rows 0..5 of a 12-row
+ * tile; the 8-lane half of simd_avx512.h's dsattn_tile12):
+ *   c[r*ldc + j] = (first ? 0 : c[r*ldc + j]) + sum_{k<kc} a[k*12 + r] * b[k*ldb + j] */
 DSATTN_AVX2_AI void dsattn_tile6x16_256(const float *a, const float *b, size_t ldb, size_t kc,
                                         float *c, size_t ldc, int first)
 {
@@ -214,20 +263,8 @@ DSATTN_AVX2_AI void dsattn_tile6x16_256(const float *a, const float *b, size_t l
         acc[i][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + (size_t)i * ldc);
         acc[i][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + (size_t)i * ldc + 8);
     }
-    for (size_t k = 0; k < kc; k++) {
-        const __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8);
-#pragma GCC unroll 6
-        for (int i = 0; i < 6; i++) {
-            const __m256 ai = _mm256_broadcast_ss(a + k * 12 + (size_t)i);
-            acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; i++) {
-        _mm256_storeu_ps(c + (size_t)i * ldc, acc[i][0]);
-        _mm256_storeu_ps(c + (size_t)i * ldc + 8, acc[i][1]);
-    }
+    dsattn_acc6x16_fma_256(acc, 6, a, 12, 1, b, ldb, kc, 0);
+    dsattn_acc6x16_store_256(acc, 6, c, ldc);
 }
 
 #endif /* DSATTN_SIMD_AVX2_H */
