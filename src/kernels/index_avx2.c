@@ -18,6 +18,8 @@
  * in the same lanes and the same reduction tree - so the scores are the
  * same bits.
  *
+ * The key loop around score_rows is the VNNI form's, index_scores_tmpl.h.
+ *
  * Limits: the VNNI form's (nh a multiple of 16 up to 64, dh a multiple of
  * 32 up to 256); callers check dsattn_index_avx2_ok() and fall back to the
  * reference.  Built with -mavx2 -mfma -mf16c only.
@@ -178,44 +180,16 @@ AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size
     }
 }
 
-#define SCORE_CASE(NHC)                                                                  \
-    static void score_##NHC(const dsattn_index_vnni_q *p, const uint8_t *base, size_t rb,  \
-                            const int32_t *sel, size_t j0, size_t n, __m128i lut,         \
-                            float *score)                                                 \
-    {                                                                                    \
-        size_t j = 0;                                                                    \
-        const uint8_t *row[IDX_ROWS];                                                    \
-        for (; j + IDX_ROWS <= n; j += IDX_ROWS) {                                       \
-            for (size_t r = j + 16; r < j + 16 + IDX_ROWS && r < n; r++) {               \
-                const char *a = (const char *)(base + (sel ? (size_t)sel[r] : j0 + r) * rb); \
-                _mm_prefetch(a, _MM_HINT_T0);                                            \
-                _mm_prefetch(a + rb - 1, _MM_HINT_T0);                                   \
-            }                                                                            \
-            for (size_t r = 0; r < IDX_ROWS; r++)                                        \
-                row[r] = base + (sel ? (size_t)sel[j + r] : j0 + j + r) * rb;            \
-            score_rows(p, row, p->dh, lut, IDX_ROWS, NHC, score + j);                    \
-        }                                                                                \
-        for (; j < n; j++) {                                                             \
-            row[0] = base + (sel ? (size_t)sel[j] : j0 + j) * rb;                        \
-            score_rows(p, row, p->dh, lut, 1, NHC, score + j);                           \
-        }                                                                                \
-    }
-SCORE_CASE(1)
-SCORE_CASE(2)
-SCORE_CASE(3)
-SCORE_CASE(4)
+#define IDX_LUT __m128i
+#define IDX_TARGET
+#include "index_scores_tmpl.h"
 
 void dsattn_index_avx2_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
                               size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
                               float *score)
 {
     const __m128i lut = _mm_loadu_si128((const __m128i *)dsattn_index_k_lut);
-    switch (p->nh / 16) {
-    case 1: score_1(p, base, row_bytes, sel, j0, n, lut, score); break;
-    case 2: score_2(p, base, row_bytes, sel, j0, n, lut, score); break;
-    case 3: score_3(p, base, row_bytes, sel, j0, n, lut, score); break;
-    default: score_4(p, base, row_bytes, sel, j0, n, lut, score); break;
-    }
+    score_heads(p, base, row_bytes, sel, j0, n, lut, score);
 }
 
 static const dsattn_index_kern index_avx2 = {

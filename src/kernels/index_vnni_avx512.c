@@ -328,32 +328,10 @@ AMX_TARGET static void score_amx(const dsattn_index_vnni_q *p, const uint8_t *ba
     _tile_release();
 }
 
-#define SCORE_CASE(NHC)                                                                 \
-    VNNI_TARGET static void score_##NHC(const dsattn_index_vnni_q *p, const uint8_t *base, \
-                                        size_t rb, const int32_t *sel, size_t j0, size_t n,\
-                                        __m512i lut, float *score)                        \
-    {                                                                                   \
-        size_t j = 0;                                                                   \
-        const uint8_t *row[VNNI_ROWS];                                                  \
-        for (; j + VNNI_ROWS <= n; j += VNNI_ROWS) {                                    \
-            for (size_t r = j + 16; r < j + 16 + VNNI_ROWS && r < n; r++) {             \
-                const char *a = (const char *)(base + (sel ? (size_t)sel[r] : j0 + r) * rb); \
-                _mm_prefetch(a, _MM_HINT_T0);                                           \
-                _mm_prefetch(a + rb - 1, _MM_HINT_T0);                                  \
-            }                                                                           \
-            for (size_t r = 0; r < VNNI_ROWS; r++)                                      \
-                row[r] = base + (sel ? (size_t)sel[j + r] : j0 + j + r) * rb;           \
-            score_rows(p, row, p->dh, lut, VNNI_ROWS, NHC, score + j);                  \
-        }                                                                               \
-        for (; j < n; j++) {                                                            \
-            row[0] = base + (sel ? (size_t)sel[j] : j0 + j) * rb;                       \
-            score_rows(p, row, p->dh, lut, 1, NHC, score + j);                          \
-        }                                                                               \
-    }
-SCORE_CASE(1)
-SCORE_CASE(2)
-SCORE_CASE(3)
-SCORE_CASE(4)
+#define IDX_ROWS VNNI_ROWS
+#define IDX_LUT __m512i
+#define IDX_TARGET VNNI_TARGET
+#include "index_scores_tmpl.h"
 
 VNNI_TARGET void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p,
                                           const uint8_t *base, size_t row_bytes,
@@ -365,12 +343,7 @@ VNNI_TARGET void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p,
         score_amx(p, base, row_bytes, sel, j0, n, lut, score);
         return;
     }
-    switch (p->nh / 16) {
-    case 1: score_1(p, base, row_bytes, sel, j0, n, lut, score); break;
-    case 2: score_2(p, base, row_bytes, sel, j0, n, lut, score); break;
-    case 3: score_3(p, base, row_bytes, sel, j0, n, lut, score); break;
-    default: score_4(p, base, row_bytes, sel, j0, n, lut, score); break;
-    }
+    score_heads(p, base, row_bytes, sel, j0, n, lut, score);
 }
 
 static const dsattn_index_kern index_vnni = {
