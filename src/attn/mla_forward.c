@@ -454,6 +454,27 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
 
 /* ==== Absorbed attention over the latent cache ========================== */
 
+/* The scratch of a one-query-row reference (absorbed_row_ref,
+ * expanded_row): nf floats and nd doubles from wa (or the heap), given back
+ * with the workspace reset to mark by row_scratch_put; neither when one
+ * does not fit (DSATTN_ERR_NOMEM). */
+static void row_scratch_put(dsattn_ws *wa, dsattn_ws_pos mark, float *f, double *d)
+{
+    dsattn_ws_put(wa, f);
+    dsattn_ws_put(wa, d);
+    dsattn_ws_reset(wa, mark);
+}
+
+static dsattn_status row_scratch(dsattn_ws *wa, dsattn_ws_pos mark, size_t nf, size_t nd,
+                                 float **f, double **d)
+{
+    *f = dsattn_ws_array(wa, nf, sizeof(float));
+    *d = dsattn_ws_array(wa, nd, sizeof(double));
+    if (*f && *d) return DSATTN_OK;
+    row_scratch_put(wa, mark, *f, *d);
+    return DSATTN_ERR_NOMEM;
+}
+
 /* Reference: one query row, all heads.  qa [H, KL] (q'), qpe [H, dr];
  * keys = idx[0..n) or 0..n-1; xo [H, KL] = bf16(p . kv). */
 static dsattn_status absorbed_row_ref(const dsattn_mla_seq *s, int l, const float *qa,
@@ -467,14 +488,9 @@ static dsattn_status absorbed_row_ref(const dsattn_mla_seq *s, int l, const floa
      * decodes its keys again (the same values), so the scratch grows by
      * 4 bytes per key, not by a decoded copy of the cache */
     const dsattn_ws_pos mark = dsattn_ws_mark(wa);
-    float *sh = dsattn_ws_array(wa, n + KL + dr, sizeof(float));
-    double *acc = dsattn_ws_array(wa, KL, sizeof(double));
-    if (!sh || !acc) {
-        dsattn_ws_put(wa, sh);
-        dsattn_ws_put(wa, acc);
-        dsattn_ws_reset(wa, mark);
-        return DSATTN_ERR_NOMEM;
-    }
+    float *sh;
+    double *acc;
+    if (row_scratch(wa, mark, n + KL + dr, KL, &sh, &acc)) return DSATTN_ERR_NOMEM;
     float *k = sh + n;
     for (size_t h = 0; h < H; h++) {
         const float *q1 = qa + h * KL, *q2 = qpe + h * dr;
@@ -499,9 +515,7 @@ static dsattn_status absorbed_row_ref(const dsattn_mla_seq *s, int l, const floa
         }
         for (size_t t = 0; t < KL; t++) xo[h * KL + t] = dsattn_round_bf16((float)acc[t]);
     }
-    dsattn_ws_put(wa, sh);
-    dsattn_ws_put(wa, acc);
-    dsattn_ws_reset(wa, mark);
+    row_scratch_put(wa, mark, sh, acc);
     return DSATTN_OK;
 }
 
@@ -942,14 +956,9 @@ static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, c
     const float scale = c->softmax_scale;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
     const dsattn_ws_pos wmark = dsattn_ws_mark(wa);
-    float *sc = dsattn_ws_array(wa, n + dv, sizeof(float));
-    double *acc = dsattn_ws_array(wa, dv, sizeof(double));
-    if (!sc || !acc) {
-        dsattn_ws_put(wa, sc);
-        dsattn_ws_put(wa, acc);
-        dsattn_ws_reset(wa, wmark);
-        return DSATTN_ERR_NOMEM;
-    }
+    float *sc;
+    double *acc;
+    if (row_scratch(wa, wmark, n + dv, dv, &sc, &acc)) return DSATTN_ERR_NOMEM;
     float *accf = sc + n;
     for (size_t h = 0; h < H; h++) {
         const float *qh = q + h * dqk;
@@ -987,9 +996,7 @@ static dsattn_status expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c, c
             for (size_t t = 0; t < dv; t++) o[h * dv + t] = dsattn_round_bf16(accf[t]);
         }
     }
-    dsattn_ws_put(wa, sc);
-    dsattn_ws_put(wa, acc);
-    dsattn_ws_reset(wa, wmark);
+    row_scratch_put(wa, wmark, sc, acc);
     return DSATTN_OK;
 }
 
