@@ -8,11 +8,12 @@
  * loads) for a last 8.  Only the loop order over outputs changes: each
  * output is still one FMA chain over k in increasing order, the `ref`
  * tile's, so the two are equal bit for bit (tests/test_pgemm.c).
- * pack_b and tile_fp8 transpose 8 x 8 blocks in registers; tile_fp8
- * decodes E4M3 by the fp16 bit move of kernels_avx2.c (value / 256, the
- * x256 folded into the block scale) for finite weights, times 256 with
- * the NaN codes blended in otherwise (no gather: QEMU 7.2's AVX2 gather,
- * which scripts/test-avx2-emu.sh runs, dropped lanes here).
+ * pack_b and tile_fp8 (pgemm_tmpl.h, shared with the AVX-512 table)
+ * transpose 8 x 8 blocks in registers; tile_fp8 decodes E4M3 by the fp16
+ * bit move of kernels_avx2.c (value / 256, the x256 folded into the block
+ * scale) for finite weights, times 256 with the NaN codes blended in
+ * otherwise (no gather: QEMU 7.2's AVX2 gather, which
+ * scripts/test-avx2-emu.sh runs, dropped lanes here).
  */
 #include "pgemm.h"
 
@@ -98,35 +99,15 @@ AI __m256 e4m3x8_exact(const uint8_t *w)
     return _mm256_blendv_ps(v, nan, _mm256_castsi256_ps(_mm256_cvtepi16_epi32(n16)));
 }
 
-/* 8 columns of the 12 rows at a time: decode, scale, transpose (rows 0..7
- * as one 8 x 8 block, rows 8..11 as two 4 x 4 halves).  cheap: see
- * pgemm_avx512.c - (e / 256) * (256 s) is e * s rounded once. */
-AI void tile_fp8_impl(const uint8_t *w, size_t K, const float *const *sc, size_t bs, size_t nr,
-                      float *a, const int cheap)
-{
-    size_t blk = 0, left = bs;              /* scale block of column d, columns left in it */
-    for (size_t d = 0; d < K; d += 8) {
-        __m256 r[MR];
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            const uint8_t *wi = w + (size_t)i * K + d;
-            if ((size_t)i >= nr) r[i] = _mm256_setzero_ps();
-            else if (cheap) r[i] = _mm256_mul_ps(e4m3x8_div256(wi), _mm256_set1_ps(256.0f * sc[i][blk]));
-            else r[i] = _mm256_mul_ps(e4m3x8_exact(wi), _mm256_set1_ps(sc[i][blk]));
-        }
-        if ((left -= 8) == 0) { blk++; left = bs; }
-        dsattn_store12x8_256(r, a + d * MR);
-    }
-}
+/* The 8 columns of the 12 rows: rows 0..7 as one 8 x 8 transpose, rows
+ * 8..11 as two 4 x 4 halves */
+#define PG_RN MR
+#define pg_e4m3_div256 e4m3x8_div256
+#define pg_e4m3_exact e4m3x8_exact
+#define pg_store_cols dsattn_store12x8_256
+#include "pgemm_tmpl.h"
 
-static void tile_fp8_avx2(const uint8_t *w, size_t K, const float *const *sc, size_t bs,
-                          size_t nr, int finite, float *a)
-{
-    if (dsattn_pgemm_cheap(sc, nr, K, bs, finite)) tile_fp8_impl(w, K, sc, bs, nr, a, 1);
-    else tile_fp8_impl(w, K, sc, bs, nr, a, 0);
-}
-
-static const dsattn_pgemm_kern pgemm_avx2 = {"avx2", pack_b_avx2, tile_avx2, tile_fp8_avx2};
+static const dsattn_pgemm_kern pgemm_avx2 = {"avx2", pack_b_avx2, tile_avx2, tile_fp8};
 const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr = &pgemm_avx2;
 
 #else

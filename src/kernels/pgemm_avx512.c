@@ -4,8 +4,8 @@
  * x 32 tokens in 24 accumulators; per k it loads the two token vectors of
  * the packed activations and broadcasts the 12 row values of the weight
  * tile, 24 FMAs per 14 loads.  Each lane is one FMA chain over k, the `ref`
- * tile's order.  pack_b and tile_fp8
- * transpose 16 x 16 blocks in registers.
+ * tile's order.  pack_b and tile_fp8 (pgemm_tmpl.h, shared with the AVX2
+ * table) transpose 16 x 16 blocks in registers.
  */
 #include "pgemm.h"
 
@@ -55,41 +55,25 @@ AI __m512 e4m3x16_div256(const uint8_t *w)
     return _mm512_cvtph_ps(h);
 }
 
-/* 16 columns of the 12 rows at a time: decode, scale, transpose.  With
- * finite codes the x256 of the cheap decode is folded into the scale:
- * (e / 256) * (256 s) is the real product e * s rounded once, the same bits
- * as e * s, unless 256 s overflows (then the exact decode is used). */
-AI void tile_fp8_impl(const uint8_t *w, size_t K, const float *const *sc, size_t bs, size_t nr,
-                      float *a, const int cheap)
+/* The 16 columns of the 12 rows: one 16 x 16 transpose (rows 12..15
+ * zero), 12 floats a column stored */
+AI void store_cols16(__m512 r[16], float *a)
 {
-    size_t blk = 0, left = bs;              /* scale block of column d, columns left in it */
-    for (size_t d = 0; d < K; d += 16) {
-        __m512 r[16];
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            const uint8_t *wi = w + (size_t)i * K + d;
-            if ((size_t)i >= nr) r[i] = _mm512_setzero_ps();
-            else if (cheap) r[i] = _mm512_mul_ps(e4m3x16_div256(wi), _mm512_set1_ps(256.0f * sc[i][blk]));
-            else r[i] = _mm512_mul_ps(dsattn_e4m3x16(wi), _mm512_set1_ps(sc[i][blk]));
-        }
-        if ((left -= 16) == 0) { blk++; left = bs; }
 #pragma GCC unroll 4
-        for (int i = MR; i < 16; i++) r[i] = _mm512_setzero_ps();
-        dsattn_tr16(r);
+    for (int i = MR; i < 16; i++) r[i] = _mm512_setzero_ps();
+    dsattn_tr16(r);
 #pragma GCC unroll 16
-        for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(a + (d + (size_t)c) * MR, 0x0fff, r[c]);
-    }
+    for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(a + (size_t)c * MR, 0x0fff, r[c]);
 }
 
-static void tile_fp8_avx512(const uint8_t *w, size_t K, const float *const *sc, size_t bs,
-                            size_t nr, int finite, float *a)
-{
-    if (dsattn_pgemm_cheap(sc, nr, K, bs, finite)) tile_fp8_impl(w, K, sc, bs, nr, a, 1);
-    else tile_fp8_impl(w, K, sc, bs, nr, a, 0);
-}
+#define PG_RN 16
+#define pg_e4m3_div256 e4m3x16_div256
+#define pg_e4m3_exact dsattn_e4m3x16
+#define pg_store_cols store_cols16
+#include "pgemm_tmpl.h"
 
 static const dsattn_pgemm_kern pgemm_avx512 = {"avx512", pack_b_avx512, tile_avx512,
-                                               tile_fp8_avx512};
+                                               tile_fp8};
 const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr = &pgemm_avx512;
 
 #else
