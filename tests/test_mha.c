@@ -412,8 +412,8 @@ DSATTN_TEST(mha, reference_agrees_with_float64_llama_attention_seed6)
  * (key-tiled K and V), restated here in double with the contract's
  * roundings (bf16 scores, fp32 exp of the difference, bf16 p, bf16 o):
  * written from docs/bill.md, independent of both kernels. */
-static void contract_attend(const float *q, size_t G, size_t d, const uint16_t *K,
-                            const uint16_t *V, size_t cap, size_t T, float *o)
+static void contract_attend_mag(const float *q, size_t G, size_t d, const uint16_t *K,
+                                const uint16_t *V, size_t cap, size_t T, float *o, float *mag)
 {
     const float inv = 1.0f / sqrtf((float)d);
     float *s = malloc(T * sizeof(float));
@@ -435,12 +435,23 @@ static void contract_attend(const float *q, size_t G, size_t d, const uint16_t *
         for (size_t j = 0; j < T; j++) s[j] = dsattn_round_bf16(s[j] / (float)sum);
         for (size_t i = 0; i < d; i++) {
             double a = 0.0;
-            for (size_t j = 0; j < T; j++)
-                a += (double)s[j] * (double)dsattn_bf16_to_f32(V[dsattn_mha_v_index(cap, d, 0, j, i)]);
+            double m = 0.0;
+            for (size_t j = 0; j < T; j++) {
+                const double t = (double)s[j] * (double)dsattn_bf16_to_f32(V[dsattn_mha_v_index(cap, d, 0, j, i)]);
+                a += t;
+                m = fmax(m, fabs(t));
+            }
             o[h * d + i] = dsattn_round_bf16((float)a);
+            if (mag) mag[h * d + i] = (float)m;
         }
     }
     free(s);
+}
+
+static void contract_attend(const float *q, size_t G, size_t d, const uint16_t *K,
+                            const uint16_t *V, size_t cap, size_t T, float *o)
+{
+    contract_attend_mag(q, G, d, K, V, cap, T, o, NULL);
 }
 
 /* |f - r| <= 2 bf16 ulps of r (fp32 sums in another order flip a bf16
@@ -454,6 +465,27 @@ static int within_2ulp(const char *what, const float *f, const float *r, size_t 
         float tol = r[i] == 0.0f ? 1e-30f : ldexpf(2.0f, e - 8);
         if (!(fabsf(f[i] - r[i]) <= tol)) {
             CHECK_MSG(0, "%s: [%zu] fast %.9g contract %.9g", what, i, f[i], r[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* within_2ulp, plus 2^-6 of mag (the largest |p_j v_j| of the element):
+ * where the terms cancel, one score on a bf16 rounding boundary (its sum
+ * in another fp32 order) moves that p_j by a bf16 ulp of s, more than 2
+ * ulps of the small result.  A stale or misplaced exp moves p_j by far
+ * more. */
+static int within_2ulp_mag(const char *what, const float *f, const float *r, const float *mag,
+                           size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int e;
+        frexpf(r[i], &e);
+        float tol = (r[i] == 0.0f ? 1e-30f : ldexpf(2.0f, e - 8)) + ldexpf(mag[i], -6);
+        if (!(fabsf(f[i] - r[i]) <= tol)) {
+            CHECK_MSG(0, "%s: [%zu] fast %.9g contract %.9g (max |p v| %.3g)", what, i, f[i], r[i],
+                      mag[i]);
             return 0;
         }
     }
@@ -504,6 +536,56 @@ static void run_decode_kernel(const dsattn_ktab *KT)
     }
 }
 
+/* GQA shapes where the running max of the scores grows late or never
+ * after the first key, so the V pass of a kernel that keeps the K pass's
+ * exp(s - max) rows takes them for some chunks and computes them again for
+ * others (the AVX2 kernel: chunks before the tile that last raised the
+ * max).  K's values carry a ramp over the keys (q > 0): rising, so the max
+ * moves on to the last tile; falling, so it is fixed by key 0; rising then
+ * falling, so it stops in the middle.  G from 2 to 16 (batches of 6, 4, 2
+ * and 1 heads), depths 1, off the 32-key tile and the 64-key chunk. */
+static void run_decode_kernel_ramps(const dsattn_ktab *KT)
+{
+    if (!KT) return;
+    if (!KT->mha) { dsattn_test_skip("no MHA kernel in this table (compiler)"); return; }
+    static const size_t Gs[] = { 2, 4, 6, 7, 8, 9, 16 };
+    static const size_t Ts[] = { 1, 31, 33, 65, 97, 200, 1000 };
+    const size_t d = 128;
+    dsattn_rng r = { 11 };
+    for (int shape = 0; shape < 3; shape++)
+        for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++)
+            for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+                const size_t G = Gs[gi], T = Ts[ti], cap = T + (ti & 1) * 7;
+                uint16_t *K = malloc(cap * d * 2), *V = malloc(cap * d * 2);
+                float *q = malloc(G * d * 4), *of = malloc(G * d * 4), *oc = malloc(G * d * 4),
+                      *o1 = malloc(G * d * 4), *mag = malloc(G * d * 4);
+                char *wsb = dsattn_alloc(KT->mha->ws_bytes(G, T) + 8);
+                void *ws = wsb + (ti & 1) * 8;
+                for (size_t j = 0; j < cap; j++) {
+                    const double f = (double)j / (double)(T > 1 ? T - 1 : 1);
+                    const double ramp = shape == 0 ? f : shape == 1 ? 1.0 - f : 1.0 - fabs(2.0 * f - 1.0);
+                    for (size_t i = 0; i < d; i++) {
+                        const float k = (float)(0.05 * dsattn_rng_uniform(&r) + 0.5 * ramp);
+                        K[dsattn_mha_k_index(cap, d, 0, j, i)] = dsattn_f32_to_bf16(k);
+                        V[dsattn_mha_v_index(cap, d, 0, j, i)] = dsattn_f32_to_bf16(dsattn_rng_uniform(&r));
+                    }
+                }
+                for (size_t i = 0; i < G * d; i++)
+                    q[i] = dsattn_round_bf16(0.05f + 0.2f * fabsf(dsattn_rng_normal(&r)));
+                const float inv = 1.0f / sqrtf((float)d);
+                KT->mha->attend(q, G, d, K, V, cap, T, inv, ws, of);
+                contract_attend_mag(q, G, d, K, V, cap, T, oc, mag);
+                char what[96];
+                snprintf(what, sizeof what, "ramp %d G %zu cap %zu T %zu", shape, G, cap, T);
+                within_2ulp_mag(what, of, oc, mag, G * d);
+                for (size_t h = 0; h < G; h++)
+                    KT->mha->attend(q + h * d, 1, d, K, V, cap, T, inv, ws, o1 + h * d);
+                CHECK_BITS(what, o1, of, G * d);
+                free(K); free(V); free(q); free(of); free(oc); free(o1); free(mag);
+                dsattn_free(wsb);
+            }
+}
+
 DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
 {
     run_decode_kernel(dsattn_test_avx512_ktab());
@@ -512,6 +594,16 @@ DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
 DSATTN_TEST(mha, avx2_decode_kernel_matches_contract_on_tails_seed7)
 {
     run_decode_kernel(dsattn_test_avx2_ktab());
+}
+
+DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_score_ramps_seed11)
+{
+    run_decode_kernel_ramps(dsattn_test_avx512_ktab());
+}
+
+DSATTN_TEST(mha, avx2_decode_kernel_matches_contract_on_score_ramps_seed11)
+{
+    run_decode_kernel_ramps(dsattn_test_avx2_ktab());
 }
 
 /* Decode through the layer at depths around the tile and chunk edges, on

@@ -103,8 +103,13 @@ SCORE_FN(6, 1) SCORE_FN(4, 1) SCORE_FN(2, 2) SCORE_FN(1, 2)
 
 /* One tile's 32 bf16 scores tb (keys < nk count) for one head: stream them
  * to sc (64-byte aligned) and fold them into the head's running max and
- * sum of exp (the sum rescaled when the max grows). */
-static void tile_stats(const uint16_t *tb, size_t nk, uint16_t *sc, float *mrun, __m256 *lrun)
+ * sum of exp (the sum rescaled when the max grows).  The tile's
+ * exp(s - max) (0 past nk) also go, in key order, to ex (64-byte
+ * aligned): the V pass takes them as they are for every tile from the
+ * last one that raised the max on (their max is the final one), instead
+ * of a second exp.  Returns 1 if the max grew. */
+static int tile_stats(const uint16_t *tb, size_t nk, uint16_t *sc, float *ex, float *mrun,
+                      __m256 *lrun)
 {
     const __m256i x0 = _mm256_load_si256((const __m256i *)tb);
     const __m256i x1 = _mm256_load_si256((const __m256i *)(tb + 16));
@@ -131,9 +136,11 @@ static void tile_stats(const uint16_t *tb, size_t nk, uint16_t *sc, float *mrun,
     }
     const float tmax = dsattn_hmax256(_mm256_max_ps(_mm256_max_ps(s[0], s[1]),
                                                     _mm256_max_ps(s[2], s[3])));
+    int grew = 0;
     if (tmax > *mrun) {   /* the max grew: rescale the sum so far */
         *lrun = _mm256_mul_ps(*lrun, _mm256_set1_ps(expf(*mrun - tmax)));
         *mrun = tmax;
+        grew = 1;
     }
     const __m256 mb = _mm256_set1_ps(*mrun);
     __m256 e[4];
@@ -142,25 +149,43 @@ static void tile_stats(const uint16_t *tb, size_t nk, uint16_t *sc, float *mrun,
         if (part) e[k] = _mm256_and_ps(e[k], valid[k]);
     }
     *lrun = _mm256_add_ps(*lrun, _mm256_add_ps(_mm256_add_ps(e[0], e[1]), _mm256_add_ps(e[2], e[3])));
+    /* even / odd keys back in key order: 16 keys per pair of registers */
+    for (int k = 0; k < 4; k += 2) {
+        const __m256 lo = _mm256_unpacklo_ps(e[k], e[k + 1]);   /* keys 0-3, 8-11 */
+        const __m256 hi = _mm256_unpackhi_ps(e[k], e[k + 1]);   /* keys 4-7, 12-15 */
+        _mm256_stream_ps(ex + 8 * k, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_stream_ps(ex + 8 * k + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+    return grew;
 }
 
 /* ==== V pass ============================================================ */
 
-/* p[h][0..64) of a chunk from its bf16 scores: bf16(exp(s - M_h) / L_h),
- * keys past nk get 0.  A load of 8 scores at k < nk stays inside the
- * score row (rows are whole 32-key tiles, all written by the K pass). */
-static void chunk_probs(const uint16_t *sc, size_t ldsc, size_t c0, size_t nk, size_t G,
-                        const float *M, const float *L, float *pb)
+/* p[h][0..64) of a chunk: bf16(exp(s - M_h) / L_h), keys past nk get 0.
+ * exp(s - M_h) is the K pass's ex row when its max was already M_h
+ * (chunk start c0 >= fr[h], the first key of the tile that last raised
+ * it), else it is computed again from the bf16 scores.  Either way it is
+ * the same function of the same s and M_h, so the bits do not depend on
+ * which.  A load of 8 values at k < nk stays inside a row (rows are whole
+ * 32-key tiles, all written by the K pass). */
+static void chunk_probs(const uint16_t *sc, const float *ex, size_t ldsc, size_t c0, size_t nk,
+                        size_t G, const float *M, const float *L, const size_t *fr, float *pb)
 {
     for (size_t h = 0; h < G; h++) {
         const __m256 mb = _mm256_set1_ps(M[h]), lb = _mm256_set1_ps(L[h]);
         const __m256 rb = _mm256_set1_ps(1.0f / L[h]);
+        const int fresh = c0 >= fr[h];
         for (size_t k = 0; k < PVC; k += 8) {
             __m256 r = _mm256_setzero_ps();
             if (k < nk) {
-                const __m128i x = _mm_loadu_si128((const __m128i *)(sc + h * ldsc + c0 + k));
-                const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
-                const __m256 e = dsattn_exp256_ftz_neg(_mm256_sub_ps(s, mb));
+                __m256 e;
+                if (fresh) {
+                    e = _mm256_load_ps(ex + h * ldsc + c0 + k);
+                } else {
+                    const __m128i x = _mm_loadu_si128((const __m128i *)(sc + h * ldsc + c0 + k));
+                    const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+                    e = dsattn_exp256_ftz_neg(_mm256_sub_ps(s, mb));
+                }
                 const __m256 q0 = _mm256_mul_ps(e, rb);
                 const __m256 q1 = _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, lb, e), rb, q0);
                 r = dsattn_rbf16_256(q1);
@@ -243,19 +268,35 @@ static size_t batch(size_t left, int *ix)
 
 /* ==== The kernel ======================================================== */
 
+/* The workspace: mha_tmpl.h's (bf16 scores, probabilities, accumulators)
+ * and after it, 64-byte aligned, the fp32 exp rows [G][tp] of tile_stats. */
+static size_t ws_bytes_avx2(size_t G, size_t T)
+{
+    const size_t tp = (T + KT - 1) / KT * KT;
+    return mha_ws_bytes(G, T) + 64 + G * tp * sizeof(float);
+}
+
+static float *ex_split(float *acc, size_t G)
+{
+    return (float *)(((uintptr_t)(acc + G * 128) + 63) & ~(uintptr_t)63);
+}
+
 static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
                         const uint16_t *V, size_t cap, size_t T, float inv, void *ws, float *o)
 {
     const size_t tp = (T + KT - 1) / KT * KT;
     float *pb, *acc;
     uint16_t *sc = mha_ws_split(ws, G, tp, &pb, &acc);
+    float *ex = ex_split(acc, G);
     float M[64], L[64];
+    size_t fr[64];   /* per head: first key of the tile that last raised its max */
     __m256 lrun[64];
     uint16_t tb[6 * KT] __attribute__((aligned(64)));
     uint16_t kpad[128 * KT] __attribute__((aligned(64)));   /* a partial tile, padded */
     for (size_t h = 0; h < G; h++) {
         M[h] = -INFINITY;
         lrun[h] = _mm256_setzero_ps();
+        fr[h] = 0;
     }
 
     /* ---- K pass: scores, running max and sum */
@@ -287,7 +328,9 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
                 score_1_2(qh, d, kt, p0, inv, tb, 0);
             }
             for (size_t h = 0; h < nh; h++)
-                tile_stats(tb + h * KT, nk, sc + (h0 + h) * tp + b0, M + h0 + h, lrun + h0 + h);
+                if (tile_stats(tb + h * KT, nk, sc + (h0 + h) * tp + b0, ex + (h0 + h) * tp + b0,
+                               M + h0 + h, lrun + h0 + h))
+                    fr[h0 + h] = b0;
             h0 += nh;
         }
     }
@@ -309,7 +352,22 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
             vq[u].m = dsattn_mask256(n / 2);
             if (bs < 32 && masked_from == (int)nq) masked_from = (int)u;
         }
-        chunk_probs(sc, tp, c0, nk, G, M, L, pb);
+        chunk_probs(sc, ex, tp, c0, nk, G, M, L, fr, pb);
+        /* the next chunk's rows (streamed out by the K pass, so not in
+         * cache): 2 lines of exp per head, or 1 of scores where stale */
+        if (c0 + 2 * PVC <= tp)
+            for (size_t h = 0; h < G; h++) {
+                const size_t c1 = c0 + PVC;
+                if (c1 >= fr[h]) {
+                    _mm_prefetch((const char *)(ex + h * tp + c1), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(ex + h * tp + c1 + 16), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(ex + h * tp + c1 + 32), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(ex + h * tp + c1 + 48), _MM_HINT_T0);
+                } else {
+                    _mm_prefetch((const char *)(sc + h * tp + c1), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(sc + h * tp + c1 + 32), _MM_HINT_T0);
+                }
+            }
         const uint16_t *vt = V + c0 * d;
         const uint16_t *pf = c0 + (PFV + 1) * PVC <= T ? vt + PFV * PVC * d : NULL;
         for (size_t h0 = 0; h0 < G;) {
@@ -333,7 +391,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     mha_out(acc, G, d, o);
 }
 
-static const dsattn_mha_kern mha_avx2 = { "avx2", attend_avx2, mha_ws_bytes };
+static const dsattn_mha_kern mha_avx2 = { "avx2", attend_avx2, ws_bytes_avx2 };
 const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr = &mha_avx2;
 
 #else  /* no AVX2 compiler support: no such path */
