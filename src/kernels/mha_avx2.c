@@ -39,6 +39,7 @@
 #define PVC DSATTN_MHA_VTILE   /* keys per P.V chunk: one V tile             */
 #define PFK 2                  /* K prefetch distance, tiles (8 KB each)     */
 #define PFV 1                  /* V prefetch distance, tiles (16 KB each)    */
+#define KEEP_G 4               /* heads per group from which exps are kept   */
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -105,9 +106,9 @@ SCORE_FN(6, 1) SCORE_FN(4, 1) SCORE_FN(2, 2) SCORE_FN(1, 2)
  * to sc (64-byte aligned) and fold them into the head's running max and
  * sum of exp (the sum rescaled when the max grows).  The tile's
  * exp(s - max) (0 past nk) also go, in key order, to ex (64-byte
- * aligned): the V pass takes them as they are for every tile from the
- * last one that raised the max on (their max is the final one), instead
- * of a second exp.  Returns 1 if the max grew. */
+ * aligned; ex NULL: not kept): the V pass takes them as they are for
+ * every tile from the last one that raised the max on (their max is the
+ * final one), instead of a second exp.  Returns 1 if the max grew. */
 static int tile_stats(const uint16_t *tb, size_t nk, uint16_t *sc, float *ex, float *mrun,
                       __m256 *lrun)
 {
@@ -150,7 +151,7 @@ static int tile_stats(const uint16_t *tb, size_t nk, uint16_t *sc, float *ex, fl
     }
     *lrun = _mm256_add_ps(*lrun, _mm256_add_ps(_mm256_add_ps(e[0], e[1]), _mm256_add_ps(e[2], e[3])));
     /* even / odd keys back in key order: 16 keys per pair of registers */
-    for (int k = 0; k < 4; k += 2) {
+    for (int k = 0; k < 4 && ex; k += 2) {
         const __m256 lo = _mm256_unpacklo_ps(e[k], e[k + 1]);   /* keys 0-3, 8-11 */
         const __m256 hi = _mm256_unpackhi_ps(e[k], e[k + 1]);   /* keys 4-7, 12-15 */
         _mm256_stream_ps(ex + 8 * k, _mm256_permute2f128_ps(lo, hi, 0x20));
@@ -269,11 +270,12 @@ static size_t batch(size_t left, int *ix)
 /* ==== The kernel ======================================================== */
 
 /* The workspace: mha_tmpl.h's (bf16 scores, probabilities, accumulators)
- * and after it, 64-byte aligned, the fp32 exp rows [G][tp] of tile_stats. */
+ * and after it, 64-byte aligned, the fp32 exp rows [G][tp] of tile_stats
+ * (G >= KEEP_G). */
 static size_t ws_bytes_avx2(size_t G, size_t T)
 {
     const size_t tp = (T + KT - 1) / KT * KT;
-    return mha_ws_bytes(G, T) + 64 + G * tp * sizeof(float);
+    return mha_ws_bytes(G, T) + (G >= KEEP_G ? 64 + G * tp * sizeof(float) : 0);
 }
 
 static float *ex_split(float *acc, size_t G)
@@ -287,7 +289,10 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     const size_t tp = (T + KT - 1) / KT * KT;
     float *pb, *acc;
     uint16_t *sc = mha_ws_split(ws, G, tp, &pb, &acc);
-    float *ex = ex_split(acc, G);
+    /* Keep the K pass's exps for groups of KEEP_G heads and more: there a
+     * step is compute-bound and the second exp costs more than the 8 bytes
+     * per key and head of writing and reading them; MHA streams. */
+    float *ex = G >= KEEP_G ? ex_split(acc, G) : NULL;
     float M[64], L[64];
     size_t fr[64];   /* per head: first key of the tile that last raised its max */
     __m256 lrun[64];
@@ -296,7 +301,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     for (size_t h = 0; h < G; h++) {
         M[h] = -INFINITY;
         lrun[h] = _mm256_setzero_ps();
-        fr[h] = 0;
+        fr[h] = ex ? 0 : SIZE_MAX;   /* SIZE_MAX: no chunk takes kept exps */
     }
 
     /* ---- K pass: scores, running max and sum */
@@ -328,8 +333,9 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
                 score_1_2(qh, d, kt, p0, inv, tb, 0);
             }
             for (size_t h = 0; h < nh; h++)
-                if (tile_stats(tb + h * KT, nk, sc + (h0 + h) * tp + b0, ex + (h0 + h) * tp + b0,
-                               M + h0 + h, lrun + h0 + h))
+                if (tile_stats(tb + h * KT, nk, sc + (h0 + h) * tp + b0,
+                               ex ? ex + (h0 + h) * tp + b0 : NULL, M + h0 + h, lrun + h0 + h) &&
+                    ex)
                     fr[h0 + h] = b0;
             h0 += nh;
         }
@@ -354,7 +360,8 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
         }
         chunk_probs(sc, ex, tp, c0, nk, G, M, L, fr, pb);
         /* the next chunk's rows (streamed out by the K pass, so not in
-         * cache): 2 lines of exp per head, or 1 of scores where stale */
+         * cache): 4 lines of exps per head, or 2 of scores where none are
+         * kept or they are stale */
         if (c0 + 2 * PVC <= tp)
             for (size_t h = 0; h < G; h++) {
                 const size_t c1 = c0 + PVC;
