@@ -17,11 +17,16 @@
  *    exp of each head are updated per tile from the tile's 32 bf16 scores
  *    alone, so a head's statistics do not depend on the batch it ran in.
  *    The V pass computes p_j = bf16(exp(s_j - max) / sum) per chunk (the
- *    quotient by the Newton step of mha_avx512.c).
+ *    quotient by the Newton step of mha_avx512.c).  With 8 lanes that
+ *    second exp was ~15% of a GQA step, so for G >= 4 the K pass also
+ *    streams out its exp(s_j - max) rows (fp32, key order) and the V pass
+ *    takes them for every chunk from the tile that last raised the head's
+ *    max on (those were computed with the final max: the same bits as a
+ *    second exp); only the chunks before it compute the exp again.
  *  - P.V: V is tiled by 64 keys and 32-dim blocks ([w][32] per block), so
  *    32 bytes are 16 dims of one key; decoded once (even / odd dims) they
  *    feed 2 FMAs per head with p broadcast, accumulators in registers over
- *    the tile: 4 heads x 16 dims, 2 x 32 or 1 x 64.
+ *    the tile: 6 or 4 heads x 16 dims, 2 x 32 or 1 x 64.
  *  - software prefetch of the tile 2 K tiles / 1 V tile ahead.
  * Each key's score is one FMA chain over the dims in order and each head's
  * output one chain over the keys in order, whatever the batch: the heads
