@@ -596,11 +596,6 @@ DSATTN_TEST(mha, avx2_decode_kernel_matches_contract_on_tails_seed7)
     run_decode_kernel(dsattn_test_avx2_ktab());
 }
 
-DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_score_ramps_seed11)
-{
-    run_decode_kernel_ramps(dsattn_test_avx512_ktab());
-}
-
 DSATTN_TEST(mha, avx2_decode_kernel_matches_contract_on_score_ramps_seed11)
 {
     run_decode_kernel_ramps(dsattn_test_avx2_ktab());
