@@ -35,68 +35,62 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The read probes: one xor pass over bytes, four independent vector
+ * accumulators (a single scalar chain reads only 8 bytes a cycle, slower
+ * than the memory on some cores), in the vector width of the ISA being
+ * measured: 64 bytes (AVX-512), 32 (AVX2) or 16 (the baseline). */
+#define XOR_PROBE_BODY(VB)                                                          \
+    {                                                                               \
+        typedef uint64_t vec __attribute__((vector_size(VB)));                      \
+        vec s[4] = { { 0 } };                                                       \
+        size_t i = 0;                                                               \
+        for (; i + 4 * (VB) <= n; i += 4 * (VB))                                    \
+            for (int j = 0; j < 4; j++) {                                           \
+                vec v;                                                              \
+                memcpy(&v, a + i + (size_t)j * (VB), VB);                           \
+                s[j] ^= v;                                                          \
+            }                                                                       \
+        uint64_t t = 0;                                                             \
+        for (; i < n; i++) t += a[i];                                               \
+        for (size_t e = 0; e < (VB) / 8; e++) t ^= s[0][e] ^ s[1][e] ^ s[2][e] ^ s[3][e]; \
+        return t;                                                                   \
+    }
+
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) static float sum_avx512(const float *a, size_t n)
-{
-    __m512 s[8];
-    for (int j = 0; j < 8; j++) s[j] = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 128 <= n; i += 128)
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) s[j] = _mm512_add_ps(s[j], _mm512_load_ps(a + i + 16 * j));
-    float t = 0;
-    for (; i < n; i++) t += a[i];
-    for (int j = 1; j < 8; j++) s[0] = _mm512_add_ps(s[0], s[j]);
-    return t + _mm512_reduce_add_ps(s[0]);
-}
-
-__attribute__((target("avx2"))) static float sum_avx2(const float *a, size_t n)
-{
-    __m256 s[8];
-    for (int j = 0; j < 8; j++) s[j] = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64)
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) s[j] = _mm256_add_ps(s[j], _mm256_load_ps(a + i + 8 * j));
-    float t = 0, o[8];
-    for (; i < n; i++) t += a[i];
-    for (int j = 1; j < 8; j++) s[0] = _mm256_add_ps(s[0], s[j]);
-    _mm256_storeu_ps(o, s[0]);
-    for (int j = 0; j < 8; j++) t += o[j];
-    return t;
-}
+__attribute__((target("avx512f"))) static uint64_t xor_avx512(const uint8_t *a, size_t n)
+XOR_PROBE_BODY(64)
+__attribute__((target("avx2"))) static uint64_t xor_avx2(const uint8_t *a, size_t n)
+XOR_PROBE_BODY(32)
 #endif
+static uint64_t xor_plain(const uint8_t *a, size_t n)
+XOR_PROBE_BODY(16)
 
-static float sum_plain(const float *a, size_t n)
+/* simd: 2 = AVX-512, 1 = AVX2, 0 = the baseline */
+static uint64_t probe_xor(int simd, const void *p, size_t n)
 {
-    float s = 0;
-    for (size_t i = 0; i < n; i++) s += a[i];
-    return s;
-}
-
-static float probe_sum(int simd, const float *a, size_t n)
-{
+    const uint8_t *a = p;
 #if defined(__x86_64__)
-    if (simd == 2) return sum_avx512(a, n);
-    if (simd == 1) return sum_avx2(a, n);
+    if (simd == 2) return xor_avx512(a, n);
+    if (simd == 1) return xor_avx2(a, n);
 #endif
-    return sum_plain(a, n);
+    return xor_plain(a, n);
 }
 
-static volatile float probe_sink;
+static volatile uint64_t probe_sink;
+static volatile float fprobe_sink;
 
 double dsattn_bench_read_bw_pool(int simd, const float *a, size_t n, int T, int reps)
 {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        float tot = 0;
+        uint64_t tot = 0;
         double t0 = now_s();
-#pragma omp parallel num_threads(T) reduction(+ : tot)
+#pragma omp parallel num_threads(T) reduction(^ : tot)
         {
             int id = omp_get_thread_num(), nt = omp_get_num_threads();
             size_t per = (n / (size_t)nt) & ~(size_t)127;
             size_t b = per * (size_t)id, e = id == nt - 1 ? n : b + per;
-            tot += probe_sum(simd, a + b, e - b);
+            tot ^= probe_xor(simd, a + b, (e - b) * sizeof(float));
         }
         double t = now_s() - t0;
         probe_sink = tot;
@@ -105,40 +99,11 @@ double dsattn_bench_read_bw_pool(int simd, const float *a, size_t n, int T, int 
     return (double)n * 4.0 / best / 1e9;
 }
 
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) static uint64_t xor_avx512(const uint8_t *a, size_t n)
-{
-    __m512i s[4];
-    for (int j = 0; j < 4; j++) s[j] = _mm512_setzero_si512();
-    size_t i = 0;
-    for (; i + 256 <= n; i += 256)
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            s[j] = _mm512_xor_si512(s[j], _mm512_loadu_si512((const void *)(a + i + 64 * j)));
-    uint64_t t = 0;
-    for (; i < n; i++) t += a[i];
-    for (int j = 1; j < 4; j++) s[0] = _mm512_xor_si512(s[0], s[j]);
-    return t + (uint64_t)_mm512_reduce_add_epi64(s[0]);
-}
-#endif
-
-static uint64_t xor_bytes(const uint8_t *a, size_t n)
-{
-#if defined(__x86_64__)
-    if (dsattn_cpu_has_avx512()) return xor_avx512(a, n);
-#endif
-    uint64_t t = 0, w;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) { memcpy(&w, a + i, 8); t ^= w; }
-    for (; i < n; i++) t += a[i];
-    return t;
-}
-
-static volatile uint64_t replay_sink;
 
 double dsattn_bench_replay_read(const void *const *buf, const size_t *bytes, size_t n,
                                 int threads, int reps)
 {
+    const int simd = dsattn_cpu_has_avx512() ? 2 : (dsattn_cpu_has_avx2() ? 1 : 0);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         uint64_t tot = 0;
@@ -150,11 +115,11 @@ double dsattn_bench_replay_read(const void *const *buf, const size_t *bytes, siz
             {
                 size_t id = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
                 size_t lo = len / nt * id & ~(size_t)63, hi = id + 1 == nt ? len : len / nt * (id + 1) & ~(size_t)63;
-                tot ^= xor_bytes(p + lo, hi - lo);
+                tot ^= probe_xor(simd, p + lo, hi - lo);
             }
         }
         double t = now_s() - t0;
-        replay_sink = tot;
+        probe_sink = tot;
         if (t < best) best = t;
     }
     return best;
@@ -249,7 +214,7 @@ double dsattn_bench_fma_peak_probe(int simd, int T)
             tot += simd == 2 ? fma_avx512(iters, (float)r) : fma_avx2(iters, (float)r);
         }
         double t = now_s() - t0;
-        probe_sink = tot;
+        fprobe_sink = tot;
         if (t < best) best = t;
     }
     flops = (double)iters * T * (simd == 2 ? 16.0 * 16 * 2 : 12.0 * 8 * 2);
@@ -329,7 +294,7 @@ double dsattn_bench_amx_bf16_peak(int threads)
 #pragma omp parallel num_threads(threads) reduction(+ : tot)
         tot += amx_bf16_loop(iters);
         double t = now_s() - t0;
-        probe_sink = tot;
+        fprobe_sink = tot;
         if (t < best) best = t;
     }
     const double p = (double)iters * threads * 4 * 16 * 16 * 32 * 2 / best / 1e9;

@@ -98,7 +98,7 @@ static void print_rows(FILE *f, out_fmt fmt, const bench_row *r, size_t n)
 
 /* ==== Machine probes ==================================================== */
 /* Both probes live in bench_util.c (every mode reports against them):
- * read bandwidth = a sum over a >= 1 GiB array, contiguous slice per
+ * read bandwidth = an xor pass over a >= 1 GiB array, contiguous slice per
  * thread, best of several passes; FMA peak = many independent FMA chains
  * over register values that stay normal. */
 
@@ -640,7 +640,7 @@ static int bench_kernels(int argc, char **argv)
             fprintf(stderr,
                     "usage: dsattn bench kernels [--threads 1,2] [--format md|csv|json]\n"
                     "                            [--isa ref|avx2|avx512|neon] [--mem MiB] [--quick]\n"
-                    "  Measures DRAM read bandwidth (sum over --mem MiB, default 1024) and\n"
+                    "  Measures DRAM read bandwidth (one pass over --mem MiB, default 1024) and\n"
                     "  FMA peak, then every GEMV at V4.1 shapes and the fused packed-row\n"
                     "  attention kernels, as fractions of those limits.  Each case is\n"
                     "  verified against the scalar reference before it is timed.  The\n"
@@ -697,7 +697,7 @@ static int bench_kernels(int argc, char **argv)
         for (size_t s = 0; s < DSATTN_KTAB_SLOTS; s++)
             fprintf(f, " %s=%s", dsattn_ktab_slot_name(s), dsattn_ktab_impl_name(ctx->kt, s));
         fprintf(f, "\n\n");
-        fprintf(f, "| threads | DRAM read (sum over %zu MiB) | FMA peak (fp32) |\n|--:|--:|--:|\n", mib);
+        fprintf(f, "| threads | DRAM read (over %zu MiB) | FMA peak (fp32) |\n|--:|--:|--:|\n", mib);
         for (int ti = 0; ti < b.n_threads; ti++)
             fprintf(f, "| %d | %.2f GB/s | %.1f GFLOP/s |\n", b.threads[ti], b.bw[ti], b.peak[ti]);
         fprintf(f, "\n");
