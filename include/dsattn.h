@@ -136,6 +136,7 @@ typedef struct {
     double   proj_seconds[DSATTN_PHASE_COUNT];  /* of which dsattn_linear   */
     uint64_t bytes_read[DSATTN_PHASE_COUNT];    /* the kernels' counters    */
     uint64_t flops[DSATTN_PHASE_COUNT];
+    uint64_t proj_flops[DSATTN_PHASE_COUNT];    /* of which dsattn_linear   */
 } dsattn_profile;
 
 void           dsattn_ctx_set_profiling(dsattn_ctx *ctx, int on);

@@ -233,6 +233,9 @@ DSATTN_TEST(v41, phase_profile_seed13)
     for (int ph = 0; ph < DSATTN_PHASE_COUNT; ph++) {
         CHECK_MSG(p.proj_seconds[ph] <= p.seconds[ph] + 1e-6, "%s: projections %g > phase %g",
                   dsattn_phase_name((dsattn_phase)ph), p.proj_seconds[ph], p.seconds[ph]);
+        CHECK_MSG(p.proj_flops[ph] <= p.flops[ph], "%s: projection FLOPs %llu > phase %llu",
+                  dsattn_phase_name((dsattn_phase)ph), (unsigned long long)p.proj_flops[ph],
+                  (unsigned long long)p.flops[ph]);
         sum += p.seconds[ph];
     }
     const dsattn_phase seen[] = { DSATTN_PHASE_QUERY, DSATTN_PHASE_KV, DSATTN_PHASE_COMPRESS,
@@ -241,6 +244,7 @@ DSATTN_TEST(v41, phase_profile_seed13)
         CHECK_MSG(p.seconds[seen[i]] > 0 && p.bytes_read[seen[i]] > 0, "phase %s not timed",
                   dsattn_phase_name(seen[i]));
     CHECK(p.proj_seconds[DSATTN_PHASE_QUERY] > 0 && p.proj_seconds[DSATTN_PHASE_ATTN] == 0);
+    CHECK(p.proj_flops[DSATTN_PHASE_QUERY] > 0 && p.proj_flops[DSATTN_PHASE_ATTN] == 0);
     CHECK(sum <= wall);
     dsattn_ctx_counters_reset(ctx);
     p = dsattn_ctx_profile(ctx);

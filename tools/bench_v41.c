@@ -130,6 +130,21 @@ typedef struct {
     dsattn_v41_ced    ced;        /* prefill: CED mode                     */
 } v41_step;
 
+/* The "proj % FMA peak" column: the FLOPs of the context's projections
+ * (dsattn_linear) over their wall time, against peak (GFLOP/s, measured
+ * in this run); "-" when nothing was projected. */
+static void proj_peak_col(const dsattn_ctx *ctx, double peak, char *out, size_t n)
+{
+    const dsattn_profile p = dsattn_ctx_profile(ctx);
+    double s = 0, f = 0;
+    for (int ph = 0; ph < DSATTN_PHASE_COUNT; ph++) {
+        s += p.proj_seconds[ph];
+        f += (double)p.proj_flops[ph];
+    }
+    if (s > 0 && peak > 0) snprintf(out, n, "%.0f%%", 100.0 * f / 1e9 / s / peak);
+    else snprintf(out, n, "-");
+}
+
 static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
 {
     v41_step *a = arg;
@@ -294,18 +309,19 @@ int dsattn_bench_v41(int argc, char **argv)
     if (weight_list_make(m, &wl) == 0)
         for (int ti = 0; ti < nt; ti++)
             replay_s[ti] = dsattn_bench_replay_read(wl.buf, wl.bytes, wl.n, (int)thr[ti], 3);
-    dsattn_bench_table t = { .mode = "v41", .title = title, .fmt = fmt, .n_extra = 15,
+    dsattn_bench_table t = { .mode = "v41", .title = title, .fmt = fmt, .n_extra = 16,
                              .extra = { "byte bound ms", "t / bound", "replay bound ms",
                                         "t / replay bound", "t / t(first depth)", "batch",
                                         "tok/s", "FLOP bound ms", "step bound ms",
                                         "t / step bound", "tok/s / B=1", "ced",
-                                        "prefill tok/s", "work bound", "t(off) / t" },
+                                        "prefill tok/s", "work bound", "t(off) / t",
+                                        "proj % FMA peak" },
                              .extra_key = { "byte_bound_ms", "t_over_bound", "replay_bound_ms",
                                             "t_over_replay_bound", "t_over_first", "batch",
                                             "tok_per_s", "flop_bound_ms", "step_bound_ms",
                                             "t_over_step_bound", "tok_per_s_over_b1", "ced",
                                             "prefill_tok_per_s", "work_bound",
-                                            "speedup_vs_off" } };
+                                            "speedup_vs_off", "proj_frac_fma_peak" } };
     dsattn_bench_begin(&t, dsattn_bench_isa_label());
     double first[8][8] = { { 0 } };
     const int amx = strstr(dsattn_bench_isa_label(), "amx") != NULL;
@@ -320,7 +336,7 @@ int dsattn_bench_v41(int argc, char **argv)
             dsattn_ctx_params p = dsattn_ctx_default_params();
             p.n_threads = (int)thr[ti];
             if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
-            dsattn_ctx_set_profiling(ctx, profile);
+            dsattn_ctx_set_profiling(ctx, 1);        /* proj % FMA peak */
             for (size_t k = 0; k < nb; k++)
                 dsattn_v41_seq_fill_synthetic(seqs[k], depths[di],
                                               seed + (uint64_t)di + 1000 * (uint64_t)k);
@@ -364,6 +380,7 @@ int dsattn_bench_v41(int argc, char **argv)
                 if (tok_b1 > 0) snprintf(r.extra[10], sizeof r.extra[10], "%.2f", tok / tok_b1);
                 else snprintf(r.extra[10], sizeof r.extra[10], "-");
                 for (int k = 11; k < 15; k++) snprintf(r.extra[k], sizeof r.extra[k], "-");
+                proj_peak_col(ctx, peak, r.extra[15], sizeof r.extra[15]);
                 dsattn_bench_row(&t, &r);
                 if (profile && n_prof < 64) {
                     dsattn_bench_prof_row *pr = &prof[n_prof++];
@@ -392,7 +409,7 @@ int dsattn_bench_v41(int argc, char **argv)
         dsattn_ctx_params p = dsattn_ctx_default_params();
         p.n_threads = (int)thr[ti];
         if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
-        dsattn_ctx_set_profiling(ctx, profile);
+        dsattn_ctx_set_profiling(ctx, 1);
         v41_step a = { m, NULL, NULL, 1, (size_t)prefill, dim, h, 0, 0.0, ced };
         dsattn_bench_result r = { .depth = 0, .kv_bytes = bill.global_bytes_per_token };
         snprintf(r.model, sizeof r.model, "DeepSeek-V4.1-Flash");
@@ -423,6 +440,9 @@ int dsattn_bench_v41(int argc, char **argv)
                 snprintf(r.extra[14], sizeof r.extra[14], "%.2f", off_ms / r.ms_mean);
             else
                 snprintf(r.extra[14], sizeof r.extra[14], "-");
+            proj_peak_col(ctx, amx ? DSATTN_MAX(r.lim_gflops, dsattn_bench_amx_bf16_peak((int)thr[ti]))
+                                   : r.lim_gflops,
+                          r.extra[15], sizeof r.extra[15]);
             dsattn_bench_row(&t, &r);
             if (profile && n_prof < 64) {
                 dsattn_bench_prof_row *pr = &prof[n_prof++];
@@ -434,10 +454,10 @@ int dsattn_bench_v41(int argc, char **argv)
         }
         dsattn_ctx_destroy(ctx);
     }
-    char footer[2400];
+    char footer[2800];
     snprintf(footer, sizeof footer,
              "Byte bound = bytes the kernels read in the step (weights + KV + index keys) / the "
-             "read bandwidth measured in this run (a 1 GiB sum).  Replay bound = the time to merely "
+             "read bandwidth measured in this run (a 1 GiB read).  Replay bound = the time to merely "
              "read this model's %.2f GB of weight buffers in the step's pattern (one parallel "
              "region per buffer, no compute; %.1f GB/s on %d thread(s)), plus the other bytes at "
              "the 1 GiB rate: the weights are hundreds of buffers over GBs, which this machine "
@@ -449,8 +469,9 @@ int dsattn_bench_v41(int argc, char **argv)
              "ms/token is the time of one step that decodes one token for each of B sequences "
              "(the batched stack, weights read once), tok/s = B / that time; FLOP bound = the "
              "step's FLOPs / the fp32 FMA peak measured in this run (the AMX-BF16 tile peak where "
-             "the context runs tiles); step bound = max(byte bound, FLOP bound).  "
-             "Peak RSS %.2f GB.\n",
+             "the context runs tiles); step bound = max(byte bound, FLOP bound).  proj %% FMA peak = "
+             "the FLOPs of the step's weight projections over their own wall time, against "
+             "the same peak.  Peak RSS %.2f GB.\n",
              wl.total / 1e9, replay_s[nt - 1] > 0 ? wl.total / replay_s[nt - 1] / 1e9 : 0,
              (int)thr[nt - 1], (double)bill.window_bytes / 1e6, prefill, peak_rss_gb());
     free(wl.buf);

@@ -113,11 +113,12 @@ class Context:
         lib.dsattn_ctx_set_profiling(self.handle, 1 if on else 0)
 
     def profile(self):
-        """{phase: {seconds, proj_seconds, bytes_read, flops}} (set_profiling first)."""
+        """{phase: {seconds, proj_seconds, bytes_read, flops, proj_flops}} (set_profiling first)."""
         p = lib.dsattn_ctx_profile(self.handle)
         return {lib.dsattn_phase_name(i).decode(): {
             "seconds": p.seconds[i], "proj_seconds": p.proj_seconds[i],
-            "bytes_read": int(p.bytes_read[i]), "flops": int(p.flops[i])}
+            "bytes_read": int(p.bytes_read[i]), "flops": int(p.flops[i]),
+            "proj_flops": int(p.proj_flops[i])}
             for i in range(_lib.N_PHASES)}
 
     def __repr__(self):

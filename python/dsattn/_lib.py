@@ -112,7 +112,8 @@ N_PHASES = 7
 
 class Profile(ctypes.Structure):
     _fields_ = [("seconds", c_double * N_PHASES), ("proj_seconds", c_double * N_PHASES),
-                ("bytes_read", c_uint64 * N_PHASES), ("flops", c_uint64 * N_PHASES)]
+                ("bytes_read", c_uint64 * N_PHASES), ("flops", c_uint64 * N_PHASES),
+                ("proj_flops", c_uint64 * N_PHASES)]
 
 
 class KvBill(ctypes.Structure):

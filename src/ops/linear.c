@@ -566,6 +566,7 @@ static void prof_add(dsattn_ctx *ctx, double dt, uint64_t b0, uint64_t f0)
 {
     const int ph = ctx->phase >= 0 ? ctx->phase : DSATTN_PHASE_OTHER;
     ctx->prof.proj_seconds[ph] += dt;
+    ctx->prof.proj_flops[ph] += ctx->cnt.flops - f0;
     if (ctx->phase < 0) {                 /* no open phase: it is its own */
         ctx->prof.seconds[ph] += dt;
         ctx->prof.bytes_read[ph] += ctx->cnt.bytes_read - b0;
