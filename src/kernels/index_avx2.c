@@ -7,17 +7,24 @@
  * half-units k + 12 (0..24), and the block sum started at -12 * sum(q).
  * AVX2 has no vpdpbusd; its two steps are vpmaddubsw (unsigned key bytes x
  * signed query bytes, adjacent pairs summed into int16 with saturation)
- * and vpmaddwd against ones (int16 pairs into int32).  Nothing saturates:
- * a key byte is at most 24 and a query byte at most 12 in magnitude, so a
- * pair sum is at most 2 * 24 * 12 = 576 in magnitude, and the int16 lanes
- * add the pair sums of a whole 32-dim block (8 groups) before widening:
- * at most 8 * 576 = 4608 < 32767.  The int32 block sum is then exactly
- * the vpdpbusd one, and the scaling (fp32 where dsattn_index_key_fits_f32
- * allows it, double otherwise) and the head weighting repeat the VNNI
- * form's operations in its order, 8 lanes at a time - the double head sum
- * in the same lanes and the same reduction tree - so the scores are the
- * same bits.
+ * and vpmaddwd (int16 pairs into int32).  Nothing saturates or wraps: a
+ * key byte is at most 24 and a query byte at most 12 in magnitude, so a
+ * pair sum is at most 2 * 24 * 12 = 576 in magnitude; each int16 lane
+ * starts at half the bias correction (|-12 * sum(q)| / 2 <= 2304) and adds
+ * the pair sums of a whole 32-dim block (8 groups) before widening: at
+ * most 2304 + 8 * 576 = 6912 < 32767.  The widened block sum is then
+ * exactly the vpdpbusd one.  Keys whose block sums the VNNI form scales in
+ * fp32 (dsattn_index_key_fits_f32: every partial sum exact) get the same
+ * exact sum here in int32 - the widening vpmaddwd multiplies by the power
+ * of two between each block's scale and the key's smallest (score_rows) -
+ * then converted to fp32 and scaled by a power of two, both exact; the others
+ * repeat the VNNI form's double scaling in its order.  The head weighting
+ * repeats the VNNI form's operations in its order, 8 lanes at a time - the
+ * double head sum in the same lanes and the same reduction tree - so the
+ * scores are the same bits.
  *
+ * The block's 8 groups x 4 keys of byte dot products are one asm block
+ * (block4): compiled from intrinsics, GCC kept accumulators in memory.
  * The key loop around score_rows is the VNNI form's, index_scores_tmpl.h.
  *
  * Limits: the VNNI form's (nh a multiple of 16 up to 64, dh a multiple of
@@ -59,11 +66,7 @@ AI void decode_row(const uint8_t *row, size_t dh, __m128i lut, uint8_t *kb)
     }
 }
 
-/* 2^(e - 128) as a float (fp32-scaled keys: normal range) and as a double */
-AI __m256 key_scale32(uint8_t e)
-{
-    return _mm256_castsi256_ps(_mm256_set1_epi32((int)(((uint32_t)e + 127u - 128u) << 23)));
-}
+/* 2^(e - 128) as a double */
 AI __m256d key_scaled(uint8_t e)
 {
     return _mm256_castsi256_pd(_mm256_set1_epi64x((long long)(((uint64_t)e + 1023 - 128) << 52)));
@@ -91,48 +94,167 @@ AI float head_reduce(__m256d lo, __m256d hi)
 
 #define IDX_ROWS 4
 
+/* Per call, from the query layout (aux_prepare): the key table, the bias
+ * correction split over each int32 lane's two int16 halves (the int16
+ * accumulators start there, so the widened sum already holds it), and for
+ * the fp32-scaled keys the integer block weights 2^(e_bh - emin_h) (e_bh
+ * the exponent of block b's unit u_q of head h, emin_h the smallest over
+ * the head's nonzero blocks) and emin_h itself. */
+typedef struct {
+    __m128i lut;
+    int16_t nb16[8 * 64 * 2] __attribute__((aligned(32)));  /* [block][head][2] */
+    int16_t qm16[8 * 64 * 2] __attribute__((aligned(32)));  /* [block][head][2] */
+    int32_t hexp[64] __attribute__((aligned(32)));          /* emin_h - 1 */
+} idx_aux;
+
+static void aux_prepare(const dsattn_index_vnni_q *p, idx_aux *a)
+{
+    const size_t nb = p->dh / 32;
+    uint64_t nz[8];                     /* [block] bit h: the block of head h is nonzero */
+    for (size_t b = 0; b < nb; b++) {
+        __m256i o[8];
+        for (size_t k = 0; k < 8; k++) o[k] = _mm256_setzero_si256();
+        for (size_t g = 0; g < 8; g++)
+            for (size_t k = 0; k < 8; k++)
+                o[k] = _mm256_or_si256(o[k], _mm256_load_si256((const __m256i *)(p->qb + (b * 8 + g) * 256) + k));
+        nz[b] = 0;
+        for (size_t k = 0; k < 8; k++) {
+            const __m256i z = _mm256_cmpeq_epi32(o[k], _mm256_setzero_si256());
+            nz[b] |= (uint64_t)(~_mm256_movemask_ps(_mm256_castsi256_ps(z)) & 0xff) << (8 * k);
+        }
+    }
+    for (size_t h = 0; h < p->nh; h++) {
+        int e[8], emin = 1000;
+        for (size_t b = 0; b < nb; b++) {
+            /* u = 2^e, as index_prep.c reads it (a subnormal u from where its bit sits) */
+            const uint32_t ub = dsattn_f32_bits(p->unit[b * 64 + h]), ef = (ub >> 23) & 0xffu;
+            e[b] = ef ? (int)ef - 127 : -149 + (31 - __builtin_clz(ub & 0x7fffffu));
+            if (nz[b] >> h & 1) emin = e[b] < emin ? e[b] : emin;
+        }
+        if (emin == 1000) emin = p->ue_min;    /* an all-zero head: its sums are 0 */
+        for (size_t b = 0; b < nb; b++) {
+            /* zero blocks add 0 whatever their weight; the others lie within
+             * ue_span <= 8 binades when any key takes the fp32 scaling */
+            int sh = nz[b] >> h & 1 ? e[b] - emin : 0;
+            sh = sh > 8 ? 8 : sh;
+            const int32_t bias = p->nbias[b * 64 + h];
+            a->nb16[(b * 64 + h) * 2] = (int16_t)(bias >> 1);
+            a->nb16[(b * 64 + h) * 2 + 1] = (int16_t)(bias - (bias >> 1));
+            a->qm16[(b * 64 + h) * 2] = a->qm16[(b * 64 + h) * 2 + 1] = (int16_t)(1 << sh);
+        }
+        a->hexp[h] = emin - 1;
+    }
+}
+
+/* One 32-dim block of 16 heads for 4 keys: per group of 4 dims a key's
+ * 4 bytes broadcast, 2 vpmaddubsw against the group's query bytes (q, 256 B
+ * apart per group) and 2 int16 adds into acc[key][0..1].  In assembly:
+ * GCC's allocation of the 8 accumulators around the rest of score_rows
+ * kept some of them in memory, a store-to-load chain per group. */
+#define BLOCK4_G(g)                                                                   \
+    "vpbroadcastd " #g "*4(%[k0]), %[kv]\n\t"                                         \
+    "vpmaddubsw " #g "*256(%[q]), %[kv], %[t]\n\t"                                    \
+    "vpaddw %[t], %[a00], %[a00]\n\t"                                                 \
+    "vpmaddubsw " #g "*256+32(%[q]), %[kv], %[kv]\n\t"                                \
+    "vpaddw %[kv], %[a01], %[a01]\n\t"                                                \
+    "vpbroadcastd " #g "*4(%[k1]), %[kv]\n\t"                                         \
+    "vpmaddubsw " #g "*256(%[q]), %[kv], %[t]\n\t"                                    \
+    "vpaddw %[t], %[a10], %[a10]\n\t"                                                 \
+    "vpmaddubsw " #g "*256+32(%[q]), %[kv], %[kv]\n\t"                                \
+    "vpaddw %[kv], %[a11], %[a11]\n\t"                                                \
+    "vpbroadcastd " #g "*4(%[k2]), %[kv]\n\t"                                         \
+    "vpmaddubsw " #g "*256(%[q]), %[kv], %[t]\n\t"                                    \
+    "vpaddw %[t], %[a20], %[a20]\n\t"                                                 \
+    "vpmaddubsw " #g "*256+32(%[q]), %[kv], %[kv]\n\t"                                \
+    "vpaddw %[kv], %[a21], %[a21]\n\t"                                                \
+    "vpbroadcastd " #g "*4(%[k3]), %[kv]\n\t"                                         \
+    "vpmaddubsw " #g "*256(%[q]), %[kv], %[t]\n\t"                                    \
+    "vpaddw %[t], %[a30], %[a30]\n\t"                                                 \
+    "vpmaddubsw " #g "*256+32(%[q]), %[kv], %[kv]\n\t"                                \
+    "vpaddw %[kv], %[a31], %[a31]\n\t"
+
+AI void block4(const int8_t *q, const uint8_t *k0, const uint8_t *k1, const uint8_t *k2,
+               const uint8_t *k3, __m256i acc[][2])
+{
+    __m256i kv, t;
+    __asm__(BLOCK4_G(0) BLOCK4_G(1) BLOCK4_G(2) BLOCK4_G(3)
+            BLOCK4_G(4) BLOCK4_G(5) BLOCK4_G(6) BLOCK4_G(7)
+            : [a00] "+x"(acc[0][0]), [a01] "+x"(acc[0][1]), [a10] "+x"(acc[1][0]),
+              [a11] "+x"(acc[1][1]), [a20] "+x"(acc[2][0]), [a21] "+x"(acc[2][1]),
+              [a30] "+x"(acc[3][0]), [a31] "+x"(acc[3][1]), [kv] "=&x"(kv), [t] "=&x"(t)
+            : [q] "r"(q), [k0] "r"(k0), [k1] "r"(k1), [k2] "r"(k2), [k3] "r"(k3),
+              "m"(*(const int8_t(*)[7 * 256 + 64])q), "m"(*(const uint8_t(*)[32])k0),
+              "m"(*(const uint8_t(*)[32])k1), "m"(*(const uint8_t(*)[32])k2),
+              "m"(*(const uint8_t(*)[32])k3));
+}
+#undef BLOCK4_G
+
 /* NR rows x NHC chunks of 16 heads, compile-time shapes.  Per block and
  * chunk the 2 x NR int16 accumulators stay in registers over the block's 8
- * groups; each pair of query loads feeds NR rows.  The block totals live in
- * small arrays (L1). */
+ * groups; each pair of query loads feeds NR rows.
+ *
+ * A key that takes the fp32 scaling (dsattn_index_key_fits_f32) sums its
+ * blocks in int32: block b of head h adds corr_bh * 2^(e_bh - emin_h +
+ * k_b - kmin), k_b its scale byte and kmin the smallest, the power of two
+ * the int16 multiplier of the widening vpmaddwd.  The shift is at most
+ * ue_span + (kmax - kmin) <= 8, so with |corr| <= 32 * 12 * 12 = 4608 the
+ * total stays below 8 * 2^12.2 * 2^8 < 2^24: exact in int32, exact as a
+ * float, and times 2^(emin_h + kmin - 128) (a power of two, the smallest
+ * term's, >= 2^-120 by the same check) exactly the sum the VNNI form forms
+ * in fp32 - which is exact too.  The other keys take the VNNI form's
+ * double scaling, block after block. */
 AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,
-                   __m128i lut, const size_t NR, const size_t NHC, float *out)
+                   const idx_aux *a, const size_t NR, const size_t NHC, float *out)
 {
     uint8_t kb[IDX_ROWS][256] __attribute__((aligned(32)));
-    float t32[IDX_ROWS][64] __attribute__((aligned(32)));
+    int32_t ti[IDX_ROWS][64] __attribute__((aligned(32)));
     double td[IDX_ROWS][64] __attribute__((aligned(32)));
-    int f32[IDX_ROWS];
+    int f32[IDX_ROWS], kmin[IDX_ROWS];
     const size_t nb = dh / 32;
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) {
-        decode_row(row[r], dh, lut, kb[r]);
+        decode_row(row[r], dh, a->lut, kb[r]);
         f32[r] = dsattn_index_key_fits_f32(p, row[r] + dh / 2, nb);
+        int m = 255;
+        for (size_t b = 0; b < nb; b++) m = row[r][dh / 2 + b] < m ? row[r][dh / 2 + b] : m;
+        kmin[r] = m;
     }
     for (size_t b = 0; b < nb; b++) {
-        /* rolled loops on purpose: unrolled, GCC kept all 32 key broadcasts
-         * of a block live across the head chunks and reassociated the adds
-         * into trees of products, and spilled most of them */
+        __m128i ksh[IDX_ROWS];
+#pragma GCC unroll 4
+        for (size_t r = 0; r < NR; r++) ksh[r] = _mm_cvtsi32_si128(row[r][dh / 2 + b] - kmin[r]);
+        /* the chunk loop rolled on purpose: unrolled, GCC kept the key
+         * broadcasts live across the head chunks and spilled accumulators */
 #pragma GCC unroll 1
         for (size_t hc = 0; hc < NHC; hc++) {
+            const size_t h0 = b * 64 + hc * 16;
             __m256i acc[IDX_ROWS][2];
+            const __m256i nb0 = _mm256_load_si256((const __m256i *)(a->nb16 + h0 * 2));
+            const __m256i nb1 = _mm256_load_si256((const __m256i *)(a->nb16 + h0 * 2 + 16));
 #pragma GCC unroll 4
-            for (size_t r = 0; r < NR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-            for (size_t g = 0; g < 8; g++) {
-                const int8_t *qg = p->qb + ((b * 8 + g) * 64 + hc * 16) * 4;
-                const __m256i q0 = _mm256_load_si256((const __m256i *)qg);
-                const __m256i q1 = _mm256_load_si256((const __m256i *)(qg + 32));
+            for (size_t r = 0; r < NR; r++) {
+                acc[r][0] = nb0;
+                acc[r][1] = nb1;
+            }
+            const int8_t *qb = p->qb + (b * 8 * 64 + hc * 16) * 4;
+            if (NR == 4) {
+                block4(qb, kb[0] + b * 32, kb[1] + b * 32, kb[2] + b * 32, kb[3] + b * 32, acc);
+            } else {
+#pragma GCC unroll 1
+                for (size_t g = 0; g < 8; g++) {
+                    const __m256i q0 = _mm256_load_si256((const __m256i *)(qb + g * 256));
+                    const __m256i q1 = _mm256_load_si256((const __m256i *)(qb + g * 256 + 32));
 #pragma GCC unroll 4
-                for (size_t r = 0; r < NR; r++) {
-                    int32_t kk;
-                    memcpy(&kk, kb[r] + b * 32 + g * 4, 4);
-                    const __m256i kv = _mm256_set1_epi32(kk);
-                    acc[r][0] = _mm256_add_epi16(acc[r][0], _mm256_maddubs_epi16(kv, q0));
-                    acc[r][1] = _mm256_add_epi16(acc[r][1], _mm256_maddubs_epi16(kv, q1));
+                    for (size_t r = 0; r < NR; r++) {
+                        int32_t kk;
+                        memcpy(&kk, kb[r] + b * 32 + g * 4, 4);
+                        const __m256i kv = _mm256_set1_epi32(kk);
+                        acc[r][0] = _mm256_add_epi16(acc[r][0], _mm256_maddubs_epi16(kv, q0));
+                        acc[r][1] = _mm256_add_epi16(acc[r][1], _mm256_maddubs_epi16(kv, q1));
+                    }
                 }
             }
-            const size_t h0 = b * 64 + hc * 16;
             const int first = b == 0;      /* the totals start at 0 (no memset) */
 #pragma GCC unroll 4
             for (size_t r = 0; r < NR; r++) {
@@ -140,18 +262,15 @@ AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size
 #pragma GCC unroll 2
                 for (size_t s = 0; s < 2; s++) {
                     const size_t h = hc * 16 + s * 8;
-                    const __m256i corr = _mm256_add_epi32(
-                        _mm256_madd_epi16(acc[r][s], ones),
-                        _mm256_loadu_si256((const __m256i *)(p->nbias + h0 + s * 8)));
                     if (f32[r]) {
-                        /* corr * (u * s_k), all exact (dsattn_index_key_fits_f32) */
-                        const __m256 u = _mm256_mul_ps(_mm256_loadu_ps(p->unit + h0 + s * 8),
-                                                       key_scale32(e8));
-                        _mm256_store_ps(t32[r] + h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), u,
-                                                                    first ? _mm256_setzero_ps()
-                                                                          : _mm256_load_ps(t32[r] + h)));
+                        const __m256i m = _mm256_sll_epi16(
+                            _mm256_load_si256((const __m256i *)(a->qm16 + (h0 + s * 8) * 2)), ksh[r]);
+                        const __m256i c = _mm256_madd_epi16(acc[r][s], m);
+                        _mm256_store_si256((__m256i *)(ti[r] + h),
+                                           first ? c : _mm256_add_epi32(c, _mm256_load_si256((const __m256i *)(ti[r] + h))));
                     } else {
                         /* corr * u_q * s_k exact in double, one fused add each */
+                        const __m256i corr = _mm256_madd_epi16(acc[r][s], ones);
                         const __m256d ks = key_scaled(e8);
                         const __m256d u0 = _mm256_mul_pd(_mm256_loadu_pd(p->unitd + h0 + s * 8), ks);
                         const __m256d u1 = _mm256_mul_pd(_mm256_loadu_pd(p->unitd + h0 + s * 8 + 4), ks);
@@ -166,21 +285,34 @@ AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size
             }
         }
     }
+    /* the head weighting of the NR keys side by side: their double sums
+     * are independent chains */
+    __m256d lo[IDX_ROWS], hi[IDX_ROWS];
 #pragma GCC unroll 4
-    for (size_t r = 0; r < NR; r++) {
-        __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
-        for (size_t h = 0; h < NHC * 16; h += 8) {
+    for (size_t r = 0; r < NR; r++) lo[r] = hi[r] = _mm256_setzero_pd();
+#pragma GCC unroll 1
+    for (size_t h = 0; h < NHC * 16; h += 8) {
+        const __m256i he = _mm256_load_si256((const __m256i *)(a->hexp + h));
+#pragma GCC unroll 4
+        for (size_t r = 0; r < NR; r++) {
             /* double totals are rounded to fp32 first, as in the VNNI form */
-            const __m256 dot = f32[r] ? _mm256_load_ps(t32[r] + h)
-                                      : _mm256_set_m128(_mm256_cvtpd_ps(_mm256_load_pd(td[r] + h + 4)),
-                                                        _mm256_cvtpd_ps(_mm256_load_pd(td[r] + h)));
-            head_oct(&lo, &hi, dot, p->w + h);
+            __m256 dot;
+            if (f32[r]) {
+                const __m256 sc = _mm256_castsi256_ps(
+                    _mm256_slli_epi32(_mm256_add_epi32(he, _mm256_set1_epi32(kmin[r])), 23));
+                dot = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(ti[r] + h))), sc);
+            } else {
+                dot = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_load_pd(td[r] + h + 4)),
+                                      _mm256_cvtpd_ps(_mm256_load_pd(td[r] + h)));
+            }
+            head_oct(&lo[r], &hi[r], dot, p->w + h);
         }
-        out[r] = head_reduce(lo, hi);
     }
+#pragma GCC unroll 4
+    for (size_t r = 0; r < NR; r++) out[r] = head_reduce(lo[r], hi[r]);
 }
 
-#define IDX_LUT __m128i
+#define IDX_LUT const idx_aux *
 #define IDX_TARGET
 #include "index_scores_tmpl.h"
 
@@ -188,8 +320,10 @@ void dsattn_index_avx2_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
                               size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
                               float *score)
 {
-    const __m128i lut = _mm_loadu_si128((const __m128i *)dsattn_index_k_lut);
-    score_heads(p, base, row_bytes, sel, j0, n, lut, score);
+    idx_aux a;
+    a.lut = _mm_loadu_si128((const __m128i *)dsattn_index_k_lut);
+    aux_prepare(p, &a);
+    score_heads(p, base, row_bytes, sel, j0, n, &a, score);
 }
 
 static const dsattn_index_kern index_avx2 = {
