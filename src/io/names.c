@@ -6,7 +6,9 @@
  * loader that maps names differently from the official converter would load
  * a different model.  The key is the second-to-last dotted component, or the
  * last one for V4's parameters without a ".weight" suffix (hc*, attn_sink,
- * ape, tid2eid).  V3's converter raises on an unknown key; we pass unknown
+ * ape, and the hash-routing table, which the checkpoint and the official
+ * converter spell "tie2eid" while the model's parameter is tid2eid: the
+ * test below matches the checkpoint's spelling).  V3's converter raises on an unknown key; we pass unknown
  * names through unchanged, because only attention tensors are ever looked up
  * and the rest are listed as "not attention".
  */
