@@ -465,9 +465,11 @@ DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
     const int vnni = dsattn_index_vnni_ok(32, 128), avx2 = dsattn_index_avx2_ok(32, 128);
     if (!vnni && !avx2) { dsattn_test_skip("neither AVX-512 VNNI nor AVX2"); return; }
     dsattn_rng r = { 9 };
-    /* the last case draws narrow scales, so most keys take the exact fp32
-     * block scaling; the others mostly the double one */
-    const size_t dims[4][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 }, { 64, 128 } };
+    /* the last two cases draw narrow scales, so most keys take the exact
+     * fp32 block scaling; the others mostly the double one.  The last one's
+     * queries sit 2^12 up, so a zero block's unit (1) lies 9+ binades under
+     * the nonzero blocks' and must not count as the head's smallest */
+    const size_t dims[5][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 }, { 64, 128 }, { 64, 128 } };
     dsattn_ctx *ref = NULL, *fast[2] = { NULL, NULL };
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.mode = DSATTN_MODE_REFERENCE;
@@ -478,8 +480,8 @@ DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
     p.isa = DSATTN_ISA_AVX512;
     if (dsattn_ctx_create(&fast[1], &p) != DSATTN_OK) fast[1] = NULL;   /* no AVX-512 here */
     if (avx2 && fast[0]) CHECK(fast[0]->kt->index && !strcmp(fast[0]->kt->index->name, "avx2"));
-    for (int c = 0; c < 4 && ref; c++) {
-        const int narrow = c == 3;
+    for (int c = 0; c < 5 && ref; c++) {
+        const int narrow = c >= 3, up = c == 4 ? 12 : 0;
         size_t nh = dims[c][0], dh = dims[c][1], n = 5000, rb = dsattn_fp4_index_row_bytes(dh);
         float *q = malloc(nh * dh * sizeof(float)), *w = malloc(nh * sizeof(float));
         float *key = malloc(dh * sizeof(float));
@@ -489,11 +491,13 @@ DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
         int32_t *sel = malloc(n * sizeof(int32_t));
         for (size_t h = 0; h < nh; h++) {
             for (size_t i = 0; i < dh; i++) {
-                float amp = ldexpf(1.0f, narrow ? (int)(dsattn_rng_u64(&r) % 2)
+                float amp = ldexpf(1.0f, narrow ? up + (int)(dsattn_rng_u64(&r) % 2)
                                                 : (int)(dsattn_rng_u64(&r) % 12) - 6);
                 q[h * dh + i] = dsattn_round_bf16(dsattn_rng_normal(&r) * amp);
             }
             if (h == 1) memset(q + h * dh, 0, dh * sizeof(float));   /* zero head */
+            if (h == 3 && dh >= 64)            /* one zero block beside nonzero ones */
+                memset(q + h * dh + 32, 0, 32 * sizeof(float));
             if (h == 2 && c == 0)                                    /* extreme codes: +-6 */
                 for (size_t i = 0; i < dh; i++) q[h * dh + i] = i % 2 ? -6.0f : 6.0f;
             dsattn_quant_fp4_ue8m0(q + h * dh, dh, NULL, NULL, q + h * dh);
