@@ -35,13 +35,14 @@ typedef struct {
     double lanes;
 } isa_t;
 
-/* The base slot of the named table (ktab.h): "avx512", "neon", and both
- * AVX2 tables by name ("avx2", "avx2-expshift") whichever of them the
- * context would choose on this CPU. */
+/* The base slot of the named table (ktab.h): "neon", and both AVX2 and
+ * both AVX-512 tables by name ("avx2", "avx2-expshift", "avx512",
+ * "avx512-expshift") whichever of them the context would choose on this
+ * CPU. */
 static int get_isa(const char *name, isa_t *out)
 {
     dsattn_ktab t;
-    const int w = !strcmp(name, "avx512"), neon = !strcmp(name, "neon");
+    const int w = !strncmp(name, "avx512", 6), neon = !strcmp(name, "neon");
     const dsattn_isa isa = w ? DSATTN_ISA_AVX512 : neon ? DSATTN_ISA_NEON : DSATTN_ISA_AVX2;
     if (dsattn_ktab_fill(&t, isa, 0) != DSATTN_OK) {
         dsattn_test_skip(w ? "no AVX-512 (CPU or build)" : neon ? "no NEON (not an aarch64 build)"
@@ -49,7 +50,9 @@ static int get_isa(const char *name, isa_t *out)
         return 0;
     }
     out->k = !strcmp(name, "avx2") ? dsattn_kernels_avx2_ptr
-           : !strcmp(name, "avx2-expshift") ? dsattn_kernels_avx2_expshift_ptr : t.k;
+           : !strcmp(name, "avx2-expshift") ? dsattn_kernels_avx2_expshift_ptr
+           : !strcmp(name, "avx512") ? dsattn_kernels_avx512_ptr
+           : !strcmp(name, "avx512-expshift") ? dsattn_kernels_avx512_expshift_ptr : t.k;
     out->lanes = w ? 16 : neon ? 4 : 8;
     return 1;
 }
@@ -262,6 +265,10 @@ static void run_gemv(const char *name)
     /* blocks that do not divide the pass: the second pass starts mid-block */
     gemv_fp8_case(&isa, &rng, 5, 0, 5, 8192 + 200, 96, 0);
     gemv_fp8_case(&isa, &rng, 7, 0, 7, 8192 + 64, 192, 0);
+    /* the same past the exponent-shift GEMVs' pass (4096), one ending on a
+     * half step of 64 */
+    gemv_fp8_case(&isa, &rng, 5, 0, 5, 4096 + 32, 32, 0);
+    gemv_fp8_case(&isa, &rng, 6, 0, 6, 4096 + 200, 96, 0);
     gemv_fp4_case(&isa, &rng, 5, 8192 + 96, 0);
     gemv_fp4_case(&isa, &rng, 6, 16384 + 32, 0);
 }
@@ -320,7 +327,7 @@ static void run_gemv_fp4_special(const char *name)
  * of a [total, k] FP8 matrix, each token's outputs within gemv_fp8's bound
  * of the ref gemv_fp8 of that token; the gaps between y's rows untouched.
  * flags: 1 NaN codes in every third row, 2 extreme scales and x, 4 the
- * finite form (no NaN codes then). */
+ * finite form (no NaN codes then), 8 tokens of different magnitudes. */
 static void gemv_fp8_m_case(const isa_t *isa, dsattn_rng *rng, size_t total, size_t r0,
                             size_t rows, size_t k, size_t bs, size_t m, int flags)
 {
@@ -343,6 +350,9 @@ static void gemv_fp8_m_case(const isa_t *isa, dsattn_rng *rng, size_t total, siz
     fill_uniform(rng, x, m * ldx);
     if (flags & 2)
         for (size_t i = 0; i < m * ldx; i += 5) x[i] *= (i % 2) ? 0x1p20f : 0x1p-20f;
+    if (flags & 8)      /* tokens of different magnitudes: 2^-8 .. 2^(4m - 12) */
+        for (size_t t = 0; t < m; t++)
+            for (size_t i = 0; i < k; i++) x[t * ldx + i] *= ldexpf(1.0f, 4 * (int)t - 8);
     const uint8_t *Wc = W + r0 * k;
     const float *scc = sc + (r0 / bs) * ldsc;
     isa->k->gemv_fp8_m(Wc, scc, bs, ldsc, x, ldx, m, y, ldy, rows, k, (flags & 4) != 0);
@@ -386,6 +396,7 @@ static void run_gemv_fp8_m(const char *name)
     for (size_t m = 1; m <= 17; m++) {
         gemv_fp8_m_case(&isa, &rng, 70, 0, 70, 1024, 32, m, 0);
         gemv_fp8_m_case(&isa, &rng, 33, 0, 33, 2560, 128, m, 4);
+        gemv_fp8_m_case(&isa, &rng, 40, 0, 40, 512, 32, m, 8);
     }
     const size_t ks[] = { 31, 64, 96, 100, 512, 1536, 4096 + 64 };
     for (size_t j = 0; j < DSATTN_ARRAY_LEN(ks); j++) {
@@ -402,18 +413,22 @@ static void run_gemv_fp8_m(const char *name)
 DSATTN_TEST(kernels, gemv_avx512)        { run_gemv("avx512"); }
 DSATTN_TEST(kernels, gemv_avx2)          { run_gemv("avx2"); }
 DSATTN_TEST(kernels, gemv_avx2_expshift) { run_gemv("avx2-expshift"); }
+DSATTN_TEST(kernels, gemv_avx512_expshift) { run_gemv("avx512-expshift"); }
 DSATTN_TEST(kernels, gemv_neon)          { run_gemv("neon"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_avx512) { run_gemv_fp8_ranges("avx512"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_avx2)   { run_gemv_fp8_ranges("avx2"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_avx2_expshift) { run_gemv_fp8_ranges("avx2-expshift"); }
+DSATTN_TEST(kernels, gemv_fp8_rows_avx512_expshift) { run_gemv_fp8_ranges("avx512-expshift"); }
 DSATTN_TEST(kernels, gemv_fp8_extremes_avx512) { run_gemv_fp8_extremes("avx512"); }
 DSATTN_TEST(kernels, gemv_fp8_extremes_avx2)   { run_gemv_fp8_extremes("avx2"); }
 DSATTN_TEST(kernels, gemv_fp8_extremes_avx2_expshift) { run_gemv_fp8_extremes("avx2-expshift"); }
+DSATTN_TEST(kernels, gemv_fp8_extremes_avx512_expshift) { run_gemv_fp8_extremes("avx512-expshift"); }
 DSATTN_TEST(kernels, gemv_fp8_extremes_neon)   { run_gemv_fp8_extremes("neon"); }
 DSATTN_TEST(kernels, gemv_fp8_rows_neon)   { run_gemv_fp8_ranges("neon"); }
 DSATTN_TEST(kernels, gemv_fp8_m_avx512) { run_gemv_fp8_m("avx512"); }
 DSATTN_TEST(kernels, gemv_fp8_m_avx2)   { run_gemv_fp8_m("avx2"); }
 DSATTN_TEST(kernels, gemv_fp8_m_avx2_expshift) { run_gemv_fp8_m("avx2-expshift"); }
+DSATTN_TEST(kernels, gemv_fp8_m_avx512_expshift) { run_gemv_fp8_m("avx512-expshift"); }
 DSATTN_TEST(kernels, gemv_fp8_m_neon)   { run_gemv_fp8_m("neon"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx512) { run_gemv_fp4_special("avx512"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx2)   { run_gemv_fp4_special("avx2"); }
@@ -935,6 +950,8 @@ DSATTN_TEST(kernels, tables_complete)
     if (dsattn_kernels_avx512_ptr) {
         CHECK(table_complete(dsattn_kernels_avx512_ptr));
         CHECK(!strcmp(dsattn_kernels_avx512_ptr->name, "avx512"));
+        CHECK(dsattn_kernels_avx512_expshift_ptr &&
+              table_complete(dsattn_kernels_avx512_expshift_ptr));
     }
     if (dsattn_kernels_neon_ptr) {
         CHECK(table_complete(dsattn_kernels_neon_ptr));
@@ -1094,7 +1111,8 @@ DSATTN_TEST(kernels, ctx_isa_choice)
     }
     if (has512) {
         CHECK(!strcmp(ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AVX512, &st, &t), "avx512"));
-        CHECK(t == dsattn_kernels_avx512_ptr);
+        CHECK(t == (dsattn_avx2_fma_subnormal_full_rate() ? dsattn_kernels_avx512_expshift_ptr
+                                                          : dsattn_kernels_avx512_ptr));
     } else {
         ctx_isa(DSATTN_MODE_FAST, DSATTN_ISA_AVX512, &st, &t);
         CHECK_EQ_INT(st, DSATTN_ERR_UNSUPPORTED);
@@ -1259,11 +1277,12 @@ DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)
 {
     /* Same bits as the NaN-tracking GEMV on every table, blocks 32 and 128,
      * ragged rows and k; and on the reference table it IS the reference. */
-    const dsattn_kernels *tabs[5] = { &dsattn_kernels_ref, dsattn_kernels_avx2_ptr,
+    const dsattn_kernels *tabs[6] = { &dsattn_kernels_ref, dsattn_kernels_avx2_ptr,
                                       dsattn_kernels_avx512_ptr, dsattn_kernels_neon_ptr,
-                                      dsattn_kernels_avx2_expshift_ptr };
-    const int have[5] = { 1, dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512(), 1,
-                          dsattn_cpu_has_avx2() };
+                                      dsattn_kernels_avx2_expshift_ptr,
+                                      dsattn_kernels_avx512_expshift_ptr };
+    const int have[6] = { 1, dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512(), 1,
+                          dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512() };
     dsattn_rng r = { 17 };
     const size_t shapes[3][3] = { { 37, 300, 32 }, { 130, 5120, 128 }, { 64, 1280, 32 } };
     for (int s = 0; s < 3; s++) {
@@ -1278,7 +1297,7 @@ DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)
         }
         for (size_t i = 0; i < sr * ld; i++) sc[i] = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 8) - 12);
         for (size_t i = 0; i < K; i++) x[i] = dsattn_rng_normal(&r);
-        for (int t = 0; t < 5; t++) {
+        for (int t = 0; t < 6; t++) {
             if (!tabs[t] || !have[t]) continue;
             tabs[t]->gemv_fp8(W, sc, bs, ld, x, y0, R, K);
             tabs[t]->gemv_fp8_finite(W, sc, bs, ld, x, y1, R, K);
@@ -1294,25 +1313,36 @@ DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)
  * exponent-shift GEMVs would read every E4M3 subnormal code as 0: they
  * take the fp16 decode instead, so their bits equal the avx2 table's under
  * the same MXCSR - and, with DAZ off again, the reference within bound. */
-DSATTN_TEST(kernels, gemv_fp8_expshift_under_daz_seed23)
+static void expshift_under_daz(const char *base, const char *sh)
 {
     isa_t a, e;
-    if (!get_isa("avx2", &a) || !get_isa("avx2-expshift", &e)) return;
+    if (!get_isa(base, &a) || !get_isa(sh, &e)) return;
     dsattn_rng r = { 23 };
-    const size_t R = 40, K = 1280, bs = 32, ld = K / bs, sr = (R + bs - 1) / bs;
+    const size_t R = 40, K = 1280, bs = 32, ld = K / bs, sr = (R + bs - 1) / bs, M = 3;
     uint8_t *W = malloc(R * K);
-    float *sc = malloc(sr * ld * sizeof(float)), *x = malloc(K * sizeof(float));
-    float *y0 = malloc(R * sizeof(float)), *y1 = malloc(R * sizeof(float));
+    float *sc = malloc(sr * ld * sizeof(float)), *x = malloc(M * K * sizeof(float));
+    float *y0 = malloc(M * R * sizeof(float)), *y1 = malloc(M * R * sizeof(float));
     for (size_t i = 0; i < R * K; i++)      /* every fourth code subnormal */
         W[i] = (uint8_t)((i % 4 == 0) ? (dsattn_rng_u64(&r) & 0x87) : dsattn_rng_u64(&r) & 0xfe);
     for (size_t i = 0; i < sr * ld; i++) sc[i] = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 8) - 6);
-    for (size_t i = 0; i < K; i++) x[i] = dsattn_rng_normal(&r);
+    for (size_t i = 0; i < M * K; i++) x[i] = dsattn_rng_normal(&r);
     const unsigned int csr = _mm_getcsr();
     _mm_setcsr(csr | 0x40);
     a.k->gemv_fp8(W, sc, bs, ld, x, y0, R, K);
     e.k->gemv_fp8(W, sc, bs, ld, x, y1, R, K);
     _mm_setcsr(csr);
-    CHECK_BITS("avx2-expshift under DAZ", y1, y0, R);
+    CHECK_BITS(sh, y1, y0, R);
+    _mm_setcsr(csr | 0x40);                 /* and the several-token GEMV */
+    a.k->gemv_fp8_m(W, sc, bs, ld, x, K, M, y0, R, R, K, 0);
+    e.k->gemv_fp8_m(W, sc, bs, ld, x, K, M, y1, R, R, K, 0);
+    _mm_setcsr(csr);
+    CHECK_BITS(sh, y1, y0, M * R);
     free(W); free(sc); free(x); free(y0); free(y1);
+}
+
+DSATTN_TEST(kernels, gemv_fp8_expshift_under_daz_seed23)
+{
+    expshift_under_daz("avx2", "avx2-expshift");
+    expshift_under_daz("avx512", "avx512-expshift");
 }
 #endif

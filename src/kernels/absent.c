@@ -16,6 +16,7 @@ const dsattn_kernels *const dsattn_kernels_avx2_ptr = NULL;
 const dsattn_kernels *const dsattn_kernels_avx2_expshift_ptr = NULL;
 int dsattn_avx2_fma_subnormal_full_rate(void) { return 0; }
 const dsattn_kernels *const dsattn_kernels_avx512_ptr = NULL;
+const dsattn_kernels *const dsattn_kernels_avx512_expshift_ptr = NULL;
 const dsattn_mla_kern *const dsattn_mla_kern_avx2_ptr = NULL;
 const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr = NULL;
 const dsattn_sa_kern *const dsattn_sa_kern_avx512_ptr = NULL;

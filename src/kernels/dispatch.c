@@ -59,7 +59,11 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
     case DSATTN_ISA_AVX512:
         if (!(dsattn_cpu_has_avx512() && dsattn_kernels_avx512_ptr))
             return DSATTN_ERR_UNSUPPORTED;
-        fill_x86(t, dsattn_kernels_avx512_ptr, dsattn_mla_kern_avx512_ptr,
+        /* the exponent-shift FP8 decode as for AVX2 (AMD Zen 4, 2 threads,
+         * in L2: 1.5x the fp16 decode's rate) */
+        fill_x86(t, dsattn_kernels_avx512_expshift_ptr && dsattn_avx2_fma_subnormal_full_rate()
+                        ? dsattn_kernels_avx512_expshift_ptr : dsattn_kernels_avx512_ptr,
+                 dsattn_mla_kern_avx512_ptr,
                  dsattn_sa_kern_avx512_ptr, dsattn_pgemm_avx512_ptr, dsattn_wdequant_avx512_ptr,
                  dsattn_vmath_avx512_ptr, dsattn_mha_kern_avx512_ptr);
         t->amx = amx && dsattn_cpu_has_amx_bf16() ? dsattn_amx_avx512_ptr : NULL;

@@ -160,12 +160,14 @@ void dsattn_act_quant_fp8_pow2_ref(const float *x, size_t n, size_t block, float
 /* NULL when the build has no such path (the x86 tables in a non-x86 build,
  * the NEON table in a non-aarch64 build: absent.c). */
 extern const dsattn_kernels *const dsattn_kernels_avx2_ptr;
-/* The AVX2 table with the exponent-shift FP8 GEMV decode (kernels_avx2.c),
- * for cores whose FMA takes subnormal operands at full rate - which
- * dsattn_avx2_fma_subnormal_full_rate measures once (0 without AVX2). */
+/* The AVX2 and AVX-512 tables with the exponent-shift FP8 GEMV decode
+ * (kernels_avx2.c, kernels_avx512.c), for cores whose FMA takes subnormal
+ * operands at full rate - which dsattn_avx2_fma_subnormal_full_rate
+ * measures once (0 without AVX2; the AVX-512 FMA is the same unit). */
 extern const dsattn_kernels *const dsattn_kernels_avx2_expshift_ptr;
 int dsattn_avx2_fma_subnormal_full_rate(void);
 extern const dsattn_kernels *const dsattn_kernels_avx512_ptr;
+extern const dsattn_kernels *const dsattn_kernels_avx512_expshift_ptr;
 extern const dsattn_kernels *const dsattn_kernels_neon_ptr;
 
 #endif /* DSATTN_KERNELS_H */

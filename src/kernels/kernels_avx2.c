@@ -191,6 +191,7 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
  * turns fp16 subnormals into normal fp32 numbers at its normal rate. */
 
 #define XCH 8192       /* elements of x arranged per pass (32 KB of stack) */
+#define XCH_L1 4096
 #define FP8_PF 8192    /* prefetch distance in bytes of the row stream */
 
 /* xb[g*32 ..] for the 32-element groups of x[0, kn): the arranged order
@@ -467,8 +468,8 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
         size_t sr = rb0 / bs;                       /* scale row */
         size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
         const float *sc = scale + sr * ldsc;
-        for (size_t k0 = 0; k0 < k; k0 += XCH) {
-            size_t kn = k - k0 < XCH ? k - k0 : XCH;
+        for (size_t k0 = 0; k0 < k; k0 += XCH_L1) {
+            size_t kn = k - k0 < XCH_L1 ? k - k0 : XCH_L1;
             float fin = 256.0f;
             const int s1 = shd && fp8sh_arrange_x(x + k0, sc, bs, k0, kn, xb, &fin);
             if (!s1) fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);

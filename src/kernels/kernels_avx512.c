@@ -54,6 +54,10 @@
 
 /* Elements of x re-arranged per pass of the FP8/FP4 GEMVs (32 KB stack). */
 #define XCH 8192
+/* The exponent-shift FP8 GEMV's pass: 16 KB of arranged x, which stays in
+ * a 32 KB L1 (AMD Zen 4) beside the weight stream (k = 8192 in one pass of
+ * XCH: measured 1.3-1.8x slower there) */
+#define XCH_L1 4096
 /* Row elements decoded per pass of the buffered fused kernels (4 KB). */
 #define RCH 1024
 
@@ -311,10 +315,109 @@ AI void fp8_decode64(__m512i v, __m512 *w, __m512i *nanv, const int track_nan)
     w[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hi, 1));
 }
 
-AI void fp8_step(__m512i v, const float *xc, __m512 *a, __m512i *nanv, const int track_nan)
+/* The exponent-shift decode (the avx512-expshift table), kernels_avx2.c's
+ * fp8sh_decode32 on 64 codes: lane i of w[j] is code 4i + j of the load,
+ * its sign moved to bit 31 and its seven magnitude bits to bits 26..20 of
+ * an fp32, which is the E4M3 value times 2^-120 exactly (E4M3 subnormals
+ * become fp32 subnormals with the same digits).  One 16-bit arithmetic
+ * shift by 4 places the high byte's code of each word (codes 4i + 3 and,
+ * after an 8-bit move up, 4i + 2) in the high word of its dword; a 32-bit
+ * shift by 16 brings the low word's (4i + 1, 4i) there too; the AND with
+ * 0x87F00000 keeps sign and magnitude.  5 shifts and 4 ANDs per 64 codes,
+ * no vcvtph2ps (2 uops and a 256-bit datapath on AMD Zen 4); the NaN byte
+ * max as above. */
+AI void fp8sh_decode64(__m512i v, __m512 *w, __m512i *nanv, const int track_nan)
+{
+    const __m512i m = _mm512_set1_epi32((int)0x87F00000u);
+    if (track_nan) *nanv = _mm512_max_epu8(*nanv, _mm512_or_si512(v, _mm512_set1_epi8((char)0x80)));
+    const __m512i t3 = _mm512_srai_epi16(v, 4);                          /* codes 4i+3, 4i+1 */
+    const __m512i t2 = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4);    /* codes 4i+2, 4i */
+    w[0] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(t2, 16), m));
+    w[1] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(t3, 16), m));
+    w[2] = _mm512_castsi512_ps(_mm512_and_si512(t2, m));
+    w[3] = _mm512_castsi512_ps(_mm512_and_si512(t3, m));
+}
+
+/* The exponent shift needs subnormal operands read as they are: where the
+ * caller's thread runs with denormals-are-zero (MXCSR.DAZ, bit 6, as
+ * -ffast-math start-up code sets it) the fp16 decode runs instead. */
+AI int fp8sh_mxcsr_ok(void) { return !(_mm_getcsr() & 0x40); }
+
+/* The exponent-shift decode's x (kernels_avx2.c's fp8sh_arrange_x at 16
+ * lanes): xb[64g + 16j + i] = x[64g + 4i + j] * its block scale * 2^K,
+ * zero past kn up to the next multiple of 64.  K = 120 (the products are
+ * the fp16 decode's own) unless the largest |x * scale| of [0, kn) is 2^7
+ * or more, then K = 126 - its exponent so that nothing overflows; the row
+ * sums are multiplied back by *unscale = 2^(120 - K).  Returns 0 (nothing
+ * usable arranged) if some x * scale is inf or NaN: the caller then takes
+ * the fp16 decode.  Needs bs % 32 == 0 and k0 % 32 == 0. */
+static int fp8sh_arrange_x(const float *x, const float *sc, size_t bs, size_t k0, size_t kn,
+                           float *xb, float *unscale)
+{
+    const __m512 inf = _mm512_set1_ps(__builtin_inff());
+    __m512 mx = _mm512_setzero_ps();
+    __mmask16 fin = 0xffff;
+    size_t blk = k0 / bs, left = bs - k0 % bs;
+    const size_t kp = (kn + 63) / 64 * 64;
+    for (size_t t0 = 0; t0 < kp; t0 += 32) {       /* pass 1: x * scale, natural order */
+        if (t0 >= kn) {
+            _mm512_store_ps(xb + t0, _mm512_setzero_ps());
+            _mm512_store_ps(xb + t0 + 16, _mm512_setzero_ps());
+            continue;
+        }
+        const __m512 s = _mm512_set1_ps(sc[blk]);
+        if ((left -= 32) == 0) { blk++; left = bs; }
+        for (int m = 0; m < 2; m++) {
+            const size_t off = t0 + 16 * (size_t)m;
+            const __mmask16 mk = mask16(off < kn ? kn - off : 0);
+            const __m512 a = _mm512_maskz_mul_ps(mk, _mm512_maskz_loadu_ps(mk, x + off), s);
+            const __m512 ab = _mm512_abs_ps(a);
+            fin &= _mm512_cmp_ps_mask(ab, inf, _CMP_LT_OQ);
+            mx = _mm512_max_ps(mx, ab);
+            _mm512_store_ps(xb + off, a);
+        }
+    }
+    if (fin != 0xffff) return 0;
+    const float big = _mm512_reduce_max_ps(mx);
+    int K = 120;
+    if (big >= 0x1p7f) {                           /* normal: its exponent */
+        uint32_t u;
+        memcpy(&u, &big, 4);
+        K = 126 - ((int)(u >> 23) - 127);
+    }
+    uint32_t pu = (uint32_t)(K + 127) << 23, uu = (uint32_t)(120 - K + 127) << 23;
+    float pk;
+    memcpy(&pk, &pu, 4);
+    memcpy(unscale, &uu, 4);
+    const __m512 vk = _mm512_set1_ps(pk);
+    /* [4i + j for i < 8 | 4i + j + 1 for i < 8] of two vectors: codes j and j + 1 */
+    const __m512i ia = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28,
+                                         1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(2));
+    for (size_t t0 = 0; t0 < kp; t0 += 64) {       /* pass 2: the decode's order, * 2^K */
+        float *o = xb + t0;
+        const __m512 a0 = _mm512_load_ps(o), a1 = _mm512_load_ps(o + 16);
+        const __m512 a2 = _mm512_load_ps(o + 32), a3 = _mm512_load_ps(o + 48);
+        const __m512 p0 = _mm512_permutex2var_ps(a0, ia, a1), p1 = _mm512_permutex2var_ps(a0, ib, a1);
+        const __m512 q0 = _mm512_permutex2var_ps(a2, ia, a3), q1 = _mm512_permutex2var_ps(a2, ib, a3);
+        _mm512_store_ps(o,      _mm512_mul_ps(_mm512_shuffle_f32x4(p0, q0, 0x44), vk));
+        _mm512_store_ps(o + 16, _mm512_mul_ps(_mm512_shuffle_f32x4(p0, q0, 0xEE), vk));
+        _mm512_store_ps(o + 32, _mm512_mul_ps(_mm512_shuffle_f32x4(p1, q1, 0x44), vk));
+        _mm512_store_ps(o + 48, _mm512_mul_ps(_mm512_shuffle_f32x4(p1, q1, 0xEE), vk));
+    }
+    return 1;
+}
+
+/* sh = 0: the fp16 decode and fp8_arrange_x's order; sh = 1: the
+ * exponent-shift decode and fp8sh_arrange_x's order. */
+AI void fp8_step(__m512i v, const float *xc, __m512 *a, __m512i *nanv, const int track_nan,
+                 const int sh)
 {
     __m512 w[4];
-    fp8_decode64(v, w, nanv, track_nan);
+    if (sh) fp8sh_decode64(v, w, nanv, track_nan);
+    else    fp8_decode64(v, w, nanv, track_nan);
+    /* unrolled, or GCC 12 keeps w and the accumulators in memory (2.3x slower) */
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) a[j] = _mm512_fmadd_ps(w[j], _mm512_load_ps(xc + 16 * j), a[j]);
 }
 
@@ -328,7 +431,8 @@ AI void fp8_step(__m512i v, const float *xc, __m512 *a, __m512i *nanv, const int
 #define FP8_PF 8192
 
 AI void fp8_rows(const uint8_t *W, size_t k, const float *xb, size_t kn, float *y,
-                 const int R, int accumulate, const int track_nan, size_t *pr, size_t *pc)
+                 const int R, int accumulate, const int track_nan, size_t *pr, size_t *pc,
+                 const int sh, float fin)
 {
     __m512 acc[4];
     int nan[4] = { 0, 0, 0, 0 };
@@ -341,11 +445,11 @@ AI void fp8_rows(const uint8_t *W, size_t k, const float *xb, size_t kn, float *
         for (size_t t0 = 0; t0 < kf; t0 += 64) {
             _mm_prefetch((const char *)(W + *pr * k + *pc), _MM_HINT_T1);
             if ((*pc += 64) >= kn) { *pc = 0; ++*pr; }
-            fp8_step(_mm512_loadu_si512(w + t0), xb + t0, a, &nanv, track_nan);
+            fp8_step(_mm512_loadu_si512(w + t0), xb + t0, a, &nanv, track_nan, sh);
         }
         if (kf < kn)   /* the arranged x is zero past kn, masked codes too */
             fp8_step(_mm512_maskz_loadu_epi8(mask64(kn - kf), w + kf), xb + kf, a, &nanv,
-                     track_nan);
+                     track_nan, sh);
         acc[r] = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
         if (track_nan) nan[r] = _mm512_cmpeq_epi8_mask(nanv, _mm512_set1_epi8(-1)) != 0;
     }
@@ -354,7 +458,7 @@ AI void fp8_rows(const uint8_t *W, size_t k, const float *xb, size_t kn, float *
     if (R == 4) _mm_storeu_ps(s, hsum4(acc[0], acc[1], acc[2], acc[3]));
     else for (int r = 0; r < R; r++) s[r] = hsum(acc[r]);
     for (int r = 0; r < R; r++) {
-        s[r] *= 256.0f;
+        s[r] *= fin;
         if (nan[r]) s[r] = __builtin_nanf("");
     }
     put_sums(y, s, R, accumulate);
@@ -378,8 +482,11 @@ static void fp8_scale_x(const float *xp, const float *sc, size_t bs, size_t kn, 
     }
 }
 
+/* sh: try the exponent-shift decode (per scale row and x pass; the fp16
+ * decode where fp8sh_arrange_x declines or DAZ is on) */
 AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
-                      const float *x, float *y, size_t rows, size_t k, const int nan)
+                      const float *x, float *y, size_t rows, size_t k, const int nan,
+                      const int sh)
 {
     float xb[XCH] A64, xp[XCH] A64;
     if (bs == 0) return;
@@ -387,9 +494,11 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
         memset(y, 0, rows * sizeof(float));
         return;
     }
+    const int shd = sh && bs % 32 == 0 && fp8sh_mxcsr_ok();
     /* one pass over x (every V4.1 shape): arranged once (a block size
      * past XCH: one scale of 1), then only re-scaled per scale row */
-    const int once = k <= XCH && k % 64 == 0 && bs % 32 == 0 && rows > bs;
+    const int once = !shd && k <= XCH && k % 64 == 0 && bs % 32 == 0 && rows > bs;
+    const size_t xch = shd ? XCH_L1 : XCH;
     if (once) {
         const float one = 1.0f;
         fp8_arrange_x(x, &one, 2 * XCH, 0, k, xp);
@@ -398,23 +507,39 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
         size_t sr = rb0 / bs;                       /* scale row */
         size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
         const float *sc = scale + sr * ldsc;
-        for (size_t k0 = 0; k0 < k; k0 += XCH) {
-            size_t kn = k - k0 < XCH ? k - k0 : XCH;
+        for (size_t k0 = 0; k0 < k; k0 += xch) {
+            size_t kn = k - k0 < xch ? k - k0 : xch;
             int acc = k0 > 0;
-            if (once) fp8_scale_x(xp, sc, bs, kn, xb);
-            else fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
+            float fin = 256.0f;
+            const int s1 = shd && fp8sh_arrange_x(x + k0, sc, bs, k0, kn, xb, &fin);
+            if (!s1) {
+                fin = 256.0f;
+                if (once) fp8_scale_x(xp, sc, bs, kn, xb);
+                else fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
+            }
             /* prefetch cursor, relative to the call's current rows */
             size_t pr = FP8_PF / kn, pc = FP8_PF % kn / 64 * 64;
             const uint8_t *w = W + k0;
             size_t r = rb0;
-            for (; r + 4 <= rb1; r += 4)
-                fp8_rows(w + r * k, k, xb, kn, y + r, 4, acc, nan, &pr, &pc);
-            switch (rb1 - r) {
-            case 3: fp8_rows(w + r * k, k, xb, kn, y + r, 3, acc, nan, &pr, &pc); break;
-            case 2: fp8_rows(w + r * k, k, xb, kn, y + r, 2, acc, nan, &pr, &pc); break;
-            case 1: fp8_rows(w + r * k, k, xb, kn, y + r, 1, acc, nan, &pr, &pc); break;
-            default: break;
+#define FP8_ROWS(R, SH) fp8_rows(w + r * k, k, xb, kn, y + r, R, acc, nan, &pr, &pc, SH, fin)
+            if (s1) {
+                for (; r + 4 <= rb1; r += 4) FP8_ROWS(4, 1);
+                switch (rb1 - r) {
+                case 3: FP8_ROWS(3, 1); break;
+                case 2: FP8_ROWS(2, 1); break;
+                case 1: FP8_ROWS(1, 1); break;
+                default: break;
+                }
+            } else {
+                for (; r + 4 <= rb1; r += 4) FP8_ROWS(4, 0);
+                switch (rb1 - r) {
+                case 3: FP8_ROWS(3, 0); break;
+                case 2: FP8_ROWS(2, 0); break;
+                case 1: FP8_ROWS(1, 0); break;
+                default: break;
+                }
             }
+#undef FP8_ROWS
         }
         rb0 = rb1;
     }
@@ -425,7 +550,13 @@ static void gemv_fp8_avx512(const uint8_t *W, const float *scale, size_t bs,
                             size_t ldsc, const float *x, float *y, size_t rows,
                             size_t k)
 {
-    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1);
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1, 0);
+}
+
+static void gemv_fp8_expshift(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                              const float *x, float *y, size_t rows, size_t k)
+{
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1, 1);
 }
 
 /* Weights without NaN codes: the same sums without the tracking (about 5 %
@@ -434,7 +565,14 @@ static void gemv_fp8_finite_avx512(const uint8_t *W, const float *scale, size_t 
                                    size_t ldsc, const float *x, float *y, size_t rows,
                                    size_t k)
 {
-    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0);
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0, 0);
+}
+
+static void gemv_fp8_finite_expshift(const uint8_t *W, const float *scale, size_t bs,
+                                     size_t ldsc, const float *x, float *y, size_t rows,
+                                     size_t k)
+{
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0, 1);
 }
 
 /* ==== FP8 E4M3 GEMV over several tokens ================================= */
@@ -456,7 +594,7 @@ static void gemv_fp8_finite_avx512(const uint8_t *W, const float *scale, size_t 
 
 AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, size_t kn,
                    float *y, size_t ldy, const int R, const int T, int accumulate,
-                   const int track_nan)
+                   const int track_nan, const int sh, const float *fin)
 {
     __m512 acc[2][M_TMAX];
     __m512i nanv[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
@@ -470,7 +608,8 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
         for (int r = 0; r < R; r++) {
             const uint8_t *w = W + (size_t)r * k + t0;
             _mm_prefetch((const char *)(w + M_PF_ROWS * k), _MM_HINT_T0);
-            fp8_decode64(_mm512_loadu_si512(w), wv[r], &nanv[r], track_nan);
+            if (sh) fp8sh_decode64(_mm512_loadu_si512(w), wv[r], &nanv[r], track_nan);
+            else    fp8_decode64(_mm512_loadu_si512(w), wv[r], &nanv[r], track_nan);
         }
 #pragma GCC unroll 16
         for (int t = 0; t < T; t++) {
@@ -491,7 +630,7 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
         for (int t = T >= 8 ? (T == 16 ? 16 : 8) : 0; t < T; t++) s[t] = hsum(acc[r][t]);
         const int nan = track_nan && _mm512_cmpeq_epi8_mask(nanv[r], _mm512_set1_epi8(-1)) != 0;
         for (int t = 0; t < T; t++) {
-            const float v = nan ? __builtin_nanf("") : s[t] * 256.0f;
+            const float v = nan ? __builtin_nanf("") : s[t] * fin[t];
             float *o = y + (size_t)t * ldy + r;
             *o = accumulate ? *o + v : v;
         }
@@ -502,26 +641,30 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
  * tokens, single rows past 8 */
 AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, size_t kn,
                    float *y, size_t ldy, size_t nr, const int T, int accumulate,
-                   const int track_nan)
+                   const int track_nan, const int sh, const float *fin)
 {
     size_t r = 0;
     if (T <= 8)
         for (; r + 2 <= nr; r += 2)
-            fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 2, T, accumulate, track_nan);
+            fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 2, T, accumulate, track_nan, sh,
+                       fin);
     for (; r < nr; r++)
-        fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 1, T, accumulate, track_nan);
+        fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 1, T, accumulate, track_nan, sh, fin);
 }
 
-static void gemv_fp8_m_avx512(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
-                              const float *x, size_t ldx, size_t m, float *y, size_t ldy,
-                              size_t rows, size_t k, int finite)
+/* sh: the exponent-shift decode where every token of the pass arranges
+ * with it (fp8sh_arrange_x), else the fp16 decode for the pass */
+AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                        const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                        size_t rows, size_t k, int finite, const int sh)
 {
     if (bs == 0 || m == 0) return;
     if (k % 64 || bs % 32) {
         for (size_t t = 0; t < m; t++)
-            gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite);
+            gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite, sh);
         return;
     }
+    const int shd = sh && fp8sh_mxcsr_ok();
     float xb[8 * M_KC] A64;                 /* the pass's tokens x one slab: 32 KB */
     for (size_t g0 = 0; g0 < m; g0 += M_TMAX) {
         const size_t T = m - g0 < M_TMAX ? m - g0 : M_TMAX;
@@ -531,25 +674,49 @@ static void gemv_fp8_m_avx512(const uint8_t *W, const float *scale, size_t bs, s
             for (size_t rb0 = 0; rb0 < rows;) {
                 const size_t sr = rb0 / bs;                       /* scale row */
                 const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
-                for (size_t t = 0; t < T; t++)      /* arranged, times this row's scales */
-                    fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
-                                  xb + t * kc);
+                float fin[M_TMAX];              /* arranged, times this row's scales */
+                int s1 = shd;
+                for (size_t t = 0; t < T && s1; t++)
+                    s1 = fp8sh_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
+                                         xb + t * kc, fin + t);
+                if (!s1)
+                    for (size_t t = 0; t < T; t++) {
+                        fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
+                                      xb + t * kc);
+                        fin[t] = 256.0f;
+                    }
                 const uint8_t *w = W + rb0 * k + k0;
                 float *yo = y + g0 * ldy + rb0;
                 const size_t nr = rb1 - rb0;
                 const int acc = k0 > 0, nan = !finite;
                 switch (T) {   /* the token count as a constant: accumulators in registers */
-#define M_CASE(n) case n: fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan); break;
+#define M_CASE(n) case n: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 1, fin); \
+                          else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 0, fin); \
+                          break;
                 M_CASE(16) M_CASE(15) M_CASE(14) M_CASE(13) M_CASE(12) M_CASE(11) M_CASE(10)
                 M_CASE(9) M_CASE(8) M_CASE(7) M_CASE(6) M_CASE(5) M_CASE(4) M_CASE(3)
                 M_CASE(2)
 #undef M_CASE
-                default: fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan); break;
+                default: fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, s1, fin); break;
                 }
                 rb0 = rb1;
             }
         }
     }
+}
+
+static void gemv_fp8_m_avx512(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                              const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                              size_t rows, size_t k, int finite)
+{
+    gemv_fp8_m_impl(W, scale, bs, ldsc, x, ldx, m, y, ldy, rows, k, finite, 0);
+}
+
+static void gemv_fp8_m_expshift(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                                const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                                size_t rows, size_t k, int finite)
+{
+    gemv_fp8_m_impl(W, scale, bs, ldsc, x, ldx, m, y, ldy, rows, k, finite, 1);
 }
 
 /* ==== FP4 E2M1 GEMV ===================================================== */
@@ -1346,36 +1513,47 @@ static void act_quant_fp8_pow2_avx512(const float *x, size_t n, size_t block, fl
     }
 }
 
-static const dsattn_kernels kernels_avx512 = {
-    .name                 = "avx512",
-    .gemv_f32             = gemv_f32_avx512,
-    .gemv_bf16            = gemv_bf16_avx512,
-    .gemv_fp8             = gemv_fp8_avx512,
-    .gemv_fp8_finite      = gemv_fp8_finite_avx512,
-    .gemv_fp8_m           = gemv_fp8_m_avx512,
-    .act_quant_fp8_pow2   = act_quant_fp8_pow2_avx512,
-    .gemv_fp4             = gemv_fp4_avx512,
-    .dot_f32              = dot_f32_avx512,
-    .mdot_f32             = mdot_f32_avx512,
-    .maxpy_f32            = maxpy_f32_avx512,
-    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row,
-    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row,
-    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row,
-    .mdot_fp4e4m3         = mdot_fp4e4m3,
-    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx512,
-    .maxpy_fp4e4m3        = maxpy_fp4e4m3,
-    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_avx512,
-    .mdot_fp4ue8m0        = mdot_fp4ue8m0,
-    .mdot_fp8ue8m0        = mdot_fp8ue8m0,
-    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0,
-    .cvt_bf16_f32         = cvt_bf16_f32_avx512,
-    .mdot_bf16_rows       = mdot_bf16_rows_avx512,
-};
+#define AVX512_TABLE(NAME, FP8, FP8F, FP8M) {               \
+    .name                 = NAME,                           \
+    .gemv_f32             = gemv_f32_avx512,                \
+    .gemv_bf16            = gemv_bf16_avx512,               \
+    .gemv_fp8             = FP8,                            \
+    .gemv_fp8_finite      = FP8F,                           \
+    .gemv_fp8_m           = FP8M,                           \
+    .act_quant_fp8_pow2   = act_quant_fp8_pow2_avx512,      \
+    .gemv_fp4             = gemv_fp4_avx512,                \
+    .dot_f32              = dot_f32_avx512,                 \
+    .mdot_f32             = mdot_f32_avx512,                \
+    .maxpy_f32            = maxpy_f32_avx512,               \
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row,            \
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row,           \
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row,           \
+    .mdot_fp4e4m3         = mdot_fp4e4m3,                   \
+    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx512,       \
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3,                  \
+    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_avx512,      \
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0,                  \
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0,                  \
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0,                 \
+    .cvt_bf16_f32         = cvt_bf16_f32_avx512,            \
+    .mdot_bf16_rows       = mdot_bf16_rows_avx512,          \
+}
+
+static const dsattn_kernels kernels_avx512 =
+    AVX512_TABLE("avx512", gemv_fp8_avx512, gemv_fp8_finite_avx512, gemv_fp8_m_avx512);
+
+/* The exponent-shift FP8 decode in the GEMVs: for CPUs whose FMA takes
+ * subnormal operands at full rate (dispatch.c chooses). */
+static const dsattn_kernels kernels_avx512_expshift =
+    AVX512_TABLE("avx512-expshift", gemv_fp8_expshift, gemv_fp8_finite_expshift,
+                 gemv_fp8_m_expshift);
 
 const dsattn_kernels *const dsattn_kernels_avx512_ptr = &kernels_avx512;
+const dsattn_kernels *const dsattn_kernels_avx512_expshift_ptr = &kernels_avx512_expshift;
 
 #else  /* no AVX-512 compiler support: no such path */
 
 const dsattn_kernels *const dsattn_kernels_avx512_ptr = 0;
+const dsattn_kernels *const dsattn_kernels_avx512_expshift_ptr = 0;
 
 #endif
