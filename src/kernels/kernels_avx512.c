@@ -482,6 +482,21 @@ static void fp8_scale_x(const float *xp, const float *sc, size_t bs, size_t kn, 
     }
 }
 
+/* rows [rb0, rb1) of one x pass, 4 at a time */
+AI void fp8_rows_span(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
+                      size_t rb0, size_t rb1, int acc, const int nan, size_t *pr, size_t *pc,
+                      const int sh, float fin)
+{
+    size_t r = rb0;
+    for (; r + 4 <= rb1; r += 4) fp8_rows(w + r * k, k, xb, kn, y + r, 4, acc, nan, pr, pc, sh, fin);
+    switch (rb1 - r) {
+    case 3: fp8_rows(w + r * k, k, xb, kn, y + r, 3, acc, nan, pr, pc, sh, fin); break;
+    case 2: fp8_rows(w + r * k, k, xb, kn, y + r, 2, acc, nan, pr, pc, sh, fin); break;
+    case 1: fp8_rows(w + r * k, k, xb, kn, y + r, 1, acc, nan, pr, pc, sh, fin); break;
+    default: break;
+    }
+}
+
 /* sh: try the exponent-shift decode (per scale row and x pass; the fp16
  * decode where fp8sh_arrange_x declines or DAZ is on) */
 AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
@@ -519,27 +534,8 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
             }
             /* prefetch cursor, relative to the call's current rows */
             size_t pr = FP8_PF / kn, pc = FP8_PF % kn / 64 * 64;
-            const uint8_t *w = W + k0;
-            size_t r = rb0;
-#define FP8_ROWS(R, SH) fp8_rows(w + r * k, k, xb, kn, y + r, R, acc, nan, &pr, &pc, SH, fin)
-            if (s1) {
-                for (; r + 4 <= rb1; r += 4) FP8_ROWS(4, 1);
-                switch (rb1 - r) {
-                case 3: FP8_ROWS(3, 1); break;
-                case 2: FP8_ROWS(2, 1); break;
-                case 1: FP8_ROWS(1, 1); break;
-                default: break;
-                }
-            } else {
-                for (; r + 4 <= rb1; r += 4) FP8_ROWS(4, 0);
-                switch (rb1 - r) {
-                case 3: FP8_ROWS(3, 0); break;
-                case 2: FP8_ROWS(2, 0); break;
-                case 1: FP8_ROWS(1, 0); break;
-                default: break;
-                }
-            }
-#undef FP8_ROWS
+            if (s1) fp8_rows_span(W + k0, k, xb, kn, y, rb0, rb1, acc, nan, &pr, &pc, 1, fin);
+            else    fp8_rows_span(W + k0, k, xb, kn, y, rb0, rb1, acc, nan, &pr, &pc, 0, fin);
         }
         rb0 = rb1;
     }
