@@ -17,6 +17,7 @@
  *  - UE8M0 b: bits b << 23, with b = 0 -> 2^-127 and b = 255 -> NaN.
  */
 #include "kernels.h"
+#include "fp8sh.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
@@ -190,8 +191,10 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
  * AVX-512 test host with 1 code in 16 subnormal (random bytes); vcvtph2ps
  * turns fp16 subnormals into normal fp32 numbers at its normal rate. */
 
-#define XCH 8192       /* elements of x arranged per pass (32 KB of stack) */
-#define XCH_L1 4096
+/* Elements of x arranged per pass of the FP8 GEMV: 16 KB, which stays in a
+ * 32 KB L1 beside the weight stream (k = 8192 in one pass: measured
+ * 1.3-1.8x slower on AMD Zen 4) */
+#define XCH 4096
 #define FP8_PF 8192    /* prefetch distance in bytes of the row stream */
 
 /* xb[g*32 ..] for the 32-element groups of x[0, kn): the arranged order
@@ -276,72 +279,51 @@ int dsattn_avx2_fma_subnormal_full_rate(void)
     return r;
 }
 
-/* The exponent-shift decode's x: xb[32g + 8j + i] = x[32g + 4i + j] * its
- * block scale * 2^K, zero past kn, with K chosen per call from the largest
- * |x * scale| of [0, kn) so that no arranged element overflows: K = 120
- * (the products are then the reference's own products) unless that
- * magnitude is 2^7 or more, then K = 126 - its exponent (the products are
- * scaled down by 2^(120 - K), and only those below 2^-126 of that scale
- * lose digits, far under the fast path's bound).  *unscale = 2^(120 - K)
- * multiplies a row's sum back.  Returns 0, arranging nothing usable, if
- * some x * scale is inf or NaN: the caller then takes the fp16 decode,
- * whose arithmetic on such inputs the tests pin down.  Same bs/k0 rules as
- * fp8_arrange_x. */
-static int fp8sh_arrange_x(const float *x, const float *sc, size_t bs, size_t k0, size_t kn,
-                           float *xb, float *unscale)
+/* The exponent-shift decode's x, unscaled (fp8sh.h has the scaling):
+ * xp[32g + 8j + i] = x[32g + 4i + j], zero past kn up to the next multiple
+ * of 32, and bm[g] = max |x| of group g.  Returns 0 if some x is inf or
+ * NaN (the caller then takes the fp16 decode, whose arithmetic on such
+ * inputs the tests pin down). */
+static int fp8sh_prep_x(const float *x, size_t kn, float *xp, float *bm)
 {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 inf = _mm256_set1_ps(__builtin_inff());
-    __m256 mx = _mm256_setzero_ps(), fin = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-    size_t blk = k0 / bs, left = bs - k0 % bs;
-    const size_t kp = (kn + 31) / 32 * 32;
-    for (size_t t0 = 0; t0 < kn; t0 += 32) {       /* pass 1: x * scale, natural order */
-        const float sv = sc[blk];
-        const __m256 s = _mm256_set1_ps(sv);
-        if ((left -= 32) == 0) { blk++; left = bs; }
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256 fin = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (size_t t0 = 0; t0 < kn; t0 += 32) {
+        __m256 a[4], mx = _mm256_setzero_ps();
         for (int m = 0; m < 4; m++) {
-            __m256 a;
-            if (t0 + 8 * m + 8 <= kn) {
-                a = _mm256_mul_ps(_mm256_loadu_ps(x + t0 + 8 * m), s);
-            } else {
-                float t[8] A32 = { 0 };
-                for (size_t l = 0; t0 + 8 * m + l < kn && l < 8; l++) t[l] = x[t0 + 8 * m + l] * sv;
-                a = _mm256_load_ps(t);
-            }
-            const __m256 ab = _mm256_and_ps(a, absm);
+            const size_t off = t0 + 8 * (size_t)m;
+            a[m] = _mm256_maskload_ps(x + off, mask8(off < kn ? kn - off : 0));
+            const __m256 ab = _mm256_and_ps(a[m], absm);
             fin = _mm256_and_ps(fin, _mm256_cmp_ps(ab, inf, _CMP_LT_OQ));
             mx = _mm256_max_ps(mx, ab);
-            _mm256_store_ps(xb + t0 + 8 * m, a);
         }
-    }
-    if (_mm256_movemask_ps(fin) != 0xff) return 0;
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    const float big = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-    int K = 120;
-    if (big >= 0x1p7f) {                           /* normal: its exponent */
-        uint32_t u;
-        memcpy(&u, &big, 4);
-        K = 126 - ((int)(u >> 23) - 127);
-    }
-    uint32_t pu = (uint32_t)(K + 127) << 23, uu = (uint32_t)(120 - K + 127) << 23;
-    float pk;
-    memcpy(&pk, &pu, 4);
-    memcpy(unscale, &uu, 4);
-    const __m256 vk = _mm256_set1_ps(pk);
-    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (size_t t0 = 0; t0 < kp; t0 += 32) {       /* pass 2: the decode's order, * 2^K */
-        float *o = xb + t0;
-        const __m256 a0 = _mm256_load_ps(o), a1 = _mm256_load_ps(o + 8);
-        const __m256 a2 = _mm256_load_ps(o + 16), a3 = _mm256_load_ps(o + 24);
-        const __m256 t0v = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
-        const __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        bm[t0 / 32] = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        const __m256 t0v = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
+        const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
         const __m256 c[4] = { _mm256_shuffle_ps(t0v, t2, 0x44), _mm256_shuffle_ps(t0v, t2, 0xEE),
                               _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE) };
         for (int j = 0; j < 4; j++)
-            _mm256_store_ps(o + 8 * j, _mm256_mul_ps(_mm256_permutevar8x32_ps(c[j], perm), vk));
+            _mm256_store_ps(xp + t0 + 8 * (size_t)j, _mm256_permutevar8x32_ps(c[j], perm));
     }
-    return 1;
+    return _mm256_movemask_ps(fin) == 0xff;
+}
+
+/* xb = (xp * its group's scale sg[g]) * pk over the groups of [0, kn):
+ * fp8sh_prep_x's x, scaled as dsattn_fp8sh_plan says. */
+static void fp8sh_scale_x(const float *xp, const float *sg, size_t kn, float pk, float *xb)
+{
+    const __m256 vk = _mm256_set1_ps(pk);
+    for (size_t t0 = 0; t0 < kn; t0 += 32) {
+        const __m256 sv = _mm256_set1_ps(sg[t0 / 32]);
+        for (int j = 0; j < 4; j++) {
+            const size_t o = t0 + 8 * (size_t)j;
+            _mm256_store_ps(xb + o, _mm256_mul_ps(_mm256_mul_ps(_mm256_load_ps(xp + o), sv), vk));
+        }
+    }
 }
 
 /* One 32-code step of a row. */
@@ -383,7 +365,7 @@ AI void fp8sh_decode32(__m256i v, __m256 *w, __m256i *nanv, const int track_nan)
 }
 
 /* sh = 0: the fp16 decode and fp8_arrange_x's order; sh = 1: the
- * exponent-shift decode and fp8sh_arrange_x's order. */
+ * exponent-shift decode and fp8sh_prep_x's order. */
 AI void fp8_step(__m256i v, const float *xc, __m256 *a, __m256i *nanv, const int track_nan,
                  const int sh)
 {
@@ -447,12 +429,14 @@ static void fp8_row_generic(const uint8_t *w, const float *sc, size_t bs,
 }
 
 /* sh: try the exponent-shift decode (per scale row and x pass; the fp16
- * decode where fp8sh_arrange_x declines) */
+ * decode where x or x * scale is not finite).  x is prepared for it once
+ * per pass of XCH elements (once per call where k <= XCH), then only scaled
+ * per scale row. */
 AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                       const float *x, float *y, size_t rows, size_t k, const int nan,
                       const int sh)
 {
-    float xb[XCH] A32;
+    float xb[XCH] A32, xp[XCH] A32, bm[XCH / 32], sg[XCH / 32];
     if (bs == 0) return;
     if (k == 0) {                        /* empty sums, as the reference */
         memset(y, 0, rows * sizeof(float));
@@ -464,15 +448,23 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
         return;
     }
     const int shd = sh && fp8sh_mxcsr_ok();
+    size_t prep_k0 = SIZE_MAX;           /* the pass xp holds */
+    int xfin = 0;
     for (size_t rb0 = 0; rb0 < rows;) {
         size_t sr = rb0 / bs;                       /* scale row */
         size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
         const float *sc = scale + sr * ldsc;
-        for (size_t k0 = 0; k0 < k; k0 += XCH_L1) {
-            size_t kn = k - k0 < XCH_L1 ? k - k0 : XCH_L1;
-            float fin = 256.0f;
-            const int s1 = shd && fp8sh_arrange_x(x + k0, sc, bs, k0, kn, xb, &fin);
-            if (!s1) fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
+        for (size_t k0 = 0; k0 < k; k0 += XCH) {
+            size_t kn = k - k0 < XCH ? k - k0 : XCH;
+            float fin = 256.0f, pk;
+            if (shd && prep_k0 != k0) {
+                xfin = fp8sh_prep_x(x + k0, kn, xp, bm);
+                prep_k0 = k0;
+            }
+            const int s1 = shd && xfin &&
+                           dsattn_fp8sh_plan(bm, (kn + 31) / 32, sc, bs, k0, sg, &pk, &fin);
+            if (s1) fp8sh_scale_x(xp, sg, kn, pk, xb);
+            else fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
             /* prefetch cursor, relative to the current row */
             size_t pr = FP8_PF / kn, pc = FP8_PF % kn / 64 * 64;
             for (size_t r = rb0; r < rb1; r++) {
@@ -579,8 +571,10 @@ AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t kn, float
             fp8_row_m(W + r * k, k, xb, kn, y + r, ldy, T, accumulate, track_nan, 0, fin);
 }
 
-/* sh: the exponent-shift decode where every token of the pass arranges
- * with it (fp8sh_arrange_x), else the fp16 decode for the pass */
+/* sh: the exponent-shift decode where every token of the pass takes it
+ * (x and x * scale finite), else the fp16 decode for the pass.  Each
+ * token's slab is prepared for it once (fp8sh_prep_x) and scaled per scale
+ * row. */
 AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                         const float *x, size_t ldx, size_t m, float *y, size_t ldy,
                         size_t rows, size_t k, int finite, const int sh)
@@ -591,20 +585,25 @@ AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t 
             gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite, sh);
         return;
     }
-    float xb[M_T * M_KC] A32;
+    float xb[M_T * M_KC] A32, xp[M_T * M_KC] A32, bm[M_T * (M_KC / 32)], sg[M_KC / 32];
     const int shd = sh && fp8sh_mxcsr_ok();
     for (size_t g0 = 0; g0 < m; g0 += M_T) {
         const size_t T = m - g0 < M_T ? m - g0 : M_T;
         for (size_t k0 = 0; k0 < k; k0 += M_KC) {
             const size_t kn = k - k0 < M_KC ? k - k0 : M_KC;
+            int xfin = shd;
+            for (size_t t = 0; t < T && xfin; t++)
+                xfin = fp8sh_prep_x(x + (g0 + t) * ldx + k0, kn, xp + t * M_KC,
+                                    bm + t * (M_KC / 32));
             for (size_t rb0 = 0; rb0 < rows;) {
                 const size_t sr = rb0 / bs;                       /* scale row */
                 const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
-                float fin[M_T];
-                int s1 = shd;
+                float fin[M_T], pk[M_T];
+                int s1 = xfin;
                 for (size_t t = 0; t < T && s1; t++)
-                    s1 = fp8sh_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
-                                         xb + t * M_KC, fin + t);
+                    s1 = dsattn_fp8sh_plan(bm + t * (M_KC / 32), kn / 32, scale + sr * ldsc, bs,
+                                           k0, sg, pk + t, fin + t) &&
+                         (fp8sh_scale_x(xp + t * M_KC, sg, kn, pk[t], xb + t * M_KC), 1);
                 if (!s1)
                     for (size_t t = 0; t < T; t++) {
                         fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,

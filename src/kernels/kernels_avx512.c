@@ -41,6 +41,7 @@
  * weights are not.
  */
 #include "kernels.h"
+#include "fp8sh.h"
 #include "numfmt.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
@@ -343,73 +344,63 @@ AI void fp8sh_decode64(__m512i v, __m512 *w, __m512i *nanv, const int track_nan)
  * -ffast-math start-up code sets it) the fp16 decode runs instead. */
 AI int fp8sh_mxcsr_ok(void) { return !(_mm_getcsr() & 0x40); }
 
-/* The exponent-shift decode's x (kernels_avx2.c's fp8sh_arrange_x at 16
- * lanes): xb[64g + 16j + i] = x[64g + 4i + j] * its block scale * 2^K,
- * zero past kn up to the next multiple of 64.  K = 120 (the products are
- * the fp16 decode's own) unless the largest |x * scale| of [0, kn) is 2^7
- * or more, then K = 126 - its exponent so that nothing overflows; the row
- * sums are multiplied back by *unscale = 2^(120 - K).  Returns 0 (nothing
- * usable arranged) if some x * scale is inf or NaN: the caller then takes
- * the fp16 decode.  Needs bs % 32 == 0 and k0 % 32 == 0. */
-static int fp8sh_arrange_x(const float *x, const float *sc, size_t bs, size_t k0, size_t kn,
-                           float *xb, float *unscale)
+/* The exponent-shift decode's x, unscaled (fp8sh.h has the scaling):
+ * xp[64g + 16j + i] = x[64g + 4i + j], zero past kn up to the next
+ * multiple of 64, and bm[h] = max |x| of the 32-element group h (lanes
+ * 0..7 of a vector hold group 2g, lanes 8..15 group 2g + 1).  Returns 0 if
+ * some x is inf or NaN (the caller then takes the fp16 decode). */
+static int fp8sh_prep_x(const float *x, size_t kn, float *xp, float *bm)
 {
     const __m512 inf = _mm512_set1_ps(__builtin_inff());
-    __m512 mx = _mm512_setzero_ps();
-    __mmask16 fin = 0xffff;
-    size_t blk = k0 / bs, left = bs - k0 % bs;
-    const size_t kp = (kn + 63) / 64 * 64;
-    for (size_t t0 = 0; t0 < kp; t0 += 32) {       /* pass 1: x * scale, natural order */
-        if (t0 >= kn) {
-            _mm512_store_ps(xb + t0, _mm512_setzero_ps());
-            _mm512_store_ps(xb + t0 + 16, _mm512_setzero_ps());
-            continue;
-        }
-        const __m512 s = _mm512_set1_ps(sc[blk]);
-        if ((left -= 32) == 0) { blk++; left = bs; }
-        for (int m = 0; m < 2; m++) {
-            const size_t off = t0 + 16 * (size_t)m;
-            const __mmask16 mk = mask16(off < kn ? kn - off : 0);
-            const __m512 a = _mm512_maskz_mul_ps(mk, _mm512_maskz_loadu_ps(mk, x + off), s);
-            const __m512 ab = _mm512_abs_ps(a);
-            fin &= _mm512_cmp_ps_mask(ab, inf, _CMP_LT_OQ);
-            mx = _mm512_max_ps(mx, ab);
-            _mm512_store_ps(xb + off, a);
-        }
-    }
-    if (fin != 0xffff) return 0;
-    const float big = _mm512_reduce_max_ps(mx);
-    int K = 120;
-    if (big >= 0x1p7f) {                           /* normal: its exponent */
-        uint32_t u;
-        memcpy(&u, &big, 4);
-        K = 126 - ((int)(u >> 23) - 127);
-    }
-    uint32_t pu = (uint32_t)(K + 127) << 23, uu = (uint32_t)(120 - K + 127) << 23;
-    float pk;
-    memcpy(&pk, &pu, 4);
-    memcpy(unscale, &uu, 4);
-    const __m512 vk = _mm512_set1_ps(pk);
     /* [4i + j for i < 8 | 4i + j + 1 for i < 8] of two vectors: codes j and j + 1 */
     const __m512i ia = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28,
                                          1, 5, 9, 13, 17, 21, 25, 29);
     const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(2));
-    for (size_t t0 = 0; t0 < kp; t0 += 64) {       /* pass 2: the decode's order, * 2^K */
-        float *o = xb + t0;
-        const __m512 a0 = _mm512_load_ps(o), a1 = _mm512_load_ps(o + 16);
-        const __m512 a2 = _mm512_load_ps(o + 32), a3 = _mm512_load_ps(o + 48);
-        const __m512 p0 = _mm512_permutex2var_ps(a0, ia, a1), p1 = _mm512_permutex2var_ps(a0, ib, a1);
-        const __m512 q0 = _mm512_permutex2var_ps(a2, ia, a3), q1 = _mm512_permutex2var_ps(a2, ib, a3);
-        _mm512_store_ps(o,      _mm512_mul_ps(_mm512_shuffle_f32x4(p0, q0, 0x44), vk));
-        _mm512_store_ps(o + 16, _mm512_mul_ps(_mm512_shuffle_f32x4(p0, q0, 0xEE), vk));
-        _mm512_store_ps(o + 32, _mm512_mul_ps(_mm512_shuffle_f32x4(p1, q1, 0x44), vk));
-        _mm512_store_ps(o + 48, _mm512_mul_ps(_mm512_shuffle_f32x4(p1, q1, 0xEE), vk));
+    __mmask16 fin = 0xffff;
+    for (size_t t0 = 0; t0 < kn; t0 += 64) {
+        __m512 a[4], ab[4];
+        for (int m = 0; m < 4; m++) {
+            const size_t off = t0 + 16 * (size_t)m;
+            const __mmask16 mk = mask16(off < kn ? kn - off : 0);
+            a[m] = _mm512_maskz_loadu_ps(mk, x + off);
+            ab[m] = _mm512_abs_ps(a[m]);
+            fin &= _mm512_cmp_ps_mask(ab[m], inf, _CMP_LT_OQ);
+        }
+        bm[t0 / 32] = _mm512_reduce_max_ps(_mm512_max_ps(ab[0], ab[1]));
+        if (t0 + 32 < kn) bm[t0 / 32 + 1] = _mm512_reduce_max_ps(_mm512_max_ps(ab[2], ab[3]));
+        const __m512 p0 = _mm512_permutex2var_ps(a[0], ia, a[1]);
+        const __m512 p1 = _mm512_permutex2var_ps(a[0], ib, a[1]);
+        const __m512 q0 = _mm512_permutex2var_ps(a[2], ia, a[3]);
+        const __m512 q1 = _mm512_permutex2var_ps(a[2], ib, a[3]);
+        float *o = xp + t0;
+        _mm512_store_ps(o,      _mm512_shuffle_f32x4(p0, q0, 0x44));
+        _mm512_store_ps(o + 16, _mm512_shuffle_f32x4(p0, q0, 0xEE));
+        _mm512_store_ps(o + 32, _mm512_shuffle_f32x4(p1, q1, 0x44));
+        _mm512_store_ps(o + 48, _mm512_shuffle_f32x4(p1, q1, 0xEE));
     }
-    return 1;
+    return fin == 0xffff;
+}
+
+/* xb = (xp * its group's scale sg[h]) * pk over [0, kn) rounded up to 64:
+ * fp8sh_prep_x's x, scaled as dsattn_fp8sh_plan says (a group past kn, in
+ * a last half-filled step, is zeros times 0). */
+static void fp8sh_scale_x(const float *xp, const float *sg, size_t kn, float pk, float *xb)
+{
+    const __m512 vk = _mm512_set1_ps(pk);
+    const size_t ng = (kn + 31) / 32;
+    for (size_t t0 = 0; t0 < kn; t0 += 64) {
+        const size_t h = t0 / 32;
+        const __m512 sv = _mm512_insertf32x8(_mm512_set1_ps(sg[h]),
+                                             _mm256_set1_ps(h + 1 < ng ? sg[h + 1] : 0.0f), 1);
+        for (int j = 0; j < 4; j++) {
+            const size_t o = t0 + 16 * (size_t)j;
+            _mm512_store_ps(xb + o, _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(xp + o), sv), vk));
+        }
+    }
 }
 
 /* sh = 0: the fp16 decode and fp8_arrange_x's order; sh = 1: the
- * exponent-shift decode and fp8sh_arrange_x's order. */
+ * exponent-shift decode and fp8sh_prep_x's order. */
 AI void fp8_step(__m512i v, const float *xc, __m512 *a, __m512i *nanv, const int track_nan,
                  const int sh)
 {
@@ -498,7 +489,9 @@ AI void fp8_rows_span(const uint8_t *w, size_t k, const float *xb, size_t kn, fl
 }
 
 /* sh: try the exponent-shift decode (per scale row and x pass; the fp16
- * decode where fp8sh_arrange_x declines or DAZ is on) */
+ * decode where x or x * scale is not finite, or DAZ is on).  x is prepared
+ * for it once per pass of XCH_L1 elements (once per call where k <=
+ * XCH_L1), then only scaled per scale row. */
 AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                       const float *x, float *y, size_t rows, size_t k, const int nan,
                       const int sh)
@@ -510,6 +503,9 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
         return;
     }
     const int shd = sh && bs % 32 == 0 && fp8sh_mxcsr_ok();
+    float bm[XCH / 32], sg[XCH / 32];
+    size_t prep_k0 = SIZE_MAX;           /* the exponent-shift pass xp holds */
+    int xfin = 0;
     /* one pass over x (every V4.1 shape): arranged once (a block size
      * past XCH: one scale of 1), then only re-scaled per scale row */
     const int once = !shd && k <= XCH && k % 64 == 0 && bs % 32 == 0 && rows > bs;
@@ -525,9 +521,16 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
         for (size_t k0 = 0; k0 < k; k0 += xch) {
             size_t kn = k - k0 < xch ? k - k0 : xch;
             int acc = k0 > 0;
-            float fin = 256.0f;
-            const int s1 = shd && fp8sh_arrange_x(x + k0, sc, bs, k0, kn, xb, &fin);
-            if (!s1) {
+            float fin = 256.0f, pk;
+            if (shd && prep_k0 != k0) {
+                xfin = fp8sh_prep_x(x + k0, kn, xp, bm);
+                prep_k0 = k0;
+            }
+            const int s1 = shd && xfin &&
+                           dsattn_fp8sh_plan(bm, (kn + 31) / 32, sc, bs, k0, sg, &pk, &fin);
+            if (s1) {
+                fp8sh_scale_x(xp, sg, kn, pk, xb);
+            } else {
                 fin = 256.0f;
                 if (once) fp8_scale_x(xp, sc, bs, kn, xb);
                 else fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
@@ -648,8 +651,10 @@ AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
         fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 1, T, accumulate, track_nan, sh, fin);
 }
 
-/* sh: the exponent-shift decode where every token of the pass arranges
- * with it (fp8sh_arrange_x), else the fp16 decode for the pass */
+/* sh: the exponent-shift decode where every token of the pass takes it
+ * (x and x * scale finite), else the fp16 decode for the pass.  Each
+ * token's slab is prepared for it once (fp8sh_prep_x) and scaled per scale
+ * row. */
 AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                         const float *x, size_t ldx, size_t m, float *y, size_t ldy,
                         size_t rows, size_t k, int finite, const int sh)
@@ -662,19 +667,24 @@ AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t 
     }
     const int shd = sh && fp8sh_mxcsr_ok();
     float xb[8 * M_KC] A64;                 /* the pass's tokens x one slab: 32 KB */
+    float xp[8 * M_KC] A64, bm[8 * M_KC / 32], sg[M_KC / 32];
     for (size_t g0 = 0; g0 < m; g0 += M_TMAX) {
         const size_t T = m - g0 < M_TMAX ? m - g0 : M_TMAX;
         const size_t kc = T <= 8 ? M_KC : M_KC / 2;
         for (size_t k0 = 0; k0 < k; k0 += kc) {
             const size_t kn = k - k0 < kc ? k - k0 : kc;
+            int xfin = shd;
+            for (size_t t = 0; t < T && xfin; t++)
+                xfin = fp8sh_prep_x(x + (g0 + t) * ldx + k0, kn, xp + t * kc, bm + t * (kc / 32));
             for (size_t rb0 = 0; rb0 < rows;) {
                 const size_t sr = rb0 / bs;                       /* scale row */
                 const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
-                float fin[M_TMAX];              /* arranged, times this row's scales */
-                int s1 = shd;
+                float fin[M_TMAX], pk[M_TMAX];  /* arranged, times this row's scales */
+                int s1 = xfin;
                 for (size_t t = 0; t < T && s1; t++)
-                    s1 = fp8sh_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
-                                         xb + t * kc, fin + t);
+                    s1 = dsattn_fp8sh_plan(bm + t * (kc / 32), kn / 32, scale + sr * ldsc, bs, k0,
+                                           sg, pk + t, fin + t) &&
+                         (fp8sh_scale_x(xp + t * kc, sg, kn, pk[t], xb + t * kc), 1);
                 if (!s1)
                     for (size_t t = 0; t < T; t++) {
                         fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
