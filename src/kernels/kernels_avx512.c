@@ -579,8 +579,9 @@ static void gemv_fp8_finite_expshift(const uint8_t *W, const float *scale, size_
  * sequence).  Each 64-code step of a weight row is decoded once (as in
  * fp8_step) and multiplied into every token of the pass: up to 16
  * accumulators, one per (row, token) - 2 rows x up to 8 tokens, or one row
- * x 9..16 tokens - so a decode (15 port-0/5 ops) serves 4 FMA vectors per
- * token and an x load serves the pass's rows.  k is walked in slabs of
+ * x 9..16 tokens (on the exponent-shift table two passes of 2 rows x up to
+ * 8) - so a decode (15 port-0/5 ops) serves 4 FMA vectors per token and an
+ * x load serves the pass's rows.  k is walked in slabs of
  * M_KC (M_KC / 2 past 8 tokens) so that the tokens' arranged x (32 KB)
  * stays in L1 while the rows of the call stream past it; a row's slab sums
  * are added to y slab by slab.  Per scale row each token's slab is
@@ -651,6 +652,25 @@ AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
         fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 1, T, accumulate, track_nan, sh, fin);
 }
 
+/* one scale row's rows [0, nr) and one slab for T (<= M_TMAX) tokens, the
+ * token count made a constant (accumulators in registers) */
+static void fp8_pass_tokens(const uint8_t *w, size_t k, const float *xb, size_t kc, size_t kn,
+                            float *yo, size_t ldy, size_t nr, size_t T, int acc, int nan, int s1,
+                            const float *fin)
+{
+    switch (T) {
+#define M_CASE(n) case n: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 1, fin); \
+                          else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 0, fin); \
+                          break;
+    M_CASE(16) M_CASE(15) M_CASE(14) M_CASE(13) M_CASE(12) M_CASE(11) M_CASE(10)
+    M_CASE(9) M_CASE(8) M_CASE(7) M_CASE(6) M_CASE(5) M_CASE(4) M_CASE(3) M_CASE(2)
+#undef M_CASE
+    default: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, 1, fin);
+             else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, 0, fin);
+             break;
+    }
+}
+
 /* sh: the exponent-shift decode where every token of the pass takes it
  * (x and x * scale finite), else the fp16 decode for the pass.  Each
  * token's slab is prepared for it once (fp8sh_prep_x) and scaled per scale
@@ -695,15 +715,17 @@ AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t 
                 float *yo = y + g0 * ldy + rb0;
                 const size_t nr = rb1 - rb0;
                 const int acc = k0 > 0, nan = !finite;
-                switch (T) {   /* the token count as a constant: accumulators in registers */
-#define M_CASE(n) case n: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 1, fin); \
-                          else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 0, fin); \
-                          break;
-                M_CASE(16) M_CASE(15) M_CASE(14) M_CASE(13) M_CASE(12) M_CASE(11) M_CASE(10)
-                M_CASE(9) M_CASE(8) M_CASE(7) M_CASE(6) M_CASE(5) M_CASE(4) M_CASE(3)
-                M_CASE(2)
-#undef M_CASE
-                default: fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, s1, fin); break;
+                if (sh && T > 8) {
+                    /* the exponent-shift table's CPUs (AMD Zen 4: one 512-bit load a
+                     * cycle) take the tokens as two passes of 2 rows x 8 over the
+                     * scale row's rows, which the second pass finds in L1/L2: one
+                     * row x 16 tokens loads an x vector per FMA (1 thread, 16
+                     * tokens, 128 x 1280 in L2: 1.35x faster) */
+                    fp8_pass_tokens(w, k, xb, kc, kn, yo, ldy, nr, 8, acc, nan, s1, fin);
+                    fp8_pass_tokens(w, k, xb + 8 * kc, kc, kn, yo + 8 * ldy, ldy, nr, T - 8, acc,
+                                    nan, s1, fin + 8);
+                } else {
+                    fp8_pass_tokens(w, k, xb, kc, kn, yo, ldy, nr, T, acc, nan, s1, fin);
                 }
                 rb0 = rb1;
             }
