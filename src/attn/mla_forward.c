@@ -266,6 +266,45 @@ static size_t absorb_ws_per(size_t KL, size_t nr)
     return (KL * (nr * sizeof(double) + sizeof(float)) + 63) / 64 * 64;
 }
 
+/* What absorb_q and absorb_out both set up: the path (reference, or the
+ * MLA kernels and whether they take the FP8 rows), and every thread's
+ * scratch of per bytes from wa, given back by absorb_end. */
+typedef struct {
+    int                    ref, fp8k, nth;
+    const dsattn_mla_kern *mk;
+    dsattn_ws_pos          mark;
+    size_t                 per;
+    uint8_t               *all;
+} absorb_run;
+
+static dsattn_status absorb_begin(dsattn_ctx *ctx, const dsattn_weight *W, size_t per,
+                                  dsattn_ws *wa, absorb_run *a)
+{
+    a->ref = ctx->mode == DSATTN_MODE_REFERENCE;
+    a->mk = a->ref ? NULL : ctx->kt->mla;
+    a->fp8k = a->mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0;
+    a->nth = DSATTN_MAX(ctx->n_threads, 1);
+    a->mark = dsattn_ws_mark(wa);
+    a->per = per;
+    a->all = dsattn_ws_array(wa, (size_t)a->nth, per);
+    return a->all ? DSATTN_OK : DSATTN_ERR_NOMEM;
+}
+
+/* Thread tid's scratch. */
+static inline void *absorb_scratch(const absorb_run *a, int tid)
+{
+    return a->all + (size_t)tid * a->per;
+}
+
+/* Gives the scratch back and counts nw weight rows of KL over nr rows. */
+static void absorb_end(dsattn_ctx *ctx, dsattn_ws *wa, const absorb_run *a, size_t nr,
+                       size_t nw, size_t KL)
+{
+    dsattn_ws_put(wa, a->all);
+    dsattn_ws_reset(wa, a->mark);
+    dsattn_count(ctx, 2ull * nr * nw * KL, (uint64_t)nw * KL * 2);
+}
+
 /* q'[r][h] = bf16(q_nope[r][h] . W_uk[h]) for all heads of nr query rows
  * (q: [nr, H, dn+dr], qa: [nr, H, KL]); W_uk[h] = rows h*(dn+dv) .. +dn of
  * wkv_b (bf16 values of weight_dequant), [dn, KL].  Each weight row is
@@ -280,19 +319,13 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
     const dsattn_weight *W = &m->layer[l].wkv_b;
     const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope, dr = (size_t)c->rope;
     const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
-    const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
-    const dsattn_mla_kern *mk = ref ? NULL : ctx->kt->mla;
-    const int fp8k = mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0;
-    dsattn_status st = DSATTN_OK;
     /* per thread: acc [nr, KL] doubles, wr [KL] floats */
-    const int nth = DSATTN_MAX(ctx->n_threads, 1);
-    const dsattn_ws_pos mark = dsattn_ws_mark(wa);
-    const size_t per = absorb_ws_per(KL, nr);
-    uint8_t *all = dsattn_ws_array(wa, (size_t)nth, per);
-    if (!all) return DSATTN_ERR_NOMEM;
-    DSATTN_PARALLEL(!ref && H >= 4 ? nth : 1, {
-        const int tid = dsattn_tid;
-        double *acc = (double *)(void *)(all + (size_t)tid * per);
+    absorb_run ab;
+    if (absorb_begin(ctx, W, absorb_ws_per(KL, nr), wa, &ab)) return DSATTN_ERR_NOMEM;
+    const int ref = ab.ref, fp8k = ab.fp8k;
+    const dsattn_mla_kern *mk = ab.mk;
+    DSATTN_PARALLEL(!ref && H >= 4 ? ab.nth : 1, {
+        double *acc = absorb_scratch(&ab, dsattn_tid);
         float *wr = (float *)(void *)(acc + nr * KL);
         size_t hlo_, hhi_;
         dsattn_range(H, dsattn_tid, dsattn_nth, &hlo_, &hhi_);
@@ -363,10 +396,8 @@ static dsattn_status absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const
             }
         }
     });
-    dsattn_ws_put(wa, all);
-    dsattn_ws_reset(wa, mark);
-    dsattn_count(ctx, 2ull * nr * H * dn * KL, (uint64_t)H * dn * KL * 2);
-    return st;
+    absorb_end(ctx, wa, &ab, nr, H * dn, KL);
+    return DSATTN_OK;
 }
 #undef ACCF
 
@@ -380,18 +411,12 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
     const dsattn_weight *W = &m->layer[l].wkv_b;
     const size_t H = (size_t)c->n_heads, dn = (size_t)c->nope;
     const size_t dv = (size_t)c->v_dim, KL = (size_t)c->kv_lora_rank;
-    const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
-    const dsattn_mla_kern *mk = ref ? NULL : ctx->kt->mla;
-    const int fp8k = mk && W->kind == DSATTN_W_FP8 && W->block % 16 == 0;
-    dsattn_status st = DSATTN_OK;
-    const int nth = DSATTN_MAX(ctx->n_threads, 1);
-    const dsattn_ws_pos mark = dsattn_ws_mark(wa);
-    const size_t per = absorb_ws_per(KL, 1);
-    uint8_t *all = dsattn_ws_array(wa, (size_t)nth, per);
-    if (!all) return DSATTN_ERR_NOMEM;
-    DSATTN_PARALLEL(!ref && H >= 4 ? nth : 1, {
-        const int tid = dsattn_tid;
-        float *wr = (float *)(void *)(all + (size_t)tid * per);
+    absorb_run ab;
+    if (absorb_begin(ctx, W, absorb_ws_per(KL, 1), wa, &ab)) return DSATTN_ERR_NOMEM;
+    const int ref = ab.ref, fp8k = ab.fp8k;
+    const dsattn_mla_kern *mk = ab.mk;
+    DSATTN_PARALLEL(!ref && H >= 4 ? ab.nth : 1, {
+        float *wr = absorb_scratch(&ab, dsattn_tid);
         size_t hlo_, hhi_;
         dsattn_range(H, dsattn_tid, dsattn_nth, &hlo_, &hhi_);
         for (size_t h = hlo_; h < hhi_; h++) {
@@ -446,10 +471,8 @@ static dsattn_status absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l, con
             }
         }
     });
-    dsattn_ws_put(wa, all);
-    dsattn_ws_reset(wa, mark);
-    dsattn_count(ctx, 2ull * nr * H * dv * KL, (uint64_t)H * dv * KL * 2);
-    return st;
+    absorb_end(ctx, wa, &ab, nr, H * dv, KL);
+    return DSATTN_OK;
 }
 
 /* ==== Absorbed attention over the latent cache ========================== */
