@@ -11,7 +11,8 @@
  *
  * The functions are static: each table gets its own, built with its
  * file's flags, the loops inlined into them.  The *_rows entries: the
- * row-after-row forms here, the blocked ones in their table files. */
+ * row-after-row forms here, the blocked ones in their table files.
+ * ROWS_TABLE_ENTRIES(mdot_rows, maxpy_rows) puts them all in a table. */
 
 /* Each entry once per format: the shapes, then their instances. */
 #define ROWS_DEQUANT(name, fmt)                                                    \
@@ -44,6 +45,21 @@ ROWS_MAXPY(maxpy_fp8ue8m0, DSATTN_ROW_FP8UE8M0)
 #undef ROWS_DEQUANT
 #undef ROWS_MDOT
 #undef ROWS_MAXPY
+
+/* The table's entries for the functions above, one list for every table:
+ * a table names its two *_rows forms (the row-after-row ones below, or its
+ * own blocked ones). */
+#define ROWS_TABLE_ENTRIES(mdot_rows, maxpy_rows)     \
+    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row,      \
+    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row,     \
+    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row,     \
+    .mdot_fp4e4m3         = mdot_fp4e4m3,             \
+    .mdot_fp4e4m3_rows    = mdot_rows,                \
+    .maxpy_fp4e4m3        = maxpy_fp4e4m3,            \
+    .maxpy_fp4e4m3_rows   = maxpy_rows,               \
+    .mdot_fp4ue8m0        = mdot_fp4ue8m0,            \
+    .mdot_fp8ue8m0        = mdot_fp8ue8m0,            \
+    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0
 
 /* The *_rows entries for a table without a many-row form: one row after
  * another.  maxpy gathers the heads' weights of the row (64 at a time),
