@@ -14,6 +14,7 @@
 #include "mha.h"
 
 #include "jsoncfg.h"
+#include "model_glue.h"
 #include "numfmt.h"
 #include "seq_glue.h"
 
@@ -130,28 +131,23 @@ void dsattn_mha_destroy(dsattn_mha *m)
     free(m);
 }
 
-static dsattn_status model_new(dsattn_mha **out, const char *config_json, char *err,
-                               size_t errlen)
+/* What the config decides: the layer array, the RoPE table. */
+static dsattn_status setup_model(dsattn_mha *m)
 {
-    if (!out || !config_json) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_mha *m = calloc(1, sizeof *m);
-    if (!m) return DSATTN_ERR_NOMEM;
-    dsattn_status st = dsattn_mha_config_load(&m->cfg, config_json, err, errlen);
-    if (st) { dsattn_mha_destroy(m); return st; }
     m->layer = calloc((size_t)m->cfg.n_layers, sizeof *m->layer);
-    if (!m->layer) { dsattn_mha_destroy(m); return DSATTN_ERR_NOMEM; }
+    if (!m->layer) return DSATTN_ERR_NOMEM;
     /* LlamaRotaryEmbedding: inv_freq = 1/base^(2i/d) over all d dims, no
      * scaling; the shared op computes it with the same fp32 steps. */
     dsattn_rope_init(&m->rope, (size_t)m->cfg.head_dim, m->cfg.rope_theta, 0, 0, 1, 0, 0);
-    *out = m;
     return DSATTN_OK;
 }
+
+DSATTN_MODEL_NEW(mha, setup_model)
 
 dsattn_status dsattn_mha_load_config(dsattn_mha **out, const char *config_json,
                                      char *err, size_t errlen)
 {
-    return model_new(out, config_json, err, errlen);
+    return mha_new_model(out, config_json, err, errlen);
 }
 
 /* ==== Random weights ==================================================== */
@@ -221,7 +217,7 @@ dsattn_status dsattn_mha_create_random_layers(dsattn_mha **out,
                                               int n_layers, char *err,
                                               size_t errlen)
 {
-    dsattn_status st = model_new(out, config_json, err, errlen);
+    dsattn_status st = mha_new_model(out, config_json, err, errlen);
     if (st) return st;
     dsattn_mha *m = *out;
     if (first_layer < 0 || n_layers < 0 || first_layer + (int64_t)n_layers > m->cfg.n_layers) {

@@ -25,6 +25,7 @@
 
 #include "checkpoint.h"
 #include "config.h"
+#include "model_glue.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -148,7 +149,7 @@ void dsattn_mla_destroy(dsattn_mla *m)
     free(m);
 }
 
-static void setup_numbers(dsattn_mla *m)
+static dsattn_status setup_numbers(dsattn_mla *m)
 {
     const dsattn_mla_config *c = &m->cfg;
     dsattn_rope_init(&m->rope, (size_t)c->rope, c->rope_theta, c->yarn, c->original_seq_len,
@@ -158,26 +159,15 @@ static void setup_numbers(dsattn_mla *m)
     m->use_actq = c->dsa;
     m->actq.block = 128;
     m->actq.scale = c->ue8m0 ? DSATTN_ACTQ_POW2 : DSATTN_ACTQ_AMAX_MUL;
-}
-
-static dsattn_status new_model(dsattn_mla **out, const char *config_json, char *err,
-                               size_t errlen)
-{
-    if (!out || !config_json) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_mla *m = calloc(1, sizeof *m);
-    if (!m) return DSATTN_ERR_NOMEM;
-    dsattn_status st = dsattn_mla_config_load(&m->cfg, config_json, err, errlen);
-    if (st) { dsattn_mla_destroy(m); return st; }
-    setup_numbers(m);
-    *out = m;
     return DSATTN_OK;
 }
+
+DSATTN_MODEL_NEW(mla, setup_numbers)
 
 dsattn_status dsattn_mla_create_config_only(dsattn_mla **out, const char *config_json,
                                             char *err, size_t errlen)
 {
-    return new_model(out, config_json, err, errlen);
+    return mla_new_model(out, config_json, err, errlen);
 }
 
 int dsattn_mla_is_dsa(const dsattn_mla *m) { return m->cfg.dsa; }
@@ -264,7 +254,7 @@ dsattn_status dsattn_mla_load(dsattn_mla **out, const char *config_json,
 {
     if (!out || !config_json || !weights) return DSATTN_ERR_INVALID_ARG;
     dsattn_mla *m = NULL;
-    dsattn_status st = new_model(&m, config_json, err, errlen);
+    dsattn_status st = mla_new_model(&m, config_json, err, errlen);
     if (st) return st;
     dsattn_ckpt *ck = NULL;
     if ((st = dsattn_ckpt_open(&ck, weights, config_json, err, errlen))) {
@@ -356,7 +346,7 @@ dsattn_status dsattn_mla_create_random(dsattn_mla **out, const char *config_json
                                        uint64_t seed, int fp8, char *err, size_t errlen)
 {
     dsattn_mla *m = NULL;
-    dsattn_status st = new_model(&m, config_json, err, errlen);
+    dsattn_status st = mla_new_model(&m, config_json, err, errlen);
     if (st) return st;
     m->cfg.fp8 = fp8 != 0;
     const dsattn_mla_config *c = &m->cfg;

@@ -14,6 +14,7 @@
 
 #include "checkpoint.h"
 #include "config.h"
+#include "model_glue.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -266,19 +267,20 @@ static dsattn_status bind_layer(dsattn_v41 *m, const dsattn_binder *b, int64_t l
     return DSATTN_OK;
 }
 
+/* What the config decides: the layers' plan, their (empty) links. */
+static dsattn_status setup_layers(dsattn_v41 *m)
+{
+    plan_layers(m);
+    link_layers(m);
+    return DSATTN_OK;
+}
+
+DSATTN_MODEL_NEW(v41, setup_layers)
+
 dsattn_status dsattn_v41_load_config(dsattn_v41 **out, const char *config_json,
                                      char *err, size_t errlen)
 {
-    if (!out || !config_json) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_v41 *m = calloc(1, sizeof *m);
-    if (!m) return DSATTN_ERR_NOMEM;
-    dsattn_status st = dsattn_v41_config_load(&m->cfg, config_json, err, errlen);
-    if (st) { dsattn_v41_destroy(m); return st; }
-    plan_layers(m);
-    link_layers(m);
-    *out = m;
-    return DSATTN_OK;
+    return v41_new_model(out, config_json, err, errlen);
 }
 
 dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
@@ -290,14 +292,9 @@ dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
     const char *cfg_path = NULL;
     dsattn_status st = dsattn_csa_ckpt_open(&ck, &cfg_path, weights, config_json, err, errlen);
     if (st) return st;
-    dsattn_v41 *m = calloc(1, sizeof *m);
-    if (!m) { dsattn_ckpt_close(ck); return DSATTN_ERR_NOMEM; }
+    dsattn_v41 *m = NULL;
+    if ((st = v41_new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
     m->ckpt = ck;
-    if ((st = dsattn_v41_config_load(&m->cfg, cfg_path, err, errlen))) {
-        dsattn_v41_destroy(m);
-        return st;
-    }
-    plan_layers(m);
     const dsattn_binder b = { ck, &m->owned, err, errlen };
     for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
     if (st) { dsattn_v41_destroy(m); return st; }
@@ -312,18 +309,14 @@ dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json
                                        uint64_t seed, int fp8, char *err,
                                        size_t errlen)
 {
-    if (!out || !config_json) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_v41 *m = calloc(1, sizeof *m);
-    if (!m) return DSATTN_ERR_NOMEM;
-    dsattn_status st = dsattn_v41_config_load(&m->cfg, config_json, err, errlen);
-    if (st) { dsattn_v41_destroy(m); return st; }
+    dsattn_v41 *m = NULL;
+    dsattn_status st = v41_new_model(&m, config_json, err, errlen);
+    if (st) return st;
     m->cfg.fp8 = fp8;
     if (fp8 && (st = v41_check_fp8_dims(&m->cfg, err, errlen))) {
         dsattn_v41_destroy(m);
         return st;
     }
-    plan_layers(m);
     const dsattn_v41_config *c = &m->cfg;
     size_t dim = (size_t)c->dim, D = (size_t)c->head_dim, QL = (size_t)c->q_lora_rank;
     size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;

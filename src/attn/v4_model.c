@@ -16,6 +16,7 @@
 #include "v4.h"
 
 #include "checkpoint.h"
+#include "model_glue.h"
 #include "numfmt.h"
 
 #include <math.h>
@@ -163,25 +164,20 @@ size_t dsattn_v4_weight_bytes(const dsattn_v4 *m)
     return t;
 }
 
-static dsattn_status new_model(dsattn_v4 **out, const char *config_json, char *err,
-                               size_t errlen)
+/* What the config decides: the layers' plan, their (empty) links. */
+static dsattn_status setup_layers(dsattn_v4 *m)
 {
-    if (!out || !config_json) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_v4 *m = calloc(1, sizeof *m);
-    if (!m) return DSATTN_ERR_NOMEM;
-    dsattn_status st = dsattn_v4_config_load(&m->cfg, config_json, err, errlen);
-    if (st) { dsattn_v4_destroy(m); return st; }
     plan_layers(m);
     link_layers(m);
-    *out = m;
     return DSATTN_OK;
 }
+
+DSATTN_MODEL_NEW(v4, setup_layers)
 
 dsattn_status dsattn_v4_load_config(dsattn_v4 **out, const char *config_json, char *err,
                                     size_t errlen)
 {
-    return new_model(out, config_json, err, errlen);
+    return v4_new_model(out, config_json, err, errlen);
 }
 
 /* ==== Binding weights from a checkpoint ================================ */
@@ -253,7 +249,7 @@ dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json, const cha
     dsattn_status st = dsattn_csa_ckpt_open(&ck, &cfg_path, weights, config_json, err, errlen);
     if (st) return st;
     dsattn_v4 *m = NULL;
-    if ((st = new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
+    if ((st = v4_new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
     m->ckpt = ck;
     const dsattn_binder b = { ck, &m->owned, err, errlen };
     for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
@@ -287,7 +283,7 @@ dsattn_status dsattn_v4_create_random(dsattn_v4 **out, const char *config_json, 
                                       int fp8, char *err, size_t errlen)
 {
     dsattn_v4 *m = NULL;
-    dsattn_status st = new_model(&m, config_json, err, errlen);
+    dsattn_status st = v4_new_model(&m, config_json, err, errlen);
     if (st) return st;
     m->cfg.fp8 = fp8 != 0;
     const dsattn_v4_config *c = &m->cfg;
