@@ -1,14 +1,13 @@
 /* attn_common.c - the parts of Attention.forward that V4 (CSA/HCA) and
  * V4.1 (CSA2) compute the same way, written once: the low-rank query, the
- * sliding-window KV projection, the grouped output projection and the
- * index queries / head weights of the lightning indexer.
+ * sliding-window KV projection and the grouped output projection.
  *
  * Generation differences are flags of the caller's dsattn_attn_layer, not
- * copies: V4 rescales each query head by its RMS (V4.1 dropped it) and
- * rotates index queries with a Hadamard transform (V4.1 has none); the FP8
+ * copies: V4 rescales each query head by its RMS (V4.1 dropped it); the FP8
  * activation block of the Linears is 128 in V4, 32 in V4.1.
  *
- * Not here: anything that touches a cache or a sequence (window packing,
+ * Not here: the lightning indexer's queries and head weights (indexer.c),
+ * and anything that touches a cache or a sequence (window packing,
  * compressors, top-k), which stays with each generation.
  */
 #include "ops.h"
@@ -38,13 +37,6 @@ static void head_rms_bf16(float *q, size_t D, float eps)
     for (size_t i = 0; i < D; i++) q[i] = dsattn_round_bf16(q[i] * r);
 }
 
-/* Row t's position: pos[t] for a batch of sequences, start_pos + t for a
- * chunk of one. */
-static inline int64_t row_pos(const dsattn_attn_rows *r, size_t t)
-{
-    return r->pos ? r->pos[t] : r->start_pos + (int64_t)t;
-}
-
 dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_attn_layer *a,
                                 const dsattn_attn_rows *r, const float *x, float *qr,
                                 float *q)
@@ -60,7 +52,7 @@ dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_attn_layer *a,
     if ((st = dsattn_linear(ctx, a->wq_b, qr, QL, s, q, H * D, DSATTN_OUT_BF16, &a->aq, r->aqs)))
         return st;
     for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(a->rope, row_pos(r, t), cs, sn);
+        dsattn_rope_cs(a->rope, dsattn_attn_row_pos(r, t), cs, sn);
         for (size_t h = 0; h < H; h++) {
             float *qh = q + (t * H + h) * D;
             if (a->head_rms) head_rms_bf16(qh, D, a->eps);
@@ -81,7 +73,7 @@ dsattn_status dsattn_attn_window_kv(dsattn_ctx *ctx, const dsattn_attn_layer *a,
     for (size_t t = 0; t < r->n; t++) {
         float *k = kv + t * D;
         dsattn_rmsnorm(k, a->kv_norm, D, a->eps, k, DSATTN_OUT_BF16);
-        dsattn_rope_cs(a->rope, row_pos(r, t), cs, sn);
+        dsattn_rope_cs(a->rope, dsattn_attn_row_pos(r, t), cs, sn);
         dsattn_rope_apply(k + D - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
     }
     return DSATTN_OK;
@@ -103,7 +95,7 @@ dsattn_status dsattn_attn_output(dsattn_ctx *ctx, const dsattn_attn_layer *a,
         !(wo_a->kind == DSATTN_W_FP8 && R % wo_a->block == 0))
         return DSATTN_ERR_UNSUPPORTED;
     for (size_t t = 0; t < s; t++) {
-        dsattn_rope_cs(a->rope, row_pos(r, t), cs, sn);
+        dsattn_rope_cs(a->rope, dsattn_attn_row_pos(r, t), cs, sn);
         for (size_t h = 0; h < H; h++)
             dsattn_rope_apply(o + (t * H + h) * D + D - rd, rd, cs, sn, 1, 1, DSATTN_OUT_BF16);
     }
@@ -113,39 +105,4 @@ dsattn_status dsattn_attn_output(dsattn_ctx *ctx, const dsattn_attn_layer *a,
         return st;
     return dsattn_linear(ctx, a->wo_b, oa, G * R, s, out, a->wo_b->rows, DSATTN_OUT_BF16,
                          &a->aq, r->aqs);
-}
-
-dsattn_status dsattn_index_query(dsattn_ctx *ctx, const dsattn_attn_layer *a,
-                                 const dsattn_attn_rows *r, const float *qr, float *q)
-{
-    const size_t Hi = a->Hi, Di = a->Di, rd = a->rd, QL = a->i_wq_b->cols;
-    float cs[64], sn[64];
-    dsattn_status st = dsattn_linear(ctx, a->i_wq_b, qr, QL, r->n, q, Hi * Di, DSATTN_OUT_BF16,
-                                     &a->aq, r->aqs);
-    if (st) return st;
-    const float hscale = (float)pow((double)Di, -0.5);
-    for (size_t t = 0; t < r->n; t++) {
-        dsattn_rope_cs(a->rope, row_pos(r, t), cs, sn);
-        for (size_t h = 0; h < Hi; h++) {
-            float *qh = q + (t * Hi + h) * Di;
-            dsattn_rope_apply(qh + Di - rd, rd, cs, sn, 1, 0, DSATTN_OUT_BF16);
-            if (a->hadamard) dsattn_hadamard(qh, Di, hscale, qh, DSATTN_OUT_BF16);
-            dsattn_quant_fp4_ue8m0(qh, Di, NULL, NULL, qh);
-        }
-    }
-    return DSATTN_OK;
-}
-
-dsattn_status dsattn_index_weights(dsattn_ctx *ctx, const dsattn_weight *wproj,
-                                   const float *x, size_t s, size_t Hi, size_t Di,
-                                   float *w)
-{
-    dsattn_status st = dsattn_linear(ctx, wproj, x, wproj->cols, s, w, Hi, DSATTN_OUT_BF16,
-                                     NULL, NULL);
-    if (st) return st;
-    /* softmax_scale * n_heads ** -0.5 is a Python float product, then the
-     * bf16 tensor times it rounds to bf16 */
-    const float wscale = (float)(pow((double)Di, -0.5) * pow((double)Hi, -0.5));
-    for (size_t i = 0; i < s * Hi; i++) w[i] = dsattn_round_bf16(w[i] * wscale);
-    return DSATTN_OK;
 }

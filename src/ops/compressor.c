@@ -1,6 +1,9 @@
-/* compressor.c - the Compressor's pooling state machine, written once for
- * V4 (CSA ratio 4 with overlapping windows, HCA, learned APE on the gate
- * scores) and V4.1 (ratio >= 2: no overlap, no APE).
+/* compressor.c - the Compressor's pooling state machine and the
+ * softmax-gated pooling it runs on each complete group of slots (a
+ * per-channel softmax gate over the slots, scalar and exact: O(r d) per
+ * new entry), written once for V4 (CSA ratio 4 with overlapping windows,
+ * HCA, learned APE on the gate scores) and V4.1 (ratio >= 2: no overlap,
+ * no APE).
  *
  * It follows Compressor.forward of both references line by line after the
  * fp32 projections (which the caller makes, because the weights and the
@@ -39,6 +42,28 @@ void dsattn_compressor_state_init(float *state_kv, float *state_z, size_t ratio,
     for (size_t i = 0; i < n; i++) {
         state_kv[i] = 0.0f;
         state_z[i] = -INFINITY;
+    }
+}
+
+void dsattn_softmax_pool(const float *kv, const float *z, size_t r, size_t D,
+                         float *out)
+{
+    /* e_i is evaluated twice (for the sum, then for p_i) rather than kept in
+     * a buffer, so r is unbounded (HCA pools 128 slots); exp is deterministic,
+     * so both evaluations give the same fp32 value. */
+    for (size_t c = 0; c < D; c++) {
+        float mx = -INFINITY;
+        for (size_t i = 0; i < r; i++) mx = z[i * D + c] > mx ? z[i * D + c] : mx;
+        double se = 0.0;
+        for (size_t i = 0; i < r; i++) se += (float)exp((double)(z[i * D + c] - mx));
+        float sum = (float)se;
+        double acc = 0.0;
+        for (size_t i = 0; i < r; i++) {
+            float e = (float)exp((double)(z[i * D + c] - mx));
+            float p = e / sum;
+            acc += (double)(kv[i * D + c] * p);
+        }
+        out[c] = (float)acc;
     }
 }
 

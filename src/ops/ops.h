@@ -294,6 +294,13 @@ typedef struct {
                                            * input) floats                     */
 } dsattn_attn_rows;
 
+/* Row t's position: pos[t] for a batch of sequences, start_pos + t for a
+ * chunk of one. */
+static inline int64_t dsattn_attn_row_pos(const dsattn_attn_rows *r, size_t t)
+{
+    return r->pos ? r->pos[t] : r->start_pos + (int64_t)t;
+}
+
 /* Floats of activation-quantization scratch for the widest input. */
 size_t dsattn_attn_aq_scratch(size_t s, size_t max_cols);
 

@@ -1,5 +1,6 @@
-/* sparse_attn.c - the attention kernel of V4 and V4.1 (sparse_attn), the
- * lightning-indexer score and the packed-row gather they share.
+/* sparse_attn.c - the attention kernel of V4 and V4.1 (sparse_attn) and
+ * the packed-row gather (dsattn_kv_row) it shares with the lightning
+ * indexer's scores (indexer.c).
  *
  * sparse_attn follows the TileLang kernel (docs/semantics.md §2.5):
  * indices in blocks of 64 in index order, invalid (-1) rows score -inf, the
@@ -503,107 +504,4 @@ void dsattn_sparse_attn(dsattn_ctx *ctx, const float *q, size_t nh, size_t d,
     else
         sparse_attn_fast(ctx, q, nh, d, src0, src1, idx, n_idx, sink, scale, max_init, out, scratch);
     dsattn_count(ctx, 4ull * nvalid * nh * d, bytes + nh * d * 4ull);
-}
-
-/* ==== Indexer score ===================================================== */
-
-static float index_head_sum(const float *dots, size_t nh, const float *w)
-{
-    double s = 0.0;
-    for (size_t h = 0; h < nh; h++) {
-        float dd = dsattn_round_bf16(dots[h]);
-        float r = dd > 0.0f ? dd : 0.0f;
-        s += (double)dsattn_round_bf16(r * w[h]);
-    }
-    return dsattn_round_bf16((float)s);
-}
-
-static void index_score_one(dsattn_ctx *ctx, const float *q, size_t nh, size_t dh,
-                            const float *key, float *dots)
-{
-    if (ctx->mode == DSATTN_MODE_REFERENCE) {
-        for (size_t h = 0; h < nh; h++) {
-            double a = 0.0;
-            for (size_t i = 0; i < dh; i++) a += (double)q[h * dh + i] * (double)key[i];
-            dots[h] = (float)a;
-        }
-    } else {
-        ctx->k->mdot_f32(q, dh, nh, key, dh, dots);
-    }
-}
-
-/* Fast path: exact integer dots (index_vnni_avx512.c) when the keys are
- * FP4 index rows and the CPU has VNNI; bit-identical to the reference, so
- * fast and reference modes select the same entries. */
-static int index_scores_vnni(dsattn_ctx *ctx, const float *q, size_t nh, size_t dh,
-                             const float *w, const dsattn_kv_src *ksrc,
-                             const int32_t *rows, size_t j0, size_t n, float *score)
-{
-    const dsattn_index_kern *ik = ctx->kt->index;
-    if (ctx->mode != DSATTN_MODE_FAST || !ik || ksrc->kind != DSATTN_KV_FP4_IDX ||
-        ksrc->d != dh || !ik->ok(nh, dh))
-        return 0;
-    /* one per thread, reused: no allocation per scored row set */
-    static __thread dsattn_index_vnni_q tls_q;
-    dsattn_index_vnni_q *p = &tls_q;
-    if (!ik->prepare(p, q, nh, dh, w)) return 0;
-    /* chunks of 2048 keys, or 2 per thread when there are fewer keys (a
-     * V4.1 index layer at 4K scores ~2048: one chunk left the other thread
-     * idle for ~100 us per layer); keys score independently, so the cut
-     * never changes a bit */
-    const size_t nthr = (size_t)DSATTN_MAX(1, ctx->n_threads);
-    const size_t chunk = DSATTN_MIN((size_t)2048,
-                                    DSATTN_MAX((size_t)256, (n + 2 * nthr - 1) / (2 * nthr)));
-    const size_t nc = (n + chunk - 1) / chunk;
-#define VNNI_CHUNK(c)                                                                     \
-    ik->scores(p, ksrc->base, ksrc->stride, rows ? rows + (c) * chunk : NULL,             \
-               j0 + (c) * chunk, DSATTN_MIN(chunk, n - (c) * chunk), score + (c) * chunk)
-    if (nc > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads)
-        for (size_t c = 0; c < nc; c++) VNNI_CHUNK(c);
-    } else {
-        /* no region: libgomp would allocate a team of one every call */
-        for (size_t c = 0; c < nc; c++) VNNI_CHUNK(c);
-    }
-#undef VNNI_CHUNK
-    return 1;
-}
-
-void dsattn_index_scores_bf16(dsattn_ctx *ctx, const float *q, size_t nh,
-                              size_t dh, const float *w,
-                              const dsattn_kv_src *ksrc, size_t j0, size_t n,
-                              float *score)
-{
-    dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
-    if (index_scores_vnni(ctx, q, nh, dh, w, ksrc, NULL, j0, n, score)) return;
-    /* a region only when it has more than one thread: no team of one */
-    DSATTN_PARALLEL(n >= 4096 ? ctx->n_threads : 1, {
-        size_t jlo_, jhi_;
-        dsattn_range(n, dsattn_tid, dsattn_nth, &jlo_, &jhi_);
-        for (size_t j = jlo_; j < jhi_; j++) {
-            float key[512], dots[256];
-            dsattn_kv_row(ksrc, j0 + j, key);
-            index_score_one(ctx, q, nh, dh, key, dots);
-            score[j] = index_head_sum(dots, nh, w);
-        }
-    });
-}
-
-void dsattn_index_scores_bf16_at(dsattn_ctx *ctx, const float *q, size_t nh,
-                                 size_t dh, const float *w,
-                                 const dsattn_kv_src *ksrc,
-                                 const int32_t *rows, size_t n, float *score)
-{
-    dsattn_count(ctx, 2ull * n * nh * dh, n * (uint64_t)ksrc->stride);
-    if (index_scores_vnni(ctx, q, nh, dh, w, ksrc, rows, 0, n, score)) return;
-    DSATTN_PARALLEL(n >= 4096 ? ctx->n_threads : 1, {
-        size_t jlo_, jhi_;
-        dsattn_range(n, dsattn_tid, dsattn_nth, &jlo_, &jhi_);
-        for (size_t j = jlo_; j < jhi_; j++) {
-            float key[512], dots[256];
-            dsattn_kv_row(ksrc, (size_t)rows[j], key);
-            index_score_one(ctx, q, nh, dh, key, dots);
-            score[j] = index_head_sum(dots, nh, w);
-        }
-    });
 }
