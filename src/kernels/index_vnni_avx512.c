@@ -9,7 +9,7 @@
  * (exactly) and added in double, then rounded once to fp32: precisely the
  * reference's "exact products, double accumulation, one rounding".  The
  * head weighting (bf16 dot, relu, bf16 product, double head sum, bf16
- * score) follows dsattn_index_scores_bf16 in src/ops/sparse_attn.c.
+ * score) follows dsattn_index_scores_bf16 in src/ops/indexer.c.
  *
  * Layout per call (one query token): q as int8 half-units arranged for
  * vpdpbusd - for each group of 4 dims, 16 heads x 4 bytes per zmm - and a
