@@ -1553,16 +1553,7 @@ static void act_quant_fp8_pow2_avx512(const float *x, size_t n, size_t block, fl
     .dot_f32              = dot_f32_avx512,                 \
     .mdot_f32             = mdot_f32_avx512,                \
     .maxpy_f32            = maxpy_f32_avx512,               \
-    .dequant_fp4e4m3_row  = dequant_fp4e4m3_row,            \
-    .dequant_fp8ue8m0_row = dequant_fp8ue8m0_row,           \
-    .dequant_fp4ue8m0_row = dequant_fp4ue8m0_row,           \
-    .mdot_fp4e4m3         = mdot_fp4e4m3,                   \
-    .mdot_fp4e4m3_rows    = mdot_fp4e4m3_rows_avx512,       \
-    .maxpy_fp4e4m3        = maxpy_fp4e4m3,                  \
-    .maxpy_fp4e4m3_rows   = maxpy_fp4e4m3_rows_avx512,      \
-    .mdot_fp4ue8m0        = mdot_fp4ue8m0,                  \
-    .mdot_fp8ue8m0        = mdot_fp8ue8m0,                  \
-    .maxpy_fp8ue8m0       = maxpy_fp8ue8m0,                 \
+    ROWS_TABLE_ENTRIES(mdot_fp4e4m3_rows_avx512, maxpy_fp4e4m3_rows_avx512), \
     .cvt_bf16_f32         = cvt_bf16_f32_avx512,            \
     .mdot_bf16_rows       = mdot_bf16_rows_avx512,          \
 }
