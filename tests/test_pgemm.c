@@ -319,3 +319,193 @@ DSATTN_TEST(pgemm, prefill_linear_amx_matches_reference_fma_and_ignores_threads)
     dsattn_ctx_destroy(f2);
     free(w8); free(w16); free(sc); free(x); free(mag); free(yr); free(ya); free(y2); free(yf);
 }
+
+/* ==== The bf16-dot GEMM (pgemm.h: the avx512-bf16 table) ================ */
+
+/* The avx512-bf16 table where the CPU runs it; NULL: the test is skipped. */
+static const dsattn_pgemm_kern *bf16dot_table(void)
+{
+    dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
+    const int on = dsattn_ctx_set_bf16dot(c, 1);
+    dsattn_ctx_destroy(c);
+    if (!on || !dsattn_pgemm_avx512_bf16_ptr) {
+        dsattn_test_skip("no AVX512-BF16 (CPU or build)");
+        return NULL;
+    }
+    return dsattn_pgemm_avx512_bf16_ptr;
+}
+
+DSATTN_TEST(pgemm, bf16dot_decodes_every_code_at_every_exponent_exactly)
+{
+    /* 32 rows of 256 codes: every code but NaN (0x7f, 0xff) once per row,
+     * rotated from row to row; one-hot tokens (token t has x[t] = 1), so
+     * each output is one product: y[t][r] = e4m3(w[r][t]) * 2^e exactly,
+     * with e per block of 32 - the decode's extremes -117 and 119
+     * included, and the subnormal codes (1..7, 0x81..0x87) among them. */
+    const dsattn_pgemm_kern *pk = bf16dot_table();
+    if (!pk) return;
+    enum { R = 32, K = 256, N = 256, LDX = K + 32 };
+    uint8_t *w = malloc(R * K);
+    uint16_t *xb = calloc(N * LDX, 2);
+    float *y = malloc(N * R * 4);
+    void *work = malloc(DSATTN_PGEMM_DOT_WORK);
+    for (size_t r = 0; r < R; r++)
+        for (size_t k = 0; k < K; k++) {
+            const uint8_t c = (uint8_t)(k + 7 * r);
+            w[r * K + k] = (c & 0x7f) == 0x7f ? 0 : c;
+        }
+    for (size_t t = 0; t < N; t++) xb[t * LDX + t] = 0x3f80;           /* 1.0 */
+    static const int es[3][K / 32] = { { -117, -117, -117, -117, -117, -117, -117, -117 },
+                                       { 119, 119, 119, 119, 119, 119, 119, 119 },
+                                       { 0, -1, 5, -60, 60, -9, 9, 100 } };
+    size_t bad = 0;
+    for (int s = 0; s < 3; s++) {
+        int16_t eo[K / 32];
+        for (int b = 0; b < K / 32; b++) eo[b] = (int16_t)(es[s][b] * 128);
+        pk->fp8_bf16(w, K, R, eo, 32, xb, LDX, N, y, R, work);
+        for (size_t t = 0; t < N; t++)
+            for (size_t r = 0; r < R; r++) {
+                const float want = ldexpf(dsattn_e4m3_to_f32(w[r * K + t]), es[s][t / 32]);
+                if (y[t * R + r] != want && bad++ == 0)
+                    fprintf(stderr, "    exponents %d: code 0x%02x at k %zu: %g, want %g\n", s,
+                            w[r * K + t], t, (double)y[t * R + r], (double)want);
+            }
+    }
+    CHECK_MSG(bad == 0, "%zu decoded products wrong", bad);
+    free(w); free(xb); free(y); free(work);
+}
+
+DSATTN_TEST(pgemm, bf16dot_pack_takes_only_normal_bf16_numbers)
+{
+    const dsattn_pgemm_kern *pk = bf16dot_table();
+    if (!pk) return;
+    enum { K = 64, LDX = K + 32 };
+    float x[2 * K];
+    uint16_t xb[2 * LDX];
+    for (int i = 0; i < 2 * K; i++) x[i] = dsattn_round_bf16(ldexpf(1.5f, i % 21 - 10));
+    x[3] = 0.0f;
+    x[K + 4] = -0.0f;
+    int lo, hi;
+    CHECK(pk->pack_bf16(x, K, 2, K, xb, LDX, &lo, &hi));
+    CHECK_MSG(lo == 127 - 10 && hi == 127 + 10, "exponent fields %d..%d", lo, hi);
+    int same = 1;
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < K; k++) {
+            uint32_t u;
+            memcpy(&u, &x[t * K + k], 4);
+            same &= xb[t * LDX + k] == (uint16_t)(u >> 16);
+        }
+    CHECK_MSG(same, "packed bits are not the upper halves");
+    const float bad[4] = { 1.0f + 0x1p-12f, INFINITY, NAN, 0x1p-130f };   /* subnormal */
+    for (int i = 0; i < 4; i++) {
+        const float keep = x[K + 9];
+        x[K + 9] = bad[i];
+        CHECK_MSG(!pk->pack_bf16(x, K, 2, K, xb, LDX, &lo, &hi), "took %g", (double)bad[i]);
+        x[K + 9] = keep;
+    }
+    for (int i = 0; i < 2 * K; i++) x[i] = 0.0f;
+    CHECK(pk->pack_bf16(x, K, 2, K, xb, LDX, &lo, &hi) && lo == 255 && hi == 0);
+}
+
+DSATTN_TEST(pgemm, bf16dot_linear_matches_reference_and_falls_back_exactly)
+{
+    /* The bf16-dot Linear (power-of-two scales in blocks of 32 and 128,
+     * plain and grouped in 2; 4, 9, 17 and 130 tokens: whole and partial
+     * groups of 8; K = 2080 runs two k slabs) against reference mode within
+     * check_prefill's bound, the same bits on 1 and 2 threads, and not the
+     * bits of the same context without it (so it ran).  Then the cases it
+     * must leave to the other paths, which must give exactly their bits: a
+     * scale that is not a power of two, a scale past the decode's range,
+     * activations that are not bf16 numbers, a weight with a NaN code, and
+     * 3 tokens. */
+    if (!bf16dot_table()) return;
+    enum { RMAX = 256, KMAX = 2080, TMAX = 130 };
+    dsattn_rng r = { 41 };
+    uint8_t *w8 = malloc(RMAX * KMAX);
+    float *sc = malloc(RMAX * KMAX * 4);
+    float *x = malloc(TMAX * KMAX * 4), *mag = malloc(TMAX * RMAX * 4);
+    float *yr = malloc(TMAX * RMAX * 4), *ya = malloc(TMAX * RMAX * 4);
+    float *y2 = malloc(TMAX * RMAX * 4), *yf = malloc(TMAX * RMAX * 4);
+    for (size_t i = 0; i < RMAX * KMAX; i++) w8[i] = (uint8_t)(dsattn_rng_u64(&r) & 0xf7);
+    for (size_t i = 0; i < RMAX * KMAX; i++) sc[i] = ldexpf(1.0f, (int)(i % 7) - 9);
+    for (size_t i = 0; i < TMAX * KMAX; i++) x[i] = dsattn_round_bf16(dsattn_rng_normal(&r));
+    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 2);
+    dsattn_ctx *a1 = dsattn_test_ctx(DSATTN_MODE_FAST, 1), *a2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
+    dsattn_ctx *f2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
+    CHECK(dsattn_ctx_set_bf16dot(a1, 1) && dsattn_ctx_set_bf16dot(a2, 1));
+    CHECK(!dsattn_ctx_set_bf16dot(f2, 0));
+    const size_t Ks[3] = { 256, 544, 2080 }, Ts[4] = { 4, 9, 17, 130 };
+    size_t differ = 0, ran = 0;
+    for (int bi = 0; bi < 2; bi++)
+        for (int ki = 0; ki < 3; ki++)
+            for (int ti = 0; ti < 4; ti++)
+                for (size_t G = 1; G <= 2; G++) {
+                    const size_t bs = bi ? 128 : 32, R = (bi ? 128 : 64) * G, K = Ks[ki];
+                    const size_t T = Ts[ti];
+                    if (K == 2080 && T == 130 && G == 2) continue;       /* time */
+                    dsattn_weight w = fp8_weight(R, K, w8, sc, bs, 1);
+                    magnitudes(&w, x, T, mag);
+                    CHECK_OK(dsattn_linear_grouped(cr, &w, G, x, K, 0, T, yr, R, DSATTN_OUT_F32));
+                    CHECK_OK(dsattn_linear_grouped(a1, &w, G, x, K, 0, T, ya, R, DSATTN_OUT_F32));
+                    CHECK_OK(dsattn_linear_grouped(a2, &w, G, x, K, 0, T, y2, R, DSATTN_OUT_F32));
+                    CHECK_OK(dsattn_linear_grouped(f2, &w, G, x, K, 0, T, yf, R, DSATTN_OUT_F32));
+                    char what[96];
+                    snprintf(what, sizeof what, "bf16dot bs %zu R %zu K %zu T %zu G %zu", bs, R,
+                             K, T, G);
+                    check_prefill(what, ya, yr, mag, T * R);
+                    CHECK_MSG(memcmp(ya, y2, T * R * 4) == 0, "%s: 1 and 2 threads differ", what);
+                    differ += memcmp(ya, yf, T * R * 4) != 0;
+                    ran++;
+                }
+    CHECK_MSG(differ == ran, "the bf16-dot Linear gave the other path's bits in %zu of %zu cases",
+              ran - differ, ran);
+    /* with the activation quantization of V4.1 (act_quant, block 32,
+     * power-of-two scales) in dsattn_linear */
+    {
+        const size_t R = 96, K = 544, T = 8;
+        const dsattn_actq aq = { 32, DSATTN_ACTQ_POW2 };
+        float *q = malloc(T * K * 4);
+        dsattn_weight w = fp8_weight(R, K, w8, sc, 32, 1);
+        CHECK_OK(dsattn_linear(cr, &w, x, K, T, yr, R, DSATTN_OUT_F32, &aq, q));
+        for (size_t i = 0; i < T * K; i++) x[TMAX * KMAX / 2 + i] = q[i];   /* the quantized x */
+        magnitudes(&w, x + TMAX * KMAX / 2, T, mag);
+        CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, &aq, q));
+        CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, &aq, q));
+        check_prefill("bf16dot act_quant", ya, yr, mag, T * R);
+        CHECK_MSG(memcmp(ya, yf, T * R * 4) != 0, "act_quant: the bf16-dot path did not run");
+        free(q);
+    }
+    /* fallbacks: exactly the other path's bits */
+    {
+        const size_t R = 64, K = 256, T = 33;
+        dsattn_weight w = fp8_weight(R, K, w8, sc, 32, 1);
+        const float keep = sc[1];
+        const float scs[2] = { 3.0e-3f, 0x1p120f };       /* not a power of two; past 2^119 */
+        for (int i = 0; i < 2; i++) {
+            sc[1] = scs[i];
+            CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
+            CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
+            CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "scale %g: not the other path's bits",
+                      (double)scs[i]);
+        }
+        sc[1] = keep;
+        const float xk = x[5 * K + 7];
+        x[5 * K + 7] = 1.0f + 0x1p-12f;                   /* not a bf16 number */
+        CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "non-bf16 activation: not the other path's bits");
+        x[5 * K + 7] = xk;
+        dsattn_weight wn = fp8_weight(R, K, w8, sc, 32, 0);   /* may hold NaN codes */
+        CHECK_OK(dsattn_linear(a2, &wn, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_OK(dsattn_linear(f2, &wn, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "NaN-code weight: not the other path's bits");
+        CHECK_OK(dsattn_linear(a2, &w, x, K, 3, ya, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_OK(dsattn_linear(f2, &w, x, K, 3, yf, R, DSATTN_OUT_F32, NULL, NULL));
+        CHECK_MSG(memcmp(ya, yf, 3 * R * 4) == 0, "3 tokens: not the GEMV's bits");
+    }
+    dsattn_ctx_destroy(cr);
+    dsattn_ctx_destroy(a1);
+    dsattn_ctx_destroy(a2);
+    dsattn_ctx_destroy(f2);
+    free(w8); free(sc); free(x); free(mag); free(yr); free(ya); free(y2); free(yf);
+}

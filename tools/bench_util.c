@@ -16,6 +16,7 @@
 #include "amx_attn.h"
 #include "internal.h"
 #include "kernels.h"
+#include "ktab.h"
 #include "safetensors.h"
 
 #include <math.h>
@@ -274,7 +275,9 @@ const char *dsattn_bench_isa_label(void)
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.n_threads = 1;
     if (dsattn_ctx_create(&c, &p) == DSATTN_OK)
-        snprintf(name, sizeof name, "%s%s", dsattn_ctx_isa_name(c), dsattn_ctx_amx(c) ? "+amx" : "");
+        snprintf(name, sizeof name, "%s%s%s", dsattn_ctx_isa_name(c),
+                 dsattn_ctx_amx(c) ? "+amx" : "",
+                 c->kt->pgemm && c->kt->pgemm->fp8_bf16 ? "+bf16dot" : "");
     dsattn_ctx_destroy(c);
     return name;
 }
@@ -304,6 +307,57 @@ double dsattn_bench_amx_bf16_peak(int threads)
     (void)threads;
     return 0;
 #endif
+}
+
+#if defined(__x86_64__)
+/* 16 chains x 16 lanes x 2 pairs x 2 flops per instruction */
+__attribute__((target("avx512f,avx512bf16"))) static float bf16dot_loop(long iters, float seed)
+{
+    __m512 a[16];
+    const __m512i w = _mm512_set1_epi16(0x3f80), x = _mm512_set1_epi16(0x3a80);   /* 1, 2^-10 */
+    for (int j = 0; j < 16; j++) a[j] = _mm512_set1_ps(seed + (float)j);
+    for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) a[j] = _mm512_dpbf16_ps(a[j], (__m512bh)w, (__m512bh)x);
+    for (int j = 1; j < 16; j++) a[0] = _mm512_add_ps(a[0], a[j]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+#endif
+
+double dsattn_bench_bf16dot_peak(int threads)
+{
+#if defined(__x86_64__)
+    static double cache[65];
+    if (threads < 1) threads = 1;
+    if (threads <= 64 && cache[threads] > 0) return cache[threads];
+    if (!dsattn_cpu_has_avx512_bf16()) return 0;
+    const long iters = 10000000;
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        float tot = 0;
+        double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : tot)
+        tot += bf16dot_loop(iters, (float)r);
+        double t = now_s() - t0;
+        fprobe_sink = tot;
+        if (t < best) best = t;
+    }
+    const double p = (double)iters * threads * 16 * 64 / best / 1e9;
+    if (threads <= 64) cache[threads] = p;
+    return p;
+#else
+    (void)threads;
+    return 0;
+#endif
+}
+
+double dsattn_bench_gemm_peak(const dsattn_ctx *ctx, int threads)
+{
+    double p = dsattn_bench_fma_peak(threads);
+    if (ctx && dsattn_ctx_amx(ctx)) p = DSATTN_MAX(p, dsattn_bench_amx_bf16_peak(threads));
+    if (ctx && ctx->kt->pgemm && ctx->kt->pgemm->fp8_bf16)
+        p = DSATTN_MAX(p, dsattn_bench_bf16dot_peak(threads));
+    return p;
 }
 
 int dsattn_bench_compare_out(const char *pa, const char *pb, double *rel, double *cosine)
@@ -591,6 +645,10 @@ void dsattn_bench_limits_note(char *buf, size_t n, const long long *thr, int nt,
     for (int i = 0; amx && i < nt && k < n && dsattn_bench_amx_bf16_peak(1) > 0; i++)
         k += (size_t)snprintf(buf + k, n - k, "%s %lld thr %.0f", i ? "," : "; AMX-BF16 GFLOP/s:",
                               thr[i], dsattn_bench_amx_bf16_peak((int)thr[i]));
+    /* the VDPBF16PS peak where the CPU has AVX512-BF16 */
+    for (int i = 0; i < nt && k < n && dsattn_bench_bf16dot_peak(1) > 0; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s %lld thr %.0f", i ? "," : "; VDPBF16PS GFLOP/s:",
+                              thr[i], dsattn_bench_bf16dot_peak((int)thr[i]));
     if (k < n) snprintf(buf + k, n - k, ".\n");
 }
 

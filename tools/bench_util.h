@@ -46,13 +46,25 @@ double dsattn_bench_fma_peak(int threads);
 double dsattn_bench_fma_peak_probe(int simd, int threads);
 
 /* The label of what a fast context of this process runs: its kernel
- * table's name, "+amx" where it uses the AMX-BF16 tiles ($DSATTN_ISA and
+ * table's name, "+amx" where it uses the AMX-BF16 tiles, "+bf16dot" where
+ * its Linears have the VDPBF16PS GEMM (pgemm.h; $DSATTN_ISA and
  * $DSATTN_AMX honoured).  A static buffer. */
 const char *dsattn_bench_isa_label(void);
 
 /* AMX-BF16 tile GFLOP/s of `threads` threads (TDPBF16PS on 4 independent
  * accumulator tiles), best of 3, cached; 0 where the CPU or OS has no AMX. */
 double dsattn_bench_amx_bf16_peak(int threads);
+
+/* VDPBF16PS GFLOP/s of `threads` threads (16 independent 16-lane chains,
+ * 64 flops an instruction), best of 3, cached; 0 where the CPU has no
+ * AVX512-BF16. */
+double dsattn_bench_bf16dot_peak(int threads);
+
+/* The peak of the fastest multiply ctx's Linears run, at `threads`
+ * threads: the AMX-BF16 tile peak where ctx runs tiles, the VDPBF16PS
+ * peak where its table has the bf16-dot GEMM, else the fp32 FMA peak -
+ * the divisor of a FLOP bound that no step of ctx can beat. */
+double dsattn_bench_gemm_peak(const dsattn_ctx *ctx, int threads);
 
 /* "model name" of /proc/cpuinfo, or "unknown". */
 void dsattn_bench_cpu_model(char *buf, size_t n);

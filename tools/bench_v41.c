@@ -17,8 +17,9 @@
  * depth) through dsattn_v41_stack_forward_batch, B = 1 through the
  * one-sequence stack: the weights stream once per step for all B tokens.
  * Each row adds the batch, the aggregate decoded tokens per second, the
- * step's FLOP bound (the kernels' FLOPs / the fp32 FMA peak measured in
- * this run, or the AMX-BF16 tile peak where the context runs tiles), the
+ * step's FLOP bound (the kernels' FLOPs / the peak of the fastest multiply
+ * the context's Linears run, measured in this run: the fp32 FMA, AMX-BF16
+ * tiles or VDPBF16PS - dsattn_bench_gemm_peak), the
  * step bound max(byte bound, FLOP bound), t / step bound, and tok/s over
  * the B = 1 row of the same depth and threads.
  */
@@ -130,7 +131,7 @@ typedef struct {
     dsattn_v41_ced    ced;        /* prefill: CED mode                     */
 } v41_step;
 
-/* The "proj % FMA peak" column: the FLOPs of the context's projections
+/* The "proj % peak" column: the FLOPs of the context's projections
  * (dsattn_linear) over their wall time, against peak (GFLOP/s, measured
  * in this run); "-" when nothing was projected. */
 static void proj_peak_col(const dsattn_ctx *ctx, double peak, char *out, size_t n)
@@ -199,7 +200,7 @@ int dsattn_bench_v41(int argc, char **argv)
                    "(a prefill of 1,024+ tokens: one cold timed run, no warm-up).\n"
                    "--batch B decodes B sequences per step (all filled to the depth) through\n"
                    "the batched stack; rows add tok/s across the batch and the step bound\n"
-                   "max(bytes / read BW, FLOPs / FMA or tile peak).\n");
+                   "max(bytes / read BW, FLOPs / the peak of the Linears' multiply).\n");
             return 0;
         }
         if (!strcmp(a, "--bf16")) { fp8 = 0; continue; }
@@ -315,7 +316,7 @@ int dsattn_bench_v41(int argc, char **argv)
                                         "tok/s", "FLOP bound ms", "step bound ms",
                                         "t / step bound", "tok/s / B=1", "ced",
                                         "prefill tok/s", "work bound", "t(off) / t",
-                                        "proj % FMA peak" },
+                                        "proj % peak" },
                              .extra_key = { "byte_bound_ms", "t_over_bound", "replay_bound_ms",
                                             "t_over_replay_bound", "t_over_first", "batch",
                                             "tok_per_s", "flop_bound_ms", "step_bound_ms",
@@ -324,7 +325,6 @@ int dsattn_bench_v41(int argc, char **argv)
                                             "speedup_vs_off", "proj_frac_fma_peak" } };
     dsattn_bench_begin(&t, dsattn_bench_isa_label());
     double first[8][8] = { { 0 } };
-    const int amx = strstr(dsattn_bench_isa_label(), "amx") != NULL;
     int rc = 0, n_prof = 0;
     dsattn_bench_prof_row prof[64];
     for (int di = 0; di < nd && !rc; di++) {
@@ -336,7 +336,7 @@ int dsattn_bench_v41(int argc, char **argv)
             dsattn_ctx_params p = dsattn_ctx_default_params();
             p.n_threads = (int)thr[ti];
             if (dsattn_ctx_create(&ctx, &p)) { rc = 1; break; }
-            dsattn_ctx_set_profiling(ctx, 1);        /* proj % FMA peak */
+            dsattn_ctx_set_profiling(ctx, 1);        /* proj % peak */
             for (size_t k = 0; k < nb; k++)
                 dsattn_v41_seq_fill_synthetic(seqs[k], depths[di],
                                               seed + (uint64_t)di + 1000 * (uint64_t)k);
@@ -368,8 +368,7 @@ int dsattn_bench_v41(int argc, char **argv)
                  * the FLOP bound at the FMA (or tile) peak of this run */
                 const double tok = r.ms_mean > 0 ? (double)nb * 1e3 / r.ms_mean : 0;
                 if (nb == 1) tok_b1 = tok;
-                double peak = r.lim_gflops;
-                if (amx) peak = DSATTN_MAX(peak, dsattn_bench_amx_bf16_peak((int)thr[ti]));
+                const double peak = DSATTN_MAX(r.lim_gflops, dsattn_bench_gemm_peak(ctx, (int)thr[ti]));
                 const double fbound = peak > 0 ? r.gflop / peak * 1e3 : 0;
                 const double sbound = DSATTN_MAX(bound, fbound);
                 snprintf(r.extra[5], sizeof r.extra[5], "%zu", nb);
@@ -440,8 +439,7 @@ int dsattn_bench_v41(int argc, char **argv)
                 snprintf(r.extra[14], sizeof r.extra[14], "%.2f", off_ms / r.ms_mean);
             else
                 snprintf(r.extra[14], sizeof r.extra[14], "-");
-            proj_peak_col(ctx, amx ? DSATTN_MAX(r.lim_gflops, dsattn_bench_amx_bf16_peak((int)thr[ti]))
-                                   : r.lim_gflops,
+            proj_peak_col(ctx, DSATTN_MAX(r.lim_gflops, dsattn_bench_gemm_peak(ctx, (int)thr[ti])),
                           r.extra[15], sizeof r.extra[15]);
             dsattn_bench_row(&t, &r);
             if (profile && n_prof < 64) {
@@ -468,10 +466,11 @@ int dsattn_bench_v41(int argc, char **argv)
              "speedup in this run.  Batch rows (batch B > 1): "
              "ms/token is the time of one step that decodes one token for each of B sequences "
              "(the batched stack, weights read once), tok/s = B / that time; FLOP bound = the "
-             "step's FLOPs / the fp32 FMA peak measured in this run (the AMX-BF16 tile peak where "
-             "the context runs tiles); step bound = max(byte bound, FLOP bound).  proj %% FMA peak = "
-             "the FLOPs of the step's weight projections over their own wall time, against "
-             "the same peak.  Peak RSS %.2f GB.\n",
+             "step's FLOPs / the peak of the fastest multiply the context's Linears run, measured "
+             "in this run (fp32 FMA; AMX-BF16 tiles or VDPBF16PS where the context runs them: "
+             "the isa label's +amx / +bf16dot); step bound = max(byte bound, FLOP bound).  "
+             "proj %% peak = the FLOPs of the step's weight projections over their own wall time, "
+             "against the same peak.  Peak RSS %.2f GB.\n",
              wl.total / 1e9, replay_s[nt - 1] > 0 ? wl.total / replay_s[nt - 1] / 1e9 : 0,
              (int)thr[nt - 1], (double)bill.window_bytes / 1e6, prefill, peak_rss_gb());
     free(wl.buf);

@@ -34,6 +34,19 @@ int dsattn_cpu_has_avx512(void)
 #endif
 }
 
+/* AVX512-BF16: CPUID 7.1 EAX bit 5 (the zmm state's OS support is part of
+ * dsattn_cpu_has_avx512) */
+int dsattn_cpu_has_avx512_bf16(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    return dsattn_cpu_has_avx512() && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+           (a & (1u << 5));
+#else
+    return 0;
+#endif
+}
+
 /* AMX: the tile unit and the asked-for multiply (CPUID 7.0 EDX bit 24 TILE,
  * 25 INT8, 22 BF16), XTILECFG and XTILEDATA enabled by the OS (XCR0 bits
  * 17, 18), then the per-process permission for tile data

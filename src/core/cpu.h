@@ -5,6 +5,8 @@
 
 int dsattn_cpu_has_avx2(void);     /* avx2 + fma + f16c              */
 int dsattn_cpu_has_avx512(void);   /* avx512f + bw + vl + dq        */
+int dsattn_cpu_has_avx512_bf16(void); /* + VDPBF16PS (AMD Zen 4/5, Intel
+                                       * Cooper Lake, Sapphire Rapids on) */
 /* AMX tiles with INT8 / BF16 multiplies, usable by this process (the OS
  * enables the tile state and grants the permission; asked once) */
 int dsattn_cpu_has_amx_int8(void);

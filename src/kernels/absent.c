@@ -23,6 +23,7 @@ const dsattn_sa_kern *const dsattn_sa_kern_avx512_ptr = NULL;
 const dsattn_sa_kern *const dsattn_sa_kern_avx2_ptr = NULL;
 const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr = NULL;
 const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr = NULL;
+const dsattn_pgemm_kern *const dsattn_pgemm_avx512_bf16_ptr = NULL;
 const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr = NULL;
 const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr = NULL;
 const dsattn_vmath_kern *const dsattn_vmath_avx2_ptr = NULL;

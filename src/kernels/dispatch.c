@@ -37,6 +37,20 @@ static void fill_x86(dsattn_ktab *t, const dsattn_kernels *k, const dsattn_mla_k
     t->mha = mha;
 }
 
+/* The AVX-512 pgemm table: with the bf16-dot GEMM where on and the CPU
+ * has AVX512-BF16 */
+static const dsattn_pgemm_kern *bf16dot_pgemm(int on)
+{
+    return on && dsattn_pgemm_avx512_bf16_ptr && dsattn_cpu_has_avx512_bf16()
+               ? dsattn_pgemm_avx512_bf16_ptr : dsattn_pgemm_avx512_ptr;
+}
+
+static int bf16dot_from_env(void)
+{
+    const char *e = getenv("DSATTN_BF16DOT");
+    return !(e && !strcmp(e, "0"));
+}
+
 dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
 {
     memset(t, 0, sizeof *t);
@@ -64,7 +78,10 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
         fill_x86(t, dsattn_kernels_avx512_expshift_ptr && dsattn_avx2_fma_subnormal_full_rate()
                         ? dsattn_kernels_avx512_expshift_ptr : dsattn_kernels_avx512_ptr,
                  dsattn_mla_kern_avx512_ptr,
-                 dsattn_sa_kern_avx512_ptr, dsattn_pgemm_avx512_ptr, dsattn_wdequant_avx512_ptr,
+                 dsattn_sa_kern_avx512_ptr,
+                 /* + the bf16-dot GEMM where the CPU multiplies bf16 pairs */
+                 bf16dot_pgemm(bf16dot_from_env()),
+                 dsattn_wdequant_avx512_ptr,
                  dsattn_vmath_avx512_ptr, dsattn_mha_kern_avx512_ptr);
         t->amx = amx && dsattn_cpu_has_amx_bf16() ? dsattn_amx_avx512_ptr : NULL;
         t->index = dsattn_index_vnni_ptr;
@@ -191,6 +208,14 @@ const char *dsattn_ctx_isa_name(const dsattn_ctx *ctx)
 }
 
 int dsattn_ctx_amx(const dsattn_ctx *ctx) { return ctx ? ctx->kt->amx != NULL : 0; }
+
+int dsattn_ctx_set_bf16dot(dsattn_ctx *ctx, int on)
+{
+    if (!ctx || ctx->isa != DSATTN_ISA_AVX512) return 0;
+    dsattn_ktab *t = &((ctx_with_table *)ctx)->t;
+    t->pgemm = bf16dot_pgemm(on);
+    return t->pgemm != NULL && t->pgemm->fp8_bf16 != NULL;
+}
 
 int dsattn_ctx_set_amx(dsattn_ctx *ctx, int on)
 {

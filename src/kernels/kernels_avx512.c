@@ -50,6 +50,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "simd_avx512.h"
+
 #define AI static inline __attribute__((always_inline))
 #define A64 __attribute__((aligned(64)))
 
@@ -86,28 +88,6 @@ AI __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d)
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-/* Eight accumulators -> their eight sums in one __m256 (transpose-reduce:
- * about three shuffles/adds per head instead of eight). */
-AI __m256 hsum8(const __m512 *a)
-{
-    __m512 t[4];
-    for (int p = 0; p < 4; p++) {
-        __m512 lo = _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44);
-        __m512 hi = _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE);
-        t[p] = _mm512_add_ps(lo, hi);           /* [a(2p) 8 | a(2p+1) 8] */
-    }
-    __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x88),
-                              _mm512_shuffle_f32x4(t[0], t[1], 0xDD));
-    __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x88),
-                              _mm512_shuffle_f32x4(t[2], t[3], 0xDD));
-    /* u0: 128-bit lane L holds 4 partials of head L; u1 of head 4+L */
-    __m512 v = _mm512_add_ps(_mm512_unpacklo_ps(u0, u1), _mm512_unpackhi_ps(u0, u1));
-    v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
-    /* lane L: [head L, head 4+L, ...] */
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13,
-                                          0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, v));
-}
 
 /* y[0..R) = (accumulate ? y + s : s) */
 AI void put_sums(float *y, const float *s, int R, int accumulate)
@@ -625,8 +605,8 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
         float s[M_TMAX];
-        if (T >= 8) _mm256_storeu_ps(s, hsum8(acc[r]));
-        if (T == 16) _mm256_storeu_ps(s + 8, hsum8(acc[r] + 8));
+        if (T >= 8) _mm256_storeu_ps(s, dsattn_hsum8(acc[r]));
+        if (T == 16) _mm256_storeu_ps(s + 8, dsattn_hsum8(acc[r] + 8));
         for (int t = T >= 8 ? (T == 16 ? 16 : 8) : 0; t < T; t++) s[t] = hsum(acc[r][t]);
         const int nan = track_nan && _mm512_cmpeq_epi8_mask(nanv[r], _mm512_set1_epi8(-1)) != 0;
         for (int t = 0; t < T; t++) {
@@ -930,7 +910,7 @@ AI void mdot_group(const float *q, size_t ldq, const float *v, size_t n, float *
     }
     float s[16];
     if (G >= 8) {
-        for (int g0 = 0; g0 < G; g0 += 8) _mm256_storeu_ps(s + g0, hsum8(b + g0));
+        for (int g0 = 0; g0 < G; g0 += 8) _mm256_storeu_ps(s + g0, dsattn_hsum8(b + g0));
     } else if (G == 4) {
         _mm_storeu_ps(s, hsum4(b[0], b[1], b[2], b[3]));
     } else {
@@ -1116,7 +1096,7 @@ AI void mdot_direct(const int fmt, const float *q, size_t ldq, const uint8_t *ro
     }
     for (int h = 0; h < NH; h++) aa[h] = _mm512_add_ps(aa[h], ab[h]);
     if (NH == 8) {
-        _mm256_storeu_ps(out, hsum8(aa));
+        _mm256_storeu_ps(out, dsattn_hsum8(aa));
     } else if (NH >= 4) {
         _mm_storeu_ps(out, hsum4(aa[0], aa[1], aa[2], aa[3]));
         for (int h = 4; h < NH; h++) out[h] = hsum(aa[h]);
@@ -1198,10 +1178,10 @@ AI void rows_group(const float *q, size_t ldq, const float *buf, size_t n, float
     }
     float s[2 * MR];
     if (G * R == 16) {
-        _mm256_storeu_ps(s, hsum8(acc));
-        _mm256_storeu_ps(s + 8, hsum8(acc + 8));
+        _mm256_storeu_ps(s, dsattn_hsum8(acc));
+        _mm256_storeu_ps(s + 8, dsattn_hsum8(acc + 8));
     } else if (G * R == 8) {
-        _mm256_storeu_ps(s, hsum8(acc));
+        _mm256_storeu_ps(s, dsattn_hsum8(acc));
     } else {
         for (int j = 0; j < G * R; j++) s[j] = hsum(acc[j]);
     }

@@ -28,7 +28,9 @@
  *            (*_avx2.c; k is avx2-expshift where the FMA takes subnormals
  *            at full rate), amx NULL
  *   avx512   every slot its AVX-512 form (each NULL where the compiler
- *            could not build it); amx only where the CPU and OS run
+ *            could not build it; k is avx512-expshift as for avx2, pgemm
+ *            avx512-bf16 where the CPU has AVX512-BF16 and $DSATTN_BF16DOT
+ *            is not "0"); amx only where the CPU and OS run
  *            AMX-BF16 and $DSATTN_AMX is not "0" (dsattn_ctx_set_amx
  *            toggles it); index where built for x86-64 (it checks the CPU's
  *            VNNI itself, per call shape).
@@ -66,6 +68,12 @@ typedef struct dsattn_ktab {
  * when this build or CPU cannot run `isa`.  Used by dsattn_ctx_create, and
  * by the tests and `dsattn bench kernels` to enumerate every table. */
 dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx);
+
+/* The bf16-dot GEMM of an AVX-512 context (pgemm avx512-bf16, chosen at
+ * creation where the CPU has AVX512-BF16 and $DSATTN_BF16DOT is not "0")
+ * on or off; returns whether the context now runs it.  Internal: the tests
+ * compare the two paths. */
+int dsattn_ctx_set_bf16dot(dsattn_ctx *ctx, int on);
 
 /* Every slot's scalar twin, filled (the cross-check of each fast slot):
  * k, mla, sa, pgemm, wdq, vmath their scalar tables; mha, amx, index NULL

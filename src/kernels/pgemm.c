@@ -41,4 +41,5 @@ static void tile_fp8_ref(const uint8_t *w, size_t K, const float *const *sc, siz
                 r < nr ? dsattn_e4m3_to_f32(w[r * K + k]) * sc[r][k / bs] : 0.0f;
 }
 
-const dsattn_pgemm_kern dsattn_pgemm_ref = {"ref", pack_b_ref, tile_ref, tile_fp8_ref};
+const dsattn_pgemm_kern dsattn_pgemm_ref = {
+    .name = "ref", .pack_b = pack_b_ref, .tile = tile_ref, .tile_fp8 = tile_fp8_ref};

@@ -22,9 +22,10 @@
 
 #define DSATTN_PGEMM_MR 12       /* weight rows per tile (= DSATTN_MLA_KT) */
 #define DSATTN_PGEMM_NR 32       /* tokens per packed group               */
+#define DSATTN_PGEMM_DOT_WORK ((size_t)32 * 2048 * 2 + 64)   /* fp8_bf16's work */
 
 typedef struct dsattn_pgemm_kern {
-    const char *name;                             /* "ref", "avx2", "avx512" */
+    const char *name;                  /* "ref", "avx2", "avx512", "avx512-bf16" */
     /* Pack nt <= 32 token rows (row t at x + t*ldx, K floats) into one
      * group bp [K][32]: bp[k*32 + t] = x[t*ldx + k], tokens nt..31 zero. */
     void (*pack_b)(const float *x, size_t ldx, size_t nt, size_t K, float *bp);
@@ -41,6 +42,37 @@ typedef struct dsattn_pgemm_kern {
      * hold no NaN (dsattn_weight.finite), so the decode may skip that case. */
     void (*tile_fp8)(const uint8_t *w, size_t K, const float *const *sc, size_t bs, size_t nr,
                      int finite, float *a);
+
+    /* The bf16-dot GEMM (NULL in every table but avx512-bf16, which the
+     * CPUs with AVX512-BF16 get: AMD Zen 4/5, Intel Cooper Lake and later).
+     * VDPBF16PS multiplies pairs of bf16 numbers into fp32 sums at twice the
+     * fp32 FMA's rate.  FP8 weights with power-of-two block scales decode to
+     * bf16 numbers exactly, and so do activations that are bf16 numbers
+     * (the reference's act_quant: E4M3 times a power of two): every product
+     * is then exact, and only the fp32 summation order differs from the FMA
+     * paths (as between any two fast paths) - and the instruction treats
+     * subnormal results as zero: a product or partial sum below 2^-126 in
+     * magnitude is flushed, at most 2K times per output, so an output may
+     * be off by up to 2K * 2^-126 more (negligible beside any sum of
+     * normal products).  The caller's guard (src/ops/linear.c) keeps every
+     * decoded weight a normal bf16 number and every product within 2^100.
+     *
+     * pack_bf16: n token rows (row t at x + t*ldx, K floats, K % 32 == 0)
+     * into xb[t*ldxb + k] as bf16 (callers pad ldxb past K: rows 2^n bytes
+     * apart would share L1 sets).  Returns 0 when an element is not a finite
+     * bf16 number, or is a subnormal; else *efmin / *efmax are the smallest
+     * and largest exponent fields (1..254) of the nonzero elements (255 / 0
+     * when all are zero). */
+    int (*pack_bf16)(const float *x, size_t ldx, size_t n, size_t K, uint16_t *xb, size_t ldxb,
+                     int *efmin, int *efmax);
+    /* y[t*ldy + r] = sum_{k<K} w(r, k) * xb[t*ldxb + k] for r < nr, t < n:
+     * FP8 row r at w + r*K (no NaN code), its value e4m3 * 2^e where
+     * eo[k / bs] = e << 7 (int16; bs % 32 == 0) - the rows of one scale
+     * row, their exponents within the guard's range.  work: the calling
+     * thread's DSATTN_PGEMM_DOT_WORK bytes (any alignment). */
+    void (*fp8_bf16)(const uint8_t *w, size_t K, size_t nr, const int16_t *eo, size_t bs,
+                     const uint16_t *xb, size_t ldxb, size_t n, float *y, size_t ldy,
+                     void *work);
 } dsattn_pgemm_kern;
 
 /* The fast tile_fp8 forms' choice of decode: 1 when the codes are finite
@@ -64,5 +96,6 @@ extern const dsattn_pgemm_kern dsattn_pgemm_ref;
 /* NULL when the build has no such path (absent.c, or the compiler's) */
 extern const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr;
 extern const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr;
+extern const dsattn_pgemm_kern *const dsattn_pgemm_avx512_bf16_ptr;   /* + the bf16-dot GEMM */
 
 #endif /* DSATTN_PGEMM_H */

@@ -107,7 +107,8 @@ AI __m256 e4m3x8_exact(const uint8_t *w)
 #define pg_store_cols dsattn_store12x8_256
 #include "pgemm_tmpl.h"
 
-static const dsattn_pgemm_kern pgemm_avx2 = {"avx2", pack_b_avx2, tile_avx2, tile_fp8};
+static const dsattn_pgemm_kern pgemm_avx2 = {
+    .name = "avx2", .pack_b = pack_b_avx2, .tile = tile_avx2, .tile_fp8 = tile_fp8};
 const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr = &pgemm_avx2;
 
 #else

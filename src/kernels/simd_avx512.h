@@ -1,6 +1,7 @@
 /* simd_avx512.h - small AVX-512 helpers that several kernel files inline
  * into their tile loops (so the values stay in registers): the exp of the
- * softmaxes, the bf16 rounding of 16 lanes, a 16 x 16 transpose, the
+ * softmaxes, the bf16 rounding of 16 lanes, a 16 x 16 transpose, eight
+ * accumulators summed into one __m256, the
  * exact decode of 16 E4M3 codes, and the 12-row register tile that the MLA
  * scores and the prefill GEMM share; and the 16-lane vector words (DSV_F,
  * dsv_fmadd, ...) of the templates written once for both widths
@@ -48,6 +49,29 @@
 #define dsv_i_srli(a, n) _mm512_srli_epi32((a), (n))
 
 #include "simd_tmpl.h"
+
+/* Eight accumulators -> their eight sums in one __m256 (transpose-reduce:
+ * about three shuffles/adds per head instead of eight). */
+static inline __attribute__((always_inline)) __m256 dsattn_hsum8(const __m512 *a)
+{
+    __m512 t[4];
+    for (int p = 0; p < 4; p++) {
+        __m512 lo = _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44);
+        __m512 hi = _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE);
+        t[p] = _mm512_add_ps(lo, hi);           /* [a(2p) 8 | a(2p+1) 8] */
+    }
+    __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x88),
+                              _mm512_shuffle_f32x4(t[0], t[1], 0xDD));
+    __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x88),
+                              _mm512_shuffle_f32x4(t[2], t[3], 0xDD));
+    /* u0: 128-bit lane L holds 4 partials of head L; u1 of head 4+L */
+    __m512 v = _mm512_add_ps(_mm512_unpacklo_ps(u0, u1), _mm512_unpackhi_ps(u0, u1));
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+    /* lane L: [head L, head 4+L, ...] */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13,
+                                          0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(idx, v));
+}
 
 /* exp of lanes already clamped to [lo, 88.72]: the polynomial and 2^n */
 static inline __attribute__((always_inline)) __m512 dsattn_exp512_core(__m512 xc)

@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 void dsattn_round_bf16_n(float *x, size_t n)
 {
@@ -466,6 +467,95 @@ static int prefill_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsattn_
     return !failed;
 }
 
+/* The bf16-dot path (pgemm.h's fp8_bf16, the avx512-bf16 table): FP8
+ * weights without NaN codes and with power-of-two block scales, against
+ * activations that are bf16 numbers - the reference's act_quant (V3.2, V4,
+ * V4.1: E4M3 times a power of two) or bf16 values (the attention output
+ * into wo_a).  Every product is then exact; the sums differ from the FMA
+ * paths' only in their order.  x is packed to bf16 once per call (per
+ * group), with the exponent range of its nonzero elements; the threads
+ * take runs of 8 panels of 32 rows (dynamic; a panel lies inside one scale
+ * row and one group) and check, per panel, pgemm.h's guard for each block scale 2^e: a power
+ * of two with e in [-117, 119] (every code a normal bf16 number), and
+ * every product at most 2^100 in magnitude (the E4M3 magnitudes lie in
+ * [2^-9, 2^9)).  Returns 0 - y possibly written, the caller's path
+ * then overwrites it - when a check fails or the shapes do not fit; *st
+ * carries an allocation failure. */
+#define DOT_PANEL 32
+#define DOT_RUN 8          /* panels a thread takes in a row: the kernel's
+                            * prefetch runs ahead into its own next panel */
+
+static int linear_dotbf16(dsattn_ctx *ctx, const dsattn_weight *W, size_t G, const float *x,
+                          size_t ldx, size_t gx, size_t n_tok, float *y, size_t ldy,
+                          dsattn_out_round round, dsattn_status *st)
+{
+    const dsattn_pgemm_kern *pk = ctx->kt->pgemm;
+    const size_t K = W->cols, R = W->rows, Rg = R / G, bs = W->block;
+    if (!pk || !pk->fp8_bf16 || W->kind != DSATTN_W_FP8 || !W->finite || n_tok == 0 ||
+        K % 32 || bs == 0 || bs % 32 || Rg % DOT_PANEL)
+        return 0;
+    const size_t nkb = (K + bs - 1) / bs;
+    const int nthr = DSATTN_MAX(1, ctx->n_threads);
+    /* shared: the tokens as bf16, per group; per thread: the kernel's
+     * work, a panel's exponent offsets */
+    const size_t ldxb = K + 32;               /* rows not 2^n bytes apart */
+    const size_t per = DSATTN_PGEMM_DOT_WORK + (nkb * 2 + 63) / 64 * 64;
+    size_t xbytes, ebytes, need;
+    if (!dsattn_mul3_size(G, n_tok, ldxb * 2, &xbytes) ||
+        !dsattn_mul_size((size_t)nthr, per, &ebytes) ||
+        !dsattn_add_size(xbytes + 64, ebytes, &need)) {
+        *st = DSATTN_ERR_NOMEM;
+        return 1;
+    }
+    int own;
+    uint8_t *ws = lin_scratch(ctx, need, &own);
+    if (!ws) { *st = DSATTN_ERR_NOMEM; return 1; }
+    uint16_t *xb = (uint16_t *)ws;
+    uint8_t *tws = ws + (xbytes + 63) / 64 * 64;
+    int efmin = 255, efmax = 0, ok = 1;
+    for (size_t g = 0; g < G && ok; g++) {
+        int lo, hi;
+        ok = pk->pack_bf16(x + g * gx, ldx, n_tok, K, xb + g * n_tok * ldxb, ldxb, &lo, &hi);
+        efmin = DSATTN_MIN(efmin, lo);
+        efmax = DSATTN_MAX(efmax, hi);
+    }
+    atomic_int failed = !ok;
+    if (ok) {
+        const int xe_hi = efmax - 127, any = efmax >= efmin;
+        const uint8_t *w8 = (const uint8_t *)W->data;
+        const size_t n_pan = R / DOT_PANEL, n_run = (n_pan + DOT_RUN - 1) / DOT_RUN;
+        DSATTN_PARALLEL_FOR_DYN(nthr, ri, n_run, {
+            uint8_t *mine = tws + (size_t)dsattn_thread_num() * per;
+            int16_t *eo = (int16_t *)(mine + DSATTN_PGEMM_DOT_WORK);
+            for (size_t pi = ri * DOT_RUN; pi < DSATTN_MIN(n_pan, (ri + 1) * DOT_RUN); pi++) {
+                const size_t r0 = pi * DOT_PANEL;
+                const float *sr = W->scale + (r0 / bs) * nkb;
+                int good = !atomic_load_explicit(&failed, memory_order_relaxed);
+                for (size_t b = 0; b < nkb && good; b++) {
+                    uint32_t u;
+                    memcpy(&u, &sr[b], 4);
+                    const int e = (int)(u >> 23) - 127;
+                    good = !(u & 0x807fffffu) && e >= -117 && e <= 119 &&
+                           (!any || e + 9 + xe_hi + 1 <= 100);
+                    eo[b] = (int16_t)(e * 128);
+                }
+                if (!good) {
+                    atomic_store_explicit(&failed, 1, memory_order_relaxed);
+                    break;
+                }
+                const size_t g = r0 / Rg;
+                pk->fp8_bf16(w8 + r0 * K, K, DOT_PANEL, eo, bs, xb + g * n_tok * ldxb, ldxb,
+                             n_tok, y + r0, ldy, mine);
+                if (round == DSATTN_OUT_BF16)
+                    for (size_t t = 0; t < n_tok; t++)
+                        dsattn_round_bf16_n(y + t * ldy + r0, DOT_PANEL);
+            }
+        });
+    }
+    if (own) dsattn_free(ws);
+    return !atomic_load(&failed);
+}
+
 /* The prefill-sized fast path where the kernel table has GEMM tiles
  * (pgemm slot: AVX-512, AVX2): AMX-BF16 tiles where they apply (the amx
  * slot, which comes with the mla slot), else the FMA tiles.  Returns 0
@@ -489,6 +579,10 @@ static int prefill_tiles(dsattn_ctx *ctx, const dsattn_weight *W, size_t G, cons
  * tokens to whole tiles and decode the weight into panels first (measured
  * with dsattn bench v41 --batch).  Not where the context runs AMX tiles. */
 #define LIN_GEMV_MAX_TOK 16
+/* From this many tokens on, the bf16-dot path where it applies (below, the
+ * GEMVs read the weight at about the same rate; measured with dsattn bench
+ * v41 --batch) */
+#define LIN_DOT_MIN_TOK 4
 
 static int batched_gemv(const dsattn_ctx *ctx, const dsattn_weight *W)
 {
@@ -516,7 +610,10 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
     dsattn_status st = DSATTN_OK;
     const int tiles = ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 &&
                       !(n_tok <= LIN_GEMV_MAX_TOK && batched_gemv(ctx, W));
-    if (tiles && prefill_tiles(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st)) {
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= LIN_DOT_MIN_TOK &&
+        linear_dotbf16(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st)) {
+        if (st) return st;
+    } else if (tiles && prefill_tiles(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round, &st)) {
         if (st) return st;
     } else if (tiles) {
         /* Prefill-sized: each thread dequantizes its own row panels (SIMD
@@ -640,9 +737,12 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     const int timed = ctx->prof_on && !omp_in_parallel();
     const double t0 = timed ? dsattn_clock() : 0.0;
     const uint64_t b0 = ctx->cnt.bytes_read, f0 = ctx->cnt.flops;
-    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 && !small) {
+    dsattn_status st = DSATTN_OK;
+    if (ctx->mode == DSATTN_MODE_FAST && n_tok >= LIN_DOT_MIN_TOK &&
+        linear_dotbf16(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round, &st)) {
+        if (st) return st;
+    } else if (ctx->mode == DSATTN_MODE_FAST && n_tok >= 8 && !small) {
         /* prefill-sized with GEMM tiles: every group's panels in one region */
-        dsattn_status st = DSATTN_OK;
         prefill_tiles(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round, &st);
         if (st) return st;
     } else {
