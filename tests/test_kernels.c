@@ -408,6 +408,14 @@ static void run_gemv_fp8_m(const char *name)
         gemv_fp8_m_case(&isa, &rng, 67, 0, 67, ks[j], 32, 9, 2);     /* extremes */
         gemv_fp8_m_case(&isa, &rng, 67, 64, 3, ks[j], 64, 16, 6);
     }
+    /* blocks of rows over many scale rows (the AVX-512 table: ~256 KB each,
+     * not scale-row aligned at k = 1536), 2 and 3 tokens in several slabs,
+     * x prepared once per pass (2 x 8192) and per block and slab (3 x 8192) */
+    for (size_t m = 2; m <= 3; m++) {
+        gemv_fp8_m_case(&isa, &rng, 130, 0, 130, 8192, 32, m, 0);
+        gemv_fp8_m_case(&isa, &rng, 512, 128, 384, 1536, 128, m, 4);
+        gemv_fp8_m_case(&isa, &rng, 200, 0, 200, 5120, 32, m, 8);
+    }
 }
 
 DSATTN_TEST(kernels, gemv_avx512)        { run_gemv("avx512"); }

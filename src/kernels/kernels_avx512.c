@@ -560,34 +560,56 @@ static void gemv_fp8_finite_expshift(const uint8_t *W, const float *scale, size_
  * fp8_step) and multiplied into every token of the pass: up to 16
  * accumulators, one per (row, token) - 2 rows x up to 8 tokens, or one row
  * x 9..16 tokens (on the exponent-shift table two passes of 2 rows x up to
- * 8) - so a decode (15 port-0/5 ops) serves 4 FMA vectors per token and an
- * x load serves the pass's rows.  k is walked in slabs of
- * M_KC (M_KC / 2 past 8 tokens) so that the tokens' arranged x (32 KB)
- * stays in L1 while the rows of the call stream past it; a row's slab sums
- * are added to y slab by slab.  Per scale row each token's slab is
- * arranged with its block scales (fp8_arrange_x, as gemv_fp8_impl does
- * it), so every product is the one gemv_fp8 forms.  Shapes outside this
- * form (k % 64, bs % 32) go token by token through gemv_fp8_impl. */
+ * 8) - so a decode serves 4 FMA vectors per token and an x load serves the
+ * pass's rows; up to 4 tokens, each sum runs as two chains (even and odd
+ * vectors of the step), which the FMA latency would otherwise bound.
+ *
+ * Memory order.  The rows are taken in blocks of about M_BLK bytes; within
+ * a block k is walked in equal slabs whose scaled x (T tokens x the slab,
+ * M_XL1 floats up to 3 tokens, M_XB past) stays in L1, and a row's slab
+ * sums are added to y slab by slab.  While a block is computed, a cursor
+ * prefetches the next block front to back into L2, one line per 64 codes
+ * decoded, so DRAM sees one sequential stream whatever the slabs.  Measured
+ * on Zen 4 (2 threads, 2 tokens, 4096 x 8192): slabs over the whole matrix
+ * with a per-row prefetch into L1 read 11-12 GB/s, blocks 27-30.
+ *
+ * Per scale row each token's slab is scaled with its block scales (as
+ * gemv_fp8_impl does it), so every product is the one gemv_fp8 forms.  The
+ * exponent-shift x (fp8sh_prep_x) is prepared once per pass where the
+ * pass's tokens x k fit M_XP floats, else per block and slab.  Shapes
+ * outside this form (k % 64, bs % 32) go token by token through
+ * gemv_fp8_impl. */
 #define M_TMAX 16
-#define M_KC 1024
-#define M_PF_ROWS 8                /* rows ahead the next slab lines are prefetched */
+#define M_XB 8192                  /* scaled x: the pass's tokens x one slab, 32 KB */
+#define M_XL1 4096                 /* ... up to 3 tokens, 16 KB */
+#define M_XP 16384                 /* the exponent-shift x of the whole pass, 64 KB */
+#define M_BLK 262144               /* bytes of weight rows per block */
+#define M_PF_ROWS 8                /* x per slab: rows ahead a line is prefetched */
+
+/* the prefetch: the next block's cursor [p, end), or (ahead > 0) the line
+ * `ahead` bytes past each line read */
+typedef struct { const uint8_t *p, *end; size_t ahead; } m_pf;
 
 AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, size_t kn,
                    float *y, size_t ldy, const int R, const int T, int accumulate,
-                   const int track_nan, const int sh, const float *fin)
+                   const int track_nan, const int sh, const float *fin, m_pf *pf)
 {
-    __m512 acc[2][M_TMAX];
+    __m512 acc[2][M_TMAX], acb[2][M_TMAX];
+    const int split = T <= 4;
+    const uint8_t *pp = pf->p, *pe = pf->end;
+    const size_t ahead = pf->ahead;
     __m512i nanv[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 16
-        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+        for (int t = 0; t < T; t++) acc[r][t] = acb[r][t] = _mm512_setzero_ps();
     for (size_t t0 = 0; t0 < kn; t0 += 64) {
         __m512 wv[2][4];
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             const uint8_t *w = W + (size_t)r * k + t0;
-            _mm_prefetch((const char *)(w + M_PF_ROWS * k), _MM_HINT_T0);
+            if (ahead) _mm_prefetch((const char *)(w + ahead), _MM_HINT_T0);
+            else if (pp < pe) { _mm_prefetch((const char *)pp, _MM_HINT_T1); pp += 64; }
             if (sh) fp8sh_decode64(_mm512_loadu_si512(w), wv[r], &nanv[r], track_nan);
             else    fp8_decode64(_mm512_loadu_si512(w), wv[r], &nanv[r], track_nan);
         }
@@ -598,10 +620,19 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
             for (int j = 0; j < 4; j++) {
                 const __m512 xv = _mm512_load_ps(xc + 16 * j);
 #pragma GCC unroll 2
-                for (int r = 0; r < R; r++) acc[r][t] = _mm512_fmadd_ps(wv[r][j], xv, acc[r][t]);
+                for (int r = 0; r < R; r++) {
+                    if (split && (j & 1)) acb[r][t] = _mm512_fmadd_ps(wv[r][j], xv, acb[r][t]);
+                    else                  acc[r][t] = _mm512_fmadd_ps(wv[r][j], xv, acc[r][t]);
+                }
             }
         }
     }
+    if (split)
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
+            for (int t = 0; t < T; t++) acc[r][t] = _mm512_add_ps(acc[r][t], acb[r][t]);
+    pf->p = pp;
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
         float s[M_TMAX];
@@ -621,32 +652,33 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
  * tokens, single rows past 8 */
 AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, size_t kn,
                    float *y, size_t ldy, size_t nr, const int T, int accumulate,
-                   const int track_nan, const int sh, const float *fin)
+                   const int track_nan, const int sh, const float *fin, m_pf *pf)
 {
     size_t r = 0;
     if (T <= 8)
         for (; r + 2 <= nr; r += 2)
             fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 2, T, accumulate, track_nan, sh,
-                       fin);
+                       fin, pf);
     for (; r < nr; r++)
-        fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 1, T, accumulate, track_nan, sh, fin);
+        fp8_rows_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, 1, T, accumulate, track_nan, sh, fin,
+                   pf);
 }
 
 /* one scale row's rows [0, nr) and one slab for T (<= M_TMAX) tokens, the
  * token count made a constant (accumulators in registers) */
 static void fp8_pass_tokens(const uint8_t *w, size_t k, const float *xb, size_t kc, size_t kn,
                             float *yo, size_t ldy, size_t nr, size_t T, int acc, int nan, int s1,
-                            const float *fin)
+                            const float *fin, m_pf *pf)
 {
     switch (T) {
-#define M_CASE(n) case n: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 1, fin); \
-                          else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 0, fin); \
+#define M_CASE(n) case n: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 1, fin, pf); \
+                          else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 0, fin, pf); \
                           break;
     M_CASE(16) M_CASE(15) M_CASE(14) M_CASE(13) M_CASE(12) M_CASE(11) M_CASE(10)
     M_CASE(9) M_CASE(8) M_CASE(7) M_CASE(6) M_CASE(5) M_CASE(4) M_CASE(3) M_CASE(2)
 #undef M_CASE
-    default: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, 1, fin);
-             else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, 0, fin);
+    default: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, 1, fin, pf);
+             else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, 0, fin, pf);
              break;
     }
 }
@@ -660,54 +692,73 @@ AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t 
                         size_t rows, size_t k, int finite, const int sh)
 {
     if (bs == 0 || m == 0) return;
-    if (k % 64 || bs % 32) {
+    if (k == 0 || k % 64 || bs % 32) {
         for (size_t t = 0; t < m; t++)
             gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite, sh);
         return;
     }
     const int shd = sh && fp8sh_mxcsr_ok();
-    float xb[8 * M_KC] A64;                 /* the pass's tokens x one slab: 32 KB */
-    float xp[8 * M_KC] A64, bm[8 * M_KC / 32], sg[M_KC / 32];
+    float xb[M_XB] A64;                 /* the pass's tokens x one slab, scaled */
+    float xp[M_XP] A64, bm[M_XP / 32], sg[M_XB / 32];
     for (size_t g0 = 0; g0 < m; g0 += M_TMAX) {
         const size_t T = m - g0 < M_TMAX ? m - g0 : M_TMAX;
-        const size_t kc = T <= 8 ? M_KC : M_KC / 2;
-        for (size_t k0 = 0; k0 < k; k0 += kc) {
-            const size_t kn = k - k0 < kc ? k - k0 : kc;
-            int xfin = shd;
-            for (size_t t = 0; t < T && xfin; t++)
-                xfin = fp8sh_prep_x(x + (g0 + t) * ldx + k0, kn, xp + t * kc, bm + t * (kc / 32));
-            for (size_t rb0 = 0; rb0 < rows;) {
-                const size_t sr = rb0 / bs;                       /* scale row */
-                const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
-                float fin[M_TMAX], pk[M_TMAX];  /* arranged, times this row's scales */
-                int s1 = xfin;
-                for (size_t t = 0; t < T && s1; t++)
-                    s1 = dsattn_fp8sh_plan(bm + t * (kc / 32), kn / 32, scale + sr * ldsc, bs, k0,
-                                           sg, pk + t, fin + t) &&
-                         (fp8sh_scale_x(xp + t * kc, sg, kn, pk[t], xb + t * kc), 1);
-                if (!s1)
-                    for (size_t t = 0; t < T; t++) {
-                        fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
-                                      xb + t * kc);
-                        fin[t] = 256.0f;
+        const size_t cap = (T <= 3 ? M_XL1 : M_XB) / T / 64 * 64, ns = (k + cap - 1) / cap;
+        const size_t kc = (k / 64 + ns - 1) / ns * 64;
+        const int whole = T * k <= M_XP;
+        int xall = shd;
+        if (whole)
+            for (size_t t = 0; t < T && xall; t++)
+                xall = fp8sh_prep_x(x + (g0 + t) * ldx, k, xp + t * k, bm + t * (k / 32));
+        /* blocks where x is prepared once for the pass; else one block of
+         * all rows (x prepared per slab), each row's line M_PF_ROWS rows
+         * ahead prefetched */
+        const size_t rbk = !whole ? rows : (M_BLK / k < 2 ? 2 : M_BLK / k) & ~(size_t)1;
+        for (size_t b0 = 0; b0 < rows; b0 += rbk) {
+            const size_t b1 = rows - b0 < rbk ? rows : b0 + rbk;
+            /* past the call's rows too (a prefetch never faults): the next
+             * rows are the ones a GEMV's next chunk reads (as gemv_fp8_impl) */
+            m_pf pf = { W + b1 * k, W + (b1 + rbk) * k, whole ? 0 : M_PF_ROWS * k };
+            for (size_t k0 = 0; k0 < k; k0 += kc) {
+                const size_t kn = k - k0 < kc ? k - k0 : kc;
+                const size_t ldp = whole ? k : kc, p0 = whole ? k0 : 0;
+                int xfin = whole ? xall : shd;
+                if (!whole)
+                    for (size_t t = 0; t < T && xfin; t++)
+                        xfin = fp8sh_prep_x(x + (g0 + t) * ldx + k0, kn, xp + t * kc,
+                                            bm + t * (kc / 32));
+                for (size_t rb0 = b0; rb0 < b1;) {
+                    const size_t sr = rb0 / bs;                       /* scale row */
+                    const size_t rb1 = (sr + 1) * bs < b1 ? (sr + 1) * bs : b1;
+                    float fin[M_TMAX], pk[M_TMAX];  /* arranged, times this row's scales */
+                    int s1 = xfin;
+                    for (size_t t = 0; t < T && s1; t++)
+                        s1 = dsattn_fp8sh_plan(bm + (t * ldp + p0) / 32, kn / 32, scale + sr * ldsc,
+                                               bs, k0, sg, pk + t, fin + t) &&
+                             (fp8sh_scale_x(xp + t * ldp + p0, sg, kn, pk[t], xb + t * kc), 1);
+                    if (!s1)
+                        for (size_t t = 0; t < T; t++) {
+                            fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
+                                          xb + t * kc);
+                            fin[t] = 256.0f;
+                        }
+                    const uint8_t *w = W + rb0 * k + k0;
+                    float *yo = y + g0 * ldy + rb0;
+                    const size_t nr = rb1 - rb0;
+                    const int acc = k0 > 0, nan = !finite;
+                    if (sh && T > 8) {
+                        /* the exponent-shift table's CPUs (AMD Zen 4: one 512-bit load
+                         * a cycle) take the tokens as two passes of 2 rows x 8 over the
+                         * scale row's rows, which the second pass finds in L1/L2: one
+                         * row x 16 tokens loads an x vector per FMA (1 thread, 16
+                         * tokens, 128 x 1280 in L2: 1.35x faster) */
+                        fp8_pass_tokens(w, k, xb, kc, kn, yo, ldy, nr, 8, acc, nan, s1, fin, &pf);
+                        fp8_pass_tokens(w, k, xb + 8 * kc, kc, kn, yo + 8 * ldy, ldy, nr, T - 8,
+                                        acc, nan, s1, fin + 8, &pf);
+                    } else {
+                        fp8_pass_tokens(w, k, xb, kc, kn, yo, ldy, nr, T, acc, nan, s1, fin, &pf);
                     }
-                const uint8_t *w = W + rb0 * k + k0;
-                float *yo = y + g0 * ldy + rb0;
-                const size_t nr = rb1 - rb0;
-                const int acc = k0 > 0, nan = !finite;
-                if (sh && T > 8) {
-                    /* the exponent-shift table's CPUs (AMD Zen 4: one 512-bit load a
-                     * cycle) take the tokens as two passes of 2 rows x 8 over the
-                     * scale row's rows, which the second pass finds in L1/L2: one
-                     * row x 16 tokens loads an x vector per FMA (1 thread, 16
-                     * tokens, 128 x 1280 in L2: 1.35x faster) */
-                    fp8_pass_tokens(w, k, xb, kc, kn, yo, ldy, nr, 8, acc, nan, s1, fin);
-                    fp8_pass_tokens(w, k, xb + 8 * kc, kc, kn, yo + 8 * ldy, ldy, nr, T - 8, acc,
-                                    nan, s1, fin + 8);
-                } else {
-                    fp8_pass_tokens(w, k, xb, kc, kn, yo, ldy, nr, T, acc, nan, s1, fin);
+                    rb0 = rb1;
                 }
-                rb0 = rb1;
             }
         }
     }
