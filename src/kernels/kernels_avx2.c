@@ -513,38 +513,72 @@ static void gemv_fp8_finite_expshift(const uint8_t *W, const float *scale, size_
 /* m tokens against one weight (a batched decode step: one row per
  * sequence).  Each 32-code step of a row is decoded once (as in fp8_step)
  * and multiplied into every token of the pass: one row x up to eight
- * tokens = 8 accumulators of the 16 registers.  k is walked in slabs of
- * M_KC so that the pass's arranged x slabs (8 x 2 KB) stay in L1 (32 KB on
- * Zen 2) while the rows stream past them; each token's slab is arranged
- * with its block scales once per scale row, and a row's slab sums are
- * added to y slab by slab.  Shapes gemv_fp8_impl does not take in this
- * form (bs % 32, k % 32) go token by token through it. */
+ * tokens = 8 accumulators of the 16 registers; up to 4 tokens each sum
+ * runs as two chains (even and odd vectors of the step), which the FMA
+ * latency would otherwise bound.
+ *
+ * Memory order (the AVX-512 table's, kernels_avx512.c): the rows go in
+ * blocks of about M_BLK bytes; within a block k is walked in equal slabs
+ * whose scaled x (the pass's tokens x the slab: M_XB floats, 16 KB)
+ * stays in L1, and a row's slab sums are added to y slab by slab.  While a
+ * block is computed, a cursor prefetches the next block front to back
+ * into L2, one line per 64 codes, so DRAM sees one sequential stream.
+ * Each token's slab is scaled with its block scales once per scale row
+ * (as gemv_fp8_impl does it); the exponent-shift x is prepared once per
+ * call where the pass's tokens x k fit M_XP floats, else per slab over all
+ * the rows in one block (each row's line M_PF_ROWS rows ahead
+ * prefetched).  Shapes gemv_fp8_impl does not take in this form (bs % 32,
+ * k % 32) go token by token through it. */
 #define M_T 8
-#define M_KC 512
-#define M_PF_ROWS 8                /* rows ahead the next slab lines are prefetched */
+#define M_XB 4096                  /* scaled x: the pass's tokens x one slab, 16 KB */
+#define M_KC 512                   /* the slab past 3 tokens */
+#define M_XP 16384                 /* the exponent-shift x of the whole pass, 64 KB */
+#define M_BLK 262144               /* bytes of weight rows per block */
+#define M_PF_ROWS 8                /* x per slab: rows ahead a line is prefetched */
 
-AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
-                  size_t ldy, const int T, int accumulate, const int track_nan, const int sh,
-                  const float *fin)
+/* the prefetch: the next block's cursor [p, end), or (ahead > 0) the line
+ * `ahead` bytes past each line read */
+typedef struct { const uint8_t *p, *end; size_t ahead; } m_pf;
+
+AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t ldxb, size_t kn,
+                  float *y, size_t ldy, const int T, int accumulate, const int track_nan,
+                  const int sh, const float *fin, m_pf *pf)
 {
-    __m256 acc[M_T];
+    __m256 acc[M_T], acb[M_T];
+    const int split = T <= 4;
+    const uint8_t *pp = pf->p, *pe = pf->end;
+    const size_t ahead = pf->ahead;
     __m256i nanv = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; t++) acc[t] = acb[t] = _mm256_setzero_ps();
     for (size_t t0 = 0; t0 < kn; t0 += 32) {
-        if (t0 % 64 == 0) _mm_prefetch((const char *)(w + t0 + M_PF_ROWS * k), _MM_HINT_T0);
+        if (t0 % 64 == 0) {
+            if (ahead) _mm_prefetch((const char *)(w + t0 + ahead), _MM_HINT_T0);
+            else if (pp < pe) { _mm_prefetch((const char *)pp, _MM_HINT_T1); pp += 64; }
+        }
         __m256 wv[4];
         if (sh) fp8sh_decode32(_mm256_loadu_si256((const __m256i *)(w + t0)), wv, &nanv, track_nan);
         else    fp8_decode32(_mm256_loadu_si256((const __m256i *)(w + t0)), wv, &nanv, track_nan);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
-            const float *xc = xb + (size_t)t * M_KC + t0;
-            __m256 a = _mm256_fmadd_ps(wv[0], _mm256_load_ps(xc), acc[t]);
-            a = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xc + 8), a);
-            a = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xc + 16), a);
-            acc[t] = _mm256_fmadd_ps(wv[3], _mm256_load_ps(xc + 24), a);
+            const float *xc = xb + (size_t)t * ldxb + t0;
+            if (split) {
+                __m256 a = _mm256_fmadd_ps(wv[0], _mm256_load_ps(xc), acc[t]);
+                __m256 b = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xc + 8), acb[t]);
+                acc[t] = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xc + 16), a);
+                acb[t] = _mm256_fmadd_ps(wv[3], _mm256_load_ps(xc + 24), b);
+            } else {
+                __m256 a = _mm256_fmadd_ps(wv[0], _mm256_load_ps(xc), acc[t]);
+                a = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xc + 8), a);
+                a = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xc + 16), a);
+                acc[t] = _mm256_fmadd_ps(wv[3], _mm256_load_ps(xc + 24), a);
+            }
         }
     }
+    if (split)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[t] = _mm256_add_ps(acc[t], acb[t]);
+    pf->p = pp;
     float s[M_T];
     if (T == M_T) {
         _mm256_storeu_ps(s, hsum8(acc));
@@ -559,22 +593,22 @@ AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t kn, float 
     }
 }
 
-AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t kn, float *y,
-                   size_t ldy, size_t nr, const int T, int accumulate, const int track_nan,
-                   const int sh, const float *fin)
+AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, size_t kn,
+                   float *y, size_t ldy, size_t nr, const int T, int accumulate,
+                   const int track_nan, const int sh, const float *fin, m_pf *pf)
 {
     if (sh)
         for (size_t r = 0; r < nr; r++)
-            fp8_row_m(W + r * k, k, xb, kn, y + r, ldy, T, accumulate, track_nan, 1, fin);
+            fp8_row_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, T, accumulate, track_nan, 1, fin,
+                      pf);
     else
         for (size_t r = 0; r < nr; r++)
-            fp8_row_m(W + r * k, k, xb, kn, y + r, ldy, T, accumulate, track_nan, 0, fin);
+            fp8_row_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, T, accumulate, track_nan, 0, fin,
+                      pf);
 }
 
 /* sh: the exponent-shift decode where every token of the pass takes it
- * (x and x * scale finite), else the fp16 decode for the pass.  Each
- * token's slab is prepared for it once (fp8sh_prep_x) and scaled per scale
- * row. */
+ * (x and x * scale finite), else the fp16 decode for the pass. */
 AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                         const float *x, size_t ldx, size_t m, float *y, size_t ldy,
                         size_t rows, size_t k, int finite, const int sh)
@@ -585,46 +619,59 @@ AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t 
             gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite, sh);
         return;
     }
-    float xb[M_T * M_KC] A32, xp[M_T * M_KC] A32, bm[M_T * (M_KC / 32)], sg[M_KC / 32];
+    float xb[M_XB] A32, xp[M_XP] A32, bm[M_XP / 32], sg[M_XB / 32];
     const int shd = sh && fp8sh_mxcsr_ok();
     for (size_t g0 = 0; g0 < m; g0 += M_T) {
         const size_t T = m - g0 < M_T ? m - g0 : M_T;
-        for (size_t k0 = 0; k0 < k; k0 += M_KC) {
-            const size_t kn = k - k0 < M_KC ? k - k0 : M_KC;
-            int xfin = shd;
-            for (size_t t = 0; t < T && xfin; t++)
-                xfin = fp8sh_prep_x(x + (g0 + t) * ldx + k0, kn, xp + t * M_KC,
-                                    bm + t * (M_KC / 32));
-            for (size_t rb0 = 0; rb0 < rows;) {
-                const size_t sr = rb0 / bs;                       /* scale row */
-                const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
-                float fin[M_T], pk[M_T];
-                int s1 = xfin;
-                for (size_t t = 0; t < T && s1; t++)
-                    s1 = dsattn_fp8sh_plan(bm + t * (M_KC / 32), kn / 32, scale + sr * ldsc, bs,
-                                           k0, sg, pk + t, fin + t) &&
-                         (fp8sh_scale_x(xp + t * M_KC, sg, kn, pk[t], xb + t * M_KC), 1);
-                if (!s1)
-                    for (size_t t = 0; t < T; t++) {
-                        fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0, kn,
-                                      xb + t * M_KC);
-                        fin[t] = 256.0f;
+        const size_t cap = T <= 3 ? M_XB / T / 32 * 32 : M_KC, ns = (k + cap - 1) / cap;
+        const size_t kc = (k / 32 + ns - 1) / ns * 32;
+        const int whole = T * k <= M_XP;
+        int xall = shd;
+        if (whole)
+            for (size_t t = 0; t < T && xall; t++)
+                xall = fp8sh_prep_x(x + (g0 + t) * ldx, k, xp + t * k, bm + t * (k / 32));
+        const size_t rbk = !whole ? rows : (M_BLK / k < 1 ? 1 : M_BLK / k);
+        for (size_t b0 = 0; b0 < rows; b0 += rbk) {
+            const size_t b1 = rows - b0 < rbk ? rows : b0 + rbk;
+            /* past the call's rows too (a prefetch never faults): the next
+             * rows are the ones a GEMV's next chunk reads (as gemv_fp8_impl) */
+            m_pf pf = { W + b1 * k, W + (b1 + rbk) * k, whole ? 0 : M_PF_ROWS * k };
+            for (size_t k0 = 0; k0 < k; k0 += kc) {
+                const size_t kn = k - k0 < kc ? k - k0 : kc;
+                const size_t ldp = whole ? k : kc, p0 = whole ? k0 : 0;
+                int xfin = whole ? xall : shd;
+                if (!whole)
+                    for (size_t t = 0; t < T && xfin; t++)
+                        xfin = fp8sh_prep_x(x + (g0 + t) * ldx + k0, kn, xp + t * kc,
+                                            bm + t * (kc / 32));
+                for (size_t rb0 = b0; rb0 < b1;) {
+                    const size_t sr = rb0 / bs;                       /* scale row */
+                    const size_t rb1 = (sr + 1) * bs < b1 ? (sr + 1) * bs : b1;
+                    float fin[M_T], pk[M_T];
+                    int s1 = xfin;
+                    for (size_t t = 0; t < T && s1; t++)
+                        s1 = dsattn_fp8sh_plan(bm + (t * ldp + p0) / 32, kn / 32,
+                                               scale + sr * ldsc, bs, k0, sg, pk + t, fin + t) &&
+                             (fp8sh_scale_x(xp + t * ldp + p0, sg, kn, pk[t], xb + t * kc), 1);
+                    if (!s1)
+                        for (size_t t = 0; t < T; t++) {
+                            fp8_arrange_x(x + (g0 + t) * ldx + k0, scale + sr * ldsc, bs, k0,
+                                          kn, xb + t * kc);
+                            fin[t] = 256.0f;
+                        }
+                    const uint8_t *w = W + rb0 * k + k0;
+                    float *yo = y + g0 * ldy + rb0;
+                    const int acc = k0 > 0, nan = !finite;
+                    const size_t nr = rb1 - rb0;
+                    switch (T) {   /* the token count as a constant: accumulators in registers */
+#define M_CASE(n) case n: fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, s1, fin, &pf); break;
+                    M_CASE(8) M_CASE(7) M_CASE(6) M_CASE(5) M_CASE(4) M_CASE(3) M_CASE(2)
+#undef M_CASE
+                    default: fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, s1, fin, &pf);
+                             break;
                     }
-                const uint8_t *w = W + rb0 * k + k0;
-                float *yo = y + g0 * ldy + rb0;
-                const int acc = k0 > 0, nan = !finite;
-                const size_t nr = rb1 - rb0;
-                switch (T) {   /* the token count as a constant: accumulators in registers */
-                case 8: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 8, acc, nan, s1, fin); break;
-                case 7: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 7, acc, nan, s1, fin); break;
-                case 6: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 6, acc, nan, s1, fin); break;
-                case 5: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 5, acc, nan, s1, fin); break;
-                case 4: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 4, acc, nan, s1, fin); break;
-                case 3: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 3, acc, nan, s1, fin); break;
-                case 2: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 2, acc, nan, s1, fin); break;
-                default: fp8_pass_m(w, k, xb, kn, yo, ldy, nr, 1, acc, nan, s1, fin); break;
+                    rb0 = rb1;
                 }
-                rb0 = rb1;
             }
         }
     }
