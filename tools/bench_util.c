@@ -201,24 +201,32 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(long iters, float seed
 }
 #endif
 
+#if defined(__x86_64__)
+/* The best of 3 wall times of `loop` (iters iterations, a seed per round)
+ * run on every thread of a team of `threads`: the peak probes' timing. */
+static double probe_best_s(float (*loop)(long, float), long iters, int threads)
+{
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        float tot = 0;
+        double t0 = now_s();
+#pragma omp parallel num_threads(threads) reduction(+ : tot)
+        tot += loop(iters, (float)r);
+        double t = now_s() - t0;
+        fprobe_sink = tot;
+        if (t < best) best = t;
+    }
+    return best;
+}
+#endif
+
 double dsattn_bench_fma_peak_probe(int simd, int T)
 {
 #if defined(__x86_64__)
     if (simd == 0) return 0;
     const long iters = 20000000;
-    double best = 1e30, flops = 0;
-    for (int r = 0; r < 3; r++) {
-        float tot = 0;
-        double t0 = now_s();
-#pragma omp parallel num_threads(T) reduction(+ : tot)
-        {
-            tot += simd == 2 ? fma_avx512(iters, (float)r) : fma_avx2(iters, (float)r);
-        }
-        double t = now_s() - t0;
-        fprobe_sink = tot;
-        if (t < best) best = t;
-    }
-    flops = (double)iters * T * (simd == 2 ? 16.0 * 16 * 2 : 12.0 * 8 * 2);
+    const double best = probe_best_s(simd == 2 ? fma_avx512 : fma_avx2, iters, T);
+    const double flops = (double)iters * T * (simd == 2 ? 16.0 * 16 * 2 : 12.0 * 8 * 2);
     return flops / best / 1e9;
 #else
     (void)simd; (void)T;
@@ -243,8 +251,9 @@ double dsattn_bench_fma_peak(int threads)
 
 #if defined(__x86_64__)
 /* 4 tile products of 16 x 16 x 32 bf16 pairs per iteration */
-__attribute__((target("amx-tile,amx-bf16"))) static float amx_bf16_loop(long iters)
+__attribute__((target("amx-tile,amx-bf16"))) static float amx_bf16_loop(long iters, float seed)
 {
+    (void)seed;                           /* the tiles start from constants */
     static const uint16_t one[512] __attribute__((aligned(64))) = { 0x3f80 };   /* 1, then 0 */
     float c[256] __attribute__((aligned(64)));
     dsattn_amx_begin();                   /* 8 tiles of 16 rows x 64 bytes */
@@ -290,16 +299,7 @@ double dsattn_bench_amx_bf16_peak(int threads)
     if (threads <= 64 && cache[threads] > 0) return cache[threads];
     if (!dsattn_cpu_has_amx_bf16()) return 0;
     const long iters = 2000000;
-    double best = 1e30;
-    for (int r = 0; r < 3; r++) {
-        float tot = 0;
-        double t0 = now_s();
-#pragma omp parallel num_threads(threads) reduction(+ : tot)
-        tot += amx_bf16_loop(iters);
-        double t = now_s() - t0;
-        fprobe_sink = tot;
-        if (t < best) best = t;
-    }
+    const double best = probe_best_s(amx_bf16_loop, iters, threads);
     const double p = (double)iters * threads * 4 * 16 * 16 * 32 * 2 / best / 1e9;
     if (threads <= 64) cache[threads] = p;
     return p;
@@ -332,16 +332,7 @@ double dsattn_bench_bf16dot_peak(int threads)
     if (threads <= 64 && cache[threads] > 0) return cache[threads];
     if (!dsattn_cpu_has_avx512_bf16()) return 0;
     const long iters = 10000000;
-    double best = 1e30;
-    for (int r = 0; r < 3; r++) {
-        float tot = 0;
-        double t0 = now_s();
-#pragma omp parallel num_threads(threads) reduction(+ : tot)
-        tot += bf16dot_loop(iters, (float)r);
-        double t = now_s() - t0;
-        fprobe_sink = tot;
-        if (t < best) best = t;
-    }
+    const double best = probe_best_s(bf16dot_loop, iters, threads);
     const double p = (double)iters * threads * 16 * 64 / best / 1e9;
     if (threads <= 64) cache[threads] = p;
     return p;
