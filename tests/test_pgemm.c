@@ -161,6 +161,89 @@ static void magnitudes(const dsattn_weight *w, const float *x, size_t T, float *
         }
 }
 
+/* The bench of a tile path's Linear tests (AMX, bf16-dot): FP8 codes
+ * without NaN, power-of-two block scales 2^-9 .. 2^-3, activations that are
+ * bf16 numbers, and four contexts - reference mode (cr), the path on 1 and
+ * on 2 threads (a1, a2: the caller turns it on) and the same fast context
+ * without it (f2). */
+typedef struct {
+    uint8_t *w8;
+    float *sc, *x, *mag, *yr, *ya, *y2, *yf;
+    dsattn_ctx *cr, *a1, *a2, *f2;
+} path_bench;
+
+static void path_bench_init(path_bench *b, uint64_t seed, size_t rmax, size_t kmax, size_t tmax)
+{
+    dsattn_rng r = { seed };
+    b->w8 = malloc(rmax * kmax);
+    b->sc = malloc(rmax * kmax * 4);
+    b->x = malloc(tmax * kmax * 4);
+    b->mag = malloc(tmax * rmax * 4);
+    b->yr = malloc(tmax * rmax * 4);
+    b->ya = malloc(tmax * rmax * 4);
+    b->y2 = malloc(tmax * rmax * 4);
+    b->yf = malloc(tmax * rmax * 4);
+    for (size_t i = 0; i < rmax * kmax; i++) b->w8[i] = (uint8_t)(dsattn_rng_u64(&r) & 0xf7);
+    for (size_t i = 0; i < rmax * kmax; i++) b->sc[i] = ldexpf(1.0f, (int)(i % 7) - 9);
+    for (size_t i = 0; i < tmax * kmax; i++) b->x[i] = dsattn_round_bf16(dsattn_rng_normal(&r));
+    b->cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 2);
+    b->a1 = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
+    b->a2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
+    b->f2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
+}
+
+static void path_bench_free(path_bench *b)
+{
+    dsattn_ctx_destroy(b->cr);
+    dsattn_ctx_destroy(b->a1);
+    dsattn_ctx_destroy(b->a2);
+    dsattn_ctx_destroy(b->f2);
+    free(b->w8); free(b->sc); free(b->x); free(b->mag);
+    free(b->yr); free(b->ya); free(b->y2); free(b->yf);
+}
+
+/* One case, T tokens of b->x through w in G groups: the path against
+ * reference mode within check_prefill's bound and the same bits on 1 and
+ * 2 threads.  Returns whether its bits differ from f2's (the path ran). */
+static int path_bench_case(path_bench *b, const char *what, const dsattn_weight *w, size_t G,
+                           size_t T)
+{
+    const size_t R = w->rows, K = w->cols;
+    magnitudes(w, b->x, T, b->mag);       /* every group reads the same x (gx = 0) */
+    CHECK_OK(dsattn_linear_grouped(b->cr, w, G, b->x, K, 0, T, b->yr, R, DSATTN_OUT_F32));
+    CHECK_OK(dsattn_linear_grouped(b->a1, w, G, b->x, K, 0, T, b->ya, R, DSATTN_OUT_F32));
+    CHECK_OK(dsattn_linear_grouped(b->a2, w, G, b->x, K, 0, T, b->y2, R, DSATTN_OUT_F32));
+    CHECK_OK(dsattn_linear_grouped(b->f2, w, G, b->x, K, 0, T, b->yf, R, DSATTN_OUT_F32));
+    check_prefill(what, b->ya, b->yr, b->mag, T * R);
+    CHECK_MSG(memcmp(b->ya, b->y2, T * R * 4) == 0, "%s: 1 and 2 threads differ", what);
+    return memcmp(b->ya, b->yf, T * R * 4) != 0;
+}
+
+/* Input the path must leave to the other paths: a2 gives exactly f2's bits */
+static void path_bench_same(path_bench *b, const char *what, const dsattn_weight *w, size_t T)
+{
+    const size_t R = w->rows, K = w->cols;
+    CHECK_OK(dsattn_linear(b->a2, w, b->x, K, T, b->ya, R, DSATTN_OUT_F32, NULL, NULL));
+    CHECK_OK(dsattn_linear(b->f2, w, b->x, K, T, b->yf, R, DSATTN_OUT_F32, NULL, NULL));
+    CHECK_MSG(memcmp(b->ya, b->yf, T * R * 4) == 0, "%s: not the other path's bits", what);
+}
+
+/* The fallbacks both tile paths share: a scale that is not a power of two,
+ * an activation that is not a bf16 number (FP8 weight 64 x 256, 33 tokens) */
+static void path_bench_common_fallbacks(path_bench *b)
+{
+    const size_t K = 256;
+    dsattn_weight w = fp8_weight(64, K, b->w8, b->sc, 32, 1);
+    const float keep = b->sc[1];
+    b->sc[1] = 3.0e-3f;
+    path_bench_same(b, "non-power-of-two scale", &w, 33);
+    b->sc[1] = keep;
+    const float xk = b->x[5 * K + 7];
+    b->x[5 * K + 7] = 1.0f + 0x1p-12f;
+    path_bench_same(b, "non-bf16 activation", &w, 33);
+    b->x[5 * K + 7] = xk;
+}
+
 DSATTN_TEST(pgemm, prefill_linear_fast_matches_reference_and_ignores_threads)
 {
     /* R cuts 12-row tiles and 96-row panels; K = 528 cuts a 512 slice
@@ -246,25 +329,15 @@ DSATTN_TEST(pgemm, prefill_linear_amx_matches_reference_fma_and_ignores_threads)
      * bits. */
     enum { RMAX = 96, KMAX = 544, TMAX = 130 };
     if (!dsattn_test_amx_or_skip()) return;
-    dsattn_rng r = { 31 };
-    uint8_t *w8 = malloc(RMAX * KMAX);
+    path_bench b;
+    path_bench_init(&b, 31, RMAX, KMAX, TMAX);
+    dsattn_rng r = { 32 };
     uint16_t *w16 = malloc(RMAX * KMAX * 2);
-    float *sc = malloc(RMAX * KMAX * 4);
-    float *x = malloc(TMAX * KMAX * 4), *mag = malloc(TMAX * RMAX * 4);
-    float *yr = malloc(TMAX * RMAX * 4), *ya = malloc(TMAX * RMAX * 4);
-    float *y2 = malloc(TMAX * RMAX * 4), *yf = malloc(TMAX * RMAX * 4);
-    for (size_t i = 0; i < RMAX * KMAX; i++) {
-        w8[i] = (uint8_t)(dsattn_rng_u64(&r) & 0xf7);      /* no NaN code */
+    for (size_t i = 0; i < RMAX * KMAX; i++)
         w16[i] = (uint16_t)(0x3c00 + (dsattn_rng_u64(&r) & 0x83ff));
-    }
-    for (size_t i = 0; i < RMAX * KMAX; i++) sc[i] = ldexpf(1.0f, (int)(i % 7) - 9);
-    for (size_t i = 0; i < TMAX * KMAX; i++) x[i] = dsattn_round_bf16(dsattn_rng_normal(&r));
-    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 2);
-    dsattn_ctx *a1 = dsattn_test_ctx(DSATTN_MODE_FAST, 1), *a2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
-    dsattn_ctx *f2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
-    dsattn_ctx_set_amx(a1, 1);
-    dsattn_ctx_set_amx(a2, 1);
-    dsattn_ctx_set_amx(f2, 0);
+    dsattn_ctx_set_amx(b.a1, 1);
+    dsattn_ctx_set_amx(b.a2, 1);
+    dsattn_ctx_set_amx(b.f2, 0);
     const size_t Rs[2] = { 32, 96 }, Ks[2] = { 256, 544 }, Ts[3] = { 8, 33, 130 };
     size_t differ = 0;
     for (int kind = 0; kind < 3; kind++)           /* FP8 bs 32, FP8 bs 48, BF16 */
@@ -277,47 +350,20 @@ DSATTN_TEST(pgemm, prefill_linear_amx_matches_reference_fma_and_ignores_threads)
                         if (R > RMAX || (kind < 2 && Rs[ri] % bs)) continue;   /* groups: whole blocks */
                         dsattn_weight w = { .rows = R, .cols = K };
                         if (kind < 2) {
-                            w = fp8_weight(R, K, w8, sc, bs, 1);
+                            w = fp8_weight(R, K, b.w8, b.sc, bs, 1);
                         } else {
                             w.kind = DSATTN_W_BF16;
                             w.data = w16;
                         }
-                        /* every group reads the same x (gx = 0) */
-                        magnitudes(&w, x, T, mag);
-                        CHECK_OK(dsattn_linear_grouped(cr, &w, G, x, K, 0, T, yr, R, DSATTN_OUT_F32));
-                        CHECK_OK(dsattn_linear_grouped(a1, &w, G, x, K, 0, T, ya, R, DSATTN_OUT_F32));
-                        CHECK_OK(dsattn_linear_grouped(a2, &w, G, x, K, 0, T, y2, R, DSATTN_OUT_F32));
-                        CHECK_OK(dsattn_linear_grouped(f2, &w, G, x, K, 0, T, yf, R, DSATTN_OUT_F32));
                         char what[96];
                         snprintf(what, sizeof what, "AMX kind %d R %zu K %zu T %zu G %zu", kind, R,
                                  K, T, G);
-                        check_prefill(what, ya, yr, mag, T * R);
-                        CHECK_MSG(memcmp(ya, y2, T * R * 4) == 0, "%s: 1 and 2 threads differ", what);
-                        differ += memcmp(ya, yf, T * R * 4) != 0;
+                        differ += (size_t)path_bench_case(&b, what, &w, G, T);
                     }
     CHECK_MSG(differ > 0, "the AMX prefill gave the FMA tile's bits in every case");
-    /* fallbacks: the FMA tile's bits exactly */
-    {
-        const size_t R = 64, K = 256, T = 33;
-        dsattn_weight w = fp8_weight(R, K, w8, sc, 32, 1);
-        const float keep = sc[1];
-        sc[1] = 3.0e-3f;                                  /* not a power of two */
-        CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "non-power-of-two scale: not the FMA bits");
-        sc[1] = keep;
-        const float xk = x[5 * K + 7];
-        x[5 * K + 7] = 1.0f + 0x1p-12f;                   /* not a bf16 number */
-        CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "non-bf16 activation: not the FMA bits");
-        x[5 * K + 7] = xk;
-    }
-    dsattn_ctx_destroy(cr);
-    dsattn_ctx_destroy(a1);
-    dsattn_ctx_destroy(a2);
-    dsattn_ctx_destroy(f2);
-    free(w8); free(w16); free(sc); free(x); free(mag); free(yr); free(ya); free(y2); free(yf);
+    path_bench_common_fallbacks(&b);
+    path_bench_free(&b);
+    free(w16);
 }
 
 /* ==== The bf16-dot GEMM (pgemm.h: the avx512-bf16 table) ================ */
@@ -420,20 +466,10 @@ DSATTN_TEST(pgemm, bf16dot_linear_matches_reference_and_falls_back_exactly)
      * 3 tokens. */
     if (!bf16dot_table()) return;
     enum { RMAX = 256, KMAX = 2080, TMAX = 130 };
-    dsattn_rng r = { 41 };
-    uint8_t *w8 = malloc(RMAX * KMAX);
-    float *sc = malloc(RMAX * KMAX * 4);
-    float *x = malloc(TMAX * KMAX * 4), *mag = malloc(TMAX * RMAX * 4);
-    float *yr = malloc(TMAX * RMAX * 4), *ya = malloc(TMAX * RMAX * 4);
-    float *y2 = malloc(TMAX * RMAX * 4), *yf = malloc(TMAX * RMAX * 4);
-    for (size_t i = 0; i < RMAX * KMAX; i++) w8[i] = (uint8_t)(dsattn_rng_u64(&r) & 0xf7);
-    for (size_t i = 0; i < RMAX * KMAX; i++) sc[i] = ldexpf(1.0f, (int)(i % 7) - 9);
-    for (size_t i = 0; i < TMAX * KMAX; i++) x[i] = dsattn_round_bf16(dsattn_rng_normal(&r));
-    dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 2);
-    dsattn_ctx *a1 = dsattn_test_ctx(DSATTN_MODE_FAST, 1), *a2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
-    dsattn_ctx *f2 = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
-    CHECK(dsattn_ctx_set_bf16dot(a1, 1) && dsattn_ctx_set_bf16dot(a2, 1));
-    CHECK(!dsattn_ctx_set_bf16dot(f2, 0));
+    path_bench b;
+    path_bench_init(&b, 41, RMAX, KMAX, TMAX);
+    CHECK(dsattn_ctx_set_bf16dot(b.a1, 1) && dsattn_ctx_set_bf16dot(b.a2, 1));
+    CHECK(!dsattn_ctx_set_bf16dot(b.f2, 0));
     const size_t Ks[3] = { 256, 544, 2080 }, Ts[4] = { 4, 9, 17, 130 };
     size_t differ = 0, ran = 0;
     for (int bi = 0; bi < 2; bi++)
@@ -443,18 +479,11 @@ DSATTN_TEST(pgemm, bf16dot_linear_matches_reference_and_falls_back_exactly)
                     const size_t bs = bi ? 128 : 32, R = (bi ? 128 : 64) * G, K = Ks[ki];
                     const size_t T = Ts[ti];
                     if (K == 2080 && T == 130 && G == 2) continue;       /* time */
-                    dsattn_weight w = fp8_weight(R, K, w8, sc, bs, 1);
-                    magnitudes(&w, x, T, mag);
-                    CHECK_OK(dsattn_linear_grouped(cr, &w, G, x, K, 0, T, yr, R, DSATTN_OUT_F32));
-                    CHECK_OK(dsattn_linear_grouped(a1, &w, G, x, K, 0, T, ya, R, DSATTN_OUT_F32));
-                    CHECK_OK(dsattn_linear_grouped(a2, &w, G, x, K, 0, T, y2, R, DSATTN_OUT_F32));
-                    CHECK_OK(dsattn_linear_grouped(f2, &w, G, x, K, 0, T, yf, R, DSATTN_OUT_F32));
+                    dsattn_weight w = fp8_weight(R, K, b.w8, b.sc, bs, 1);
                     char what[96];
                     snprintf(what, sizeof what, "bf16dot bs %zu R %zu K %zu T %zu G %zu", bs, R,
                              K, T, G);
-                    check_prefill(what, ya, yr, mag, T * R);
-                    CHECK_MSG(memcmp(ya, y2, T * R * 4) == 0, "%s: 1 and 2 threads differ", what);
-                    differ += memcmp(ya, yf, T * R * 4) != 0;
+                    differ += (size_t)path_bench_case(&b, what, &w, G, T);
                     ran++;
                 }
     CHECK_MSG(differ == ran, "the bf16-dot Linear gave the other path's bits in %zu of %zu cases",
@@ -464,48 +493,29 @@ DSATTN_TEST(pgemm, bf16dot_linear_matches_reference_and_falls_back_exactly)
     {
         const size_t R = 96, K = 544, T = 8;
         const dsattn_actq aq = { 32, DSATTN_ACTQ_POW2 };
-        float *q = malloc(T * K * 4);
-        dsattn_weight w = fp8_weight(R, K, w8, sc, 32, 1);
-        CHECK_OK(dsattn_linear(cr, &w, x, K, T, yr, R, DSATTN_OUT_F32, &aq, q));
-        for (size_t i = 0; i < T * K; i++) x[TMAX * KMAX / 2 + i] = q[i];   /* the quantized x */
-        magnitudes(&w, x + TMAX * KMAX / 2, T, mag);
-        CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, &aq, q));
-        CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, &aq, q));
-        check_prefill("bf16dot act_quant", ya, yr, mag, T * R);
-        CHECK_MSG(memcmp(ya, yf, T * R * 4) != 0, "act_quant: the bf16-dot path did not run");
+        float *q = malloc(T * K * 4), *xq = b.x + TMAX * KMAX / 2;
+        dsattn_weight w = fp8_weight(R, K, b.w8, b.sc, 32, 1);
+        CHECK_OK(dsattn_linear(b.cr, &w, b.x, K, T, b.yr, R, DSATTN_OUT_F32, &aq, q));
+        for (size_t i = 0; i < T * K; i++) xq[i] = q[i];   /* the quantized x */
+        magnitudes(&w, xq, T, b.mag);
+        CHECK_OK(dsattn_linear(b.a2, &w, b.x, K, T, b.ya, R, DSATTN_OUT_F32, &aq, q));
+        CHECK_OK(dsattn_linear(b.f2, &w, b.x, K, T, b.yf, R, DSATTN_OUT_F32, &aq, q));
+        check_prefill("bf16dot act_quant", b.ya, b.yr, b.mag, T * R);
+        CHECK_MSG(memcmp(b.ya, b.yf, T * R * 4) != 0, "act_quant: the bf16-dot path did not run");
         free(q);
     }
     /* fallbacks: exactly the other path's bits */
+    path_bench_common_fallbacks(&b);
     {
-        const size_t R = 64, K = 256, T = 33;
-        dsattn_weight w = fp8_weight(R, K, w8, sc, 32, 1);
-        const float keep = sc[1];
-        const float scs[2] = { 3.0e-3f, 0x1p120f };       /* not a power of two; past 2^119 */
-        for (int i = 0; i < 2; i++) {
-            sc[1] = scs[i];
-            CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
-            CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
-            CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "scale %g: not the other path's bits",
-                      (double)scs[i]);
-        }
-        sc[1] = keep;
-        const float xk = x[5 * K + 7];
-        x[5 * K + 7] = 1.0f + 0x1p-12f;                   /* not a bf16 number */
-        CHECK_OK(dsattn_linear(a2, &w, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_OK(dsattn_linear(f2, &w, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "non-bf16 activation: not the other path's bits");
-        x[5 * K + 7] = xk;
-        dsattn_weight wn = fp8_weight(R, K, w8, sc, 32, 0);   /* may hold NaN codes */
-        CHECK_OK(dsattn_linear(a2, &wn, x, K, T, ya, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_OK(dsattn_linear(f2, &wn, x, K, T, yf, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_MSG(memcmp(ya, yf, T * R * 4) == 0, "NaN-code weight: not the other path's bits");
-        CHECK_OK(dsattn_linear(a2, &w, x, K, 3, ya, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_OK(dsattn_linear(f2, &w, x, K, 3, yf, R, DSATTN_OUT_F32, NULL, NULL));
-        CHECK_MSG(memcmp(ya, yf, 3 * R * 4) == 0, "3 tokens: not the GEMV's bits");
+        const size_t R = 64, K = 256;
+        dsattn_weight w = fp8_weight(R, K, b.w8, b.sc, 32, 1);
+        const float keep = b.sc[1];
+        b.sc[1] = 0x1p120f;                               /* past the decode's 2^119 */
+        path_bench_same(&b, "scale 2^120", &w, 33);
+        b.sc[1] = keep;
+        dsattn_weight wn = fp8_weight(R, K, b.w8, b.sc, 32, 0);   /* may hold NaN codes */
+        path_bench_same(&b, "NaN-code weight", &wn, 33);
+        path_bench_same(&b, "3 tokens", &w, 3);
     }
-    dsattn_ctx_destroy(cr);
-    dsattn_ctx_destroy(a1);
-    dsattn_ctx_destroy(a2);
-    dsattn_ctx_destroy(f2);
-    free(w8); free(sc); free(x); free(mag); free(yr); free(ya); free(y2); free(yf);
+    path_bench_free(&b);
 }
