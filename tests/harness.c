@@ -6,6 +6,7 @@
  *   dsattn_test --list          list tests
  */
 #include "harness.h"
+#include "internal.h"
 #include "ktab.h"
 
 #include "blas.h"
@@ -203,6 +204,23 @@ const struct dsattn_ktab *dsattn_test_avx2_ktab(void)
         return NULL;
     }
     return &t;
+}
+
+int dsattn_test_set_bf16blk(dsattn_ctx *c, int on)
+{
+    if (!c) return 0;
+    dsattn_ctx_set_amx(c, on);
+    dsattn_ctx_set_bf16dot(c, on);
+    return c->kt->bf16blk != NULL;
+}
+
+int dsattn_test_bf16blk_or_skip(void)
+{
+    dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
+    const int have = dsattn_test_set_bf16blk(c, 1);
+    dsattn_ctx_destroy(c);
+    if (!have) dsattn_test_skip("no AMX-BF16 or AVX512-BF16 here");
+    return have;
 }
 
 int dsattn_test_amx_or_skip(void)

@@ -80,6 +80,13 @@ dsattn_ctx *dsattn_test_ctx(dsattn_mode mode, int threads);
 /* 1 where a fast context can run AMX-BF16 tiles; else marks the test
  * skipped ("no AMX-BF16 here") and returns 0. */
 int dsattn_test_amx_or_skip(void);
+/* The context's bf16 attention blocks (the ktab bf16blk slot: AMX tiles,
+ * else their VDPBF16PS form) on or off - AMX and the bf16-dot GEMM both
+ * follow `on` -; returns whether the context now runs them. */
+int dsattn_test_set_bf16blk(dsattn_ctx *c, int on);
+/* 1 where a fast context can run the bf16 attention blocks; else marks the
+ * test skipped and returns 0. */
+int dsattn_test_bf16blk_or_skip(void);
 /* The AVX-512 table of tables (src/kernels/ktab.h, AMX slot empty) - the
  * fast slots the kernel tests check against their scalar twins - or NULL
  * after marking the test skipped when this CPU or build has none. */

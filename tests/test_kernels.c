@@ -995,12 +995,16 @@ static int ktab_complete(const dsattn_ktab *t)
     if (t->pgemm) ok &= t->pgemm->name && t->pgemm->pack_b && t->pgemm->tile &&
                         t->pgemm->tile_fp8;
     if (t->mha) ok &= t->mha->name && t->mha->attend && t->mha->ws_bytes;
-    if (t->amx) ok &= t->amx->name && t->amx->fits && t->amx->pack_q && t->amx->begin &&
-                      t->amx->end && t->amx->block && t->amx->gemm_nt &&
-                      t->amx->fp8_row_bf16 && t->amx->rows_bf16 && t->amx->finish;
+    for (int i = 0; i < 2; i++) {
+        const dsattn_amx_kern *a = i ? t->bf16blk : t->amx;
+        if (a) ok &= a->name && a->fits && a->pack_q && a->begin && a->end && a->block &&
+                     a->gemm_nt && a->fp8_row_bf16 && a->rows_bf16 && a->finish;
+    }
+    /* the bf16 blocks are the AMX tiles wherever those are in the table */
+    if (t->amx) ok &= t->bf16blk == t->amx;
     if (t->index) ok &= t->index->name && t->index->ok && t->index->prepare && t->index->scores;
-    /* sa and amx use mla's kernels (pgemm has C forms of the two it may use) */
-    if (t->sa || t->amx) ok &= t->mla != NULL;
+    /* sa and the bf16 blocks use mla's kernels (pgemm has C forms of the two it may use) */
+    if (t->sa || t->amx || t->bf16blk) ok &= t->mla != NULL;
     return ok;
 }
 
@@ -1042,7 +1046,7 @@ DSATTN_TEST(kernels, every_table_of_tables_complete_with_scalar_twins)
                 CHECK_MSG(s >= 6 || strcmp(dsattn_ktab_impl_name(&sc, s), "-"),
                           "slot %s has no scalar twin", dsattn_ktab_slot_name(s));
             }
-            if (i != 2) CHECK(!t.amx);
+            if (i != 2) CHECK(!t.amx && !t.bf16blk);
             CHECK(i == 1 || i == 2 || !t.sa);
             CHECK(i != 1 || (t.sa && !strcmp(t.sa->name, "avx2")));
             /* the integer indexer: avx512 (VNNI / AMX-INT8) and avx2 */
@@ -1079,11 +1083,16 @@ static const char *ctx_isa(dsattn_mode mode, dsattn_isa isa, dsattn_status *st,
     CHECK_OK(dsattn_ktab_fill(&t, c->isa, dsattn_ctx_amx(c)));
     CHECK(t.k == c->kt->k && t.mla == c->kt->mla && t.sa == c->kt->sa &&
           t.pgemm == c->kt->pgemm && t.wdq == c->kt->wdq && t.vmath == c->kt->vmath &&
-          t.mha == c->kt->mha && t.amx == c->kt->amx && t.index == c->kt->index);
+          t.mha == c->kt->mha && t.amx == c->kt->amx && t.index == c->kt->index &&
+          t.bf16blk == c->kt->bf16blk);
     /* DSATTN_AMX-style switch: off empties the slot, on refills it where it runs */
     CHECK(dsattn_ctx_set_amx(c, 0) == 0 && c->kt->amx == NULL && !dsattn_ctx_amx(c));
     CHECK(dsattn_ctx_set_amx(c, 1) == (c->kt->amx != NULL));
     CHECK(c->kt->amx == NULL || c->isa == DSATTN_ISA_AVX512);
+    /* the bf16 blocks follow AMX, else the bf16-dot GEMM's switch */
+    const int dot = dsattn_ctx_set_bf16dot(c, 1), amx = dsattn_ctx_amx(c);
+    CHECK(amx ? c->kt->bf16blk == c->kt->amx : dot == (c->kt->bf16blk != NULL));
+    CHECK(dsattn_ctx_set_bf16dot(c, 0) == 0 && (amx || c->kt->bf16blk == NULL));
     dsattn_ctx_destroy(c);
     return name;
 }

@@ -865,25 +865,26 @@ DSATTN_TEST(mla, amx_pack_q_takes_only_bf16_numbers)
     CHECK(ak->pack_q(q, D, H, HP, D, qb));
 }
 
-DSATTN_TEST(mla, amx_decode_matches_reference_and_the_fma_tiles)
+DSATTN_TEST(mla, bf16_blocks_decode_matches_reference_and_the_fma_tiles)
 {
-    /* Where the CPU and OS offer AMX-BF16: the V3 absorbed decode over the
-     * bf16 latent cache through the tiles, against reference mode and
-     * against the same context with AMX off (the FMA tiles): 20 heads (12
+    /* Where the CPU and OS offer AMX-BF16, or the CPU AVX512-BF16: the V3
+     * absorbed decode over the bf16 latent cache through the bf16 blocks
+     * (AMX tiles, or their VDPBF16PS form), against reference mode and
+     * against the same context with them off (the FMA tiles): 20 heads (12
      * padded) and 64; 1, 32, 301 keys (a staged partial block, a full
      * block, two blocks and a tail on one thread) and 1200 (split over
      * threads); V3.2 with top-64 (gathered, staged rows); the bf16 latent
      * rows and the FP8 ones (decoded to bf16 numbers per block).  Bound as the
-     * tiled test: rel <= 1e-2, cosine >= 0.9999; and past one key the AMX
-     * output is not bit-identical to the FMA tiles' (so the tile path
+     * tiled test: rel <= 1e-2, cosine >= 0.9999; and past one key the
+     * blocks' output is not bit-identical to the FMA tiles' (so they
      * really ran). */
     dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
     dsattn_ctx *amx = dsattn_test_ctx(DSATTN_MODE_FAST, 0), *fma = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
-    if (!ref || !amx || !fma || !dsattn_ctx_set_amx(amx, 1)) {
-        dsattn_test_skip("no AMX-BF16 here");
+    if (!ref || !amx || !fma || !dsattn_test_set_bf16blk(amx, 1)) {
+        dsattn_test_skip("no AMX-BF16 or AVX512-BF16 here");
         goto out;
     }
-    CHECK(dsattn_ctx_set_amx(fma, 0) == 0);
+    CHECK(dsattn_test_set_bf16blk(fma, 0) == 0);
     const int64_t depths[] = { 0, 31, 300, 1199 };
     for (int v = 0; v < 3; v++) {
         cfg_opts o = small(v == 2);
@@ -907,10 +908,10 @@ DSATTN_TEST(mla, amx_decode_matches_reference_and_the_fma_tiles)
                 dsattn_mla_seq_destroy(s);
             }
             char what[112];
-            snprintf(what, sizeof what, "H %d dsa %d %s depth %lld: AMX vs reference", o.n_heads,
+            snprintf(what, sizeof what, "H %d dsa %d %s depth %lld: bf16 blocks vs reference", o.n_heads,
                      o.dsa, di < 4 ? "bf16" : "fp8", (long long)depths[di % 4]);
             check_stat(what, out[1], out[0], dim, 1e-2, 0.9999);
-            snprintf(what, sizeof what, "H %d dsa %d %s depth %lld: AMX vs FMA tiles", o.n_heads,
+            snprintf(what, sizeof what, "H %d dsa %d %s depth %lld: bf16 blocks vs FMA tiles", o.n_heads,
                      o.dsa, di < 4 ? "bf16" : "fp8", (long long)depths[di % 4]);
             check_stat(what, out[1], out[2], dim, 1e-2, 0.9999);
             if (depths[di % 4] > 0)                  /* one key: p = 1 in both */

@@ -242,9 +242,9 @@ static size_t g_nan;   /* NaN lanes of the last fast_vs_ref (equal in both modes
 
 /* run both modes; returns rel L2 of fast vs reference (NaN lanes must
  * agree and are left out) */
-/* the fast context's AMX tiles: -1 as created, 0 off, 1 on (where the CPU
- * has them) */
-static int g_amx = -1;
+/* the fast context's bf16 attention blocks (AMX tiles, or VDPBF16PS): -1
+ * as created, 0 off, 1 on (where the CPU has them) */
+static int g_blk = -1;
 
 static double fast_vs_ref(const v41_cache *c, size_t nh, const int32_t *idx, size_t n_idx,
                           float max_init, float qsd, uint64_t seed, double *cos_out,
@@ -257,7 +257,7 @@ static double fast_vs_ref(const v41_cache *c, size_t nh, const int32_t *idx, siz
     for (size_t h = 0; h < nh; h++) sink[h] = dsattn_round_bf16(dsattn_rng_normal(&g));
     float *ws = malloc(dsattn_sparse_attn_scratch(nh, d) * sizeof(float));
     dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 1), *cf = dsattn_test_ctx(DSATTN_MODE_FAST, 1);
-    if (cf && g_amx >= 0) dsattn_ctx_set_amx(cf, g_amx);
+    if (cf && g_blk >= 0) dsattn_test_set_bf16blk(cf, g_blk);
     const float scale = 1.0f / sqrtf((float)d);
     dsattn_sparse_attn(cr, q, nh, d, &c->s0, &c->s1, idx, n_idx, sink, scale, max_init, o_ref, ws);
     dsattn_sparse_attn(cf, q, nh, d, &c->s0, &c->s1, idx, n_idx, sink, scale, max_init, o_fast,
@@ -380,15 +380,16 @@ DSATTN_TEST(sparse_attn, nan_codes_give_nan_in_both_modes)
     cache_free(&c);
 }
 
-DSATTN_TEST(sparse_attn, amx_tiles_and_fma_tiles_both_match_reference)
+DSATTN_TEST(sparse_attn, bf16_blocks_and_fma_tiles_both_match_reference)
 {
-    /* Where the CPU has AMX-BF16: the same cases through the tile form
-     * (rows decoded, checked bf16, one tile block per 64 indices) and the
+    /* Where the CPU has AMX-BF16 or AVX512-BF16: the same cases through the
+     * bf16 blocks (AMX tiles, or their VDPBF16PS form; rows decoded,
+     * checked bf16, one tile block per 64 indices) and the
      * FMA tiles, each against reference mode with the bound above; V4's
      * -inf start with a leading block of 64 invalid indices gives NaN in
      * both (fast_vs_ref compares the NaN lanes); and the two fast forms do
      * not give identical bits everywhere (so the tile form really ran). */
-    if (!dsattn_test_amx_or_skip()) return;
+    if (!dsattn_test_bf16blk_or_skip()) return;
     dsattn_rng g = { 23 };
     v41_cache c;
     cache_init(&c, 128, 300, 512, &g);
@@ -408,20 +409,20 @@ DSATTN_TEST(sparse_attn, amx_tiles_and_fma_tiles_both_match_reference)
                     for (size_t i = 0; i < ni && i < 64; i++) idx[i] = -1;
                 const float mi = v4 ? -INFINITY : -1e30f;
                 double ca, cf;
-                g_amx = 1;
+                g_blk = 1;
                 const double ra = fast_vs_ref(&c, nhs[a], idx, ni, mi, 0.5f, 300 + a * 10 + b, &ca,
                                               oa, orf);
-                g_amx = 0;
+                g_blk = 0;
                 const double rf = fast_vs_ref(&c, nhs[a], idx, ni, mi, 0.5f, 300 + a * 10 + b, &cf,
                                               of, orf);
-                CHECK_MSG(ra < SA_REL && ca > SA_COS, "AMX nh %zu n_idx %zu v4 %d: rel %g cos %.7f",
+                CHECK_MSG(ra < SA_REL && ca > SA_COS, "bf16 blocks nh %zu n_idx %zu v4 %d: rel %g cos %.7f",
                           nhs[a], ni, v4, ra, ca);
                 CHECK_MSG(rf < SA_REL && cf > SA_COS, "FMA nh %zu n_idx %zu v4 %d: rel %g cos %.7f",
                           nhs[a], ni, v4, rf, cf);
                 differ += memcmp(oa, of, nhs[a] * 512 * sizeof(float)) != 0;
             }
-    g_amx = -1;
-    CHECK_MSG(differ > 0, "the AMX and FMA forms gave identical bits in every case");
+    g_blk = -1;
+    CHECK_MSG(differ > 0, "the bf16 blocks and FMA forms gave identical bits in every case");
     free(idx); free(oa); free(of); free(orf);
     cache_free(&c);
 }

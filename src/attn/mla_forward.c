@@ -807,7 +807,7 @@ static int absorbed_row_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const ds
     const size_t H = (size_t)c->n_heads, KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t D = KL + dr, hp = (H + 31) / 32 * 32;
     const int fp8 = s->fmt == DSATTN_MLA_CACHE_LATENT_FP8;
-    const dsattn_amx_kern *ak = ctx->kt->amx;
+    const dsattn_amx_kern *ak = ctx->kt->bf16blk;
     if (!ak || !ak->fits(hp, D, KL) || KL % 128 ||
         !(fp8 || (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16 && s->row_bytes >= D * 2)))
         return 0;

@@ -31,6 +31,7 @@ const dsattn_vmath_kern *const dsattn_vmath_avx512_ptr = NULL;
 const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr = NULL;
 const dsattn_wdequant_kern *const dsattn_wdequant_avx2_ptr = NULL;
 const dsattn_amx_kern *const dsattn_amx_avx512_ptr = NULL;
+const dsattn_amx_kern *const dsattn_bf16blk_avx512_ptr = NULL;
 const dsattn_index_kern *const dsattn_index_vnni_ptr = NULL;
 const dsattn_index_kern *const dsattn_index_avx2_ptr = NULL;
 

@@ -120,5 +120,10 @@ typedef struct dsattn_amx_kern {
 /* NULL when the build has no AVX-512 path; the context puts it in its
  * table only where dsattn_cpu_has_amx_bf16() */
 extern const dsattn_amx_kern *const dsattn_amx_avx512_ptr;
+/* The same entry points with every tile product formed by VDPBF16PS in
+ * zmm registers ("bf16-dot": the layouts, scratch and arithmetic above;
+ * begin / end do nothing): for CPUs with AVX512-BF16 and no AMX.  NULL
+ * when the build has no AVX-512 path. */
+extern const dsattn_amx_kern *const dsattn_bf16blk_avx512_ptr;
 
 #endif /* DSATTN_AMX_ATTN_H */

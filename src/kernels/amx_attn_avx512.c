@@ -1,5 +1,7 @@
 /* amx_attn_avx512.c - amx_attn.h: attention blocks over bf16 key rows on
- * AMX-BF16 tiles (the layouts and the arithmetic are described there).
+ * AMX-BF16 tiles (the layouts and the arithmetic are described there), and
+ * the same blocks with each tile product formed by VDPBF16PS in zmm
+ * registers (CPUs with AVX512-BF16 and no AMX: AMD Zen 4).
  *
  * Not here: which rows a block holds, the choice of path, the thread split
  * and the merge (src/attn/mla_forward.c, src/ops/sparse_attn.c).
@@ -163,8 +165,12 @@ AMX_TARGET static void rows32(const uint8_t *base, size_t stride, const uint16_t
     }
 }
 
+static void dot_rows32(const uint8_t *base, size_t stride, const uint16_t *qb, size_t hp,
+                       size_t D, float *c, pf_cursor *pf);
+
+/* dot: the VDPBF16PS form of rows32 (dot_rows32) */
 static void scores(const uint16_t *qb, size_t hp, size_t D, const uint8_t *const *r, size_t nq,
-                   size_t rb, int contiguous, int hot, uint16_t *stage, float *st)
+                   size_t rb, int contiguous, int hot, uint16_t *stage, float *st, int dot)
 {
     const size_t ns = D / 32, ng = hp / 16;
     for (size_t q = 0; q < nq; q++) {
@@ -185,7 +191,8 @@ static void scores(const uint16_t *qb, size_t hp, size_t D, const uint8_t *const
             base = (const uint8_t *)stage;
             stride = D * 2;
         }
-        rows32(base, stride, qb, hp, D, st + 32 * q * hp, &pf);
+        if (dot) dot_rows32(base, stride, qb, hp, D, st + 32 * q * hp, &pf);
+        else     rows32(base, stride, qb, hp, D, st + 32 * q * hp, &pf);
     }
 }
 
@@ -236,10 +243,13 @@ AMX_TARGET void dsattn_amx_begin(void)
 
 AMX_TARGET void dsattn_amx_end(void) { _tile_release(); }
 
-void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
-                      size_t C, const uint8_t *const *r, size_t nk, size_t stride,
-                      int contiguous, int hot, float scale, int bf16_scores, float *m, float *l,
-                      float *o, void *ws)
+static void dot_pv(const uint16_t *pa, const uint16_t *vb, size_t hp, size_t C, size_t nq,
+                   float *o);
+
+static void block_impl(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                       size_t C, const uint8_t *const *r, size_t nk, size_t stride,
+                       int contiguous, int hot, float scale, int bf16_scores, float *m, float *l,
+                       float *o, void *ws, int dot)
 {
     uint8_t *w = (uint8_t *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     float *st = (float *)w;
@@ -249,7 +259,7 @@ void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, 
     float *alpha = (float *)(stage + 32 * D);
     static const uint16_t zero[1024] __attribute__((aligned(64)));      /* C <= D <= 1024 */
     const size_t ncg = C / 16, nq = (nk + 31) / 32;
-    scores(qb, hp, D, r, nq, stride, contiguous, hot, stage, st);
+    scores(qb, hp, D, r, nq, stride, contiguous, hot, stage, st, dot);
     mk->softmax(st, hp, hp, nk, scale, bf16_scores, m, l, alpha);
     /* O rows of heads whose max moved */
     for (size_t h = 0; h < hp; h++) {
@@ -261,17 +271,120 @@ void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, 
     }
     p_tiles(st, hp, hp, nk, nq, pa);
     v_pairs(r, nq, C, zero, vb);
-    pv(pa, vb, hp, C, nq, o);
+    if (dot) dot_pv(pa, vb, hp, C, nq, o);
+    else     pv(pa, vb, hp, C, nq, o);
+}
+
+void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                      size_t C, const uint8_t *const *r, size_t nk, size_t stride,
+                      int contiguous, int hot, float scale, int bf16_scores, float *m, float *l,
+                      float *o, void *ws)
+{
+    block_impl(mk, qb, hp, D, C, r, nk, stride, contiguous, hot, scale, bf16_scores, m, l, o, ws,
+               0);
+}
+
+static void gemm_nt_impl(const uint16_t *qb, size_t hp, size_t D, const uint16_t *rows,
+                         size_t n32, float *c, const uint8_t *pf, size_t pf_bytes, int dot)
+{
+    const size_t lines = (pf_bytes + 63) / 64, steps = n32 * (hp / 32) * (D / 32);
+    pf_cursor cur = { NULL, pf, 0, lines, steps ? (lines + steps - 1) / steps : 0, 0 };
+    for (size_t q = 0; q < n32; q++) {
+        const uint8_t *base = (const uint8_t *)(rows + 32 * q * D);
+        if (dot) dot_rows32(base, D * 2, qb, hp, D, c + 32 * q * hp, &cur);
+        else     rows32(base, D * 2, qb, hp, D, c + 32 * q * hp, &cur);
+    }
 }
 
 void dsattn_amx_gemm_nt(const uint16_t *qb, size_t hp, size_t D, const uint16_t *rows,
                         size_t n32, float *c, const uint8_t *pf, size_t pf_bytes)
 {
-    const size_t lines = (pf_bytes + 63) / 64, steps = n32 * (hp / 32) * (D / 32);
-    pf_cursor cur = { NULL, pf, 0, lines, steps ? (lines + steps - 1) / steps : 0, 0 };
-    for (size_t q = 0; q < n32; q++)
-        rows32((const uint8_t *)(rows + 32 * q * D), D * 2, qb, hp, D, c + 32 * q * hp, &cur);
+    gemm_nt_impl(qb, hp, D, rows, n32, c, pf, pf_bytes, 0);
 }
+
+/* ==== The same blocks on VDPBF16PS (CPUs with AVX512-BF16, no AMX) ====== */
+/* One tile product C[16][16] += A . B as the tiles form it, in zmm
+ * registers: A is 16 rows of 16 bf16 pairs (row m at a + m * lda), B 16
+ * rows k of 16 pairs (b + 32k, the tile layout above), and row m of C gains
+ * sum_k A[m] pair k (x) B row k - one VDPBF16PS per (m, k), A's pair
+ * broadcast from memory, B's row loaded once for the 16 rows of C.  The
+ * products are the tiles' (exact; bf16 subnormals and subnormal results
+ * read and written as zero by both); only the fp32 summation order
+ * differs, as between any two of dsattn's fast paths. */
+#define DOT_TARGET __attribute__((target("avx512f,avx512bf16")))
+
+DOT_TARGET static inline void dot_tile(__m512 *acc, const uint8_t *a, size_t lda, const uint16_t *b)
+{
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) {
+        const __m512bh bk = (__m512bh)_mm512_loadu_si512(b + 32 * k);
+#pragma GCC unroll 16
+        for (int m = 0; m < 16; m++) {
+            int32_t pair;
+            memcpy(&pair, a + (size_t)m * lda + 4 * (size_t)k, sizeof pair);
+            acc[m] = _mm512_dpbf16_ps(acc[m], (__m512bh)_mm512_set1_epi32(pair), bk);
+        }
+    }
+}
+
+/* rows32 on VDPBF16PS: per 16-head group and 16 keys, 16 accumulators over
+ * the D/32 steps; the prefetch cursor steps as often as rows32's */
+DOT_TARGET static void dot_rows32(const uint8_t *base, size_t stride, const uint16_t *qb,
+                                  size_t hp, size_t D, float *c, pf_cursor *pf)
+{
+    const size_t ns = D / 32;
+    for (size_t g = 0; g < hp / 16; g++)
+        for (size_t half = 0; half < 2; half++) {
+            __m512 acc[16];
+#pragma GCC unroll 16
+            for (int m = 0; m < 16; m++) acc[m] = _mm512_setzero_ps();
+            const uint8_t *a = base + half * 16 * stride;
+            for (size_t s = 0; s < ns; s++) {
+                if (g % 2 == 0 && half == 0) pf_step(pf);
+                dot_tile(acc, a + s * 64, stride, qb + (g * ns + s) * 512);
+            }
+            float *o = c + half * 16 * hp + 16 * g;
+#pragma GCC unroll 16
+            for (int m = 0; m < 16; m++) _mm512_storeu_ps(o + (size_t)m * hp, acc[m]);
+        }
+}
+
+/* pv on VDPBF16PS: each 16 x 16 tile of O in registers over the block's
+ * 32-key steps */
+DOT_TARGET static void dot_pv(const uint16_t *pa, const uint16_t *vb, size_t hp, size_t C,
+                              size_t nq, float *o)
+{
+    const size_t ng = hp / 16, ncg = C / 16;
+    for (size_t g = 0; g < ng; g++)
+        for (size_t cg = 0; cg < ncg; cg++) {
+            float *ot = o + (g * ncg + cg) * 256;
+            __m512 acc[16];
+#pragma GCC unroll 16
+            for (int m = 0; m < 16; m++) acc[m] = _mm512_load_ps(ot + 16 * m);
+            for (size_t s = 0; s < nq; s++)
+                dot_tile(acc, (const uint8_t *)(pa + (g * nq + s) * 512), 64,
+                         vb + (s * ncg + cg) * 512);
+#pragma GCC unroll 16
+            for (int m = 0; m < 16; m++) _mm512_store_ps(ot + 16 * m, acc[m]);
+        }
+}
+
+static void dot_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                      size_t C, const uint8_t *const *r, size_t nk, size_t stride, int contiguous,
+                      int hot, float scale, int bf16_scores, float *m, float *l, float *o, void *ws)
+{
+    block_impl(mk, qb, hp, D, C, r, nk, stride, contiguous, hot, scale, bf16_scores, m, l, o, ws,
+               1);
+}
+
+static void dot_gemm_nt(const uint16_t *qb, size_t hp, size_t D, const uint16_t *rows,
+                        size_t n32, float *c, const uint8_t *pf, size_t pf_bytes)
+{
+    gemm_nt_impl(qb, hp, D, rows, n32, c, pf, pf_bytes, 1);
+}
+
+static void dot_begin(void) {}
+static void dot_end(void) {}
 
 int dsattn_amx_fp8_row_bf16(const uint8_t *w, const float *scale, size_t bs, size_t K,
                             uint16_t *out)
@@ -328,6 +441,12 @@ static const dsattn_amx_kern amx_avx512 = {
 };
 const dsattn_amx_kern *const dsattn_amx_avx512_ptr = &amx_avx512;
 
+static const dsattn_amx_kern bf16dot_avx512 = {
+    "bf16-dot", dsattn_amx_fits, dsattn_amx_pack_q, dot_begin, dot_end, dot_block, dot_gemm_nt,
+    dsattn_amx_fp8_row_bf16, dsattn_amx_rows_bf16, dsattn_amx_finish,
+};
+const dsattn_amx_kern *const dsattn_bf16blk_avx512_ptr = &bf16dot_avx512;
+
 #else  /* no AVX-512 build: the AMX form does not exist (callers never get
         * here: dsattn_amx_fits says no) */
 
@@ -370,15 +489,19 @@ void dsattn_amx_finish(const float *o, size_t C, size_t nh, const float *den, fl
 void dsattn_amx_begin(void) {}
 void dsattn_amx_end(void) {}
 
-void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
-                      size_t C, const uint8_t *const *r, size_t nk, size_t stride,
-                      int contiguous, int hot, float scale, int bf16_scores, float *m, float *l,
-                      float *o, void *ws)
+static void dot_pv(const uint16_t *pa, const uint16_t *vb, size_t hp, size_t C, size_t nq,
+                   float *o);
+
+static void block_impl(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                       size_t C, const uint8_t *const *r, size_t nk, size_t stride,
+                       int contiguous, int hot, float scale, int bf16_scores, float *m, float *l,
+                       float *o, void *ws, int dot)
 {
     (void)mk; (void)qb; (void)hp; (void)D; (void)C; (void)r; (void)nk; (void)stride;
     (void)contiguous; (void)hot; (void)scale; (void)bf16_scores; (void)m; (void)l; (void)o; (void)ws;
 }
 
 const dsattn_amx_kern *const dsattn_amx_avx512_ptr = NULL;
+const dsattn_amx_kern *const dsattn_bf16blk_avx512_ptr = NULL;
 
 #endif

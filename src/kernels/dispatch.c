@@ -45,6 +45,15 @@ static const dsattn_pgemm_kern *bf16dot_pgemm(int on)
                ? dsattn_pgemm_avx512_bf16_ptr : dsattn_pgemm_avx512_ptr;
 }
 
+/* The bf16 attention blocks (amx_attn.h): the AMX tiles where the table
+ * has them, else their VDPBF16PS form where the table runs the bf16-dot
+ * GEMM (the same CPU condition, the same switch) */
+static void set_bf16blk(dsattn_ktab *t)
+{
+    t->bf16blk = t->amx ? t->amx
+               : t->pgemm && t->pgemm->fp8_bf16 ? dsattn_bf16blk_avx512_ptr : NULL;
+}
+
 static int bf16dot_from_env(void)
 {
     const char *e = getenv("DSATTN_BF16DOT");
@@ -84,6 +93,7 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
                  dsattn_wdequant_avx512_ptr,
                  dsattn_vmath_avx512_ptr, dsattn_mha_kern_avx512_ptr);
         t->amx = amx && dsattn_cpu_has_amx_bf16() ? dsattn_amx_avx512_ptr : NULL;
+        set_bf16blk(t);
         t->index = dsattn_index_vnni_ptr;
         break;
     case DSATTN_ISA_NEON:
@@ -115,7 +125,7 @@ void dsattn_ktab_scalar(dsattn_ktab *t)
 const char *dsattn_ktab_slot_name(size_t i)
 {
     static const char *const n[DSATTN_KTAB_SLOTS] = {
-        "k", "mla", "sa", "pgemm", "wdq", "vmath", "mha", "amx", "index" };
+        "k", "mla", "sa", "pgemm", "wdq", "vmath", "mha", "amx", "index", "bf16blk" };
     return i < DSATTN_KTAB_SLOTS ? n[i] : "?";
 }
 
@@ -132,6 +142,7 @@ const char *dsattn_ktab_impl_name(const dsattn_ktab *t, size_t i)
     case 6: s = t->mha ? t->mha->name : NULL; break;
     case 7: s = t->amx ? t->amx->name : NULL; break;
     case 8: s = t->index ? t->index->name : NULL; break;
+    case 9: s = t->bf16blk ? t->bf16blk->name : NULL; break;
     default: break;
     }
     return s ? s : "-";
@@ -214,6 +225,7 @@ int dsattn_ctx_set_bf16dot(dsattn_ctx *ctx, int on)
     if (!ctx || ctx->isa != DSATTN_ISA_AVX512) return 0;
     dsattn_ktab *t = &((ctx_with_table *)ctx)->t;
     t->pgemm = bf16dot_pgemm(on);
+    set_bf16blk(t);
     return t->pgemm != NULL && t->pgemm->fp8_bf16 != NULL;
 }
 
@@ -224,5 +236,6 @@ int dsattn_ctx_set_amx(dsattn_ctx *ctx, int on)
     dsattn_ktab *t = &((ctx_with_table *)ctx)->t;
     t->amx = on && ctx->isa == DSATTN_ISA_AVX512 && dsattn_cpu_has_amx_bf16()
                  ? dsattn_amx_avx512_ptr : NULL;
+    set_bf16blk(t);
     return t->amx != NULL;
 }

@@ -21,6 +21,9 @@
  *                                                              test_sparse_attn, test_pgemm)
  *   index   dsattn_index_kern    exact integer indexer scores  the reference score (test_formats)
  *                                (AVX-512 VNNI / AMX-INT8, AVX2)
+ *   bf16blk dsattn_amx_kern      the attention blocks over     the mla/sa FMA tiles (test_mla,
+ *                                bf16 rows: amx, or the same   test_sparse_attn)
+ *                                on VDPBF16PS ("bf16-dot")
  *
  * k, wdq and vmath are never NULL.  Which slots a table fills:
  *   ref      k = ref, wdq = ref, vmath = ref, the rest NULL
@@ -33,7 +36,11 @@
  *            is not "0"); amx only where the CPU and OS run
  *            AMX-BF16 and $DSATTN_AMX is not "0" (dsattn_ctx_set_amx
  *            toggles it); index where built for x86-64 (it checks the CPU's
- *            VNNI itself, per call shape).
+ *            VNNI itself, per call shape); bf16blk = amx where set, else
+ *            the VDPBF16PS blocks where pgemm is avx512-bf16.  The V3 MLA
+ *            and V4 / V4.1 sparse attention read bf16blk; the prefill
+ *            Linear and the V3.2 indexer keep amx (they have their own
+ *            bf16-dot and VNNI forms).
  *   neon     k = neon (aarch64 builds only), wdq = ref, vmath = ref, the rest NULL
  */
 #ifndef DSATTN_KTAB_H
@@ -61,6 +68,7 @@ typedef struct dsattn_ktab {
     const dsattn_mha_kern      *mha;
     const dsattn_amx_kern      *amx;
     const dsattn_index_kern    *index;
+    const dsattn_amx_kern      *bf16blk;
 } dsattn_ktab;
 
 /* The table of `isa` (REF, AVX2, AVX512 or NEON; never AUTO) with the AMX slot
@@ -76,13 +84,13 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx);
 int dsattn_ctx_set_bf16dot(dsattn_ctx *ctx, int on);
 
 /* Every slot's scalar twin, filled (the cross-check of each fast slot):
- * k, mla, sa, pgemm, wdq, vmath their scalar tables; mha, amx, index NULL
+ * k, mla, sa, pgemm, wdq, vmath their scalar tables; mha, amx, index, bf16blk NULL
  * (their twins are the generic paths named above). */
 void dsattn_ktab_scalar(dsattn_ktab *t);
 
 /* Slot names and the chosen implementation's name ("-" for NULL), for
  * listings: i < DSATTN_KTAB_SLOTS. */
-#define DSATTN_KTAB_SLOTS 9
+#define DSATTN_KTAB_SLOTS 10
 const char *dsattn_ktab_slot_name(size_t i);
 const char *dsattn_ktab_impl_name(const dsattn_ktab *t, size_t i);
 

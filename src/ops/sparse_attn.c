@@ -400,7 +400,7 @@ static int sparse_attn_amx(dsattn_ctx *ctx, const dsattn_mla_kern *mk, const dsa
                            float *ws)
 {
     const size_t hp = (nh + 31) / 32 * 32, MB = DSATTN_AMX_MB, ld = d + 16;
-    const dsattn_amx_kern *ak = ctx->kt->amx;
+    const dsattn_amx_kern *ak = ctx->kt->bf16blk;
     if (!ak || !ak->fits(hp, d, d)) return 0;
     uint16_t *qb = (uint16_t *)align64(ws);
     float *o = align64((float *)(qb + hp * d));
