@@ -304,12 +304,12 @@ static int mla_rows(const dsattn_bench_opts *o, const mla_case *c, dsattn_mla *m
                         snprintf(r.extra[2], sizeof r.extra[2], "%.2f", at * 1e3);
                         snprintf(r.extra[3], sizeof r.extra[3], "%.0f%%",
                                  at > 0 && r.lim_gflops > 0 ? 100.0 * af / at / r.lim_gflops : 0.0);
-                        /* the attention runs on AMX-BF16 tiles where the context
-                         * has them (amx_attn.h): their own roofline */
-                        const double amx = dsattn_ctx_amx(ctx)
-                                               ? dsattn_bench_amx_bf16_peak((int)o->thr[ti]) : 0.0;
-                        if (amx > 0 && at > 0)
-                            snprintf(r.extra[4], sizeof r.extra[4], "%.0f%%", 100.0 * af / at / amx);
+                        /* the attention runs on the bf16 blocks where the context
+                         * has them (amx_attn.h: AMX tiles or VDPBF16PS): their
+                         * own roofline */
+                        const double bp = dsattn_bench_bf16blk_peak(ctx, (int)o->thr[ti]);
+                        if (bp > 0 && at > 0)
+                            snprintf(r.extra[4], sizeof r.extra[4], "%.0f%%", 100.0 * af / at / bp);
                         else
                             snprintf(r.extra[4], sizeof r.extra[4], "-");
                         if (t->n_extra > 5) {
@@ -379,9 +379,9 @@ int dsattn_bench_mla(int argc, char **argv)
         "of the Linears' multiply: fp32 FMA, or AMX-BF16 tiles / VDPBF16PS where the context "
         "runs them) with the limits measured in this run.",
         o.fmt, 9, { "attended", "idx keys", "attention ms", "attention % FMA peak",
-                    "attention % AMX-BF16 peak", "batch", "tok/s", "bound ms", "step/bound" },
+                    "attention % bf16 peak", "batch", "tok/s", "bound ms", "step/bound" },
         { "entries_attended", "index_keys_scored", "attention_ms", "attention_frac_fma_peak",
-          "attention_frac_amx_bf16_peak", "batch", "tok_per_s", "bound_ms", "step_over_bound" },
+          "attention_frac_bf16_peak", "batch", "tok_per_s", "bound_ms", "step_over_bound" },
         0, "", NULL };
     dsattn_bench_begin(&t, dsattn_bench_isa_label());
     int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr * o.nb;
@@ -407,9 +407,10 @@ int dsattn_bench_mla(int argc, char **argv)
         printf("attended = cache entries the step's query attended; idx keys = index keys the "
                "DSA indexer scored (every cached token). Fast path checked against reference "
                "mode at depth 512 before timing (rel <= 3e-2, cosine >= 0.9995). Where the "
-               "CPU has AMX-BF16 (isa \"avx512+amx\"), the attention runs on the tiles: "
-               "%% FMA peak (fp32 FMA) can then exceed 100 and the AMX column is the "
-               "fraction of the measured tile peak.\n");
+               "CPU has AMX-BF16 (isa \"avx512+amx\") or AVX512-BF16 (\"+bf16dot\"), the "
+               "attention runs on bf16 blocks - the tiles, or VDPBF16PS: %% FMA peak (fp32 "
+               "FMA) can then exceed 100 and the bf16 column is the fraction of their "
+               "measured peak.\n");
     if (g_nprof && o.fmt == DSATTN_BENCH_MD) dsattn_bench_print_profile(g_prof, g_nprof, "the layer");
     return rc;
 }

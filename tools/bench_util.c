@@ -342,6 +342,13 @@ double dsattn_bench_bf16dot_peak(int threads)
 #endif
 }
 
+double dsattn_bench_bf16blk_peak(const dsattn_ctx *ctx, int threads)
+{
+    if (!ctx || !ctx->kt->bf16blk) return 0;
+    return dsattn_ctx_amx(ctx) ? dsattn_bench_amx_bf16_peak(threads)
+                               : dsattn_bench_bf16dot_peak(threads);
+}
+
 double dsattn_bench_gemm_peak(const dsattn_ctx *ctx, int threads)
 {
     double p = dsattn_bench_fma_peak(threads);

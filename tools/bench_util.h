@@ -60,6 +60,11 @@ double dsattn_bench_amx_bf16_peak(int threads);
  * AVX512-BF16. */
 double dsattn_bench_bf16dot_peak(int threads);
 
+/* The peak of ctx's bf16 attention blocks (ktab bf16blk): the AMX-BF16
+ * tile peak where they are the tiles, the VDPBF16PS peak where they are
+ * its form; 0 where ctx has none. */
+double dsattn_bench_bf16blk_peak(const dsattn_ctx *ctx, int threads);
+
 /* The peak of the fastest multiply ctx's Linears run, at `threads`
  * threads: the AMX-BF16 tile peak where ctx runs tiles, the VDPBF16PS
  * peak where its table has the bf16-dot GEMM, else the fp32 FMA peak -
