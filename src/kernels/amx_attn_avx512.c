@@ -489,13 +489,10 @@ void dsattn_amx_finish(const float *o, size_t C, size_t nh, const float *den, fl
 void dsattn_amx_begin(void) {}
 void dsattn_amx_end(void) {}
 
-static void dot_pv(const uint16_t *pa, const uint16_t *vb, size_t hp, size_t C, size_t nq,
-                   float *o);
-
-static void block_impl(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
-                       size_t C, const uint8_t *const *r, size_t nk, size_t stride,
-                       int contiguous, int hot, float scale, int bf16_scores, float *m, float *l,
-                       float *o, void *ws, int dot)
+void dsattn_amx_block(const dsattn_mla_kern *mk, const uint16_t *qb, size_t hp, size_t D,
+                      size_t C, const uint8_t *const *r, size_t nk, size_t stride,
+                      int contiguous, int hot, float scale, int bf16_scores, float *m, float *l,
+                      float *o, void *ws)
 {
     (void)mk; (void)qb; (void)hp; (void)D; (void)C; (void)r; (void)nk; (void)stride;
     (void)contiguous; (void)hot; (void)scale; (void)bf16_scores; (void)m; (void)l; (void)o; (void)ws;
