@@ -455,9 +455,10 @@ DSATTN_TEST(mla, fast_index_scores_match_reference)
 {
     /* fp8_index in fast mode vs the double-accumulating reference over 3000
      * random keys, 8 and 64 heads: the FMA form (sgemm over decoded key
-     * blocks, the kernel table's head sum) and, where the CPU has AMX, the
-     * tile form (not the FMA form's bits, so it ran); then a NaN key code,
-     * which the tile form hands back to the FMA form (the same bits). */
+     * blocks, the kernel table's head sum) and, where the CPU has AMX or
+     * AVX512-BF16, the bf16-block form (not the FMA form's bits, so it
+     * ran); then a NaN key code, which the block form hands back to the
+     * FMA form (the same bits). */
     const size_t Di = 128, n = 3000, kb = Di + 4;
     for (size_t Hi = 8; Hi <= 64; Hi *= 8) {
         dsattn_rng r = { 17 + Hi };
@@ -475,16 +476,16 @@ DSATTN_TEST(mla, fast_index_scores_match_reference)
         dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
         dsattn_ctx *fma = dsattn_test_ctx(DSATTN_MODE_FAST, 0), *amx = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
         if (ref && fma && amx) {
-            dsattn_ctx_set_amx(fma, 0);
-            const int have_amx = dsattn_ctx_set_amx(amx, 1);
+            dsattn_test_set_bf16blk(fma, 0);
+            const int have_amx = dsattn_test_set_bf16blk(amx, 1);
             dsattn_mla_index_scores(ref, q, w, Hi, Di, kc, n, sa, NULL);
             dsattn_mla_index_scores(fma, q, w, Hi, Di, kc, n, sb, NULL);
             dsattn_mla_index_scores(amx, q, w, Hi, Di, kc, n, sc, NULL);
             /* fp32 head sums: the bound grows with the heads summed */
             const double tol = 1e-6 * (double)Hi / 8;
             CHECK_CLOSE("index scores FMA vs ref", sb, sa, n, tol, 1e-5);
-            CHECK_CLOSE("index scores AMX (or FMA) vs ref", sc, sa, n, tol, 1e-5);
-            if (have_amx) CHECK_MSG(memcmp(sb, sc, n * 4) != 0, "H %zu: AMX gave the FMA bits", Hi);
+            CHECK_CLOSE("index scores bf16 blocks (or FMA) vs ref", sc, sa, n, tol, 1e-5);
+            if (have_amx) CHECK_MSG(memcmp(sb, sc, n * 4) != 0, "H %zu: the bf16 blocks gave the FMA bits", Hi);
             /* the top-64 sets agree */
             int32_t ia[64], ib[64];
             dsattn_topk(sa, n, 64, ia, NULL);

@@ -164,7 +164,8 @@ static void scores_fast(const dsattn_mla_kern *mk, const float *qc, const float 
     }
 }
 
-/* AMX-BF16 form (amx_attn.h; contexts whose table has the amx slot): the
+/* The bf16-block form (amx_attn.h; contexts whose table has the bf16blk
+ * slot: AMX-BF16 tiles, or VDPBF16PS): the
  * queries are E4M3 values (quantized above) and the keys E4M3 codes, bf16 numbers both,
  * so each logit k_j . q_h is a tile product of exact terms summed in fp32,
  * as the sgemm path sums them in another order; relu, weights and the key
@@ -176,7 +177,7 @@ static int scores_amx(dsattn_ctx *ctx, const float *qc, const float *w, size_t H
 {
     const size_t hp = (Hi + 31) / 32 * 32, MB = DSATTN_AMX_MB;
     const dsattn_mla_kern *mk = ctx->kt->mla;
-    const dsattn_amx_kern *ak = ctx->kt->amx;
+    const dsattn_amx_kern *ak = ctx->kt->bf16blk;
     if (!ak || !mk || !ak->fits(hp, Di, Di) || Di % 32 || n < MB) return 0;
     const dsattn_ws_pos mark = dsattn_ws_mark(ws);
     const size_t nth = (size_t)DSATTN_MAX(ctx->n_threads, 1);

@@ -37,10 +37,10 @@
  *            AMX-BF16 and $DSATTN_AMX is not "0" (dsattn_ctx_set_amx
  *            toggles it); index where built for x86-64 (it checks the CPU's
  *            VNNI itself, per call shape); bf16blk = amx where set, else
- *            the VDPBF16PS blocks where pgemm is avx512-bf16.  The V3 MLA
- *            and V4 / V4.1 sparse attention read bf16blk; the prefill
- *            Linear and the V3.2 indexer keep amx (they have their own
- *            bf16-dot and VNNI forms).
+ *            the VDPBF16PS blocks where pgemm is avx512-bf16.  The V3 MLA,
+ *            the V3.2 indexer's logits and the V4 / V4.1 sparse attention
+ *            read bf16blk; the prefill Linear keeps amx (it has its own
+ *            bf16-dot GEMM).
  *   neon     k = neon (aarch64 builds only), wdq = ref, vmath = ref, the rest NULL
  */
 #ifndef DSATTN_KTAB_H
