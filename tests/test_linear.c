@@ -2,7 +2,8 @@
  * thread (the same bits on every team size, nested teams included), and the
  * grouped Linear (V4 / V4.1 wo_a) against one plain Linear per row block:
  * the same bits in both modes, on every thread count and weight format it
- * takes, decode- and prefill-sized; bad shapes are refused. */
+ * takes, decode- and prefill-sized; bad shapes are refused; and the bill
+ * every path adds to the context's counters (block scales included). */
 #include "harness.h"
 
 #include "ops.h"
@@ -152,4 +153,62 @@ DSATTN_TEST(linear, decode_chunks_same_bits_on_any_team)
                 }
             }
     free(w8); free(w16); free(sc); free(x); free(y1); free(yn);
+}
+
+/* The bill: a Linear adds 2 n_tok R K FLOPs and the bytes it reads - the
+ * weight's codes and its block scales (fp32, one per block x block), and
+ * the n_tok x K fp32 inputs - on every path (decode- and prefill-sized,
+ * grouped or not, both modes).  Expected sizes are written out here, not
+ * taken from weights.c. */
+DSATTN_TEST(linear, bills_codes_scales_and_inputs_on_every_path)
+{
+    enum { R = 256, K = 512, G = 2, TMAX = 9 };
+    static const struct { dsattn_wkind kind; size_t bs, wbytes; } ws[] = {
+        { DSATTN_W_FP8, 32, (size_t)R * K + 4 * (R / 32) * (K / 32) },
+        { DSATTN_W_FP8, 128, (size_t)R * K + 4 * (R / 128) * (K / 128) },
+        { DSATTN_W_BF16, 0, (size_t)R * K * 2 },
+    };
+    float *x = malloc((size_t)TMAX * G * K * 4), *y = malloc((size_t)TMAX * R * G * 4);
+    float *scr = malloc((size_t)TMAX * G * K * 4);
+    dsattn_rng r = { 5 };
+    for (size_t i = 0; i < (size_t)TMAX * G * K; i++) x[i] = dsattn_rng_uniform(&r) - 0.5f;
+    const dsattn_actq aq = { 32, DSATTN_ACTQ_POW2 };
+    const dsattn_mode modes[2] = { DSATTN_MODE_REFERENCE, DSATTN_MODE_FAST };
+    for (size_t wi = 0; wi < sizeof ws / sizeof ws[0]; wi++) {
+        dsattn_owned own = { 0 };
+        dsattn_weight w;
+        CHECK(dsattn_weight_random(&w, ws[wi].kind, R, K, ws[wi].bs, 1.0f, 11 + wi, &own) == 0);
+        dsattn_weight wg = w;            /* the same bytes as G groups of K / G inputs */
+        wg.cols = K / G;
+        wg.rows = R * G;
+        for (int mi = 0; mi < 2; mi++) {
+            dsattn_ctx *c = dsattn_test_ctx(modes[mi], 2);
+            if (!c) continue;
+            for (size_t T = 1; T <= TMAX; T += 4) {
+                const dsattn_actq *q = ws[wi].kind == DSATTN_W_FP8 ? &aq : NULL;
+                dsattn_ctx_counters_reset(c);
+                CHECK_OK(dsattn_linear(c, &w, x, K, T, y, R, DSATTN_OUT_BF16, q, scr));
+                dsattn_counters n = dsattn_ctx_counters(c);
+                CHECK_MSG(n.bytes_read == ws[wi].wbytes + T * K * 4 &&
+                              n.flops == 2ull * T * R * K,
+                          "kind %d block %zu mode %d tokens %zu: %llu bytes, %llu flops",
+                          ws[wi].kind, ws[wi].bs, mi, T, (unsigned long long)n.bytes_read,
+                          (unsigned long long)n.flops);
+                if (ws[wi].kind == DSATTN_W_FP8 && ws[wi].bs == 128) continue;  /* K/G cuts a block */
+                dsattn_ctx_counters_reset(c);
+                CHECK_OK(dsattn_linear_grouped(c, &wg, G, x, K, K / G, T, y, R * G,
+                                               DSATTN_OUT_BF16));
+                n = dsattn_ctx_counters(c);
+                const size_t gb = ws[wi].kind == DSATTN_W_FP8
+                                      ? (size_t)R * K + 4 * (R * G / 32) * (K / G / 32)
+                                      : ws[wi].wbytes;
+                CHECK_MSG(n.bytes_read == gb + T * K * 4 && n.flops == 2ull * T * R * K,
+                          "grouped kind %d mode %d tokens %zu: %llu bytes", ws[wi].kind, mi, T,
+                          (unsigned long long)n.bytes_read);
+            }
+            dsattn_ctx_destroy(c);
+        }
+        dsattn_owned_free(&own);
+    }
+    free(x); free(y); free(scr);
 }

@@ -97,17 +97,6 @@ static void gemv_rows(const dsattn_kernels *k, const dsattn_weight *W,
     }
 }
 
-static size_t weight_bytes(const dsattn_weight *W)
-{
-    switch (W->kind) {
-    case DSATTN_W_F32:  return W->rows * W->cols * 4;
-    case DSATTN_W_BF16: return W->rows * W->cols * 2;
-    case DSATTN_W_FP8:  return W->rows * W->cols;
-    case DSATTN_W_FP4:  return W->rows * W->cols / 2 + W->rows * W->cols / 32;
-    }
-    return 0;
-}
-
 /* Dequantize rows [r0, r0+n) of W into out [n, cols] fp32 (the reference
  * row decode of weights.c, so the BLAS path sees the same values). */
 static void dequant_rows(const dsattn_weight *W, size_t r0, size_t n, float *out)
@@ -167,7 +156,7 @@ static size_t chunk_rows(const dsattn_weight *W)
     size_t unit = 4;
     if (W->kind == DSATTN_W_FP8 && W->block > 0)
         unit = W->block % 4 == 0 ? W->block : 4 * W->block;
-    size_t row_bytes = DSATTN_MAX((size_t)1, weight_bytes(W) / DSATTN_MAX((size_t)1, W->rows));
+    size_t row_bytes = DSATTN_MAX((size_t)1, dsattn_weight_bytes(W) / DSATTN_MAX((size_t)1, W->rows));
     size_t units = GEMV_CHUNK_BYTES / (unit * row_bytes);
     return unit * DSATTN_MAX((size_t)1, units);
 }
@@ -652,7 +641,7 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
     } else {
         gemv_tasks(ctx, W, 1, in, ldin, 0, n_tok, y, ldy, round);   /* rounds its rows */
     }
-    dsattn_count(ctx, 2ull * n_tok * R * K, weight_bytes(W) + n_tok * K * 4ull);
+    dsattn_count(ctx, 2ull * n_tok * R * K, dsattn_weight_bytes(W) + n_tok * K * 4ull);
     return DSATTN_OK;
 }
 
@@ -748,7 +737,7 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     } else {
         gemv_tasks(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round);
     }
-    dsattn_count(ctx, 2ull * n_tok * W->rows * W->cols, weight_bytes(W) + n_tok * G * W->cols * 4ull);
+    dsattn_count(ctx, 2ull * n_tok * W->rows * W->cols, dsattn_weight_bytes(W) + n_tok * G * W->cols * 4ull);
     if (timed) prof_add(ctx, dsattn_clock() - t0, b0, f0);
     return DSATTN_OK;
 }
