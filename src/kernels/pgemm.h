@@ -22,7 +22,7 @@
 
 #define DSATTN_PGEMM_MR 12       /* weight rows per tile (= DSATTN_MLA_KT) */
 #define DSATTN_PGEMM_NR 32       /* tokens per packed group               */
-#define DSATTN_PGEMM_DOT_WORK ((size_t)32 * 2048 * 2 + 64)   /* fp8_bf16's work */
+#define DSATTN_PGEMM_DOT_WORK ((size_t)32 * 8192 * 2 + 64)   /* fp8_bf16's work */
 
 typedef struct dsattn_pgemm_kern {
     const char *name;                  /* "ref", "avx2", "avx512", "avx512-bf16" */
