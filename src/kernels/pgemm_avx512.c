@@ -76,21 +76,22 @@ AI void store_cols16(__m512 r[16], float *a)
  * GEMV-shaped: every (row, token) output is a vector of 16 fp32 lanes
  * along k, each VDPBF16PS adding the products of 32 weights with 32 token
  * values, reduced at the end of each k slab (dsattn_hsum8).  Per slab of
- * DB_KC codes (the whole row up to 8192: each row pair is read as two
- * unbroken runs) of DB_ROWS rows, each group of up to 8 tokens passes over
- * the rows two at a time: 16 accumulators, per 32 codes 2 weight vectors +
- * 8 token loads for 16 VDPBF16PS (in L1: 95 % of the instruction's peak on
- * AMD Zen 4).  The first group decodes the rows inside that loop, where
- * the decode's shifts and shuffles run beside the products, and stores
- * them (bf16, up to 512 KB, L2: the caller's work) for the others; it
- * prefetches the codes DB_PF_ROWS rows ahead into L2 (against slabs of
- * 2048 codes and an L1 prefetch 16 rows ahead: 1-16 % less time, median
- * 8 %, over the V4.1 shapes at 8 and 16 tokens; Zen 4).  Compiled for AVX512-BF16
- * function by function (target attribute): the rest of the file runs on
- * any AVX-512 CPU. */
+ * DB_KC codes (the whole row up to 8192, so that each row pair is read as
+ * two unbroken runs; DB_KC_MANY past 16 tokens) of DB_ROWS rows, each group
+ * of up to 8 tokens passes over the rows two at a time: 16 accumulators,
+ * per 32 codes 2 weight vectors + 8 token loads for 16 VDPBF16PS (in L1:
+ * 95 % of the instruction's peak on AMD Zen 4).  The first group decodes
+ * the rows inside that loop, where the decode's shifts and shuffles run
+ * beside the products, and stores them (bf16, up to 512 KB, L2: the
+ * caller's work) for the others; it prefetches the codes DB_PF_ROWS rows
+ * ahead into L2 (against slabs of 2048 codes and an L1 prefetch 16 rows
+ * ahead: 1-16 % less time, median 8 %, over the V4.1 shapes at 8 and 16
+ * tokens; Zen 4).  Compiled for AVX512-BF16 function by function (target
+ * attribute): the rest of the file runs on any AVX-512 CPU. */
 #define DB_FN __attribute__((target("avx512bf16")))
 #define DB_AI static inline __attribute__((always_inline, target("avx512bf16")))
 #define DB_KC 8192
+#define DB_KC_MANY 2048
 #define DB_ROWS 32
 _Static_assert(DB_ROWS * DB_KC * 2 + 64 <= DSATTN_PGEMM_DOT_WORK, "pgemm.h's work size");
 #define DB_PF_ROWS 8               /* rows ahead the codes are prefetched */
@@ -217,8 +218,12 @@ DB_FN static void fp8_bf16_avx512(const uint8_t *w, size_t K, size_t nr, const i
     uint16_t *wb = (uint16_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
     for (size_t r0 = 0; r0 < nr; r0 += DB_ROWS) {
         const size_t rn = nr - r0 < DB_ROWS ? nr - r0 : DB_ROWS;
-        /* equal slabs of at most DB_KC (1280 = 640 + 640, not 1024 + 256) */
-        const size_t ns = (K + DB_KC - 1) / DB_KC, kc = (K / 32 + ns - 1) / ns * 32;
+        /* equal slabs of at most DB_KC codes (1280 = 640 + 640, not 1024 +
+         * 256); past two token groups (a prefill chunk) of DB_KC_MANY,
+         * whose 8 tokens' slab stays in L1 for the groups that reread the
+         * stored rows */
+        const size_t cap = n > 2 * 8 ? DB_KC_MANY : DB_KC;
+        const size_t ns = (K + cap - 1) / cap, kc = (K / 32 + ns - 1) / ns * 32;
         for (size_t k0 = 0; k0 < K; k0 += kc) {
             const size_t kn = K - k0 < kc ? K - k0 : kc;
             for (size_t t0 = 0; t0 < n; t0 += 8)
