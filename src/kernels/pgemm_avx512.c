@@ -124,51 +124,52 @@ DB_AI void db_block(const int16_t *eo, size_t bs, size_t k, __m512i *base, __m51
     *tab = _mm512_mask_add_epi16(tab0, 0xFE, tab0, ev);
 }
 
-/* R (1, 2) rows x T (1..8) tokens over one slab [k0, k0 + kn); the sums go
- * to y[t*ldy + r] (added where accumulate).  DEC: the rows are decoded from
- * their codes (row r at w + r*K) here, in the loop of the products (the
- * decode's shifts and shuffles run beside the VDPBF16PS), and stored to wb
- * for the call's other token groups when STORE; else read from wb. */
+/* R rows x T (1..8) tokens over one slab [k0, k0 + kn); the sums go to
+ * y[t*ldy + r] (added where accumulate).  DEC (R 1, 2): the rows are
+ * decoded from their codes (row r at w + r*K) here, in the loop of the
+ * products (the decode's shifts and shuffles run beside the VDPBF16PS), and
+ * stored to wb for the call's other token groups when STORE; else (R 1..3)
+ * read from wb. */
 DB_AI void db_dots(const uint8_t *w, size_t K, const int16_t *eo, size_t bs, uint16_t *wb,
                    const int DEC, const int STORE, const uint16_t *xb, size_t ldxb, size_t k0,
                    size_t kn, const int R, const int T, float *y, size_t ldy, int accumulate)
 {
-    __m512 acc[2][8];
-#pragma GCC unroll 2
-    for (int r = 0; r < 2; r++)
+    __m512 acc[3][8];
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) acc[r][t] = _mm512_setzero_ps();
     for (size_t c = 0; c < kn; c += 32) {
-        __m512i w0, w1;
+        __m512i wv[3];
         if (DEC) {
             __m512i base, tab;
             db_block(eo, bs, k0 + c, &base, &tab);
-            if (!(c & 63)) {                    /* the codes DB_PF_ROWS rows on */
-                _mm_prefetch((const char *)(w + DB_PF_ROWS * K + k0 + c), _MM_HINT_T1);
-                if (R == 2)
-                    _mm_prefetch((const char *)(w + (DB_PF_ROWS + 1) * K + k0 + c), _MM_HINT_T1);
-            }
-            w0 = db_decode32(w + k0 + c, base, tab);
-            w1 = R == 2 ? db_decode32(w + K + k0 + c, base, tab) : w0;
-            if (STORE) {
-                _mm512_store_si512(wb + c, w0);
-                if (R == 2) _mm512_store_si512(wb + DB_KC + c, w1);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                if (!(c & 63))                  /* the codes DB_PF_ROWS rows on */
+                    _mm_prefetch((const char *)(w + (DB_PF_ROWS + r) * K + k0 + c), _MM_HINT_T1);
+                wv[r] = db_decode32(w + (size_t)r * K + k0 + c, base, tab);
+                if (STORE) _mm512_store_si512(wb + (size_t)r * DB_KC + c, wv[r]);
             }
         } else {
-            w0 = _mm512_load_si512(wb + c);
-            w1 = R == 2 ? _mm512_load_si512(wb + DB_KC + c) : w0;
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++) wv[r] = _mm512_load_si512(wb + (size_t)r * DB_KC + c);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const __m512i xv = _mm512_loadu_si512(xb + (size_t)t * ldxb + k0 + c);
-            acc[0][t] = _mm512_dpbf16_ps(acc[0][t], (__m512bh)w0, (__m512bh)xv);
-            if (R == 2) acc[1][t] = _mm512_dpbf16_ps(acc[1][t], (__m512bh)w1, (__m512bh)xv);
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm512_dpbf16_ps(acc[r][t], (__m512bh)wv[r], (__m512bh)xv);
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 3
     for (int r = 0; r < R; r++) {
+        __m512 a8[8];              /* a copy: acc stays in registers in the loop */
         float s[8];
-        _mm256_storeu_ps(s, dsattn_hsum8(acc[r]));             /* lanes >= T are zero */
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) a8[t] = t < T ? acc[r][t] : _mm512_setzero_ps();
+        _mm256_storeu_ps(s, dsattn_hsum8(a8));
         for (int t = 0; t < T; t++) {
             float *o = y + (size_t)t * ldy + r;
             *o = accumulate ? *o + s[t] : s[t];
@@ -177,12 +178,18 @@ DB_AI void db_dots(const uint8_t *w, size_t K, const int16_t *eo, size_t bs, uin
 }
 
 /* one token group over the slab's nr rows (row r of wb at wb + r*DB_KC),
- * the token count and the decode mode constants */
+ * the token count and the decode mode constants: rows two at a time where
+ * they are decoded, three at a time from wb (24 accumulators: per 32 codes
+ * 3 + 8 loads for 24 VDPBF16PS, the rows and the tokens' slab in L2) */
 DB_AI void db_group(const uint8_t *w, size_t K, const int16_t *eo, size_t bs, uint16_t *wb,
                     const int DEC, const int STORE, const uint16_t *xb, size_t ldxb, size_t k0,
                     size_t kn, size_t nr, const int T, float *y, size_t ldy, int accumulate)
 {
     size_t r = 0;
+    if (!DEC)
+        for (; r + 3 <= nr; r += 3)
+            db_dots(w + r * K, K, eo, bs, wb + r * DB_KC, 0, 0, xb, ldxb, k0, kn, 3, T, y + r,
+                    ldy, accumulate);
     for (; r + 2 <= nr; r += 2)
         db_dots(w + r * K, K, eo, bs, wb + r * DB_KC, DEC, STORE, xb, ldxb, k0, kn, 2, T, y + r,
                 ldy, accumulate);
