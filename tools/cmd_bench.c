@@ -9,7 +9,9 @@
  *             of this machine, measured in the same run, then GEMV f32 /
  *             bf16 / fp8 / fp4 at real V4.1 shapes and the fused packed-row
  *             attention kernels, at 1 and 2 threads, as a fraction of those
- *             limits.
+ *             limits; and the batched step's FP8 Linear (dsattn_linear: the
+ *             path the context's table takes) against the peak of its
+ *             multiply.
  *   blas      OpenBLAS core name, the coretype environment, sgemm GFLOP/s.
  *
  * Deliberately not here: attention- and model-level modes (other files'
@@ -26,6 +28,7 @@
 #include "internal.h"
 #include "ktab.h"
 #include "numfmt.h"
+#include "ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -383,6 +386,102 @@ static size_t bench_gemv(kctx *b, const gemv_case *c, bench_row *out)
     return n;
 }
 
+/* ---- the batched step's Linear ---------------------------------------- */
+
+/* dsattn_linear of tok tokens on an FP8 weight with V4.1's 32 x 32 blocks
+ * and power-of-two scales, its activations quantized as V4.1's act_quant
+ * does: the whole projection of a batched decode step, by whatever path the
+ * context's table takes (the bf16-dot GEMM, gemv_fp8_m, register tiles). */
+typedef struct {
+    size_t rows, k, tok;
+} linear_case;
+
+/* One Linear case at every thread count (a context each, the ISA of the
+ * kernel table): as bench_gemv, matrices rotate through the pool; the
+ * first 64 rows of every token are checked against reference mode
+ * (gemv_verify's bound on the quantized activations). */
+static size_t bench_linear(kctx *b, dsattn_isa isa, const linear_case *c, bench_row *out)
+{
+    const gemv_case g = { W_FP8, c->rows, c->k, 32, 1, c->tok };
+    const size_t wb = gemv_wbytes(&g), sb = gemv_sbytes(&g);
+    const size_t mat = (wb + sb + 4095) & ~(size_t)4095, nmat = b->pool_bytes / mat;
+    if (nmat < 1) return 0;
+    uint8_t *base = (uint8_t *)b->pool;
+    fill_pool(base, nmat * mat, FILL_FP8, 7);
+    for (size_t m = 0; m < nmat; m++) {                /* 2^-14 .. 2^-7 */
+        float *sc = (float *)(base + m * mat + wb);
+        for (size_t i = 0; i < sb / 4; i++) sc[i] = ldexpf(1.0f, -7 - (int)(i % 8));
+    }
+    const dsattn_actq aq = { 32, DSATTN_ACTQ_POW2 };
+    const size_t T = c->tok, nv = c->rows < 64 ? c->rows : 64;
+    float *x = dsattn_alloc_array(T * c->k, sizeof(float));
+    float *xq = dsattn_alloc_array(T * c->k, sizeof(float));
+    float *y = dsattn_alloc_array(T * c->rows, sizeof(float));
+    float *yr = dsattn_alloc_array(T * c->rows, sizeof(float));
+    float *row = dsattn_alloc_array(c->k, sizeof(float));
+    size_t n = 0;
+    if (!x || !xq || !y || !yr || !row) goto done;
+    for (size_t i = 0; i < T * c->k; i++) x[i] = (float)((int)(i % 23) - 11) / 8.0f;
+    dsattn_weight w = { .kind = DSATTN_W_FP8, .rows = c->rows, .cols = c->k, .data = base,
+                        .scale = (const float *)(base + wb), .block = 32, .finite = 1 };
+    for (int ti = 0; ti < b->n_threads; ti++) {
+        dsattn_ctx_params cp = dsattn_ctx_default_params();
+        cp.isa = isa;
+        cp.n_threads = b->threads[ti];
+        dsattn_ctx *cf = NULL, *cr = NULL;
+        cp.mode = DSATTN_MODE_FAST;
+        if (dsattn_ctx_create(&cf, &cp) != DSATTN_OK) break;
+        const char *check = "ok";
+        if (ti == 0) {       /* the check, once: the path is the same at every count */
+            cp.mode = DSATTN_MODE_REFERENCE;
+            int ok = dsattn_ctx_create(&cr, &cp) == DSATTN_OK &&
+                     dsattn_linear(cr, &w, x, c->k, T, yr, c->rows, DSATTN_OUT_F32, &aq, xq) ==
+                         DSATTN_OK &&
+                     dsattn_linear(cf, &w, x, c->k, T, y, c->rows, DSATTN_OUT_F32, &aq, xq) ==
+                         DSATTN_OK;
+            for (size_t t = 0; t < T && ok; t++)      /* xq: the quantized tokens */
+                for (size_t r = 0; r < nv; r++) {
+                    deq_wrow(&g, base, base + wb, r, row);
+                    double mag = 0;
+                    for (size_t i = 0; i < c->k; i++) mag += fabs((double)row[i] * xq[t * c->k + i]);
+                    ok &= within_bound(y[t * c->rows + r], yr[t * c->rows + r], c->k, mag);
+                }
+            dsattn_ctx_destroy(cr);
+            check = ok ? "ok" : "FAIL";
+        } else {
+            check = out[n - 1].check;
+        }
+        const int reps = b->quick ? 2 : 3;
+        double best = 1e30;
+        for (int rep = 0; rep <= reps; rep++) {
+            const double t0 = now_s();
+            for (size_t m = 0; m < nmat; m++) {
+                dsattn_weight wm = w;
+                wm.data = base + m * mat;
+                wm.scale = (const float *)(base + m * mat + wb);
+                (void)dsattn_linear(cf, &wm, x, c->k, T, y, c->rows, DSATTN_OUT_BF16, &aq, xq);
+            }
+            const double t = (now_s() - t0) / (double)nmat;
+            if (rep > 0 && t < best) best = t;      /* rep 0 is warmup */
+        }
+        bench_row *r = &out[n++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->kernel, sizeof r->kernel, "linear fp8 x%zu b32", T);
+        snprintf(r->shape, sizeof r->shape, "%zux%zu", c->rows, c->k);
+        r->threads = b->threads[ti];
+        r->sec = best;
+        r->bytes = (double)(wb + sb) + 4.0 * (double)T * (double)(c->k + c->rows);
+        r->flops = 2.0 * (double)T * (double)c->rows * (double)c->k;
+        r->lim_bw = b->bw[ti];
+        r->lim_flops = dsattn_bench_gemm_peak(cf, b->threads[ti]);
+        r->check = check;
+        dsattn_ctx_destroy(cf);
+    }
+done:
+    dsattn_free(x); dsattn_free(xq); dsattn_free(y); dsattn_free(yr); dsattn_free(row);
+    return n;
+}
+
 /* ---- fused packed-row kernels ---------------------------------------- */
 
 typedef enum { F_MDOT_FP4KV, F_MAXPY_FP4KV, F_MDOT_FP4IDX, F_MDOT_SWA, F_MAXPY_SWA,
@@ -641,9 +740,10 @@ static int bench_kernels(int argc, char **argv)
                     "usage: dsattn bench kernels [--threads 1,2] [--format md|csv|json]\n"
                     "                            [--isa ref|avx2|avx512|neon] [--mem MiB] [--quick]\n"
                     "  Measures DRAM read bandwidth (one pass over --mem MiB, default 1024) and\n"
-                    "  FMA peak, then every GEMV at V4.1 shapes and the fused packed-row\n"
-                    "  attention kernels, as fractions of those limits.  Each case is\n"
-                    "  verified against the scalar reference before it is timed.  The\n"
+                    "  FMA peak, then every GEMV at V4.1 shapes, the fused packed-row\n"
+                    "  attention kernels and the FP8 Linear of a batched step (8 and 16\n"
+                    "  tokens, the path the table takes), as fractions of those limits.  Each\n"
+                    "  case is verified against the scalar reference before it is timed.  The\n"
                     "  header lists the context's kernel table: what each slot runs.\n");
             return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
         }
@@ -731,7 +831,12 @@ static int bench_kernels(int argc, char **argv)
         { F_MAXPY_FP4KV_ROWS, 4, 512 }, { F_MAXPY_FP4KV_ROWS, 8, 512 },
         { F_MAXPY_FP4KV_ROWS, 64, 512 },
     };
-    size_t cap = (DSATTN_ARRAY_LEN(gc) + DSATTN_ARRAY_LEN(fc)) * (size_t)b.n_threads;
+    /* the batched step's Linear at 8 and 16 tokens */
+    const linear_case lc[] = {
+        { 32768, 1280, 8 }, { 5120, 8192, 8 }, { 32768, 1280, 16 }, { 5120, 8192, 16 },
+    };
+    size_t cap = (DSATTN_ARRAY_LEN(gc) + DSATTN_ARRAY_LEN(fc) + DSATTN_ARRAY_LEN(lc)) *
+                 (size_t)b.n_threads;
     bench_row *rows = calloc(cap, sizeof *rows);
     size_t n = 0;
     if (!rows) { dsattn_free(b.pool); dsattn_ctx_destroy(ctx); return 1; }
@@ -740,13 +845,17 @@ static int bench_kernels(int argc, char **argv)
         n += bench_gemv(&b, &gc[i], rows + n);
     }
     for (size_t i = 0; i < DSATTN_ARRAY_LEN(fc); i++) n += bench_fused(&b, &fc[i], rows + n);
+    for (size_t i = 0; i < DSATTN_ARRAY_LEN(lc); i++) n += bench_linear(&b, isa, &lc[i], rows + n);
     print_rows(f, b.fmt, rows, n);
     if (b.fmt == FMT_MD)
         fprintf(f, "\nGEMV: one call = one matrix; matrices rotate through %zu MiB so every\n"
                    "call streams from DRAM.  Fused: one call = one packed row; %d rows per\n"
                    "thread stay in L2 and GB/s counts row bytes only.  Targets (reported,\n"
                    "not asserted): FP8/FP4 GEMV >= 80%% of read BW; FP4 dot with >= 4 heads\n"
-                   ">= 50%% of FMA peak.\n", mib, FUSED_ROWS);
+                   ">= 50%% of FMA peak.  Linear: dsattn_linear of a batched step (act_quant,\n"
+                   "then the path the table takes: the pgemm and amx slots above); its %%\n"
+                   "peak is of the multiply those Linears run (VDPBF16PS or AMX-BF16 where\n"
+                   "the table has them, else the fp32 FMA).\n", mib, FUSED_ROWS);
     int fail = 0;
     for (size_t i = 0; i < n; i++) fail |= strcmp(rows[i].check, "ok") != 0;
     free(rows);
