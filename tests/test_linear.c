@@ -194,7 +194,8 @@ DSATTN_TEST(linear, bills_codes_scales_and_inputs_on_every_path)
                           "kind %d block %zu mode %d tokens %zu: %llu bytes, %llu flops",
                           ws[wi].kind, ws[wi].bs, mi, T, (unsigned long long)n.bytes_read,
                           (unsigned long long)n.flops);
-                if (ws[wi].kind == DSATTN_W_FP8 && ws[wi].bs == 128) continue;  /* K/G cuts a block */
+                if (ws[wi].kind == DSATTN_W_FP8 && ws[wi].bs == 128)
+                    continue;                                 /* K / G cuts a block */
                 dsattn_ctx_counters_reset(c);
                 CHECK_OK(dsattn_linear_grouped(c, &wg, G, x, K, K / G, T, y, R * G,
                                                DSATTN_OUT_BF16));

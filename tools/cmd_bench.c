@@ -419,11 +419,11 @@ static size_t bench_linear(kctx *b, dsattn_isa isa, const linear_case *c, bench_
     float *y = dsattn_alloc_array(T * c->rows, sizeof(float));
     float *yr = dsattn_alloc_array(T * c->rows, sizeof(float));
     float *row = dsattn_alloc_array(c->k, sizeof(float));
+    const dsattn_weight w = { .kind = DSATTN_W_FP8, .rows = c->rows, .cols = c->k, .data = base,
+                              .scale = (const float *)(base + wb), .block = 32, .finite = 1 };
     size_t n = 0;
     if (!x || !xq || !y || !yr || !row) goto done;
     for (size_t i = 0; i < T * c->k; i++) x[i] = (float)((int)(i % 23) - 11) / 8.0f;
-    dsattn_weight w = { .kind = DSATTN_W_FP8, .rows = c->rows, .cols = c->k, .data = base,
-                        .scale = (const float *)(base + wb), .block = 32, .finite = 1 };
     for (int ti = 0; ti < b->n_threads; ti++) {
         dsattn_ctx_params cp = dsattn_ctx_default_params();
         cp.isa = isa;
@@ -443,7 +443,8 @@ static size_t bench_linear(kctx *b, dsattn_isa isa, const linear_case *c, bench_
                 for (size_t r = 0; r < nv; r++) {
                     deq_wrow(&g, base, base + wb, r, row);
                     double mag = 0;
-                    for (size_t i = 0; i < c->k; i++) mag += fabs((double)row[i] * xq[t * c->k + i]);
+                    for (size_t i = 0; i < c->k; i++)
+                        mag += fabs((double)row[i] * xq[t * c->k + i]);
                     ok &= within_bound(y[t * c->rows + r], yr[t * c->rows + r], c->k, mag);
                 }
             dsattn_ctx_destroy(cr);

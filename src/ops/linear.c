@@ -156,7 +156,8 @@ static size_t chunk_rows(const dsattn_weight *W)
     size_t unit = 4;
     if (W->kind == DSATTN_W_FP8 && W->block > 0)
         unit = W->block % 4 == 0 ? W->block : 4 * W->block;
-    size_t row_bytes = DSATTN_MAX((size_t)1, dsattn_weight_bytes(W) / DSATTN_MAX((size_t)1, W->rows));
+    size_t row_bytes =
+        DSATTN_MAX((size_t)1, dsattn_weight_bytes(W) / DSATTN_MAX((size_t)1, W->rows));
     size_t units = GEMV_CHUNK_BYTES / (unit * row_bytes);
     return unit * DSATTN_MAX((size_t)1, units);
 }
@@ -737,7 +738,8 @@ dsattn_status dsattn_linear_grouped(dsattn_ctx *ctx, const dsattn_weight *W, siz
     } else {
         gemv_tasks(ctx, W, G, x, ldx, gx, n_tok, y, ldy, round);
     }
-    dsattn_count(ctx, 2ull * n_tok * W->rows * W->cols, dsattn_weight_bytes(W) + n_tok * G * W->cols * 4ull);
+    dsattn_count(ctx, 2ull * n_tok * W->rows * W->cols,
+                 dsattn_weight_bytes(W) + n_tok * G * W->cols * 4ull);
     if (timed) prof_add(ctx, dsattn_clock() - t0, b0, f0);
     return DSATTN_OK;
 }
