@@ -474,18 +474,20 @@ DSATTN_TEST(mla, fast_index_scores_match_reference)
             dsattn_v32_index_pack(v, Di, kc + j * kb, NULL);
         }
         dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
-        dsattn_ctx *fma = dsattn_test_ctx(DSATTN_MODE_FAST, 0), *amx = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
-        if (ref && fma && amx) {
+        dsattn_ctx *fma = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
+        dsattn_ctx *blk = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
+        if (ref && fma && blk) {
             dsattn_test_set_bf16blk(fma, 0);
-            const int have_amx = dsattn_test_set_bf16blk(amx, 1);
+            const int have_blk = dsattn_test_set_bf16blk(blk, 1);
             dsattn_mla_index_scores(ref, q, w, Hi, Di, kc, n, sa, NULL);
             dsattn_mla_index_scores(fma, q, w, Hi, Di, kc, n, sb, NULL);
-            dsattn_mla_index_scores(amx, q, w, Hi, Di, kc, n, sc, NULL);
+            dsattn_mla_index_scores(blk, q, w, Hi, Di, kc, n, sc, NULL);
             /* fp32 head sums: the bound grows with the heads summed */
             const double tol = 1e-6 * (double)Hi / 8;
             CHECK_CLOSE("index scores FMA vs ref", sb, sa, n, tol, 1e-5);
             CHECK_CLOSE("index scores bf16 blocks (or FMA) vs ref", sc, sa, n, tol, 1e-5);
-            if (have_amx) CHECK_MSG(memcmp(sb, sc, n * 4) != 0, "H %zu: the bf16 blocks gave the FMA bits", Hi);
+            if (have_blk)
+                CHECK_MSG(memcmp(sb, sc, n * 4) != 0, "H %zu: the bf16 blocks gave the FMA bits", Hi);
             /* the top-64 sets agree */
             int32_t ia[64], ib[64];
             dsattn_topk(sa, n, 64, ia, NULL);
@@ -497,11 +499,11 @@ DSATTN_TEST(mla, fast_index_scores_match_reference)
             CHECK_MSG(same >= 62, "top-64 of 3000 differs in %zu places", 64 - same);
             kc[1234 * kb + 5] = 0x7f;                   /* a NaN code */
             dsattn_mla_index_scores(fma, q, w, Hi, Di, kc, n, sb, NULL);
-            dsattn_mla_index_scores(amx, q, w, Hi, Di, kc, n, sc, NULL);
+            dsattn_mla_index_scores(blk, q, w, Hi, Di, kc, n, sc, NULL);
             CHECK_MSG(memcmp(sb, sc, n * 4) == 0, "H %zu: NaN code not handed to the FMA form", Hi);
         }
         free(q); free(w); free(sa); free(sb); free(sc); free(kc);
-        dsattn_ctx_destroy(ref); dsattn_ctx_destroy(fma); dsattn_ctx_destroy(amx);
+        dsattn_ctx_destroy(ref); dsattn_ctx_destroy(fma); dsattn_ctx_destroy(blk);
     }
 }
 
@@ -880,8 +882,8 @@ DSATTN_TEST(mla, bf16_blocks_decode_matches_reference_and_the_fma_tiles)
      * blocks' output is not bit-identical to the FMA tiles' (so they
      * really ran). */
     dsattn_ctx *ref = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
-    dsattn_ctx *amx = dsattn_test_ctx(DSATTN_MODE_FAST, 0), *fma = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
-    if (!ref || !amx || !fma || !dsattn_test_set_bf16blk(amx, 1)) {
+    dsattn_ctx *blk = dsattn_test_ctx(DSATTN_MODE_FAST, 0), *fma = dsattn_test_ctx(DSATTN_MODE_FAST, 0);
+    if (!ref || !blk || !fma || !dsattn_test_set_bf16blk(blk, 1)) {
         dsattn_test_skip("no AMX-BF16 or AVX512-BF16 here");
         goto out;
     }
@@ -898,7 +900,7 @@ DSATTN_TEST(mla, bf16_blocks_decode_matches_reference_and_the_fma_tiles)
         const size_t dim = m ? (size_t)dsattn_mla_dim(m) : 0;
         float *x = rand_input(1, dim, 98), out[3][256];
         for (size_t di = 0; m && x && di < 8; di++) {
-            dsattn_ctx *cs[3] = { ref, amx, fma };
+            dsattn_ctx *cs[3] = { ref, blk, fma };
             const dsattn_mla_cache fmt = di < 4 ? DSATTN_MLA_CACHE_LATENT_BF16
                                                 : DSATTN_MLA_CACHE_LATENT_FP8;
             for (int k = 0; k < 3; k++) {
@@ -923,7 +925,7 @@ DSATTN_TEST(mla, bf16_blocks_decode_matches_reference_and_the_fma_tiles)
     }
 out:
     dsattn_ctx_destroy(ref);
-    dsattn_ctx_destroy(amx);
+    dsattn_ctx_destroy(blk);
     dsattn_ctx_destroy(fma);
 }
 
