@@ -165,10 +165,11 @@ VNNI_TARGET static inline float head_sum(const __m512d *tot, size_t nhc, const f
  * the compiler spilled them around every vpdpbusd).  Each query load feeds
  * NR independent dpbusd chains, hiding the instruction's latency. */
 #define ALWAYS_INLINE __attribute__((always_inline)) inline
-VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
-                                                 const uint8_t *const *row, size_t dh,
-                                                 __m512i lut, const size_t NR,
-                                                 const size_t NHC, float *out)
+VNNI_TARGET static ALWAYS_INLINE void score_rows_form(const dsattn_index_vnni_q *p,
+                                                      const uint8_t *const *row, size_t dh,
+                                                      __m512i lut, const size_t NR,
+                                                      const size_t NHC, const int *fits,
+                                                      const int ALL32, float *out)
 {
     uint8_t kb[VNNI_ROWS][256 + 64] __attribute__((aligned(64)));
     const size_t nb = dh / 32;
@@ -179,7 +180,7 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
     int f32[VNNI_ROWS];
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) {
-        f32[r] = dsattn_index_key_fits_f32(p, row[r] + dh / 2, nb);
+        f32[r] = ALL32 || fits[r];
 #pragma GCC unroll 8
         for (size_t v = 0; v < 2 * NHC; v++) tot[r][v] = _mm512_setzero_pd();
 #pragma GCC unroll 4
@@ -232,6 +233,24 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++)
         out[r] = f32[r] ? head_sum32(tot32[r], NHC, p->w) : head_sum(tot[r], NHC, p->w);
+}
+
+/* score_rows_form with the fp32 scaling as a constant when every row takes
+ * it (the common case): the double totals and the per-row branches leave
+ * the block loop, and the accumulators stay in registers. */
+VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
+                                                 const uint8_t *const *row, size_t dh,
+                                                 __m512i lut, const size_t NR,
+                                                 const size_t NHC, float *out)
+{
+    int fits[VNNI_ROWS], all = 1;
+#pragma GCC unroll 4
+    for (size_t r = 0; r < NR; r++) {
+        fits[r] = dsattn_index_key_fits_f32(p, row[r] + dh / 2, dh / 32);
+        all &= fits[r];
+    }
+    if (all) score_rows_form(p, row, dh, lut, NR, NHC, fits, 1, out);
+    else     score_rows_form(p, row, dh, lut, NR, NHC, fits, 0, out);
 }
 
 /* ---- AMX form: 16 keys per pass ------------------------------------- */
