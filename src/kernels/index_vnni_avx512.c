@@ -243,6 +243,11 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
                                                  __m512i lut, const size_t NR,
                                                  const size_t NHC, float *out)
 {
+    if (NHC > 3 && NR > 2) {    /* 4 chunks: 2 rows at a time, or the totals spill */
+        score_rows(p, row, dh, lut, 2, NHC, out);
+        score_rows(p, row + 2, dh, lut, NR - 2, NHC, out + 2);
+        return;
+    }
     int fits[VNNI_ROWS], all = 1;
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) {
