@@ -23,9 +23,13 @@
  * double head sum in the same lanes and the same reduction tree - so the
  * scores are the same bits.
  *
- * The block's 8 groups x 4 keys of byte dot products are one asm block
- * (block4): compiled from intrinsics, GCC kept accumulators in memory.
- * The key loop around score_rows is the VNNI form's, index_scores_tmpl.h.
+ * Keys come in fours (the key loop around score_rows is the VNNI form's,
+ * index_scores_tmpl.h).  When all four take the fp32 scaling (the common
+ * case) they go one at a time through score_row1, whose int16 block sums
+ * and int32 totals of 32 heads stay in registers; otherwise the four go
+ * together through score_rows4, whose 8 groups x 4 keys of byte dot
+ * products are one asm block (block4: compiled from intrinsics, GCC kept
+ * the accumulators in memory) and whose totals go through memory.
  *
  * Limits: the VNNI form's (nh a multiple of 16 up to 64, dh a multiple of
  * 32 up to 256); callers check dsattn_index_avx2_ok() and fall back to the
@@ -203,8 +207,8 @@ AI void block4(const int8_t *q, const uint8_t *k0, const uint8_t *k1, const uint
  * term's, >= 2^-120 by the same check) exactly the sum the VNNI form forms
  * in fp32 - which is exact too.  The other keys take the VNNI form's
  * double scaling, block after block. */
-AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,
-                   const idx_aux *a, const size_t NR, const size_t NHC, float *out)
+AI void score_rows4(const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,
+                    const idx_aux *a, const size_t NR, const size_t NHC, float *out)
 {
     uint8_t kb[IDX_ROWS][256] __attribute__((aligned(32)));
     int32_t ti[IDX_ROWS][64] __attribute__((aligned(32)));
@@ -310,6 +314,116 @@ AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size
     }
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) out[r] = head_reduce(lo[r], hi[r]);
+}
+
+/* One key that takes the fp32 scaling, its heads in passes of up to 32 (2
+ * chunks): the 4 int16 block accumulators and the 4 int32 totals of a pass
+ * stay in registers over the blocks, so a block costs its byte dots and 4
+ * widening vpmaddwd + vpaddd, with no totals through memory.  The sums,
+ * the scale and the head weighting (heads in the same order into the same
+ * double lanes) are score_rows4's, so the bits are too. */
+AI void score_row1(const dsattn_index_vnni_q *p, const uint8_t *row, size_t dh,
+                   const idx_aux *a, const size_t NHC, float *out)
+{
+    uint8_t kb[256] __attribute__((aligned(32)));
+    const size_t nb = dh / 32;
+    decode_row(row, dh, a->lut, kb);
+    int kmin = 255;
+    for (size_t b = 0; b < nb; b++) kmin = row[dh / 2 + b] < kmin ? row[dh / 2 + b] : kmin;
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+#pragma GCC unroll 2
+    for (size_t c0 = 0; c0 < NHC; c0 += 2) {
+        const size_t NC = NHC - c0 >= 2 ? 2 : 1;
+        __m256i ti[2][2] = { { _mm256_setzero_si256(), _mm256_setzero_si256() },
+                             { _mm256_setzero_si256(), _mm256_setzero_si256() } };
+#pragma GCC unroll 1
+        for (size_t b = 0; b < nb; b++) {
+            const size_t h0 = b * 64 + c0 * 16;
+            __m256i acc[2][2];
+#pragma GCC unroll 2
+            for (size_t c = 0; c < NC; c++)
+#pragma GCC unroll 2
+                for (size_t s = 0; s < 2; s++)
+                    acc[c][s] = _mm256_load_si256(
+                        (const __m256i *)(a->nb16 + (h0 + c * 16 + s * 8) * 2));
+            const int8_t *qb = p->qb + (b * 8 * 64 + c0 * 16) * 4;
+#pragma GCC unroll 8
+            for (size_t g = 0; g < 8; g++) {
+                int32_t kk;
+                memcpy(&kk, kb + b * 32 + g * 4, 4);
+                const __m256i kv = _mm256_set1_epi32(kk);
+#pragma GCC unroll 2
+                for (size_t c = 0; c < NC; c++)
+#pragma GCC unroll 2
+                    for (size_t s = 0; s < 2; s++)
+                        acc[c][s] = _mm256_add_epi16(
+                            acc[c][s],
+                            _mm256_maddubs_epi16(kv, _mm256_load_si256((const __m256i *)(
+                                                         qb + g * 256 + c * 64 + s * 32))));
+                /* each group's sum in its register: left free, GCC formed all 32
+                 * products first (the adds reassociated) and spilled them */
+#pragma GCC unroll 2
+                for (size_t c = 0; c < NC; c++)
+#pragma GCC unroll 2
+                    for (size_t s = 0; s < 2; s++) __asm__("" : "+x"(acc[c][s]));
+            }
+            const __m128i ksh = _mm_cvtsi32_si128(row[dh / 2 + b] - kmin);
+#pragma GCC unroll 2
+            for (size_t c = 0; c < NC; c++)
+#pragma GCC unroll 2
+                for (size_t s = 0; s < 2; s++) {
+                    const __m256i m = _mm256_sll_epi16(
+                        _mm256_load_si256((const __m256i *)(a->qm16 + (h0 + c * 16 + s * 8) * 2)),
+                        ksh);
+                    const __m256i v = _mm256_madd_epi16(acc[c][s], m);
+                    ti[c][s] = _mm256_add_epi32(ti[c][s], v);
+                }
+        }
+#pragma GCC unroll 2
+        for (size_t c = 0; c < NC; c++)
+#pragma GCC unroll 2
+            for (size_t s = 0; s < 2; s++) {
+                const size_t h = (c0 + c) * 16 + s * 8;
+                const __m256i he = _mm256_load_si256((const __m256i *)(a->hexp + h));
+                const __m256 sc = _mm256_castsi256_ps(
+                    _mm256_slli_epi32(_mm256_add_epi32(he, _mm256_set1_epi32(kmin)), 23));
+                head_oct(&lo, &hi, _mm256_mul_ps(_mm256_cvtepi32_ps(ti[c][s]), sc), p->w + h);
+            }
+    }
+    *out = head_reduce(lo, hi);
+}
+
+/* score_row1 compiled apart for each number of head chunks: inlined into
+ * the 4-key loop, GCC interleaved the keys and spilled the totals */
+#define ROW1_FN(NHC)                                                                       \
+    static __attribute__((noinline)) void score_row1_##NHC(                                \
+        const dsattn_index_vnni_q *p, const uint8_t *row, size_t dh, const idx_aux *a,     \
+        float *out)                                                                        \
+    {                                                                                      \
+        score_row1(p, row, dh, a, NHC, out);                                               \
+    }
+ROW1_FN(1) ROW1_FN(2) ROW1_FN(3) ROW1_FN(4)
+#undef ROW1_FN
+
+/* Keys that all take the fp32 scaling (the common case) one at a time;
+ * otherwise the four together, each in its own scaling. */
+AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,
+                   const idx_aux *a, const size_t NR, const size_t NHC, float *out)
+{
+    int all = 1;
+#pragma GCC unroll 4
+    for (size_t r = 0; r < NR; r++) all &= dsattn_index_key_fits_f32(p, row[r] + dh / 2, dh / 32);
+    if (all) {
+#pragma GCC unroll 4
+        for (size_t r = 0; r < NR; r++) {
+            if (NHC == 1) score_row1_1(p, row[r], dh, a, out + r);
+            else if (NHC == 2) score_row1_2(p, row[r], dh, a, out + r);
+            else if (NHC == 3) score_row1_3(p, row[r], dh, a, out + r);
+            else score_row1_4(p, row[r], dh, a, out + r);
+        }
+    } else {
+        score_rows4(p, row, dh, a, NR, NHC, out);
+    }
 }
 
 #define IDX_LUT const idx_aux *
