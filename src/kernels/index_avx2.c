@@ -193,41 +193,22 @@ AI void block4(const int8_t *q, const uint8_t *k0, const uint8_t *k1, const uint
 }
 #undef BLOCK4_G
 
-/* NR rows x NHC chunks of 16 heads, compile-time shapes.  Per block and
- * chunk the 2 x NR int16 accumulators stay in registers over the block's 8
- * groups; each pair of query loads feeds NR rows.
- *
- * A key that takes the fp32 scaling (dsattn_index_key_fits_f32) sums its
- * blocks in int32: block b of head h adds corr_bh * 2^(e_bh - emin_h +
- * k_b - kmin), k_b its scale byte and kmin the smallest, the power of two
- * the int16 multiplier of the widening vpmaddwd.  The shift is at most
- * ue_span + (kmax - kmin) <= 8, so with |corr| <= 32 * 12 * 12 = 4608 the
- * total stays below 8 * 2^12.2 * 2^8 < 2^24: exact in int32, exact as a
- * float, and times 2^(emin_h + kmin - 128) (a power of two, the smallest
- * term's, >= 2^-120 by the same check) exactly the sum the VNNI form forms
- * in fp32 - which is exact too.  The other keys take the VNNI form's
- * double scaling, block after block. */
+/* NR keys x NHC chunks of 16 heads in the VNNI form's double scaling,
+ * compile-time shapes: the fours with a key outside the fp32 scaling (any
+ * key's double sum, rounded to fp32, is the bits the fp32 form gives it).
+ * Per block and chunk the 2 x NR int16 accumulators stay in registers over
+ * the block's 8 groups; each pair of query loads feeds NR keys; the double
+ * totals go through memory, block after block. */
 AI void score_rows4(const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,
                     const idx_aux *a, const size_t NR, const size_t NHC, float *out)
 {
     uint8_t kb[IDX_ROWS][256] __attribute__((aligned(32)));
-    int32_t ti[IDX_ROWS][64] __attribute__((aligned(32)));
     double td[IDX_ROWS][64] __attribute__((aligned(32)));
-    int f32[IDX_ROWS], kmin[IDX_ROWS];
     const size_t nb = dh / 32;
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 4
-    for (size_t r = 0; r < NR; r++) {
-        decode_row(row[r], dh, a->lut, kb[r]);
-        f32[r] = dsattn_index_key_fits_f32(p, row[r] + dh / 2, nb);
-        int m = 255;
-        for (size_t b = 0; b < nb; b++) m = row[r][dh / 2 + b] < m ? row[r][dh / 2 + b] : m;
-        kmin[r] = m;
-    }
+    for (size_t r = 0; r < NR; r++) decode_row(row[r], dh, a->lut, kb[r]);
     for (size_t b = 0; b < nb; b++) {
-        __m128i ksh[IDX_ROWS];
-#pragma GCC unroll 4
-        for (size_t r = 0; r < NR; r++) ksh[r] = _mm_cvtsi32_si128(row[r][dh / 2 + b] - kmin[r]);
         /* the chunk loop rolled on purpose: unrolled, GCC kept the key
          * broadcasts live across the head chunks and spilled accumulators */
 #pragma GCC unroll 1
@@ -262,53 +243,38 @@ AI void score_rows4(const dsattn_index_vnni_q *p, const uint8_t *const *row, siz
             const int first = b == 0;      /* the totals start at 0 (no memset) */
 #pragma GCC unroll 4
             for (size_t r = 0; r < NR; r++) {
-                const uint8_t e8 = row[r][dh / 2 + b];
+                const __m256d ks = key_scaled(row[r][dh / 2 + b]);
 #pragma GCC unroll 2
                 for (size_t s = 0; s < 2; s++) {
+                    /* corr * u_q * s_k exact in double, one fused add each */
                     const size_t h = hc * 16 + s * 8;
-                    if (f32[r]) {
-                        const __m256i m = _mm256_sll_epi16(
-                            _mm256_load_si256((const __m256i *)(a->qm16 + (h0 + s * 8) * 2)), ksh[r]);
-                        const __m256i c = _mm256_madd_epi16(acc[r][s], m);
-                        _mm256_store_si256((__m256i *)(ti[r] + h),
-                                           first ? c : _mm256_add_epi32(c, _mm256_load_si256((const __m256i *)(ti[r] + h))));
-                    } else {
-                        /* corr * u_q * s_k exact in double, one fused add each */
-                        const __m256i corr = _mm256_madd_epi16(acc[r][s], ones);
-                        const __m256d ks = key_scaled(e8);
-                        const __m256d u0 = _mm256_mul_pd(_mm256_loadu_pd(p->unitd + h0 + s * 8), ks);
-                        const __m256d u1 = _mm256_mul_pd(_mm256_loadu_pd(p->unitd + h0 + s * 8 + 4), ks);
-                        const __m256d f0 = _mm256_cvtepi32_pd(_mm256_castsi256_si128(corr));
-                        const __m256d f1 = _mm256_cvtepi32_pd(_mm256_extracti128_si256(corr, 1));
-                        const __m256d z = _mm256_setzero_pd();
-                        _mm256_store_pd(td[r] + h, _mm256_fmadd_pd(f0, u0, first ? z : _mm256_load_pd(td[r] + h)));
-                        _mm256_store_pd(td[r] + h + 4,
-                                        _mm256_fmadd_pd(f1, u1, first ? z : _mm256_load_pd(td[r] + h + 4)));
-                    }
+                    const __m256i corr = _mm256_madd_epi16(acc[r][s], ones);
+                    const __m256d u0 = _mm256_mul_pd(_mm256_loadu_pd(p->unitd + h0 + s * 8), ks);
+                    const __m256d u1 =
+                        _mm256_mul_pd(_mm256_loadu_pd(p->unitd + h0 + s * 8 + 4), ks);
+                    const __m256d f0 = _mm256_cvtepi32_pd(_mm256_castsi256_si128(corr));
+                    const __m256d f1 = _mm256_cvtepi32_pd(_mm256_extracti128_si256(corr, 1));
+                    const __m256d z = _mm256_setzero_pd();
+                    _mm256_store_pd(td[r] + h,
+                                    _mm256_fmadd_pd(f0, u0, first ? z : _mm256_load_pd(td[r] + h)));
+                    const __m256d t1 = first ? z : _mm256_load_pd(td[r] + h + 4);
+                    _mm256_store_pd(td[r] + h + 4, _mm256_fmadd_pd(f1, u1, t1));
                 }
             }
         }
     }
     /* the head weighting of the NR keys side by side: their double sums
-     * are independent chains */
+     * are independent chains; the totals rounded to fp32 first, as in the
+     * VNNI form */
     __m256d lo[IDX_ROWS], hi[IDX_ROWS];
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) lo[r] = hi[r] = _mm256_setzero_pd();
 #pragma GCC unroll 1
     for (size_t h = 0; h < NHC * 16; h += 8) {
-        const __m256i he = _mm256_load_si256((const __m256i *)(a->hexp + h));
 #pragma GCC unroll 4
         for (size_t r = 0; r < NR; r++) {
-            /* double totals are rounded to fp32 first, as in the VNNI form */
-            __m256 dot;
-            if (f32[r]) {
-                const __m256 sc = _mm256_castsi256_ps(
-                    _mm256_slli_epi32(_mm256_add_epi32(he, _mm256_set1_epi32(kmin[r])), 23));
-                dot = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(ti[r] + h))), sc);
-            } else {
-                dot = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_load_pd(td[r] + h + 4)),
-                                      _mm256_cvtpd_ps(_mm256_load_pd(td[r] + h)));
-            }
+            const __m256 dot = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_load_pd(td[r] + h + 4)),
+                                               _mm256_cvtpd_ps(_mm256_load_pd(td[r] + h)));
             head_oct(&lo[r], &hi[r], dot, p->w + h);
         }
     }
@@ -316,12 +282,19 @@ AI void score_rows4(const dsattn_index_vnni_q *p, const uint8_t *const *row, siz
     for (size_t r = 0; r < NR; r++) out[r] = head_reduce(lo[r], hi[r]);
 }
 
-/* One key that takes the fp32 scaling, its heads in passes of up to 32 (2
- * chunks): the 4 int16 block accumulators and the 4 int32 totals of a pass
- * stay in registers over the blocks, so a block costs its byte dots and 4
- * widening vpmaddwd + vpaddd, with no totals through memory.  The sums,
- * the scale and the head weighting (heads in the same order into the same
- * double lanes) are score_rows4's, so the bits are too. */
+/* One key that takes the fp32 scaling (dsattn_index_key_fits_f32): its
+ * blocks are summed in int32, block b of head h adding corr_bh * 2^(e_bh -
+ * emin_h + k_b - kmin), k_b its scale byte and kmin the smallest, the power
+ * of two the int16 multiplier of the widening vpmaddwd.  The shift is at
+ * most ue_span + (kmax - kmin) <= 8, so with |corr| <= 32 * 12 * 12 = 4608
+ * the total stays below 8 * 2^12.2 * 2^8 < 2^24: exact in int32, exact as
+ * a float, and times 2^(emin_h + kmin - 128) (a power of two, the smallest
+ * term's, >= 2^-120 by the same check) exactly the sum the VNNI form forms
+ * in fp32 - which is exact too.  The head weighting puts the heads in the
+ * same order into the same double lanes as score_rows4 and the VNNI form.
+ * Heads go in passes of up to 32 (2 chunks): the 4 int16 block
+ * accumulators and the 4 int32 totals of a pass stay in registers over the
+ * blocks, so a block costs its byte dots and 4 widening vpmaddwd + vpaddd. */
 AI void score_row1(const dsattn_index_vnni_q *p, const uint8_t *row, size_t dh,
                    const idx_aux *a, const size_t NHC, float *out)
 {
@@ -406,7 +379,8 @@ ROW1_FN(1) ROW1_FN(2) ROW1_FN(3) ROW1_FN(4)
 #undef ROW1_FN
 
 /* Keys that all take the fp32 scaling (the common case) one at a time;
- * otherwise the four together, each in its own scaling. */
+ * otherwise the four together in the double scaling (a branch per key in
+ * the block loop cost more than the double scaling of the fit ones). */
 AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,
                    const idx_aux *a, const size_t NR, const size_t NHC, float *out)
 {

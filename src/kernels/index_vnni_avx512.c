@@ -168,8 +168,8 @@ VNNI_TARGET static inline float head_sum(const __m512d *tot, size_t nhc, const f
 VNNI_TARGET static ALWAYS_INLINE void score_rows_form(const dsattn_index_vnni_q *p,
                                                       const uint8_t *const *row, size_t dh,
                                                       __m512i lut, const size_t NR,
-                                                      const size_t NHC, const int *fits,
-                                                      const int ALL32, float *out)
+                                                      const size_t NHC, const int ALL32,
+                                                      float *out)
 {
     uint8_t kb[VNNI_ROWS][256 + 64] __attribute__((aligned(64)));
     const size_t nb = dh / 32;
@@ -180,7 +180,7 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows_form(const dsattn_index_vnni_q 
     int f32[VNNI_ROWS];
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) {
-        f32[r] = ALL32 || fits[r];
+        f32[r] = ALL32;
 #pragma GCC unroll 8
         for (size_t v = 0; v < 2 * NHC; v++) tot[r][v] = _mm512_setzero_pd();
 #pragma GCC unroll 4
@@ -235,9 +235,11 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows_form(const dsattn_index_vnni_q 
         out[r] = f32[r] ? head_sum32(tot32[r], NHC, p->w) : head_sum(tot[r], NHC, p->w);
 }
 
-/* score_rows_form with the fp32 scaling as a constant when every row takes
- * it (the common case): the double totals and the per-row branches leave
- * the block loop, and the accumulators stay in registers. */
+/* score_rows_form in one scaling for all the rows, a constant: the fp32 one
+ * when every row takes it (the common case), else the double one, which
+ * gives the fp32-fit keys the same bits (the rounded double sum is their
+ * exact fp32 sum).  With a branch per row in the block loop, both sets of
+ * totals stayed live and GCC spilled them. */
 VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
                                                  const uint8_t *const *row, size_t dh,
                                                  __m512i lut, const size_t NR,
@@ -248,14 +250,11 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
         score_rows(p, row + 2, dh, lut, NR - 2, NHC, out + 2);
         return;
     }
-    int fits[VNNI_ROWS], all = 1;
+    int all = 1;
 #pragma GCC unroll 4
-    for (size_t r = 0; r < NR; r++) {
-        fits[r] = dsattn_index_key_fits_f32(p, row[r] + dh / 2, dh / 32);
-        all &= fits[r];
-    }
-    if (all) score_rows_form(p, row, dh, lut, NR, NHC, fits, 1, out);
-    else     score_rows_form(p, row, dh, lut, NR, NHC, fits, 0, out);
+    for (size_t r = 0; r < NR; r++) all &= dsattn_index_key_fits_f32(p, row[r] + dh / 2, dh / 32);
+    if (all) score_rows_form(p, row, dh, lut, NR, NHC, 1, out);
+    else     score_rows_form(p, row, dh, lut, NR, NHC, 0, out);
 }
 
 /* ---- AMX form: 16 keys per pass ------------------------------------- */
