@@ -240,21 +240,30 @@ VNNI_TARGET static ALWAYS_INLINE void score_rows_form(const dsattn_index_vnni_q 
  * gives the fp32-fit keys the same bits (the rounded double sum is their
  * exact fp32 sum).  With a branch per row in the block loop, both sets of
  * totals stayed live and GCC spilled them. */
-VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
-                                                 const uint8_t *const *row, size_t dh,
-                                                 __m512i lut, const size_t NR,
-                                                 const size_t NHC, float *out)
+VNNI_TARGET static ALWAYS_INLINE void score_rows_fit(const dsattn_index_vnni_q *p,
+                                                     const uint8_t *const *row, size_t dh,
+                                                     __m512i lut, const size_t NR,
+                                                     const size_t NHC, float *out)
 {
-    if (NHC > 3 && NR > 2) {    /* 4 chunks: 2 rows at a time, or the totals spill */
-        score_rows(p, row, dh, lut, 2, NHC, out);
-        score_rows(p, row + 2, dh, lut, NR - 2, NHC, out + 2);
-        return;
-    }
     int all = 1;
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; r++) all &= dsattn_index_key_fits_f32(p, row[r] + dh / 2, dh / 32);
     if (all) score_rows_form(p, row, dh, lut, NR, NHC, 1, out);
     else     score_rows_form(p, row, dh, lut, NR, NHC, 0, out);
+}
+
+/* 4 chunks: 2 rows at a time, or the totals spill */
+VNNI_TARGET static ALWAYS_INLINE void score_rows(const dsattn_index_vnni_q *p,
+                                                 const uint8_t *const *row, size_t dh,
+                                                 __m512i lut, const size_t NR,
+                                                 const size_t NHC, float *out)
+{
+    if (NHC > 3 && NR > 2) {
+        score_rows_fit(p, row, dh, lut, 2, NHC, out);
+        score_rows_fit(p, row + 2, dh, lut, NR - 2, NHC, out + 2);
+    } else {
+        score_rows_fit(p, row, dh, lut, NR, NHC, out);
+    }
 }
 
 /* ---- AMX form: 16 keys per pass ------------------------------------- */
