@@ -9,9 +9,9 @@
  *             of this machine, measured in the same run, then GEMV f32 /
  *             bf16 / fp8 / fp4 at real V4.1 shapes and the fused packed-row
  *             attention kernels, at 1 and 2 threads, as a fraction of those
- *             limits; and the batched step's FP8 Linear (dsattn_linear: the
- *             path the context's table takes) against the peak of its
- *             multiply.
+ *             limits; and the FP8 Linear of a batched step and of a prefill
+ *             chunk (dsattn_linear: the path the context's table takes)
+ *             against the peak of its multiply.
  *   blas      OpenBLAS core name, the coretype environment, sgemm GFLOP/s.
  *
  * Deliberately not here: attention- and model-level modes (other files'
@@ -386,12 +386,13 @@ static size_t bench_gemv(kctx *b, const gemv_case *c, bench_row *out)
     return n;
 }
 
-/* ---- the batched step's Linear ---------------------------------------- */
+/* ---- the Linear of a batched step or a prefill chunk ------------------ */
 
 /* dsattn_linear of tok tokens on an FP8 weight with V4.1's 32 x 32 blocks
  * and power-of-two scales, its activations quantized as V4.1's act_quant
- * does: the whole projection of a batched decode step, by whatever path the
- * context's table takes (the bf16-dot GEMM, gemv_fp8_m, register tiles). */
+ * does: the whole projection of a batched decode step or a prefill chunk,
+ * by whatever path the context's table takes (the bf16-dot GEMM,
+ * gemv_fp8_m, register tiles). */
 typedef struct {
     size_t rows, k, tok;
 } linear_case;
@@ -443,14 +444,15 @@ static size_t bench_linear(kctx *b, dsattn_isa isa, const linear_case *c, bench_
                          DSATTN_OK &&
                      dsattn_linear(cf, &w, x, c->k, T, y, c->rows, DSATTN_OUT_F32, &aq, xq) ==
                          DSATTN_OK;
-            for (size_t t = 0; t < T && ok; t++)      /* xq: the quantized tokens */
-                for (size_t r = 0; r < nv; r++) {
-                    deq_wrow(&g, base, base + wb, r, row);
+            for (size_t r = 0; r < nv && ok; r++) {    /* xq: the quantized tokens */
+                deq_wrow(&g, base, base + wb, r, row);
+                for (size_t t = 0; t < T; t++) {
                     double mag = 0;
                     for (size_t i = 0; i < c->k; i++)
                         mag += fabs((double)row[i] * xq[t * c->k + i]);
                     ok &= within_bound(y[t * c->rows + r], yr[t * c->rows + r], c->k, mag);
                 }
+            }
             dsattn_ctx_destroy(cr);
             check = ok ? "ok" : "FAIL";
         } else {
@@ -746,10 +748,11 @@ static int bench_kernels(int argc, char **argv)
                     "                            [--isa ref|avx2|avx512|neon] [--mem MiB] [--quick]\n"
                     "  Measures DRAM read bandwidth (one pass over --mem MiB, default 1024) and\n"
                     "  FMA peak, then every GEMV at V4.1 shapes, the fused packed-row\n"
-                    "  attention kernels and the FP8 Linear of a batched step (8 and 16\n"
-                    "  tokens, the path the table takes), as fractions of those limits.  Each\n"
-                    "  case is verified against the scalar reference before it is timed.  The\n"
-                    "  header lists the context's kernel table: what each slot runs.\n");
+                    "  attention kernels and the FP8 Linear of a batched step and a prefill\n"
+                    "  chunk (8, 16 and 128 tokens, the path the table takes), as fractions\n"
+                    "  of those limits.  Each case is verified against the scalar reference\n"
+                    "  before it is timed.  The header lists the context's kernel table: what\n"
+                    "  each slot runs.\n");
             return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
         }
     }

@@ -7,7 +7,8 @@
  * compile-time shapes, and with whether sel is given as a constant: with
  * both address forms in one loop GCC vectorised the row addresses into a
  * masked load of sel, which on AMD cores takes a microcode assist when sel
- * is NULL (a masked-off load from an unmapped page) - 16 % of the scan.  The including file defines, before it:
+ * is NULL (a masked-off load from an unmapped page).  The including file
+ * defines, before it:
  *   IDX_ROWS    rows per score_rows call
  *   IDX_LUT     the type of the key decode table argument
  *   IDX_TARGET  the functions' target attribute (empty for a file built
