@@ -70,7 +70,8 @@ typedef struct dsattn_mla_seq dsattn_mla_seq;
  * weights_proj}; HF names are mapped as convert.py does).  FP8 weights of a
  * V3 checkpoint are dequantized to bf16 once (the reference's default
  * gemm_impl "bf16"); V3.2 keeps them FP8 and quantizes activations per 128
- * (scale_fmt ue8m0: power-of-two scales). */
+ * (scale_fmt ue8m0: power-of-two scales).  config_json NULL: the
+ * config.json beside the weights. */
 dsattn_status dsattn_mla_load(dsattn_mla **out, const char *config_json,
                               const char *weights, char *err, size_t errlen);
 /* Random weights from a seed at the config's dims (fp8 != 0: FP8 E4M3 with

@@ -135,11 +135,6 @@ dsattn_status dsattn_csa_random_block(const dsattn_csa_config *c, const dsattn_c
                                       dsattn_wkind lin, dsattn_wkind wo_a, int sink_bf16,
                                       uint64_t *k, dsattn_owned *own);
 
-/* Open the checkpoint at `weights` with its config: config_json when
- * given, else the config.json beside the weights (*cfg_path; an error
- * naming the weights when there is none). */
-dsattn_status dsattn_csa_ckpt_open(dsattn_ckpt **ck, const char **cfg_path, const char *weights,
-                                   const char *config_json, char *err, size_t errlen);
 
 /* ==== The phases of a layer step every V4 / V4.1 forward shares ========
  * (csa_attend.c) */

@@ -59,16 +59,3 @@ dsattn_status dsattn_csa_random_block(const dsattn_csa_config *c, const dsattn_c
 #undef VEC
     return st;
 }
-
-dsattn_status dsattn_csa_ckpt_open(dsattn_ckpt **ck, const char **cfg_path, const char *weights,
-                                   const char *config_json, char *err, size_t errlen)
-{
-    dsattn_status st = dsattn_ckpt_open(ck, weights, config_json, err, errlen);
-    if (st) return st;
-    *cfg_path = config_json ? config_json : dsattn_ckpt_config_path(*ck);
-    if (*cfg_path) return DSATTN_OK;
-    dsattn_ckpt_close(*ck);
-    *ck = NULL;
-    return dsattn_errf(err, errlen, DSATTN_ERR_NOT_FOUND,
-                       "%s: no config.json beside the weights and none given", weights);
-}

@@ -252,15 +252,14 @@ static dsattn_status bind_layer(dsattn_mla *m, const dsattn_binder *b, int64_t l
 dsattn_status dsattn_mla_load(dsattn_mla **out, const char *config_json,
                               const char *weights, char *err, size_t errlen)
 {
-    if (!out || !config_json || !weights) return DSATTN_ERR_INVALID_ARG;
-    dsattn_mla *m = NULL;
-    dsattn_status st = mla_new_model(&m, config_json, err, errlen);
-    if (st) return st;
+    if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
     dsattn_ckpt *ck = NULL;
-    if ((st = dsattn_ckpt_open(&ck, weights, config_json, err, errlen))) {
-        dsattn_mla_destroy(m);
-        return st;
-    }
+    const char *cfg_path = NULL;
+    dsattn_status st = dsattn_ckpt_open_model(&ck, &cfg_path, weights, config_json, err, errlen);
+    if (st) return st;
+    dsattn_mla *m = NULL;
+    if ((st = mla_new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
     m->ckpt = ck;
     const dsattn_binder b = { ck, &m->owned, err, errlen };
     for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);

@@ -290,7 +290,7 @@ dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
     *out = NULL;
     dsattn_ckpt *ck = NULL;
     const char *cfg_path = NULL;
-    dsattn_status st = dsattn_csa_ckpt_open(&ck, &cfg_path, weights, config_json, err, errlen);
+    dsattn_status st = dsattn_ckpt_open_model(&ck, &cfg_path, weights, config_json, err, errlen);
     if (st) return st;
     dsattn_v41 *m = NULL;
     if ((st = v41_new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }

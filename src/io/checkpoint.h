@@ -44,6 +44,13 @@ typedef struct {
 dsattn_status dsattn_ckpt_open(dsattn_ckpt **out, const char *path,
                                const char *config_path, char *err, size_t errlen);
 void dsattn_ckpt_close(dsattn_ckpt *ck);
+/* What every generation's loader opens: the checkpoint at `weights` with
+ * its config, config_json when given, else the config.json beside the
+ * weights (*cfg_path: the one used; an error naming the weights when there
+ * is none). */
+dsattn_status dsattn_ckpt_open_model(dsattn_ckpt **ck, const char **cfg_path,
+                                     const char *weights, const char *config_json,
+                                     char *err, size_t errlen);
 
 /* NULL when no config was found. */
 const dsattn_model_config *dsattn_ckpt_config(const dsattn_ckpt *ck);
