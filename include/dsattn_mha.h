@@ -57,6 +57,17 @@ dsattn_status dsattn_mha_create_random_layers(dsattn_mha **out,
                                               uint64_t seed, int first_layer,
                                               int n_layers, char *err,
                                               size_t errlen);
+/* A released checkpoint (DeepSeek-LLM 7B / 67B, HF Llama names:
+ * model.layers.{i}.self_attn.{q,k,v,o}_proj.weight and
+ * model.layers.{i}.input_layernorm.weight): `weights` is one .safetensors
+ * file, a model.safetensors.index.json or a folder holding either; every
+ * layer's tensors are checked against the config (shape, dtype, finite
+ * norm weights) and borrowed from the memory-mapped files, which stay
+ * open until dsattn_mha_destroy.  bf16 tensors are used as stored; F32 or
+ * F16 ones are rounded to bf16 once.  Errors name the tensor and file.
+ * config_json NULL: the config.json beside the weights. */
+dsattn_status dsattn_mha_load(dsattn_mha **out, const char *config_json,
+                              const char *weights, char *err, size_t errlen);
 /* Config only, no weights: sequences, fills and bills work, forward does
  * not (DSATTN_ERR_UNSUPPORTED). */
 dsattn_status dsattn_mha_load_config(dsattn_mha **out, const char *config_json,

@@ -12,10 +12,12 @@
 #include "names.h"
 #include "numfmt.h"
 #include "safetensors.h"
+#include "mha.h"
 #include "mla.h"
 #include "v4.h"
 #include "v41.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +275,15 @@ DSATTN_TEST(loader, name_maps_follow_convert_py)
         { DSATTN_ARCH_V4, "layers.0.attn.attn_sink", "layers.0.attn.attn_sink" },
         { DSATTN_ARCH_V41, "model.layers.0.self_attn.wkv.weight_scale_inv", "layers.0.attn.wkv.scale" },
         { DSATTN_ARCH_V41, "layers.2.attn.compressor.wgate.weight", "layers.2.attn.compressor.wgate.weight" },
+        /* DeepSeek-LLM (llama): k_proj / v_proj get wk / wv; the V3 rules
+         * (no such key in convert.py) leave them as they are */
+        { DSATTN_ARCH_LLAMA, "model.layers.3.self_attn.q_proj.weight", "layers.3.attn.wq.weight" },
+        { DSATTN_ARCH_LLAMA, "model.layers.3.self_attn.k_proj.weight", "layers.3.attn.wk.weight" },
+        { DSATTN_ARCH_LLAMA, "model.layers.3.self_attn.v_proj.weight", "layers.3.attn.wv.weight" },
+        { DSATTN_ARCH_LLAMA, "model.layers.3.self_attn.o_proj.weight", "layers.3.attn.wo.weight" },
+        { DSATTN_ARCH_LLAMA, "model.layers.3.input_layernorm.weight", "layers.3.attn_norm.weight" },
+        { DSATTN_ARCH_LLAMA, "model.layers.3.mlp.up_proj.weight", "layers.3.ffn.w3.weight" },
+        { DSATTN_ARCH_V3, "model.layers.3.self_attn.k_proj.weight", "layers.3.attn.k_proj.weight" },
     };
     for (size_t i = 0; i < DSATTN_ARRAY_LEN_T(cases); i++) {
         char out[DSATTN_NAME_MAX];
@@ -386,7 +397,9 @@ DSATTN_TEST(loader, hf_config_v41_text_config)
         { V41_TEXT("[0,0,2,1,1,1,0]", "[2]", "[2,4]", ""), DSATTN_ERR_FORMAT,
           "whose ratio is 2" },
         { V41_TEXT("[0,0,1,1,1,1,0]", "[2,2]", "[2,4]", ""), DSATTN_ERR_FORMAT, "twice" },
-        { "{\"model_type\":\"llama\",\"hidden_size\":8}", DSATTN_ERR_UNSUPPORTED, "llama" },
+        { "{\"model_type\":\"mistral\",\"hidden_size\":8}", DSATTN_ERR_UNSUPPORTED, "mistral" },
+        { "{\"model_type\":\"llama\",\"hidden_size\":8}", DSATTN_ERR_NOT_FOUND,
+          "'num_hidden_layers'" },
         { "{\"dim\":256,\"n_layers\":3,\"kv_lora_rank\":64,\"qk_nope_head_dim\":32,"
           "\"qk_rope_head_dim\":16,\"v_head_dim\":32}", DSATTN_ERR_NOT_FOUND, "'n_heads'" },
         { "{\"dim\":256,\"n_layers\":3,\"n_heads\":4.5,\"kv_lora_rank\":64}",
@@ -984,5 +997,176 @@ DSATTN_TEST(loader, cli_info_exit_codes)
     snprintf(cmd, sizeof cmd, "'%s' make-weights --config /nonexistent.json --seed 1 --out "
              "'%s/x' >/dev/null 2>&1", DSATTN_CLI_PATH, d);
     CHECK(system(cmd) != 0);
+    cleanup();
+}
+
+/* ==== DeepSeek-LLM (llama) checkpoints ================================== */
+
+/* A small GQA config: 4 query heads of 32 dims over 2 KV heads. */
+static const char *llama_cfg(const char *dir, const char *extra)
+{
+    static char path[600];
+    snprintf(path, sizeof path, "%s/llama.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) dsattn_test_fail(__FILE__, __LINE__, "cannot write %s", path);
+    fprintf(f, "{\"model_type\": \"llama\", \"hidden_size\": 128, \"num_hidden_layers\": 2, "
+               "\"num_attention_heads\": 4, \"num_key_value_heads\": %s, \"rope_theta\": 10000.0, "
+               "\"rms_norm_eps\": 1e-06, \"max_position_embeddings\": 4096, "
+               "\"rope_scaling\": null, \"torch_dtype\": \"bfloat16\"%s}\n",
+            extra && strstr(extra, "kv4") ? "4" : "2",
+            extra && strstr(extra, "quant") ? ", \"quantization_config\": {\"quant_method\": \"fp8\"}"
+                                            : "");
+    fclose(f);
+    return path;
+}
+
+DSATTN_TEST(loader, llama_config)
+{
+    const char *d = scratch("llcfg");
+    dsattn_model_config c;
+    char err[700] = "";
+    CHECK_OK(dsattn_config_load(&c, llama_cfg(d, NULL), err, sizeof err));
+    CHECK(c.arch == DSATTN_ARCH_LLAMA);
+    CHECK(!strcmp(dsattn_arch_name(c.arch), "llama"));
+    CHECK_EQ_INT(c.dim, 128);
+    CHECK_EQ_INT(c.n_layers, 2);
+    CHECK_EQ_INT(c.n_heads, 4);
+    CHECK_EQ_INT(c.n_kv_heads, 2);
+    CHECK_EQ_INT(c.head_dim, 32);
+    CHECK(!strcmp(c.dtype, "bf16"));
+    dsattn_tensor_spec *sp = NULL;
+    size_t n = 0;
+    CHECK_OK(dsattn_expected_tensors(&c, &sp, &n, err, sizeof err));
+    CHECK_EQ_INT(n, 10);                            /* norm + 4 projections, 2 layers */
+    for (size_t i = 0; sp && i < n; i++)
+        if (!strcmp(sp[i].name, "layers.1.attn.wk"))
+            CHECK(sp[i].shape[0] == 64 && sp[i].shape[1] == 128);
+    free(sp);
+    /* quantized llama weights and heads that do not divide are errors */
+    CHECK(dsattn_config_load(&c, llama_cfg(d, "quant"), err, sizeof err) ==
+          DSATTN_ERR_UNSUPPORTED);
+    CHECK(strstr(err, "quantization_config") != NULL);
+    CHECK(cfg_from("{\"model_type\": \"llama\", \"hidden_size\": 128, \"num_hidden_layers\": 2, "
+                   "\"num_attention_heads\": 4, \"num_key_value_heads\": 3}", &c, err,
+                   sizeof err) == DSATTN_ERR_FORMAT);
+    CHECK(strstr(err, "num_key_value_heads") != NULL);
+    CHECK(cfg_from("{\"model_type\": \"llama\", \"dim\": 128, \"n_layers\": 2, \"n_heads\": 4}",
+                   &c, err, sizeof err) == DSATTN_ERR_FORMAT);
+    cleanup();
+}
+
+/* The stored bytes of the tensor the file names `hf`. */
+static const dsattn_st_tensor *stored(const dsattn_ckpt *ck, const char *hf)
+{
+    for (size_t i = 0; i < dsattn_ckpt_count(ck); i++)
+        if (!strcmp(dsattn_ckpt_at(ck, i)->stored_name, hf)) return dsattn_ckpt_at(ck, i)->t;
+    return NULL;
+}
+
+DSATTN_TEST(loader, llama_checkpoint_binds_every_projection)
+{
+    const char *d = scratch("llama");
+    char err[700] = "", sub[400];
+    dsattn_model_config c;
+    const char *cfg = llama_cfg(d, NULL);
+    CHECK_OK(dsattn_config_load(&c, cfg, err, sizeof err));
+    snprintf(sub, sizeof sub, "%s/ckpt", d);
+    dsattn_mw_params p = { 11, DSATTN_MW_BF16, DSATTN_MW_NAMES_HF, 2, cfg };
+    CHECK_OK(dsattn_make_weights(&c, &p, sub, err, sizeof err));
+    size_t n = 0;
+    dsattn_status st = validate_path(sub, NULL, &n, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK && n == 0, "%s", err);
+
+    /* the config beside the weights, no config argument */
+    dsattn_mha *m = NULL;
+    st = dsattn_mha_load(&m, NULL, sub, err, sizeof err);
+    CHECK_MSG(st == DSATTN_OK, "%s", err);
+    dsattn_ckpt *ck = NULL;
+    CHECK_OK(dsattn_ckpt_open(&ck, sub, NULL, err, sizeof err));
+    if (m && ck) {
+        CHECK_EQ_INT(dsattn_mha_n_kv_heads(m), 2);
+        for (int l = 0; l < 2; l++) {
+            CHECK(dsattn_mha_has_weights(m, l));
+            const dsattn_mha_layer_w *L = &m->layer[l];
+            const dsattn_weight *w[4] = { &L->wq, &L->wk, &L->wv, &L->wo };
+            const char *hf[4] = { "q_proj", "k_proj", "v_proj", "o_proj" };
+            const size_t rows[4] = { 128, 64, 64, 128 };
+            for (int j = 0; j < 4; j++) {
+                char nm[120];
+                snprintf(nm, sizeof nm, "model.layers.%d.self_attn.%s.weight", l, hf[j]);
+                const dsattn_st_tensor *t = stored(ck, nm);
+                CHECK_MSG(t != NULL, "%s not in the file", nm);
+                CHECK(w[j]->kind == DSATTN_W_BF16 && w[j]->rows == rows[j] && w[j]->cols == 128);
+                if (t)
+                    CHECK_MSG(t->nbytes == rows[j] * 128 * 2 &&
+                                  !memcmp(w[j]->data, t->data, t->nbytes),
+                              "layer %d %s: not the bytes stored as %s", l, hf[j], nm);
+            }
+            char nm[120];
+            snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+            const dsattn_st_tensor *t = stored(ck, nm);
+            CHECK(t != NULL);
+            if (t) {
+                float v[128];
+                dsattn_st_to_f32(t, v, 128);
+                CHECK_BITS("input_layernorm", L->norm, v, 128);
+            }
+        }
+        /* it runs: a 3-token chunk, then one decode token */
+        dsattn_ctx *ctx = NULL;
+        dsattn_ctx_params cp = dsattn_ctx_default_params();
+        cp.n_threads = 1;
+        CHECK_OK(dsattn_ctx_create(&ctx, &cp));
+        dsattn_mha_seq *s = NULL;
+        CHECK_OK(dsattn_mha_seq_create(&s, m, 8));
+        float x[4 * 128], out[4 * 128];
+        for (size_t i = 0; i < 4 * 128; i++) x[i] = dsattn_round_bf16(0.01f * (float)(i % 97) - 0.4f);
+        for (int l = 0; l < 2 && s && ctx; l++)
+            CHECK_OK(dsattn_mha_attn_forward(ctx, s, l, x, 3, out));
+        if (s) CHECK_OK(dsattn_mha_seq_advance(s, 3));
+        for (int l = 0; l < 2 && s && ctx; l++)
+            CHECK_OK(dsattn_mha_attn_forward(ctx, s, l, x + 3 * 128, 1, out));
+        int finite = 1, nonzero = 0;
+        for (size_t i = 0; i < 128; i++) finite &= isfinite(out[i]) != 0, nonzero |= out[i] != 0.0f;
+        CHECK(finite && nonzero);
+        dsattn_mha_seq_destroy(s);
+        dsattn_ctx_destroy(ctx);
+    }
+    dsattn_ckpt_close(ck);
+    dsattn_mha_destroy(m);
+
+    /* a config whose KV heads differ from the file's: an error naming the
+     * tensor, no model */
+    m = NULL;
+    st = dsattn_mha_load(&m, llama_cfg(d, "kv4"), sub, err, sizeof err);
+    CHECK_MSG(st == DSATTN_ERR_FORMAT && m == NULL && strstr(err, "k_proj") &&
+                  strstr(err, "wrong shape"), "status %d: %s", (int)st, err);
+    /* no config anywhere */
+    CHECK(unlink(pjoin(0, sub, "config.json")) == 0);
+    st = dsattn_mha_load(&m, NULL, sub, err, sizeof err);
+    CHECK_MSG(st == DSATTN_ERR_NOT_FOUND && m == NULL && strstr(err, "config.json"),
+              "status %d: %s", (int)st, err);
+    cleanup();
+}
+
+/* `dsattn run --weights DIR` with no --config, for every generation: each
+ * loader takes the config.json beside the weights. */
+DSATTN_TEST(loader, cli_run_weights_every_generation)
+{
+    const char *d = scratch("clirun");
+    const char *cfgs[] = { "golden/v3/tiny-seed0/config.json", "golden/v32/tiny-seed0/config.json",
+                           "golden/v4/tiny-seed0/config.json", "golden/v41/tiny-seed0/config.json",
+                           NULL };
+    for (size_t k = 0; k < 5; k++) {
+        char cmd[1400], sub[400];
+        snprintf(sub, sizeof sub, "%s/g%zu", d, k);
+        const char *cfg = cfgs[k] ? gold(cfgs[k]) : llama_cfg(d, NULL);
+        snprintf(cmd, sizeof cmd, "'%s' make-weights --config '%s' --seed 3 --names hf --out '%s' "
+                 ">/dev/null", DSATTN_CLI_PATH, cfg, sub);
+        CHECK_EQ_INT(system(cmd), 0);
+        snprintf(cmd, sizeof cmd, "'%s' run --weights '%s' --prefill 5 --decode 2 --threads 1 "
+                 ">/dev/null 2>&1", DSATTN_CLI_PATH, sub);
+        CHECK_MSG(system(cmd) == 0, "%s", cmd);
+    }
     cleanup();
 }

@@ -45,6 +45,12 @@ static void print_plan(const dsattn_model_config *c)
     printf("\nlayer plan (%s, %lld layers", dsattn_arch_name(c->arch), (long long)c->n_layers);
     if (c->n_mtp) printf(" + %lld MTP/DSpark", (long long)c->n_mtp);
     printf("):\n");
+    if (c->arch == DSATTN_ARCH_LLAMA) {
+        printf("  layers 0..%lld: %s (%lld query heads, %lld KV heads of %lld dims)\n",
+               (long long)c->n_layers - 1, c->n_kv_heads < c->n_heads ? "GQA" : "MHA",
+               (long long)c->n_heads, (long long)c->n_kv_heads, (long long)c->head_dim);
+        return;
+    }
     if (c->arch == DSATTN_ARCH_V3 || c->arch == DSATTN_ARCH_V32) {
         printf("  layers 0..%lld: MLA (%lld heads, kv_lora %lld, rope %lld)%s\n",
                (long long)c->n_layers - 1, (long long)c->n_heads,

@@ -83,7 +83,7 @@ static void run_usage(FILE *f)
         "  --config FILE        config (default: the checkpoint's own config.json with\n"
         "                       --weights, else configs/deepseek-v4.1-flash.json)\n"
         "  --weights PATH       checkpoint: a .safetensors file, a shard index or a folder\n"
-        "                       (V3/V3.2, V4, V4.1); default random weights\n"
+        "                       (MHA/GQA, V3/V3.2, V4, V4.1); default random weights\n"
         "  --seed N             random weights and inputs (default 1)\n"
         "  --bf16               random bf16 weights instead of the released FP8\n"
         "                       (MHA/GQA is bf16 as released)\n"
@@ -327,8 +327,7 @@ static dsattn_status make_model(runner *r, const cJSON *root, const char *config
     switch (r->g) {
     case GEN_MHA:
         if (weights) {
-            snprintf(err, errlen, "MHA/GQA runs on random weights only (no checkpoint loader)");
-            st = DSATTN_ERR_UNSUPPORTED;
+            st = dsattn_mha_load((dsattn_mha **)&r->m, cfg, weights, err, errlen);
         } else {
             st = dsattn_mha_create_random_layers((dsattn_mha **)&r->m, cfg, seed, 0, r->n_layers,
                                                  err, errlen);

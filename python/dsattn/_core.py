@@ -279,12 +279,9 @@ def load(weights, config=None):
     """A model from a checkpoint: weights is a .safetensors file, a
     model.safetensors.index.json or a folder; config the config.json
     (default: the one beside the weights).  config.json's model_type picks
-    the generation.  MHA / GQA have no checkpoint loader (dsattn.random)."""
+    the generation (llama: MHA / GQA, DeepSeek-LLM 7B / 67B, HF names)."""
     config = config or _config_beside(weights)
     g = generation_of(config)
-    if g == "mha":
-        raise DsattnError(f"{config}: MHA / GQA models have no checkpoint loader in dsattn; "
-                          "use dsattn.random or dsattn.from_config", -3, "unsupported")
     h, err = ctypes.c_void_p(), errbuf()
     st = getattr(lib, f"dsattn_{g}_load")(ctypes.byref(h), _b(config), _b(weights), err,
                                           len(err))

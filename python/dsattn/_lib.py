@@ -175,8 +175,8 @@ for g in ("mha", "mla", "v4", "v41"):
     _proto(f"dsattn_{g}_seq_load_buffer", _s, P(c_void_p), c_void_p, c_void_p, c_size_t,
            c_size_t, *ERR)
     _proto(f"dsattn_{g}_seq_clone", _s, P(c_void_p), c_void_p)
+    _proto(f"dsattn_{g}_load", _s, P(c_void_p), c_char_p, c_char_p, *ERR)
     if g != "mha":
-        _proto(f"dsattn_{g}_load", _s, P(c_void_p), c_char_p, c_char_p, *ERR)
         _proto(f"dsattn_{g}_create_random", _s, P(c_void_p), c_char_p, c_uint64, c_int, *ERR)
         _proto(f"dsattn_{g}_stack_forward", _s, c_void_p, c_void_p, c_float_p, c_size_t,
                c_float_p, c_float_p)

@@ -131,6 +131,29 @@ def test_mha_random(tmp_path):
     assert k.shape == (2 * 32,) and np.isfinite(v).all()
 
 
+def test_mha_load_checkpoint(tmp_path, cli):
+    """A DeepSeek-LLM-form checkpoint (HF names, two shards, written by
+    `dsattn make-weights`) loads from its folder: the projections are the
+    stored tensors, and the layers run."""
+    cfg = tmp_path / "llama.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 128,
+                               "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "num_key_value_heads": 2, "rope_theta": 10000.0,
+                               "max_position_embeddings": 64, "rms_norm_eps": 1e-6}))
+    out = tmp_path / "ckpt"
+    subprocess.run([cli, "make-weights", "--config", str(cfg), "--seed", "5", "--out", str(out),
+                    "--names", "hf", "--shards", "2"], check=True, capture_output=True)
+    m = dsattn.load(str(out))
+    assert m.generation == "mha" and m.has_weights and m.plan[1]["mode"] == "gqa"
+    assert m.weight_bytes == 2 * 2 * (128 * 128 * 2 + 64 * 128 * 2)
+    s = m.sequence(8)
+    x = np.full((3, 128), 0.25, np.float32)
+    for l in range(m.n_layers):
+        y = s.forward(l, x)
+        assert y.shape == x.shape and np.isfinite(y).all() and np.abs(y).max() > 0
+    s.advance(3)
+
+
 def test_errors_raise_with_the_library_message(tmp_path):
     with pytest.raises(dsattn.DsattnError) as e:
         dsattn.load(str(tmp_path / "missing.safetensors"), config=V41 + "/config.json")

@@ -35,6 +35,7 @@ struct dsattn_mha {
     dsattn_mha_layer_w *layer;              /* [n_layers]                   */
     int                 w_first, w_count;   /* layers that have weights     */
     dsattn_owned        owned;                  /* buffers to free           */
+    void               *ckpt;               /* dsattn_ckpt, if loaded       */
 };
 
 /* Cache of one layer, bf16 bits:

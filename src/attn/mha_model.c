@@ -7,12 +7,14 @@
  * K / V caches of a sequence (all layers or one pipeline stage's range),
  * the KV bill from those live allocations, and synthetic cache fills for
  * deep-context benchmarks.
- * Not here: the forward pass (mha_forward.c); loading real checkpoints
- * (the checkpoint loader in src/io maps names; a dsattn_mha_load can bind
- * model.layers.{i}.self_attn.{q,k,v,o}_proj.weight the day it is needed).
+ * Binding a released checkpoint's layers (HF model.layers.{i}.self_attn.
+ * {q,k,v,o}_proj.weight and input_layernorm.weight, mapped to inference
+ * names by src/io/names.c) is dsattn_mha_load.
+ * Not here: the forward pass (mha_forward.c).
  */
 #include "mha.h"
 
+#include "checkpoint.h"
 #include "jsoncfg.h"
 #include "model_glue.h"
 #include "numfmt.h"
@@ -127,6 +129,7 @@ void dsattn_mha_destroy(dsattn_mha *m)
 {
     if (!m) return;
     dsattn_owned_free(&m->owned);
+    dsattn_ckpt_close((dsattn_ckpt *)m->ckpt);
     free(m->layer);
     free(m);
 }
@@ -148,6 +151,53 @@ dsattn_status dsattn_mha_load_config(dsattn_mha **out, const char *config_json,
                                      char *err, size_t errlen)
 {
     return mha_new_model(out, config_json, err, errlen);
+}
+
+/* ==== Loading =========================================================== */
+
+/* Layer l's tensors from the checkpoint: the four projections as bf16 (the
+ * checkpoints are bf16; an F32 or F16 file is rounded to bf16 once, as
+ * model.to(torch.bfloat16) would), the norm weight as the bf16 values the
+ * model holds. */
+static dsattn_status bind_layer(dsattn_mha *m, const dsattn_binder *b, int64_t l)
+{
+    const dsattn_mha_config *c = &m->cfg;
+    dsattn_mha_layer_w *L = &m->layer[l];
+    const size_t D = (size_t)c->hidden, Hd = (size_t)(c->n_heads * c->head_dim);
+    const size_t KVd = (size_t)(c->n_kv_heads * c->head_dim);
+    const unsigned bf16 = DSATTN_WMASK(DSATTN_W_BF16);
+    char n[128];
+    dsattn_status st;
+#define P(fmt) (snprintf(n, sizeof n, "layers.%lld." fmt, (long long)l), n)
+    if ((st = dsattn_bind_vec(b, P("attn_norm.weight"), D, &L->norm))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wq"), bf16, Hd, D, &L->wq))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wk"), bf16, KVd, D, &L->wk))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wv"), bf16, KVd, D, &L->wv))) return st;
+    if ((st = dsattn_bind_mat(b, P("attn.wo"), bf16, D, Hd, &L->wo))) return st;
+#undef P
+    dsattn_round_bf16_n(L->norm, D);
+    return DSATTN_OK;
+}
+
+dsattn_status dsattn_mha_load(dsattn_mha **out, const char *config_json, const char *weights,
+                              char *err, size_t errlen)
+{
+    if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
+    dsattn_ckpt *ck = NULL;
+    const char *cfg_path = NULL;
+    dsattn_status st = dsattn_ckpt_open_model(&ck, &cfg_path, weights, config_json, err, errlen);
+    if (st) return st;
+    dsattn_mha *m = NULL;
+    if ((st = mha_new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
+    m->ckpt = ck;
+    const dsattn_binder b = { ck, &m->owned, err, errlen };
+    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
+    if (st) { dsattn_mha_destroy(m); return st; }
+    m->w_first = 0;
+    m->w_count = (int)m->cfg.n_layers;
+    *out = m;
+    return DSATTN_OK;
 }
 
 /* ==== Random weights ==================================================== */

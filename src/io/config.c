@@ -22,6 +22,7 @@ const char *dsattn_arch_name(dsattn_arch a)
     case DSATTN_ARCH_V32: return "deepseek_v32";
     case DSATTN_ARCH_V4:  return "deepseek_v4";
     case DSATTN_ARCH_V41: return "deepseek_v41";
+    case DSATTN_ARCH_LLAMA: return "llama";
     default:              return "unknown";
     }
 }
@@ -123,6 +124,7 @@ static dsattn_arch arch_from_type(const char *mt)
     if (!strcmp(mt, "deepseek_v4")) return DSATTN_ARCH_V4;
     if (!strcmp(mt, "deepseek_v41") || !strcmp(mt, "deepseek_v41_text"))
         return DSATTN_ARCH_V41;
+    if (!strcmp(mt, "llama")) return DSATTN_ARCH_LLAMA;
     return DSATTN_ARCH_UNKNOWN;
 }
 
@@ -239,7 +241,7 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
         if (c->arch == DSATTN_ARCH_UNKNOWN)
             return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
                                "%s: unknown architecture model_type '%s' (supported: "
-                               "deepseek_v3, deepseek_v32, deepseek_v4, deepseek_v41)",
+                               "llama, deepseek_v3, deepseek_v32, deepseek_v4, deepseek_v41)",
                                what, mt);
     } else {
         /* The inference/config.json files carry no model_type: the keys
@@ -272,6 +274,35 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
         return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
                            "%s: %lld layers, at most %d supported", what,
                            (long long)c->n_layers, DSATTN_MAX_LAYERS);
+    if (a == DSATTN_ARCH_LLAMA) {
+        /* DeepSeek-LLM 7B / 67B: an HF LlamaConfig, bf16 weights.  Only the
+         * shapes a checkpoint is checked against are read here; the MHA
+         * model's own reader (src/attn/mha_model.c) checks the rest (RoPE
+         * scaling, biases, tensor parallel). */
+        if (!hf)
+            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
+                               "%s: model_type llama needs the HF keys (hidden_size, ...)", what);
+        if (quant)
+            return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                               "%s: key 'quantization_config': quantized llama weights are "
+                               "not implemented (DeepSeek-LLM ships bf16)", what);
+        TRY(rd_int_opt(&r, "", "num_key_value_heads", c->n_heads, &c->n_kv_heads));
+        if (c->dim % c->n_heads || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads)
+            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
+                               "%s: num_attention_heads %lld must divide hidden_size %lld, "
+                               "and num_key_value_heads %lld must divide it", what,
+                               (long long)c->n_heads, (long long)c->dim,
+                               (long long)c->n_kv_heads);
+        c->head_dim = c->dim / c->n_heads;
+        c->rope_theta = 10000.0;
+        c->norm_eps = 1e-6;
+        c->max_seq_len = 2048;
+        TRY(rd_dbl_opt(&r, "", "rope_theta", c->rope_theta, &c->rope_theta));
+        TRY(rd_dbl_opt(&r, "", "rms_norm_eps", c->norm_eps, &c->norm_eps));
+        TRY(rd_int_opt(&r, "", "max_position_embeddings", c->max_seq_len, &c->max_seq_len));
+        snprintf(c->dtype, sizeof c->dtype, "bf16");
+        return DSATTN_OK;
+    }
     int64_t n_mtp = -1;
     TRY(rd_int_opt(&r, "n_mtp_layers", "num_nextn_predict_layers", -1, &n_mtp));
     if (n_mtp < -1 || n_mtp > 64)

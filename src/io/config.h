@@ -35,6 +35,7 @@ typedef enum {
     DSATTN_ARCH_V32,     /* MLA + DSA indexer         (deepseek_v32) */
     DSATTN_ARCH_V4,      /* CSA + HCA                 (deepseek_v4)  */
     DSATTN_ARCH_V41,     /* CSA2, cross-layer sharing (deepseek_v41) */
+    DSATTN_ARCH_LLAMA,   /* MHA / GQA, DeepSeek-LLM 7B / 67B (llama)   */
 } dsattn_arch;
 
 const char *dsattn_arch_name(dsattn_arch a);   /* "deepseek_v41", ... */
@@ -51,13 +52,14 @@ typedef struct {
 
     /* common */
     int64_t dim, n_layers, n_heads;
+    int64_t n_kv_heads;            /* llama: num_key_value_heads (GQA)      */
     int64_t n_mtp;                 /* MTP / DSpark layers after n_layers    */
     int64_t q_lora_rank;           /* 0 = no low-rank q (V3 allows it)      */
 
     /* MLA (V3, V3.2) */
     int64_t kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
 
-    /* V4 / V4.1 */
+    /* V4 / V4.1; llama: hidden_size / num_attention_heads */
     int64_t head_dim, rope_head_dim, o_groups, o_lora_rank, window_size;
     int64_t compress_ratios[DSATTN_MAX_LAYERS];
     int64_t n_compress_ratios;     /* n_layers + n_mtp                      */

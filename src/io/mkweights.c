@@ -53,6 +53,7 @@ static int mw_is_fp8(dsattn_arch a, const char *sfx)
     /* V4.1 keeps wo_a, compressors, indexer wk / weights_proj in bf16. */
     static const char *v41[] = { "attn.wq_a", "attn.wq_b", "attn.wkv", "attn.wo_b",
                                  "attn.indexer.wq_b", NULL };
+    if (a == DSATTN_ARCH_LLAMA) return 0;       /* DeepSeek-LLM ships bf16 */
     const char **t = a == DSATTN_ARCH_V41 ? v41 : a == DSATTN_ARCH_V4 ? v4 : v3;
     for (; *t; t++)
         if (strcmp(*t, sfx) == 0) return 1;

@@ -38,6 +38,14 @@ static const name_pair dsattn_hf_renames[] = {
     { NULL, NULL },
 };
 
+/* DeepSeek-LLM (llama) ships no converter; its separate key and value
+ * projections take the inference names the other generations' rules
+ * would give them had the table listed them (q_proj and o_proj, the norms
+ * and the MLP already map above): layers.{i}.attn.{wq, wk, wv, wo}. */
+static const name_pair dsattn_llama_renames[] = {
+    { "k_proj", "wk" }, { "v_proj", "wv" }, { NULL, NULL },
+};
+
 /* Python's s.replace(old, new) into out; -1 if it does not fit. */
 static int replace_all(const char *s, const char *old, const char *rep, char *out,
                        size_t outlen)
@@ -89,6 +97,8 @@ int dsattn_name_to_inference(dsattn_arch a, const char *in, char *out, size_t ou
     const char *rep = NULL;
     for (const name_pair *m = dsattn_hf_renames; key[0] && m->hf; m++)
         if (strcmp(m->hf, key) == 0) rep = m->inf;
+    for (const name_pair *m = dsattn_llama_renames; a == DSATTN_ARCH_LLAMA && key[0] && m->hf; m++)
+        if (strcmp(m->hf, key) == 0) rep = m->inf;
     if (rep && strcmp(rep, key) != 0) {
         if (replace_all(b2, key, rep, b1, sizeof b1)) return -1;
     } else {
@@ -99,7 +109,8 @@ int dsattn_name_to_inference(dsattn_arch a, const char *in, char *out, size_t ou
     return strcmp(out, in) != 0;
 }
 
-/* Reverse map, V3 and V3.2 only (the V4 releases store inference names). */
+/* Reverse map, V3, V3.2 and llama only (the V4 releases store inference
+ * names). */
 static const name_pair dsattn_v3_attn_rev[] = {
     { "q_a_proj", "wq_a" },            { "q_a_layernorm", "q_norm" },
     { "q_b_proj", "wq_b" },            { "q_proj", "wq" },
@@ -107,10 +118,14 @@ static const name_pair dsattn_v3_attn_rev[] = {
     { "kv_b_proj", "wkv_b" },          { "o_proj", "wo" },
     { NULL, NULL },
 };
+static const name_pair dsattn_llama_attn_rev[] = {
+    { "q_proj", "wq" }, { "k_proj", "wk" }, { "v_proj", "wv" }, { "o_proj", "wo" },
+    { NULL, NULL },
+};
 
 int dsattn_name_to_hf(dsattn_arch a, const char *in, char *out, size_t outlen)
 {
-    if (a != DSATTN_ARCH_V3 && a != DSATTN_ARCH_V32) {
+    if (a != DSATTN_ARCH_V3 && a != DSATTN_ARCH_V32 && a != DSATTN_ARCH_LLAMA) {
         if (strlen(in) >= outlen) return -1;
         memcpy(out, in, strlen(in) + 1);
         return 0;
@@ -144,7 +159,9 @@ int dsattn_name_to_hf(dsattn_arch a, const char *in, char *out, size_t outlen)
         if (strcmp(leaf, "scale") == 0) snprintf(leaf, sizeof leaf, "weight_scale_inv");
         const char *hk = mid;
         if (strchr(mid, '.') == NULL)
-            for (const name_pair *m = dsattn_v3_attn_rev; m->hf; m++)
+            for (const name_pair *m = a == DSATTN_ARCH_LLAMA ? dsattn_llama_attn_rev
+                                                              : dsattn_v3_attn_rev;
+                 m->hf; m++)
                 if (strcmp(m->inf, mid) == 0) hk = m->hf;
         snprintf(buf, sizeof buf, "model.layers.%lld.self_attn.%s.%s", (long long)layer,
                  hk, leaf);
@@ -222,6 +239,14 @@ dsattn_status dsattn_expected_tensors(const dsattn_model_config *c,
     }
     for (int64_t i = 0; i < c->n_layers; i++) {
         VEC("attn_norm.weight", D, "pre-attention RMSNorm");
+        if (c->arch == DSATTN_ARCH_LLAMA) {
+            const int64_t hd = c->head_dim;
+            LIN("attn.wq", H * hd, D, "query projection");
+            LIN("attn.wk", c->n_kv_heads * hd, D, "key projection");
+            LIN("attn.wv", c->n_kv_heads * hd, D, "value projection");
+            LIN("attn.wo", D, H * hd, "output projection");
+            continue;
+        }
         if (c->arch == DSATTN_ARCH_V3 || c->arch == DSATTN_ARCH_V32) {
             const int64_t qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
             if (c->q_lora_rank > 0) {

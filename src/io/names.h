@@ -12,6 +12,8 @@
  *   V4 / V4.1 : layers.{i}.attn.{wq_a, q_norm, wq_b, wkv, kv_norm, attn_sink,
  *               wo_a, wo_b}, .attn.compressor.{wkv, wgate, norm, ape},
  *               .attn.indexer.{wq_b, weights_proj, wk, k_norm, compressor.*}
+ *   llama     : layers.{i}.attn_norm.weight, layers.{i}.attn.{wq, wk, wv, wo}
+ *               (DeepSeek-LLM 7B / 67B: HF self_attn.{q,k,v,o}_proj)
  * FP8 scales are `<linear>.scale` (inference) = `<linear>.weight_scale_inv`
  * (HF).  The V4/V4.1 releases already store inference names.
  *
