@@ -828,6 +828,10 @@ DSATTN_TEST(loader, folder_layouts_convert_py_and_single_file)
     CHECK(unlink(pjoin(0, d, "model0-mp1.safetensors")) == 0);
     CHECK(unlink(pjoin(0, d, "model0-mp2.safetensors")) == 0);
     expect_invalid(d, DSATTN_ERR_NOT_FOUND, "no .safetensors file", "model0-mp1.safetensors");
+    /* only PyTorch pickles: never read, and the message says how to convert */
+    FILE *f = fopen(pjoin(0, d, "pytorch_model-00001-of-00002.bin"), "w");
+    if (f) fclose(f);
+    expect_invalid(d, DSATTN_ERR_NOT_FOUND, "PyTorch pickles", "safe_serialization=True");
     cleanup();
 }
 

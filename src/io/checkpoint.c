@@ -130,10 +130,11 @@ static dsattn_status find_folder_weights(const char *path, char **out, const cha
     char *single = NULL, *mp1 = NULL;
     size_t n_st = 0, n_mp = 0;
     unsigned long mp_world = 0;
-    int mixed = 0;
+    int mixed = 0, pickles = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         const char *nm = de->d_name;
+        if (ends_with(nm, ".bin") || ends_with(nm, ".pt") || ends_with(nm, ".pth")) pickles = 1;
         if (!ends_with(nm, ".safetensors")) continue;
         char *full = path_join(path, nm);
         if (!full) {
@@ -185,10 +186,16 @@ static dsattn_status find_folder_weights(const char *path, char **out, const cha
         single = NULL;
         *layout = "folder (one .safetensors file)";
     } else if (n_st == 0) {
+        /* PyTorch pickles (pytorch_model-*.bin) are programs, not data:
+         * never unpickled here */
         st = dsattn_errf(err, errlen, DSATTN_ERR_NOT_FOUND,
                          "%s: folder holds no .safetensors file (looked for "
                          "model.safetensors.index.json, model.safetensors, "
-                         "model0-mp1.safetensors, or any one *.safetensors)", path);
+                         "model0-mp1.safetensors, or any one *.safetensors)%s", path,
+                         pickles ? "; it holds PyTorch pickles (.bin / .pt), which dsattn does "
+                                   "not read: save them as safetensors first (transformers: "
+                                   "model.save_pretrained(dir, safe_serialization=True))"
+                                 : "");
     } else {
         st = dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                          "%s: folder holds %zu .safetensors files%s but no "
