@@ -1,5 +1,5 @@
 /* fuzz_config.c - libFuzzer target over config.json: the shared reader
- * (dsattn_config_load, both key spellings, every generation's keys) and
+ * (dsattn_config_load, both key spellings, every generation's keys, llama's) and
  * every generation's own config reader and config-only model (MHA/GQA,
  * MLA + DSA, V4, V4.1 with its layer plan).  The input is the file's
  * bytes.  Every reader must accept or refuse it with a status and message,
@@ -27,8 +27,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     dsattn_model_config *mc = calloc(1, sizeof *mc);
     if (!mc) return 0;
-    if (dsattn_config_load(mc, path, err, sizeof err) == DSATTN_OK)
+    if (dsattn_config_load(mc, path, err, sizeof err) == DSATTN_OK) {
         if (mc->n_layers < 1 || mc->dim < 1) abort();
+        /* llama: the shapes its checkpoints are checked against */
+        if (mc->arch == DSATTN_ARCH_LLAMA &&
+            (mc->n_kv_heads < 1 || mc->n_heads % mc->n_kv_heads ||
+             mc->head_dim * mc->n_heads != mc->dim))
+            abort();
+    }
     free(mc);
 
     dsattn_mha *mha = NULL;
