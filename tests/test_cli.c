@@ -311,3 +311,20 @@ DSATTN_TEST(cli, run_batch)
     const char *zero[] = { "--batch", "0", NULL };
     CHECK_EQ_INT(run_cmd(zero, err, sizeof err), 2);
 }
+
+/* bench v41 --weights: a checkpoint's own weights, memory-mapped, instead
+ * of random ones (stderr says which); a missing one is an error naming it. */
+DSATTN_TEST(cli, bench_v41_weights)
+{
+    char err[8192], w[600], data[600];
+    snprintf(w, sizeof w, "%s", dsattn_test_data("golden/v41/tiny-seed2-fp8/weights.safetensors"));
+    snprintf(data, sizeof data, "%s", dsattn_test_data(""));
+    char *ok[] = { "dsattn", "bench", "v41", "--weights", w, "--depth", "64", "--threads", "1",
+                   "--prefill", "4", "--reps", "1", "--data", data, NULL };
+    CHECK_MSG(run_cli(ok, err, sizeof err) == 0, "exit != 0: %s", err);
+    CHECK_MSG(strstr(err, "weights mapped from") && strstr(err, "12 layers"), "%s", err);
+    char *bad[] = { "dsattn", "bench", "v41", "--weights", "/nonexistent/w.safetensors",
+                    "--depth", "64", "--threads", "1", "--prefill", "0", NULL };
+    CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);
+    CHECK_MSG(strstr(err, "/nonexistent/w.safetensors"), "%s", err);
+}

@@ -174,7 +174,7 @@ static dsattn_status v41_step_run(dsattn_ctx *ctx, void *arg)
 
 int dsattn_bench_v41(int argc, char **argv)
 {
-    const char *cfg = "configs/deepseek-v4.1-flash.json";
+    const char *cfg = NULL, *weights = NULL;
     const char *data = "tests/data";
     long long depths[8] = { 4096, 65536, 1048576 }, thr[8] = { 1, 2 }, batch[8] = { 1 };
     int nd = 3, nt = 2, nbt = 1, reps = 3, fp8 = 1, profile = 0;
@@ -191,6 +191,8 @@ int dsattn_bench_v41(int argc, char **argv)
                    "                        [--batch 1,8,16 (sequences decoded per step)]\n"
                    "                        [--prefill N (128; 0 = skip)] [--ced off,exact,bounded]\n"
                    "                        [--config PATH] [--bf16] [--seed S] [--format md|csv|json]\n"
+                   "                        [--weights PATH (a checkpoint instead of random weights;\n"
+                   "                         its config.json unless --config)]\n"
                    "                        [--data DIR (tests/data, for the pre-timing check)]\n"
                    "                        [--profile (markdown: per-phase time of the last step)]\n"
                    "Decode ms/token of the 40-layer V4.1-Flash attention stack at real dims\n"
@@ -220,6 +222,7 @@ int dsattn_bench_v41(int argc, char **argv)
         else if (!strcmp(a, "--prefill"))
             rc = dsattn_cli_int("bench v41", a, v, 0, 1 << 20, DSATTN_CLI_SUFFIX, &prefill);
         else if (!strcmp(a, "--config")) cfg = v;
+        else if (!strcmp(a, "--weights")) weights = v;
         else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64("bench v41", a, v, &seed);
         else if (!strcmp(a, "--format")) {
             if (dsattn_bench_parse_fmt(v, &fmt)) { fprintf(stderr, "bench v41: bad --format %s\n", v); return 2; }
@@ -261,13 +264,20 @@ int dsattn_bench_v41(int argc, char **argv)
     char err[512] = "";
     double t0 = dsattn_bench_now();
     dsattn_v41 *m = NULL;
-    if (dsattn_v41_create_random(&m, cfg, seed, fp8, err, sizeof err)) {
+    if (weights ? dsattn_v41_load(&m, cfg, weights, err, sizeof err)
+                : dsattn_v41_create_random(&m, cfg ? cfg : "configs/deepseek-v4.1-flash.json",
+                                           seed, fp8, err, sizeof err)) {
         fprintf(stderr, "bench v41: %s\n", err);
         return 1;
     }
-    fprintf(stderr, "bench v41: %d layers, %.2f GB of %s weights made in %.1f s\n",
-            dsattn_v41_n_layers(m), (double)dsattn_v41_weight_bytes(m) / 1e9,
-            fp8 ? "FP8" : "bf16", dsattn_bench_now() - t0);
+    if (weights)
+        fprintf(stderr, "bench v41: %d layers, %.2f GB of weights mapped from %s in %.1f s\n",
+                dsattn_v41_n_layers(m), (double)dsattn_v41_weight_bytes(m) / 1e9, weights,
+                dsattn_bench_now() - t0);
+    else
+        fprintf(stderr, "bench v41: %d layers, %.2f GB of %s weights made in %.1f s\n",
+                dsattn_v41_n_layers(m), (double)dsattn_v41_weight_bytes(m) / 1e9,
+                fp8 ? "FP8" : "bf16", dsattn_bench_now() - t0);
     long long maxb = 1;
     for (int i = 0; i < nbt; i++) maxb = batch[i] > maxb ? batch[i] : maxb;
     dsattn_v41_seq **seqs = calloc((size_t)maxb, sizeof *seqs);
@@ -298,11 +308,17 @@ int dsattn_bench_v41(int argc, char **argv)
         return 1;
     }
 
-    char title[256];
-    snprintf(title, sizeof title,
-             "V4.1-Flash attention stack (40 layers, real dims, %s weights, random, seeded); "
-             "decode rows over a synthetic cache fill to each depth.",
-             fp8 ? "FP8 32x32 UE8M0" : "bf16");
+    char title[640];
+    if (weights)
+        snprintf(title, sizeof title,
+                 "V4.1-Flash attention stack (%d layers, weights as stored in %.300s, "
+                 "memory-mapped); decode rows over a synthetic cache fill to each depth.",
+                 dsattn_v41_n_layers(m), weights);
+    else
+        snprintf(title, sizeof title,
+                 "V4.1-Flash attention stack (40 layers, real dims, %s weights, random, seeded); "
+                 "decode rows over a synthetic cache fill to each depth.",
+                 fp8 ? "FP8 32x32 UE8M0" : "bf16");
     /* The replay probe: the same weight buffers read with no compute, per
      * thread count, best of 3 passes. */
     weight_list wl = { 0 };
