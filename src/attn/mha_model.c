@@ -179,26 +179,13 @@ static dsattn_status bind_layer(dsattn_mha *m, const dsattn_binder *b, int64_t l
     return DSATTN_OK;
 }
 
-dsattn_status dsattn_mha_load(dsattn_mha **out, const char *config_json, const char *weights,
-                              char *err, size_t errlen)
+static void mha_loaded(dsattn_mha *m)
 {
-    if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_ckpt *ck = NULL;
-    const char *cfg_path = NULL;
-    dsattn_status st = dsattn_ckpt_open_model(&ck, &cfg_path, weights, config_json, err, errlen);
-    if (st) return st;
-    dsattn_mha *m = NULL;
-    if ((st = mha_new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
-    m->ckpt = ck;
-    const dsattn_binder b = { ck, &m->owned, err, errlen };
-    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
-    if (st) { dsattn_mha_destroy(m); return st; }
     m->w_first = 0;
     m->w_count = (int)m->cfg.n_layers;
-    *out = m;
-    return DSATTN_OK;
 }
+
+DSATTN_MODEL_LOAD(mha, bind_layer, mha_loaded)
 
 /* ==== Random weights ==================================================== */
 /* Every matrix row gets its own generator seeded from (seed, layer, matrix,

@@ -249,25 +249,9 @@ static dsattn_status bind_layer(dsattn_mla *m, const dsattn_binder *b, int64_t l
     return DSATTN_OK;
 }
 
-dsattn_status dsattn_mla_load(dsattn_mla **out, const char *config_json,
-                              const char *weights, char *err, size_t errlen)
-{
-    if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_ckpt *ck = NULL;
-    const char *cfg_path = NULL;
-    dsattn_status st = dsattn_ckpt_open_model(&ck, &cfg_path, weights, config_json, err, errlen);
-    if (st) return st;
-    dsattn_mla *m = NULL;
-    if ((st = mla_new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
-    m->ckpt = ck;
-    const dsattn_binder b = { ck, &m->owned, err, errlen };
-    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
-    if (st) { dsattn_mla_destroy(m); return st; }
-    m->has_weights = 1;
-    *out = m;
-    return DSATTN_OK;
-}
+static void mla_loaded(dsattn_mla *m) { m->has_weights = 1; }
+
+DSATTN_MODEL_LOAD(mla, bind_layer, mla_loaded)
 
 /* ==== Random weights ==================================================== */
 

@@ -1,13 +1,15 @@
-/* model_glue.h - the start every generation's model has alike, written once
- * as a macro that a generation's model file expands: <g>_new_model, the
+/* model_glue.h - what every generation's model has alike, written once as
+ * macros that a generation's model file expands: <g>_new_model, the
  * model of a config.json without weights, which every constructor
  * (config-only, checkpoint, random weights) begins with.  It makes a zeroed
  * dsattn_<g>, reads its cfg with dsattn_<g>_config_load, then lets
  * SETUP(m) derive what the config decides (tables, layer plans, arrays);
  * on a failure the model is given back with dsattn_<g>_destroy and *out
- * stays NULL.
+ * stays NULL; and dsattn_<g>_load, the checkpoint constructor, which
+ * starts from it.
  *
- * Of the model type it reads only the field cfg.
+ * Of the model type they use only the fields cfg, ckpt (the checkpoint the
+ * model keeps open) and owned (the buffers it frees).
  */
 #ifndef DSATTN_MODEL_GLUE_H
 #define DSATTN_MODEL_GLUE_H
@@ -32,6 +34,42 @@
         }                                                                                 \
         *out = m;                                                                         \
         return DSATTN_OK;                                                                 \
+    }
+
+/* dsattn_<g>_load, the checkpoint constructor every generation has alike:
+ * the checkpoint opened with its config (dsattn_ckpt_open_model: the
+ * config given, else the one beside the weights), the model of that config
+ * (<g>_new_model above), then BIND(m, binder, layer) for every layer, the
+ * model keeping the checkpoint open (m->ckpt) and every converted tensor
+ * on m->owned; LOADED(m) then finishes what depends on all layers being
+ * bound.  On a failure nothing is returned and everything made is freed.
+ * The expanding file includes checkpoint.h. */
+#define DSATTN_MODEL_LOAD(g, BIND, LOADED)                                                  \
+    dsattn_status dsattn_##g##_load(dsattn_##g **out, const char *config_json,              \
+                                    const char *weights, char *err, size_t errlen)          \
+    {                                                                                       \
+        if (!out || !weights) return DSATTN_ERR_INVALID_ARG;                                \
+        *out = NULL;                                                                        \
+        dsattn_ckpt *ck = NULL;                                                             \
+        const char *cfg_path = NULL;                                                        \
+        dsattn_status st = dsattn_ckpt_open_model(&ck, &cfg_path, weights, config_json,     \
+                                                  err, errlen);                             \
+        if (st) return st;                                                                  \
+        dsattn_##g *m = NULL;                                                               \
+        if ((st = g##_new_model(&m, cfg_path, err, errlen))) {                              \
+            dsattn_ckpt_close(ck);                                                          \
+            return st;                                                                      \
+        }                                                                                   \
+        m->ckpt = ck;                                                                       \
+        const dsattn_binder b = { ck, &m->owned, err, errlen };                             \
+        for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = BIND(m, &b, l);           \
+        if (st) {                                                                           \
+            dsattn_##g##_destroy(m);                                                        \
+            return st;                                                                      \
+        }                                                                                   \
+        LOADED(m);                                                                          \
+        *out = m;                                                                           \
+        return DSATTN_OK;                                                                   \
     }
 
 #endif /* DSATTN_MODEL_GLUE_H */

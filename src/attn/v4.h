@@ -50,7 +50,7 @@ struct dsattn_v4 {
     dsattn_v4_config   cfg;
     dsattn_v4_layer_w  layer[DSATTN_MAX_LAYERS];
     int                has_weights;            /* 0: config-only model       */
-    void              *ckpt;                   /* dsattn_st_file, if mapped  */
+    void              *ckpt;                   /* dsattn_ckpt, if loaded */
     dsattn_owned        owned;                  /* buffers to free           */
 };
 

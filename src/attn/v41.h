@@ -41,7 +41,7 @@ typedef struct {
 struct dsattn_v41 {
     dsattn_v41_config   cfg;
     dsattn_v41_layer_w  layer[DSATTN_MAX_LAYERS];
-    void               *ckpt;                  /* dsattn_st_file, if mapped */
+    void               *ckpt;                  /* dsattn_ckpt, if loaded */
     dsattn_owned        owned;                  /* buffers to free           */
 };
 

@@ -283,25 +283,7 @@ dsattn_status dsattn_v41_load_config(dsattn_v41 **out, const char *config_json,
     return v41_new_model(out, config_json, err, errlen);
 }
 
-dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
-                              const char *weights, char *err, size_t errlen)
-{
-    if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_ckpt *ck = NULL;
-    const char *cfg_path = NULL;
-    dsattn_status st = dsattn_ckpt_open_model(&ck, &cfg_path, weights, config_json, err, errlen);
-    if (st) return st;
-    dsattn_v41 *m = NULL;
-    if ((st = v41_new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
-    m->ckpt = ck;
-    const dsattn_binder b = { ck, &m->owned, err, errlen };
-    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
-    if (st) { dsattn_v41_destroy(m); return st; }
-    link_layers(m);
-    *out = m;
-    return DSATTN_OK;
-}
+DSATTN_MODEL_LOAD(v41, bind_layer, link_layers)
 
 /* ==== Random weights ==================================================== */
 

@@ -239,26 +239,13 @@ static dsattn_status bind_layer(dsattn_v4 *m, const dsattn_binder *b, int64_t l)
 #undef DENSE
 #undef BF16
 
-dsattn_status dsattn_v4_load(dsattn_v4 **out, const char *config_json, const char *weights,
-                             char *err, size_t errlen)
+static void v4_loaded(dsattn_v4 *m)
 {
-    if (!out || !weights) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
-    dsattn_ckpt *ck = NULL;
-    const char *cfg_path = NULL;
-    dsattn_status st = dsattn_ckpt_open_model(&ck, &cfg_path, weights, config_json, err, errlen);
-    if (st) return st;
-    dsattn_v4 *m = NULL;
-    if ((st = v4_new_model(&m, cfg_path, err, errlen))) { dsattn_ckpt_close(ck); return st; }
-    m->ckpt = ck;
-    const dsattn_binder b = { ck, &m->owned, err, errlen };
-    for (int64_t l = 0; l < m->cfg.n_layers && !st; l++) st = bind_layer(m, &b, l);
-    if (st) { dsattn_v4_destroy(m); return st; }
     m->has_weights = 1;
     link_layers(m);
-    *out = m;
-    return DSATTN_OK;
 }
+
+DSATTN_MODEL_LOAD(v4, bind_layer, v4_loaded)
 
 /* ==== Random weights ==================================================== */
 
