@@ -1,26 +1,29 @@
 /* mha_model.c - the MHA / GQA model object (DeepSeek-LLM 7B / 67B in HF
  * Llama form) and its sequences: config, random weights, caches, bill.
  *
- * Owns: reading an HF config.json with model_type "llama" (the only form
- * DeepSeek-LLM ships - the repos carry no model code), making random bf16
+ * Owns: its view of an HF config.json with model_type "llama" (the only
+ * form DeepSeek-LLM ships - the repos carry no model code; the keys are
+ * read by src/io/config.c, this file adds what its forward refuses),
+ * binding a released checkpoint's layers, making random bf16
  * weights for all layers, a range of layers or none, allocating the bf16
  * K / V caches of a sequence (all layers or one pipeline stage's range),
  * the KV bill from those live allocations, and synthetic cache fills for
- * deep-context benchmarks.
- * Binding a released checkpoint's layers (HF model.layers.{i}.self_attn.
- * {q,k,v,o}_proj.weight and input_layernorm.weight, mapped to inference
- * names by src/io/names.c) is dsattn_mha_load.
+ * deep-context benchmarks.  The checkpoint's HF names
+ * (model.layers.{i}.self_attn.{q,k,v,o}_proj.weight, input_layernorm)
+ * are mapped to inference names by src/io/names.c.
  * Not here: the forward pass (mha_forward.c).
  */
 #include "mha.h"
 
 #include "checkpoint.h"
+#include "config.h"
 #include "jsoncfg.h"
 #include "model_glue.h"
 #include "numfmt.h"
 #include "seq_glue.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -28,64 +31,78 @@
 
 #define CHECKF(cond, ...)                                                   \
     do {                                                                    \
-        if (!(cond)) return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, __VA_ARGS__); \
+        if (!(cond)) return mha_fail(err, errlen, DSATTN_ERR_FORMAT, path, __VA_ARGS__); \
     } while (0)
 
-static dsattn_status parse(dsattn_mha_config *c, const cJSON *o, char *err,
+/* An error naming the file, then what is wrong. */
+static dsattn_status mha_fail(char *err, size_t errlen, dsattn_status st, const char *path,
+                              const char *fmt, ...)
+{
+    if (err && errlen) {
+        char msg[400];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        snprintf(err, errlen, "%s: %s", path, msg);
+    }
+    return st;
+}
+
+/* The shapes and RoPE / norm keys come from the io layer's reader (the
+ * one every generation and the checkpoint checks use, src/io/config.c);
+ * what only this model refuses or derives is checked here. */
+static dsattn_status parse(dsattn_mha_config *c, const cJSON *o, const char *path, char *err,
                            size_t errlen)
 {
     dsattn_status st;
     const char *mt = NULL;
     bool bias = false;
     int64_t tp = 1;
-    double eps = 1e-6;
-    if ((st = dsattn_jcfg_string(o, "model_type", &mt, err, errlen))) return st;
+    if ((st = dsattn_jcfg_string(o, "model_type", &mt, err, errlen)))
+        return mha_fail(err, errlen, st, path, "key 'model_type' missing or not a string");
     if (strcmp(mt, "llama"))
-        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                           "key 'model_type': '%s' is not \"llama\" (MHA/GQA reads the "
-                           "DeepSeek-LLM 7B/67B configs)", mt);
-    if ((st = dsattn_jcfg_int(o, "hidden_size", &c->hidden, err, errlen))) return st;
-    if ((st = dsattn_jcfg_int(o, "num_hidden_layers", &c->n_layers, err, errlen))) return st;
-    if ((st = dsattn_jcfg_int(o, "num_attention_heads", &c->n_heads, err, errlen))) return st;
-    /* LlamaConfig: num_key_value_heads defaults to num_attention_heads. */
-    if ((st = dsattn_jcfg_int_opt(o, "num_key_value_heads", c->n_heads, &c->n_kv_heads,
-                                  err, errlen)))
-        return st;
-    if ((st = dsattn_jcfg_double_opt(o, "rope_theta", 10000.0, &c->rope_theta, err, errlen)))
-        return st;
-    if ((st = dsattn_jcfg_int_opt(o, "max_position_embeddings", 2048,
-                                  &c->max_position_embeddings, err, errlen)))
-        return st;
-    if ((st = dsattn_jcfg_double_opt(o, "rms_norm_eps", 1e-6, &eps, err, errlen))) return st;
-    c->rms_norm_eps = (float)eps;
-    if ((st = dsattn_jcfg_bool_opt(o, "attention_bias", false, &bias, err, errlen))) return st;
-    if ((st = dsattn_jcfg_int_opt(o, "pretraining_tp", 1, &tp, err, errlen))) return st;
+        return mha_fail(err, errlen, DSATTN_ERR_UNSUPPORTED, path,
+                        "key 'model_type': '%s' is not \"llama\" (MHA/GQA reads the "
+                        "DeepSeek-LLM 7B/67B configs)", mt);
+    dsattn_model_config *mc = malloc(sizeof *mc);
+    if (!mc) return DSATTN_ERR_NOMEM;
+    st = dsattn_config_from_json(mc, o, path, err, errlen);
+    if (!st) {
+        c->hidden = mc->dim;
+        c->n_layers = mc->n_layers;
+        c->n_heads = mc->n_heads;
+        c->n_kv_heads = mc->n_kv_heads;        /* LlamaConfig's default: n_heads */
+        c->head_dim = mc->head_dim;            /* hidden / n_heads */
+        c->rope_theta = mc->rope_theta;
+        c->max_position_embeddings = mc->max_seq_len;
+        c->rms_norm_eps = (float)mc->norm_eps;
+    }
+    const double eps = st ? 0.0 : mc->norm_eps;
+    free(mc);
+    if (st) return st;
+    if ((st = dsattn_jcfg_bool_opt(o, "attention_bias", false, &bias, err, errlen)) ||
+        (st = dsattn_jcfg_int_opt(o, "pretraining_tp", 1, &tp, err, errlen)))
+        return mha_fail(err, errlen, st, path, "%s", err);
     if (dsattn_jcfg_has(o, "rope_scaling"))
-        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                           "key 'rope_scaling': RoPE scaling is not implemented "
-                           "(DeepSeek-LLM has none)");
+        return mha_fail(err, errlen, DSATTN_ERR_UNSUPPORTED, path,
+                        "key 'rope_scaling': RoPE scaling is not implemented "
+                        "(DeepSeek-LLM has none)");
     if (bias)
-        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                           "key 'attention_bias': biased projections are not implemented");
+        return mha_fail(err, errlen, DSATTN_ERR_UNSUPPORTED, path,
+                        "key 'attention_bias': biased projections are not implemented");
     if (tp != 1)
-        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                           "key 'pretraining_tp': %lld (only 1 is implemented)", (long long)tp);
+        return mha_fail(err, errlen, DSATTN_ERR_UNSUPPORTED, path,
+                        "key 'pretraining_tp': %lld (only 1 is implemented)", (long long)tp);
 
-    CHECKF(c->hidden > 0 && c->hidden <= (1 << 16), "key 'hidden_size': %lld out of range",
+    CHECKF(c->hidden <= (1 << 16), "key 'hidden_size': %lld out of range",
            (long long)c->hidden);
-    CHECKF(c->n_layers > 0 && c->n_layers <= DSATTN_MAX_LAYERS,
-           "key 'num_hidden_layers': %lld out of range (1..%d)", (long long)c->n_layers,
-           DSATTN_MAX_LAYERS);
-    CHECKF(c->n_heads > 0 && c->n_heads <= 1024 && c->hidden % c->n_heads == 0,
-           "key 'num_attention_heads': %lld must divide hidden_size %lld",
-           (long long)c->n_heads, (long long)c->hidden);
-    CHECKF(c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0,
-           "key 'num_key_value_heads': %lld must divide num_attention_heads %lld",
-           (long long)c->n_kv_heads, (long long)c->n_heads);
-    c->head_dim = c->hidden / c->n_heads;
+    CHECKF(c->n_heads <= 1024, "key 'num_attention_heads': %lld out of range",
+           (long long)c->n_heads);
     if (dsattn_jcfg_has(o, "head_dim")) {
         int64_t hd = 0;
-        if ((st = dsattn_jcfg_int(o, "head_dim", &hd, err, errlen))) return st;
+        if ((st = dsattn_jcfg_int(o, "head_dim", &hd, err, errlen)))
+            return mha_fail(err, errlen, st, path, "%s", err);
         CHECKF(hd == c->head_dim, "key 'head_dim': %lld, but hidden_size / "
                "num_attention_heads = %lld (transformers 4.33 derives it)",
                (long long)hd, (long long)c->head_dim);
@@ -108,13 +125,8 @@ dsattn_status dsattn_mha_config_load(dsattn_mha_config *c, const char *path,
     memset(c, 0, sizeof *c);
     dsattn_status st = dsattn_jcfg_load(&root, path, err, errlen);
     if (st) return st;
-    st = parse(c, root, err, errlen);
+    st = parse(c, root, path, err, errlen);
     cJSON_Delete(root);
-    if (st && err && errlen) {
-        char tmp[512];
-        snprintf(tmp, sizeof tmp, "%s: %s", path, err);
-        snprintf(err, errlen, "%s", tmp);
-    }
     return st;
 }
 

@@ -275,10 +275,10 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
                            "%s: %lld layers, at most %d supported", what,
                            (long long)c->n_layers, DSATTN_MAX_LAYERS);
     if (a == DSATTN_ARCH_LLAMA) {
-        /* DeepSeek-LLM 7B / 67B: an HF LlamaConfig, bf16 weights.  Only the
-         * shapes a checkpoint is checked against are read here; the MHA
-         * model's own reader (src/attn/mha_model.c) checks the rest (RoPE
-         * scaling, biases, tensor parallel). */
+        /* DeepSeek-LLM 7B / 67B: an HF LlamaConfig (LlamaConfig's defaults),
+         * bf16 weights.  The MHA model (src/attn/mha_model.c) takes these
+         * and refuses what its forward does not implement (RoPE scaling,
+         * biases, tensor parallel, head_dim past 128). */
         if (!hf)
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                                "%s: model_type llama needs the HF keys (hidden_size, ...)", what);
@@ -287,12 +287,15 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
                                "%s: key 'quantization_config': quantized llama weights are "
                                "not implemented (DeepSeek-LLM ships bf16)", what);
         TRY(rd_int_opt(&r, "", "num_key_value_heads", c->n_heads, &c->n_kv_heads));
-        if (c->dim % c->n_heads || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads)
+        if (c->dim % c->n_heads)
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                               "%s: num_attention_heads %lld must divide hidden_size %lld, "
-                               "and num_key_value_heads %lld must divide it", what,
-                               (long long)c->n_heads, (long long)c->dim,
-                               (long long)c->n_kv_heads);
+                               "%s: key 'num_attention_heads': %lld must divide hidden_size "
+                               "%lld", what, (long long)c->n_heads, (long long)c->dim);
+        if (c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads)
+            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
+                               "%s: key 'num_key_value_heads': %lld must divide "
+                               "num_attention_heads %lld", what, (long long)c->n_kv_heads,
+                               (long long)c->n_heads);
         c->head_dim = c->dim / c->n_heads;
         c->rope_theta = 10000.0;
         c->norm_eps = 1e-6;
