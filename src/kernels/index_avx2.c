@@ -25,9 +25,10 @@
  *
  * Keys come in fours (the key loop around score_rows is the VNNI form's,
  * index_scores_tmpl.h).  When all four take the fp32 scaling (the common
- * case) they go one at a time through score_row1, whose int16 block sums
- * and int32 totals of 32 heads stay in registers; otherwise the four go
- * together through score_rows4, whose 8 groups x 4 keys of byte dot
+ * case) they go two at a time through score_row1, whose int16 block sums
+ * and int32 totals of 32 heads stay in registers and whose two keys' head
+ * weightings run side by side (two independent latency chains); otherwise
+ * the four go together through score_rows4, whose 8 groups x 4 keys of byte dot
  * products are one asm block (block4: compiled from intrinsics, GCC kept
  * the accumulators in memory) and whose totals go through memory.
  *
@@ -56,11 +57,27 @@ int dsattn_index_avx2_ok(size_t nh, size_t dh)
 #define AI static inline __attribute__((always_inline))
 
 /* One row's FP4 codes to biased half-units, element order kept (the even
- * element is the low nibble): 16 code bytes per step, dh / 2 bytes read. */
+ * element is the low nibble), dh / 2 bytes read: 32 code bytes per step
+ * (each 128-bit half decodes its own 16 bytes, stored as it comes out),
+ * a last 16 in the SSE form. */
 AI void decode_row(const uint8_t *row, size_t dh, __m128i lut, uint8_t *kb)
 {
     const __m128i m4 = _mm_set1_epi8(0x0f);
-    for (size_t c = 0; c < dh / 2; c += 16) {
+    const __m256i m8 = _mm256_set1_epi8(0x0f), l8 = _mm256_broadcastsi128_si256(lut);
+    size_t c = 0;
+    for (; c + 32 <= dh / 2; c += 32) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(row + c));
+        const __m256i lo = _mm256_and_si256(x, m8);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m8);
+        const __m256i a = _mm256_shuffle_epi8(l8, _mm256_unpacklo_epi8(lo, hi));
+        const __m256i b = _mm256_shuffle_epi8(l8, _mm256_unpackhi_epi8(lo, hi));
+        /* a: bytes 0-7 | 16-23 of the 32, b: 8-15 | 24-31 */
+        _mm_store_si128((__m128i *)(kb + 2 * c), _mm256_castsi256_si128(a));
+        _mm_store_si128((__m128i *)(kb + 2 * c + 16), _mm256_castsi256_si128(b));
+        _mm_store_si128((__m128i *)(kb + 2 * c + 32), _mm256_extracti128_si256(a, 1));
+        _mm_store_si128((__m128i *)(kb + 2 * c + 48), _mm256_extracti128_si256(b, 1));
+    }
+    for (; c < dh / 2; c += 16) {
         const __m128i x = _mm_loadu_si128((const __m128i *)(row + c));
         const __m128i lo = _mm_and_si128(x, m4);
         const __m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), m4);
@@ -101,14 +118,17 @@ AI float head_reduce(__m256d lo, __m256d hi)
 /* Per call, from the query layout (aux_prepare): the key table, the bias
  * correction split over each int32 lane's two int16 halves (the int16
  * accumulators start there, so the widened sum already holds it), and for
- * the fp32-scaled keys the integer block weights 2^(e_bh - emin_h) (e_bh
+ * the fp32-scaled keys the integer block weights 2^(e_bh - emin_h + s) (e_bh
  * the exponent of block b's unit u_q of head h, emin_h the smallest over
- * the head's nonzero blocks) and emin_h itself. */
+ * the head's nonzero blocks, s = 0..8 the key block's scale over the key's
+ * smallest: one row per s, so a key picks its weights by address) and
+ * emin_h - 1 in an fp32 exponent field. */
+#define IDX_KSH 9                     /* key block shifts 0..8 (ue_span + kmax - kmin <= 8) */
 typedef struct {
     __m128i lut;
-    int16_t nb16[8 * 64 * 2] __attribute__((aligned(32)));  /* [block][head][2] */
-    int16_t qm16[8 * 64 * 2] __attribute__((aligned(32)));  /* [block][head][2] */
-    int32_t hexp[64] __attribute__((aligned(32)));          /* emin_h - 1 */
+    int16_t nb16[8 * 64 * 2] __attribute__((aligned(32)));            /* [block][head][2] */
+    int16_t qms[8 * IDX_KSH * 64 * 2] __attribute__((aligned(32)));   /* [block][s][head][2] */
+    int32_t hexp23[64] __attribute__((aligned(32)));                  /* (emin_h - 1) << 23 */
 } idx_aux;
 
 static void aux_prepare(const dsattn_index_vnni_q *p, idx_aux *a)
@@ -144,9 +164,14 @@ static void aux_prepare(const dsattn_index_vnni_q *p, idx_aux *a)
             const int32_t bias = p->nbias[b * 64 + h];
             a->nb16[(b * 64 + h) * 2] = (int16_t)(bias >> 1);
             a->nb16[(b * 64 + h) * 2 + 1] = (int16_t)(bias - (bias >> 1));
-            a->qm16[(b * 64 + h) * 2] = a->qm16[(b * 64 + h) * 2 + 1] = (int16_t)(1 << sh);
+            /* sh + s <= 8 for every key that takes this path */
+            for (int ks = 0; ks < IDX_KSH; ks++) {
+                const int t = sh + ks > 14 ? 14 : sh + ks;
+                a->qms[((b * IDX_KSH + (size_t)ks) * 64 + h) * 2] =
+                    a->qms[((b * IDX_KSH + (size_t)ks) * 64 + h) * 2 + 1] = (int16_t)(1 << t);
+            }
         }
-        a->hexp[h] = emin - 1;
+        a->hexp23[h] = (int32_t)((uint32_t)(emin - 1) << 23);
     }
 }
 
@@ -294,86 +319,104 @@ AI void score_rows4(const dsattn_index_vnni_q *p, const uint8_t *const *row, siz
  * same order into the same double lanes as score_rows4 and the VNNI form.
  * Heads go in passes of up to 32 (2 chunks): the 4 int16 block
  * accumulators and the 4 int32 totals of a pass stay in registers over the
- * blocks, so a block costs its byte dots and 4 widening vpmaddwd + vpaddd. */
-AI void score_row1(const dsattn_index_vnni_q *p, const uint8_t *row, size_t dh,
-                   const idx_aux *a, const size_t NHC, float *out)
+ * blocks, so a block costs its byte dots and 4 widening vpmaddwd + vpaddd
+ * (the multipliers read from aux's row for the block's shift).  kmin: the
+ * key's smallest scale byte (dsattn_index_key_fits_f32_min). */
+AI void score_row1(const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,
+                   const idx_aux *a, const int *kmin, const size_t NK, const size_t NHC,
+                   float *out)
 {
-    uint8_t kb[256] __attribute__((aligned(32)));
+    uint8_t kb[2][256] __attribute__((aligned(32)));
     const size_t nb = dh / 32;
-    decode_row(row, dh, a->lut, kb);
-    int kmin = 255;
-    for (size_t b = 0; b < nb; b++) kmin = row[dh / 2 + b] < kmin ? row[dh / 2 + b] : kmin;
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    __m256i k23[2];
+    __m256d lo[2], hi[2];
+#pragma GCC unroll 2
+    for (size_t k = 0; k < NK; k++) {
+        decode_row(row[k], dh, a->lut, kb[k]);
+        k23[k] = _mm256_set1_epi32((int)((uint32_t)kmin[k] << 23));
+        lo[k] = hi[k] = _mm256_setzero_pd();
+    }
 #pragma GCC unroll 2
     for (size_t c0 = 0; c0 < NHC; c0 += 2) {
         const size_t NC = NHC - c0 >= 2 ? 2 : 1;
-        __m256i ti[2][2] = { { _mm256_setzero_si256(), _mm256_setzero_si256() },
-                             { _mm256_setzero_si256(), _mm256_setzero_si256() } };
-#pragma GCC unroll 1
-        for (size_t b = 0; b < nb; b++) {
-            const size_t h0 = b * 64 + c0 * 16;
-            __m256i acc[2][2];
+        __m256i ti[2][2][2];
+#pragma GCC unroll 2
+        for (size_t k = 0; k < NK; k++) {
 #pragma GCC unroll 2
             for (size_t c = 0; c < NC; c++)
-#pragma GCC unroll 2
-                for (size_t s = 0; s < 2; s++)
-                    acc[c][s] = _mm256_load_si256(
-                        (const __m256i *)(a->nb16 + (h0 + c * 16 + s * 8) * 2));
-            const int8_t *qb = p->qb + (b * 8 * 64 + c0 * 16) * 4;
-#pragma GCC unroll 8
-            for (size_t g = 0; g < 8; g++) {
-                int32_t kk;
-                memcpy(&kk, kb + b * 32 + g * 4, 4);
-                const __m256i kv = _mm256_set1_epi32(kk);
+                ti[k][c][0] = ti[k][c][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+            for (size_t b = 0; b < nb; b++) {
+                const size_t h0 = b * 64 + c0 * 16;
+                __m256i acc[2][2];
 #pragma GCC unroll 2
                 for (size_t c = 0; c < NC; c++)
 #pragma GCC unroll 2
                     for (size_t s = 0; s < 2; s++)
-                        acc[c][s] = _mm256_add_epi16(
-                            acc[c][s],
-                            _mm256_maddubs_epi16(kv, _mm256_load_si256((const __m256i *)(
-                                                         qb + g * 256 + c * 64 + s * 32))));
-                /* each group's sum in its register: left free, GCC formed all 32
-                 * products first (the adds reassociated) and spilled them */
+                        acc[c][s] = _mm256_load_si256(
+                            (const __m256i *)(a->nb16 + (h0 + c * 16 + s * 8) * 2));
+                const int8_t *qb = p->qb + (b * 8 * 64 + c0 * 16) * 4;
+#pragma GCC unroll 8
+                for (size_t g = 0; g < 8; g++) {
+                    int32_t kk;
+                    memcpy(&kk, kb[k] + b * 32 + g * 4, 4);
+                    const __m256i kv = _mm256_set1_epi32(kk);
+#pragma GCC unroll 2
+                    for (size_t c = 0; c < NC; c++)
+#pragma GCC unroll 2
+                        for (size_t s = 0; s < 2; s++)
+                            acc[c][s] = _mm256_add_epi16(
+                                acc[c][s],
+                                _mm256_maddubs_epi16(kv, _mm256_load_si256((const __m256i *)(
+                                                             qb + g * 256 + c * 64 + s * 32))));
+                    /* each group's sum in its register: left free, GCC formed all 32
+                     * products first (the adds reassociated) and spilled them */
+#pragma GCC unroll 2
+                    for (size_t c = 0; c < NC; c++)
+#pragma GCC unroll 2
+                        for (size_t s = 0; s < 2; s++) __asm__("" : "+x"(acc[c][s]));
+                }
+                const int16_t *qm =
+                    a->qms +
+                    ((b * IDX_KSH + (size_t)(row[k][dh / 2 + b] - kmin[k])) * 64 + c0 * 16) * 2;
 #pragma GCC unroll 2
                 for (size_t c = 0; c < NC; c++)
 #pragma GCC unroll 2
-                    for (size_t s = 0; s < 2; s++) __asm__("" : "+x"(acc[c][s]));
+                    for (size_t s = 0; s < 2; s++) {
+                        const __m256i m =
+                            _mm256_load_si256((const __m256i *)(qm + (c * 16 + s * 8) * 2));
+                        ti[k][c][s] = _mm256_add_epi32(ti[k][c][s], _mm256_madd_epi16(acc[c][s], m));
+                    }
             }
-            const __m128i ksh = _mm_cvtsi32_si128(row[dh / 2 + b] - kmin);
-#pragma GCC unroll 2
-            for (size_t c = 0; c < NC; c++)
-#pragma GCC unroll 2
-                for (size_t s = 0; s < 2; s++) {
-                    const __m256i m = _mm256_sll_epi16(
-                        _mm256_load_si256((const __m256i *)(a->qm16 + (h0 + c * 16 + s * 8) * 2)),
-                        ksh);
-                    const __m256i v = _mm256_madd_epi16(acc[c][s], m);
-                    ti[c][s] = _mm256_add_epi32(ti[c][s], v);
-                }
         }
+        /* the keys' head weightings side by side: independent chains */
 #pragma GCC unroll 2
         for (size_t c = 0; c < NC; c++)
 #pragma GCC unroll 2
-            for (size_t s = 0; s < 2; s++) {
-                const size_t h = (c0 + c) * 16 + s * 8;
-                const __m256i he = _mm256_load_si256((const __m256i *)(a->hexp + h));
-                const __m256 sc = _mm256_castsi256_ps(
-                    _mm256_slli_epi32(_mm256_add_epi32(he, _mm256_set1_epi32(kmin)), 23));
-                head_oct(&lo, &hi, _mm256_mul_ps(_mm256_cvtepi32_ps(ti[c][s]), sc), p->w + h);
-            }
+            for (size_t s = 0; s < 2; s++)
+#pragma GCC unroll 2
+                for (size_t k = 0; k < NK; k++) {
+                    const size_t h = (c0 + c) * 16 + s * 8;
+                    /* 2^(emin_h - 1 + kmin - 128 + 128): (e << 23) + (kmin << 23) */
+                    const __m256 sc = _mm256_castsi256_ps(_mm256_add_epi32(
+                        _mm256_load_si256((const __m256i *)(a->hexp23 + h)), k23[k]));
+                    head_oct(&lo[k], &hi[k], _mm256_mul_ps(_mm256_cvtepi32_ps(ti[k][c][s]), sc),
+                             p->w + h);
+                }
     }
-    *out = head_reduce(lo, hi);
+#pragma GCC unroll 2
+    for (size_t k = 0; k < NK; k++) out[k] = head_reduce(lo[k], hi[k]);
 }
 
 /* score_row1 compiled apart for each number of head chunks: inlined into
  * the 4-key loop, GCC interleaved the keys and spilled the totals */
 #define ROW1_FN(NHC)                                                                       \
     static __attribute__((noinline)) void score_row1_##NHC(                                \
-        const dsattn_index_vnni_q *p, const uint8_t *row, size_t dh, const idx_aux *a,     \
-        float *out)                                                                        \
+        const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,                \
+        const idx_aux *a, const int *kmin, size_t nk, float *out)                          \
     {                                                                                      \
-        score_row1(p, row, dh, a, NHC, out);                                               \
+        if (nk == 2) score_row1(p, row, dh, a, kmin, 2, NHC, out);                         \
+        else         score_row1(p, row, dh, a, kmin, 1, NHC, out);                         \
     }
 ROW1_FN(1) ROW1_FN(2) ROW1_FN(3) ROW1_FN(4)
 #undef ROW1_FN
@@ -384,16 +427,18 @@ ROW1_FN(1) ROW1_FN(2) ROW1_FN(3) ROW1_FN(4)
 AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,
                    const idx_aux *a, const size_t NR, const size_t NHC, float *out)
 {
-    int all = 1;
+    int all = 1, kmin[IDX_ROWS];
 #pragma GCC unroll 4
-    for (size_t r = 0; r < NR; r++) all &= dsattn_index_key_fits_f32(p, row[r] + dh / 2, dh / 32);
+    for (size_t r = 0; r < NR; r++)
+        all &= dsattn_index_key_fits_f32_min(p, row[r] + dh / 2, dh / 32, &kmin[r]);
     if (all) {
-#pragma GCC unroll 4
-        for (size_t r = 0; r < NR; r++) {
-            if (NHC == 1) score_row1_1(p, row[r], dh, a, out + r);
-            else if (NHC == 2) score_row1_2(p, row[r], dh, a, out + r);
-            else if (NHC == 3) score_row1_3(p, row[r], dh, a, out + r);
-            else score_row1_4(p, row[r], dh, a, out + r);
+#pragma GCC unroll 2
+        for (size_t r = 0; r < NR; r += 2) {
+            const size_t nk = NR - r >= 2 ? 2 : 1;
+            if (NHC == 1) score_row1_1(p, row + r, dh, a, kmin + r, nk, out + r);
+            else if (NHC == 2) score_row1_2(p, row + r, dh, a, kmin + r, nk, out + r);
+            else if (NHC == 3) score_row1_3(p, row + r, dh, a, kmin + r, nk, out + r);
+            else score_row1_4(p, row + r, dh, a, kmin + r, nk, out + r);
         }
     } else {
         score_rows4(p, row, dh, a, NR, NHC, out);

@@ -43,9 +43,10 @@ extern const int8_t dsattn_index_k_lut[16];
  * with |corr| < 2^14.  Exact if, per head, the term exponents span at most
  * 8 (four terms then fit 14 + 8 + 2 = 24 bits), the smallest stays >= 2^-120
  * (normal) and the sum stays < 2^110.  Inline: both forms call it per key,
- * each in its own encoding. */
-static inline int dsattn_index_key_fits_f32(const dsattn_index_vnni_q *p,
-                                            const uint8_t *scales, size_t nb)
+ * each in its own encoding.  The _min form also returns the smallest scale
+ * byte (when use_f32), which the AVX2 form's scaling starts from. */
+static inline int dsattn_index_key_fits_f32_min(const dsattn_index_vnni_q *p,
+                                                const uint8_t *scales, size_t nb, int *kmin_out)
 {
     if (!p->use_f32) return 0;
     int kmin = 255, kmax = 0;
@@ -54,8 +55,16 @@ static inline int dsattn_index_key_fits_f32(const dsattn_index_vnni_q *p,
         kmin = e < kmin ? e : kmin;
         kmax = e > kmax ? e : kmax;
     }
+    *kmin_out = kmin;
     return p->ue_span + (kmax - kmin) <= 8 && p->ue_min + kmin - 128 >= -120 &&
            p->ue_max + kmax - 128 + 16 <= 110;
+}
+
+static inline int dsattn_index_key_fits_f32(const dsattn_index_vnni_q *p,
+                                            const uint8_t *scales, size_t nb)
+{
+    int kmin;
+    return dsattn_index_key_fits_f32_min(p, scales, nb, &kmin);
 }
 
 /* Does this CPU run the VNNI form for nh heads of dh dims? */
