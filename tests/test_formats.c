@@ -453,6 +453,94 @@ DSATTN_TEST(formats, vectors_candidate_pool)
 #include "index_vnni.h"
 #include "ktab.h"
 
+/* Case c of the integer indexer tests: FP4-QDQ queries q [nh][dh] with a
+ * zero head, a zero block beside nonzero ones and (case 0) a head of
+ * extreme codes; bf16 head weights w; n FP4 index key rows (rb bytes each)
+ * whose scales span 30 binades - with narrow, queries 2^up..2^(up+1) and
+ * every fifth key 2^100 up, past the fp32 block scaling's range - with
+ * rows of extreme codes and one all-zero row; sel a permutation of the
+ * rows. */
+static void index_case_fill(dsattn_rng *r, int c, int narrow, int up, size_t nh, size_t dh,
+                            size_t n, float *q, float *w, uint8_t *rows, int32_t *sel)
+{
+    const size_t rb = dsattn_fp4_index_row_bytes(dh);
+    float *key = malloc(dh * sizeof(float));
+    for (size_t h = 0; h < nh; h++) {
+        for (size_t i = 0; i < dh; i++) {
+            float amp = ldexpf(1.0f, narrow ? up + (int)(dsattn_rng_u64(r) % 2)
+                                            : (int)(dsattn_rng_u64(r) % 12) - 6);
+            q[h * dh + i] = dsattn_round_bf16(dsattn_rng_normal(r) * amp);
+        }
+        if (h == 1) memset(q + h * dh, 0, dh * sizeof(float));   /* zero head */
+        if (h == 3 && dh >= 64)            /* one zero block beside nonzero ones */
+            memset(q + h * dh + 32, 0, 32 * sizeof(float));
+        if (h == 2 && c == 0)                                    /* extreme codes: +-6 */
+            for (size_t i = 0; i < dh; i++) q[h * dh + i] = i % 2 ? -6.0f : 6.0f;
+        dsattn_quant_fp4_ue8m0(q + h * dh, dh, NULL, NULL, q + h * dh);
+        w[h] = dsattn_round_bf16(dsattn_rng_normal(r) / 64.0f);
+    }
+    for (size_t j = 0; j < n; j++) {
+        float amp = ldexpf(1.0f, (int)(dsattn_rng_u64(r) % 30) - 15);
+        if (narrow && j % 5 == 0) amp = ldexpf(1.0f, 100);  /* past the fp32 form's range */
+        for (size_t i = 0; i < dh; i++) key[i] = dsattn_round_bf16(dsattn_rng_normal(r) * amp);
+        /* extreme keys: every code +-6 (the largest byte dots), and
+         * one all-zero row */
+        if (j % 97 == 11)
+            for (size_t i = 0; i < dh; i++) key[i] = (i % 3 ? 6.0f : -6.0f) * amp;
+        if (j == 42) memset(key, 0, dh * sizeof(float));
+        dsattn_fp4_index_pack(key, dh, rows + j * rb, NULL);
+        sel[j] = (int32_t)((j * 7919) % n);
+    }
+    free(key);
+}
+
+/* One case of the integer indexer tests with its reference scores over
+ * every row (s_ref) and over the rows sel (s_ref_at); s_fast is for the
+ * form under test. */
+typedef struct {
+    size_t nh, dh, n, rb;
+    float *q, *w, *s_ref, *s_ref_at, *s_fast;
+    uint8_t *rows;
+    int32_t *sel;
+    dsattn_kv_src src;
+} index_case;
+
+/* Case c (0..4) of those tests.  Their shapes: the last two draw narrow
+ * scales, so most keys take the exact fp32 block scaling; the others
+ * mostly the double one.  The last one's queries sit 2^12 up, so a zero
+ * block's unit (1) lies 9+ binades under the nonzero blocks' and must not
+ * count as the head's smallest. */
+static __attribute__((unused)) void index_case_make(index_case *k, dsattn_rng *r, int c,
+                                                    dsattn_ctx *ref)
+{
+    static const size_t dims[5][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 }, { 64, 128 },
+                                       { 64, 128 } };
+    const int narrow = c >= 3, up = c == 4 ? 12 : 0;
+    k->nh = dims[c][0];
+    k->dh = dims[c][1];
+    k->n = 5000;
+    k->rb = dsattn_fp4_index_row_bytes(k->dh);
+    k->q = malloc(k->nh * k->dh * sizeof(float));
+    k->w = malloc(k->nh * sizeof(float));
+    k->rows = malloc(k->n * k->rb);
+    k->s_ref = malloc(k->n * sizeof(float));
+    k->s_ref_at = malloc(k->n * sizeof(float));
+    k->s_fast = malloc(k->n * sizeof(float));
+    k->sel = malloc(k->n * sizeof(int32_t));
+    index_case_fill(r, c, narrow, up, k->nh, k->dh, k->n, k->q, k->w, k->rows, k->sel);
+    const dsattn_kv_src src = { DSATTN_KV_FP4_IDX, k->rows, k->rb, k->n, k->dh, 0 };
+    k->src = src;
+    dsattn_index_scores_bf16(ref, k->q, k->nh, k->dh, k->w, &k->src, 0, k->n, k->s_ref);
+    dsattn_index_scores_bf16_at(ref, k->q, k->nh, k->dh, k->w, &k->src, k->sel, k->n,
+                                k->s_ref_at);
+}
+
+static __attribute__((unused)) void index_case_free(index_case *k)
+{
+    free(k->q); free(k->w); free(k->rows); free(k->s_ref); free(k->s_ref_at); free(k->s_fast);
+    free(k->sel);
+}
+
 DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
 {
     /* Random FP4-QDQ queries and FP4 index keys over a wide range of
@@ -465,11 +553,6 @@ DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
     const int vnni = dsattn_index_vnni_ok(32, 128), avx2 = dsattn_index_avx2_ok(32, 128);
     if (!vnni && !avx2) { dsattn_test_skip("neither AVX-512 VNNI nor AVX2"); return; }
     dsattn_rng r = { 9 };
-    /* the last two cases draw narrow scales, so most keys take the exact
-     * fp32 block scaling; the others mostly the double one.  The last one's
-     * queries sit 2^12 up, so a zero block's unit (1) lies 9+ binades under
-     * the nonzero blocks' and must not count as the head's smallest */
-    const size_t dims[5][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 }, { 64, 128 }, { 64, 128 } };
     dsattn_ctx *ref = NULL, *fast[2] = { NULL, NULL };
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.mode = DSATTN_MODE_REFERENCE;
@@ -481,43 +564,15 @@ DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
     if (dsattn_ctx_create(&fast[1], &p) != DSATTN_OK) fast[1] = NULL;   /* no AVX-512 here */
     if (avx2 && fast[0]) CHECK(fast[0]->kt->index && !strcmp(fast[0]->kt->index->name, "avx2"));
     for (int c = 0; c < 5 && ref; c++) {
-        const int narrow = c >= 3, up = c == 4 ? 12 : 0;
-        size_t nh = dims[c][0], dh = dims[c][1], n = 5000, rb = dsattn_fp4_index_row_bytes(dh);
-        float *q = malloc(nh * dh * sizeof(float)), *w = malloc(nh * sizeof(float));
-        float *key = malloc(dh * sizeof(float));
-        uint8_t *rows = malloc(n * rb);
-        float *s_ref = malloc(n * sizeof(float)), *s_fast = malloc(n * sizeof(float));
-        float *s_ref_at = malloc(n * sizeof(float));
-        int32_t *sel = malloc(n * sizeof(int32_t));
-        for (size_t h = 0; h < nh; h++) {
-            for (size_t i = 0; i < dh; i++) {
-                float amp = ldexpf(1.0f, narrow ? up + (int)(dsattn_rng_u64(&r) % 2)
-                                                : (int)(dsattn_rng_u64(&r) % 12) - 6);
-                q[h * dh + i] = dsattn_round_bf16(dsattn_rng_normal(&r) * amp);
-            }
-            if (h == 1) memset(q + h * dh, 0, dh * sizeof(float));   /* zero head */
-            if (h == 3 && dh >= 64)            /* one zero block beside nonzero ones */
-                memset(q + h * dh + 32, 0, 32 * sizeof(float));
-            if (h == 2 && c == 0)                                    /* extreme codes: +-6 */
-                for (size_t i = 0; i < dh; i++) q[h * dh + i] = i % 2 ? -6.0f : 6.0f;
-            dsattn_quant_fp4_ue8m0(q + h * dh, dh, NULL, NULL, q + h * dh);
-            w[h] = dsattn_round_bf16(dsattn_rng_normal(&r) / 64.0f);
-        }
-        for (size_t j = 0; j < n; j++) {
-            float amp = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 30) - 15);
-            if (narrow && j % 5 == 0) amp = ldexpf(1.0f, 100);  /* past the fp32 form's range */
-            for (size_t i = 0; i < dh; i++) key[i] = dsattn_round_bf16(dsattn_rng_normal(&r) * amp);
-            /* extreme keys: every code +-6 (the largest byte dots), and
-             * one all-zero row */
-            if (j % 97 == 11)
-                for (size_t i = 0; i < dh; i++) key[i] = (i % 3 ? 6.0f : -6.0f) * amp;
-            if (j == 42) memset(key, 0, dh * sizeof(float));
-            dsattn_fp4_index_pack(key, dh, rows + j * rb, NULL);
-            sel[j] = (int32_t)((j * 7919) % n);
-        }
-        dsattn_kv_src src = { DSATTN_KV_FP4_IDX, rows, rb, n, dh, 0 };
-        dsattn_index_scores_bf16(ref, q, nh, dh, w, &src, 0, n, s_ref);
-        dsattn_index_scores_bf16_at(ref, q, nh, dh, w, &src, sel, n, s_ref_at);
+        const int narrow = c >= 3;
+        index_case k;
+        index_case_make(&k, &r, c, ref);
+        const size_t nh = k.nh, dh = k.dh, n = k.n, rb = k.rb;
+        const float *q = k.q, *w = k.w, *s_ref = k.s_ref, *s_ref_at = k.s_ref_at;
+        const uint8_t *rows = k.rows;
+        const int32_t *sel = k.sel;
+        const dsattn_kv_src src = k.src;
+        float *s_fast = k.s_fast;
         for (int t = 0; t < 2; t++) {
             if (!fast[t]) continue;
             const char *tn = dsattn_ctx_isa_name(fast[t]);
@@ -556,7 +611,7 @@ DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
                 CHECK_BITS(nm[form][f], s_fast, s_ref + 7, n - 9);
             }
         }
-        free(q); free(w); free(key); free(rows); free(s_ref); free(s_fast); free(s_ref_at); free(sel);
+        index_case_free(&k);
     }
     /* not FP4 QDQ, or a shape outside the forms: prepare refuses (the
      * caller then keeps the reference path) */
@@ -578,6 +633,45 @@ DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
     dsattn_ctx_destroy(fast[1]);
 #else
     dsattn_test_skip("the integer indexer forms exist only in x86-64 builds");
+#endif
+}
+
+DSATTN_TEST(formats, index_neon_form_bit_exact_with_reference_seed9)
+{
+    /* The NEON form of the `index` slot (aarch64 builds) on the cases of
+     * the x86 test above: called directly on every row and on selected
+     * rows, and through a fast context of the neon table, the reference
+     * score bit for bit. */
+#if defined(__aarch64__)
+    dsattn_rng r = { 9 };
+    dsattn_ctx *ref = NULL, *fast = NULL;
+    dsattn_ctx_params p = dsattn_ctx_default_params();
+    p.mode = DSATTN_MODE_REFERENCE;
+    CHECK_OK(dsattn_ctx_create(&ref, &p));
+    p.mode = DSATTN_MODE_FAST;
+    p.isa = DSATTN_ISA_NEON;
+    CHECK_OK(dsattn_ctx_create(&fast, &p));
+    CHECK(fast && fast->kt->index && !strcmp(fast->kt->index->name, "neon"));
+    for (int c = 0; c < 5 && ref && fast; c++) {
+        index_case k;
+        index_case_make(&k, &r, c, ref);
+        dsattn_index_scores_bf16(fast, k.q, k.nh, k.dh, k.w, &k.src, 0, k.n, k.s_fast);
+        CHECK_BITS("neon context", k.s_fast, k.s_ref, k.n);
+        dsattn_index_scores_bf16_at(fast, k.q, k.nh, k.dh, k.w, &k.src, k.sel, k.n, k.s_fast);
+        CHECK_BITS("neon context, selected rows", k.s_fast, k.s_ref_at, k.n);
+        static dsattn_index_vnni_q vq;
+        CHECK(dsattn_index_neon_ok(k.nh, k.dh) &&
+              dsattn_index_q_prepare(&vq, k.q, k.nh, k.dh, k.w));
+        memset(k.s_fast, 0, k.n * sizeof(float));
+        dsattn_index_neon_scores(&vq, k.rows, k.rb, NULL, 7, k.n - 9, k.s_fast);
+        CHECK_BITS("neon form, from an offset", k.s_fast, k.s_ref + 7, k.n - 9);
+        index_case_free(&k);
+    }
+    CHECK(!dsattn_index_neon_ok(80, 128) && !dsattn_index_neon_ok(16, 48));
+    dsattn_ctx_destroy(ref);
+    dsattn_ctx_destroy(fast);
+#else
+    dsattn_test_skip("the NEON form exists only in aarch64 builds");
 #endif
 }
 

@@ -1049,9 +1049,10 @@ DSATTN_TEST(kernels, every_table_of_tables_complete_with_scalar_twins)
             if (i != 2) CHECK(!t.amx && !t.bf16blk);
             CHECK(i == 1 || i == 2 || !t.sa);
             CHECK(i != 1 || (t.sa && !strcmp(t.sa->name, "avx2")));
-            /* the integer indexer: avx512 (VNNI / AMX-INT8) and avx2 */
-            CHECK(i == 1 || i == 2 || !t.index);
+            /* the integer indexer: avx512 (VNNI / AMX-INT8), avx2 and neon */
+            CHECK(i != 0 || !t.index);
             CHECK(i != 1 || (t.index && !strcmp(t.index->name, "avx2")));
+            CHECK(i != 3 || (t.index && !strcmp(t.index->name, "neon")));
             /* x86-64 builds have the AVX2 tiles, attend kernel, row decoder, exp */
             CHECK(i != 1 || (t.pgemm && t.mla && t.mha && !strcmp(t.wdq->name, "avx2") &&
                              !strcmp(t.vmath->name, "avx2")));

@@ -1,8 +1,8 @@
 /* index_vnni.h - exact integer fast paths of the lightning-indexer score
  * over FP4 index keys: the query layout they share (index_prep.c) and the
- * two forms of the `index` slot, AVX-512 VNNI / AMX-INT8
- * (index_vnni_avx512.c, which says why the integer sums are exact) and
- * AVX2 (index_avx2.c); both give the reference's bits. */
+ * forms of the `index` slot, AVX-512 VNNI / AMX-INT8
+ * (index_vnni_avx512.c, which says why the integer sums are exact), AVX2
+ * (index_avx2.c) and NEON (index_neon.c); all give the reference's bits. */
 #ifndef DSATTN_INDEX_VNNI_H
 #define DSATTN_INDEX_VNNI_H
 
@@ -82,7 +82,7 @@ void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
 
 /* The ktab slot (ktab.h): the entry points above, for algorithm code. */
 typedef struct dsattn_index_kern {
-    const char *name;                                   /* "vnni", "avx2" */
+    const char *name;                                   /* "vnni", "avx2", "neon" */
     int  (*ok)(size_t nh, size_t dh);
     int  (*prepare)(dsattn_index_vnni_q *p, const float *q, size_t nh, size_t dh,
                     const float *w);
@@ -90,9 +90,17 @@ typedef struct dsattn_index_kern {
                    const int32_t *sel, size_t j0, size_t n, float *score);
 } dsattn_index_kern;
 
-/* NULL when the build has no x86-64 path */
+/* NULL when the build has no x86-64 path (vnni, avx2) / no aarch64 path (neon) */
 extern const dsattn_index_kern *const dsattn_index_vnni_ptr;
 extern const dsattn_index_kern *const dsattn_index_avx2_ptr;
+extern const dsattn_index_kern *const dsattn_index_neon_ptr;
+
+/* The NEON form's entry points (index_neon.c, aarch64 builds; prepare is
+ * the shared one).  ok: the shape is the shared layout's. */
+int  dsattn_index_neon_ok(size_t nh, size_t dh);
+void dsattn_index_neon_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
+                              size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
+                              float *score);
 
 /* The AVX2 form's entry points (index_avx2.c; prepare is the shared one).
  * ok: the CPU has AVX2 and the shape is the VNNI form's. */

@@ -20,7 +20,7 @@
  *   amx     dsattn_amx_kern      AMX-BF16 attention/GEMM tiles the mla/sa FMA tiles (test_mla,
  *                                                              test_sparse_attn, test_pgemm)
  *   index   dsattn_index_kern    exact integer indexer scores  the reference score (test_formats)
- *                                (AVX-512 VNNI / AMX-INT8, AVX2)
+ *                                (AVX-512 VNNI / AMX-INT8, AVX2, NEON)
  *   bf16blk dsattn_amx_kern      the attention blocks over     the mla/sa FMA tiles (test_mla,
  *                                bf16 rows: amx, or the same   test_sparse_attn)
  *                                on VDPBF16PS ("bf16-dot")
@@ -41,7 +41,8 @@
  *            the V3.2 indexer's logits and the V4 / V4.1 sparse attention
  *            read bf16blk; the prefill Linear keeps amx (it has its own
  *            bf16-dot GEMM).
- *   neon     k = neon (aarch64 builds only), wdq = ref, vmath = ref, the rest NULL
+ *   neon     k, index = their NEON forms (aarch64 builds only), wdq = ref,
+ *            vmath = ref, the rest NULL
  */
 #ifndef DSATTN_KTAB_H
 #define DSATTN_KTAB_H

@@ -1,0 +1,126 @@
+/* index_neon.c - the NEON form of the `index` slot (aarch64 builds): the
+ * lightning-indexer score over FP4 index keys with exact integer byte dot
+ * products on ARMv8.0 Advanced SIMD, the same bits as the scalar reference
+ * and the x86 forms (index_vnni_avx512.c says why the integer sums are
+ * exact).
+ *
+ * Per call (one query token), from the shared query layout (index_prep.c):
+ * each head's int8 half-units in dim order, 16 KB at most.  Per key: its
+ * codes to signed half-units (-12..12) by one TBL per 16 codes (no bias:
+ * SMULL multiplies signed by signed, unlike vpdpbusd), then per 32-dim block
+ * and head the 32 byte products by SMULL / SMLAL(2) into 8 int16 lanes (each
+ * at most 4 x 12 x 12 = 576 in magnitude), four heads' lanes folded by
+ * pairwise adds (at most 2304) and widened to their four int32 block sums:
+ * exact.  Then the double scaling of the other forms (index_avx2.c,
+ * score_rows4), which gives the reference's bits for every key: per head
+ * dot = fp32 of the block sums times u_bh * s_kb fused-added in double in
+ * block order (s_kb = 2^(e - 128) from the key's UE8M0 byte e, the other
+ * forms' key_scaled); then the head weighting bf16(dot) -> relu ->
+ * bf16(* w) summed in double in 8 lanes (head h in lane h % 8), the lanes
+ * reduced as the x86 forms reduce them, rounded to fp32, then to bf16.  No
+ * fp32 shortcut for the keys that would allow it: the double form is
+ * exact for all.
+ *
+ * Limits: the shared prepare's (nh a multiple of 16 up to 64, dh a multiple
+ * of 32 up to 256).  Compiled for aarch64 only (CMakeLists.txt); absent.c
+ * holds the NULL pointer of other builds.
+ */
+#include "index_vnni.h"
+
+#include "numfmt.h"
+
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+
+int dsattn_index_neon_ok(size_t nh, size_t dh)
+{
+    return nh % 16 == 0 && nh >= 16 && nh <= 64 && dh % 32 == 0 && dh >= 32 && dh <= 256;
+}
+
+/* E2M1 code -> 2 * value: the keys' signed half-units */
+static const int8_t k_half[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+/* 2^(e - 128) as a double (the x86 forms' key_scaled: no NaN for e = 255) */
+static double key_scaled(uint8_t e)
+{
+    const uint64_t b = ((uint64_t)e + 1023 - 128) << 52;
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
+}
+
+/* Four heads' block sums over one 32-dim block: k0/k1 the key's 32
+ * half-units, q the first head's 32 bytes, the next heads dh bytes apart. */
+static inline int32x4_t block4(int8x16_t k0, int8x16_t k1, const int8_t *q, size_t dh)
+{
+    int16x8_t s[4];
+    for (int i = 0; i < 4; i++) {
+        const int8x16_t a0 = vld1q_s8(q + (size_t)i * dh), a1 = vld1q_s8(q + (size_t)i * dh + 16);
+        int16x8_t t = vmull_s8(vget_low_s8(k0), vget_low_s8(a0));
+        t = vmlal_high_s8(t, k0, a0);
+        t = vmlal_s8(t, vget_low_s8(k1), vget_low_s8(a1));
+        s[i] = vmlal_high_s8(t, k1, a1);
+    }
+    /* [s0 s1] pairs, [s2 s3] pairs, then two lanes a head, widened */
+    const int16x8_t u = vpaddq_s16(vpaddq_s16(s[0], s[1]), vpaddq_s16(s[2], s[3]));
+    return vpaddlq_s16(u);
+}
+
+static void scores_neon(const dsattn_index_vnni_q *p, const uint8_t *base, size_t rb,
+                        const int32_t *sel, size_t j0, size_t n, float *score)
+{
+    const size_t nh = p->nh, dh = p->dh, nb = dh / 32;
+    int8_t qh[64 * 256] __attribute__((aligned(16)));          /* [h][dh] */
+    for (size_t d = 0; d < dh; d++)
+        for (size_t h = 0; h < nh; h++) qh[h * dh + d] = p->qb[((d / 4) * 64 + h) * 4 + d % 4];
+    const int8x16_t lut = vld1q_s8(k_half);
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    for (size_t j = 0; j < n; j++) {
+        const uint8_t *row = base + (sel ? (size_t)sel[j] : j0 + j) * rb;
+        int8_t kb[256] __attribute__((aligned(16)));
+        for (size_t c = 0; c < dh / 2; c += 16) {     /* the even element in the low nibble */
+            const uint8x16_t x = vld1q_u8(row + c);
+            const uint8x16_t lo = vandq_u8(x, m4), hi = vshrq_n_u8(x, 4);
+            vst1q_s8(kb + 2 * c, vqtbl1q_s8(lut, vzip1q_u8(lo, hi)));
+            vst1q_s8(kb + 2 * c + 16, vqtbl1q_s8(lut, vzip2q_u8(lo, hi)));
+        }
+        double td[64];
+        for (size_t b = 0; b < nb; b++) {
+            const double ks = key_scaled(row[dh / 2 + b]);
+            const int8x16_t k0 = vld1q_s8(kb + 32 * b), k1 = vld1q_s8(kb + 32 * b + 16);
+            for (size_t h = 0; h < nh; h += 4) {
+                int32_t sv[4];
+                vst1q_s32(sv, block4(k0, k1, qh + h * dh + 32 * b, dh));
+                for (size_t i = 0; i < 4; i++) {
+                    /* corr * u_q * s_k exact in double, one fused add */
+                    const double uk = p->unitd[b * 64 + h + i] * ks;
+                    td[h + i] = fma((double)sv[i], uk, b ? td[h + i] : 0.0);
+                }
+            }
+        }
+        /* the head weighting in the x86 forms' lanes and reduction tree */
+        double lane[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+        for (size_t h = 0; h < nh; h++) {
+            const float dd = dsattn_round_bf16((float)td[h]);
+            const float r = dd > 0.0f ? dd : 0.0f;
+            lane[h % 8] += (double)dsattn_round_bf16(r * p->w[h]);
+        }
+        const double t3[4] = { lane[4] + lane[0], lane[5] + lane[1], lane[6] + lane[2],
+                               lane[7] + lane[3] };
+        const double t6[2] = { t3[2] + t3[0], t3[3] + t3[1] };
+        score[j] = dsattn_round_bf16((float)(t6[0] + t6[1]));
+    }
+}
+
+void dsattn_index_neon_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
+                              size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
+                              float *score)
+{
+    scores_neon(p, base, row_bytes, sel, j0, n, score);
+}
+
+static const dsattn_index_kern index_neon = {
+    "neon", dsattn_index_neon_ok, dsattn_index_q_prepare, dsattn_index_neon_scores,
+};
+const dsattn_index_kern *const dsattn_index_neon_ptr = &index_neon;
