@@ -11,8 +11,9 @@
  * and head the 32 byte products by SMULL / SMLAL(2) into 8 int16 lanes (each
  * at most 4 x 12 x 12 = 576 in magnitude), four heads' lanes folded by
  * pairwise adds (at most 2304) and widened to their four int32 block sums:
- * exact.  Then the double scaling of the other forms (index_avx2.c,
- * score_rows4), which gives the reference's bits for every key: per head
+ * exact.  Then, four heads a step in float64x2 / float32x4 lanes, the
+ * double scaling of the other forms (index_avx2.c, score_rows4), which
+ * gives the reference's bits for every key: per head
  * dot = fp32 of the block sums times u_bh * s_kb fused-added in double in
  * block order (s_kb = 2^(e - 128) from the key's UE8M0 byte e, the other
  * forms' key_scaled); then the head weighting bf16(dot) -> relu ->
@@ -55,6 +56,7 @@ static double key_scaled(uint8_t e)
 static inline int32x4_t block4(int8x16_t k0, int8x16_t k1, const int8_t *q, size_t dh)
 {
     int16x8_t s[4];
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         const int8x16_t a0 = vld1q_s8(q + (size_t)i * dh), a1 = vld1q_s8(q + (size_t)i * dh + 16);
         int16x8_t t = vmull_s8(vget_low_s8(k0), vget_low_s8(a0));
@@ -65,6 +67,16 @@ static inline int32x4_t block4(int8x16_t k0, int8x16_t k1, const int8_t *q, size
     /* [s0 s1] pairs, [s2 s3] pairs, then two lanes a head, widened */
     const int16x8_t u = vpaddq_s16(vpaddq_s16(s[0], s[1]), vpaddq_s16(s[2], s[3]));
     return vpaddlq_s16(u);
+}
+
+/* round to bf16, nearest even (dsattn_round_bf16 for the values that reach
+ * it here: numbers, infinities and quiet NaNs with a zero low half) */
+static inline float32x4_t rbf16x4(float32x4_t x)
+{
+    const uint32x4_t u = vreinterpretq_u32_f32(x);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), lsb);
+    return vreinterpretq_f32_u32(vandq_u32(r, vdupq_n_u32(0xffff0000u)));
 }
 
 static void scores_neon(const dsattn_index_vnni_q *p, const uint8_t *base, size_t rb,
@@ -85,31 +97,39 @@ static void scores_neon(const dsattn_index_vnni_q *p, const uint8_t *base, size_
             vst1q_s8(kb + 2 * c, vqtbl1q_s8(lut, vzip1q_u8(lo, hi)));
             vst1q_s8(kb + 2 * c + 16, vqtbl1q_s8(lut, vzip2q_u8(lo, hi)));
         }
-        double td[64];
+        float64x2_t td[32];                          /* heads 2i, 2i + 1 */
         for (size_t b = 0; b < nb; b++) {
             const double ks = key_scaled(row[dh / 2 + b]);
             const int8x16_t k0 = vld1q_s8(kb + 32 * b), k1 = vld1q_s8(kb + 32 * b + 16);
             for (size_t h = 0; h < nh; h += 4) {
-                int32_t sv[4];
-                vst1q_s32(sv, block4(k0, k1, qh + h * dh + 32 * b, dh));
-                for (size_t i = 0; i < 4; i++) {
-                    /* corr * u_q * s_k exact in double, one fused add */
-                    const double uk = p->unitd[b * 64 + h + i] * ks;
-                    td[h + i] = fma((double)sv[i], uk, b ? td[h + i] : 0.0);
-                }
+                const int32x4_t s = block4(k0, k1, qh + h * dh + 32 * b, dh);
+                const float64x2_t s0 = vcvtq_f64_s64(vmovl_s32(vget_low_s32(s)));
+                const float64x2_t s1 = vcvtq_f64_s64(vmovl_high_s32(s));
+                /* corr * u_q * s_k exact in double, one fused add each */
+                const float64x2_t u0 = vmulq_n_f64(vld1q_f64(p->unitd + b * 64 + h), ks);
+                const float64x2_t u1 = vmulq_n_f64(vld1q_f64(p->unitd + b * 64 + h + 2), ks);
+                const float64x2_t z = vdupq_n_f64(0.0);
+                td[h / 2] = vfmaq_f64(b ? td[h / 2] : z, s0, u0);
+                td[h / 2 + 1] = vfmaq_f64(b ? td[h / 2 + 1] : z, s1, u1);
             }
         }
-        /* the head weighting in the x86 forms' lanes and reduction tree */
-        double lane[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
-        for (size_t h = 0; h < nh; h++) {
-            const float dd = dsattn_round_bf16((float)td[h]);
-            const float r = dd > 0.0f ? dd : 0.0f;
-            lane[h % 8] += (double)dsattn_round_bf16(r * p->w[h]);
+        /* the head weighting in the x86 forms' lanes and reduction tree:
+         * lane[l] (l = h % 8) in L[l / 2] */
+        float64x2_t L[4] = { vdupq_n_f64(0.0), vdupq_n_f64(0.0), vdupq_n_f64(0.0),
+                             vdupq_n_f64(0.0) };
+        for (size_t h = 0; h < nh; h += 4) {
+            const float32x4_t dot = vcvt_high_f32_f64(vcvt_f32_f64(td[h / 2]), td[h / 2 + 1]);
+            const float32x4_t dd = rbf16x4(dot);
+            const float32x4_t r = vbslq_f32(vcgtq_f32(dd, vdupq_n_f32(0.0f)), dd,
+                                            vdupq_n_f32(0.0f));  /* NaN -> 0 as dd > 0 ? dd : 0 */
+            const float32x4_t pr = rbf16x4(vmulq_f32(r, vld1q_f32(p->w + h)));
+            const size_t l = h % 8 / 2;
+            L[l] = vaddq_f64(L[l], vcvt_f64_f32(vget_low_f32(pr)));
+            L[l + 1] = vaddq_f64(L[l + 1], vcvt_high_f64_f32(pr));
         }
-        const double t3[4] = { lane[4] + lane[0], lane[5] + lane[1], lane[6] + lane[2],
-                               lane[7] + lane[3] };
-        const double t6[2] = { t3[2] + t3[0], t3[3] + t3[1] };
-        score[j] = dsattn_round_bf16((float)(t6[0] + t6[1]));
+        /* t3 = lanes 4-7 + lanes 0-3, t6 = its upper half + its lower */
+        const float64x2_t t6 = vaddq_f64(vaddq_f64(L[3], L[1]), vaddq_f64(L[2], L[0]));
+        score[j] = dsattn_round_bf16((float)(vgetq_lane_f64(t6, 0) + vgetq_lane_f64(t6, 1)));
     }
 }
 
