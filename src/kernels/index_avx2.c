@@ -164,7 +164,8 @@ static void aux_prepare(const dsattn_index_vnni_q *p, idx_aux *a)
             const int32_t bias = p->nbias[b * 64 + h];
             a->nb16[(b * 64 + h) * 2] = (int16_t)(bias >> 1);
             a->nb16[(b * 64 + h) * 2 + 1] = (int16_t)(bias - (bias >> 1));
-            /* sh + s <= 8 for every key that takes this path */
+            /* a fit key reads only rows with sh + s <= 8; the others are
+             * clamped so they stay int16 */
             for (int ks = 0; ks < IDX_KSH; ks++) {
                 const int t = sh + ks > 14 ? 14 : sh + ks;
                 a->qms[((b * IDX_KSH + (size_t)ks) * 64 + h) * 2] =
