@@ -27,7 +27,12 @@
  *    32 bytes are 16 dims of one key; decoded once (even / odd dims) they
  *    feed 2 FMAs per head with p broadcast, accumulators in registers over
  *    the tile: 6 or 4 heads x 16 dims, 2 x 32 or 1 x 64.
- *  - software prefetch of the tile 2 K tiles / 1 V tile ahead.
+ *  - software prefetch of the tile 2 K tiles / 1 V tile ahead, with the
+ *    T1 hint: on AMD Zen 4 (in-process A/B, docs/mha.md) the T0 form was
+ *    1.2-1.3x slower at 64K keys, on Zen 3 the same.  Likely: a tile's 128
+ *    prefetches come in a burst and a T0 one holds an L1 miss buffer until
+ *    its line arrives; T1 lines go to L2, whose refill at the load the
+ *    FMAs hide.
  * Each key's score is one FMA chain over the dims in order and each head's
  * output one chain over the keys in order, whatever the batch: the heads
  * of a group are only ever batched, never mixed (GQA == MHA bit for bit).
@@ -77,7 +82,7 @@ INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint1
             ve[b] = _mm256_castsi256_ps(e);
             vo[b] = _mm256_castsi256_ps(_mm256_blend_epi16(x, e, 0x55));
         }
-        if (pf) _mm_prefetch((const char *)(pf + i * KT), _MM_HINT_T0);
+        if (pf) _mm_prefetch((const char *)(pf + i * KT), _MM_HINT_T1);
         UNROLL for (int h = 0; h < NH; h++) {
             const __m256 qb = _mm256_broadcast_ss(q + (size_t)h * d + i);
             UNROLL for (int b = 0; b < NB; b++) {
@@ -232,7 +237,7 @@ INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, 
             else x = _mm256_loadu_si256((const __m256i *)(base[u] + j * 32));
             /* one line per key and 32-dim block: the even quarter asks */
             if (pf && ((u0 + u) & 1) == 0)
-                _mm_prefetch((const char *)(pf + (u0 + u) / 2 * 32 * PVC + j * 32), _MM_HINT_T0);
+                _mm_prefetch((const char *)(pf + (u0 + u) / 2 * 32 * PVC + j * 32), _MM_HINT_T1);
             const __m256i e = _mm256_slli_epi32(x, 16);
             ve[u] = _mm256_castsi256_ps(e);
             vo[u] = _mm256_castsi256_ps(_mm256_blend_epi16(x, e, 0x55));
