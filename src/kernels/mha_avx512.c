@@ -22,7 +22,9 @@
  *    the V pass computes p_j = bf16(exp(s_j - max) / sum) per chunk from
  *    the global max and sum: the roundings of the contract are all there,
  *    only the order of the fp32 sums differs from the plain C path.
- *  - software prefetch of the tile / rows a few KB ahead.
+ *  - software prefetch of the tile / rows a few KB ahead, hint T1 (into L2:
+ *    on the Xeon the same as T0, on AMD Zen 4 1.04-1.2x faster at 64K keys;
+ *    docs/mha.md).
  * Each head's arithmetic is the same whatever G is (heads are only ever
  * batched, never mixed), which the GQA == MHA test checks bit for bit.
  * Not here: threading (the caller gives each thread whole KV heads).
@@ -83,7 +85,7 @@ INLINE void score_tile(const float *q, size_t d, const uint16_t *kt, size_t w, s
             x = _mm512_maskz_loadu_epi16(km, kt + i * w);
         } else {
             x = _mm512_loadu_si512(kt + i * KT);
-            if (pf) _mm_prefetch((const char *)(pf + i * KT), _MM_HINT_T0);
+            if (pf) _mm_prefetch((const char *)(pf + i * KT), _MM_HINT_T1);
         }
         /* lane e of ve = key 2e, of vo = key 2e+1 (bf16 -> fp32 is exact) */
         const __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
@@ -206,7 +208,7 @@ INLINE void pv_chunk(const float *pb, const uint16_t *vt, size_t w, size_t nk, f
             __m512i x;
             if (MASKED) x = _mm512_maskz_loadu_epi16(bm[b + u], base[u] + j * st[u]);
             else x = _mm512_loadu_si512(base[u] + j * 32);
-            if (pf) _mm_prefetch((const char *)(pf + (b + u) * 32 * PVC + j * 32), _MM_HINT_T0);
+            if (pf) _mm_prefetch((const char *)(pf + (b + u) * 32 * PVC + j * 32), _MM_HINT_T1);
             ve[u] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
             vo[u] = _mm512_castsi512_ps(_mm512_and_si512(x, him));
         }
