@@ -114,7 +114,11 @@ AI __m256 bf16x8(__m128i h)
 
 /* R rows (4 or 1) of W . x, W fp32 or (BF) bf16, one FMA chain a lane per
  * row; the next R rows are prefetched one 64-byte line per row a step
- * that starts a line. */
+ * that starts a line: into L1 when they are at most 16 KB ahead, else into
+ * L2 (T1).  Lines prefetched into L1 R * k * es bytes ahead are evicted
+ * before use once that passes L1's size: on a Zen 4 core, one thread,
+ * 8192 x 8192 bf16 read 12-14 GB/s with T0 and 24-25 with T1; 1280-wide
+ * rows (10 KB ahead) read the same either way, T0 a little ahead. */
 AI void gemv_rows(const void *W, size_t k, const float *x, float *y, const int R, const int BF)
 {
     const size_t es = BF ? 2 : 4;                   /* bytes an element */
@@ -126,8 +130,11 @@ AI void gemv_rows(const void *W, size_t k, const float *x, float *y, const int R
         __m256 xv = _mm256_loadu_ps(x + i);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            if (!(i & (BF ? 24 : 8)))       /* next step's rows, one line per row per 64 B */
-                _mm_prefetch(Wb + R * k * es + (i / (64 / es) * R + r) * 64, _MM_HINT_T0);
+            if (!(i & (BF ? 24 : 8))) {     /* next step's rows, one line per row per 64 B */
+                const char *pl = Wb + R * k * es + (i / (64 / es) * R + r) * 64;
+                if (R * k * es <= 16384) _mm_prefetch(pl, _MM_HINT_T0);
+                else                     _mm_prefetch(pl, _MM_HINT_T1);
+            }
             const char *wr = Wb + (r * k + i) * es;
             const __m256 wv = BF ? bf16x8(_mm_loadu_si128((const __m128i *)wr))
                                  : _mm256_loadu_ps((const float *)wr);
