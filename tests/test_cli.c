@@ -312,6 +312,39 @@ DSATTN_TEST(cli, run_batch)
     CHECK_EQ_INT(run_cmd(zero, err, sizeof err), 2);
 }
 
+/* bench mha --weights: layer 0 of a Llama-layout checkpoint (make-weights
+ * --names hf) instead of the random 7B / 67B layers; --config only with
+ * --weights; a missing checkpoint is an error naming it, before any table. */
+DSATTN_TEST(cli, bench_mha_weights)
+{
+    char err[8192], dir[80];
+    snprintf(dir, sizeof dir, "/tmp/dsattn_test_cli_mhaw_%d", (int)getpid());
+    const char *cfg = tiny_llama();
+    CHECK(cfg != NULL);
+    char *mk[] = { "dsattn", "make-weights", "--config", (char *)cfg, "--seed", "3", "--names",
+                   "hf", "--out", dir, NULL };
+    CHECK_MSG(run_cli(mk, err, sizeof err) == 0, "make-weights: %s", err);
+    char *ok[] = { "dsattn", "bench", "mha", "--weights", dir, "--depth", "64,100", "--threads",
+                   "1", "--reps", "1", NULL };
+    CHECK_MSG(run_cli(ok, err, sizeof err) == 0, "exit != 0: %s", err);
+    CHECK_MSG(strstr(err, "3 layers") && strstr(err, "weights mapped from") &&
+                  strstr(err, "[2/2] checkpoint depth 100"), "%s", err);
+    char *withcfg[] = { "dsattn", "bench", "mha", "--weights", dir, "--config", (char *)cfg,
+                        "--depth", "64", "--threads", "1", "--reps", "1", NULL };
+    CHECK_MSG(run_cli(withcfg, err, sizeof err) == 0, "exit != 0: %s", err);
+    char *lone[] = { "dsattn", "bench", "mha", "--config", (char *)cfg, "--depth", "64", NULL };
+    CHECK_EQ_INT(run_cli(lone, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "--config goes with --weights"), "%s", err);
+    char *bad[] = { "dsattn", "bench", "mha", "--weights", "/nonexistent/w.safetensors",
+                    "--depth", "64", "--threads", "1", NULL };
+    CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);
+    CHECK_MSG(strstr(err, "/nonexistent/w.safetensors") && !strstr(err, "[1/"), "%s", err);
+    char rm[160];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    CHECK_EQ_INT(system(rm), 0);
+    unlink(cfg);
+}
+
 /* bench v41 --weights: a checkpoint's own weights, memory-mapped, instead
  * of random ones (stderr says which); a missing one is an error naming it. */
 DSATTN_TEST(cli, bench_v41_weights)

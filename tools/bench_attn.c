@@ -9,7 +9,10 @@
  * contexts come from dsattn_mha_seq_fill_synthetic (random bf16 rows), as
  * the output says.  Before anything is timed, the fast step is checked
  * against the reference step on the same cache at a short depth.
- * Deliberately not here: targets enforced as failures (they are reported).
+ * --weights PATH times layer 0 of a checkpoint (dsattn_mha_load: HF Llama
+ * names, its config.json unless --config) instead of the random 7B / 67B
+ * layers.  Deliberately not here: targets enforced as failures (they are
+ * reported).
  */
 #include "bench_util.h"
 #include "cli_num.h"
@@ -56,93 +59,139 @@ static dsattn_status mha_step(dsattn_ctx *ctx, void *p)
     return dsattn_mha_attn_forward(ctx, a->s, 0, a->x, 1, a->y);
 }
 
+/* Verify, then time one model's layer 0 at every depth, thread count and
+ * rep count of o; rows labelled model / variant.  Returns nonzero if any
+ * case failed. */
+static int bench_model(dsattn_bench_table *t, const dsattn_mha *m, const char *model,
+                       const char *variant, const char *what, const dsattn_bench_opts *o,
+                       int *done, int total, double t_start)
+{
+    if (verify(m, o->seed)) {
+        fprintf(stderr, "bench mha: %s: fast path disagrees with reference; not timing\n", what);
+        return 1;
+    }
+    int rc = 0;
+    const uint64_t seed = o->seed;
+    const size_t dim = (size_t)dsattn_mha_dim(m);
+    float *x = dsattn_cli_rand_bf16(dim, seed + 1, 3), *y = calloc(dim, sizeof(float));
+    if (!x || !y) rc = 1;
+    for (int di = 0; di < o->nd && x && y; di++) {
+        const long long depth = o->depth[di];
+        dsattn_mha_seq *s = NULL;
+        if (dsattn_mha_seq_create_layers(&s, m, (size_t)depth + 1, 0, 1) ||
+            dsattn_mha_seq_fill_synthetic(s, depth, seed + (uint64_t)di)) {
+            fprintf(stderr, "bench mha: cannot hold depth %lld\n", depth);
+            dsattn_mha_seq_destroy(s);
+            rc = 1;
+            continue;
+        }
+        dsattn_kv_bill kb = { 0 };
+        dsattn_mha_seq_kv_bill(s, &kb);
+        for (int ti = 0; ti < o->nt; ti++)
+            for (int ri = 0; ri < o->nr; ri++) {
+                fprintf(stderr, "bench mha: [%d/%d] %s depth %lld, %lld threads (%.0f s so far)\n",
+                        ++*done, total, what, depth, o->thr[ti], dsattn_bench_now() - t_start);
+                dsattn_ctx *ctx = NULL;
+                dsattn_ctx_params p = dsattn_ctx_default_params();
+                p.n_threads = (int)o->thr[ti];
+                if (dsattn_ctx_create(&ctx, &p)) { rc = 1; continue; }
+                dsattn_bench_result r;
+                memset(&r, 0, sizeof r);
+                snprintf(r.model, sizeof r.model, "%s", model);
+                snprintf(r.variant, sizeof r.variant, "%s", variant);
+                r.depth = depth;
+                r.kv_bytes = kb.global_bytes_per_token;
+                mha_step_arg a = { s, x, y };
+                dsattn_status st = dsattn_bench_time(ctx, mha_step, &a, (int)o->reps[ri], &r);
+                if (st) { fprintf(stderr, "bench mha: %s\n", dsattn_status_str(st)); rc = 1; }
+                else dsattn_bench_row(t, &r);
+                dsattn_ctx_destroy(ctx);
+            }
+        dsattn_mha_seq_destroy(s);
+    }
+    free(x);
+    free(y);
+    return rc;
+}
+
 int dsattn_bench_mha(int argc, char **argv)
 {
     static const char usage[] =
         "usage: dsattn bench mha [--model 7b,67b] [--depth 16K,64K,128K] [--threads 1,2]\n"
         "                        [--reps 3] [--configs DIR] [--seed S] [--format md|csv|json]\n"
+        "                        [--weights PATH (a checkpoint's layer 0 instead of --model's\n"
+        "                         random layers; its config.json unless --config PATH)]\n"
         "One MHA (DeepSeek-LLM-7B) / GQA (67B) layer at real dims decoding one token\n"
         "over a synthetically filled bf16 cache; GB/s vs the DRAM read bandwidth.\n"
         "Every list is cross-multiplied; one warm-up step, then reps timed steps.\n";
     dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
                             DSATTN_BENCH_MD, "7b,67b", { 16384, 65536, 131072 }, { 1, 2 },
-                            { 3 }, 3, 2, 1, 1, 0, { 1 }, 0 };
+                            { 3 }, 3, 2, 1, 1, 0, { 1 }, 0, NULL, NULL };
     int pr = dsattn_bench_parse_opts("mha", argc, argv, &o, usage);
     if (pr) return pr == 1 ? 0 : pr;
-    const char *configs = o.configs, *models = o.models;
-    const dsattn_bench_fmt fmt = o.fmt;
-    const long long *depths = o.depth, *thr = o.thr, *reps = o.reps;
-    const int nd = o.nd, nt = o.nt, nr = o.nr;
-    const uint64_t seed = o.seed;
     const char *names[2] = { "7b", "67b" };
-    int nm = dsattn_bench_in_list(models, names[0]) + dsattn_bench_in_list(models, names[1]);
+    int nm = o.weights ? 1
+                       : dsattn_bench_in_list(o.models, names[0]) +
+                             dsattn_bench_in_list(o.models, names[1]);
     if (!nm) { fprintf(stderr, "bench mha: --model takes 7b, 67b\n"); return 2; }
+    /* a checkpoint is opened (and refused) before anything is printed */
+    dsattn_mha *cm = NULL;
+    if (o.weights) {
+        char err[512] = "";
+        const double t0 = dsattn_bench_now();
+        if (dsattn_mha_load(&cm, o.config, o.weights, err, sizeof err)) {
+            fprintf(stderr, "bench mha: %s\n", err);
+            return 1;
+        }
+        fprintf(stderr, "bench mha: %d layers, %.3f GB of weights mapped from %s in %.1f s; "
+                        "timing layer 0\n",
+                dsattn_mha_n_layers(cm), (double)dsattn_mha_weight_bytes(cm) / 1e9, o.weights,
+                dsattn_bench_now() - t0);
+    }
     const char *isa = dsattn_bench_isa_label();
-    dsattn_bench_table t = { "mha",
-        "One attention layer decoding one token at real dims (bf16 weights and cache; synthetic "
-        "cache fill to each depth); bytes = cache + the layer's weights, counted by the kernels. "
-        "KV B/token = the layer's bill (bf16 K and V of its KV heads).",
-        fmt, 0, { NULL }, { NULL }, 0, "", NULL };
+    char title[1024];
+    if (o.weights)
+        snprintf(title, sizeof title,
+                 "Layer 0 of the checkpoint %.400s (weights as stored, bf16 cache; synthetic cache "
+                 "fill to each depth) decoding one token; bytes = cache + the layer's weights, "
+                 "counted by the kernels. KV B/token = the layer's bill (bf16 K and V of its KV "
+                 "heads).", o.weights);
+    else
+        snprintf(title, sizeof title, "%s",
+                 "One attention layer decoding one token at real dims (bf16 weights and cache; "
+                 "synthetic cache fill to each depth); bytes = cache + the layer's weights, "
+                 "counted by the kernels. KV B/token = the layer's bill (bf16 K and V of its KV "
+                 "heads).");
+    dsattn_bench_table t = { "mha", title, o.fmt, 0, { NULL }, { NULL }, 0, "", NULL };
     dsattn_bench_begin(&t, isa);
-    int rc = 0, done = 0, total = nm * nd * nt * nr;
+    int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr;
     double t_start = dsattn_bench_now();
-    for (int mi = 0; mi < 2; mi++) {
-        if (!dsattn_bench_in_list(models, names[mi])) continue;
+    if (cm) {
+        char model[48], variant[64];
+        snprintf(model, sizeof model, "checkpoint (dim %d)", dsattn_mha_dim(cm));
+        snprintf(variant, sizeof variant, "%s %dx%d, bf16 cache",
+                 dsattn_mha_n_kv_heads(cm) < dsattn_mha_n_heads(cm) ? "GQA" : "MHA",
+                 dsattn_mha_n_heads(cm), dsattn_mha_head_dim(cm));
+        rc |= bench_model(&t, cm, model, variant, "checkpoint", &o, &done, total, t_start);
+        dsattn_mha_destroy(cm);
+    }
+    for (int mi = 0; mi < 2 && !o.weights; mi++) {
+        if (!dsattn_bench_in_list(o.models, names[mi])) continue;
         char cfg[1024], err[512] = "";
-        snprintf(cfg, sizeof cfg, "%s/deepseek-llm-%s.json", configs, names[mi]);
+        snprintf(cfg, sizeof cfg, "%s/deepseek-llm-%s.json", o.configs, names[mi]);
         dsattn_mha *m = NULL;
-        if (dsattn_mha_create_random_layers(&m, cfg, seed, 0, 1, err, sizeof err)) {
+        if (dsattn_mha_create_random_layers(&m, cfg, o.seed, 0, 1, err, sizeof err)) {
             fprintf(stderr, "bench mha: %s\n", err);
             rc = 1;
             continue;
         }
-        if (verify(m, seed)) {
-            fprintf(stderr, "bench mha: %s fast path disagrees with reference; not timing\n", cfg);
-            dsattn_mha_destroy(m);
-            rc = 1;
-            continue;
-        }
-        const size_t dim = (size_t)dsattn_mha_dim(m);
-        float *x = dsattn_cli_rand_bf16(dim, seed + 1, 3), *y = calloc(dim, sizeof(float));
-        for (int di = 0; di < nd && x && y; di++) {
-            dsattn_mha_seq *s = NULL;
-            if (dsattn_mha_seq_create_layers(&s, m, (size_t)depths[di] + 1, 0, 1) ||
-                dsattn_mha_seq_fill_synthetic(s, depths[di], seed + (uint64_t)di)) {
-                fprintf(stderr, "bench mha: cannot hold depth %lld\n", depths[di]);
-                dsattn_mha_seq_destroy(s);
-                rc = 1;
-                continue;
-            }
-            dsattn_kv_bill kb = { 0 };
-            dsattn_mha_seq_kv_bill(s, &kb);
-            for (int ti = 0; ti < nt; ti++)
-                for (int ri = 0; ri < nr; ri++) {
-                    fprintf(stderr, "bench mha: [%d/%d] %s depth %lld, %lld threads (%.0f s so far)\n",
-                            ++done, total, names[mi], depths[di], thr[ti], dsattn_bench_now() - t_start);
-                    dsattn_ctx *ctx = NULL;
-                    dsattn_ctx_params p = dsattn_ctx_default_params();
-                    p.n_threads = (int)thr[ti];
-                    if (dsattn_ctx_create(&ctx, &p)) { rc = 1; continue; }
-                    dsattn_bench_result r;
-                    memset(&r, 0, sizeof r);
-                    snprintf(r.model, sizeof r.model, "DeepSeek-LLM-%s", mi ? "67B" : "7B");
-                    snprintf(r.variant, sizeof r.variant, "%s, bf16 cache", mi ? "GQA" : "MHA");
-                    r.depth = depths[di];
-                    r.kv_bytes = kb.global_bytes_per_token;
-                    mha_step_arg a = { s, x, y };
-                    dsattn_status st = dsattn_bench_time(ctx, mha_step, &a, (int)reps[ri], &r);
-                    if (st) { fprintf(stderr, "bench mha: %s\n", dsattn_status_str(st)); rc = 1; }
-                    else dsattn_bench_row(&t, &r);
-                    dsattn_ctx_destroy(ctx);
-                }
-            dsattn_mha_seq_destroy(s);
-        }
-        free(x);
-        free(y);
+        rc |= bench_model(&t, m, mi ? "DeepSeek-LLM-67B" : "DeepSeek-LLM-7B",
+                          mi ? "GQA, bf16 cache" : "MHA, bf16 cache", names[mi], &o, &done, total,
+                          t_start);
         dsattn_mha_destroy(m);
     }
     char note[1024];
-    dsattn_bench_limits_note(note, sizeof note, thr, nt, 0);
+    dsattn_bench_limits_note(note, sizeof note, o.thr, o.nt, 0);
     dsattn_bench_end(&t, note);
     return rc;
 }

@@ -362,7 +362,7 @@ int dsattn_bench_mla(int argc, char **argv)
         "Checked against reference mode first.\n";
     dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
                DSATTN_BENCH_MD, "v3,v3-fp8,v3.2", { 4096, 32768, 131072 }, { 1, 2 }, { 3 },
-               3, 2, 1, 1, 0, { 1 }, 1 };
+               3, 2, 1, 1, 0, { 1 }, 1, NULL, NULL };
     int pr = dsattn_bench_parse_opts("mla", argc, argv, &o, usage);
     if (pr) return pr == 1 ? 0 : pr;
     t_start = dsattn_bench_now();
@@ -552,7 +552,7 @@ int dsattn_bench_v4(int argc, char **argv)
     }
     dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
                DSATTN_BENCH_MD, "csa,hca", { 4096, 65536, 262144, 1048576 }, { 1, 2 }, { 3 },
-               4, 2, 1, 1, 0, { 1 }, 1 };
+               4, 2, 1, 1, 0, { 1 }, 1, NULL, NULL };
     int pr = dsattn_bench_parse_opts("v4", ac, av, &o, usage);
     free(av);
     if (pr) return pr == 1 ? 0 : pr;
@@ -819,7 +819,7 @@ int dsattn_bench_short(const char *configs, int threads)
     else if (mla_verify(m, c, seed)) { fprintf(stderr, "bench: V3 not timed\n"); rc = 1; }
     else {
         dsattn_bench_opts o = { configs, DSATTN_BENCH_MD, c->key, { dmla }, { T }, { reps }, 1, 1,
-                                1, seed, 0, { 1 }, 1 };
+                                1, seed, 0, { 1 }, 1, NULL, NULL };
         int done = 0;
         rc |= mla_rows(&o, c, m, &t, &done, 1);
     }

@@ -601,6 +601,8 @@ int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_benc
         else if (!strcmp(a, "--batch") && mla)
             rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_BATCH, 0, o->batch,
                                  DSATTN_BENCH_MAXL, &o->nb);
+        else if (!strcmp(a, "--weights") && mha) o->weights = v;
+        else if (!strcmp(a, "--config") && mha) o->config = v;
         else if (!strcmp(a, "--model")) o->models = v;
         else if (!strcmp(a, "--configs")) o->configs = v;
         else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64(who, a, v, &o->seed);
@@ -614,6 +616,11 @@ int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_benc
             return 2;
         }
         if (rc) return rc;
+    }
+    if (o->config && !o->weights) {
+        fprintf(stderr, "bench %s: --config goes with --weights (the config of a checkpoint)\n",
+                mode);
+        return 2;
     }
     if (o->nd <= 0 || o->nt <= 0 || o->nr <= 0) {
         fprintf(stderr, "bench %s: --depth/--threads/--reps take comma lists of positive "
