@@ -335,6 +335,10 @@ DSATTN_TEST(cli, bench_mha_weights)
     char *lone[] = { "dsattn", "bench", "mha", "--config", (char *)cfg, "--depth", "64", NULL };
     CHECK_EQ_INT(run_cli(lone, err, sizeof err), 2);
     CHECK_MSG(strstr(err, "--config goes with --weights"), "%s", err);
+    char *both[] = { "dsattn", "bench", "mha", "--weights", dir, "--model", "7b", "--depth", "64",
+                     NULL };
+    CHECK_EQ_INT(run_cli(both, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "--model and --weights"), "%s", err);
     char *bad[] = { "dsattn", "bench", "mha", "--weights", "/nonexistent/w.safetensors",
                     "--depth", "64", "--threads", "1", NULL };
     CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);

@@ -62,7 +62,7 @@ static dsattn_status mha_step(dsattn_ctx *ctx, void *p)
 /* Verify, then time one model's layer 0 at every depth, thread count and
  * rep count of o; rows labelled model / variant.  Returns nonzero if any
  * case failed. */
-static int bench_model(dsattn_bench_table *t, const dsattn_mha *m, const char *model,
+static int time_layer(dsattn_bench_table *t, const dsattn_mha *m, const char *model,
                        const char *variant, const char *what, const dsattn_bench_opts *o,
                        int *done, int total, double t_start)
 {
@@ -124,11 +124,17 @@ int dsattn_bench_mha(int argc, char **argv)
         "One MHA (DeepSeek-LLM-7B) / GQA (67B) layer at real dims decoding one token\n"
         "over a synthetically filled bf16 cache; GB/s vs the DRAM read bandwidth.\n"
         "Every list is cross-multiplied; one warm-up step, then reps timed steps.\n";
+    static const char all_models[] = "7b,67b";
     dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
-                            DSATTN_BENCH_MD, "7b,67b", { 16384, 65536, 131072 }, { 1, 2 },
+                            DSATTN_BENCH_MD, all_models, { 16384, 65536, 131072 }, { 1, 2 },
                             { 3 }, 3, 2, 1, 1, 0, { 1 }, 0, NULL, NULL };
     int pr = dsattn_bench_parse_opts("mha", argc, argv, &o, usage);
     if (pr) return pr == 1 ? 0 : pr;
+    if (o.weights && o.models != all_models) {
+        fprintf(stderr, "bench mha: --model and --weights: one or the other (the checkpoint is "
+                        "the model)\n");
+        return 2;
+    }
     const char *names[2] = { "7b", "67b" };
     int nm = o.weights ? 1
                        : dsattn_bench_in_list(o.models, names[0]) +
@@ -172,7 +178,7 @@ int dsattn_bench_mha(int argc, char **argv)
         snprintf(variant, sizeof variant, "%s %dx%d, bf16 cache",
                  dsattn_mha_n_kv_heads(cm) < dsattn_mha_n_heads(cm) ? "GQA" : "MHA",
                  dsattn_mha_n_heads(cm), dsattn_mha_head_dim(cm));
-        rc |= bench_model(&t, cm, model, variant, "checkpoint", &o, &done, total, t_start);
+        rc |= time_layer(&t, cm, model, variant, "checkpoint", &o, &done, total, t_start);
         dsattn_mha_destroy(cm);
     }
     for (int mi = 0; mi < 2 && !o.weights; mi++) {
@@ -185,7 +191,7 @@ int dsattn_bench_mha(int argc, char **argv)
             rc = 1;
             continue;
         }
-        rc |= bench_model(&t, m, mi ? "DeepSeek-LLM-67B" : "DeepSeek-LLM-7B",
+        rc |= time_layer(&t, m, mi ? "DeepSeek-LLM-67B" : "DeepSeek-LLM-7B",
                           mi ? "GQA, bf16 cache" : "MHA, bf16 cache", names[mi], &o, &done, total,
                           t_start);
         dsattn_mha_destroy(m);
