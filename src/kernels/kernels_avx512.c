@@ -559,10 +559,12 @@ static void gemv_fp8_finite_expshift(const uint8_t *W, const float *scale, size_
  * sequence).  Each 64-code step of a weight row is decoded once (as in
  * fp8_step) and multiplied into every token of the pass: up to 16
  * accumulators, one per (row, token) - 2 rows x up to 8 tokens, or one row
- * x 9..16 tokens (on the exponent-shift table two passes of 2 rows x up to
- * 8) - so a decode serves 4 FMA vectors per token and an x load serves the
- * pass's rows; up to 4 tokens, each sum runs as two chains (even and odd
- * vectors of the step), which the FMA latency would otherwise bound.
+ * x 9..M_T1MAX tokens with the fp16 decode (the dearer decode; measured on
+ * Ice Lake: 4-9 % faster than passes of 8 + 1 or 2), else two passes of 2
+ * rows x up to 8 - so a decode serves 4 FMA vectors per token and an x
+ * load serves the pass's rows; up to 4 tokens, each sum runs as two
+ * chains (even and odd vectors of the step), which the FMA latency would
+ * otherwise bound.
  *
  * Memory order.  The rows are taken in blocks of about M_BLK bytes; within
  * a block k is walked in equal slabs whose scaled x (T tokens x the slab,
@@ -580,6 +582,7 @@ static void gemv_fp8_finite_expshift(const uint8_t *W, const float *scale, size_
  * outside this form (k % 64, bs % 32) go token by token through
  * gemv_fp8_impl. */
 #define M_TMAX 16
+#define M_T1MAX 10                 /* the fp16 decode's one-row pass: up to 10 tokens */
 #define M_XB 8192                  /* scaled x: the pass's tokens x one slab, 32 KB */
 #define M_XL1 4096                 /* ... up to 3 tokens, 16 KB */
 #define M_XP 16384                 /* the exponent-shift x of the whole pass, 64 KB */
@@ -745,12 +748,13 @@ AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t 
                     float *yo = y + g0 * ldy + rb0;
                     const size_t nr = rb1 - rb0;
                     const int acc = k0 > 0, nan = !finite;
-                    if (sh && T > 8) {
-                        /* the exponent-shift table's CPUs (AMD Zen 4: one 512-bit load
-                         * a cycle) take the tokens as two passes of 2 rows x 8 over the
-                         * scale row's rows, which the second pass finds in L1/L2: one
-                         * row x 16 tokens loads an x vector per FMA (1 thread, 16
-                         * tokens, 128 x 1280 in L2: 1.35x faster) */
+                    if (T > 8 && (sh || T > M_T1MAX)) {
+                        /* two passes of 2 rows x 8 and 2 rows x the rest over the
+                         * scale row's rows, which the second pass finds in L1/L2:
+                         * one row x 16 tokens loads an x vector per FMA and spills
+                         * accumulators (1 thread, 16 tokens: AMD Zen 4, 128 x 1280
+                         * in L2, 1.35x faster; Intel Ice Lake, 5120 x 8192 and
+                         * 32768 x 1280 from DRAM, 1.1-1.2x) */
                         fp8_pass_tokens(w, k, xb, kc, kn, yo, ldy, nr, 8, acc, nan, s1, fin, &pf);
                         fp8_pass_tokens(w, k, xb + 8 * kc, kc, kn, yo + 8 * ldy, ldy, nr, T - 8,
                                         acc, nan, s1, fin + 8, &pf);
