@@ -96,8 +96,18 @@ float  dsattn_mla_softmax_scale(const dsattn_mla *m);
 /* Bytes of weights the stack holds (all layers, as stored). */
 size_t dsattn_mla_weight_bytes(const dsattn_mla *m);
 
+/* A sequence holding the caches of every layer, max_seq_len tokens. */
 dsattn_status dsattn_mla_seq_create(dsattn_mla_seq **out, const dsattn_mla *m,
                                     size_t max_seq_len, dsattn_mla_cache cache);
+/* A sequence holding only layers [first_layer, first_layer + n_layers): one
+ * pipeline stage's share of the caches, or one layer of a checkpoint timed
+ * at a depth whose whole-model cache would not fit in memory (dsattn bench
+ * mla --weights).  Forwards, accessors and the batched call take only the
+ * layers it holds (DSATTN_ERR_INVALID_ARG otherwise); the stand-in stacks
+ * take only a sequence of every layer. */
+dsattn_status dsattn_mla_seq_create_layers(dsattn_mla_seq **out, const dsattn_mla *m,
+                                           size_t max_seq_len, dsattn_mla_cache cache,
+                                           int first_layer, int n_layers);
 void    dsattn_mla_seq_destroy(dsattn_mla_seq *s);
 int64_t dsattn_mla_seq_pos(const dsattn_mla_seq *s);
 dsattn_mla_cache dsattn_mla_seq_cache_format(const dsattn_mla_seq *s);

@@ -349,6 +349,55 @@ DSATTN_TEST(cli, bench_mha_weights)
     unlink(cfg);
 }
 
+/* bench mla --weights: layer 0 of a V3.2 checkpoint (make-weights, FP8,
+ * HF names) and of the golden V3 one, instead of the random V3 / V3.2
+ * layers; a cache format the checkpoint cannot take is skipped by name;
+ * --model with --weights and a missing checkpoint are refused before any
+ * table. */
+DSATTN_TEST(cli, bench_mla_weights)
+{
+    char err[8192], dir[80], cfg[80];
+    snprintf(dir, sizeof dir, "/tmp/dsattn_test_cli_mlaw_%d", (int)getpid());
+    snprintf(cfg, sizeof cfg, "/tmp/dsattn_test_cli_v32_%d.json", (int)getpid());
+    FILE *f = fopen(cfg, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fprintf(f, "{\"model_type\": \"deepseek_v32\", \"dim\": 256, \"n_layers\": 2, \"n_heads\": 4,\n"
+               " \"q_lora_rank\": 128, \"kv_lora_rank\": 128, \"qk_nope_head_dim\": 32,\n"
+               " \"qk_rope_head_dim\": 16, \"v_head_dim\": 32, \"original_seq_len\": 4096,\n"
+               " \"rope_theta\": 10000.0, \"rope_factor\": 40, \"beta_fast\": 32, \"beta_slow\": 1,\n"
+               " \"mscale\": 1.0, \"max_seq_len\": 256, \"dtype\": \"fp8\", \"index_n_heads\": 4,\n"
+               " \"index_head_dim\": 128, \"index_topk\": 16, \"scale_fmt\": \"ue8m0\"}\n");
+    fclose(f);
+    char *mk[] = { "dsattn", "make-weights", "--config", cfg, "--seed", "3", "--format", "fp8",
+                   "--names", "hf", "--out", dir, NULL };
+    CHECK_MSG(run_cli(mk, err, sizeof err) == 0, "make-weights: %s", err);
+    char *ok[] = { "dsattn", "bench", "mla", "--weights", dir, "--depth", "64,100", "--threads",
+                   "1", "--reps", "1", "--batch", "1,2", NULL };
+    CHECK_MSG(run_cli(ok, err, sizeof err) == 0, "exit != 0: %s", err);
+    CHECK_MSG(strstr(err, "V3.2, 2 layers") && strstr(err, "v3.2 fast vs reference") &&
+                  strstr(err, "[4/4] v3.2 depth 100"), "%s", err);
+    char v3[600];
+    snprintf(v3, sizeof v3, "%s", dsattn_test_data("golden/v3/tiny-seed0/weights.safetensors"));
+    char *golden[] = { "dsattn", "bench", "mla", "--weights", v3, "--depth", "64", "--threads",
+                       "1", "--reps", "1", "--format", "csv", NULL };
+    CHECK_MSG(run_cli(golden, err, sizeof err) == 0, "exit != 0: %s", err);
+    CHECK_MSG(strstr(err, "V3, 3 layers") && strstr(err, "[1/2] v3 depth 64") &&
+                  strstr(err, "v3-fp8: this checkpoint's cache cannot take"), "%s", err);
+    char *both[] = { "dsattn", "bench", "mla", "--weights", dir, "--model", "v3", "--depth", "64",
+                     NULL };
+    CHECK_EQ_INT(run_cli(both, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "--model and --weights"), "%s", err);
+    char *bad[] = { "dsattn", "bench", "mla", "--weights", "/nonexistent/w.safetensors",
+                    "--depth", "64", "--threads", "1", NULL };
+    CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);
+    CHECK_MSG(strstr(err, "/nonexistent/w.safetensors") && !strstr(err, "[1/"), "%s", err);
+    char rm[160];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    CHECK_EQ_INT(system(rm), 0);
+    unlink(cfg);
+}
+
 /* bench v41 --weights: a checkpoint's own weights, memory-mapped, instead
  * of random ones (stderr says which); a missing one is an error naming it. */
 DSATTN_TEST(cli, bench_v41_weights)

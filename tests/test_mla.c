@@ -1165,3 +1165,109 @@ out:
     dsattn_ctx_destroy(c);
     dsattn_mla_destroy(m);
 }
+
+/* A sequence of some layers (dsattn_mla_seq_create_layers) runs a layer it
+ * holds exactly as a sequence of every layer does - same outputs, same cache
+ * rows, same selection, bit for bit in both modes - refuses the layers it
+ * does not hold and the stacks, and keeps its layer range through a session
+ * file. */
+DSATTN_TEST(mla, layer_subset_sequence_equals_whole_on_its_layers)
+{
+    for (int dsa = 0; dsa <= 1; dsa++) {
+        cfg_opts o = small(dsa);
+        o.n_layers = 3;
+        o.topk = 8;                      /* the DSA selection is a real top-k */
+        dsattn_mla *m = make_model(&o, 31 + (uint64_t)dsa, 1);
+        if (!m) return;
+        const size_t dim = 256, T = 24, P = 12;
+        const dsattn_mla_cache fmt = DSATTN_MLA_CACHE_LATENT_FP8;
+        float *x = rand_input(T, dim, 5), *yw = calloc(T * dim, 4), *yp = calloc(T * dim, 4);
+        for (int mode = 0; mode < 2; mode++) {
+            dsattn_ctx *c = dsattn_test_ctx(mode ? DSATTN_MODE_FAST : DSATTN_MODE_REFERENCE, 0);
+            dsattn_mla_seq *w = NULL, *p = NULL;
+            CHECK_OK(dsattn_mla_seq_create(&w, m, T + 1, fmt));
+            CHECK_OK(dsattn_mla_seq_create_layers(&p, m, T + 1, fmt, 1, 1));
+            if (!w || !p) break;
+            /* prefill then one-token decode, on layer 1 only, in both */
+            CHECK_OK(dsattn_mla_attn_forward(c, w, 1, x, P, yw));
+            CHECK_OK(dsattn_mla_attn_forward(c, p, 1, x, P, yp));
+            CHECK_OK(dsattn_mla_seq_advance(w, P));
+            CHECK_OK(dsattn_mla_seq_advance(p, P));
+            for (size_t t = P; t < T; t++) {
+                CHECK_OK(dsattn_mla_attn_forward(c, w, 1, x + t * dim, 1, yw + t * dim));
+                CHECK_OK(dsattn_mla_attn_forward(c, p, 1, x + t * dim, 1, yp + t * dim));
+                CHECK_OK(dsattn_mla_seq_advance(w, 1));
+                CHECK_OK(dsattn_mla_seq_advance(p, 1));
+            }
+            CHECK_MSG(same_bits(yw, yp, T * dim), "dsa %d mode %d: outputs differ", dsa, mode);
+            float kw[128 + 16], kp[128 + 16];
+            for (size_t j = 0; j < T; j++) {
+                CHECK_OK(dsattn_mla_seq_latent(w, 1, j, kw, kw + 128));
+                CHECK_OK(dsattn_mla_seq_latent(p, 1, j, kp, kp + 128));
+                CHECK_MSG(same_bits(kw, kp, 128 + 16), "cache row %zu differs", j);
+            }
+            if (dsa) {
+                const int32_t *rw, *rp;
+                size_t nw, np, ww, wp;
+                CHECK_OK(dsattn_mla_seq_selection(w, 1, &rw, &nw, &ww));
+                CHECK_OK(dsattn_mla_seq_selection(p, 1, &rp, &np, &wp));
+                CHECK(nw == np && ww == wp && ww > 0 && !memcmp(rw, rp, nw * ww * sizeof *rw));
+            }
+            /* layers it does not hold, the stacks, a batch of mixed holdings */
+            float *h = calloc(dim, 4);
+            CHECK_EQ_INT(dsattn_mla_attn_forward(c, p, 0, x, 1, yp), DSATTN_ERR_INVALID_ARG);
+            CHECK_EQ_INT(dsattn_mla_attn_forward(c, p, 2, x, 1, yp), DSATTN_ERR_INVALID_ARG);
+            CHECK_EQ_INT(dsattn_mla_seq_latent(p, 0, 0, kp, NULL), DSATTN_ERR_INVALID_ARG);
+            CHECK_EQ_INT(dsattn_mla_stack_forward(c, p, h, 1, NULL, NULL), DSATTN_ERR_INVALID_ARG);
+            dsattn_mla_seq *both[2] = { w, p };
+            size_t failed = 99;
+            CHECK_EQ_INT(dsattn_mla_attn_forward_batch(c, both, 2, 0, x, yp, &failed),
+                         DSATTN_ERR_INVALID_ARG);
+            CHECK_EQ_INT((int)failed, 1);
+            CHECK_EQ_INT(dsattn_mla_stack_forward_batch(c, both, 2, yp, NULL, NULL, &failed),
+                         DSATTN_ERR_INVALID_ARG);
+            CHECK_EQ_INT((int)failed, 1);
+            CHECK_EQ_INT(dsattn_mla_seq_pos(p), (int)T);     /* nothing advanced */
+            free(h);
+            /* the session keeps the range and the bytes */
+            if (mode == 1) {
+                char err[512] = "";
+                const char *path = "/tmp/dsattn_test_mla_subset.dsess";
+                CHECK_OK(dsattn_mla_seq_save(p, path, err, sizeof err));
+                dsattn_mla_seq *q = NULL;
+                CHECK_MSG(dsattn_mla_seq_load(&q, m, path, 0, err, sizeof err) == DSATTN_OK,
+                          "load: %s", err);
+                if (q) {
+                    CHECK_EQ_INT(dsattn_mla_seq_pos(q), (int)T);
+                    for (size_t j = 0; j < T; j++) {
+                        CHECK_OK(dsattn_mla_seq_latent(q, 1, j, kw, kw + 128));
+                        CHECK_OK(dsattn_mla_seq_latent(p, 1, j, kp, kp + 128));
+                        CHECK(same_bits(kw, kp, 128 + 16));
+                    }
+                    CHECK_EQ_INT(dsattn_mla_seq_latent(q, 0, 0, kw, NULL), DSATTN_ERR_INVALID_ARG);
+                    dsattn_kv_bill bp, bq;
+                    CHECK_OK(dsattn_mla_seq_kv_bill(p, &bp));
+                    CHECK_OK(dsattn_mla_seq_kv_bill(q, &bq));
+                    CHECK(bp.global_bytes_allocated == bq.global_bytes_allocated);
+                }
+                dsattn_mla_seq_destroy(q);
+                unlink(path);
+            }
+            /* one layer's bill is a third of the three-layer one */
+            dsattn_kv_bill bw, bp;
+            CHECK_OK(dsattn_mla_seq_kv_bill(w, &bw));
+            CHECK_OK(dsattn_mla_seq_kv_bill(p, &bp));
+            CHECK(bw.global_bytes_allocated == 3 * bp.global_bytes_allocated);
+            dsattn_mla_seq_destroy(w);
+            dsattn_mla_seq_destroy(p);
+            dsattn_ctx_destroy(c);
+        }
+        dsattn_mla_seq *s = NULL;
+        CHECK_EQ_INT(dsattn_mla_seq_create_layers(&s, m, 8, fmt, 2, 2), DSATTN_ERR_INVALID_ARG);
+        CHECK_EQ_INT(dsattn_mla_seq_create_layers(&s, m, 8, fmt, -1, 1), DSATTN_ERR_INVALID_ARG);
+        CHECK_EQ_INT(dsattn_mla_seq_create_layers(&s, m, 8, fmt, 0, 0), DSATTN_ERR_INVALID_ARG);
+        CHECK(s == NULL);
+        free(x); free(yw); free(yp);
+        dsattn_mla_destroy(m);
+    }
+}

@@ -214,7 +214,7 @@ static dsattn_status mla_verify_step(dsattn_ctx *ctx, const void *arg, int64_t d
 {
     const mla_verify_arg *a = arg;
     dsattn_mla_seq *s = NULL;
-    dsattn_status st = dsattn_mla_seq_create(&s, a->m, (size_t)depth + 1, a->cache);
+    dsattn_status st = dsattn_mla_seq_create_layers(&s, a->m, (size_t)depth + 1, a->cache, 0, 1);
     if (!st) st = dsattn_mla_seq_fill_synthetic(s, depth, seed);
     if (!st) st = dsattn_mla_attn_forward(ctx, s, 0, x, 1, out);
     dsattn_mla_seq_destroy(s);
@@ -230,8 +230,8 @@ static int mla_verify(const dsattn_mla *m, const mla_case *c, uint64_t seed)
 /* One row per (depth, threads, reps, batch) of one MLA case; returns 0 or 1.
  * Batch 1 is the one-sequence forward; B > 1 the batched call over B
  * sequences, each filled to the depth (with its own seed). */
-static int mla_rows(const dsattn_bench_opts *o, const mla_case *c, dsattn_mla *m,
-                    dsattn_bench_table *t, int *done, int total)
+static int mla_rows(const dsattn_bench_opts *o, const mla_case *c, const char *model,
+                    dsattn_mla *m, dsattn_bench_table *t, int *done, int total)
 {
     const size_t dim = (size_t)dsattn_mla_dim(m);
     static const long long one[1] = { 1 };
@@ -248,7 +248,8 @@ static int mla_rows(const dsattn_bench_opts *o, const mla_case *c, dsattn_mla *m
     for (int di = 0; di < o->nd && x && y && s; di++) {
         size_t made = 0;
         for (; made < maxb; made++)
-            if (dsattn_mla_seq_create(&s[made], m, (size_t)(o->depth[di] + maxr + 2), c->cache))
+            if (dsattn_mla_seq_create_layers(&s[made], m, (size_t)(o->depth[di] + maxr + 2),
+                                             c->cache, 0, 1))
                 break;
         if (made < maxb) {
             fprintf(stderr, "bench mla: cannot hold %zu sequences at depth %lld\n", maxb,
@@ -268,7 +269,7 @@ static int mla_rows(const dsattn_bench_opts *o, const mla_case *c, dsattn_mla *m
                     if (ctx) dsattn_ctx_set_profiling(ctx, 1);
                     dsattn_bench_result r;
                     memset(&r, 0, sizeof r);
-                    snprintf(r.model, sizeof r.model, "%s", c->model);
+                    snprintf(r.model, sizeof r.model, "%s", model);
                     snprintf(r.variant, sizeof r.variant, "%s", c->variant);
                     r.depth = o->depth[di];
                     r.kv_bytes = kb.global_bytes_per_token;
@@ -359,46 +360,102 @@ int dsattn_bench_mla(int argc, char **argv)
         "synthetically filled cache.  --batch B decodes one token for each of B sequences\n"
         "(each filled to the depth) in one batched call: tok/s is the aggregate.  Every\n"
         "list is cross-multiplied; one warm-up step, then reps timed steps per row.\n"
-        "Checked against reference mode first.\n";
+        "Checked against reference mode first.\n"
+        "  --weights PATH  layer 0 of a V3 / V3.2 checkpoint (a .safetensors file, shard\n"
+        "                  index or folder; its config.json unless --config PATH) instead\n"
+        "                  of --model's random layers: V3 with both cache formats, V3.2\n"
+        "                  with FP8 rows.  Only layer 0's caches are allocated.\n";
     dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
                DSATTN_BENCH_MD, "v3,v3-fp8,v3.2", { 4096, 32768, 131072 }, { 1, 2 }, { 3 },
                3, 2, 1, 1, 0, { 1 }, 1, NULL, NULL };
+    const char *const all_models = o.models;
     int pr = dsattn_bench_parse_opts("mla", argc, argv, &o, usage);
     if (pr) return pr == 1 ? 0 : pr;
+    if (o.weights && o.models != all_models) {
+        fprintf(stderr, "bench mla: --model and --weights: one or the other (the checkpoint is "
+                        "the model)\n");
+        return 2;
+    }
     t_start = dsattn_bench_now();
+    /* a checkpoint is opened (and refused) before anything is printed; its
+     * cases are its generation's */
+    dsattn_mla *cm = NULL;
+    char cmodel[64] = "";
+    if (o.weights) {
+        char err[512] = "";
+        if (dsattn_mla_load(&cm, o.config, o.weights, err, sizeof err)) {
+            fprintf(stderr, "bench mla: %s\n", err);
+            return 1;
+        }
+        fprintf(stderr, "bench mla: %s, %d layers, %.3f GB of weights from %s in %.1f s; "
+                        "timing layer 0\n", dsattn_mla_is_dsa(cm) ? "V3.2" : "V3",
+                dsattn_mla_n_layers(cm), (double)dsattn_mla_weight_bytes(cm) / 1e9, o.weights,
+                dsattn_bench_now() - t_start);
+        o.models = dsattn_mla_is_dsa(cm) ? "v3.2" : "v3,v3-fp8";
+        snprintf(cmodel, sizeof cmodel, "checkpoint %s (dim %d)",
+                 dsattn_mla_is_dsa(cm) ? "V3.2" : "V3", dsattn_mla_dim(cm));
+    }
     int nm = 0;
     for (size_t i = 0; i < sizeof MLA_CASES / sizeof MLA_CASES[0]; i++)
         nm += dsattn_bench_in_list(o.models, MLA_CASES[i].key);
     if (!nm) { fprintf(stderr, "bench mla: --model takes v3, v3-fp8, v3.2\n"); return 2; }
-    dsattn_bench_table t = { "mla",
+    char title[1024];
+    if (o.weights)
+        snprintf(title, sizeof title,
+                 "Layer 0 of the checkpoint %.400s (its weights as loaded; caches filled "
+                 "synthetically to each depth) decoding one token per sequence. ms/token = one "
+                 "layer's step (for batch B: the step that decodes B tokens, one per sequence); "
+                 "GB/s and GFLOP/s = the kernels' counted bytes and FLOPs over that time; KV "
+                 "B/token = the layer's bill; tok/s = B / step time; bound = max(counted bytes / "
+                 "read BW, counted FLOPs / the peak of the Linears' multiply) with the limits "
+                 "measured in this run.", o.weights);
+    else
+        snprintf(title, sizeof title, "%s",
         "One MLA layer decoding one token per sequence at real dims (random FP8 weights; "
         "caches filled synthetically to each depth). ms/token = one layer's step (for batch "
         "B: the step that decodes B tokens, one per sequence); GB/s and GFLOP/s = the "
         "kernels' counted bytes and FLOPs over that time; KV B/token = the layer's bill; "
         "tok/s = B / step time; bound = max(counted bytes / read BW, counted FLOPs / the peak "
         "of the Linears' multiply: fp32 FMA, or AMX-BF16 tiles / VDPBF16PS where the context "
-        "runs them) with the limits measured in this run.",
-        o.fmt, 9, { "attended", "idx keys", "attention ms", "attention % FMA peak",
+        "runs them) with the limits measured in this run.");
+    dsattn_bench_table t = { "mla", title, o.fmt, 9, { "attended", "idx keys", "attention ms", "attention % FMA peak",
                     "attention % bf16 peak", "batch", "tok/s", "bound ms", "step/bound" },
         { "entries_attended", "index_keys_scored", "attention_ms", "attention_frac_fma_peak",
           "attention_frac_bf16_peak", "batch", "tok_per_s", "bound_ms", "step_over_bound" },
         0, "", NULL };
     dsattn_bench_begin(&t, dsattn_bench_isa_label());
-    int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr * o.nb;
+    int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr * o.nb, timed = 0;
     for (size_t i = 0; i < sizeof MLA_CASES / sizeof MLA_CASES[0]; i++) {
         const mla_case *c = &MLA_CASES[i];
         if (!dsattn_bench_in_list(o.models, c->key)) continue;
-        char path[256], err[512] = "";
-        dsattn_mla *m = mla_model(o.configs, c, o.seed, path, sizeof path, err, sizeof err);
+        char path[256] = "", err[512] = "";
+        dsattn_mla *m = cm ? cm : mla_model(o.configs, c, o.seed, path, sizeof path, err, sizeof err);
         if (!m) { fprintf(stderr, "bench mla: %s: %s\n", c->key, err); rc = 1; remove(path); continue; }
+        dsattn_mla_seq *probe = NULL;
+        if (cm && dsattn_mla_seq_create_layers(&probe, m, 1, c->cache, 0, 1) ==
+                      DSATTN_ERR_UNSUPPORTED) {
+            /* FP8 rows hold the latent in blocks of 128 */
+            fprintf(stderr, "bench mla: %s: this checkpoint's cache cannot take %s; skipped\n",
+                    c->key, c->variant);
+            continue;
+        }
+        dsattn_mla_seq_destroy(probe);
+        timed++;
         if (mla_verify(m, c, o.seed)) {
             fprintf(stderr, "bench mla: %s: fast path disagrees with reference; not timing\n", c->key);
             rc = 1;
         } else {
-            rc |= mla_rows(&o, c, m, &t, &done, total);
+            rc |= mla_rows(&o, c, cm ? cmodel : c->model, m, &t, &done, total);
         }
-        dsattn_mla_destroy(m);
-        remove(path);
+        if (!cm) {
+            dsattn_mla_destroy(m);
+            remove(path);
+        }
+    }
+    dsattn_mla_destroy(cm);
+    if (!timed) {
+        fprintf(stderr, "bench mla: no case to time\n");
+        rc = 1;
     }
     char note[1024];
     dsattn_bench_limits_note(note, sizeof note, o.thr, o.nt, 1);
@@ -821,7 +878,7 @@ int dsattn_bench_short(const char *configs, int threads)
         dsattn_bench_opts o = { configs, DSATTN_BENCH_MD, c->key, { dmla }, { T }, { reps }, 1, 1,
                                 1, seed, 0, { 1 }, 1, NULL, NULL };
         int done = 0;
-        rc |= mla_rows(&o, c, m, &t, &done, 1);
+        rc |= mla_rows(&o, c, c->model, m, &t, &done, 1);
     }
     dsattn_mla_destroy(m);
     char note[512];

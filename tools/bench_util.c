@@ -601,8 +601,8 @@ int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_benc
         else if (!strcmp(a, "--batch") && mla)
             rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_BATCH, 0, o->batch,
                                  DSATTN_BENCH_MAXL, &o->nb);
-        else if (!strcmp(a, "--weights") && mha) o->weights = v;
-        else if (!strcmp(a, "--config") && mha) o->config = v;
+        else if (!strcmp(a, "--weights") && (mha || mla)) o->weights = v;
+        else if (!strcmp(a, "--config") && (mha || mla)) o->config = v;
         else if (!strcmp(a, "--model")) o->models = v;
         else if (!strcmp(a, "--configs")) o->configs = v;
         else if (!strcmp(a, "--seed")) rc = dsattn_cli_u64(who, a, v, &o->seed);

@@ -81,8 +81,22 @@ struct dsattn_mla_seq {
     dsattn_ws           ws;           /* decode scratch, sized at creation for
                                        * one token at capacity (mla_ws_bytes):
                                        * no allocation per step               */
-    dsattn_mla_layer_s  layer[DSATTN_MAX_LAYERS];
+    int                 first, count; /* layers held: [first, first + count) */
+    dsattn_mla_layer_s  layer[DSATTN_MAX_LAYERS];  /* by model layer; NULL
+                                       * caches outside the held range      */
 };
+
+/* Whether s holds layer l's caches (false for any l outside the model). */
+static inline int dsattn_mla_seq_holds(const dsattn_mla_seq *s, int64_t l)
+{
+    return l >= s->first && l < (int64_t)s->first + s->count;
+}
+
+/* Whether s holds every layer of its model. */
+static inline int dsattn_mla_seq_whole(const dsattn_mla_seq *s)
+{
+    return s->first == 0 && s->count == s->m->cfg.n_layers;
+}
 
 dsattn_status dsattn_mla_config_load(dsattn_mla_config *c, const char *path,
                                      char *err, size_t errlen);

@@ -73,7 +73,18 @@ static size_t mla_ws_bytes(const dsattn_mla_config *c, dsattn_mla_cache fmt, siz
 dsattn_status dsattn_mla_seq_create(dsattn_mla_seq **out, const dsattn_mla *m,
                                     size_t max_seq_len, dsattn_mla_cache fmt)
 {
+    if (!m) return DSATTN_ERR_INVALID_ARG;
+    return dsattn_mla_seq_create_layers(out, m, max_seq_len, fmt, 0, (int)m->cfg.n_layers);
+}
+
+dsattn_status dsattn_mla_seq_create_layers(dsattn_mla_seq **out, const dsattn_mla *m,
+                                           size_t max_seq_len, dsattn_mla_cache fmt,
+                                           int first_layer, int n_layers)
+{
     if (!out || !m || max_seq_len == 0) return DSATTN_ERR_INVALID_ARG;
+    if (first_layer < 0 || n_layers <= 0 ||
+        (int64_t)first_layer + n_layers > m->cfg.n_layers)
+        return DSATTN_ERR_INVALID_ARG;
     if (fmt != DSATTN_MLA_CACHE_NAIVE && fmt != DSATTN_MLA_CACHE_LATENT_BF16 &&
         fmt != DSATTN_MLA_CACHE_LATENT_FP8)
         return DSATTN_ERR_INVALID_ARG;
@@ -89,7 +100,9 @@ dsattn_status dsattn_mla_seq_create(dsattn_mla_seq **out, const dsattn_mla *m,
     s->max_seq_len = max_seq_len;
     s->row_bytes = fmt_row_bytes(c, fmt, &s->v_bytes);
     s->idx_bytes = c->dsa ? dsattn_v32_index_row_bytes((size_t)c->index_head_dim) : 0;
-    for (int64_t l = 0; l < c->n_layers; l++) {
+    s->first = first_layer;
+    s->count = n_layers;
+    for (int64_t l = first_layer; l < (int64_t)first_layer + n_layers; l++) {
         dsattn_mla_layer_s *S = &s->layer[l];
         S->cache = dsattn_alloc_array(max_seq_len, s->row_bytes);
         if (!S->cache) goto nomem;
@@ -1264,7 +1277,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     if (!ctx || !seq || !x || !out || s == 0) return DSATTN_ERR_INVALID_ARG;
     const dsattn_mla *m = seq->m;
     const dsattn_mla_config *c = &m->cfg;
-    if (l < 0 || l >= c->n_layers) return DSATTN_ERR_INVALID_ARG;
+    if (!dsattn_mla_seq_holds(seq, l)) return DSATTN_ERR_INVALID_ARG;
     if (!m->has_weights) return DSATTN_ERR_UNSUPPORTED;
     if (seq->pos > 0 && s != 1) return DSATTN_ERR_UNSUPPORTED;     /* no chunked prefill */
     if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
@@ -1465,12 +1478,12 @@ size_t dsattn_mla_seq_scratch_at(const dsattn_mla *m, size_t cap, dsattn_mla_cac
 
 /* ==== The golden-case stack and accessors =============================== */
 
-DSATTN_STANDIN_STACK_API(mla, eps)
+DSATTN_STANDIN_STACK_API(mla, eps, dsattn_mla_seq_whole)
 
 dsattn_status dsattn_mla_seq_selection(const dsattn_mla_seq *s, int layer, const int32_t **rows,
                                        size_t *n_rows, size_t *width)
 {
-    if (!s || !rows || !n_rows || !width || layer < 0 || layer >= s->m->cfg.n_layers)
+    if (!s || !rows || !n_rows || !width || !dsattn_mla_seq_holds(s, layer))
         return DSATTN_ERR_INVALID_ARG;
     if (!s->m->cfg.dsa) return DSATTN_ERR_NOT_FOUND;
     *rows = s->layer[layer].sel;
@@ -1482,7 +1495,7 @@ dsattn_status dsattn_mla_seq_selection(const dsattn_mla_seq *s, int layer, const
 dsattn_status dsattn_mla_seq_latent(const dsattn_mla_seq *s, int layer, size_t pos, float *kv,
                                     float *pe)
 {
-    if (!s || layer < 0 || layer >= s->m->cfg.n_layers || pos >= (size_t)s->pos)
+    if (!s || !dsattn_mla_seq_holds(s, layer) || pos >= (size_t)s->pos)
         return DSATTN_ERR_INVALID_ARG;
     if (s->fmt == DSATTN_MLA_CACHE_NAIVE) return DSATTN_ERR_NOT_FOUND;
     latent_row(s, layer, pos, kv, pe);
@@ -1492,7 +1505,7 @@ dsattn_status dsattn_mla_seq_latent(const dsattn_mla_seq *s, int layer, size_t p
 dsattn_status dsattn_mla_seq_index_key(const dsattn_mla_seq *s, int layer, size_t pos,
                                        uint8_t *codes, float *scale)
 {
-    if (!s || layer < 0 || layer >= s->m->cfg.n_layers || pos >= (size_t)s->pos)
+    if (!s || !dsattn_mla_seq_holds(s, layer) || pos >= (size_t)s->pos)
         return DSATTN_ERR_INVALID_ARG;
     if (!s->m->cfg.dsa) return DSATTN_ERR_NOT_FOUND;
     const size_t Di = (size_t)s->m->cfg.index_head_dim;
@@ -1522,7 +1535,7 @@ dsattn_status dsattn_mla_seq_fill_synthetic(dsattn_mla_seq *s, int64_t depth, ui
     const size_t KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
     const size_t Di = (size_t)c->index_head_dim;
     const size_t nval = DSATTN_MAX(DSATTN_MAX(s->row_bytes / 2, s->v_bytes / 2), KL + dr);
-    for (int64_t l = 0; l < c->n_layers; l++) {
+    for (int64_t l = s->first; l < (int64_t)s->first + s->count; l++) {
         dsattn_mla_layer_s *S = &s->layer[l];
         int fail = 0;
 #pragma omp parallel
@@ -1659,7 +1672,15 @@ static dsattn_status batch_check(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs, s
 {
     size_t bad;
     dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, batch_seq_info, x, out, &bad);
-    if (!st && (l < 0 || l >= seqs[0]->m->cfg.n_layers)) st = DSATTN_ERR_INVALID_ARG;
+    if (!st && (l < 0 || l >= seqs[0]->m->cfg.n_layers)) {
+        st = DSATTN_ERR_INVALID_ARG;
+        bad = SIZE_MAX;
+    }
+    for (size_t i = 0; i < B && !st; i++)
+        if (!dsattn_mla_seq_holds(seqs[i], l)) {   /* a sequence of other layers */
+            st = DSATTN_ERR_INVALID_ARG;
+            bad = i;
+        }
     if (st && failed) *failed = bad;
     return st;
 }
@@ -1918,6 +1939,11 @@ dsattn_status dsattn_mla_stack_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *co
                                              float *attn_out, size_t *failed)
 {
     dsattn_status st = batch_check(ctx, seqs, n_seqs, 0, h, h, failed);
+    for (size_t i = 0; i < n_seqs && !st; i++)
+        if (!dsattn_mla_seq_whole(seqs[i])) {       /* the stack runs every layer */
+            st = DSATTN_ERR_INVALID_ARG;
+            if (failed) *failed = i;
+        }
     if (st) return st;
     const dsattn_mla *m = seqs[0]->m;
     const size_t B = n_seqs, dim = (size_t)m->cfg.dim, nl = (size_t)m->cfg.n_layers;

@@ -7,7 +7,10 @@
  *
  * Of the sequence type dsattn_<g>_seq they read only the fields pos,
  * max_seq_len, ws and m (whose cfg.n_layers, cfg.dim and layer[l].attn_norm
- * the stack reads; the norm epsilon is the cfg field the caller names).
+ * the stack reads; the norm epsilon is the cfg field the caller names).  The
+ * stack refuses a sequence for which the caller's WHOLE(seq) is false (one
+ * holding only some layers' caches); DSATTN_SEQ_WHOLE_ALWAYS where every
+ * sequence holds them all.
  */
 #ifndef DSATTN_SEQ_GLUE_H
 #define DSATTN_SEQ_GLUE_H
@@ -25,7 +28,9 @@
         return DSATTN_OK;                                                               \
     }
 
-#define DSATTN_STANDIN_STACK_API(g, EPS)                                                \
+#define DSATTN_SEQ_WHOLE_ALWAYS(seq) 1
+
+#define DSATTN_STANDIN_STACK_API(g, EPS, WHOLE)                                         \
     static dsattn_status g##_standin_layer(dsattn_ctx *ctx, void *seq, int l,           \
                                            const float *x, size_t n, float *out)        \
     {                                                                                   \
@@ -39,7 +44,8 @@
                                              float *h, size_t n, float *attn_in,        \
                                              float *attn_out)                           \
     {                                                                                   \
-        if (!ctx || !seq || !h || n == 0 || n > seq->max_seq_len - (size_t)seq->pos)    \
+        if (!ctx || !seq || !h || n == 0 || n > seq->max_seq_len - (size_t)seq->pos ||  \
+            !WHOLE(seq))                                                                \
             return DSATTN_ERR_INVALID_ARG;                                              \
         dsattn_status st = dsattn_standin_stack(                                        \
             ctx, seq, g##_standin_layer, g##_standin_norm, (size_t)seq->m->cfg.n_layers, \

@@ -540,13 +540,19 @@ static uint64_t mla_shapes_hash(const void *mv)
     return dsattn_sess_canon_done(h);
 }
 
-static void mla_variant(const dsattn_mla_seq *s, uint32_t v[2]) { v[0] = (uint32_t)s->fmt; }
+/* variant[0] the cache format; variant[1] 0 for a sequence of every
+ * layer, else first | count << 16 of the layers it holds (count >= 1) */
+static void mla_variant(const dsattn_mla_seq *s, uint32_t v[2])
+{
+    v[0] = (uint32_t)s->fmt;
+    v[1] = dsattn_mla_seq_whole(s) ? 0 : (uint32_t)s->first | (uint32_t)s->count << 16;
+}
 
 static void mla_sections(void *sv, dsattn_sess_list *l)
 {
     dsattn_mla_seq *s = sv;
     const size_t n = (size_t)s->pos;
-    for (int64_t i = 0; i < s->m->cfg.n_layers; i++) {
+    for (int64_t i = s->first; i < (int64_t)s->first + s->count; i++) {
         dsattn_mla_layer_s *S = &s->layer[i];
         const long long li = (long long)i;
         dsattn_sess_add(l, S->cache, n * s->row_bytes, "layer.%lld.kv", li);
@@ -555,15 +561,27 @@ static void mla_sections(void *sv, dsattn_sess_list *l)
     }
 }
 
-static dsattn_status mla_check(const void *m, const dsattn_sess_file *f, char *err, size_t errlen)
+static dsattn_status mla_check(const void *mv, const dsattn_sess_file *f, char *err,
+                               size_t errlen)
 {
-    (void)m;
-    return check_variant(f, DSATTN_MLA_CACHE_LATENT_FP8, "MLA cache format", err, errlen);
+    const dsattn_mla *m = mv;
+    const uint32_t v0 = f->h.variant[0], v1 = f->h.variant[1];
+    const uint32_t first = v1 & 0xffff, count = v1 >> 16;
+    if (v0 > DSATTN_MLA_CACHE_LATENT_FP8)
+        return BADF("%s: header: unknown MLA cache format %u", f->name, (unsigned)v0);
+    if (v1 != 0 && (count == 0 || (int64_t)first + count > m->cfg.n_layers))
+        return BADF("%s: header: layers [%u, %u) outside the model's %lld", f->name,
+                    (unsigned)first, (unsigned)(first + count), (long long)m->cfg.n_layers);
+    return DSATTN_OK;
 }
 
-static dsattn_status mla_create(void **out, const void *m, size_t cap, const uint32_t var[2])
+static dsattn_status mla_create(void **out, const void *mv, size_t cap, const uint32_t var[2])
 {
-    return dsattn_mla_seq_create((dsattn_mla_seq **)out, m, cap, (dsattn_mla_cache)var[0]);
+    const dsattn_mla *m = mv;
+    const int first = var[1] ? (int)(var[1] & 0xffff) : 0;
+    const int count = var[1] ? (int)(var[1] >> 16) : (int)m->cfg.n_layers;
+    return dsattn_mla_seq_create_layers((dsattn_mla_seq **)out, m, cap, (dsattn_mla_cache)var[0],
+                                        first, count);
 }
 
 SESSION_API(mla, DSATTN_SESSION_MLA)

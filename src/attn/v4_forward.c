@@ -499,7 +499,7 @@ size_t dsattn_v4_seq_scratch_at(const dsattn_v4 *m, size_t cap)
 
 /* ==== The golden-case stack and accessors =============================== */
 
-DSATTN_STANDIN_STACK_API(v4, norm_eps)
+DSATTN_STANDIN_STACK_API(v4, norm_eps, DSATTN_SEQ_WHOLE_ALWAYS)
 
 dsattn_status dsattn_v4_seq_selection(const dsattn_v4_seq *s, int layer,
                                       const int32_t **rows, size_t *n_rows, size_t *width)
