@@ -312,6 +312,27 @@ DSATTN_TEST(cli, run_batch)
     CHECK_EQ_INT(run_cmd(zero, err, sizeof err), 2);
 }
 
+/* The refusals `bench MODE --weights` shares: with --model (exit 2) and of
+ * a missing checkpoint (exit 1, naming it, before any row); then removes
+ * the checkpoint folder dir and the config file cfg. */
+static void bench_weights_refusals(const char *mode, const char *model, const char *dir,
+                                   const char *cfg)
+{
+    char err[8192];
+    char *both[] = { "dsattn", "bench", (char *)mode, "--weights", (char *)dir, "--model",
+                     (char *)model, "--depth", "64", NULL };
+    CHECK_EQ_INT(run_cli(both, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "--model and --weights"), "%s", err);
+    char *bad[] = { "dsattn", "bench", (char *)mode, "--weights", "/nonexistent/w.safetensors",
+                    "--depth", "64", "--threads", "1", NULL };
+    CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);
+    CHECK_MSG(strstr(err, "/nonexistent/w.safetensors") && !strstr(err, "[1/"), "%s", err);
+    char rm[160];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    CHECK_EQ_INT(system(rm), 0);
+    unlink(cfg);
+}
+
 /* bench mha --weights: layer 0 of a Llama-layout checkpoint (make-weights
  * --names hf) instead of the random 7B / 67B layers; --config only with
  * --weights; a missing checkpoint is an error naming it, before any table. */
@@ -335,18 +356,7 @@ DSATTN_TEST(cli, bench_mha_weights)
     char *lone[] = { "dsattn", "bench", "mha", "--config", (char *)cfg, "--depth", "64", NULL };
     CHECK_EQ_INT(run_cli(lone, err, sizeof err), 2);
     CHECK_MSG(strstr(err, "--config goes with --weights"), "%s", err);
-    char *both[] = { "dsattn", "bench", "mha", "--weights", dir, "--model", "7b", "--depth", "64",
-                     NULL };
-    CHECK_EQ_INT(run_cli(both, err, sizeof err), 2);
-    CHECK_MSG(strstr(err, "--model and --weights"), "%s", err);
-    char *bad[] = { "dsattn", "bench", "mha", "--weights", "/nonexistent/w.safetensors",
-                    "--depth", "64", "--threads", "1", NULL };
-    CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);
-    CHECK_MSG(strstr(err, "/nonexistent/w.safetensors") && !strstr(err, "[1/"), "%s", err);
-    char rm[160];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    CHECK_EQ_INT(system(rm), 0);
-    unlink(cfg);
+    bench_weights_refusals("mha", "7b", dir, cfg);
 }
 
 /* bench mla --weights: layer 0 of a V3.2 checkpoint (make-weights, FP8,
@@ -384,18 +394,7 @@ DSATTN_TEST(cli, bench_mla_weights)
     CHECK_MSG(run_cli(golden, err, sizeof err) == 0, "exit != 0: %s", err);
     CHECK_MSG(strstr(err, "V3, 3 layers") && strstr(err, "[1/2] v3 depth 64") &&
                   strstr(err, "v3-fp8: this checkpoint's cache cannot take"), "%s", err);
-    char *both[] = { "dsattn", "bench", "mla", "--weights", dir, "--model", "v3", "--depth", "64",
-                     NULL };
-    CHECK_EQ_INT(run_cli(both, err, sizeof err), 2);
-    CHECK_MSG(strstr(err, "--model and --weights"), "%s", err);
-    char *bad[] = { "dsattn", "bench", "mla", "--weights", "/nonexistent/w.safetensors",
-                    "--depth", "64", "--threads", "1", NULL };
-    CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);
-    CHECK_MSG(strstr(err, "/nonexistent/w.safetensors") && !strstr(err, "[1/"), "%s", err);
-    char rm[160];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    CHECK_EQ_INT(system(rm), 0);
-    unlink(cfg);
+    bench_weights_refusals("mla", "v3", dir, cfg);
 }
 
 /* bench v41 --weights: a checkpoint's own weights, memory-mapped, instead
