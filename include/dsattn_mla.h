@@ -74,6 +74,15 @@ typedef struct dsattn_mla_seq dsattn_mla_seq;
  * config.json beside the weights. */
 dsattn_status dsattn_mla_load(dsattn_mla **out, const char *config_json,
                               const char *weights, char *err, size_t errlen);
+/* The same for layers [first_layer, first_layer + n_layers) only: the
+ * other layers' tensors are neither read nor converted (a V3 checkpoint's
+ * FP8 projections become about 374 MB of bf16 per layer), and a forward of
+ * another layer gives DSATTN_ERR_UNSUPPORTED; the stand-in stacks need
+ * every layer.  For one pipeline stage, or timing one layer (dsattn bench
+ * mla --weights). */
+dsattn_status dsattn_mla_load_layers(dsattn_mla **out, const char *config_json,
+                                     const char *weights, int first_layer, int n_layers,
+                                     char *err, size_t errlen);
 /* Random weights from a seed at the config's dims (fp8 != 0: FP8 E4M3 with
  * 128x128 power-of-two block scales, as the released checkpoints store;
  * else bf16). */

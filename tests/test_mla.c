@@ -1271,3 +1271,62 @@ DSATTN_TEST(mla, layer_subset_sequence_equals_whole_on_its_layers)
         dsattn_mla_destroy(m);
     }
 }
+
+/* dsattn_mla_load_layers binds only its layers: the golden V3 checkpoint's
+ * layer 1 loaded alone runs exactly as in the whole model (bit for bit in
+ * both modes), other layers are DSATTN_ERR_UNSUPPORTED, the stacks refuse
+ * it, its weight bytes are that layer's, and a bad range is refused. */
+DSATTN_TEST(mla, load_layers_binds_only_its_layers)
+{
+    char cfg[600], w[600], err[512] = "";
+    snprintf(cfg, sizeof cfg, "%s", dsattn_test_data("golden/v3/tiny-seed0/config.json"));
+    snprintf(w, sizeof w, "%s", dsattn_test_data("golden/v3/tiny-seed0/weights.safetensors"));
+    dsattn_mla *all = NULL, *one = NULL, *bad = NULL;
+    CHECK_MSG(dsattn_mla_load(&all, cfg, w, err, sizeof err) == DSATTN_OK, "%s", err);
+    CHECK_MSG(dsattn_mla_load_layers(&one, cfg, w, 1, 1, err, sizeof err) == DSATTN_OK, "%s", err);
+    if (!all || !one) goto out;
+    CHECK_EQ_INT(dsattn_mla_n_layers(one), 3);
+    CHECK(3 * dsattn_mla_weight_bytes(one) == dsattn_mla_weight_bytes(all));
+    const size_t dim = 256, T = 6;
+    float *x = rand_input(T, dim, 9), *ya = calloc(T * dim, 4), *yo = calloc(T * dim, 4);
+    for (int mode = 0; mode < 2; mode++) {
+        dsattn_ctx *c = dsattn_test_ctx(mode ? DSATTN_MODE_FAST : DSATTN_MODE_REFERENCE, 0);
+        dsattn_mla_seq *sa = NULL, *so = NULL, *sw = NULL;
+        CHECK_OK(dsattn_mla_seq_create_layers(&sa, all, T, DSATTN_MLA_CACHE_LATENT_BF16, 1, 1));
+        CHECK_OK(dsattn_mla_seq_create_layers(&so, one, T, DSATTN_MLA_CACHE_LATENT_BF16, 1, 1));
+        CHECK_OK(dsattn_mla_seq_create(&sw, one, T, DSATTN_MLA_CACHE_LATENT_BF16));
+        if (!sa || !so || !sw) break;
+        CHECK_OK(dsattn_mla_attn_forward(c, sa, 1, x, T - 1, ya));
+        CHECK_OK(dsattn_mla_attn_forward(c, so, 1, x, T - 1, yo));
+        CHECK_OK(dsattn_mla_seq_advance(sa, T - 1));
+        CHECK_OK(dsattn_mla_seq_advance(so, T - 1));
+        CHECK_OK(dsattn_mla_attn_forward(c, sa, 1, x + (T - 1) * dim, 1, ya + (T - 1) * dim));
+        CHECK_OK(dsattn_mla_attn_forward(c, so, 1, x + (T - 1) * dim, 1, yo + (T - 1) * dim));
+        CHECK_MSG(same_bits(ya, yo, T * dim), "mode %d: layer 1 differs", mode);
+        /* a sequence of every layer on the one-layer model */
+        CHECK_EQ_INT(dsattn_mla_attn_forward(c, sw, 0, x, 1, yo), DSATTN_ERR_UNSUPPORTED);
+        CHECK_EQ_INT(dsattn_mla_attn_forward(c, sw, 2, x, 1, yo), DSATTN_ERR_UNSUPPORTED);
+        CHECK_EQ_INT(dsattn_mla_stack_forward(c, sw, yo, 1, NULL, NULL), DSATTN_ERR_INVALID_ARG);
+        size_t failed = 99;
+        CHECK_EQ_INT(dsattn_mla_attn_forward_batch(c, &sw, 1, 0, x, yo, &failed),
+                     DSATTN_ERR_UNSUPPORTED);
+        CHECK(failed == SIZE_MAX);
+        CHECK_EQ_INT(dsattn_mla_stack_forward_batch(c, &sw, 1, yo, NULL, NULL, &failed),
+                     DSATTN_ERR_INVALID_ARG);
+        CHECK_EQ_INT(dsattn_mla_seq_pos(sw), 0);
+        CHECK_OK(dsattn_mla_attn_forward(c, sw, 1, x, 1, yo));
+        dsattn_mla_seq_destroy(sa);
+        dsattn_mla_seq_destroy(so);
+        dsattn_mla_seq_destroy(sw);
+        dsattn_ctx_destroy(c);
+    }
+    free(x); free(ya); free(yo);
+    CHECK_EQ_INT(dsattn_mla_load_layers(&bad, cfg, w, 2, 2, err, sizeof err), DSATTN_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(err, "outside the model's 3") != NULL, "%s", err);
+    CHECK_EQ_INT(dsattn_mla_load_layers(&bad, cfg, w, -1, 1, err, sizeof err), DSATTN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(dsattn_mla_load_layers(&bad, cfg, w, 0, 0, err, sizeof err), DSATTN_ERR_INVALID_ARG);
+    CHECK(bad == NULL);
+out:
+    dsattn_mla_destroy(all);
+    dsattn_mla_destroy(one);
+}

@@ -364,7 +364,8 @@ int dsattn_bench_mla(int argc, char **argv)
         "  --weights PATH  layer 0 of a V3 / V3.2 checkpoint (a .safetensors file, shard\n"
         "                  index or folder; its config.json unless --config PATH) instead\n"
         "                  of --model's random layers: V3 with both cache formats, V3.2\n"
-        "                  with FP8 rows.  Only layer 0's caches are allocated.\n";
+        "                  with FP8 rows.  Only layer 0's weights are loaded and only its\n"
+        "                  caches allocated.\n";
     dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
                DSATTN_BENCH_MD, "v3,v3-fp8,v3.2", { 4096, 32768, 131072 }, { 1, 2 }, { 3 },
                3, 2, 1, 1, 0, { 1 }, 1, NULL, NULL };
@@ -383,12 +384,12 @@ int dsattn_bench_mla(int argc, char **argv)
     char cmodel[64] = "";
     if (o.weights) {
         char err[512] = "";
-        if (dsattn_mla_load(&cm, o.config, o.weights, err, sizeof err)) {
+        if (dsattn_mla_load_layers(&cm, o.config, o.weights, 0, 1, err, sizeof err)) {
             fprintf(stderr, "bench mla: %s\n", err);
             return 1;
         }
-        fprintf(stderr, "bench mla: %s, %d layers, %.3f GB of weights from %s in %.1f s; "
-                        "timing layer 0\n", dsattn_mla_is_dsa(cm) ? "V3.2" : "V3",
+        fprintf(stderr, "bench mla: %s, %d layers; layer 0's %.3f GB of weights loaded from %s "
+                        "in %.1f s; timing layer 0\n", dsattn_mla_is_dsa(cm) ? "V3.2" : "V3",
                 dsattn_mla_n_layers(cm), (double)dsattn_mla_weight_bytes(cm) / 1e9, o.weights,
                 dsattn_bench_now() - t_start);
         o.models = dsattn_mla_is_dsa(cm) ? "v3.2" : "v3,v3-fp8";

@@ -191,10 +191,10 @@ static dsattn_status bind_layer(dsattn_mha *m, const dsattn_binder *b, int64_t l
     return DSATTN_OK;
 }
 
-static void mha_loaded(dsattn_mha *m)
+static void mha_loaded(dsattn_mha *m, int first, int count)
 {
-    m->w_first = 0;
-    m->w_count = (int)m->cfg.n_layers;
+    m->w_first = first;
+    m->w_count = count;
 }
 
 DSATTN_MODEL_LOAD(mha, bind_layer, mha_loaded)

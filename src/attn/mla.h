@@ -51,7 +51,8 @@ typedef struct {
 
 struct dsattn_mla {
     dsattn_mla_config  cfg;
-    int                has_weights;
+    int                has_weights;           /* layers [w_first, + w_count) */
+    int                w_first, w_count;      /* have their weights bound   */
     dsattn_rope        rope;                  /* one table, every layer     */
     dsattn_actq        actq;                  /* before FP8 GEMMs (V3.2)    */
     int                use_actq;              /* V3 gemm_impl "bf16": none  */
@@ -86,6 +87,12 @@ struct dsattn_mla_seq {
                                        * caches outside the held range      */
 };
 
+/* Whether m has layer l's weights (false for any l outside the model). */
+static inline int dsattn_mla_model_holds(const dsattn_mla *m, int64_t l)
+{
+    return m->has_weights && l >= m->w_first && l < (int64_t)m->w_first + m->w_count;
+}
+
 /* Whether s holds layer l's caches (false for any l outside the model). */
 static inline int dsattn_mla_seq_holds(const dsattn_mla_seq *s, int64_t l)
 {
@@ -96,6 +103,16 @@ static inline int dsattn_mla_seq_holds(const dsattn_mla_seq *s, int64_t l)
 static inline int dsattn_mla_seq_whole(const dsattn_mla_seq *s)
 {
     return s->first == 0 && s->count == s->m->cfg.n_layers;
+}
+
+/* Whether a stack may start on s: it holds every layer's caches and its
+ * model has every layer's weights or none (a config-only model: the
+ * forward then says DSATTN_ERR_UNSUPPORTED, as for any forward). */
+static inline int dsattn_mla_seq_stackable(const dsattn_mla_seq *s)
+{
+    const dsattn_mla *m = s->m;
+    return dsattn_mla_seq_whole(s) &&
+           (!m->has_weights || (m->w_first == 0 && m->w_count == m->cfg.n_layers));
 }
 
 dsattn_status dsattn_mla_config_load(dsattn_mla_config *c, const char *path,

@@ -1278,7 +1278,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     const dsattn_mla *m = seq->m;
     const dsattn_mla_config *c = &m->cfg;
     if (!dsattn_mla_seq_holds(seq, l)) return DSATTN_ERR_INVALID_ARG;
-    if (!m->has_weights) return DSATTN_ERR_UNSUPPORTED;
+    if (!dsattn_mla_model_holds(m, l)) return DSATTN_ERR_UNSUPPORTED;   /* no weights */
     if (seq->pos > 0 && s != 1) return DSATTN_ERR_UNSUPPORTED;     /* no chunked prefill */
     if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     const dsattn_mla_layer_w *L = &m->layer[l];
@@ -1478,7 +1478,7 @@ size_t dsattn_mla_seq_scratch_at(const dsattn_mla *m, size_t cap, dsattn_mla_cac
 
 /* ==== The golden-case stack and accessors =============================== */
 
-DSATTN_STANDIN_STACK_API(mla, eps, dsattn_mla_seq_whole)
+DSATTN_STANDIN_STACK_API(mla, eps, dsattn_mla_seq_stackable)
 
 dsattn_status dsattn_mla_seq_selection(const dsattn_mla_seq *s, int layer, const int32_t **rows,
                                        size_t *n_rows, size_t *width)
@@ -1674,6 +1674,10 @@ static dsattn_status batch_check(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs, s
     dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, batch_seq_info, x, out, &bad);
     if (!st && (l < 0 || l >= seqs[0]->m->cfg.n_layers)) {
         st = DSATTN_ERR_INVALID_ARG;
+        bad = SIZE_MAX;
+    }
+    if (!st && !dsattn_mla_model_holds(seqs[0]->m, l)) {     /* the layer's weights */
+        st = DSATTN_ERR_UNSUPPORTED;
         bad = SIZE_MAX;
     }
     for (size_t i = 0; i < B && !st; i++)
@@ -1939,10 +1943,15 @@ dsattn_status dsattn_mla_stack_forward_batch(dsattn_ctx *ctx, dsattn_mla_seq *co
                                              float *attn_out, size_t *failed)
 {
     dsattn_status st = batch_check(ctx, seqs, n_seqs, 0, h, h, failed);
-    for (size_t i = 0; i < n_seqs && !st; i++)
-        if (!dsattn_mla_seq_whole(seqs[i])) {       /* the stack runs every layer */
+    /* the stack runs every layer: a sequence of some layers, or of a model
+     * of some layers' weights (batch_check: no weights for layer 0), is
+     * refused as the one-sequence stack refuses it */
+    const int some = !st || st == DSATTN_ERR_UNSUPPORTED;
+    for (size_t i = 0; i < n_seqs && some; i++)
+        if (!dsattn_mla_seq_stackable(seqs[i])) {
             st = DSATTN_ERR_INVALID_ARG;
             if (failed) *failed = i;
+            break;
         }
     if (st) return st;
     const dsattn_mla *m = seqs[0]->m;

@@ -249,9 +249,22 @@ static dsattn_status bind_layer(dsattn_mla *m, const dsattn_binder *b, int64_t l
     return DSATTN_OK;
 }
 
-static void mla_loaded(dsattn_mla *m) { m->has_weights = 1; }
+static void mla_loaded(dsattn_mla *m, int first, int count)
+{
+    m->has_weights = 1;
+    m->w_first = first;
+    m->w_count = count;
+}
 
 DSATTN_MODEL_LOAD(mla, bind_layer, mla_loaded)
+
+dsattn_status dsattn_mla_load_layers(dsattn_mla **out, const char *config_json,
+                                     const char *weights, int first_layer, int n_layers,
+                                     char *err, size_t errlen)
+{
+    if (n_layers <= 0) return DSATTN_ERR_INVALID_ARG;
+    return mla_load_layers(out, config_json, weights, first_layer, n_layers, err, errlen);
+}
 
 /* ==== Random weights ==================================================== */
 
@@ -370,6 +383,8 @@ dsattn_status dsattn_mla_create_random(dsattn_mla **out, const char *config_json
 #undef MAT
     if (st) { dsattn_mla_destroy(m); return st; }
     m->has_weights = 1;
+    m->w_first = 0;
+    m->w_count = (int)c->n_layers;
     *out = m;
     return DSATTN_OK;
 }

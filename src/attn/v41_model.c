@@ -283,7 +283,14 @@ dsattn_status dsattn_v41_load_config(dsattn_v41 **out, const char *config_json,
     return v41_new_model(out, config_json, err, errlen);
 }
 
-DSATTN_MODEL_LOAD(v41, bind_layer, link_layers)
+static void v41_loaded(dsattn_v41 *m, int first, int count)  /* always every layer */
+{
+    (void)first;
+    (void)count;
+    link_layers(m);
+}
+
+DSATTN_MODEL_LOAD(v41, bind_layer, v41_loaded)
 
 /* ==== Random weights ==================================================== */
 

@@ -239,8 +239,10 @@ static dsattn_status bind_layer(dsattn_v4 *m, const dsattn_binder *b, int64_t l)
 #undef DENSE
 #undef BF16
 
-static void v4_loaded(dsattn_v4 *m)
+static void v4_loaded(dsattn_v4 *m, int first, int count)   /* always every layer */
 {
+    (void)first;
+    (void)count;
     m->has_weights = 1;
     link_layers(m);
 }
