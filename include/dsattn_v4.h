@@ -96,10 +96,23 @@ dsattn_v4_kind dsattn_v4_layer_kind(const dsattn_v4 *m, int layer);
 int            dsattn_v4_layer_ratio(const dsattn_v4 *m, int layer);
 /* Bytes of attention weights the stack holds (all layers, as stored). */
 size_t         dsattn_v4_weight_bytes(const dsattn_v4 *m);
+/* The CSA layers' lightning indexer: heads, head dim and top-k (any
+ * pointer may be NULL). */
+dsattn_status  dsattn_v4_index_shape(const dsattn_v4 *m, int *n_heads, int *head_dim,
+                                     int *topk);
 
 /* max_seq_len: tokens the sequence may hold (caches are sized from it). */
 dsattn_status dsattn_v4_seq_create(dsattn_v4_seq **out, const dsattn_v4 *m,
                                    size_t max_seq_len, dsattn_v4_empty empty);
+/* A sequence holding only layers [first_layer, first_layer + n_layers): one
+ * pipeline stage's share of the caches, or one layer of a checkpoint timed
+ * at a depth whose whole-model cache would not fit (dsattn bench v4
+ * --weights).  Forwards, accessors and the batched call take only the
+ * layers it holds (DSATTN_ERR_INVALID_ARG otherwise); the stand-in stacks
+ * take only a sequence of every layer. */
+dsattn_status dsattn_v4_seq_create_layers(dsattn_v4_seq **out, const dsattn_v4 *m,
+                                          size_t max_seq_len, dsattn_v4_empty empty,
+                                          int first_layer, int n_layers);
 void    dsattn_v4_seq_destroy(dsattn_v4_seq *s);
 int64_t dsattn_v4_seq_pos(const dsattn_v4_seq *s);
 

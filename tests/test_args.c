@@ -208,6 +208,9 @@ DSATTN_TEST(args, v4_family)
     const int nl = dsattn_v4_n_layers(m), dim = dsattn_v4_dim(m);
     CHECK_EQ_INT(dsattn_v4_layer_ratio(m, -1), -1);
     CHECK_EQ_INT(dsattn_v4_layer_ratio(NULL, 0), -1);
+    int ih = -1;
+    CHECK_EQ_INT(dsattn_v4_index_shape(NULL, &ih, NULL, NULL), BAD);
+    CHECK_EQ_INT(ih, -1);
     dsattn_v4_seq *s = NULL;
     CHECK_EQ_INT(dsattn_v4_seq_create(NULL, m, CAP, DSATTN_V4_EMPTY_REFERENCE), BAD);
     CHECK_EQ_INT(dsattn_v4_seq_create(&s, NULL, CAP, DSATTN_V4_EMPTY_REFERENCE), BAD);

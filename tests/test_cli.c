@@ -397,6 +397,27 @@ DSATTN_TEST(cli, bench_mla_weights)
     bench_weights_refusals("mla", "v3", dir, cfg);
 }
 
+/* bench v4 --weights: the golden V4 checkpoint's first CSA layer (2) and
+ * first HCA layer (3) instead of random ones, checked against reference
+ * mode first; --model with --weights and a missing checkpoint refused. */
+DSATTN_TEST(cli, bench_v4_weights)
+{
+    char err[8192], w[600];
+    snprintf(w, sizeof w, "%s", dsattn_test_data("golden/v4/tiny-seed0/weights.safetensors"));
+    char *ok[] = { "dsattn", "bench", "v4", "--weights", w, "--depth", "64,300", "--threads", "1",
+                   "--reps", "1", "--format", "csv", NULL };
+    CHECK_MSG(run_cli(ok, err, sizeof err) == 0, "exit != 0: %s", err);
+    CHECK_MSG(strstr(err, "7 layers") && strstr(err, "csa fast vs reference") &&
+                  strstr(err, "hca fast vs reference") && strstr(err, "[4/4] hca depth 300"),
+              "%s", err);
+    char *both[] = { "dsattn", "bench", "v4", "--weights", w, "--model", "csa", NULL };
+    CHECK_EQ_INT(run_cli(both, err, sizeof err), 2);
+    CHECK_MSG(strstr(err, "--model and --weights"), "%s", err);
+    char *bad[] = { "dsattn", "bench", "v4", "--weights", "/nonexistent/w.safetensors", NULL };
+    CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);
+    CHECK_MSG(strstr(err, "/nonexistent/w.safetensors") && !strstr(err, "[1/"), "%s", err);
+}
+
 /* bench v41 --weights: a checkpoint's own weights, memory-mapped, instead
  * of random ones (stderr says which); a missing one is an error naming it. */
 DSATTN_TEST(cli, bench_v41_weights)

@@ -755,3 +755,106 @@ DSATTN_TEST(v4, bad_configs_are_errors)
     dsattn_v4_seq_destroy(s);
     dsattn_v4_destroy(m);
 }
+
+/* A sequence of some layers (dsattn_v4_seq_create_layers) runs the layers
+ * it holds exactly as a sequence of every layer does - outputs, both caches
+ * and the CSA selection bit for bit in both modes, through prefill and
+ * compressor-group boundaries - refuses the others and the stacks, and
+ * keeps its range through a session file. */
+DSATTN_TEST(v4, layer_subset_sequence_equals_whole_on_its_layers)
+{
+    dsattn_v4 *m = golden_model();
+    if (!m) return;
+    size_t T, dim;
+    float *x = golden_x(&T, &dim);
+    const size_t N = 40, P = 17;
+    CHECK(x && T >= N && m->cfg.compress_ratios[2] == 4 && m->cfg.compress_ratios[3] == 16);
+    float *yw = calloc(N * dim, 4), *yp = calloc(N * dim, 4);
+    for (int mode = 0; mode < 2 && x; mode++) {
+        dsattn_ctx *c = dsattn_test_ctx(mode ? DSATTN_MODE_FAST : DSATTN_MODE_REFERENCE, 0);
+        dsattn_v4_seq *w = NULL, *p = NULL;
+        CHECK_OK(dsattn_v4_seq_create(&w, m, N + 1, DSATTN_V4_EMPTY_REFERENCE));
+        CHECK_OK(dsattn_v4_seq_create_layers(&p, m, N + 1, DSATTN_V4_EMPTY_REFERENCE, 2, 2));
+        if (!w || !p) break;
+        for (int l = 2; l <= 3; l++) {      /* the layers' own inputs: x, as a layer gets */
+            CHECK_OK(dsattn_v4_attn_forward(c, w, l, x, P, yw));
+            CHECK_OK(dsattn_v4_attn_forward(c, p, l, x, P, yp));
+        }
+        CHECK_OK(dsattn_v4_seq_advance(w, P));
+        CHECK_OK(dsattn_v4_seq_advance(p, P));
+        for (size_t t = P; t < N; t++) {
+            for (int l = 2; l <= 3; l++) {
+                CHECK_OK(dsattn_v4_attn_forward(c, w, l, x + t * dim, 1, yw + t * dim));
+                CHECK_OK(dsattn_v4_attn_forward(c, p, l, x + t * dim, 1, yp + t * dim));
+            }
+            CHECK_OK(dsattn_v4_seq_advance(w, 1));
+            CHECK_OK(dsattn_v4_seq_advance(p, 1));
+        }
+        size_t f = 0;
+        CHECK_MSG(bits_equal(yw, yp, N * dim, &f), "mode %d: token %zu differs", mode, f / dim);
+        for (int l = 2; l <= 3; l++)
+            for (int which = 0; which < 2; which++) {
+                const uint8_t *a, *b;
+                size_t na, nb, ra, rb;
+                dsattn_status sa = dsattn_v4_seq_cache(w, l, which, &a, &na, &ra);
+                CHECK_EQ_INT(dsattn_v4_seq_cache(p, l, which, &b, &nb, &rb), sa);
+                if (!sa)
+                    CHECK_MSG(na == nb && ra == rb && na > 0 && !memcmp(a, b, na * ra),
+                              "layer %d cache %d differs", l, which);
+            }
+        const int32_t *rw, *rp;
+        size_t nw, np, ww, wp;
+        CHECK_OK(dsattn_v4_seq_selection(w, 2, &rw, &nw, &ww));
+        CHECK_OK(dsattn_v4_seq_selection(p, 2, &rp, &np, &wp));
+        CHECK(nw == np && ww == wp && !memcmp(rw, rp, nw * ww * sizeof *rw));
+        /* what it does not hold */
+        const uint8_t *a;
+        size_t na, ra;
+        CHECK_EQ_INT(dsattn_v4_attn_forward(c, p, 1, x, 1, yp), DSATTN_ERR_INVALID_ARG);
+        CHECK_EQ_INT(dsattn_v4_attn_forward(c, p, 4, x, 1, yp), DSATTN_ERR_INVALID_ARG);
+        CHECK_EQ_INT(dsattn_v4_seq_cache(p, 4, 0, &a, &na, &ra), DSATTN_ERR_INVALID_ARG);
+        CHECK_EQ_INT(dsattn_v4_stack_forward(c, p, yp, 1, NULL, NULL), DSATTN_ERR_INVALID_ARG);
+        dsattn_v4_seq *both[2] = { w, p };
+        size_t failed = 99;
+        CHECK_EQ_INT(dsattn_v4_attn_forward_batch(c, both, 2, 0, x, yp, &failed),
+                     DSATTN_ERR_INVALID_ARG);
+        CHECK_EQ_INT((int)failed, 1);
+        failed = 99;
+        CHECK_EQ_INT(dsattn_v4_stack_forward_batch(c, both, 2, yp, NULL, NULL, &failed),
+                     DSATTN_ERR_INVALID_ARG);
+        CHECK_EQ_INT((int)failed, 1);
+        CHECK_EQ_INT(dsattn_v4_seq_pos(p), (int)N);
+        dsattn_kv_bill bw, bp;
+        CHECK_OK(dsattn_v4_seq_kv_bill(w, &bw));
+        CHECK_OK(dsattn_v4_seq_kv_bill(p, &bp));
+        CHECK(bp.global_bytes_allocated > 0 && bp.global_bytes_allocated < bw.global_bytes_allocated);
+        if (mode == 1) {                    /* the session keeps the range and the bytes */
+            char err[512] = "";
+            const char *path = "/tmp/dsattn_test_v4_subset.dsess";
+            CHECK_OK(dsattn_v4_seq_save(p, path, err, sizeof err));
+            dsattn_v4_seq *q = NULL;
+            CHECK_MSG(dsattn_v4_seq_load(&q, m, path, 0, err, sizeof err) == DSATTN_OK, "%s", err);
+            for (int l = 2; q && l <= 3; l++) {
+                const uint8_t *b;
+                size_t nb, rb;
+                CHECK_OK(dsattn_v4_seq_cache(p, l, 0, &a, &na, &ra));
+                CHECK_OK(dsattn_v4_seq_cache(q, l, 0, &b, &nb, &rb));
+                CHECK(na == nb && !memcmp(a, b, na * ra));
+            }
+            if (q) CHECK_EQ_INT(dsattn_v4_seq_cache(q, 1, 0, &a, &na, &ra), DSATTN_ERR_INVALID_ARG);
+            dsattn_v4_seq_destroy(q);
+            unlink(path);
+        }
+        dsattn_v4_seq_destroy(w);
+        dsattn_v4_seq_destroy(p);
+        dsattn_ctx_destroy(c);
+    }
+    dsattn_v4_seq *s = NULL;
+    CHECK_EQ_INT(dsattn_v4_seq_create_layers(&s, m, 8, DSATTN_V4_EMPTY_REFERENCE, 6, 2),
+                 DSATTN_ERR_INVALID_ARG);
+    CHECK_EQ_INT(dsattn_v4_seq_create_layers(&s, m, 8, DSATTN_V4_EMPTY_REFERENCE, 0, 0),
+                 DSATTN_ERR_INVALID_ARG);
+    CHECK(s == NULL);
+    free(x); free(yw); free(yp);
+    dsattn_v4_destroy(m);
+}

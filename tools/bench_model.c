@@ -487,6 +487,7 @@ static const v4_case V4_CASES[] = {
 
 typedef struct {
     dsattn_v4_seq *s;
+    int            layer;
     const float   *x;
     float         *y;
     double         last_s;        /* wall time of the last step            */
@@ -496,7 +497,7 @@ static dsattn_status v4_step(dsattn_ctx *ctx, void *p)
 {
     v4_step_arg *a = p;
     const double t0 = dsattn_bench_now();
-    dsattn_status st = dsattn_v4_attn_forward(ctx, a->s, 0, a->x, 1, a->y);
+    dsattn_status st = dsattn_v4_attn_forward(ctx, a->s, a->layer, a->x, 1, a->y);
     a->last_s = dsattn_bench_now() - t0;
     return st ? st : dsattn_v4_seq_advance(a->s, 1);
 }
@@ -537,30 +538,35 @@ static dsattn_v4 *v4_model(const char *src, const v4_case *c, uint64_t seed, cha
     return m;
 }
 
-static dsattn_status v4_verify_step(dsattn_ctx *ctx, const void *m, int64_t depth,
+typedef struct { const dsattn_v4 *m; int layer; } v4_verify_arg;
+
+static dsattn_status v4_verify_step(dsattn_ctx *ctx, const void *arg, int64_t depth,
                                     uint64_t seed, const float *x, float *out)
 {
+    const v4_verify_arg *a = arg;
     dsattn_v4_seq *s = NULL;
-    dsattn_status st = dsattn_v4_seq_create(&s, m, (size_t)depth + 1, DSATTN_V4_EMPTY_REFERENCE);
+    dsattn_status st = dsattn_v4_seq_create_layers(&s, a->m, (size_t)depth + 1,
+                                                   DSATTN_V4_EMPTY_REFERENCE, a->layer, 1);
     if (!st) st = dsattn_v4_seq_fill_synthetic(s, depth, seed);
-    if (!st) st = dsattn_v4_attn_forward(ctx, s, 0, x, 1, out);
+    if (!st) st = dsattn_v4_attn_forward(ctx, s, a->layer, x, 1, out);
     dsattn_v4_seq_destroy(s);
     return st;
 }
 
-static int v4_verify(const dsattn_v4 *m, const v4_case *c, uint64_t seed)
+static int v4_verify(const dsattn_v4 *m, int layer, const v4_case *c, uint64_t seed)
 {
-    return verify_report("v4", c->key, v4_verify_step, m, (size_t)dsattn_v4_dim(m), seed);
+    const v4_verify_arg a = { m, layer };
+    return verify_report("v4", c->key, v4_verify_step, &a, (size_t)dsattn_v4_dim(m), seed);
 }
 
-/* Time the index scan of the CSA layer of s with ctx: ms mean, keys. */
-static double v4_scan_ms(dsattn_ctx *ctx, const dsattn_v4_seq *s, int nh, int dh, int topk,
-                         int reps, size_t *keys, uint64_t seed)
+/* Time the index scan of CSA layer `layer` of s with ctx: ms mean, keys. */
+static double v4_scan_ms(dsattn_ctx *ctx, const dsattn_v4_seq *s, int layer, int nh, int dh,
+                         int topk, int reps, size_t *keys, uint64_t seed)
 {
     const uint8_t *rows;
     size_t n, rb;
     *keys = 0;
-    if (dsattn_v4_seq_cache(s, 0, 1, &rows, &n, &rb) || n == 0) return 0;
+    if (dsattn_v4_seq_cache(s, layer, 1, &rows, &n, &rb) || n == 0) return 0;
     float *q = dsattn_cli_rand_bf16((size_t)nh * dh, seed, 3);
     float *w = dsattn_cli_rand_bf16((size_t)nh, seed + 1, 3);
     float *score = malloc((n + 1) * sizeof(float));
@@ -598,7 +604,11 @@ int dsattn_bench_v4(int argc, char **argv)
         "compressed entry, top-k attention) and one HCA layer (ratio 128: every entry) of\n"
         "DeepSeek-V4-Flash at real dims, FP8 weights, decoding one token over a\n"
         "synthetically filled cache.  The indexer column times the CSA layer's index scan\n"
-        "alone.  Every list is cross-multiplied; checked against reference mode first.\n";
+        "alone.  Every list is cross-multiplied; checked against reference mode first.\n"
+        "  --weights PATH  a V4 checkpoint's own first CSA layer and first HCA layer (a\n"
+        "                  .safetensors file, shard index or folder; its config.json\n"
+        "                  unless --config PATH) instead of random ones; only those\n"
+        "                  layers' caches are allocated.\n";
     const char *cfg = NULL;
     /* --config is this mode's own option: strip it before the shared parser */
     char **av = malloc(((size_t)argc + 1) * sizeof *av);
@@ -611,52 +621,101 @@ int dsattn_bench_v4(int argc, char **argv)
     dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
                DSATTN_BENCH_MD, "csa,hca", { 4096, 65536, 262144, 1048576 }, { 1, 2 }, { 3 },
                4, 2, 1, 1, 0, { 1 }, 1, NULL, NULL };
+    const char *const all_models = o.models;
     int pr = dsattn_bench_parse_opts("v4", ac, av, &o, usage);
     free(av);
     if (pr) return pr == 1 ? 0 : pr;
+    if (o.weights && o.models != all_models) {
+        fprintf(stderr, "bench v4: --model and --weights: one or the other (the checkpoint's "
+                        "first CSA and HCA layers are timed)\n");
+        return 2;
+    }
     t_start = dsattn_bench_now();
     char src[1024];
     if (cfg) snprintf(src, sizeof src, "%s", cfg);
     else snprintf(src, sizeof src, "%s/deepseek-v4-flash.json", o.configs);
+    /* a checkpoint is opened (and refused) before anything is printed */
+    dsattn_v4 *cm = NULL;
+    if (o.weights) {
+        char err[512] = "";
+        if (dsattn_v4_load(&cm, cfg, o.weights, err, sizeof err)) {
+            fprintf(stderr, "bench v4: %s\n", err);
+            return 1;
+        }
+        fprintf(stderr, "bench v4: %d layers, %.3f GB of weights from %s in %.1f s\n",
+                dsattn_v4_n_layers(cm), (double)dsattn_v4_weight_bytes(cm) / 1e9, o.weights,
+                dsattn_bench_now() - t_start);
+    }
     int nm = 0;
     for (size_t i = 0; i < sizeof V4_CASES / sizeof V4_CASES[0]; i++)
         nm += dsattn_bench_in_list(o.models, V4_CASES[i].key);
     if (!nm) { fprintf(stderr, "bench v4: --model takes csa, hca\n"); return 2; }
     char title[1024];
-    snprintf(title, sizeof title,
-             "One V4 attention layer decoding one token at real dims of %.300s (random FP8 "
-             "weights; caches filled synthetically to each depth). ms/token = one layer's "
-             "step; KV B/token = the layer's global bill (compressed entries + index keys).",
-             src);
+    if (cm)
+        snprintf(title, sizeof title,
+                 "One V4 attention layer of the checkpoint %.400s (its weights as stored; caches "
+                 "filled synthetically to each depth) decoding one token. ms/token = one layer's "
+                 "step; KV B/token = the layer's global bill (compressed entries + index keys).",
+                 o.weights);
+    else
+        snprintf(title, sizeof title,
+                 "One V4 attention layer decoding one token at real dims of %.300s (random FP8 "
+                 "weights; caches filled synthetically to each depth). ms/token = one layer's "
+                 "step; KV B/token = the layer's global bill (compressed entries + index keys).",
+                 src);
     dsattn_bench_table t = { "v4", title, o.fmt, 3,
         { "idx keys", "idx scan ms", "idx scan % of step" },
         { "index_keys_scored", "index_scan_ms", "index_scan_pct" }, 0, "", NULL };
     dsattn_bench_begin(&t, dsattn_bench_isa_label());
-    int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr;
+    int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr, timed = 0;
     char dominated[512] = "";
     long long maxr = 0;
     for (int i = 0; i < o.nr; i++) maxr = o.reps[i] > maxr ? o.reps[i] : maxr;
     for (size_t ci = 0; ci < sizeof V4_CASES / sizeof V4_CASES[0]; ci++) {
         const v4_case *c = &V4_CASES[ci];
         if (!dsattn_bench_in_list(o.models, c->key)) continue;
-        char path[256], err[512] = "";
-        int nh, dh, topk;
-        dsattn_v4 *m = v4_model(src, c, o.seed, path, sizeof path, &nh, &dh, &topk, err, sizeof err);
+        char path[256] = "", err[512] = "", mname[48], variant[64];
+        int nh, dh, topk, layer = 0;
+        dsattn_v4 *m = cm;
+        if (cm) {
+            /* the checkpoint's first layer of the case's kind */
+            const dsattn_v4_kind kind = c->ratio == 4 ? DSATTN_V4_CSA : DSATTN_V4_HCA;
+            while (layer < dsattn_v4_n_layers(cm) && dsattn_v4_layer_kind(cm, layer) != kind)
+                layer++;
+            if (layer == dsattn_v4_n_layers(cm)) {
+                fprintf(stderr, "bench v4: %s: the checkpoint has no %s layer; skipped\n", c->key,
+                        c->key);
+                continue;
+            }
+            dsattn_v4_index_shape(cm, &nh, &dh, &topk);
+            snprintf(mname, sizeof mname, "checkpoint V4 (dim %d)", dsattn_v4_dim(cm));
+            if (c->ratio == 4)
+                snprintf(variant, sizeof variant, "CSA m=%d, top-%d, layer %d",
+                         dsattn_v4_layer_ratio(cm, layer), topk, layer);
+            else
+                snprintf(variant, sizeof variant, "HCA m=%d, all entries, layer %d",
+                         dsattn_v4_layer_ratio(cm, layer), layer);
+        } else {
+            m = v4_model(src, c, o.seed, path, sizeof path, &nh, &dh, &topk, err, sizeof err);
+            snprintf(mname, sizeof mname, "%s",
+                     strstr(src, "pro") ? "DeepSeek-V4-Pro" : "DeepSeek-V4-Flash");
+            snprintf(variant, sizeof variant, "%s", c->variant);
+        }
+        timed++;
         if (!m) { fprintf(stderr, "bench v4: %s: %s\n", c->key, err); rc = 1; remove(path); continue; }
-        if (v4_verify(m, c, o.seed)) {
+        if (v4_verify(m, layer, c, o.seed)) {
             fprintf(stderr, "bench v4: %s: fast path disagrees with reference; not timing\n", c->key);
             rc = 1;
-            dsattn_v4_destroy(m);
+            if (!cm) dsattn_v4_destroy(m);
             remove(path);
             continue;
         }
         const size_t dim = (size_t)dsattn_v4_dim(m);
         float *x = dsattn_cli_rand_bf16(dim, o.seed + 1, 3), *y = calloc(dim, sizeof(float));
-        const char *mname = strstr(src, "pro") ? "DeepSeek-V4-Pro" : "DeepSeek-V4-Flash";
         for (int di = 0; di < o.nd && x && y; di++) {
             dsattn_v4_seq *s = NULL;
-            if (dsattn_v4_seq_create(&s, m, (size_t)(o.depth[di] + maxr + 2),
-                                     DSATTN_V4_EMPTY_REFERENCE)) {
+            if (dsattn_v4_seq_create_layers(&s, m, (size_t)(o.depth[di] + maxr + 2),
+                                            DSATTN_V4_EMPTY_REFERENCE, layer, 1)) {
                 fprintf(stderr, "bench v4: cannot hold depth %lld\n", o.depth[di]);
                 rc = 1;
                 continue;
@@ -670,10 +729,10 @@ int dsattn_bench_v4(int argc, char **argv)
                     dsattn_bench_result r;
                     memset(&r, 0, sizeof r);
                     snprintf(r.model, sizeof r.model, "%s", mname);
-                    snprintf(r.variant, sizeof r.variant, "%s", c->variant);
+                    snprintf(r.variant, sizeof r.variant, "%s", variant);
                     r.depth = o.depth[di];
                     r.kv_bytes = kb.global_bytes_per_token;
-                    v4_step_arg a = { s, x, y, 0.0 };
+                    v4_step_arg a = { s, layer, x, y, 0.0 };
                     if (ctx && o.profile) dsattn_ctx_set_profiling(ctx, 1);
                     dsattn_status st = !ctx ? DSATTN_ERR_NOMEM
                                        : dsattn_v4_seq_fill_synthetic(s, o.depth[di],
@@ -689,8 +748,8 @@ int dsattn_bench_v4(int argc, char **argv)
                     if (c->ratio == 4) {
                         dsattn_bench_result keep = r;
                         size_t keys = 0;
-                        double ms = v4_scan_ms(ctx, s, nh, dh, topk, (int)o.reps[ri], &keys,
-                                               o.seed + 5);
+                        double ms = v4_scan_ms(ctx, s, layer, nh, dh, topk, (int)o.reps[ri],
+                                               &keys, o.seed + 5);
                         r = keep;
                         double pct = ms > 0 && r.ms_mean > 0 ? 100.0 * ms / r.ms_mean : 0;
                         snprintf(r.extra[0], sizeof r.extra[0], "%zu", keys);
@@ -713,8 +772,13 @@ int dsattn_bench_v4(int argc, char **argv)
         }
         free(x);
         free(y);
-        dsattn_v4_destroy(m);
+        if (!cm) dsattn_v4_destroy(m);
         remove(path);
+    }
+    dsattn_v4_destroy(cm);
+    if (!timed) {
+        fprintf(stderr, "bench v4: no case to time\n");
+        rc = 1;
     }
     char note[1024];
     dsattn_bench_limits_note(note, sizeof note, o.thr, o.nt, 1);

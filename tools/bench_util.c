@@ -579,7 +579,7 @@ dsattn_status dsattn_bench_time_w(dsattn_ctx *ctx, dsattn_bench_step_fn step, vo
 int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_bench_opts *o,
                             const char *usage)
 {
-    const int mla = !strcmp(mode, "mla"), mha = !strcmp(mode, "mha");
+    const int mla = !strcmp(mode, "mla"), mha = !strcmp(mode, "mha"), v4 = !strcmp(mode, "v4");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { printf("%s", usage); return 1; }
@@ -601,7 +601,7 @@ int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_benc
         else if (!strcmp(a, "--batch") && mla)
             rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_BATCH, 0, o->batch,
                                  DSATTN_BENCH_MAXL, &o->nb);
-        else if (!strcmp(a, "--weights") && (mha || mla)) o->weights = v;
+        else if (!strcmp(a, "--weights") && (mha || mla || v4)) o->weights = v;
         else if (!strcmp(a, "--config") && (mha || mla)) o->config = v;
         else if (!strcmp(a, "--model")) o->models = v;
         else if (!strcmp(a, "--configs")) o->configs = v;

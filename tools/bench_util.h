@@ -157,13 +157,13 @@ typedef struct {
     int              profile;    /* --profile: print the phase table (mla, v4) */
     long long        batch[DSATTN_BENCH_MAXL]; /* --batch (mla): sequences per step */
     int              nb;         /* 0: one sequence                            */
-    const char      *weights;    /* --weights (mha, mla): a checkpoint, else random */
-    const char      *config;     /* --config (mha, mla; with --weights)         */
+    const char      *weights;    /* --weights (mha, mla, v4): a checkpoint, else random */
+    const char      *config;     /* --config (mha, mla; with --weights; v4 parses its own) */
 } dsattn_bench_opts;
 
 /* Parse `bench <mode>`'s options into o (its defaults already set):
  * --depth/--threads/--reps lists, --model, --configs, --seed, --format,
- * --profile (mla, v4), --batch (mla), --weights and --config (mha, mla).  0 to
+ * --profile (mla, v4), --batch (mla), --weights (mha, mla, v4) and --config (mha, mla).  0 to
  * run, 1 after --help (usage printed), 2 on a refused option (message on
  * stderr). */
 int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_bench_opts *o,

@@ -265,7 +265,9 @@ class Model:
         """A new Sequence over this model holding max_seq_len tokens.
         Options by generation: v41 index_k='owner'|'reference'; mla
         cache='latent_bf16'|'latent_fp8'|'naive'; v4 empty='nan'|'zero';
-        mha layers=(first, n) for a share of the layers."""
+        mha, mla and v4 layers=(first, n): the caches of those layers only
+        (a pipeline stage's share; forward takes only those layers, stack
+        none)."""
         return Sequence(self, max_seq_len, **opts)
 
     def __repr__(self):
@@ -354,15 +356,29 @@ class Sequence:
             raise ValueError(f"max_seq_len must be a positive int, not {max_seq_len!r}")
         h = ctypes.c_void_p()
         mh = model.handle
+        if layers is not None:
+            if g == "v41":
+                raise ValueError("layers: a V4.1 sequence holds every layer (its layers share "
+                                 "caches and indices across layers)")
+            if len(layers) != 2:
+                raise ValueError(f"layers must be (first_layer, n_layers), not {layers!r}")
         if g == "v41":
             st = lib.dsattn_v41_seq_create(ctypes.byref(h), mh, max_seq_len,
                                            _opt(_INDEX_K, index_k, "index_k"))
-        elif g == "mla":
+        elif g == "mla" and layers is None:
             st = lib.dsattn_mla_seq_create(ctypes.byref(h), mh, max_seq_len,
                                            _opt(_MLA_CACHES, cache, "cache"))
-        elif g == "v4":
+        elif g == "mla":
+            st = lib.dsattn_mla_seq_create_layers(ctypes.byref(h), mh, max_seq_len,
+                                                  _opt(_MLA_CACHES, cache, "cache"),
+                                                  int(layers[0]), int(layers[1]))
+        elif g == "v4" and layers is None:
             st = lib.dsattn_v4_seq_create(ctypes.byref(h), mh, max_seq_len,
                                           _opt(_V4_EMPTY, empty, "empty"))
+        elif g == "v4":
+            st = lib.dsattn_v4_seq_create_layers(ctypes.byref(h), mh, max_seq_len,
+                                                 _opt(_V4_EMPTY, empty, "empty"),
+                                                 int(layers[0]), int(layers[1]))
         elif layers is None:
             st = lib.dsattn_mha_seq_create(ctypes.byref(h), mh, max_seq_len)
         else:

@@ -198,6 +198,8 @@ _proto("dsattn_mla_is_dsa", c_int, c_void_p)
 _proto("dsattn_mla_has_weights", c_int, c_void_p)
 _proto("dsattn_mla_softmax_scale", c_float, c_void_p)
 _proto("dsattn_mla_seq_create", _s, P(c_void_p), c_void_p, c_size_t, c_int)
+_proto("dsattn_mla_seq_create_layers", _s, P(c_void_p), c_void_p, c_size_t, c_int, c_int,
+       c_int)
 _proto("dsattn_mla_seq_cache_format", c_int, c_void_p)
 _proto("dsattn_mla_seq_latent", _s, c_void_p, c_int, c_size_t, c_float_p, c_float_p)
 _proto("dsattn_mla_seq_index_key", _s, c_void_p, c_int, c_size_t, P(ctypes.c_uint8), c_float_p)
@@ -206,6 +208,8 @@ _proto("dsattn_v4_load_config", _s, P(c_void_p), c_char_p, *ERR)
 _proto("dsattn_v4_layer_kind", c_int, c_void_p, c_int)
 _proto("dsattn_v4_layer_ratio", c_int, c_void_p, c_int)
 _proto("dsattn_v4_seq_create", _s, P(c_void_p), c_void_p, c_size_t, c_int)
+_proto("dsattn_v4_seq_create_layers", _s, P(c_void_p), c_void_p, c_size_t, c_int, c_int,
+       c_int)
 _proto("dsattn_v4_seq_cache", _s, c_void_p, c_int, c_int, *_bytes)
 
 _proto("dsattn_v41_load_config", _s, P(c_void_p), c_char_p, *ERR)

@@ -113,6 +113,32 @@ def test_random_models_run():
         assert h.shape == x.shape and np.isfinite(h).all() and s.position == 4
 
 
+@pytest.mark.parametrize("case", ["v3/tiny-seed0", "v4/tiny-seed0"])
+def test_layer_subset_sequence_equals_cli(case, cli):
+    """A Sequence of layers=(1, 2) runs layers 1 and 2 as the CLI's whole
+    stack did, bit for bit; other layers and stack() raise; V4.1 refuses
+    layers= (its layers share caches)."""
+    case_dir = os.path.join(GOLDEN, case)
+    want = cli_traced(case_dir)
+    x, P = _input(case_dir)
+    ctx = dsattn.Context(mode="reference")
+    m = dsattn.load(os.path.join(case_dir, "weights.safetensors"))
+    s = m.sequence(x.shape[0], layers=(1, 2))
+    for t0, n in ((0, P), (P, 1)):
+        for l in (1, 2):
+            a_in = want[f"layer.{l}.attn_in"][t0:t0 + n]
+            assert s.forward(l, a_in, ctx).tobytes() == \
+                want[f"layer.{l}.attn_out"][t0:t0 + n].tobytes(), f"{case} layer {l}"
+        s.advance(n)
+    with pytest.raises(dsattn.DsattnError):
+        s.forward(0, want["layer.0.attn_in"][P + 1:P + 2], ctx)
+    with pytest.raises(dsattn.DsattnError):
+        s.stack(np.zeros((1, m.dim), np.float32), ctx)
+    m41 = dsattn.load(os.path.join(V41, "weights.safetensors"))
+    with pytest.raises(ValueError, match="V4.1"):
+        m41.sequence(8, layers=(0, 1))
+
+
 def test_mha_random(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 128,

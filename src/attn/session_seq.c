@@ -434,7 +434,13 @@ static uint64_t v4_shapes_hash(const void *mv)
     return dsattn_sess_canon_done(h);
 }
 
-static void v4_variant(const dsattn_v4_seq *s, uint32_t v[2]) { v[0] = (uint32_t)s->empty; }
+/* variant[0] the empty mode; variant[1] 0 for a sequence of every layer,
+ * else first | count << 16 of the layers it holds (count >= 1) */
+static void v4_variant(const dsattn_v4_seq *s, uint32_t v[2])
+{
+    v[0] = (uint32_t)s->empty;
+    v[1] = dsattn_v4_seq_whole(s) ? 0 : (uint32_t)s->first | (uint32_t)s->count << 16;
+}
 
 /* Bytes of one of a compressor's two pooling-state arrays (as seq_create
  * allocates them: [coff*m, coff*d] fp32). */
@@ -450,7 +456,7 @@ static void v4_sections(void *sv, dsattn_sess_list *l)
     const dsattn_v4 *m = s->m;
     const dsattn_v4_config *c = &m->cfg;
     const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
-    for (int64_t i = 0; i < c->n_layers; i++) {
+    for (int64_t i = s->first; i < (int64_t)s->first + s->count; i++) {
         const dsattn_v4_layer_w *L = &m->layer[i];
         dsattn_v4_layer_s *S = &s->layer[i];
         const long long li = (long long)i;
@@ -471,15 +477,41 @@ static void v4_sections(void *sv, dsattn_sess_list *l)
     }
 }
 
-static dsattn_status v4_check(const void *m, const dsattn_sess_file *f, char *err, size_t errlen)
+/* variant[1] of a sequence of some layers (mla_variant, v4_variant): 0, or
+ * [first, first + count) inside the model's n_layers */
+static dsattn_status check_layer_range(const dsattn_sess_file *f, int64_t n_layers, char *err,
+                                       size_t errlen)
 {
-    (void)m;
-    return check_variant(f, DSATTN_V4_EMPTY_ZERO, "V4 options", err, errlen);
+    const uint32_t v1 = f->h.variant[1], first = v1 & 0xffff, count = v1 >> 16;
+    if (v1 != 0 && (count == 0 || (int64_t)first + count > n_layers))
+        return BADF("%s: header: layers [%u, %u) outside the model's %lld", f->name,
+                    (unsigned)first, (unsigned)(first + count), (long long)n_layers);
+    return DSATTN_OK;
 }
 
-static dsattn_status v4_create(void **out, const void *m, size_t cap, const uint32_t var[2])
+/* the range variant[1] says, for the model of n_layers */
+static void layer_range(const uint32_t var[2], int64_t n_layers, int *first, int *count)
 {
-    return dsattn_v4_seq_create((dsattn_v4_seq **)out, m, cap, (dsattn_v4_empty)var[0]);
+    *first = var[1] ? (int)(var[1] & 0xffff) : 0;
+    *count = var[1] ? (int)(var[1] >> 16) : (int)n_layers;
+}
+
+static dsattn_status v4_check(const void *mv, const dsattn_sess_file *f, char *err,
+                              size_t errlen)
+{
+    const dsattn_v4 *m = mv;
+    if (f->h.variant[0] > DSATTN_V4_EMPTY_ZERO)
+        return BADF("%s: header: unknown V4 options %u", f->name, (unsigned)f->h.variant[0]);
+    return check_layer_range(f, m->cfg.n_layers, err, errlen);
+}
+
+static dsattn_status v4_create(void **out, const void *mv, size_t cap, const uint32_t var[2])
+{
+    const dsattn_v4 *m = mv;
+    int first, count;
+    layer_range(var, m->cfg.n_layers, &first, &count);
+    return dsattn_v4_seq_create_layers((dsattn_v4_seq **)out, m, cap, (dsattn_v4_empty)var[0],
+                                       first, count);
 }
 
 SESSION_API(v4, DSATTN_SESSION_V4)
@@ -565,21 +597,17 @@ static dsattn_status mla_check(const void *mv, const dsattn_sess_file *f, char *
                                size_t errlen)
 {
     const dsattn_mla *m = mv;
-    const uint32_t v0 = f->h.variant[0], v1 = f->h.variant[1];
-    const uint32_t first = v1 & 0xffff, count = v1 >> 16;
-    if (v0 > DSATTN_MLA_CACHE_LATENT_FP8)
-        return BADF("%s: header: unknown MLA cache format %u", f->name, (unsigned)v0);
-    if (v1 != 0 && (count == 0 || (int64_t)first + count > m->cfg.n_layers))
-        return BADF("%s: header: layers [%u, %u) outside the model's %lld", f->name,
-                    (unsigned)first, (unsigned)(first + count), (long long)m->cfg.n_layers);
-    return DSATTN_OK;
+    if (f->h.variant[0] > DSATTN_MLA_CACHE_LATENT_FP8)
+        return BADF("%s: header: unknown MLA cache format %u", f->name,
+                    (unsigned)f->h.variant[0]);
+    return check_layer_range(f, m->cfg.n_layers, err, errlen);
 }
 
 static dsattn_status mla_create(void **out, const void *mv, size_t cap, const uint32_t var[2])
 {
     const dsattn_mla *m = mv;
-    const int first = var[1] ? (int)(var[1] & 0xffff) : 0;
-    const int count = var[1] ? (int)(var[1] >> 16) : (int)m->cfg.n_layers;
+    int first, count;
+    layer_range(var, m->cfg.n_layers, &first, &count);
     return dsattn_mla_seq_create_layers((dsattn_mla_seq **)out, m, cap, (dsattn_mla_cache)var[0],
                                         first, count);
 }

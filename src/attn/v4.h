@@ -73,7 +73,9 @@ struct dsattn_v4_seq {
     dsattn_v4_empty     empty;
     int64_t             pos;               /* tokens consumed so far        */
     size_t              max_seq_len;
-    dsattn_v4_layer_s   layer[DSATTN_MAX_LAYERS];
+    int                 first, count;      /* layers held: [first, first + count) */
+    dsattn_v4_layer_s   layer[DSATTN_MAX_LAYERS];   /* by model layer; NULL
+                                            * buffers outside the held range */
     /* Decode scratch, sized at creation for one token at capacity (so a
      * decode step allocates nothing; a prefill chunk may grow or spill). */
     void               *scratch;           /* the layer forward's buffers   */
@@ -83,6 +85,18 @@ struct dsattn_v4_seq {
                                             * allocated                     */
     size_t              window_bytes, state_bytes;
 };
+
+/* Whether s holds layer l's caches (false for any l outside the model). */
+static inline int dsattn_v4_seq_holds(const dsattn_v4_seq *s, int64_t l)
+{
+    return l >= s->first && l < (int64_t)s->first + s->count;
+}
+
+/* Whether s holds every layer of its model (what the stacks run). */
+static inline int dsattn_v4_seq_whole(const dsattn_v4_seq *s)
+{
+    return s->first == 0 && s->count == s->m->cfg.n_layers;
+}
 
 /* Parse an inference/config.json (ModelArgs keys).  Errors name the key. */
 dsattn_status dsattn_v4_config_load(dsattn_v4_config *c, const char *path,

@@ -240,6 +240,11 @@ static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, siz
     if (st) return st;
     const dsattn_v4 *m = seqs[0]->m;
     if (layer < 0 || layer >= m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
+    for (size_t i = 0; i < B; i++)
+        if (!dsattn_v4_seq_holds(seqs[i], layer)) {    /* a sequence of other layers */
+            *failed = i;
+            return DSATTN_ERR_INVALID_ARG;
+        }
     bplan bp;
     if (!plan_batch(m, B, max_cap(seqs, B), ctx->n_threads, &bp)) return DSATTN_ERR_OVERFLOW;
     float *base = dsattn_ctx_batch_scratch(ctx, bp.end * sizeof(float) + 64);
@@ -260,6 +265,11 @@ static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, si
 {
     dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, h, h, failed);
     if (st) return st;
+    for (size_t i = 0; i < B; i++)
+        if (!dsattn_v4_seq_whole(seqs[i])) {           /* the stack runs every layer */
+            *failed = i;
+            return DSATTN_ERR_INVALID_ARG;
+        }
     const dsattn_v4 *m = seqs[0]->m;
     const dsattn_v4_config *c = &m->cfg;
     const size_t dim = (size_t)c->dim;

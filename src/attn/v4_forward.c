@@ -56,7 +56,18 @@ static void v4_decode_scratch(const dsattn_v4 *m, size_t cap, size_t *fwd, size_
 dsattn_status dsattn_v4_seq_create(dsattn_v4_seq **out, const dsattn_v4 *m,
                                    size_t max_seq_len, dsattn_v4_empty empty)
 {
+    if (!m) return DSATTN_ERR_INVALID_ARG;
+    return dsattn_v4_seq_create_layers(out, m, max_seq_len, empty, 0, (int)m->cfg.n_layers);
+}
+
+dsattn_status dsattn_v4_seq_create_layers(dsattn_v4_seq **out, const dsattn_v4 *m,
+                                          size_t max_seq_len, dsattn_v4_empty empty,
+                                          int first_layer, int n_layers)
+{
     if (!out || !m || max_seq_len == 0 || max_seq_len > ((size_t)1 << 40))
+        return DSATTN_ERR_INVALID_ARG;
+    if (first_layer < 0 || n_layers <= 0 ||
+        (int64_t)first_layer + n_layers > m->cfg.n_layers)
         return DSATTN_ERR_INVALID_ARG;
     if (empty != DSATTN_V4_EMPTY_REFERENCE && empty != DSATTN_V4_EMPTY_ZERO)
         return DSATTN_ERR_INVALID_ARG;
@@ -67,10 +78,12 @@ dsattn_status dsattn_v4_seq_create(dsattn_v4_seq **out, const dsattn_v4 *m,
     s->m = m;
     s->empty = empty;
     s->max_seq_len = max_seq_len;
+    s->first = first_layer;
+    s->count = n_layers;
     const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
     const size_t ib = dsattn_v4_idx_bytes(c);
     dsattn_status st = DSATTN_OK;
-    for (int64_t l = 0; l < c->n_layers && !st; l++) {
+    for (int64_t l = first_layer; l < (int64_t)first_layer + n_layers && !st; l++) {
         const dsattn_v4_layer_w *L = &m->layer[l];
         dsattn_v4_layer_s *S = &s->layer[l];
         S->cap = L->ratio > 0 ? max_seq_len / (size_t)L->ratio : 0;
@@ -372,7 +385,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     if (!ctx || !seq || !x || !out || s == 0) return DSATTN_ERR_INVALID_ARG;
     const dsattn_v4 *m = seq->m;
     const dsattn_v4_config *c = &m->cfg;
-    if (l < 0 || l >= c->n_layers) return DSATTN_ERR_INVALID_ARG;
+    if (!dsattn_v4_seq_holds(seq, l)) return DSATTN_ERR_INVALID_ARG;
     if (!m->has_weights) return DSATTN_ERR_UNSUPPORTED;        /* config-only model */
     if (seq->pos > 0 && s != 1) return DSATTN_ERR_UNSUPPORTED; /* no chunked prefill */
     if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
@@ -499,12 +512,12 @@ size_t dsattn_v4_seq_scratch_at(const dsattn_v4 *m, size_t cap)
 
 /* ==== The golden-case stack and accessors =============================== */
 
-DSATTN_STANDIN_STACK_API(v4, norm_eps, DSATTN_SEQ_WHOLE_ALWAYS)
+DSATTN_STANDIN_STACK_API(v4, norm_eps, dsattn_v4_seq_whole)
 
 dsattn_status dsattn_v4_seq_selection(const dsattn_v4_seq *s, int layer,
                                       const int32_t **rows, size_t *n_rows, size_t *width)
 {
-    if (!s || !rows || !n_rows || !width || layer < 0 || layer >= s->m->cfg.n_layers)
+    if (!s || !rows || !n_rows || !width || !dsattn_v4_seq_holds(s, layer))
         return DSATTN_ERR_INVALID_ARG;
     if (s->m->layer[layer].kind != DSATTN_V4_CSA) return DSATTN_ERR_NOT_FOUND;
     *rows = s->layer[layer].sel;
@@ -516,7 +529,7 @@ dsattn_status dsattn_v4_seq_selection(const dsattn_v4_seq *s, int layer,
 dsattn_status dsattn_v4_seq_cache(const dsattn_v4_seq *s, int layer, int which,
                                   const uint8_t **rows, size_t *n_rows, size_t *row_bytes)
 {
-    if (!s || !rows || !n_rows || !row_bytes || layer < 0 || layer >= s->m->cfg.n_layers)
+    if (!s || !rows || !n_rows || !row_bytes || !dsattn_v4_seq_holds(s, layer))
         return DSATTN_ERR_INVALID_ARG;
     const dsattn_v4_config *c = &s->m->cfg;
     const dsattn_v4_layer_w *L = &s->m->layer[layer];
@@ -566,7 +579,7 @@ dsattn_status dsattn_v4_seq_fill_synthetic(dsattn_v4_seq *s, int64_t depth, uint
     const size_t D = (size_t)c->head_dim, rd = (size_t)c->rope_head_dim;
     const size_t Di = (size_t)c->index_head_dim, w = (size_t)c->window_size;
     const size_t kvb = dsattn_v4_kv_bytes(c), ib = dsattn_v4_idx_bytes(c);
-    for (int64_t l = 0; l < c->n_layers; l++) {
+    for (int64_t l = s->first; l < (int64_t)s->first + s->count; l++) {
         const dsattn_v4_layer_w *L = &s->m->layer[l];
         dsattn_v4_layer_s *S = &s->layer[l];
         const size_t n = L->ratio > 0 ? (size_t)depth / (size_t)L->ratio : 0;

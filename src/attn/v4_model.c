@@ -150,6 +150,15 @@ int dsattn_v4_layer_ratio(const dsattn_v4 *m, int l)
     return (int)m->layer[l].ratio;
 }
 
+dsattn_status dsattn_v4_index_shape(const dsattn_v4 *m, int *n_heads, int *head_dim, int *topk)
+{
+    if (!m) return DSATTN_ERR_INVALID_ARG;
+    if (n_heads) *n_heads = (int)m->cfg.index_n_heads;
+    if (head_dim) *head_dim = (int)m->cfg.index_head_dim;
+    if (topk) *topk = (int)m->cfg.index_topk;
+    return DSATTN_OK;
+}
+
 size_t dsattn_v4_weight_bytes(const dsattn_v4 *m)
 {
     size_t t = 0;
