@@ -277,16 +277,24 @@ class Model:
                 f"weights {self.weight_bytes} B>")
 
 
-def load(weights, config=None):
+def load(weights, config=None, layers=None):
     """A model from a checkpoint: weights is a .safetensors file, a
     model.safetensors.index.json or a folder; config the config.json
     (default: the one beside the weights).  config.json's model_type picks
-    the generation (llama: MHA / GQA, DeepSeek-LLM 7B / 67B, HF names)."""
+    the generation (llama: MHA / GQA, DeepSeek-LLM 7B / 67B, HF names).
+    layers=(first, n), MLA only: bind only those layers' weights (V3's FP8
+    projections are converted to bf16 at load, some 374 MB a layer)."""
     config = config or _config_beside(weights)
     g = generation_of(config)
     h, err = ctypes.c_void_p(), errbuf()
-    st = getattr(lib, f"dsattn_{g}_load")(ctypes.byref(h), _b(config), _b(weights), err,
-                                          len(err))
+    if layers is not None and g != "mla":
+        raise ValueError("layers= is for MLA (V3 / V3.2) checkpoints")
+    if layers is not None:
+        st = lib.dsattn_mla_load_layers(ctypes.byref(h), _b(config), _b(weights),
+                                        int(layers[0]), int(layers[1]), err, len(err))
+    else:
+        st = getattr(lib, f"dsattn_{g}_load")(ctypes.byref(h), _b(config), _b(weights), err,
+                                              len(err))
     check(st, f"dsattn.load({weights!s})", err)
     return Model(g, h, config)
 

@@ -198,6 +198,7 @@ _proto("dsattn_mla_is_dsa", c_int, c_void_p)
 _proto("dsattn_mla_has_weights", c_int, c_void_p)
 _proto("dsattn_mla_softmax_scale", c_float, c_void_p)
 _proto("dsattn_mla_seq_create", _s, P(c_void_p), c_void_p, c_size_t, c_int)
+_proto("dsattn_mla_load_layers", _s, P(c_void_p), c_char_p, c_char_p, c_int, c_int, *ERR)
 _proto("dsattn_mla_seq_create_layers", _s, P(c_void_p), c_void_p, c_size_t, c_int, c_int,
        c_int)
 _proto("dsattn_mla_seq_cache_format", c_int, c_void_p)

@@ -137,6 +137,19 @@ def test_layer_subset_sequence_equals_cli(case, cli):
     m41 = dsattn.load(os.path.join(V41, "weights.safetensors"))
     with pytest.raises(ValueError, match="V4.1"):
         m41.sequence(8, layers=(0, 1))
+    if case.startswith("v3"):
+        # the same layers from a model that bound only their weights
+        m12 = dsattn.load(os.path.join(case_dir, "weights.safetensors"), layers=(1, 2))
+        assert m12.weight_bytes * 3 == m.weight_bytes * 2
+        s12 = m12.sequence(x.shape[0], layers=(1, 2))
+        for l in (1, 2):
+            a_in = want[f"layer.{l}.attn_in"][0:P]
+            assert s12.forward(l, a_in, ctx).tobytes() == want[f"layer.{l}.attn_out"][0:P].tobytes()
+        with pytest.raises(dsattn.DsattnError):
+            m12.sequence(x.shape[0]).forward(0, want["layer.0.attn_in"][0:P], ctx)
+    else:
+        with pytest.raises(ValueError, match="MLA"):
+            dsattn.load(os.path.join(case_dir, "weights.safetensors"), layers=(1, 2))
 
 
 def test_mha_random(tmp_path):
