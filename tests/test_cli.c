@@ -73,14 +73,14 @@ DSATTN_TEST(cli, parser_accepts_and_refuses)
 
 /* Run the CLI with argv (NULL-terminated); returns the exit status, stderr
  * in err. */
-static int run_cli(char *const *argv, char *err, size_t errlen)
+static int run_cli_to(char *const *argv, char *err, size_t errlen, int with_stdout)
 {
     char path[] = "/tmp/dsattn_test_cli_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) return -1;
     pid_t pid = fork();
     if (pid == 0) {
-        int nul = open("/dev/null", O_WRONLY);
+        int nul = with_stdout ? fd : open("/dev/null", O_WRONLY);
         if (nul >= 0) dup2(nul, 1);
         dup2(fd, 2);
         execv(DSATTN_CLI_PATH, argv);
@@ -94,6 +94,12 @@ static int run_cli(char *const *argv, char *err, size_t errlen)
     close(fd);
     unlink(path);
     return ws >= 0 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+/* The CLI with argv; its stderr in err (stdout discarded).  Exit status. */
+static int run_cli(char *const *argv, char *err, size_t errlen)
+{
+    return run_cli_to(argv, err, errlen, 0);
 }
 
 DSATTN_TEST(cli, every_numeric_option_is_strict)
@@ -416,6 +422,56 @@ DSATTN_TEST(cli, bench_v4_weights)
     char *bad[] = { "dsattn", "bench", "v4", "--weights", "/nonexistent/w.safetensors", NULL };
     CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);
     CHECK_MSG(strstr(err, "/nonexistent/w.safetensors") && !strstr(err, "[1/"), "%s", err);
+}
+
+/* run --weights on a checkpoint whose loaded weights do not fit the memory
+ * available (DSATTN_RUN_MEM_AVAILABLE stands in for MemAvailable): V3
+ * converts its FP8 projections to bf16, so the run takes the first layers
+ * that fit and says so; V3.2 borrows its FP8 bytes from the mapping and
+ * runs every layer; with memory enough V3 runs every layer too. */
+DSATTN_TEST(cli, run_weights_fits_the_memory)
+{
+    static char out[16384];
+    char cfg[80], dir[2][80];
+    for (int g = 0; g < 2; g++) {
+        snprintf(cfg, sizeof cfg, "/tmp/dsattn_test_cli_fit_%d.json", (int)getpid());
+        snprintf(dir[g], sizeof dir[g], "/tmp/dsattn_test_cli_fit_%d_%d", (int)getpid(), g);
+        FILE *f = fopen(cfg, "w");
+        CHECK(f != NULL);
+        if (!f) return;
+        fprintf(f, "{\"model_type\": \"%s\", \"dim\": 1024, \"n_layers\": 6, \"n_heads\": 8,\n"
+                   " \"q_lora_rank\": 512, \"kv_lora_rank\": 512, \"qk_nope_head_dim\": 128,\n"
+                   " \"qk_rope_head_dim\": 64, \"v_head_dim\": 128, \"original_seq_len\": 4096,\n"
+                   " \"rope_theta\": 10000.0, \"rope_factor\": 40, \"beta_fast\": 32,\n"
+                   " \"beta_slow\": 1, \"mscale\": 1.0, \"max_seq_len\": 256, \"dtype\": \"fp8\"%s}\n",
+                g ? "deepseek_v32" : "deepseek_v3",
+                g ? ", \"index_n_heads\": 4, \"index_head_dim\": 128, \"index_topk\": 16,"
+                    " \"scale_fmt\": \"ue8m0\"" : "");
+        fclose(f);
+        char *mk[] = { "dsattn", "make-weights", "--config", cfg, "--seed", "2", "--format", "fp8",
+                       "--out", dir[g], NULL };
+        CHECK_MSG(run_cli(mk, out, sizeof out) == 0, "make-weights: %s", out);
+        unlink(cfg);
+    }
+    char *v3[] = { "dsattn", "run", "--weights", dir[0], "--prefill", "4", "--decode", "1",
+                   "--threads", "1", NULL };
+    char *v32[] = { "dsattn", "run", "--weights", dir[1], "--prefill", "4", "--decode", "1",
+                    "--threads", "1", NULL };
+    setenv("DSATTN_RUN_MEM_AVAILABLE", "30000000", 1);       /* ~2 V3 layers of bf16 */
+    CHECK_MSG(run_cli_to(v3, out, sizeof out, 1) == 0, "%s", out);
+    CHECK_MSG(strstr(out, "note: the weights of all 6 layers") && strstr(out, "running the first") &&
+                  !strstr(out, " 6 of 6 layers"), "%s", out);
+    CHECK_MSG(run_cli_to(v32, out, sizeof out, 1) == 0, "%s", out);
+    CHECK_MSG(!strstr(out, "note:") && strstr(out, " 6 of 6 layers"), "%s", out);
+    setenv("DSATTN_RUN_MEM_AVAILABLE", "1e12", 1);
+    CHECK_MSG(run_cli_to(v3, out, sizeof out, 1) == 0, "%s", out);
+    CHECK_MSG(!strstr(out, "note:") && strstr(out, " 6 of 6 layers"), "%s", out);
+    unsetenv("DSATTN_RUN_MEM_AVAILABLE");
+    for (int g = 0; g < 2; g++) {
+        char rm[200];
+        snprintf(rm, sizeof rm, "rm -rf '%s'", dir[g]);
+        CHECK_EQ_INT(system(rm), 0);
+    }
 }
 
 /* bench v41 --weights: a checkpoint's own weights, memory-mapped, instead

@@ -32,10 +32,12 @@
  * that decodes a token for each sequence with the weights read once; the
  * table shows the step's time and the tokens per second across the batch.
  *
- * Full-size configs: a stack's random weights are made for every layer
- * unless --layers N asks for the first N; when all of them would not fit in
- * the memory available (measured per layer from a small probe), the run
- * takes the first layers that fit and says so.  V4.1 always runs all its
+ * Full-size configs: a stack's random weights are made (a checkpoint's
+ * loaded) for every layer unless --layers N asks for the first N; when all
+ * of them would not fit in the memory available (measured per layer from a
+ * small probe: random weights' bytes, or the memory a checkpoint's load
+ * takes - V3's FP8 projections become bf16), the run takes the first layers
+ * that fit and says so.  V4.1 always runs all its
  * layers (its layer plan shares caches across layers).
  */
 #include "cli.h"
@@ -477,34 +479,60 @@ out:
     return rc;
 }
 
-/* Bytes of memory the kernel says are available (MemAvailable), or 0. */
-static double mem_available(void)
+/* The kB figure of `key` in a /proc file, as bytes, or -1. */
+static double proc_kb(const char *path, const char *key)
 {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
     char line[256];
-    double kb = 0;
+    double kb = -1;
+    const size_t n = strlen(key);
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+        if (!strncmp(line, key, n) && sscanf(line + n, " %lf kB", &kb) == 1) break;
     fclose(f);
-    return kb * 1024.0;
+    return kb < 0 ? -1 : kb * 1024.0;
 }
 
-/* Random weights of every layer when they fit in 80 % of the available
- * memory, else the first layers that do: weight bytes per layer measured
- * on a probe of the first min(4, L) layers (V4's first layers hold each
- * layer kind), with a 25 % margin for layers the probe did not see. */
-static dsattn_status fit_layers(runner *r, const cJSON *root, const char *config, uint64_t seed,
-                                int fp8, char *err, size_t errlen)
+/* Bytes of memory available: the kernel's MemAvailable, or 0.  The
+ * environment's DSATTN_RUN_MEM_AVAILABLE (bytes) stands in for it - the
+ * CLI tests' way to see the fit below act. */
+static double mem_available(void)
+{
+    const char *e = getenv("DSATTN_RUN_MEM_AVAILABLE");
+    if (e && *e) return strtod(e, NULL);
+    const double b = proc_kb("/proc/meminfo", "MemAvailable:");
+    return b > 0 ? b : 0;
+}
+
+/* Every layer when its weights fit in 80 % of the available memory, else
+ * the first layers that do, measured on a probe of the first min(4, L)
+ * layers (V4's first layers hold each layer kind) with a 25 % margin for
+ * layers the probe did not see.  Random weights: their bytes.  A
+ * checkpoint: the anonymous memory its load took (RssAnon) - the tensors
+ * the loader converts (V3's FP8 projections become bf16: ~374 MB a layer);
+ * bytes it borrows from the file mapping take none.  Not an MHA
+ * checkpoint: its loader binds every layer whatever runs (it borrows its
+ * bf16 bytes). */
+static dsattn_status fit_layers(runner *r, const cJSON *root, const char *config,
+                                const char *weights, uint64_t seed, int fp8, char *err,
+                                size_t errlen)
 {
     double avail = mem_available();
-    if (avail <= 0 || r->g == GEN_V41 || r->cfg_layers <= 4) return DSATTN_OK;
+    if (avail <= 0 || r->g == GEN_V41 || r->cfg_layers <= 4 || (weights && r->g == GEN_MHA))
+        return DSATTN_OK;
     runner p = *r;
     p.n_layers = r->g == GEN_V4 ? 4 : 1;
-    dsattn_status st = make_model(&p, root, config, NULL, seed, fp8, err, errlen);
+    const double a0 = weights ? proc_kb("/proc/self/status", "RssAnon:") : 0;
+    dsattn_status st = make_model(&p, root, config, weights, seed, fp8, err, errlen);
     if (st) return st;
-    double per_layer = 1.25 * (double)r_weight_bytes(&p) / p.n_layers;
+    double bytes = (double)r_weight_bytes(&p);
+    if (weights) {
+        const double a1 = proc_kb("/proc/self/status", "RssAnon:");
+        bytes = a0 >= 0 && a1 > a0 ? a1 - a0 : 0;
+    }
+    double per_layer = 1.25 * bytes / p.n_layers;
     r_destroy(&p);
+    if (per_layer <= 0) return DSATTN_OK;
     double need = per_layer * r->cfg_layers;
     if (need <= 0.8 * avail) return DSATTN_OK;
     int n = (int)(0.8 * avail / per_layer);
@@ -735,7 +763,7 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
     }
 
     double t0 = now_s();
-    if (!layers && !weights) st = fit_layers(&r, root, config, seed, fp8, err, sizeof err);
+    if (!layers) st = fit_layers(&r, root, config, weights, seed, fp8, err, sizeof err);
     /* The weights hook: a real checkpoint goes through the checkpoint
      * loader (file, shard index or folder); otherwise random weights at
      * the config's dims. */
