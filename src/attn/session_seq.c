@@ -434,12 +434,19 @@ static uint64_t v4_shapes_hash(const void *mv)
     return dsattn_sess_canon_done(h);
 }
 
-/* variant[0] the empty mode; variant[1] 0 for a sequence of every layer,
- * else first | count << 16 of the layers it holds (count >= 1) */
+/* variant[1] of a sequence of layers [first, first + count) (MLA, V4): 0
+ * for every layer of its model, else first | count << 16 (count >= 1);
+ * check_layer_range and layer_range below read it */
+static uint32_t layer_range_word(int first, int count, int whole)
+{
+    return whole ? 0 : (uint32_t)first | (uint32_t)count << 16;
+}
+
+/* variant[0] the empty mode, variant[1] the layers held */
 static void v4_variant(const dsattn_v4_seq *s, uint32_t v[2])
 {
     v[0] = (uint32_t)s->empty;
-    v[1] = dsattn_v4_seq_whole(s) ? 0 : (uint32_t)s->first | (uint32_t)s->count << 16;
+    v[1] = layer_range_word(s->first, s->count, dsattn_v4_seq_whole(s));
 }
 
 /* Bytes of one of a compressor's two pooling-state arrays (as seq_create
@@ -477,8 +484,8 @@ static void v4_sections(void *sv, dsattn_sess_list *l)
     }
 }
 
-/* variant[1] of a sequence of some layers (mla_variant, v4_variant): 0, or
- * [first, first + count) inside the model's n_layers */
+/* variant[1] (layer_range_word): 0, or [first, first + count) inside the
+ * model's n_layers */
 static dsattn_status check_layer_range(const dsattn_sess_file *f, int64_t n_layers, char *err,
                                        size_t errlen)
 {
@@ -572,12 +579,11 @@ static uint64_t mla_shapes_hash(const void *mv)
     return dsattn_sess_canon_done(h);
 }
 
-/* variant[0] the cache format; variant[1] 0 for a sequence of every
- * layer, else first | count << 16 of the layers it holds (count >= 1) */
+/* variant[0] the cache format, variant[1] the layers held */
 static void mla_variant(const dsattn_mla_seq *s, uint32_t v[2])
 {
     v[0] = (uint32_t)s->fmt;
-    v[1] = dsattn_mla_seq_whole(s) ? 0 : (uint32_t)s->first | (uint32_t)s->count << 16;
+    v[1] = layer_range_word(s->first, s->count, dsattn_mla_seq_whole(s));
 }
 
 static void mla_sections(void *sv, dsattn_sess_list *l)

@@ -597,7 +597,7 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
                    float *y, size_t ldy, const int R, const int T, int accumulate,
                    const int track_nan, const int sh, const float *fin, m_pf *pf)
 {
-    __m512 acc[2][M_TMAX], acb[2][M_TMAX];
+    __m512 acc[2][M_T1MAX], acb[2][M_T1MAX];
     const int split = T <= 4;
     const uint8_t *pp = pf->p, *pe = pf->end;
     const size_t ahead = pf->ahead;
@@ -638,10 +638,9 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
     pf->p = pp;
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++) {
-        float s[M_TMAX];
+        float s[M_T1MAX];
         if (T >= 8) _mm256_storeu_ps(s, dsattn_hsum8(acc[r]));
-        if (T == 16) _mm256_storeu_ps(s + 8, dsattn_hsum8(acc[r] + 8));
-        for (int t = T >= 8 ? (T == 16 ? 16 : 8) : 0; t < T; t++) s[t] = hsum(acc[r][t]);
+        for (int t = T >= 8 ? 8 : 0; t < T; t++) s[t] = hsum(acc[r][t]);
         const int nan = track_nan && _mm512_cmpeq_epi8_mask(nanv[r], _mm512_set1_epi8(-1)) != 0;
         for (int t = 0; t < T; t++) {
             const float v = nan ? __builtin_nanf("") : s[t] * fin[t];
@@ -667,7 +666,7 @@ AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
                    pf);
 }
 
-/* one scale row's rows [0, nr) and one slab for T (<= M_TMAX) tokens, the
+/* one scale row's rows [0, nr) and one slab for T (<= M_T1MAX) tokens, the
  * token count made a constant (accumulators in registers) */
 static void fp8_pass_tokens(const uint8_t *w, size_t k, const float *xb, size_t kc, size_t kn,
                             float *yo, size_t ldy, size_t nr, size_t T, int acc, int nan, int s1,
@@ -677,8 +676,7 @@ static void fp8_pass_tokens(const uint8_t *w, size_t k, const float *xb, size_t 
 #define M_CASE(n) case n: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 1, fin, pf); \
                           else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, n, acc, nan, 0, fin, pf); \
                           break;
-    M_CASE(16) M_CASE(15) M_CASE(14) M_CASE(13) M_CASE(12) M_CASE(11) M_CASE(10)
-    M_CASE(9) M_CASE(8) M_CASE(7) M_CASE(6) M_CASE(5) M_CASE(4) M_CASE(3) M_CASE(2)
+    M_CASE(10) M_CASE(9) M_CASE(8) M_CASE(7) M_CASE(6) M_CASE(5) M_CASE(4) M_CASE(3) M_CASE(2)
 #undef M_CASE
     default: if (s1) fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, 1, fin, pf);
              else fp8_pass_m(w, k, xb, kc, kn, yo, ldy, nr, 1, acc, nan, 0, fin, pf);
