@@ -234,19 +234,35 @@ double dsattn_bench_fma_peak_probe(int simd, int T)
 #endif
 }
 
-double dsattn_bench_fma_peak(int threads)
+/* The FMA width of a kernel table named isa: the CPU's widest, 8 lanes
+ * for an AVX2 table forced on an AVX-512 CPU (2 / 1 / 0 as the probe). */
+static int table_simd(const char *isa)
 {
-    static double cache[65];
-    if (threads < 1) threads = 1;
-    if (threads <= 64 && cache[threads] > 0) return cache[threads];
     int simd = dsattn_cpu_has_avx512() ? 2 : (dsattn_cpu_has_avx2() ? 1 : 0);
-    /* the AVX2 table forced on an AVX-512 CPU (DSATTN_ISA=avx2): the peak
-     * of the vectors its kernels use, 8 lanes */
-    if (simd == 2 && !strncmp(dsattn_bench_isa_label(), "avx2", 4)) simd = 1;
+    if (simd == 2 && !strncmp(isa, "avx2", 4)) simd = 1;
+    return simd;
+}
+
+/* the probe at one width, cached per width and thread count */
+static double fma_peak_simd(int simd, int threads)
+{
+    static double cache[3][65];
+    if (threads < 1) threads = 1;
+    if (threads <= 64 && cache[simd][threads] > 0) return cache[simd][threads];
     double p = dsattn_bench_fma_peak_probe(simd, threads);
     if (p <= 0) p = 1.0;             /* no SIMD probe: fractions are not meaningful */
-    if (threads <= 64) cache[threads] = p;
+    if (threads <= 64) cache[simd][threads] = p;
     return p;
+}
+
+double dsattn_bench_fma_peak(int threads)
+{
+    return fma_peak_simd(table_simd(dsattn_bench_isa_label()), threads);
+}
+
+double dsattn_bench_fma_peak_ctx(const dsattn_ctx *ctx, int threads)
+{
+    return fma_peak_simd(table_simd(dsattn_ctx_isa_name(ctx)), threads);
 }
 
 #if defined(__x86_64__)
@@ -351,7 +367,7 @@ double dsattn_bench_bf16blk_peak(const dsattn_ctx *ctx, int threads)
 
 double dsattn_bench_gemm_peak(const dsattn_ctx *ctx, int threads)
 {
-    double p = dsattn_bench_fma_peak(threads);
+    double p = ctx ? dsattn_bench_fma_peak_ctx(ctx, threads) : dsattn_bench_fma_peak(threads);
     if (ctx && dsattn_ctx_amx(ctx)) p = DSATTN_MAX(p, dsattn_bench_amx_bf16_peak(threads));
     if (ctx && ctx->kt->pgemm && ctx->kt->pgemm->fp8_bf16)
         p = DSATTN_MAX(p, dsattn_bench_bf16dot_peak(threads));

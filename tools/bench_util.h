@@ -42,6 +42,9 @@ void dsattn_bench_print_profile(const dsattn_bench_prof_row *rows, int n, const 
  * the AVX2 table is forced ($DSATTN_ISA=avx2).  1.0 when the CPU has no
  * AVX2/AVX-512. */
 double dsattn_bench_fma_peak(int threads);
+/* The same for the kernel table of ctx (8 lanes where it is the AVX2
+ * table, whatever $DSATTN_ISA says): the peak of bench kernels --isa. */
+double dsattn_bench_fma_peak_ctx(const dsattn_ctx *ctx, int threads);
 /* The probe itself: simd 2 = AVX-512, 1 = AVX2 (0: returns 0). */
 double dsattn_bench_fma_peak_probe(int simd, int threads);
 
