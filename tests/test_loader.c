@@ -436,6 +436,43 @@ DSATTN_TEST(loader, hf_config_v3)
           c.rope_factor == 40 && c.kv_lora_rank == 512);
 }
 
+/* YaRN's beta_fast / beta_slow are ints in ModelArgs: an integral JSON
+ * number (32 or 32.0) reads as that integer, in the HF rope_scaling object
+ * and in the flat inference config alike; a fraction or a value no int64
+ * holds is a FORMAT error naming the key (it was truncated, and 1e28 made
+ * the conversion undefined: a fuzzer's find). */
+DSATTN_TEST(loader, config_yarn_betas_are_integers)
+{
+    static const char *const hf =
+        "{\"model_type\":\"deepseek_v3\",\"hidden_size\":7168,\"num_hidden_layers\":61,"
+        "\"num_attention_heads\":128,\"q_lora_rank\":1536,\"kv_lora_rank\":512,"
+        "\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"v_head_dim\":128,"
+        "\"rope_scaling\":{\"beta_fast\":%s,\"beta_slow\":1,\"factor\":40,"
+        "\"original_max_position_embeddings\":4096,\"type\":\"yarn\"}}";
+    static const char *const flat =
+        "{\"vocab_size\":129280,\"dim\":7168,\"n_layers\":61,\"n_heads\":128,"
+        "\"q_lora_rank\":1536,\"kv_lora_rank\":512,\"qk_nope_head_dim\":128,"
+        "\"qk_rope_head_dim\":64,\"v_head_dim\":128,\"original_seq_len\":4096,"
+        "\"rope_factor\":40,\"beta_fast\":32,\"beta_slow\":%s,\"mscale\":1.0}";
+    static const struct { const char *v; int ok; } vals[] = {
+        { "32", 1 }, { "32.0", 1 }, { "32.5", 0 }, { "1e28", 0 }, { "-1e28", 0 }, { "\"32\"", 0 },
+    };
+    for (int form = 0; form < 2; form++)
+        for (size_t i = 0; i < DSATTN_ARRAY_LEN(vals); i++) {
+            char j[1024], err[400] = "";
+            snprintf(j, sizeof j, form ? flat : hf, vals[i].v);
+            dsattn_model_config c;
+            const dsattn_status st = cfg_from(j, &c, err, sizeof err);
+            if (vals[i].ok) {
+                CHECK_MSG(st == DSATTN_OK, "%s %s: %s", form ? "flat" : "HF", vals[i].v, err);
+                CHECK(c.beta_fast == 32 && c.beta_slow == (form ? 32 : 1));
+            } else {
+                CHECK_MSG(st == DSATTN_ERR_FORMAT && strstr(err, form ? "beta_slow" : "beta_fast"),
+                          "%s %s: status %d, '%s'", form ? "flat" : "HF", vals[i].v, (int)st, err);
+            }
+        }
+}
+
 /* A V4 HF config.json in the layout public V4 ports read (top-level keys,
  * HF names, one MTP entry at the end of compress_ratios, UE8M0 fp8
  * quantization_config): every field lands where the flat inference config

@@ -438,14 +438,12 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
                 return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                                    "%s: key 'rope_scaling' is not an object", what);
             cfg_rd q = { rs, what, 1, err, errlen };
-            double bf = (double)c->beta_fast, bs = (double)c->beta_slow;
             TRY(rd_dbl(&q, "", "factor", &c->rope_factor));
             TRY(rd_int_opt(&q, "", "original_max_position_embeddings",
                            c->original_seq_len, &c->original_seq_len));
-            TRY(rd_dbl_opt(&q, "", "beta_fast", bf, &bf));
-            TRY(rd_dbl_opt(&q, "", "beta_slow", bs, &bs));
-            c->beta_fast = (int64_t)bf;
-            c->beta_slow = (int64_t)bs;
+            /* ints in ModelArgs: 32.0 reads as 32, 32.5 or 1e28 is an error */
+            TRY(rd_int_opt(&q, "", "beta_fast", c->beta_fast, &c->beta_fast));
+            TRY(rd_int_opt(&q, "", "beta_slow", c->beta_slow, &c->beta_slow));
             double ms = c->mscale;
             TRY(rd_dbl_opt(&q, "", "mscale", ms, &ms));
             TRY(rd_dbl_opt(&q, "", "mscale_all_dim", ms, &c->mscale));
@@ -455,13 +453,15 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
         }
     } else {
         if (mla) TRY(rd_dbl_opt(&r, "rope_theta", "", c->rope_theta, &c->rope_theta));
-        double rf = c->rope_factor, bf = (double)c->beta_fast, bs = (double)c->beta_slow;
+        double rf = c->rope_factor;
+        /* beta_fast / beta_slow are ints in ModelArgs: an integral number
+         * reads as that integer, anything else is an error */
         if (mla) {
             TRY(rd_dbl_opt(&r, "rope_factor", "", rf, &c->rope_factor));
             TRY(rd_int_opt(&r, "original_seq_len", "", c->original_seq_len,
                            &c->original_seq_len));
-            TRY(rd_dbl_opt(&r, "beta_fast", "", bf, &bf));
-            TRY(rd_dbl_opt(&r, "beta_slow", "", bs, &bs));
+            TRY(rd_int_opt(&r, "beta_fast", "", c->beta_fast, &c->beta_fast));
+            TRY(rd_int_opt(&r, "beta_slow", "", c->beta_slow, &c->beta_slow));
             TRY(rd_dbl_opt(&r, "mscale", "", c->mscale, &c->mscale));
         } else {
             TRY(rd_dbl(&r, "rope_factor", "", &c->rope_factor));
@@ -469,11 +469,9 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
                 TRY(rd_int_opt(&r, "original_seq_len", "", 0, &c->original_seq_len));
             else
                 TRY(rd_int(&r, "original_seq_len", "", &c->original_seq_len));
-            TRY(rd_dbl(&r, "beta_fast", "", &bf));
-            TRY(rd_dbl(&r, "beta_slow", "", &bs));
+            TRY(rd_int(&r, "beta_fast", "", &c->beta_fast));
+            TRY(rd_int(&r, "beta_slow", "", &c->beta_slow));
         }
-        c->beta_fast = (int64_t)bf;
-        c->beta_slow = (int64_t)bs;
         TRY(rd_dbl_opt(&r, "norm_eps", "", c->norm_eps, &c->norm_eps));
         TRY(rd_int_opt(&r, "max_seq_len", "", c->max_seq_len, &c->max_seq_len));
     }
