@@ -638,10 +638,12 @@ DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
 
 DSATTN_TEST(formats, index_neon_form_bit_exact_with_reference_seed9)
 {
-    /* The NEON form of the `index` slot (aarch64 builds) on the cases of
-     * the x86 test above: called directly on every row and on selected
-     * rows, and through a fast context of the neon table, the reference
-     * score bit for bit. */
+    /* The NEON forms of the `index` slot (aarch64 builds) on the cases of
+     * the x86 test above: called directly on every row from an offset and on
+     * selected rows (the SMULL form always, the SDOT form where the CPU has
+     * the dot product), and through a fast context of the neon table, which
+     * takes the SDOT form exactly where the CPU has it: the reference score
+     * bit for bit. */
 #if defined(__aarch64__)
     dsattn_rng r = { 9 };
     dsattn_ctx *ref = NULL, *fast = NULL;
@@ -651,7 +653,8 @@ DSATTN_TEST(formats, index_neon_form_bit_exact_with_reference_seed9)
     p.mode = DSATTN_MODE_FAST;
     p.isa = DSATTN_ISA_NEON;
     CHECK_OK(dsattn_ctx_create(&fast, &p));
-    CHECK(fast && fast->kt->index && !strcmp(fast->kt->index->name, "neon"));
+    const int dot = dsattn_cpu_has_neon_dotprod();
+    CHECK(fast && fast->kt->index && !strcmp(fast->kt->index->name, dot ? "neon-dot" : "neon"));
     for (int c = 0; c < 5 && ref && fast; c++) {
         index_case k;
         index_case_make(&k, &r, c, ref);
@@ -662,16 +665,27 @@ DSATTN_TEST(formats, index_neon_form_bit_exact_with_reference_seed9)
         static dsattn_index_vnni_q vq;
         CHECK(dsattn_index_neon_ok(k.nh, k.dh) &&
               dsattn_index_q_prepare(&vq, k.q, k.nh, k.dh, k.w));
-        memset(k.s_fast, 0, k.n * sizeof(float));
-        dsattn_index_neon_scores(&vq, k.rows, k.rb, NULL, 7, k.n - 9, k.s_fast);
-        CHECK_BITS("neon form, from an offset", k.s_fast, k.s_ref + 7, k.n - 9);
+        for (int form = 0; form <= dot; form++) {
+            const char *nm[2][2] = { { "neon form, from an offset", "neon form, selected rows" },
+                                     { "neon-dot form, from an offset",
+                                       "neon-dot form, selected rows" } };
+            void (*scores)(const dsattn_index_vnni_q *, const uint8_t *, size_t, const int32_t *,
+                           size_t, size_t, float *) =
+                form ? dsattn_index_neon_dot_scores : dsattn_index_neon_scores;
+            memset(k.s_fast, 0, k.n * sizeof(float));
+            scores(&vq, k.rows, k.rb, NULL, 7, k.n - 9, k.s_fast);
+            CHECK_BITS(nm[form][0], k.s_fast, k.s_ref + 7, k.n - 9);
+            memset(k.s_fast, 0, k.n * sizeof(float));
+            scores(&vq, k.rows, k.rb, k.sel, 0, k.n - 3, k.s_fast);
+            CHECK_BITS(nm[form][1], k.s_fast, k.s_ref_at, k.n - 3);
+        }
         index_case_free(&k);
     }
     CHECK(!dsattn_index_neon_ok(80, 128) && !dsattn_index_neon_ok(16, 48));
     dsattn_ctx_destroy(ref);
     dsattn_ctx_destroy(fast);
 #else
-    dsattn_test_skip("the NEON form exists only in aarch64 builds");
+    dsattn_test_skip("the NEON forms exist only in aarch64 builds");
 #endif
 }
 

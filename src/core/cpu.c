@@ -1,4 +1,5 @@
-/* cpu.c - cpuid probes: what this CPU (and OS) runs.
+/* cpu.c - cpuid probes (x86-64) and hwcaps (aarch64): what this CPU (and OS)
+ * runs.
  *
  * The only process-wide state dsattn has is the CPU's feature set, which is
  * immutable.  The kernel layer (src/kernels/dispatch.c) chooses its tables
@@ -10,6 +11,10 @@
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
 #endif
 
 int dsattn_cpu_has_avx2(void)
@@ -97,4 +102,13 @@ int dsattn_cpu_has_amx_bf16(void)
         __atomic_store_n(&have, h, __ATOMIC_RELEASE);
     }
     return h;
+}
+
+int dsattn_cpu_has_neon_dotprod(void)
+{
+#if defined(__aarch64__) && defined(__linux__)
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+    return 0;
+#endif
 }

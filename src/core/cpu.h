@@ -11,5 +11,8 @@ int dsattn_cpu_has_avx512_bf16(void); /* + VDPBF16PS (AMD Zen 4/5, Intel
  * enables the tile state and grants the permission; asked once) */
 int dsattn_cpu_has_amx_int8(void);
 int dsattn_cpu_has_amx_bf16(void);
+/* aarch64: the ARMv8.2 dot product (SDOT / UDOT), as the kernel reports it
+ * (HWCAP_ASIMDDP); 0 on other CPUs */
+int dsattn_cpu_has_neon_dotprod(void);
 
 #endif /* DSATTN_CPU_H */

@@ -48,4 +48,5 @@ int dsattn_amx_fits(size_t hp, size_t D, size_t C)
 #if !defined(__aarch64__)
 const dsattn_kernels *const dsattn_kernels_neon_ptr = NULL;
 const dsattn_index_kern *const dsattn_index_neon_ptr = NULL;
+const dsattn_index_kern *const dsattn_index_neon_dot_ptr = NULL;
 #endif

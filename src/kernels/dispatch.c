@@ -98,10 +98,12 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
         break;
     case DSATTN_ISA_NEON:
         /* aarch64 builds only (kernels_neon.c, index_neon.c); the other
-         * slots keep their generic paths.  Advanced SIMD is part of ARMv8.0: no probe. */
+         * slots keep their generic paths.  Advanced SIMD is part of ARMv8.0: no
+         * probe; the indexer's SDOT form where the CPU has the dot product. */
         if (!dsattn_kernels_neon_ptr) return DSATTN_ERR_UNSUPPORTED;
         t->k = dsattn_kernels_neon_ptr;
-        t->index = dsattn_index_neon_ptr;
+        t->index = dsattn_cpu_has_neon_dotprod() ? dsattn_index_neon_dot_ptr
+                                                 : dsattn_index_neon_ptr;
         break;
     default:
         return DSATTN_ERR_INVALID_ARG;

@@ -82,7 +82,7 @@ void dsattn_index_vnni_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
 
 /* The ktab slot (ktab.h): the entry points above, for algorithm code. */
 typedef struct dsattn_index_kern {
-    const char *name;                                   /* "vnni", "avx2", "neon" */
+    const char *name;                       /* "vnni", "avx2", "neon", "neon-dot" */
     int  (*ok)(size_t nh, size_t dh);
     int  (*prepare)(dsattn_index_vnni_q *p, const float *q, size_t nh, size_t dh,
                     const float *w);
@@ -94,13 +94,19 @@ typedef struct dsattn_index_kern {
 extern const dsattn_index_kern *const dsattn_index_vnni_ptr;
 extern const dsattn_index_kern *const dsattn_index_avx2_ptr;
 extern const dsattn_index_kern *const dsattn_index_neon_ptr;
+/* the SDOT form (aarch64 builds; run it only where dsattn_cpu_has_neon_dotprod) */
+extern const dsattn_index_kern *const dsattn_index_neon_dot_ptr;
 
-/* The NEON form's entry points (index_neon.c, aarch64 builds; prepare is
- * the shared one).  ok: the shape is the shared layout's. */
+/* The NEON forms' entry points (index_neon.c, aarch64 builds; prepare is
+ * the shared one).  ok: the shape is the shared layout's.  _dot_scores
+ * takes a CPU with the dot product (dsattn_cpu_has_neon_dotprod). */
 int  dsattn_index_neon_ok(size_t nh, size_t dh);
 void dsattn_index_neon_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
                               size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
                               float *score);
+void dsattn_index_neon_dot_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
+                                  size_t row_bytes, const int32_t *sel, size_t j0, size_t n,
+                                  float *score);
 
 /* The AVX2 form's entry points (index_avx2.c; prepare is the shared one).
  * ok: the CPU has AVX2 and the shape is the VNNI form's. */

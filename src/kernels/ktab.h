@@ -41,7 +41,8 @@
  *            the V3.2 indexer's logits and the V4 / V4.1 sparse attention
  *            read bf16blk; the prefill Linear keeps amx (it has its own
  *            bf16-dot GEMM).
- *   neon     k, index = their NEON forms (aarch64 builds only), wdq = ref,
+ *   neon     k, index = their NEON forms (aarch64 builds only; index the
+ *            SDOT form where the CPU has the dot product), wdq = ref,
  *            vmath = ref, the rest NULL
  */
 #ifndef DSATTN_KTAB_H
