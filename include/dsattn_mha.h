@@ -104,6 +104,21 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
                                       float *out);
 dsattn_status dsattn_mha_seq_advance(dsattn_mha_seq *s, size_t n);
 
+/* Batched decode: one token for each of n_seqs sequences of the same model
+ * in one call, each at its own position, the layer's weights read once for
+ * all of them (a serving loop's step).  x, out: [n_seqs, dim].  The
+ * contract is V4.1's (dsattn_v41_attn_forward_batch in dsattn.h): row i
+ * equals dsattn_mha_attn_forward on seqs[i] alone (bit for bit in
+ * reference mode; in fast mode within the fast path's bounds, 8 rows and
+ * more taking the tiled Linear), every sequence is checked first and a
+ * failed call changes nothing, *failed names the first bad sequence
+ * (SIZE_MAX: not one sequence's), the caller advances each sequence after
+ * the last layer, and a steady step allocates nothing.  A sequence may hold
+ * only some layers (dsattn_mha_seq_create_layers) if it holds `layer`. */
+dsattn_status dsattn_mha_attn_forward_batch(dsattn_ctx *ctx, dsattn_mha_seq *const *seqs,
+                                            size_t n_seqs, int layer, const float *x,
+                                            float *out, size_t *failed);
+
 /* Cache row of token `pos` (< position) of a held layer, as floats:
  * k and v [n_kv_heads * head_dim] (either may be NULL). */
 dsattn_status dsattn_mha_seq_kv(const dsattn_mha_seq *s, int layer, size_t pos,

@@ -15,7 +15,7 @@
  * mode, on contexts of 2 threads and of 1 (libgomp allocates a team for a
  * parallel region run on one thread, so every region of a decode step is
  * skipped on one thread); every step after the first must allocate nothing.
- * The batched decode of MLA, V4 and V4.1 is checked the same way over
+ * The batched decode of every generation is checked the same way over
  * batches of up to 9 sequences.  One table of entry points a generation
  * (`gen`) drives every case.
  */
@@ -201,8 +201,16 @@ static dsattn_status v41_create(void **s, const void *m, size_t cap, int v, int 
     return st;
 }
 
-static const gen MHA = { "MHA/GQA", 1, 0, mha_create, mha_n_layers, mha_dim, mha_fwd, mha_adv,
-                         NULL, NULL, NULL, mha_destroy, NULL, mha_free_model };
+static dsattn_status mha_bfwd(dsattn_ctx *c, void *const *s, size_t n, int l, const float *x,
+                              float *o)
+{
+    dsattn_mha_seq *t[BPOOL];
+    for (size_t i = 0; i < n; i++) t[i] = (dsattn_mha_seq *)s[i];
+    return dsattn_mha_attn_forward_batch(c, t, n, l, x, o, NULL);
+}
+
+static const gen MHA = { "MHA/GQA", 1, 1, mha_create, mha_n_layers, mha_dim, mha_fwd, mha_adv,
+                         NULL, mha_bfwd, NULL, mha_destroy, NULL, mha_free_model };
 static const gen MLA = { "MLA", 2, 1, mla_create, mla_n_layers, mla_dim, mla_fwd, mla_adv,
                          mla_stack, mla_bfwd, mla_bstack, mla_destroy, mla_load,
                          mla_free_model };
@@ -337,27 +345,33 @@ static void decode_case(const gen *g, const char *dir)
     g->free_model(m);
 }
 
-/* ---- MHA / GQA: a small Llama config written to /tmp */
+/* ---- MHA / GQA: a small Llama config written to /tmp, MHA (v 0) or
+ * GQA with 2 KV heads (v 1) */
+static dsattn_mha *mha_model(int v)
+{
+    char err[256] = "", path[128], j[512];
+    snprintf(path, sizeof path, "/tmp/dsattn_test_alloc_%d_mha%d.json", (int)getpid(), v);
+    snprintf(j, sizeof j,
+             "{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 2,"
+             " \"num_attention_heads\": 4, \"num_key_value_heads\": %d,"
+             " \"rope_theta\": 10000.0, \"max_position_embeddings\": 4096,"
+             " \"rms_norm_eps\": 1e-06, \"rope_scaling\": null}", v ? 2 : 4);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return NULL;
+    fputs(j, f);
+    fclose(f);
+    dsattn_mha *m = NULL;
+    CHECK_OK(dsattn_mha_create_random(&m, path, 5 + (uint64_t)v, err, sizeof err));
+    remove(path);
+    return m;
+}
+
 DSATTN_TEST(alloc, mha_gqa_decode_allocates_nothing)
 {
     if (!counting_or_skip()) return;
-    char err[256] = "";
     for (int v = 0; v < 2; v++) {
-        char path[128], j[512];
-        snprintf(path, sizeof path, "/tmp/dsattn_test_alloc_%d_mha%d.json", (int)getpid(), v);
-        snprintf(j, sizeof j,
-                 "{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 2,"
-                 " \"num_attention_heads\": 4, \"num_key_value_heads\": %d,"
-                 " \"rope_theta\": 10000.0, \"max_position_embeddings\": 4096,"
-                 " \"rms_norm_eps\": 1e-06, \"rope_scaling\": null}", v ? 2 : 4);
-        FILE *f = fopen(path, "w");
-        CHECK(f != NULL);
-        if (!f) return;
-        fputs(j, f);
-        fclose(f);
-        dsattn_mha *m = NULL;
-        CHECK_OK(dsattn_mha_create_random(&m, path, 5 + (uint64_t)v, err, sizeof err));
-        remove(path);
+        dsattn_mha *m = mha_model(v);
         if (!m) return;
         check_gen(v ? "GQA (kv 2)" : "MHA", &MHA, m);
         dsattn_mha_destroy(m);
@@ -394,14 +408,21 @@ static void run_batched(dsattn_ctx *ctx, const gen *g, const void *m, void *cons
     float *x = rand_x(BPOOL * D * (size_t)nl + PREFILL * D, 7);
     float *out = malloc(BPOOL * D * sizeof *out);
     *worst_libc = *worst_ds = 0;
-    for (size_t k = 0; k < BPOOL; k++)
-        if (k % PREFILL) CHECK_OK(g->stack(ctx, pool[k], x, k % PREFILL));
+    for (size_t k = 0; k < BPOOL; k++) {
+        const size_t n = k % PREFILL;          /* the prefill: the stack, else every layer */
+        if (n && g->stack) {
+            CHECK_OK(g->stack(ctx, pool[k], x, n));
+        } else if (n) {
+            for (int l = 0; l < nl; l++) CHECK_OK(g->fwd(ctx, pool[k], l, x, n, out));
+            CHECK_OK(g->adv(pool[k], n));
+        }
+    }
     for (size_t t = 0; t < 13; t++) {
         const size_t n = sizes[t];
         void *sub[BPOOL];
         for (size_t i = 0; i < n; i++) sub[i] = pool[(t * 5 + i * 7) % BPOOL];   /* distinct */
         const unsigned long long c0 = libc_count(), d0 = dsattn_alloc_count();
-        if (t & 1) {
+        if ((t & 1) && g->bstack) {
             CHECK_OK(g->bstack(ctx, sub, n, x));
         } else {
             for (int l = 0; l < nl; l++)
@@ -417,11 +438,8 @@ static void run_batched(dsattn_ctx *ctx, const gen *g, const void *m, void *cons
     free(out);
 }
 
-static void batched_case(const gen *g, const char *dir)
+static void batched_model(const gen *g, const void *m, const char *dir)
 {
-    if (!counting_or_skip()) return;
-    void *m = load_case(g, dir);
-    if (!m) return;
     /* both modes on 2 threads and on 1 (where every parallel region of the
      * step must be a plain loop: libgomp allocates a team for a region it
      * runs on one thread) */
@@ -450,11 +468,29 @@ static void batched_case(const gen *g, const char *dir)
             }
             dsattn_ctx_destroy(ctx);
         }
+}
+
+static void batched_case(const gen *g, const char *dir)
+{
+    if (!counting_or_skip()) return;
+    void *m = load_case(g, dir);
+    if (!m) return;
+    batched_model(g, m, dir);
     g->free_model(m);
 }
 
 /* MLA: its pool mixes the cache formats; V4: the all-invalid-row rules;
  * V4.1: one index_k mode a batch, each in turn. */
+DSATTN_TEST(alloc, mha_gqa_batched_decode_allocates_nothing)
+{
+    if (!counting_or_skip()) return;
+    for (int v = 0; v < 2; v++) {
+        dsattn_mha *m = mha_model(v);
+        if (!m) return;
+        batched_model(&MHA, m, v ? "GQA (kv 2)" : "MHA");
+        dsattn_mha_destroy(m);
+    }
+}
 DSATTN_TEST(alloc, v3_mla_batched_decode_allocates_nothing)
 {
     batched_case(&MLA, "golden/v3/tiny-seed0");

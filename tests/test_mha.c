@@ -170,6 +170,148 @@ DSATTN_TEST(mha, prefill_then_decode_equals_prefill_fast_within_4e3_seed2)
     split_invariance(DSATTN_MODE_FAST, 4e-3, 2);
 }
 
+/* ==== Batched decode == one-sequence steps ============================== */
+
+/* Nine sequences of one GQA model at depths around the cache tiles (K 32,
+ * V 64 keys) and of different capacities, each with a twin (a clone).
+ * Three steps run batches of 9, 5 and 3 of them, in shuffled order,
+ * through dsattn_mha_attn_forward_batch on every layer, the twins through
+ * the one-sequence forward with the same rows; then the outputs, every
+ * cache row and the positions must agree: bit for bit in reference mode,
+ * relative L2 <= tol in fast mode (9 rows take the tiled Linear, one the
+ * GEMV).  In between, bad batches fail with the right index and change
+ * nothing: the final comparison covers them. */
+static void batched_case(dsattn_mode mode, double tol, uint64_t seed)
+{
+    enum { NS = 9, LAYERS = 2, DIM = 256, KVD = 2 * 64 };
+    static const size_t depth[NS] = { 0, 1, 7, 31, 32, 33, 63, 64, 65 };
+    static const size_t steps[3] = { 9, 5, 3 };
+    char err[256] = "";
+    dsattn_mha *m = NULL, *m2 = NULL;
+    CHECK_OK(dsattn_mha_create_random(&m, tiny_cfg("batch", 2, LAYERS), seed, err, sizeof err));
+    CHECK_OK(dsattn_mha_create_random(&m2, tiny_cfg("batch2", 2, LAYERS), seed, err, sizeof err));
+    if (!m || !m2) return;
+    dsattn_ctx *c = dsattn_test_ctx(mode, 0);
+    dsattn_mha_seq *a[NS] = { NULL }, *b[NS] = { NULL };
+    float *pre = rand_x(72, DIM, seed * 7), *po[LAYERS];
+    for (int l = 0; l < LAYERS; l++) po[l] = calloc(72 * DIM, sizeof(float));
+    for (size_t i = 0; i < NS; i++) {
+        float *px[LAYERS] = { pre, pre };
+        CHECK_OK(dsattn_mha_seq_create(&a[i], m, depth[i] + 4 + i));
+        if (!a[i]) return;
+        if (depth[i]) run_chunk(c, a[i], LAYERS, px, DIM, 0, depth[i], po);
+        CHECK_OK(dsattn_mha_seq_clone(&b[i], a[i]));
+    }
+    float *ya = calloc(NS * DIM, sizeof(float)), *yb = calloc(NS * DIM, sizeof(float));
+    for (int t = 0; t < 3; t++) {
+        const size_t B = steps[t];
+        dsattn_mha_seq *sa[NS];
+        size_t idx[NS];
+        for (size_t k = 0; k < B; k++) {
+            idx[k] = ((size_t)t * 4 + k * 2) % NS;               /* distinct, shuffled */
+            sa[k] = a[idx[k]];
+        }
+        for (int l = 0; l < LAYERS; l++) {
+            float *x = rand_x(B, DIM, seed * 100 + (uint64_t)(t * 10 + l));
+            size_t failed = 77;
+            CHECK_OK(dsattn_mha_attn_forward_batch(c, sa, B, l, x, ya, &failed));
+            CHECK_EQ_INT(failed, 77);                    /* written only on failure */
+            for (size_t k = 0; k < B; k++)
+                CHECK_OK(dsattn_mha_attn_forward(c, b[idx[k]], l, x + k * DIM, 1, yb + k * DIM));
+            if (tol == 0.0) {
+                CHECK_BITS("batched vs one sequence", ya, yb, B * DIM);
+            } else {
+                const double r = dsattn_rel_l2(ya, yb, B * DIM);
+                CHECK_MSG(r <= tol, "step %d layer %d, %zu rows: rel L2 %.3g > %.3g", t, l, B,
+                          r, tol);
+            }
+            free(x);
+        }
+        for (size_t k = 0; k < B; k++) {
+            CHECK_OK(dsattn_mha_seq_advance(a[idx[k]], 1));
+            CHECK_OK(dsattn_mha_seq_advance(b[idx[k]], 1));
+        }
+    }
+    if (mode == DSATTN_MODE_REFERENCE) {
+        /* bad batches: the call fails, names the sequence, writes nothing */
+        dsattn_mha_seq *full = NULL, *part = NULL, *other = NULL;
+        CHECK_OK(dsattn_mha_seq_create(&full, m, 1));
+        CHECK_OK(dsattn_mha_seq_create_layers(&part, m, 8, 1, 1));
+        CHECK_OK(dsattn_mha_seq_create(&other, m2, 8));
+        {
+            float *px[LAYERS] = { pre, pre };
+            run_chunk(c, full, LAYERS, px, DIM, 0, 1, po);          /* at capacity */
+        }
+        const struct { dsattn_mha_seq *s[3]; size_t n; int layer; dsattn_status st; size_t bad; }
+            cases[] = {
+                { { a[1], a[2], a[1] }, 3, 0, DSATTN_ERR_INVALID_ARG, 2 },    /* repeated */
+                { { a[1], full }, 2, 0, DSATTN_ERR_INVALID_ARG, 1 },          /* no room */
+                { { a[3], NULL }, 2, 0, DSATTN_ERR_INVALID_ARG, 1 },
+                { { a[3], other }, 2, 0, DSATTN_ERR_INVALID_ARG, 1 },         /* other model */
+                { { a[3], part }, 2, 0, DSATTN_ERR_INVALID_ARG, 1 },          /* layer 1 only */
+                { { a[3], a[4] }, 2, LAYERS, DSATTN_ERR_INVALID_ARG, SIZE_MAX },
+                { { a[3] }, 0, 0, DSATTN_ERR_INVALID_ARG, SIZE_MAX },
+            };
+        float *x = rand_x(3, DIM, 5);
+        for (size_t e = 0; e < DSATTN_ARRAY_LEN(cases); e++) {
+            for (size_t i = 0; i < 3 * DIM; i++) ya[i] = 7.0f;
+            size_t failed = 77;
+            CHECK_EQ_INT(dsattn_mha_attn_forward_batch(c, cases[e].s, cases[e].n, cases[e].layer,
+                                                       x, ya, &failed),
+                         cases[e].st);
+            CHECK_MSG(failed == cases[e].bad, "bad batch %zu: failed %zu, want %zu", e, failed,
+                      cases[e].bad);
+            for (size_t i = 0; i < 3 * DIM; i++)
+                if (ya[i] != 7.0f) {
+                    CHECK_MSG(0, "bad batch %zu wrote out[%zu]", e, i);
+                    break;
+                }
+        }
+        /* the sequence of layer 1 alone takes a batch of layer 1 */
+        dsattn_mha_seq *p1[1] = { part };
+        CHECK_OK(dsattn_mha_attn_forward_batch(c, p1, 1, 1, x, ya, NULL));
+        free(x);
+        dsattn_mha_seq_destroy(full);
+        dsattn_mha_seq_destroy(part);
+        dsattn_mha_seq_destroy(other);
+    }
+    /* the caches and positions of the twins */
+    float ka[KVD], va[KVD], kb[KVD], vb[KVD];
+    for (size_t i = 0; i < NS; i++) {
+        CHECK_EQ_INT(dsattn_mha_seq_pos(a[i]), dsattn_mha_seq_pos(b[i]));
+        for (int l = 0; l < LAYERS; l++)
+            for (size_t p = 0; p < (size_t)dsattn_mha_seq_pos(a[i]); p++) {
+                CHECK_OK(dsattn_mha_seq_kv(a[i], l, p, ka, va));
+                CHECK_OK(dsattn_mha_seq_kv(b[i], l, p, kb, vb));
+                if (tol == 0.0) {
+                    CHECK_BITS("cache K", ka, kb, KVD);
+                    CHECK_BITS("cache V", va, vb, KVD);
+                } else {
+                    CHECK(dsattn_rel_l2(ka, kb, KVD) <= tol && dsattn_rel_l2(va, vb, KVD) <= tol);
+                }
+            }
+        dsattn_mha_seq_destroy(a[i]);
+        dsattn_mha_seq_destroy(b[i]);
+    }
+    for (int l = 0; l < LAYERS; l++) free(po[l]);
+    free(pre); free(ya); free(yb);
+    dsattn_ctx_destroy(c);
+    dsattn_mha_destroy(m);
+    dsattn_mha_destroy(m2);
+}
+
+DSATTN_TEST(mha, batched_decode_equals_one_sequence_steps_reference_bit_exact_seed12)
+{
+    batched_case(DSATTN_MODE_REFERENCE, 0.0, 12);
+}
+
+/* fast mode: the bound of the prefill-vs-decode test above (the same two
+ * Linear paths) */
+DSATTN_TEST(mha, batched_decode_equals_one_sequence_steps_fast_within_4e3_seed13)
+{
+    batched_case(DSATTN_MODE_FAST, 4e-3, 13);
+}
+
 /* ==== Causality ========================================================= */
 
 DSATTN_TEST(mha, causal_future_tokens_change_nothing_before_seed3)

@@ -1,5 +1,8 @@
 /* mha_forward.c - the attention forward of MHA / GQA (HF LlamaAttention,
- * transformers 4.33.1, eager, bf16), reference and fast.
+ * transformers 4.33.1, eager, bf16), reference and fast, for one
+ * sequence's chunk and for a batched decode step across sequences (one
+ * function over rows, layer_rows: the rows of a chunk are one sequence's
+ * consecutive positions, those of a batch one token of each sequence).
  *
  * There is no official DeepSeek code for DeepSeek-LLM 7B / 67B (the repos
  * say model_type "llama"), so the contract is LlamaAttention.forward run in
@@ -38,6 +41,7 @@
  */
 #include "mha.h"
 
+#include "batch_common.h"
 #include "cpu.h"
 #include "ktab.h"
 #include "numfmt.h"
@@ -201,37 +205,51 @@ size_t dsattn_mha_decode_scratch_bytes(const dsattn_mha_config *c, size_t cap)
     return most * sizeof(float);
 }
 
-dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
-                                      int layer, const float *x, size_t n,
-                                      float *out)
-{
-    if (!ctx || !s || !x || !out || n == 0) return DSATTN_ERR_INVALID_ARG;
-    const dsattn_mha *m = s->m;
-    const dsattn_mha_config *c = &m->cfg;
-    if (layer < s->first || layer >= s->first + s->count) return DSATTN_ERR_INVALID_ARG;
-    if (n > s->max_seq_len || (size_t)s->pos > s->max_seq_len - n) return DSATTN_ERR_INVALID_ARG;
-    const dsattn_mha_layer_w *L = &m->layer[layer];
-    if (!L->wq.data) return DSATTN_ERR_UNSUPPORTED;          /* config-only layer */
-    dsattn_mha_layer_s *S = &s->layer[layer - s->first];
+/* The rows of one layer step.  One sequence: its n tokens at positions
+ * pos .. pos+n-1 (a chunk, each row seeing the keys up to its own
+ * position); n sequences (the batched step): row t is seqs[t]'s one token
+ * at its own position. */
+typedef struct {
+    dsattn_mha_seq *const *seqs;
+    size_t                 nseq;   /* 1 or n */
+    int                    layer;
+} mha_rows;
 
+static dsattn_mha_seq *row_seq(const mha_rows *r, size_t t)
+{
+    return r->seqs[r->nseq == 1 ? 0 : t];
+}
+
+static size_t row_pos(const mha_rows *r, size_t t)
+{
+    return (size_t)row_seq(r, t)->pos + (r->nseq == 1 ? t : 0);
+}
+
+static dsattn_mha_layer_s *row_cache(const mha_rows *r, size_t t)
+{
+    dsattn_mha_seq *s = row_seq(r, t);
+    return &s->layer[r->layer - s->first];
+}
+
+/* The layer over n rows of x (the rows' sequences checked by the caller),
+ * in scratch (scratch_floats(c, n, Tmax, nt, kind, mhk): act floats of
+ * activations, then per_thread a thread; Tmax >= every row's position + 1). */
+static dsattn_status layer_rows(dsattn_ctx *ctx, const mha_rows *r, const float *x, size_t n,
+                                float *out, float *scratch, size_t act, size_t per_thread)
+{
+    const dsattn_mha *m = r->seqs[0]->m;
+    const dsattn_mha_config *c = &m->cfg;
+    const dsattn_mha_layer_w *L = &m->layer[r->layer];
     const size_t D = (size_t)c->hidden, H = (size_t)c->n_heads, Hkv = (size_t)c->n_kv_heads;
-    const size_t d = (size_t)c->head_dim, G = H / Hkv, cap = s->max_seq_len;
-    const size_t pos = (size_t)s->pos, Tmax = pos + n;
+    const size_t d = (size_t)c->head_dim, G = H / Hkv;
     const int ref = ctx->mode == DSATTN_MODE_REFERENCE;
-    if (G > 64) return DSATTN_ERR_UNSUPPORTED;
     const int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
     const dsattn_mha_kern *mhk = ctx->kt->mha;
     dsattn_mha_attend_fn attend = mhk ? mhk->attend : attend_fast_c;
-    const int kind = ref ? 0 : attend == attend_fast_c ? 1 : 2;
-    size_t act, total;
-    if (!scratch_floats(c, n, Tmax, nt, kind, mhk, &act, &total)) return DSATTN_ERR_OVERFLOW;
-    const size_t per_thread = (total - act) / (size_t)nt;
-    float *q = scratch_get(s, total);
-    if (!q) return DSATTN_ERR_NOMEM;
-    float *kv = q + n * H * d, *o = kv + n * 2 * Hkv * d, *work = q + act;
+    float *q = scratch, *kv = q + n * H * d, *o = kv + n * 2 * Hkv * d, *work = q + act;
     dsattn_status st;
 
-    /* ---- projections (bf16 Linears, no bias) */
+    /* ---- projections (bf16 Linears, no bias), the weights read once for all rows */
     if ((st = dsattn_linear(ctx, &L->wq, x, D, n, q, H * d, DSATTN_OUT_BF16, NULL, NULL))) return st;
     if ((st = dsattn_linear(ctx, &L->wk, x, D, n, kv, 2 * Hkv * d, DSATTN_OUT_BF16, NULL, NULL)))
         return st;
@@ -239,10 +257,13 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
                             NULL, NULL)))
         return st;
 
-    /* ---- RoPE (bf16 tables, half-split pairs, all d dims), cache append */
+    /* ---- RoPE (bf16 tables, half-split pairs, all d dims) at each row's
+     * position, cache append */
     for (size_t t = 0; t < n; t++) {
+        const size_t p = row_pos(r, t), cap = row_seq(r, t)->max_seq_len;
+        dsattn_mha_layer_s *S = row_cache(r, t);
         float cs[64], sn[64];
-        dsattn_rope_cs(&m->rope, (int64_t)(pos + t), cs, sn);
+        dsattn_rope_cs(&m->rope, (int64_t)p, cs, sn);
         for (size_t i = 0; i < d / 2; i++) {
             cs[i] = dsattn_round_bf16(cs[i]);
             sn[i] = dsattn_round_bf16(sn[i]);
@@ -253,36 +274,114 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
         for (size_t g = 0; g < Hkv; g++) {
             dsattn_rope_apply(kt + g * d, d, cs, sn, 0, 0, DSATTN_OUT_BF16);
             for (size_t i = 0; i < d; i++) {
-                S->k[dsattn_mha_k_index(cap, d, g, pos + t, i)] = dsattn_f32_to_bf16(kt[g * d + i]);
-                S->v[dsattn_mha_v_index(cap, d, g, pos + t, i)] = dsattn_f32_to_bf16(vt[g * d + i]);
+                S->k[dsattn_mha_k_index(cap, d, g, p, i)] = dsattn_f32_to_bf16(kt[g * d + i]);
+                S->v[dsattn_mha_v_index(cap, d, g, p, i)] = dsattn_f32_to_bf16(vt[g * d + i]);
             }
         }
     }
 
-    /* ---- attention: query t (position pos+t) sees keys 0..pos+t */
+    /* ---- attention: each row sees the keys up to its own position; a
+     * work item is one (row, query head) in reference mode, one (row, KV
+     * head) with its G query heads in fast mode */
     const float inv_sqrt_d = 1.0f / sqrtf((float)d);
-    if (ref) {
-        DSATTN_PARALLEL_FOR_DYN(nt, it, n * H, {
-            float *sc = work + (size_t)dsattn_thread_num() * per_thread;
-            size_t t = it / H, h = it % H, g = h / G;
-            attend_ref(q + (t * H + h) * d, d, S->k + g * cap * d, S->v + g * cap * d,
-                       cap, pos + t + 1, inv_sqrt_d, sc, o + (t * H + h) * d);
-        });
-    } else {
-        DSATTN_PARALLEL_FOR_DYN(nt, it, n * Hkv, {
-            float *ws = work + (size_t)dsattn_thread_num() * per_thread;
-            size_t t = it / Hkv, g = it % Hkv;
-            /* the G heads of group g are contiguous in q and o */
-            attend(q + (t * H + g * G) * d, G, d, S->k + g * cap * d, S->v + g * cap * d,
-                   cap, pos + t + 1, inv_sqrt_d, ws, o + (t * H + g * G) * d);
-        });
-    }
+    const size_t units = ref ? H : Hkv;
+    DSATTN_PARALLEL_FOR_DYN(nt, it, n * units, {
+        float *ws = work + (size_t)dsattn_thread_num() * per_thread;
+        const size_t t = it / units, u = it % units, g = ref ? u / G : u;
+        const size_t T = row_pos(r, t) + 1, cap = row_seq(r, t)->max_seq_len;
+        const dsattn_mha_layer_s *S = row_cache(r, t);
+        if (ref)
+            attend_ref(q + (t * H + u) * d, d, S->k + g * cap * d, S->v + g * cap * d, cap, T,
+                       inv_sqrt_d, ws, o + (t * H + u) * d);
+        else   /* the G heads of group g are contiguous in q and o */
+            attend(q + (t * H + g * G) * d, G, d, S->k + g * cap * d, S->v + g * cap * d, cap,
+                   T, inv_sqrt_d, ws, o + (t * H + g * G) * d);
+    });
     /* Work of the core: per visible key, 2d FLOPs for q.k and 2d for p.v per
      * head; bytes: each KV head's K and V rows once per query token. */
     uint64_t keys = 0;
-    for (size_t t = 0; t < n; t++) keys += pos + t + 1;
+    for (size_t t = 0; t < n; t++) keys += row_pos(r, t) + 1;
     dsattn_count(ctx, 4ull * keys * H * d, keys * Hkv * d * 2ull * 2ull + n * H * d * 4ull);
 
     /* ---- output projection */
     return dsattn_linear(ctx, &L->wo, o, H * d, n, out, D, DSATTN_OUT_BF16, NULL, NULL);
+}
+
+/* the scratch kind of ctx: 0 reference, 1 the C fast kernel, 2 the table's */
+static int scratch_kind(const dsattn_ctx *ctx)
+{
+    return ctx->mode == DSATTN_MODE_REFERENCE ? 0 : ctx->kt->mha ? 2 : 1;
+}
+
+dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
+                                      int layer, const float *x, size_t n,
+                                      float *out)
+{
+    if (!ctx || !s || !x || !out || n == 0) return DSATTN_ERR_INVALID_ARG;
+    const dsattn_mha_config *c = &s->m->cfg;
+    if (layer < s->first || layer >= s->first + s->count) return DSATTN_ERR_INVALID_ARG;
+    if (n > s->max_seq_len || (size_t)s->pos > s->max_seq_len - n) return DSATTN_ERR_INVALID_ARG;
+    if (!s->m->layer[layer].wq.data) return DSATTN_ERR_UNSUPPORTED;   /* config-only layer */
+    if (c->n_heads / c->n_kv_heads > 64) return DSATTN_ERR_UNSUPPORTED;
+    const int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
+    size_t act, total;
+    if (!scratch_floats(c, n, (size_t)s->pos + n, nt, scratch_kind(ctx), ctx->kt->mha, &act,
+                        &total))
+        return DSATTN_ERR_OVERFLOW;
+    float *scratch = scratch_get(s, total);
+    if (!scratch) return DSATTN_ERR_NOMEM;
+    const mha_rows r = { &s, 1, layer };
+    return layer_rows(ctx, &r, x, n, out, scratch, act, (total - act) / (size_t)nt);
+}
+
+/* ==== The batched decode step =========================================== */
+
+static int seq_info(const void *seqs, size_t i, dsattn_batch_seq_info *info)
+{
+    const dsattn_mha_seq *s = ((dsattn_mha_seq *const *)seqs)[i];
+    if (!s) return 0;
+    *info = (dsattn_batch_seq_info){ s, s->m, 0, s->pos, s->max_seq_len,
+                                     (size_t)s->m->cfg.hidden, s->m->w_count > 0 };
+    return 1;
+}
+
+static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_mha_seq *const *seqs, size_t B,
+                                int layer, const float *x, float *out, size_t *failed)
+{
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, x, out, failed);
+    if (st) return st;
+    const dsattn_mha *m = seqs[0]->m;
+    const dsattn_mha_config *c = &m->cfg;
+    if (layer < 0 || layer >= c->n_layers) return DSATTN_ERR_INVALID_ARG;
+    size_t cap = 0;
+    for (size_t i = 0; i < B; i++) {
+        if (layer < seqs[i]->first || layer >= seqs[i]->first + seqs[i]->count) {
+            *failed = i;                                /* a sequence of other layers */
+            return DSATTN_ERR_INVALID_ARG;
+        }
+        cap = DSATTN_MAX(cap, seqs[i]->max_seq_len);
+    }
+    if (!m->layer[layer].wq.data) return DSATTN_ERR_UNSUPPORTED;     /* config-only layer */
+    if (c->n_heads / c->n_kv_heads > 64) return DSATTN_ERR_UNSUPPORTED;
+    /* sized from the capacities, not the positions: a steady step finds
+     * the context's batch scratch big enough and allocates nothing */
+    const int nt = ctx->n_threads > 0 ? ctx->n_threads : 1;
+    size_t act, total;
+    if (!scratch_floats(c, B, cap, nt, scratch_kind(ctx), ctx->kt->mha, &act, &total) ||
+        total > SIZE_MAX / sizeof(float) - 16)
+        return DSATTN_ERR_OVERFLOW;
+    float *base = dsattn_ctx_batch_scratch(ctx, total * sizeof(float) + 64);
+    if (!base) return DSATTN_ERR_NOMEM;
+    float *scratch = (float *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
+    const mha_rows r = { seqs, B, layer };
+    return layer_rows(ctx, &r, x, B, out, scratch, act, (total - act) / (size_t)nt);
+}
+
+/* *failed is written only when the call fails */
+dsattn_status dsattn_mha_attn_forward_batch(dsattn_ctx *ctx, dsattn_mha_seq *const *seqs,
+                                            size_t n_seqs, int layer, const float *x, float *out,
+                                            size_t *failed)
+{
+    size_t bad = SIZE_MAX;
+    return dsattn_batch_result(attn_batch(ctx, seqs, n_seqs, layer, x, out, &bad), &bad, failed);
 }
