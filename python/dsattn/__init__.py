@@ -7,6 +7,7 @@ CSA2) from Python: ctypes over libdsattn.so, NumPy arrays in and out.
     s = m.sequence(max_seq_len=64)
     h = s.stack(x[:7], ctx)                            # prefill, advances
     h1 = s.stack(x[7:8], ctx)                          # one decode step
+    hb = dsattn.stack_batch([s, s2], x[8:10], ctx)     # a step of two sequences
     rows = dsattn.bill(kv_only=True)                   # `dsattn bill` rows
     tensors = dsattn.trace("tests/data/golden/v41/tiny-seed0")
 
@@ -15,13 +16,13 @@ the library's message; the GIL is released while the library computes.
 """
 from ._lib import DsattnError
 from ._lib import path as library_path
-from ._core import (Context, Model, Sequence, bill, from_config, generation_of, load,
-                    random, trace, version)
+from ._core import (Context, Model, Sequence, bill, forward_batch, from_config, generation_of,
+                    load, random, stack_batch, trace, version)
 from ._safetensors import bf16_to_f32
 from ._safetensors import read as read_safetensors
 
 __version__ = version()
 
 __all__ = ["Context", "Model", "Sequence", "DsattnError", "load", "random", "from_config",
-           "generation_of", "trace", "bill", "version", "read_safetensors", "bf16_to_f32",
-           "library_path"]
+           "generation_of", "forward_batch", "stack_batch", "trace", "bill", "version",
+           "read_safetensors", "bf16_to_f32", "library_path"]

@@ -624,6 +624,86 @@ class Sequence:
         return f"<dsattn.Sequence {self.generation} position {self.position} / {cap}>"
 
 
+# ==== Batched decode ========================================================
+
+def _batch_args(seqs, what):
+    seqs = list(seqs)
+    if not seqs:
+        raise ValueError(f"{what}: no sequences")
+    for i, q in enumerate(seqs):
+        if not isinstance(q, Sequence):
+            raise TypeError(f"{what}: seqs[{i}] is {type(q).__name__}, not a dsattn.Sequence")
+        if q.generation != seqs[0].generation:
+            raise ValueError(f"{what}: seqs[{i}] is a {q.generation} sequence, seqs[0] a "
+                             f"{seqs[0].generation} one")
+    return seqs, (ctypes.c_void_p * len(seqs))(*[q.handle for q in seqs])
+
+
+def _batch_check(st, what, failed):
+    if st == 0:
+        return
+    bad = failed.value if failed.value != ctypes.c_size_t(-1).value else None
+    name = _lib.status_name(st)
+    where = f"sequence {bad}" if bad is not None else "the batch"
+    raise DsattnError(f"{what}: {where}: {name}", st, name, bad)
+
+
+def forward_batch(seqs, layer, x, ctx=None):
+    """One token of each sequence through one layer in one call, the layer's
+    weights read once for all of them (a serving loop's step): x
+    [len(seqs), dim], row i the normalised input of seqs[i]'s next token,
+    each sequence at its own position; returns out [len(seqs), dim].  Does
+    not advance: call every layer in order, then advance(1) on each.  Row i
+    equals seqs[i].forward(layer, x[i:i+1]) bit for bit in reference mode.
+    The sequences: distinct, of one model, each with room for one more
+    token; a bad batch changes nothing and raises DsattnError with
+    e.failed = the index of the first bad sequence."""
+    seqs, arr = _batch_args(seqs, "dsattn.forward_batch")
+    a = np.ascontiguousarray(x, dtype=np.float32)
+    dim = seqs[0].model.dim
+    if a.shape != (len(seqs), dim):
+        raise ValueError(f"dsattn.forward_batch: x must be float32 [{len(seqs)}, {dim}] (one row "
+                         f"a sequence), got shape {np.shape(x)}")
+    out = np.empty_like(a)
+    failed = ctypes.c_size_t(0)
+    g = seqs[0].generation
+    st = getattr(lib, f"dsattn_{g}_attn_forward_batch")(_ctx(ctx), arr, len(seqs), int(layer),
+                                                        _f32p(a), _f32p(out),
+                                                        ctypes.byref(failed))
+    _batch_check(st, f"dsattn.forward_batch(layer {layer}, {len(seqs)} sequences)", failed)
+    return out
+
+
+def stack_batch(seqs, h, ctx=None, capture=False):
+    """The golden-case stand-in stack over every layer for one token of each
+    sequence, in one call per layer: h [len(seqs), dim] the residual rows
+    (row i: seqs[i]'s token); advances every sequence by one.  Returns the
+    new h, or with capture=True (h, attn_in, attn_out), those
+    [n_layers, len(seqs), dim].  Row i equals seqs[i].stack(h[i:i+1]) bit
+    for bit in reference mode.  Not for MHA / GQA (no stand-in stack)."""
+    seqs, arr = _batch_args(seqs, "dsattn.stack_batch")
+    g = seqs[0].generation
+    if g == "mha":
+        raise DsattnError("dsattn.stack_batch: MHA / GQA have no stand-in stack (forward_batch "
+                          "each layer)", -3, "unsupported")
+    dim, nl = seqs[0].model.dim, seqs[0].model.n_layers
+    a = np.array(h, dtype=np.float32, order="C", copy=True)
+    if a.shape != (len(seqs), dim):
+        raise ValueError(f"dsattn.stack_batch: h must be float32 [{len(seqs)}, {dim}] (one row "
+                         f"a sequence), got shape {np.shape(h)}")
+    ain = aout = None
+    if capture:
+        ain = np.empty((nl, len(seqs), dim), np.float32)
+        aout = np.empty_like(ain)
+    failed = ctypes.c_size_t(0)
+    st = getattr(lib, f"dsattn_{g}_stack_forward_batch")(_ctx(ctx), arr, len(seqs), _f32p(a),
+                                                         _f32p(ain) if capture else None,
+                                                         _f32p(aout) if capture else None,
+                                                         ctypes.byref(failed))
+    _batch_check(st, f"dsattn.stack_batch({len(seqs)} sequences)", failed)
+    return (a, ain, aout) if capture else a
+
+
 # ==== trace =================================================================
 
 def trace(case_dir, mode="reference", index_k="owner", mla="absorb", v4_empty="nan",

@@ -26,12 +26,15 @@ c_float_p = P(c_float)
 
 class DsattnError(RuntimeError):
     """A dsattn call failed.  str(e) is the library's message; e.status is
-    the dsattn_status code (negative int) and e.status_name its name."""
+    the dsattn_status code (negative int) and e.status_name its name; a
+    batched call's e.failed is the index of the first bad sequence (None
+    when the fault is no one sequence's)."""
 
-    def __init__(self, message, status=0, status_name=""):
+    def __init__(self, message, status=0, status_name="", failed=None):
         super().__init__(message)
         self.status = status
         self.status_name = status_name
+        self.failed = failed    # a batched call: the index of the first bad sequence
 
 
 def _candidates():
@@ -176,7 +179,12 @@ for g in ("mha", "mla", "v4", "v41"):
            c_size_t, *ERR)
     _proto(f"dsattn_{g}_seq_clone", _s, P(c_void_p), c_void_p)
     _proto(f"dsattn_{g}_load", _s, P(c_void_p), c_char_p, c_char_p, *ERR)
+    # batched decode: one token of each of n sequences (the failed index last)
+    _proto(f"dsattn_{g}_attn_forward_batch", _s, c_void_p, P(c_void_p), c_size_t, c_int,
+           c_float_p, c_float_p, P(c_size_t))
     if g != "mha":
+        _proto(f"dsattn_{g}_stack_forward_batch", _s, c_void_p, P(c_void_p), c_size_t,
+               c_float_p, c_float_p, c_float_p, P(c_size_t))
         _proto(f"dsattn_{g}_create_random", _s, P(c_void_p), c_char_p, c_uint64, c_int, *ERR)
         _proto(f"dsattn_{g}_stack_forward", _s, c_void_p, c_void_p, c_float_p, c_size_t,
                c_float_p, c_float_p)

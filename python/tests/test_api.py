@@ -193,6 +193,102 @@ def test_mha_load_checkpoint(tmp_path, cli):
     s.advance(3)
 
 
+def _mha_model(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 128,
+                               "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "num_key_value_heads": 2, "rope_theta": 10000.0,
+                               "max_position_embeddings": 64, "rms_norm_eps": 1e-6}))
+    return dsattn.random(str(cfg), seed=3)
+
+
+@pytest.mark.parametrize("case", ["mha", "v3/tiny-seed0", "v32/tiny-seed0", "v4/tiny-seed0",
+                                  "v41/tiny-seed0"])
+def test_forward_batch_equals_forward(case, tmp_path):
+    """dsattn.forward_batch over sequences at different depths (0, 1, 5
+    tokens) equals each sequence's own forward, row for row, bit for bit in
+    reference mode, for two decode steps through every layer; so do the
+    packed caches afterwards (V4 / V4.1)."""
+    ctx = dsattn.Context(mode="reference")
+    m = _mha_model(tmp_path) if case == "mha" else \
+        dsattn.load(os.path.join(GOLDEN, case, "weights.safetensors"))
+    rng = np.random.default_rng(5)
+    rows = lambda n: (rng.standard_normal((n, m.dim)) * 0.5).astype(np.float32)  # noqa: E731
+    a = [m.sequence(16) for _ in range(3)]
+    for s, n in zip(a, (0, 1, 5)):
+        if n:
+            for l in range(m.n_layers):
+                s.forward(l, rows(n), ctx)
+            s.advance(n)
+    b = [s.clone() for s in a]
+    for step in range(2):
+        order = [2, 0, 1] if step else [0, 1, 2]
+        for l in range(m.n_layers):
+            x = rows(3)
+            got = dsattn.forward_batch([a[i] for i in order], l, x, ctx)
+            for k, i in enumerate(order):
+                want = b[i].forward(l, x[k:k + 1], ctx)
+                assert got[k:k + 1].tobytes() == want.tobytes(), f"{case} step {step} layer {l}"
+        for s in a + b:
+            s.advance(1)
+    for sa, sb in zip(a, b):
+        assert sa.position == sb.position
+        if m.generation in ("v4", "v41"):
+            for l in range(m.n_layers):
+                assert np.array_equal(sa.cache(l), sb.cache(l))
+
+
+@pytest.mark.parametrize("case", ["v3/tiny-seed0", "v4/tiny-seed0", "v41/tiny-seed0"])
+def test_stack_batch_equals_stack(case):
+    ctx = dsattn.Context(mode="reference")
+    m = dsattn.load(os.path.join(GOLDEN, case, "weights.safetensors"))
+    x, P = _input(os.path.join(GOLDEN, case))
+    a = [m.sequence(32) for _ in range(2)]
+    a[1].stack(x[:P], ctx)                         # one at position P, one at 0
+    b = [s.clone() for s in a]
+    h = x[P:P + 2].copy()
+    got, ain, aout = dsattn.stack_batch(a, h, ctx, capture=True)
+    assert ain.shape == (m.n_layers, 2, m.dim) and got.shape == (2, m.dim)
+    for i in range(2):
+        want = b[i].stack(h[i:i + 1], ctx)
+        assert got[i:i + 1].tobytes() == want.tobytes()
+        assert a[i].position == b[i].position
+    assert np.array_equal(h, x[P:P + 2])           # the caller's rows are not written
+
+
+def test_batch_errors(tmp_path):
+    """A bad batch raises DsattnError naming the first bad sequence
+    (e.failed) and changes nothing; shapes and types are ValueError /
+    TypeError before the library is called."""
+    ctx = dsattn.Context(mode="reference")
+    m = dsattn.load(V4 + "/weights.safetensors")
+    s0, s1 = m.sequence(8), m.sequence(1)
+    x = np.zeros((2, m.dim), np.float32)
+    s1.stack(x[:1], ctx)                           # s1 is full
+    with pytest.raises(dsattn.DsattnError) as e:
+        dsattn.forward_batch([s0, s1], 0, x, ctx)
+    assert e.value.failed == 1 and e.value.status_name == "invalid argument" \
+        and "sequence 1" in str(e.value)
+    with pytest.raises(dsattn.DsattnError) as e:
+        dsattn.forward_batch([s0, s0], 0, x, ctx)   # a sequence twice
+    assert e.value.failed == 1
+    with pytest.raises(dsattn.DsattnError) as e:
+        dsattn.forward_batch([s0], 99, x[:1], ctx)  # no such layer: no one sequence's
+    assert e.value.failed is None
+    assert s0.position == 0
+    with pytest.raises(ValueError):
+        dsattn.forward_batch([s0], 0, x, ctx)       # two rows for one sequence
+    with pytest.raises(ValueError):
+        dsattn.forward_batch([], 0, x, ctx)
+    with pytest.raises(TypeError):
+        dsattn.forward_batch([s0, "s"], 0, x, ctx)
+    mha = _mha_model(tmp_path)
+    with pytest.raises(ValueError):
+        dsattn.forward_batch([s0, mha.sequence(4)], 0, x, ctx)   # two generations
+    with pytest.raises(dsattn.DsattnError):
+        dsattn.stack_batch([mha.sequence(4)], np.zeros((1, mha.dim), np.float32), ctx)
+
+
 def test_errors_raise_with_the_library_message(tmp_path):
     with pytest.raises(dsattn.DsattnError) as e:
         dsattn.load(str(tmp_path / "missing.safetensors"), config=V41 + "/config.json")
