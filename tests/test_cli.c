@@ -119,6 +119,7 @@ DSATTN_TEST(cli, every_numeric_option_is_strict)
         { { "bench", "v41" }, "--seed" },
         { { "bench", "mha" }, "--depth" }, { { "bench", "mha" }, "--threads" },
         { { "bench", "mha" }, "--reps" },  { { "bench", "mha" }, "--seed" },
+        { { "bench", "mha" }, "--batch" }, { { "bench", "mla" }, "--batch" },
         { { "bench", "mla" }, "--depth" }, { { "bench", "mla" }, "--threads" },
         { { "bench", "mla" }, "--reps" },  { { "bench", "mla" }, "--seed" },
         { { "bench", "v4" }, "--depth" },  { { "bench", "v4" }, "--threads" },
@@ -359,6 +360,12 @@ DSATTN_TEST(cli, bench_mha_weights)
     char *withcfg[] = { "dsattn", "bench", "mha", "--weights", dir, "--config", (char *)cfg,
                         "--depth", "64", "--threads", "1", "--reps", "1", NULL };
     CHECK_MSG(run_cli(withcfg, err, sizeof err) == 0, "exit != 0: %s", err);
+    /* --batch: one row per batch size, its aggregate tokens/s */
+    char *batch[] = { "dsattn", "bench", "mha", "--weights", dir, "--depth", "64", "--threads",
+                      "1", "--reps", "1", "--batch", "1,3", "--format", "csv", NULL };
+    CHECK_MSG(run_cli_to(batch, err, sizeof err, 1) == 0, "exit != 0: %s", err);
+    CHECK_MSG(strstr(err, ",batch,tok_per_s") && strstr(err, "[2/2] checkpoint depth 64, 1 "
+                                                              "threads, a batch"), "%s", err);
     char *lone[] = { "dsattn", "bench", "mha", "--config", (char *)cfg, "--depth", "64", NULL };
     CHECK_EQ_INT(run_cli(lone, err, sizeof err), 2);
     CHECK_MSG(strstr(err, "--config goes with --weights"), "%s", err);

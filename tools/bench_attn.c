@@ -46,17 +46,20 @@ static int verify(const dsattn_mha *m, uint64_t seed)
 }
 
 typedef struct {
-    dsattn_mha_seq *s;
-    const float    *x;
+    dsattn_mha_seq *const *s;   /* B sequences                                 */
+    size_t          n;
+    const float    *x;          /* [B, dim]                                    */
     float          *y;
 } mha_step_arg;
 
 /* One decode step at a fixed position (the new token's K/V row is
- * rewritten each time; the cache depth stays as filled). */
+ * rewritten each time; the cache depth stays as filled): the one-sequence
+ * forward for B = 1, else the batched call over the B sequences. */
 static dsattn_status mha_step(dsattn_ctx *ctx, void *p)
 {
     mha_step_arg *a = p;
-    return dsattn_mha_attn_forward(ctx, a->s, 0, a->x, 1, a->y);
+    return a->n == 1 ? dsattn_mha_attn_forward(ctx, a->s[0], 0, a->x, 1, a->y)
+                     : dsattn_mha_attn_forward_batch(ctx, a->s, a->n, 0, a->x, a->y, NULL);
 }
 
 /* Verify, then time one model's layer 0 at every depth, thread count and
@@ -73,42 +76,68 @@ static int time_layer(dsattn_bench_table *t, const dsattn_mha *m, const char *mo
     int rc = 0;
     const uint64_t seed = o->seed;
     const size_t dim = (size_t)dsattn_mha_dim(m);
-    float *x = dsattn_cli_rand_bf16(dim, seed + 1, 3), *y = calloc(dim, sizeof(float));
-    if (!x || !y) rc = 1;
-    for (int di = 0; di < o->nd && x && y; di++) {
+    static const long long one[1] = { 1 };
+    const long long *bl = o->nb > 0 ? o->batch : one;
+    const int nb = o->nb > 0 ? o->nb : 1;
+    size_t maxb = 1;
+    for (int i = 0; i < nb; i++) maxb = (size_t)bl[i] > maxb ? (size_t)bl[i] : maxb;
+    float *x = dsattn_cli_rand_bf16(maxb * dim, seed + 1, 3), *y = calloc(maxb * dim, sizeof(float));
+    dsattn_mha_seq **s = calloc(maxb, sizeof *s);
+    if (!x || !y || !s) rc = 1;
+    for (int di = 0; di < o->nd && x && y && s; di++) {
         const long long depth = o->depth[di];
-        dsattn_mha_seq *s = NULL;
-        if (dsattn_mha_seq_create_layers(&s, m, (size_t)depth + 1, 0, 1) ||
-            dsattn_mha_seq_fill_synthetic(s, depth, seed + (uint64_t)di)) {
-            fprintf(stderr, "bench mha: cannot hold depth %lld\n", depth);
-            dsattn_mha_seq_destroy(s);
+        /* each sequence filled to the depth with its own rows */
+        size_t made = 0;
+        for (; made < maxb; made++)
+            if (dsattn_mha_seq_create_layers(&s[made], m, (size_t)depth + 1, 0, 1) ||
+                dsattn_mha_seq_fill_synthetic(s[made], depth,
+                                              seed + (uint64_t)di + 7919 * (uint64_t)made)) {
+                dsattn_mha_seq_destroy(s[made]);
+                break;
+            }
+        if (made < maxb) {
+            fprintf(stderr, "bench mha: cannot hold %zu sequence(s) at depth %lld\n", maxb, depth);
+            for (size_t i = 0; i < made; i++) dsattn_mha_seq_destroy(s[i]);
             rc = 1;
             continue;
         }
         dsattn_kv_bill kb = { 0 };
-        dsattn_mha_seq_kv_bill(s, &kb);
+        dsattn_mha_seq_kv_bill(s[0], &kb);
         for (int ti = 0; ti < o->nt; ti++)
-            for (int ri = 0; ri < o->nr; ri++) {
-                fprintf(stderr, "bench mha: [%d/%d] %s depth %lld, %lld threads (%.0f s so far)\n",
-                        ++*done, total, what, depth, o->thr[ti], dsattn_bench_now() - t_start);
-                dsattn_ctx *ctx = NULL;
-                dsattn_ctx_params p = dsattn_ctx_default_params();
-                p.n_threads = (int)o->thr[ti];
-                if (dsattn_ctx_create(&ctx, &p)) { rc = 1; continue; }
-                dsattn_bench_result r;
-                memset(&r, 0, sizeof r);
-                snprintf(r.model, sizeof r.model, "%s", model);
-                snprintf(r.variant, sizeof r.variant, "%s", variant);
-                r.depth = depth;
-                r.kv_bytes = kb.global_bytes_per_token;
-                mha_step_arg a = { s, x, y };
-                dsattn_status st = dsattn_bench_time(ctx, mha_step, &a, (int)o->reps[ri], &r);
-                if (st) { fprintf(stderr, "bench mha: %s\n", dsattn_status_str(st)); rc = 1; }
-                else dsattn_bench_row(t, &r);
-                dsattn_ctx_destroy(ctx);
-            }
-        dsattn_mha_seq_destroy(s);
+            for (int ri = 0; ri < o->nr; ri++)
+                for (int bi = 0; bi < nb; bi++) {
+                    const size_t B = (size_t)bl[bi];
+                    fprintf(stderr, "bench mha: [%d/%d] %s depth %lld, %lld threads%s (%.0f s so "
+                                    "far)\n", ++*done, total, what, depth, o->thr[ti],
+                            B > 1 ? ", a batch" : "", dsattn_bench_now() - t_start);
+                    dsattn_ctx *ctx = NULL;
+                    dsattn_ctx_params p = dsattn_ctx_default_params();
+                    p.n_threads = (int)o->thr[ti];
+                    if (dsattn_ctx_create(&ctx, &p)) { rc = 1; continue; }
+                    dsattn_bench_result r;
+                    memset(&r, 0, sizeof r);
+                    snprintf(r.model, sizeof r.model, "%s", model);
+                    snprintf(r.variant, sizeof r.variant, "%s", variant);
+                    r.depth = depth;
+                    r.kv_bytes = kb.global_bytes_per_token;
+                    mha_step_arg a = { s, B, x, y };
+                    dsattn_status st = dsattn_bench_time(ctx, mha_step, &a, (int)o->reps[ri], &r);
+                    if (st) {
+                        fprintf(stderr, "bench mha: %s\n", dsattn_status_str(st));
+                        rc = 1;
+                    } else {
+                        if (t->n_extra == 2) {   /* --batch: B, the aggregate tokens/s */
+                            snprintf(r.extra[0], sizeof r.extra[0], "%zu", B);
+                            snprintf(r.extra[1], sizeof r.extra[1], "%.1f",
+                                     r.ms_mean > 0 ? 1e3 * (double)B / r.ms_mean : 0.0);
+                        }
+                        dsattn_bench_row(t, &r);
+                    }
+                    dsattn_ctx_destroy(ctx);
+                }
+        for (size_t i = 0; i < maxb; i++) dsattn_mha_seq_destroy(s[i]);
     }
+    free(s);
     free(x);
     free(y);
     return rc;
@@ -121,8 +150,11 @@ int dsattn_bench_mha(int argc, char **argv)
         "                        [--reps 3] [--configs DIR] [--seed S] [--format md|csv|json]\n"
         "                        [--weights PATH (a checkpoint's layer 0 instead of --model's\n"
         "                         random layers; its config.json unless --config PATH)]\n"
+        "                        [--batch 1,8]\n"
         "One MHA (DeepSeek-LLM-7B) / GQA (67B) layer at real dims decoding one token\n"
         "over a synthetically filled bf16 cache; GB/s vs the DRAM read bandwidth.\n"
+        "--batch B decodes one token for each of B sequences (each filled to the depth)\n"
+        "in one batched call: ms/token is the step, tok/s the aggregate.\n"
         "Every list is cross-multiplied; one warm-up step, then reps timed steps.\n";
     static const char all_models[] = "7b,67b";
     dsattn_bench_opts o = { getenv("DSATTN_CONFIGS") ? getenv("DSATTN_CONFIGS") : "configs",
@@ -169,8 +201,16 @@ int dsattn_bench_mha(int argc, char **argv)
                  "counted by the kernels. KV B/token = the layer's bill (bf16 K and V of its KV "
                  "heads).");
     dsattn_bench_table t = { "mha", title, o.fmt, 0, { NULL }, { NULL }, 0, "", NULL };
+    if (o.nb > 0) {             /* --batch: two more columns */
+        t.n_extra = 2;
+        t.extra[0] = "batch";
+        t.extra[1] = "tok/s";
+        t.extra_key[0] = "batch";
+        t.extra_key[1] = "tok_per_s";
+    }
+    int nbatch = o.nb > 0 ? o.nb : 1;
     dsattn_bench_begin(&t, isa);
-    int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr;
+    int rc = 0, done = 0, total = nm * o.nd * o.nt * o.nr * nbatch;
     double t_start = dsattn_bench_now();
     if (cm) {
         char model[48], variant[64];

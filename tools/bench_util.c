@@ -614,7 +614,7 @@ int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_benc
         else if (!strcmp(a, "--reps"))
             rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_REPS, 0, o->reps,
                                  DSATTN_BENCH_MAXL, &o->nr);
-        else if (!strcmp(a, "--batch") && mla)
+        else if (!strcmp(a, "--batch") && (mla || mha))
             rc = dsattn_cli_list(who, a, v, 1, DSATTN_BENCH_MAX_BATCH, 0, o->batch,
                                  DSATTN_BENCH_MAXL, &o->nb);
         else if (!strcmp(a, "--weights") && (mha || mla || v4)) o->weights = v;

@@ -158,7 +158,7 @@ typedef struct {
     int              nd, nt, nr;
     uint64_t         seed;
     int              profile;    /* --profile: print the phase table (mla, v4) */
-    long long        batch[DSATTN_BENCH_MAXL]; /* --batch (mla): sequences per step */
+    long long        batch[DSATTN_BENCH_MAXL]; /* --batch (mla, mha): sequences a step */
     int              nb;         /* 0: one sequence                            */
     const char      *weights;    /* --weights (mha, mla, v4): a checkpoint, else random */
     const char      *config;     /* --config (mha, mla; with --weights; v4 parses its own) */
@@ -166,7 +166,7 @@ typedef struct {
 
 /* Parse `bench <mode>`'s options into o (its defaults already set):
  * --depth/--threads/--reps lists, --model, --configs, --seed, --format,
- * --profile (mla, v4), --batch (mla), --weights (mha, mla, v4) and --config (mha, mla).  0 to
+ * --profile (mla, v4), --batch (mla, mha), --weights (mha, mla, v4) and --config (mha, mla).  0 to
  * run, 1 after --help (usage printed), 2 on a refused option (message on
  * stderr). */
 int dsattn_bench_parse_opts(const char *mode, int argc, char **argv, dsattn_bench_opts *o,
