@@ -152,13 +152,18 @@ def test_layer_subset_sequence_equals_cli(case, cli):
             dsattn.load(os.path.join(case_dir, "weights.safetensors"), layers=(1, 2))
 
 
-def test_mha_random(tmp_path):
+def _mha_model(tmp_path, seed=3):
+    """a random GQA model: hidden 128, 4 heads of 32, 2 KV heads, 2 layers"""
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 128,
                                "num_hidden_layers": 2, "num_attention_heads": 4,
                                "num_key_value_heads": 2, "rope_theta": 10000.0,
                                "max_position_embeddings": 64, "rms_norm_eps": 1e-6}))
-    m = dsattn.random(str(cfg), seed=1)
+    return dsattn.random(str(cfg), seed=seed)
+
+
+def test_mha_random(tmp_path):
+    m = _mha_model(tmp_path, seed=1)
     assert m.generation == "mha" and m.plan[0]["mode"] == "gqa"
     s = m.sequence(8)
     x = np.ones((3, 128), np.float32) * 0.25
@@ -191,15 +196,6 @@ def test_mha_load_checkpoint(tmp_path, cli):
         y = s.forward(l, x)
         assert y.shape == x.shape and np.isfinite(y).all() and np.abs(y).max() > 0
     s.advance(3)
-
-
-def _mha_model(tmp_path):
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 128,
-                               "num_hidden_layers": 2, "num_attention_heads": 4,
-                               "num_key_value_heads": 2, "rope_theta": 10000.0,
-                               "max_position_embeddings": 64, "rms_norm_eps": 1e-6}))
-    return dsattn.random(str(cfg), seed=3)
 
 
 @pytest.mark.parametrize("case", ["mha", "v3/tiny-seed0", "v32/tiny-seed0", "v4/tiny-seed0",

@@ -110,10 +110,12 @@ AI float32x4_t rbf16x4(float32x4_t x)
     return vreinterpretq_f32_u32(vandq_u32(r, vdupq_n_u32(0xffff0000u)));
 }
 
-/* A key's dh codes (row, the even element in the low nibble) as signed
- * half-units kb[dh] */
-AI void key_half_units(const uint8_t *row, size_t dh, int8x16_t lut, int8_t *kb)
+/* Key j of a call (row sel[j], or j0 + j): its row, and its dh codes (the
+ * even element in the low nibble) as signed half-units kb[dh] */
+AI const uint8_t *key_half_units(const uint8_t *base, size_t row_bytes, const int32_t *sel,
+                                 size_t j0, size_t j, size_t dh, int8x16_t lut, int8_t *kb)
 {
+    const uint8_t *row = base + (sel ? (size_t)sel[j] : j0 + j) * row_bytes;
     const uint8x16_t m4 = vdupq_n_u8(0x0f);
     for (size_t c = 0; c < dh / 2; c += 16) {
         const uint8x16_t x = vld1q_u8(row + c);
@@ -121,6 +123,7 @@ AI void key_half_units(const uint8_t *row, size_t dh, int8x16_t lut, int8_t *kb)
         vst1q_s8(kb + 2 * c, vqtbl1q_s8(lut, vzip1q_u8(lo, hi)));
         vst1q_s8(kb + 2 * c + 16, vqtbl1q_s8(lut, vzip2q_u8(lo, hi)));
     }
+    return row;
 }
 
 /* One key's score from its block sums bsum[b * 64 + h] (row: its codes,
@@ -172,10 +175,9 @@ void dsattn_index_neon_scores(const dsattn_index_vnni_q *p, const uint8_t *base,
         for (size_t h = 0; h < nh; h++) qh[h * dh + d] = p->qb[((d / 4) * 64 + h) * 4 + d % 4];
     const int8x16_t lut = vld1q_s8(k_half);
     for (size_t j = 0; j < n; j++) {
-        const uint8_t *row = base + (sel ? (size_t)sel[j] : j0 + j) * row_bytes;
         int8_t kb[256] __attribute__((aligned(16)));
         int32_t bsum[8 * 64] __attribute__((aligned(16)));
-        key_half_units(row, dh, lut, kb);
+        const uint8_t *row = key_half_units(base, row_bytes, sel, j0, j, dh, lut, kb);
         for (size_t b = 0; b < nb; b++)
             for (size_t h = 0; h < nh; h += 4)
                 vst1q_s32(bsum + b * 64 + h, block4(vld1q_s8(kb + 32 * b),
@@ -193,10 +195,9 @@ void dsattn_index_neon_dot_scores(const dsattn_index_vnni_q *p, const uint8_t *b
     const size_t nh = p->nh, dh = p->dh, nb = dh / 32;
     const int8x16_t lut = vld1q_s8(k_half);
     for (size_t j = 0; j < n; j++) {
-        const uint8_t *row = base + (sel ? (size_t)sel[j] : j0 + j) * row_bytes;
         int8_t kb[256] __attribute__((aligned(16)));
         int32_t bsum[8 * 64] __attribute__((aligned(16)));
-        key_half_units(row, dh, lut, kb);
+        const uint8_t *row = key_half_units(base, row_bytes, sel, j0, j, dh, lut, kb);
         for (size_t b = 0; b < nb; b++) {
             const int8x16_t k0 = vld1q_s8(kb + 32 * b), k1 = vld1q_s8(kb + 32 * b + 16);
             for (size_t h = 0; h < nh; h += 4)
