@@ -418,6 +418,75 @@ static void run_gemv_fp8_m(const char *name)
     }
 }
 
+/* gemv_bf16_m: m tokens (strided x, strided y) against rows [r0, r0+rows)
+ * of a [total, k] bf16 matrix (total - r0 - rows rows after them, which
+ * the last slab's prefetch runs into), each token's outputs within
+ * gemv_bf16's bound of the ref gemv_bf16 of that token; the gaps between
+ * y's rows untouched.  big: x and W spread over 2^+-30 and NaN / inf in
+ * some weights of row 1 (they propagate to every token of that row). */
+static void gemv_bf16_m_case(const isa_t *isa, dsattn_rng *rng, size_t total, size_t r0,
+                             size_t rows, size_t k, size_t m, int big)
+{
+    const size_t ldx = k + 3, ldy = rows + 5;
+    uint16_t *W = malloc((total * k + 1) * sizeof(uint16_t));
+    float *x = malloc((m * ldx + 1) * sizeof(float));
+    float *y = canary_alloc(m * ldy), *yr = malloc((rows + 1) * sizeof(float));
+    double *mag = calloc(rows + 1, sizeof(double));
+    for (size_t i = 0; i < total * k; i++) {
+        float v = dsattn_rng_uniform(rng) * 2.0f - 1.0f;
+        if (big && i % 7 == 0) v *= (i % 2) ? 0x1p30f : 0x1p-30f;
+        W[i] = dsattn_f32_to_bf16(v);
+    }
+    if (big && rows > 1 && k > 2) {
+        W[(r0 + 1) * k + k / 2] = 0x7fc0;                     /* NaN */
+        W[(r0 + 1) * k + k - 1] = 0x7f80;                     /* inf */
+    }
+    fill_uniform(rng, x, m * ldx);
+    if (big)
+        for (size_t i = 0; i < m * ldx; i += 5) x[i] *= (i % 2) ? 0x1p20f : 0x1p-20f;
+    const uint16_t *Wc = W + r0 * k;
+    isa->k->gemv_bf16_m(Wc, x, ldx, m, y, ldy, rows, k);
+    for (size_t t = 0; t < m; t++) {
+        const float *xt = x + t * ldx;
+        dsattn_kernels_ref.gemv_bf16(Wc, xt, yr, rows, k);
+        for (size_t r = 0; r < rows; r++) {
+            mag[r] = 0;
+            for (size_t i = 0; i < k; i++)
+                mag[r] += fabs((double)dsattn_bf16_to_f32(Wc[r * k + i]) * xt[i]);
+        }
+        check_bound("gemv_bf16_m", isa, y + t * ldy, yr, mag, rows, k, m * 100000 + rows, k);
+        for (size_t r = rows; r < ldy && t + 1 < m; r++)
+            CHECK_MSG(!memcmp(&y[t * ldy + r], &(float){ CANARY }, 4),
+                      "gemv_bf16_m[%s] wrote into y's gap (token %zu)", isa->k->name, t);
+    }
+    CHECK_MSG(canary_ok(y, m * ldy), "gemv_bf16_m[%s] wrote outside y", isa->k->name);
+    free(W); free(x); canary_free(y); free(yr); free(mag);
+}
+
+/* Every token count of a batched step (1..17: whole and partial passes of
+ * eight), k of one slab, several and a slab tail, k not a multiple of the
+ * lanes, an odd row count (the AVX-512 table's single last row), k = 0. */
+static void run_gemv_bf16_m(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    if (!isa.k->gemv_bf16_m) {
+        dsattn_test_skip("this table has no gemv_bf16_m (its callers loop gemv_bf16)");
+        return;
+    }
+    dsattn_rng rng = { 23 };
+    for (size_t m = 1; m <= 17; m++) {
+        gemv_bf16_m_case(&isa, &rng, 40, 0, 37, 1024 + 64, m, 0);
+        gemv_bf16_m_case(&isa, &rng, 9, 2, 5, 4096 + 5, m, m % 3 == 0);
+    }
+    const size_t ks[] = { 0, 1, 7, 31, 64, 100, 1025, 2048, 8192 + 17 };
+    for (size_t j = 0; j < DSATTN_ARRAY_LEN(ks); j++) {
+        gemv_bf16_m_case(&isa, &rng, 12, 1, 11, ks[j], 8, 0);
+        gemv_bf16_m_case(&isa, &rng, 6, 0, 3, ks[j], 3, 1);
+        gemv_bf16_m_case(&isa, &rng, 6, 3, 1, ks[j], 16, 0);
+    }
+}
+
 DSATTN_TEST(kernels, gemv_avx512)        { run_gemv("avx512"); }
 DSATTN_TEST(kernels, gemv_avx2)          { run_gemv("avx2"); }
 DSATTN_TEST(kernels, gemv_avx2_expshift) { run_gemv("avx2-expshift"); }
@@ -438,6 +507,8 @@ DSATTN_TEST(kernels, gemv_fp8_m_avx2)   { run_gemv_fp8_m("avx2"); }
 DSATTN_TEST(kernels, gemv_fp8_m_avx2_expshift) { run_gemv_fp8_m("avx2-expshift"); }
 DSATTN_TEST(kernels, gemv_fp8_m_avx512_expshift) { run_gemv_fp8_m("avx512-expshift"); }
 DSATTN_TEST(kernels, gemv_fp8_m_neon)   { run_gemv_fp8_m("neon"); }
+DSATTN_TEST(kernels, gemv_bf16_m_avx512) { run_gemv_bf16_m("avx512"); }
+DSATTN_TEST(kernels, gemv_bf16_m_avx2)   { run_gemv_bf16_m("avx2"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx512) { run_gemv_fp4_special("avx512"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx2)   { run_gemv_fp4_special("avx2"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_neon)   { run_gemv_fp4_special("neon"); }

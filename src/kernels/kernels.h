@@ -140,6 +140,15 @@ typedef struct dsattn_kernels {
                        const float *x, size_t ldx, size_t m, float *y, size_t ldy,
                        size_t rows, size_t k, int finite);
 
+    /* gemv_bf16 of m tokens at once (a batched decode step over bf16
+     * weights: MHA / GQA, V3's converted projections):
+     *   y[t*ldy + r] = W row r . (x + t*ldx), t < m, r < rows,
+     * each weight vector widened once for every token; fp32 FMA in the
+     * table's own order, tested against m calls of the ref gemv_bf16 with
+     * gemv_bf16's bound.  NULL (ref, neon): the caller loops gemv_bf16. */
+    void (*gemv_bf16_m)(const uint16_t *W, const float *x, size_t ldx, size_t m, float *y,
+                        size_t ldy, size_t rows, size_t k);
+
     /* Activation quantization before an FP8 projection (V3.2 / V4 / V4.1
      * act_quant with UE8M0 scales): deq = the deq output of numfmt.c's
      * dsattn_quant_fp8_ue8m0(x, n, block, ...), bit for bit on every path,

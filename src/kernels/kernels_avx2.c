@@ -1130,6 +1130,11 @@ static void act_quant_fp8_pow2_avx2(const float *x, size_t n, size_t block, floa
     }
 }
 
+/* ==== bf16 GEMV over several tokens (gemv_bf16m_tmpl.h) ================ */
+#include "simd_avx2.h"
+#define GBM_R 1
+#include "gemv_bf16m_tmpl.h"
+
 /* ==== The table ========================================================= */
 
 /* The table's entries; the two AVX2 tables differ only in the FP8 GEMVs. */
@@ -1140,6 +1145,7 @@ static void act_quant_fp8_pow2_avx2(const float *x, size_t n, size_t block, floa
     .gemv_fp8             = FP8,                            \
     .gemv_fp8_finite      = FP8F,                           \
     .gemv_fp8_m           = FP8M,                           \
+    .gemv_bf16_m          = gemv_bf16_m_simd,               \
     .act_quant_fp8_pow2   = act_quant_fp8_pow2_avx2,        \
     .gemv_fp4             = gemv_fp4_avx2,                  \
     .dot_f32              = dot_f32_avx2,                   \

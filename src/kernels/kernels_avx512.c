@@ -1574,6 +1574,10 @@ static void act_quant_fp8_pow2_avx512(const float *x, size_t n, size_t block, fl
     }
 }
 
+/* ==== bf16 GEMV over several tokens (gemv_bf16m_tmpl.h) ================ */
+#define GBM_R 2
+#include "gemv_bf16m_tmpl.h"
+
 #define AVX512_TABLE(NAME, FP8, FP8F, FP8M) {               \
     .name                 = NAME,                           \
     .gemv_f32             = gemv_f32_avx512,                \
@@ -1581,6 +1585,7 @@ static void act_quant_fp8_pow2_avx512(const float *x, size_t n, size_t block, fl
     .gemv_fp8             = FP8,                            \
     .gemv_fp8_finite      = FP8F,                           \
     .gemv_fp8_m           = FP8M,                           \
+    .gemv_bf16_m          = gemv_bf16_m_simd,               \
     .act_quant_fp8_pow2   = act_quant_fp8_pow2_avx512,      \
     .gemv_fp4             = gemv_fp4_avx512,                \
     .dot_f32              = dot_f32_avx512,                 \

@@ -180,6 +180,18 @@ static void gemv_chunk(const dsattn_kernels *k, const dsattn_weight *W, size_t G
             for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy + r0, r1 - r0);
         return;
     }
+    if (W->kind == DSATTN_W_BF16 && n_tok > 1 && k->gemv_bf16_m) {
+        /* the same for bf16 weights: each vector widened once for all tokens */
+        const size_t K = W->cols;
+        for (size_t g = r0 / Rg; g < G && g * Rg < r1; g++) {
+            size_t a = DSATTN_MAX(r0, g * Rg), b = DSATTN_MIN(r1, (g + 1) * Rg);
+            k->gemv_bf16_m((const uint16_t *)W->data + a * K, x + g * gx, ldx, n_tok, y + a, ldy,
+                           b - a, K);
+        }
+        if (round == DSATTN_OUT_BF16)
+            for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy + r0, r1 - r0);
+        return;
+    }
     for (size_t t = 0; t < n_tok; t++) {
         float *yt = y + t * ldy;
         for (size_t g = r0 / Rg; g < G && g * Rg < r1; g++) {
@@ -576,7 +588,8 @@ static int prefill_tiles(dsattn_ctx *ctx, const dsattn_weight *W, size_t G, cons
 
 static int batched_gemv(const dsattn_ctx *ctx, const dsattn_weight *W)
 {
-    return W->kind == DSATTN_W_FP8 && ctx->k->gemv_fp8_m && !ctx->kt->amx;
+    return ((W->kind == DSATTN_W_FP8 && ctx->k->gemv_fp8_m) ||
+            (W->kind == DSATTN_W_BF16 && ctx->k->gemv_bf16_m)) && !ctx->kt->amx;
 }
 
 static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
