@@ -145,7 +145,7 @@ typedef struct dsattn_kernels {
      *   y[t*ldy + r] = W row r . (x + t*ldx), t < m, r < rows,
      * each weight vector widened once for every token; fp32 FMA in the
      * table's own order, tested against m calls of the ref gemv_bf16 with
-     * gemv_bf16's bound.  NULL (ref, neon): the caller loops gemv_bf16. */
+     * gemv_bf16's bound.  NULL (ref): the caller loops gemv_bf16. */
     void (*gemv_bf16_m)(const uint16_t *W, const float *x, size_t ldx, size_t m, float *y,
                         size_t ldy, size_t rows, size_t k);
 

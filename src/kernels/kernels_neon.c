@@ -14,7 +14,8 @@
  *    and the fused packed-row dots, which decode a row into an L1 buffer
  *    first);
  *  - maxpy_f32 (also the fused packed-row axpys);
- *  - bf16_tile: heads x bf16 rows (mdot_bf16_rows, gemv_bf16);
+ *  - bf16_tile: heads x bf16 rows (mdot_bf16_rows, gemv_bf16, and
+ *    gemv_bf16_m: tokens as heads);
  *  - fp8_gemv_m: FP8 rows x up to 8 tokens (gemv_fp8, gemv_fp8_finite,
  *    gemv_fp8_m);
  *  - gemv_fp4, act_quant_fp8_pow2.
@@ -290,9 +291,10 @@ static void cvt_bf16_f32_neon(const uint16_t *src, size_t n, float *out)
 }
 
 /* HB heads x RB bf16 rows (HB * RB <= 16 accumulators): each row vector
- * decoded once for the HB heads; the k tail (k % 4) in scalar fp32. */
+ * decoded once for the HB heads; the k tail (k % 4) in scalar fp32.  Head
+ * h of row r goes to out[r * ldo + h * ldh]. */
 AI void bf16_tile(const float *q, size_t ldq, const uint16_t *rows, size_t ldr, size_t k,
-                  float *out, size_t ldo, const int HB, const int RB)
+                  float *out, size_t ldo, size_t ldh, const int HB, const int RB)
 {
     float32x4_t acc[16];
 #pragma GCC unroll 16
@@ -313,32 +315,52 @@ AI void bf16_tile(const float *q, size_t ldq, const uint16_t *rows, size_t ldr, 
         for (int r = 0; r < RB; r++) {
             float t = vaddvq_f32(acc[h * RB + r]);
             for (size_t j = i; j < k; j++) t += q[h * ldq + j] * dsattn_bf16_to_f32(rows[r * ldr + j]);
-            out[r * ldo + h] = t;
+            out[r * ldo + (size_t)h * ldh] = t;
         }
 }
 
 AI void bf16_heads(const float *q, size_t ldq, const uint16_t *rows, size_t ldr, size_t nr,
-                   size_t k, float *out, size_t ldo, const int HB, const int RB)
+                   size_t k, float *out, size_t ldo, size_t ldh, const int HB, const int RB)
 {
     size_t r = 0;
     for (; r + (size_t)RB <= nr; r += (size_t)RB)
-        bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, RB);
-    for (; r < nr; r++) bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, HB, 1);
+        bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, ldh, HB, RB);
+    for (; r < nr; r++) bf16_tile(q, ldq, rows + r * ldr, ldr, k, out + r * ldo, ldo, ldh, HB, 1);
+}
+
+/* nh heads (q rows) against nr bf16 rows: head h of row r to
+ * out[r * ldo + h * ldh]; 4 heads x 4 rows a tile, then 2 x 8, 1 x 8 */
+static void bf16_mdot(const float *q, size_t ldq, size_t nh, const uint16_t *rows, size_t ldr,
+                      size_t nr, size_t k, float *out, size_t ldo, size_t ldh)
+{
+    size_t h = 0;
+    for (; h + 4 <= nh; h += 4)
+        bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h * ldh, ldo, ldh, 4, 4);
+    if (h + 2 <= nh) {
+        bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h * ldh, ldo, ldh, 2, 8);
+        h += 2;
+    }
+    if (h < nh) bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h * ldh, ldo, ldh, 1, 8);
 }
 
 static void mdot_bf16_rows_neon(const float *q, size_t ldq, size_t nh, const uint16_t *rows,
                                 size_t ldr, size_t nr, size_t k, float *out, size_t ldo)
 {
-    size_t h = 0;
-    for (; h + 4 <= nh; h += 4) bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 4, 4);
-    if (h + 2 <= nh) { bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 2, 8); h += 2; }
-    if (h < nh) bf16_heads(q + h * ldq, ldq, rows, ldr, nr, k, out + h, ldo, 1, 8);
+    bf16_mdot(q, ldq, nh, rows, ldr, nr, k, out, ldo, 1);
 }
 
 /* a bf16 GEMV is one "head" (x) against the rows of W */
 static void gemv_bf16_neon(const uint16_t *W, const float *x, float *y, size_t rows, size_t k)
 {
     mdot_bf16_rows_neon(x, k, 1, W, k, rows, k, y, 1);
+}
+
+/* ... and m tokens are m heads, each row vector decoded once for 4 of
+ * them (a batched decode step); token t's outputs at y + t * ldy */
+static void gemv_bf16_m_neon(const uint16_t *W, const float *x, size_t ldx, size_t m, float *y,
+                             size_t ldy, size_t rows, size_t k)
+{
+    bf16_mdot(x, ldx, m, W, k, rows, k, y, 1, ldy);
 }
 
 /* ==== FP8 E4M3 GEMV, one token or several =============================== */
@@ -509,6 +531,7 @@ static const dsattn_kernels kernels_neon = {
     .name                 = "neon",
     .gemv_f32             = gemv_f32_neon,
     .gemv_bf16            = gemv_bf16_neon,
+    .gemv_bf16_m          = gemv_bf16_m_neon,
     .gemv_fp8             = gemv_fp8_neon,
     .gemv_fp8_finite      = gemv_fp8_finite_neon,
     .gemv_fp8_m           = fp8_gemv_m,
