@@ -238,8 +238,8 @@ DSATTN_TEST(cli, run_every_generation)
     unlink(tiny_llama());
 }
 
-/* --batch B for MLA (V3, V3.2): B sequences prefilled, decoded in batched
- * steps; MHA has no batched decode and refuses. */
+/* --batch B for MLA (V3, V3.2) and MHA / GQA: B sequences prefilled,
+ * decoded in batched steps. */
 DSATTN_TEST(cli, run_batch_mla)
 {
     char err[4096];
@@ -250,8 +250,10 @@ DSATTN_TEST(cli, run_batch_mla)
         const int rc = run_cmd(args, err, sizeof err);
         CHECK_MSG(rc == 0, "%s --batch 3: exit %d: %s", cfgs[g], rc, err);
     }
-    const char *mha[] = { "--config", tiny_llama(), "--batch", "2", NULL };
-    CHECK_EQ_INT(run_cmd(mha, err, sizeof err), 2);
+    const char *mha[] = { "--config", tiny_llama(), "--prefill", "3", "--decode", "2", "--batch",
+                          "2", "--threads", "2", NULL };
+    const int rc = run_cmd(mha, err, sizeof err);
+    CHECK_MSG(rc == 0, "MHA --batch 2: exit %d: %s", rc, err);
     unlink(tiny_llama());
 }
 
@@ -297,8 +299,8 @@ DSATTN_TEST(cli, run_out_is_reproducible)
     }
 }
 
-/* --batch: V4.1 and V4 decode B sequences in batched steps (MLA:
- * run_batch_mla); MHA and the single-sequence options are refused. */
+/* --batch: V4.1 and V4 decode B sequences in batched steps (MLA, MHA:
+ * run_batch_mla); the single-sequence options are refused. */
 DSATTN_TEST(cli, run_batch)
 {
     char err[4096];
@@ -309,9 +311,6 @@ DSATTN_TEST(cli, run_batch)
         int rc = run_cmd(args, err, sizeof err);
         CHECK_MSG(rc == 0, "%s: exit %d: %s", cfgs[g], rc, err);
     }
-    const char *mha[] = { "--config", tiny_llama(), "--batch", "2", NULL };  /* MLA: run_batch_mla */
-    CHECK_EQ_INT(run_cmd(mha, err, sizeof err), 2);
-    unlink(tiny_llama());
     const char *save[] = { "--config", dsattn_test_data("golden/v41/tiny-seed0/config.json"),
                            "--batch", "2", "--save", "/tmp/dsattn_test_cli_never.ses", NULL };
     CHECK_EQ_INT(run_cmd(save, err, sizeof err), 2);

@@ -26,9 +26,10 @@
  * --decode M more steps from the saved position, feeding the same inputs
  * an uninterrupted run feeds there.
  *
- * --batch B (V4.1, V4, MLA V3 / V3.2) runs B sequences of the same stack side by side,
+ * --batch B (every generation) runs B sequences of the same stack side by side,
  * sequence k fed the inputs of seed + k: each is prefilled on its own,
- * then every decode step is ONE batched call (dsattn_*_stack_forward_batch)
+ * then every decode step is ONE batched call (dsattn_*_stack_forward_batch;
+ * MHA / GQA: the stand-in loop over dsattn_mha_attn_forward_batch)
  * that decodes a token for each sequence with the weights read once; the
  * table shows the step's time and the tokens per second across the batch.
  *
@@ -105,7 +106,7 @@ static void run_usage(FILE *f)
         "                       on (exact: the same bits), or over the last window tokens\n"
         "                       (bounded: approximate); docs/v41.md \"CED prefill\"\n"
         "  --threads N          threads (default: OpenMP's)\n"
-        "  --batch B            V4.1 / V4 / MLA: B sequences (inputs from seeds seed .. seed+B-1),\n"
+        "  --batch B            B sequences (inputs from seeds seed .. seed+B-1),\n"
         "                       each prefilled, then decoded together, one batched call per\n"
         "                       step (default 1)\n");
 }
@@ -381,10 +382,45 @@ static void seq_destroy(gen_t g, void *s)
     }
 }
 
+/* MHA / GQA has no stand-in stack in the library: the tool's loop
+ * (dsattn_standin_rows) over its batched layer, the step's B sequences
+ * being the `seq` the layer and norm functions read. */
+typedef struct {
+    dsattn_mha_seq **s;
+    size_t          *failed;
+} mha_batch;
+
+static dsattn_status mha_layer_batch(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
+                                     float *out)
+{
+    const mha_batch *b = seq;
+    return dsattn_mha_attn_forward_batch(ctx, b->s, n, l, x, out, b->failed);
+}
+
+static const float *mha_norm_batch(const void *seq, int l)
+{
+    return ((const mha_batch *)seq)->s[0]->m->layer[l].norm;
+}
+
 /* One batched decode step of the stand-in stack over B sequences. */
 static dsattn_status r_stack_batch(runner *r, dsattn_ctx *ctx, void **seqs, void *typed,
                                    size_t B, float *h, size_t *failed)
 {
+    if (r->g == GEN_MHA) {
+        dsattn_mha_seq **t = typed;
+        for (size_t k = 0; k < B; k++) t[k] = seqs[k];
+        const size_t dim = (size_t)r->dim;
+        float *xio = malloc(2 * B * dim * sizeof(float));   /* the tool's loop: heap */
+        if (!xio) return DSATTN_ERR_NOMEM;
+        mha_batch b = { t, failed };
+        dsattn_status st = dsattn_standin_rows(ctx, &b, mha_layer_batch, mha_norm_batch,
+                                               (size_t)r->n_layers, dim,
+                                               t[0]->m->cfg.rms_norm_eps, h, B, xio,
+                                               xio + B * dim, NULL, NULL);
+        free(xio);
+        for (size_t k = 0; k < B && !st; k++) st = dsattn_mha_seq_advance(t[k], 1);
+        return st;
+    }
     if (r->g == GEN_MLA) {
         dsattn_mla_seq **t = typed;
         for (size_t k = 0; k < B; k++) t[k] = seqs[k];
@@ -733,12 +769,6 @@ DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, 
         r.n_layers = layers;
     }
 
-    if (n_batch > 1 && r.g != GEN_V41 && r.g != GEN_V4 && r.g != GEN_MLA) {
-        fprintf(stderr, "dsattn run: --batch: %s has no batched decode (V4.1, V4, MLA do)\n",
-                r.label);
-        cJSON_Delete(root);
-        return 2;
-    }
     if (ced != DSATTN_V41_CED_OFF && (r.g != GEN_V41 || resume_path)) {
         fprintf(stderr, "dsattn run: --ced is a V4.1 prefill option (%s)\n",
                 resume_path ? "a resumed run has no prefill" : "this config is not V4.1");
