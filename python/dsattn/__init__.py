@@ -8,6 +8,7 @@ CSA2) from Python: ctypes over libdsattn.so, NumPy arrays in and out.
     h = s.stack(x[:7], ctx)                            # prefill, advances
     h1 = s.stack(x[7:8], ctx)                          # one decode step
     hb = dsattn.stack_batch([s, s2], x[8:10], ctx)     # a step of two sequences
+    hp = m.sequence(64).prefill(x[:7], "exact", ctx)   # V4.1: CED prefill (last row)
     rows = dsattn.bill(kv_only=True)                   # `dsattn bill` rows
     tensors = dsattn.trace("tests/data/golden/v41/tiny-seed0")
 

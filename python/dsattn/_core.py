@@ -261,6 +261,35 @@ class Model:
                              "topk_source": None if tk < 0 else tk})
         return rows
 
+    def _v41(self, what):
+        if self.generation != "v41":
+            raise DsattnError(f"dsattn.Model.{what}: V4.1 (CSA2) only, not {self.generation}",
+                              -3, "unsupported")
+
+    def ced_plan(self, n, mode="exact"):
+        """V4.1 CED prefill: the rows each layer needs for a prompt of n
+        tokens at position 0, as int64 [n_layers, 2]: row l = (in_first,
+        out_first), layer l's input for positions [in_first, n) and its
+        attention output for [out_first, n) (out_first of l is in_first of
+        l + 1).  mode 'exact' (the decode after it equals a full prefill's
+        bit for bit in reference mode), 'bounded' (the last window only past
+        the last KV source: an approximation) or 'off' (every row)."""
+        self._v41("ced_plan")
+        rows = (_lib.CedRows * self.n_layers)()
+        check(lib.dsattn_v41_ced_plan(self.handle, int(n), _opt(_CED, mode, "mode"), rows),
+              f"dsattn.Model.ced_plan({n}, {mode!r})")
+        return np.array([(r.in_first, r.out_first) for r in rows], dtype=np.int64)
+
+    def ced_work(self, n, mode="exact"):
+        """V4.1: (input rows, output rows) a prefill of n tokens runs in that
+        CED mode, summed over the layers."""
+        self._v41("ced_work")
+        i, o = ctypes.c_uint64(), ctypes.c_uint64()
+        check(lib.dsattn_v41_ced_work(self.handle, int(n), _opt(_CED, mode, "mode"),
+                                      ctypes.byref(i), ctypes.byref(o)),
+              f"dsattn.Model.ced_work({n}, {mode!r})")
+        return int(i.value), int(o.value)
+
     def sequence(self, max_seq_len, **opts):
         """A new Sequence over this model holding max_seq_len tokens.
         Options by generation: v41 index_k='owner'|'reference'; mla
@@ -340,6 +369,7 @@ def from_config(config):
 _MLA_CACHES = {"naive": 0, "latent_bf16": 1, "latent_fp8": 2}
 _INDEX_K = {"owner": 0, "reference": 1}
 _V4_EMPTY = {"nan": 0, "zero": 1}
+_CED = {"off": 0, "exact": 1, "bounded": 2}
 
 
 def _opt(table, value, what):
@@ -478,6 +508,51 @@ class Sequence:
                                       _f32p(aout) if capture else None)
         check(st, f"dsattn.Sequence.stack({n} tokens at position {self.position})")
         return (a, ain, aout) if capture else a
+
+    def forward_rows(self, layer, x, first=0, out_first=None, ctx=None):
+        """V4.1 CED prefill, one layer over a suffix of a prompt chunk at
+        position 0: x [n, dim] the layer's input for positions [first,
+        first + n) (the chunk ends at first + n); returns its attention
+        output for positions [out_first, first + n) (default out_first =
+        first).  Call it for every layer in order with the rows
+        Model.ced_plan gives, (first, out_first) = plan[layer], then
+        advance(chunk end).  A KV-source layer takes first = 0.  The output
+        rows equal forward()'s over the whole chunk bit for bit in reference
+        mode."""
+        if self.generation != "v41":
+            raise DsattnError("dsattn.Sequence.forward_rows: V4.1 (CSA2) only", -3,
+                              "unsupported")
+        a = self._input(x)
+        first = int(first)
+        out_first = first if out_first is None else int(out_first)
+        n = a.shape[0]
+        if first < 0 or not first <= out_first < first + n:
+            raise ValueError(f"forward_rows: need 0 <= first <= out_first < first + n, got "
+                             f"first {first}, out_first {out_first}, n {n}")
+        out = np.empty((first + n - out_first, a.shape[1]), np.float32)
+        st = lib.dsattn_v41_attn_forward_rows(_ctx(ctx), self.handle, int(layer), _f32p(a), n,
+                                              first, out_first - first, _f32p(out))
+        check(st, f"dsattn.Sequence.forward_rows(layer {layer}, rows [{first}, {first + n}), "
+                  f"out from {out_first})")
+        return out
+
+    def prefill(self, h, mode="exact", ctx=None, capture=False):
+        """V4.1: the stand-in stack of stack() over a prompt h [n, dim] at
+        position 0 in a CED mode ('off' is stack() itself); advances by n.
+        In 'exact' and 'bounded' only the returned h's last row is the
+        stack's output (the rows before hold partial sums).  capture=True
+        returns (h, attn_out), attn_out [n_layers, n, dim] each layer's
+        outputs, 0 on the rows the mode skips."""
+        if self.generation != "v41":
+            raise DsattnError("dsattn.Sequence.prefill: V4.1 (CSA2) only", -3, "unsupported")
+        a = self._input(h).copy()
+        n = a.shape[0]
+        aout = np.empty((self.model.n_layers, n, a.shape[1]), np.float32) if capture else None
+        st = lib.dsattn_v41_stack_prefill(_ctx(ctx), self.handle, _f32p(a), n,
+                                          _opt(_CED, mode, "mode"),
+                                          _f32p(aout) if capture else None)
+        check(st, f"dsattn.Sequence.prefill({n} tokens, {mode!r})")
+        return (a, aout) if capture else a
 
     def selection(self, layer):
         """The last chunk's top-k selection of a layer as int32 [rows, width]

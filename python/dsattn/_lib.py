@@ -125,6 +125,10 @@ class KvBill(ctypes.Structure):
                 ("scratch_bytes", c_size_t)]
 
 
+class CedRows(ctypes.Structure):
+    _fields_ = [("in_first", c_size_t), ("out_first", c_size_t)]
+
+
 class TraceParams(ctypes.Structure):
     _fields_ = [("mode", c_int), ("n_threads", c_int), ("index_k", c_int),
                 ("mla_naive", c_int), ("v4_empty", c_int)]
@@ -231,6 +235,13 @@ _proto("dsattn_v41_seq_source_read", c_int, c_void_p, c_int)
 _proto("dsattn_v41_seq_index_read", c_int, c_void_p, c_int)
 _proto("dsattn_v41_seq_topk_read", c_int, c_void_p, c_int)
 _proto("dsattn_v41_seq_cache", _s, c_void_p, c_int, c_int, *_bytes)
+# CED prefill (include/dsattn.h, "CED prefill")
+_proto("dsattn_v41_ced_plan", _s, c_void_p, c_size_t, c_int, P(CedRows))
+_proto("dsattn_v41_ced_work", _s, c_void_p, c_size_t, c_int, P(c_uint64), P(c_uint64))
+_proto("dsattn_v41_attn_forward_rows", _s, c_void_p, c_void_p, c_int, c_float_p, c_size_t,
+       c_size_t, c_size_t, c_float_p)
+_proto("dsattn_v41_stack_prefill", _s, c_void_p, c_void_p, c_float_p, c_size_t, c_int,
+       c_float_p)
 
 
 def status_name(st):

@@ -467,10 +467,112 @@ def test_structs_match_the_header():
     hdr = open(os.path.join(GOLDEN, "..", "..", "..", "include", "dsattn.h")).read()
     for cname, cls in (("dsattn_ctx_params", _lib.CtxParams), ("dsattn_counters", _lib.Counters),
                        ("dsattn_profile", _lib.Profile), ("dsattn_kv_bill", _lib.KvBill),
-                       ("dsattn_trace_params", _lib.TraceParams)):
+                       ("dsattn_trace_params", _lib.TraceParams),
+                       ("dsattn_v41_ced_rows", _lib.CedRows)):
         body = re.search(r"typedef struct \{([^}]*)\} " + cname + ";", hdr).group(1)
         body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
         names = [n for d in body.split(";") if d.strip()
                  for n in re.findall(r"(\w+)\s*(?:\[[^]]*\])?\s*(?:,|$)", d.strip())
                  if n not in ("double", "float", "int", "size_t", "uint64_t")]
         assert names == [f[0] for f in cls._fields_], (cname, names)
+
+
+def _ced_model(tmp_path, seed=7):
+    """a random V4.1 plan where CED skips rows: 17 layers, window 8, KV
+    sources 2, 4, 6 (6 the last, with the candidate pool), Reuse, Reindex
+    and an SWA layer (11) after it"""
+    cfg = tmp_path / "ced.json"
+    r = [0, 0, 2, 2, 2, 2] + [1] * 5 + [0] + [1] * 5
+    cfg.write_text(json.dumps({
+        "dim": 128, "n_layers": 17, "n_heads": 4, "head_dim": 64, "rope_head_dim": 16,
+        "q_lora_rank": 64, "o_groups": 2, "o_lora_rank": 32, "window_size": 8,
+        "compress_ratios": r, "kv_source_layers": [2, 4, 6],
+        "index_source_layers": [2, 4, 6, 9, 13, 15], "candidate_source_layer": 6,
+        "candidate_topk_blocks": 3, "candidate_block_size": 4, "index_n_heads": 4,
+        "index_head_dim": 32, "index_topk": 6, "rope_theta": 10000.0,
+        "compress_rope_theta": 160000.0, "rope_factor": 16, "original_seq_len": 65536,
+        "beta_fast": 32, "beta_slow": 1, "norm_eps": 1e-20, "dtype": "bf16"}))
+    return dsattn.random(str(cfg), seed=seed)
+
+
+def test_ced_plan_and_work(tmp_path):
+    m, n, w = _ced_model(tmp_path), 40, 8
+    assert (m.ced_plan(n, "off") == 0).all()
+    for mode in ("exact", "bounded"):
+        p = m.ced_plan(n, mode)
+        assert p.shape == (m.n_layers, 2) and p.dtype == np.int64
+        # the last KV source (6) and the layers before it take every row;
+        # the layers before it output every row too
+        assert (p[:7, 0] == 0).all() and (p[:6, 1] == 0).all(), mode
+        assert (p[1:, 0] == p[:-1, 1]).all() and (p[:, 0] <= p[:, 1]).all()
+        assert p[-1, 1] == n - 1                      # the last layer: the last token only
+        assert m.ced_work(n, mode) == (int((n - p[:, 0]).sum()), int((n - p[:, 1]).sum()))
+    b = m.ced_plan(n, "bounded")
+    assert (b[7:, 0] >= n - w).all()
+    assert m.ced_work(n, "off") == (m.n_layers * n, m.n_layers * n)
+    with pytest.raises(ValueError, match="mode"):
+        m.ced_plan(n, "fast")
+    with pytest.raises(dsattn.DsattnError, match="V4.1"):
+        dsattn.load(V4 + "/weights.safetensors").ced_plan(n)
+
+
+def test_ced_forward_rows_equal_the_full_prefill(tmp_path):
+    """Each layer over the rows ced_plan gives (exact) outputs the full
+    prefill's rows bit for bit in reference mode, and the decode after it is
+    the same; the stacked form (prefill) gives the stack's last row."""
+    ctx = dsattn.Context(mode="reference")
+    m, n = _ced_model(tmp_path), 40
+    rng = np.random.default_rng(11)
+    X = (rng.standard_normal((m.n_layers, n, m.dim)) * 0.5).astype(np.float32)
+    a, b = m.sequence(64), m.sequence(64)
+    full = [a.forward(l, X[l], ctx) for l in range(m.n_layers)]
+    a.advance(n)
+    plan = m.ced_plan(n, "exact")
+    for l, (i0, o0) in enumerate(plan):
+        got = b.forward_rows(l, X[l][i0:], i0, o0, ctx)
+        assert got.tobytes() == full[l][o0:].tobytes(), f"layer {l} rows [{o0}, {n})"
+    b.advance(n)
+    for step in range(3):
+        x1 = (rng.standard_normal((1, m.dim)) * 0.5).astype(np.float32)
+        for l in range(m.n_layers):
+            assert a.forward(l, x1, ctx).tobytes() == b.forward(l, x1, ctx).tobytes(), (step, l)
+        a.advance(1)
+        b.advance(1)
+
+    h0 = (rng.standard_normal((n, m.dim))).astype(np.float32)
+    s_off, s_ex, s_bd = m.sequence(64), m.sequence(64), m.sequence(64)
+    h_off, _, out_off = s_off.stack(h0, ctx, capture=True)
+    h_ex, out_ex = s_ex.prefill(h0, "exact", ctx, capture=True)
+    assert h_ex[-1].tobytes() == h_off[-1].tobytes()
+    for l, (_, o0) in enumerate(plan):
+        assert out_ex[l, o0:].tobytes() == out_off[l, o0:].tobytes(), l
+        assert not out_ex[l, :o0].any(), l           # the rows the mode skips: 0
+    h_bd = s_bd.prefill(h0, "bounded", ctx)
+    assert np.isfinite(h_bd[-1]).all() and s_bd.position == s_ex.position == n
+    x1 = rng.standard_normal((1, m.dim)).astype(np.float32)
+    assert s_ex.stack(x1, ctx).tobytes() == s_off.stack(x1, ctx).tobytes()
+
+
+def test_ced_errors(tmp_path):
+    m, n = _ced_model(tmp_path), 16
+    s = m.sequence(32)
+    x = np.zeros((n, m.dim), np.float32)
+    with pytest.raises(ValueError, match="out_first"):
+        s.forward_rows(0, x, 4, 2)
+    with pytest.raises(ValueError, match="out_first"):
+        s.forward_rows(0, x, 0, n)
+    with pytest.raises(ValueError, match="float32"):
+        s.forward_rows(0, np.zeros((n, m.dim + 1), np.float32))
+    with pytest.raises(dsattn.DsattnError, match="forward_rows"):
+        s.forward_rows(2, x[4:], 4)                  # a KV source takes every row
+    s.prefill(x, "off")
+    assert s.position == n
+    with pytest.raises(dsattn.DsattnError, match="prefill"):
+        s.prefill(x, "exact")                        # not at position 0
+    with pytest.raises(ValueError, match="mode"):
+        m.sequence(32).prefill(x, "fast")
+    v4 = dsattn.load(V4 + "/weights.safetensors").sequence(16)
+    with pytest.raises(dsattn.DsattnError, match="V4.1"):
+        v4.forward_rows(0, x[:1])
+    with pytest.raises(dsattn.DsattnError, match="V4.1"):
+        v4.prefill(x[:1])
