@@ -1,5 +1,5 @@
 /* batch_common.h - what the batched decode steps of every generation (MHA /
- * GQA in mha_forward.c, MLA in mla_forward.c, V4 in v4_batch.c, V4.1 in
+ * GQA in mha_forward.c, MLA in mla_batch.c, V4 in v4_batch.c, V4.1 in
  * v41_batch.c) share:
  * the sequence-level checks made before anything is written, the offsets
  * of their B-row scratch, the step their layer functions take and the

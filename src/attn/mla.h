@@ -2,8 +2,9 @@
  * (DeepSeek-V3.2) attention stacks.
  *
  * The public face is include/dsattn_mla.h; this header holds what the model
- * (mla_model.c), the forward pass (mla_forward.c), the indexer
- * (mla_indexer.c), the trace backend and the tests share.
+ * (mla_model.c), the sequence and layer forward (mla_forward.c), the
+ * attention paths (mla_attend.c), the batched step (mla_batch.c), the
+ * indexer (mla_indexer.c), the trace backend and the tests share.
  * Vocabulary: H = n_heads, dn = qk_nope_head_dim, dr = qk_rope_head_dim,
  * dv = v_head_dim, KL = kv_lora_rank, QL = q_lora_rank, Hi/Di = index heads
  * and head dim, end = position after the current chunk.
@@ -13,6 +14,7 @@
 
 #include "dsattn.h"
 #include "internal.h"
+#include "numfmt.h"
 #include "ops.h"
 #include "weights.h"
 
@@ -152,5 +154,84 @@ void dsattn_mla_index_scores(dsattn_ctx *ctx, const float *qc, const float *w,
                              size_t n, float *score, dsattn_ws *ws);
 /* Scratch bytes index_scores takes from its ws with n_threads threads. */
 size_t dsattn_mla_index_scores_ws(size_t Hi, size_t Di, int n_threads);
+
+/* ==== Between the forward, the attention paths and the batched step ==== */
+
+/* A bf16 cache value (little-endian bytes) as fp32. */
+static inline float dsattn_mla_get_bf16(const uint8_t *p)
+{
+    return dsattn_bf16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* Where the expanded keys and values of a query's key set live.  Key j of
+ * head h: nope part at kn + j*ldk + h*hsk (dn floats), rope part at
+ * kr + j*ldr + h*hsr (dr floats); value at v + j*ldv + h*hsv (dv floats). */
+typedef struct {
+    const float *kn, *kr, *v;
+    size_t ldk, hsk, ldr, hsr, ldv, hsv;
+} dsattn_mla_kv_view;
+
+/* The row buffers of a layer step (dsattn_mla_fwd_buf_rows). */
+typedef struct {
+    float *q, *qa, *kv, *kvb, *o, *xo, *aqs, *qr, *qc, *wq, *score;
+} dsattn_mla_fwd_buf;
+
+/* mla_forward.c: latent row j of layer l -> kv[KL] and pe[dr] (either may
+ * be NULL); the row buffers of n rows, in order from ws (0 when one is
+ * missing); the query (q_norm(wq_a x), wq_b, RoPE) and the latent rows
+ * (kv_norm(wkv_a x) | RoPE(k_pe)) of n rows, row t at position start + t or
+ * at seqs[t]'s position; token j's cache row (e: wkv_b's [H, dn + dv] for a
+ * NAIVE cache); the attended positions of one query row's top-k
+ * (ascending, -1 padded to width; returns how many); a realloc that only
+ * grows (0 when out of memory). */
+void          dsattn_mla_latent_row(const dsattn_mla_seq *s, int l, size_t j, float *kv,
+                                    float *pe);
+int           dsattn_mla_fwd_buf_rows(dsattn_mla_fwd_buf *b, dsattn_ws *ws,
+                                      const dsattn_mla_config *c, size_t n, int expanded);
+dsattn_status dsattn_mla_query_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *x,
+                                    size_t n, int64_t start, dsattn_mla_seq *const *seqs,
+                                    const dsattn_mla_fwd_buf *b);
+dsattn_status dsattn_mla_latent_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l,
+                                     const float *x, size_t n, int64_t start,
+                                     dsattn_mla_seq *const *seqs, const dsattn_mla_fwd_buf *b);
+void          dsattn_mla_cache_write(dsattn_mla_seq *seq, int l, size_t j, const float *kv,
+                                     const float *e);
+size_t        dsattn_mla_select_row(const float *score, size_t nvis, size_t topk,
+                                    size_t width, int32_t *row);
+int           dsattn_mla_grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* mla_attend.c: the absorption products of nr rows (q: [nr, H, dn + dr] ->
+ * qa [nr, H, KL]; x [nr, H, KL] -> o [nr, H * dv]) and one thread's scratch
+ * of them; one query row's absorbed attention over keys idx[0..n) (or
+ * 0..n-1), reference and fast (xo [H, KL]); the threads a row of n keys
+ * splits over; the fast paths' scratch bytes with nt threads (FMA tiles,
+ * bf16 blocks, sgemm); one row over expanded keys and over the naive
+ * cache (o [H, dv]).  v3: V3's bf16 score arithmetic, else V3.2's fp32. */
+size_t        dsattn_mla_absorb_ws_per(size_t KL, size_t nr);
+dsattn_status dsattn_mla_absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *q,
+                                  size_t nr, float *qa, dsattn_ws *wa);
+dsattn_status dsattn_mla_absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l,
+                                    const float *x, size_t nr, float *o, dsattn_ws *wa);
+dsattn_status dsattn_mla_absorbed_row_ref(const dsattn_mla_seq *s, int l, const float *qa,
+                                          const float *qpe, const int32_t *idx, size_t n,
+                                          int v3, float *xo, dsattn_ws *wa);
+dsattn_status dsattn_mla_absorbed_row_fast(dsattn_ctx *ctx, const dsattn_mla_seq *s, int l,
+                                           const float *qa, const float *qpe,
+                                           const int32_t *idx, size_t n, int v3, float *xo,
+                                           int n_threads, dsattn_ws *wa);
+int           dsattn_mla_row_threads(size_t n, int n_threads);
+size_t        dsattn_mla_tiled_ws_bytes(size_t H, size_t KL, size_t dr, int nt, size_t *per_out,
+                                        size_t *wsf_out);
+size_t        dsattn_mla_amx_ws_bytes(size_t H, size_t KL, size_t dr, int fp8, int nt,
+                                      size_t *part_out, size_t *per_out);
+size_t        dsattn_mla_generic_ws_bytes(size_t H, size_t KL, size_t dr, int nt,
+                                          size_t *per_out);
+dsattn_status dsattn_mla_expanded_row(dsattn_ctx *ctx, const dsattn_mla_config *c,
+                                      const float *q, const dsattn_mla_kv_view *kv,
+                                      const int32_t *idx, size_t n, int v3, float *o,
+                                      dsattn_ws *wa);
+dsattn_status dsattn_mla_naive_row(dsattn_ctx *ctx, const dsattn_mla_seq *s, int l,
+                                   const float *q, const int32_t *idx, size_t n, int v3,
+                                   float *o, dsattn_ws *wa);
 
 #endif /* DSATTN_MLA_INTERNAL_H */

@@ -18,7 +18,8 @@
  *        (act_quant with scale_fmt: ue8m0 -> power-of-two scales, else
  *        amax * (1/448)), then fp8_gemm.  weights_proj is always bf16.
  *
- * Not here: the forward pass and sequences (mla_forward.c), the indexer
+ * Not here: sequences and the layer forward (mla_forward.c), the attention
+ * paths (mla_attend.c), batched decode (mla_batch.c), the indexer
  * (mla_indexer.c), file parsing (src/io).
  */
 #include "mla.h"

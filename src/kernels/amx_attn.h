@@ -1,6 +1,6 @@
 /* amx_attn.h - products over bf16 rows on AMX-BF16 tiles: the attention
  * blocks of the V3 absorbed MLA decode over its latent cache
- * (src/attn/mla_forward.c) and of the V4.1 / V4 sparse attention over
+ * (src/attn/mla_attend.c) and of the V4.1 / V4 sparse attention over
  * decoded FP8 / FP4 rows (src/ops/sparse_attn.c), and the same score
  * product as a GEMM for the prefill projections (src/ops/linear.c) and the
  * V3.2 indexer's logits (src/attn/mla_indexer.c).  Implemented in

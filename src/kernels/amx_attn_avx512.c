@@ -4,7 +4,7 @@
  * registers (CPUs with AVX512-BF16 and no AMX: AMD Zen 4).
  *
  * Not here: which rows a block holds, the choice of path, the thread split
- * and the merge (src/attn/mla_forward.c, src/ops/sparse_attn.c).
+ * and the merge (src/attn/mla_attend.c, src/ops/sparse_attn.c).
  */
 #include "amx_attn.h"
 

@@ -1,5 +1,5 @@
 /* mla_kernels.h - internal kernels of the fast absorbed MLA decode
- * (src/attn/mla_forward.c), heads in SIMD lanes.
+ * (src/attn/mla_attend.c), heads in SIMD lanes.
  *
  * Why a layout of its own: the absorbed decode is two GEMMs per key tile,
  * S = Q . K^T ([H, D] x [D, nk]) and acc += P . V ([H, nk] x [nk, KL]), with

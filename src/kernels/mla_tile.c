@@ -7,7 +7,7 @@
  * uses the double exp of the reference softmax rounded to fp32.
  *
  * Not here: the SIMD table (mla_tile_avx512.c), the attention driver
- * (src/attn/mla_forward.c).
+ * (src/attn/mla_attend.c).
  */
 #include "mla_kernels.h"
 

@@ -29,7 +29,7 @@
  * Here: the 8-lane decoders and register tiles.  Not here: the entries
  * written once for both widths around them (mla_tile_tmpl.h: the QK / PV
  * loops, softmax, row decode, absorption rows), the driver
- * (mla_forward.c), the scalar cross-check (mla_tile.c), the AVX-512 form
+ * (mla_attend.c), the scalar cross-check (mla_tile.c), the AVX-512 form
  * (mla_tile_avx512.c).
  */
 #include "mla_kernels.h"

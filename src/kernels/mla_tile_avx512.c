@@ -17,7 +17,7 @@
  * Here: the 16-lane decoders and register tiles.  Not here: the entries
  * written once for both widths around them (mla_tile_tmpl.h: the QK / PV
  * loops, softmax, row decode, absorption rows), the driver
- * (mla_forward.c), the scalar cross-check (mla_tile.c).
+ * (mla_attend.c), the scalar cross-check (mla_tile.c).
  */
 #include "mla_kernels.h"
 
