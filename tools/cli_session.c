@@ -28,11 +28,18 @@ static const char *variant_text(const dsattn_session_info *s, char *b, size_t n)
         snprintf(b, n, "index_k %s", s->variant[0] ? "reference" : "owner");
         break;
     case DSATTN_SESSION_V4:
-        snprintf(b, n, "empty rows %s", s->variant[0] ? "zero" : "nan (reference)");
+    case DSATTN_SESSION_MLA: {
+        /* variant[1]: 0 for a sequence of every layer, else first | count << 16 */
+        const unsigned first = s->variant[1] & 0xffffu, count = s->variant[1] >> 16;
+        char sub[48] = "";
+        if (s->variant[1])
+            snprintf(sub, sizeof sub, ", layers %u..%u only", first, first + count - 1);
+        if (s->generation == DSATTN_SESSION_V4)
+            snprintf(b, n, "empty rows %s%s", s->variant[0] ? "zero" : "nan (reference)", sub);
+        else
+            snprintf(b, n, "%s%s", s->variant[0] < 3 ? mla[s->variant[0]] : "?", sub);
         break;
-    case DSATTN_SESSION_MLA:
-        snprintf(b, n, "%s", s->variant[0] < 3 ? mla[s->variant[0]] : "?");
-        break;
+    }
     case DSATTN_SESSION_MHA:
         snprintf(b, n, "layers %u..%u", (unsigned)s->variant[0],
                  (unsigned)(s->variant[0] + s->variant[1] - 1));

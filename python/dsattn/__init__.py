@@ -18,12 +18,13 @@ the library's message; the GIL is released while the library computes.
 from ._lib import DsattnError
 from ._lib import path as library_path
 from ._core import (Context, Model, Sequence, bill, forward_batch, from_config, generation_of,
-                    load, random, stack_batch, trace, version)
+                    load, random, session_info, stack_batch, trace, version)
 from ._safetensors import bf16_to_f32
 from ._safetensors import read as read_safetensors
 
 __version__ = version()
 
 __all__ = ["Context", "Model", "Sequence", "DsattnError", "load", "random", "from_config",
-           "generation_of", "forward_batch", "stack_batch", "trace", "bill", "version",
+           "generation_of", "forward_batch", "stack_batch", "session_info", "trace", "bill",
+           "version",
            "read_safetensors", "bf16_to_f32", "library_path"]

@@ -699,6 +699,39 @@ class Sequence:
         return f"<dsattn.Sequence {self.generation} position {self.position} / {cap}>"
 
 
+def session_info(path):
+    """A session file's header, after the library has validated the whole
+    file (every section's length and checksum; not against a model):
+    format, lib_version (of the writer), generation ('mha', 'mla', 'v4',
+    'v41'), options (the sequence's: V4.1 index_k, V4 empty, MLA cache),
+    layers ((first, n) of a sequence holding only those layers, else None),
+    position, capacity, config_hash / shapes_hash (of the model it was
+    saved with), n_sections, file_bytes.  Raises DsattnError naming the
+    section on a damaged file."""
+    info, err = _lib.SessionInfo(), errbuf()
+    check(lib.dsattn_session_info_read(_b(path), ctypes.byref(info), err, len(err)),
+          f"dsattn.session_info({path!s})", err)
+    g = lib.dsattn_session_gen_name(info.generation).decode()
+    v0, v1 = int(info.variant[0]), int(info.variant[1])
+    inv = lambda table, v: {k: i for i, k in table.items()}.get(v, v)  # noqa: E731
+    opts, layers = {}, None
+    if g == "v41":
+        opts["index_k"] = inv(_INDEX_K, v0)
+    elif g == "v4":
+        opts["empty"] = inv(_V4_EMPTY, v0)
+    elif g == "mla":
+        opts["cache"] = inv(_MLA_CACHES, v0)
+    if g == "mha":
+        layers = (v0, v1)
+    elif g in ("mla", "v4") and v1:
+        layers = (v1 & 0xffff, v1 >> 16)
+    return {"format": int(info.format), "lib_version": info.lib_version.decode(),
+            "generation": g, "options": opts, "layers": layers, "position": int(info.pos),
+            "capacity": int(info.capacity), "config_hash": int(info.config_hash),
+            "shapes_hash": int(info.shapes_hash), "n_sections": int(info.n_sections),
+            "file_bytes": int(info.file_bytes)}
+
+
 # ==== Batched decode ========================================================
 
 def _batch_args(seqs, what):

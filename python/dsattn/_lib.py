@@ -125,6 +125,14 @@ class KvBill(ctypes.Structure):
                 ("scratch_bytes", c_size_t)]
 
 
+class SessionInfo(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_uint), ("lib_version", ctypes.c_char * 16),
+                ("generation", c_int), ("variant", ctypes.c_uint32 * 2),
+                ("n_sections", ctypes.c_uint32), ("config_hash", c_uint64),
+                ("shapes_hash", c_uint64), ("pos", c_int64), ("capacity", c_uint64),
+                ("file_bytes", c_uint64)]
+
+
 class CedRows(ctypes.Structure):
     _fields_ = [("in_first", c_size_t), ("out_first", c_size_t)]
 
@@ -163,6 +171,8 @@ _proto("dsattn_ctx_profile", Profile, c_void_p)
 _proto("dsattn_phase_name", c_char_p, c_int)
 _proto("dsattn_trace_default_params", TraceParams)
 _proto("dsattn_trace_write", _s, c_char_p, c_char_p, P(TraceParams), *ERR)
+_proto("dsattn_session_info_read", _s, c_char_p, P(SessionInfo), *ERR)
+_proto("dsattn_session_gen_name", c_char_p, c_int)
 
 # Per generation: the calls every one has (prefix dsattn_<g>_).
 for g in ("mha", "mla", "v4", "v41"):

@@ -458,6 +458,43 @@ def test_sessions_save_load_clone(tmp_path):
     assert "bad.session" in str(e.value)
 
 
+def test_session_info(tmp_path, cli):
+    """session_info reads back what each generation's sequence saved -
+    generation, options, layer subset, position, capacity - as `dsattn info`
+    prints it, and raises naming the file on a damaged one."""
+    x, P = _input(V41)
+    m = dsattn.load(V41 + "/weights.safetensors")
+    s = m.sequence(64, index_k="reference")
+    s.stack(x[:P], dsattn.Context(mode="reference"))
+    cases = [(s, "v41", {"index_k": "reference"}, None, P, 64)]
+    mla = dsattn.load(os.path.join(GOLDEN, "v32", "tiny-seed0", "weights.safetensors"))
+    cases.append((mla.sequence(32, cache="naive", layers=(1, 2)), "mla",
+                  {"cache": "naive"}, (1, 2), 0, 32))
+    v4 = dsattn.load(V4 + "/weights.safetensors").sequence(16, empty="zero")
+    v4.fill_synthetic(5)
+    cases.append((v4, "v4", {"empty": "zero"}, None, 5, 16))
+    mha = _mha_model(tmp_path).sequence(8)
+    cases.append((mha, "mha", {}, (0, 2), 0, 8))
+    for seq, gen, opts, layers, pos, cap in cases:
+        path = str(tmp_path / f"{gen}.session")
+        seq.save(path)
+        i = dsattn.session_info(path)
+        assert (i["generation"], i["options"], i["layers"], i["position"], i["capacity"]) == \
+            (gen, opts, layers, pos, cap), (gen, i)
+        assert i["file_bytes"] == os.path.getsize(path) and i["n_sections"] > 0
+        assert i["lib_version"] == dsattn.version()
+        out = subprocess.run([cli, "info", path], capture_output=True, text=True, check=True).stdout
+        assert f"generation:  {gen} " in out and f"position:    {pos} tokens consumed, " \
+            f"capacity {cap}" in out and f"{i['config_hash']:016x}" in out, out
+        if gen in ("mla", "v4") and layers:
+            assert f", layers {layers[0]}..{layers[0] + layers[1] - 1} only)" in out, out
+    bad = bytearray(open(path, "rb").read())
+    bad[-3] ^= 0x40
+    (tmp_path / "bad.session").write_bytes(bytes(bad))
+    with pytest.raises(dsattn.DsattnError, match="bad.session"):
+        dsattn.session_info(str(tmp_path / "bad.session"))
+
+
 def test_structs_match_the_header():
     """Every struct the package passes by value or pointer has the fields of
     include/dsattn.h, in order (a field added in C and not here would let
@@ -468,7 +505,8 @@ def test_structs_match_the_header():
     for cname, cls in (("dsattn_ctx_params", _lib.CtxParams), ("dsattn_counters", _lib.Counters),
                        ("dsattn_profile", _lib.Profile), ("dsattn_kv_bill", _lib.KvBill),
                        ("dsattn_trace_params", _lib.TraceParams),
-                       ("dsattn_v41_ced_rows", _lib.CedRows)):
+                       ("dsattn_v41_ced_rows", _lib.CedRows),
+                       ("dsattn_session_info", _lib.SessionInfo)):
         body = re.search(r"typedef struct \{([^}]*)\} " + cname + ";", hdr).group(1)
         body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
         names = [n for d in body.split(";") if d.strip()
