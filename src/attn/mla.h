@@ -176,16 +176,13 @@ typedef struct {
     float *q, *qa, *kv, *kvb, *o, *xo, *aqs, *qr, *qc, *wq, *score;
 } dsattn_mla_fwd_buf;
 
-/* mla_forward.c: latent row j of layer l -> kv[KL] and pe[dr] (either may
- * be NULL); the row buffers of n rows, in order from ws (0 when one is
+/* mla_forward.c: the row buffers of n rows, in order from ws (0 when one is
  * missing); the query (q_norm(wq_a x), wq_b, RoPE) and the latent rows
  * (kv_norm(wkv_a x) | RoPE(k_pe)) of n rows, row t at position start + t or
  * at seqs[t]'s position; token j's cache row (e: wkv_b's [H, dn + dv] for a
  * NAIVE cache); the attended positions of one query row's top-k
  * (ascending, -1 padded to width; returns how many); a realloc that only
  * grows (0 when out of memory). */
-void          dsattn_mla_latent_row(const dsattn_mla_seq *s, int l, size_t j, float *kv,
-                                    float *pe);
 int           dsattn_mla_fwd_buf_rows(dsattn_mla_fwd_buf *b, dsattn_ws *ws,
                                       const dsattn_mla_config *c, size_t n, int expanded);
 dsattn_status dsattn_mla_query_rows(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *x,
@@ -200,13 +197,16 @@ size_t        dsattn_mla_select_row(const float *score, size_t nvis, size_t topk
                                     size_t width, int32_t *row);
 int           dsattn_mla_grow(void **p, size_t *cap, size_t need, size_t elem);
 
-/* mla_attend.c: the absorption products of nr rows (q: [nr, H, dn + dr] ->
+/* mla_attend.c: latent row j of layer l -> kv[KL] and pe[dr] (either may
+ * be NULL); the absorption products of nr rows (q: [nr, H, dn + dr] ->
  * qa [nr, H, KL]; x [nr, H, KL] -> o [nr, H * dv]) and one thread's scratch
  * of them; one query row's absorbed attention over keys idx[0..n) (or
  * 0..n-1), reference and fast (xo [H, KL]); the threads a row of n keys
  * splits over; the fast paths' scratch bytes with nt threads (FMA tiles,
  * bf16 blocks, sgemm); one row over expanded keys and over the naive
  * cache (o [H, dv]).  v3: V3's bf16 score arithmetic, else V3.2's fp32. */
+void          dsattn_mla_latent_row(const dsattn_mla_seq *s, int l, size_t j, float *kv,
+                                    float *pe);
 size_t        dsattn_mla_absorb_ws_per(size_t KL, size_t nr);
 dsattn_status dsattn_mla_absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, const float *q,
                                   size_t nr, float *qa, dsattn_ws *wa);

@@ -30,6 +30,27 @@
 #include <omp.h>
 #endif
 
+/* ==== Cache rows ======================================================== */
+
+/* latent row j -> kv[KL] and pe[dr] (either may be NULL) */
+void dsattn_mla_latent_row(const dsattn_mla_seq *s, int l, size_t j, float *kv, float *pe)
+{
+    const dsattn_mla_config *c = &s->m->cfg;
+    const size_t KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
+    const uint8_t *row = s->layer[l].cache + j * s->row_bytes;
+    if (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16) {
+        if (kv) for (size_t i = 0; i < KL; i++) kv[i] = dsattn_mla_get_bf16(row + 2 * i);
+        if (pe) for (size_t i = 0; i < dr; i++) pe[i] = dsattn_mla_get_bf16(row + 2 * (KL + i));
+    } else {
+        float buf[4096 + 128];
+        dsattn_v32_kv_unpack(row, KL, dr, buf);
+        if (kv) memcpy(kv, buf, KL * sizeof(float));
+        if (pe) memcpy(pe, buf + KL, dr * sizeof(float));
+    }
+}
+
+/* ==== Small numeric helpers ============================================= */
+
 /* Softmax of n fp32 scores in place, the contract's way: max, e = fp32(exp
  * (s - max)) evaluated in double, sum in double rounded once, p = e / sum.
  * Returns nothing special for an empty row (n >= 1 always here). */

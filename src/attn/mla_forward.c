@@ -164,23 +164,6 @@ static void put_bf16(uint8_t *p, float v)
     p[1] = (uint8_t)(h >> 8);
 }
 
-/* latent row j -> kv[KL] and pe[dr] (either may be NULL) */
-void dsattn_mla_latent_row(const dsattn_mla_seq *s, int l, size_t j, float *kv, float *pe)
-{
-    const dsattn_mla_config *c = &s->m->cfg;
-    const size_t KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope;
-    const uint8_t *row = s->layer[l].cache + j * s->row_bytes;
-    if (s->fmt == DSATTN_MLA_CACHE_LATENT_BF16) {
-        if (kv) for (size_t i = 0; i < KL; i++) kv[i] = dsattn_mla_get_bf16(row + 2 * i);
-        if (pe) for (size_t i = 0; i < dr; i++) pe[i] = dsattn_mla_get_bf16(row + 2 * (KL + i));
-    } else {
-        float buf[4096 + 128];
-        dsattn_v32_kv_unpack(row, KL, dr, buf);
-        if (kv) memcpy(kv, buf, KL * sizeof(float));
-        if (pe) memcpy(pe, buf + KL, dr * sizeof(float));
-    }
-}
-
 /* latent row j <- kv[KL] | pe[dr] contiguous (bf16 values) */
 static void latent_put(dsattn_mla_seq *s, int l, size_t j, const float *kvpe)
 {
