@@ -290,6 +290,32 @@ class Model:
               f"dsattn.Model.ced_work({n}, {mode!r})")
         return int(i.value), int(o.value)
 
+    def scratch_at(self, max_seq_len, cache="latent_bf16"):
+        """The decode scratch bytes a sequence of max_seq_len tokens sizes at
+        creation (the kv_bill's scratch_bytes; the bill's per-sequence
+        column at a context no cache could be made for), without making one.
+        cache: the MLA cache format.  Raises on a size that overflows."""
+        if self.generation == "mla":
+            n = lib.dsattn_mla_seq_scratch_at(self.handle, int(max_seq_len),
+                                              _opt(_MLA_CACHES, cache, "cache"))
+        else:
+            n = self._f("seq_scratch_at")(self.handle, int(max_seq_len))
+        if n == ctypes.c_size_t(-1).value:
+            raise DsattnError(f"dsattn.Model.scratch_at({max_seq_len}): the size overflows", -2,
+                              "invalid argument")
+        return int(n)
+
+    @property
+    def index_shape(self):
+        """V4: the CSA indexer's (n_heads, head_dim, topk)."""
+        if self.generation != "v4":
+            raise DsattnError("dsattn.Model.index_shape: V4 only (V4.1: config.json's index_*)",
+                              -3, "unsupported")
+        h, d, k = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        check(lib.dsattn_v4_index_shape(self.handle, ctypes.byref(h), ctypes.byref(d),
+                                        ctypes.byref(k)), "dsattn.Model.index_shape")
+        return h.value, d.value, k.value
+
     def sequence(self, max_seq_len, **opts):
         """A new Sequence over this model holding max_seq_len tokens.
         Options by generation: v41 index_k='owner'|'reference'; mla

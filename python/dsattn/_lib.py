@@ -182,6 +182,8 @@ for g in ("mha", "mla", "v4", "v41"):
     _proto(f"dsattn_{g}_weight_bytes", c_size_t, c_void_p)
     _proto(f"dsattn_{g}_seq_destroy", None, c_void_p)
     _proto(f"dsattn_{g}_seq_pos", c_int64, c_void_p)
+    if g != "mla":
+        _proto(f"dsattn_{g}_seq_scratch_at", c_size_t, c_void_p, c_size_t)
     _proto(f"dsattn_{g}_attn_forward", _s, c_void_p, c_void_p, c_int, c_float_p, c_size_t, c_float_p)
     _proto(f"dsattn_{g}_seq_advance", _s, c_void_p, c_size_t)
     _proto(f"dsattn_{g}_seq_kv_bill", _s, c_void_p, P(KvBill))
@@ -227,6 +229,8 @@ _proto("dsattn_mla_seq_cache_format", c_int, c_void_p)
 _proto("dsattn_mla_seq_latent", _s, c_void_p, c_int, c_size_t, c_float_p, c_float_p)
 _proto("dsattn_mla_seq_index_key", _s, c_void_p, c_int, c_size_t, P(ctypes.c_uint8), c_float_p)
 
+_proto("dsattn_mla_seq_scratch_at", c_size_t, c_void_p, c_size_t, c_int)
+_proto("dsattn_v4_index_shape", _s, c_void_p, P(c_int), P(c_int), P(c_int))
 _proto("dsattn_v4_load_config", _s, P(c_void_p), c_char_p, *ERR)
 _proto("dsattn_v4_layer_kind", c_int, c_void_p, c_int)
 _proto("dsattn_v4_layer_ratio", c_int, c_void_p, c_int)

@@ -104,6 +104,28 @@ def test_every_generation_from_configs():
     assert seen == {"mha", "mla", "v4", "v41"}
 
 
+def test_scratch_at_and_index_shape(tmp_path):
+    """Model.scratch_at(n) is the scratch a sequence of n tokens takes (its
+    kv_bill), for every generation and MLA cache; V4's index_shape is its
+    config's."""
+    models = [dsattn.load(os.path.join(GOLDEN, c, "weights.safetensors"))
+              for c in ("v3/tiny-seed0", "v4/tiny-seed0", "v41/tiny-seed0")]
+    models.append(_mha_model(tmp_path))
+    for m in models:
+        caches = ("naive", "latent_bf16") if m.generation == "mla" else (None,)
+        for cache in caches:
+            for n in (16, 200):
+                opts = {"cache": cache} if cache else {}
+                want = m.sequence(n, **opts).kv_bill()["scratch_bytes"]
+                got = m.scratch_at(n, cache) if cache else m.scratch_at(n)
+                assert got == want > 0, (m.generation, cache, n)
+    cfg = json.load(open(V4 + "/config.json"))
+    assert models[1].index_shape == (cfg["index_n_heads"], cfg["index_head_dim"],
+                                     cfg["index_topk"])
+    with pytest.raises(dsattn.DsattnError, match="V4 only"):
+        models[2].index_shape
+
+
 def test_random_models_run():
     for cfg in (V41 + "/config.json", V4 + "/config.json", GOLDEN + "/v32/tiny-seed0/config.json"):
         m = dsattn.random(cfg, seed=3)
