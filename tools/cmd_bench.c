@@ -918,6 +918,7 @@ static const bench_mode bench_modes[] = {
 };
 
 DSATTN_CMD(bench, 20, "measure speed against the machine's limits (dsattn bench: modes)")
+static int cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         FILE *f = argc < 2 ? stderr : stdout;

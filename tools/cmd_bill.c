@@ -1027,6 +1027,7 @@ static int wanted(const char *only, const char *key)
 }
 
 DSATTN_CMD(bill, 10, "the bill of every generation: KV bytes/token, FLOPs and bytes per token at 1M")
+static int cmd_bill(int argc, char **argv)
 {
     bill_opts o = { 1048576, 0, 1, 1024.0, NULL, NULL, 0, NULL, 0.0 };
     const char *fmt = "md", *svg = NULL, *only = NULL;

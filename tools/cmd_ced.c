@@ -83,6 +83,7 @@ static void overlap(const int32_t *a, const int32_t *b, size_t kw, double *both,
 }
 
 DSATTN_CMD(ced, 35, "V4.1 CED prefill: bounded replay's error against exact, per layer and decode step")
+static int cmd_ced(int argc, char **argv)
 {
     const char *case_dir = NULL, *config = NULL;
     uint64_t seed = 1;

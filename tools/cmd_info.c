@@ -95,6 +95,7 @@ static void print_plan(const dsattn_model_config *c)
 }
 
 DSATTN_CMD(info, 30, "validate and list a checkpoint (file, shard index or folder)")
+static int cmd_info(int argc, char **argv)
 {
     const char *path = NULL, *cfg = NULL;
     int quiet = 0;

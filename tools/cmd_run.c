@@ -658,6 +658,7 @@ static void layer_table(const runner *r)
 /* ==== The command ======================================================== */
 
 DSATTN_CMD(run, 30, "run any generation's attention stack: prefill N, decode M, per-step bill")
+static int cmd_run(int argc, char **argv)
 {
     const char *config = NULL, *weights = NULL, *out_path = NULL;
     const char *save_path = NULL, *resume_path = NULL;

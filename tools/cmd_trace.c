@@ -30,6 +30,7 @@ static void trace_usage(FILE *f)
 }
 
 DSATTN_CMD(trace, 40, "run a golden case folder, write every tensor (compare with any reference)")
+static int cmd_trace(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
     dsattn_trace_opts o = { DSATTN_MODE_REFERENCE, 0, 0, 0, 0 };
