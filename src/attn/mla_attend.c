@@ -78,7 +78,8 @@ static inline size_t key_at(const int32_t *idx, size_t i) { return idx ? (size_t
  * Per decode step dsattn_mla_absorb_q and dsattn_mla_absorb_out dequantize all of wkv_b (16.8 M
  * values for V3), which the scalar path spent ~70 ms on. */
 /* FP8 weight row r: its codes, and in *scale its row of block scales */
-static inline const uint8_t *fp8_row(const dsattn_weight *W, size_t r, const float **scale)
+static inline const uint8_t *weight_fp8_row(const dsattn_weight *W, size_t r,
+                                            const float **scale)
 {
     *scale = W->scale + (r / W->block) * ((W->cols + W->block - 1) / W->block);
     return (const uint8_t *)W->data + r * W->cols;
@@ -92,7 +93,7 @@ static void weight_row_bf16_fast(const dsattn_ctx *ctx, const dsattn_weight *w, 
         return;
     }
     const float *sc;
-    const uint8_t *codes = fp8_row(w, r, &sc);
+    const uint8_t *codes = weight_fp8_row(w, r, &sc);
     ctx->kt->wdq->fp8_row(codes, sc, w->block, w->cols, out);
     for (size_t i = 0; i < w->cols; i++) out[i] = dsattn_round_bf16(out[i]);
 }
@@ -213,7 +214,7 @@ dsattn_status dsattn_mla_absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, c
                         const uint8_t *w4[4];
                         const float *s4[4];
                         for (int k = 0; k < 4; k++) {
-                            w4[k] = fp8_row(W, h * (dn + dv) + d0 + (size_t)k, &s4[k]);
+                            w4[k] = weight_fp8_row(W, h * (dn + dv) + d0 + (size_t)k, &s4[k]);
                             prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dn, dn + dv, 0), KL);
                         }
                         for (size_t r = 0; r < nr; r++)
@@ -225,7 +226,7 @@ dsattn_status dsattn_mla_absorb_q(dsattn_ctx *ctx, const dsattn_mla *m, int l, c
                     const size_t row = h * (dn + dv) + d;
                     if (fp8k) {
                         const float *sc;
-                        const uint8_t *codes = fp8_row(W, row, &sc);
+                        const uint8_t *codes = weight_fp8_row(W, row, &sc);
                         prefetch_row(W, row_ahead(h, d, 16, dn, dn + dv, 0), KL);
                         for (size_t r = 0; r < nr; r++)
                             mk->fp8w_axpy(codes, sc, W->block, KL, q[(r * H + h) * dqk + d],
@@ -288,7 +289,7 @@ dsattn_status dsattn_mla_absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l,
                     const float *s4[4];
                     float y4[4];
                     for (int k = 0; k < 4; k++) {
-                        w4[k] = fp8_row(W, h * (dn + dv) + dn + d0 + (size_t)k, &s4[k]);
+                        w4[k] = weight_fp8_row(W, h * (dn + dv) + dn + d0 + (size_t)k, &s4[k]);
                         prefetch_row(W, row_ahead(h, d0 + (size_t)k, 16, dv, dn + dv, dn), KL);
                     }
                     for (size_t r = 0; r < nr; r++) {
@@ -305,7 +306,7 @@ dsattn_status dsattn_mla_absorb_out(dsattn_ctx *ctx, const dsattn_mla *m, int l,
                 if (!ref && W->kind == DSATTN_W_BF16) {
                     /* read in place below */
                 } else if (fp8k) {
-                    codes = fp8_row(W, row, &sc);
+                    codes = weight_fp8_row(W, row, &sc);
                     prefetch_row(W, row_ahead(h, d, 16, dv, dn + dv, dn), KL);
                 } else if (ref) {
                     dsattn_mla_weight_row_bf16(W, row, wr);

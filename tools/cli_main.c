@@ -1,4 +1,4 @@
-/* dsattn.c - the command-line tool's entry point: finds the subcommand in
+/* cli_main.c - the command-line tool's entry point: finds the subcommand in
  * the registry (tools/cli.h) and runs it.  `dsattn` alone runs the main
  * job on the built-in default (the first registered command by order; for
  * the bill, with its short bench appended). */
