@@ -385,15 +385,15 @@ void dsattn_mla_cache_write(dsattn_mla_seq *seq, int l, size_t j, const float *k
 }
 
 dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int l,
-                                      const float *x, size_t s, float *out)
+                                      const float *x, size_t n_tok, float *out)
 {
-    if (!ctx || !seq || !x || !out || s == 0) return DSATTN_ERR_INVALID_ARG;
+    if (!ctx || !seq || !x || !out || n_tok == 0) return DSATTN_ERR_INVALID_ARG;
     const dsattn_mla *m = seq->m;
     const dsattn_mla_config *c = &m->cfg;
     if (!dsattn_mla_seq_holds(seq, l)) return DSATTN_ERR_INVALID_ARG;
     if (!dsattn_mla_model_holds(m, l)) return DSATTN_ERR_UNSUPPORTED;   /* no weights */
-    if (seq->pos > 0 && s != 1) return DSATTN_ERR_UNSUPPORTED;     /* no chunked prefill */
-    if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    if (seq->pos > 0 && n_tok != 1) return DSATTN_ERR_UNSUPPORTED;     /* no chunked prefill */
+    if ((size_t)seq->pos + n_tok > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     const dsattn_mla_layer_w *L = &m->layer[l];
     dsattn_mla_layer_s *S = &seq->layer[l];
     const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads;
@@ -401,13 +401,13 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     const size_t KL = (size_t)c->kv_lora_rank, dqk = dn + dr;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     const int64_t start = seq->pos;
-    const size_t end = (size_t)start + s;
+    const size_t end = (size_t)start + n_tok;
     const int v3 = !c->dsa;
     const int naive = seq->fmt == DSATTN_MLA_CACHE_NAIVE;
     /* V3.2 runs its MHA path whenever the chunk has more than one token
      * (the reference passes a mask exactly then); V3 and V3.2 decode read
      * the cache in its own format. */
-    const int mha_fresh = c->dsa && s > 1;
+    const int mha_fresh = c->dsa && n_tok > 1;
     const int need_expanded = naive || mha_fresh;
     const dsattn_actq *aq = m->use_actq ? &m->actq : NULL;
     dsattn_status st = DSATTN_OK;
@@ -420,10 +420,10 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     dsattn_ws *ws = &seq->ws;
     const dsattn_ws_pos ws_mark = dsattn_ws_mark(ws);
     dsattn_mla_fwd_buf b;
-    const int rows_ok = dsattn_mla_fwd_buf_rows(&b, ws, c, s, need_expanded);
+    const int rows_ok = dsattn_mla_fwd_buf_rows(&b, ws, c, n_tok, need_expanded);
     if (c->dsa) {
-        b.qc = dsattn_ws_arrayz(ws, s, Hi * Di * sizeof(float));
-        b.wq = dsattn_ws_arrayz(ws, s, Hi * sizeof(float));
+        b.qc = dsattn_ws_arrayz(ws, n_tok, Hi * Di * sizeof(float));
+        b.wq = dsattn_ws_arrayz(ws, n_tok, Hi * sizeof(float));
         b.score = dsattn_ws_array(ws, end, sizeof(float));   /* written before read */
     }
     if (!rows_ok || (c->dsa && (!b.qc || !b.wq || !b.score))) {
@@ -433,22 +433,22 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
 
     /* ---- query: q_norm(wq_a x) -> wq_b, RoPE on each head's rope tail */
     dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-    if ((st = dsattn_mla_query_rows(ctx, m, l, x, s, start, NULL, &b))) goto done;
+    if ((st = dsattn_mla_query_rows(ctx, m, l, x, n_tok, start, NULL, &b))) goto done;
     dsattn_phase_end(ctx, &pm);
 
     /* ---- latent: kv_norm(wkv_a x [:KL]) | RoPE(k_pe) */
     dsattn_phase_begin(ctx, DSATTN_PHASE_KV, &pm);
-    if ((st = dsattn_mla_latent_rows(ctx, m, l, x, s, start, NULL, &b))) goto done;
+    if ((st = dsattn_mla_latent_rows(ctx, m, l, x, n_tok, start, NULL, &b))) goto done;
 
     /* ---- expanded K/V of this chunk (naive cache, V3.2 prefill) */
     if (need_expanded) {
-        if ((st = dsattn_linear(ctx, &L->wkv_b, b.kv, KL + dr, s, b.kvb, H * (dn + dv),
+        if ((st = dsattn_linear(ctx, &L->wkv_b, b.kv, KL + dr, n_tok, b.kvb, H * (dn + dv),
                                 DSATTN_OUT_BF16, aq, b.aqs)))
             goto done;
     }
 
     /* ---- cache write */
-    for (size_t t = 0; t < s; t++)
+    for (size_t t = 0; t < n_tok; t++)
         dsattn_mla_cache_write(seq, l, (size_t)start + t, b.kv + t * (KL + dr),
                     naive ? b.kvb + t * H * (dn + dv) : NULL);
 
@@ -459,22 +459,22 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     size_t *nsel = NULL;
     dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
     if (c->dsa) {
-        if ((st = dsattn_mla_index_qk(ctx, m, l, x, b.qr, s, start, b.qc, b.wq, S->kidx, ws)))
+        if ((st = dsattn_mla_index_qk(ctx, m, l, x, b.qr, n_tok, start, b.qc, b.wq, S->kidx, ws)))
             goto done;
-        if (!dsattn_mla_grow((void **)&S->sel, &S->sel_cap, s * width + 1, sizeof(int32_t))) {
+        if (!dsattn_mla_grow((void **)&S->sel, &S->sel_cap, n_tok * width + 1, sizeof(int32_t))) {
             st = DSATTN_ERR_NOMEM;
             goto done;
         }
-        nsel = dsattn_ws_arrayz(ws, s, sizeof *nsel);
+        nsel = dsattn_ws_arrayz(ws, n_tok, sizeof *nsel);
         if (!nsel) { st = DSATTN_ERR_NOMEM; goto done; }
-        for (size_t t = 0; t < s; t++) {
+        for (size_t t = 0; t < n_tok; t++) {
             const size_t nvis = (size_t)start + t + 1;
             dsattn_mla_index_scores(ctx, b.qc + t * Hi * Di, b.wq + t * Hi, Hi, Di, S->kidx,
                                     nvis, b.score, ws);
             nsel[t] = dsattn_mla_select_row(b.score, nvis, (size_t)c->index_topk, width,
                                  S->sel + t * width);
         }
-        S->sel_rows = s;
+        S->sel_rows = n_tok;
         S->sel_w = width;
     }
     dsattn_phase_end(ctx, &pm);
@@ -483,13 +483,13 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     const int sparse = c->dsa && !c->force_dense;
     const int absorbed = !naive && !mha_fresh;
     if (absorbed) {
-        b.qa = dsattn_ws_arrayz(ws, s, H * KL * sizeof(float));
-        b.xo = dsattn_ws_arrayz(ws, s, H * KL * sizeof(float));
+        b.qa = dsattn_ws_arrayz(ws, n_tok, H * KL * sizeof(float));
+        b.xo = dsattn_ws_arrayz(ws, n_tok, H * KL * sizeof(float));
         if (!b.qa || !b.xo) { st = DSATTN_ERR_NOMEM; goto done; }
-        float *qpe = dsattn_ws_arrayz(ws, s, H * dr * sizeof(float));
+        float *qpe = dsattn_ws_arrayz(ws, n_tok, H * dr * sizeof(float));
         if (!qpe) { st = DSATTN_ERR_NOMEM; goto done; }
         dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);           /* W_uk */
-        for (size_t t = 0; t < s && !st; t++) {
+        for (size_t t = 0; t < n_tok && !st; t++) {
             st = dsattn_mla_absorb_q(ctx, m, l, b.q + t * H * dqk, 1, b.qa + t * H * KL, ws);
             for (size_t h = 0; h < H; h++)
                 memcpy(qpe + (t * H + h) * dr, b.q + (t * H + h) * dqk + dn, dr * sizeof(float));
@@ -497,7 +497,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         dsattn_phase_end(ctx, &pm);
         /* rows in parallel (prefill), or one row with its keys split */
         dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
-        const int row_par = !ref && s > 1;
+        const int row_par = !ref && n_tok > 1;
         dsattn_status rst = DSATTN_OK;
 #define ABSORBED_ROW(t, nthr, keep)                                                           \
         (ref ? dsattn_mla_absorbed_row_ref(seq, l, b.qa + (t) * H * KL, qpe + (t) * H * dr,   \
@@ -514,7 +514,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         } else if (row_par) {
             /* prefill: rows in parallel, each on one thread */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads)
-            for (size_t t = 0; t < s; t++) {
+            for (size_t t = 0; t < n_tok; t++) {
                 dsattn_status r = ABSORBED_ROW(t, 1, NULL);
                 if (r) {
 #pragma omp atomic write
@@ -526,16 +526,16 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
              * over the threads - not inside an inactive outer region, whose
              * nested team would start threads of its own beside the idle pool
              * (with OMP_WAIT_POLICY=active: 69 ms instead of 42 per V3 step) */
-            for (size_t t = 0; t < s && !rst; t++) rst = ABSORBED_ROW(t, ctx->n_threads, ws);
+            for (size_t t = 0; t < n_tok && !rst; t++) rst = ABSORBED_ROW(t, ctx->n_threads, ws);
         }
 #undef ABSORBED_ROW
         if (!st) st = rst;
         uint64_t nk = 0;
-        for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
+        for (size_t t = 0; t < n_tok; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
         dsattn_count(ctx, nk * H * (2ull * (KL + dr) + 2ull * KL), nk * seq->row_bytes);
         dsattn_phase_end(ctx, &pm);
         dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);          /* W_uv */
-        for (size_t t = 0; t < s && !st; t++)
+        for (size_t t = 0; t < n_tok && !st; t++)
             st = dsattn_mla_absorb_out(ctx, m, l, b.xo + t * H * KL, 1, b.o + t * H * dv, ws);
     } else {
         /* expanded keys: the chunk's own (V3.2 prefill: k_nope and v from
@@ -543,7 +543,7 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
         const dsattn_mla_kv_view fresh = { b.kvb, b.kv + KL, b.kvb + dn, H * (dn + dv), dn + dv,
                                 KL + dr, 0, H * (dn + dv), dn + dv };
         dsattn_status rst = DSATTN_OK;
-        dsattn_ws *rws = !ref && s > 1 ? NULL : ws;     /* rows in parallel: the heap */
+        dsattn_ws *rws = !ref && n_tok > 1 ? NULL : ws;     /* rows in parallel: the heap */
         dsattn_phase_begin(ctx, DSATTN_PHASE_ATTN, &pm);
 #define EXPANDED_ROW(t)                                                                     \
         do {                                                                                \
@@ -559,22 +559,22 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
                 rst = r;                                                                    \
             }                                                                               \
         } while (0)
-        if (!ref && s > 1) {
+        if (!ref && n_tok > 1) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->n_threads)
-            for (size_t t = 0; t < s; t++) EXPANDED_ROW(t);
+            for (size_t t = 0; t < n_tok; t++) EXPANDED_ROW(t);
         } else {
             /* no region: a team of one would be allocated every step */
-            for (size_t t = 0; t < s; t++) EXPANDED_ROW(t);
+            for (size_t t = 0; t < n_tok; t++) EXPANDED_ROW(t);
         }
 #undef EXPANDED_ROW
         st = rst;
         uint64_t nk = 0;
-        for (size_t t = 0; t < s; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
+        for (size_t t = 0; t < n_tok; t++) nk += sparse ? nsel[t] : (uint64_t)start + t + 1;
         dsattn_count(ctx, nk * H * 2ull * (dqk + dv), nk * (seq->row_bytes + seq->v_bytes));
         dsattn_phase_end(ctx, &pm);
         dsattn_phase_begin(ctx, DSATTN_PHASE_OUTPUT, &pm);
     }
-    if (!st) st = dsattn_linear(ctx, &L->wo, b.o, H * dv, s, out, dim, DSATTN_OUT_BF16, aq, b.aqs);
+    if (!st) st = dsattn_linear(ctx, &L->wo, b.o, H * dv, n_tok, out, dim, DSATTN_OUT_BF16, aq, b.aqs);
 done:
     dsattn_phase_end(ctx, &pm);                      /* whatever is open */
     dsattn_ws_reset(ws, ws_mark);                    /* every buffer above */
