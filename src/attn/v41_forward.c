@@ -598,42 +598,43 @@ static dsattn_status read_sources(dsattn_v41_seq *seq, int l, size_t n_rows, dsa
 }
 
 dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
-                                      int l, const float *x, size_t s, float *out)
+                                      int l, const float *x, size_t n_tok, float *out)
 {
-    if (!ctx || !seq || !x || !out || s == 0) return DSATTN_ERR_INVALID_ARG;
+    if (!ctx || !seq || !x || !out || n_tok == 0) return DSATTN_ERR_INVALID_ARG;
     const dsattn_v41 *m = seq->m;
     const dsattn_v41_config *c = &m->cfg;
     if (l < 0 || l >= c->n_layers) return DSATTN_ERR_INVALID_ARG;
-    if (seq->pos > 0 && s != 1) return DSATTN_ERR_UNSUPPORTED;   /* no chunked prefill */
-    if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    if (seq->pos > 0 && n_tok != 1) return DSATTN_ERR_UNSUPPORTED;   /* no chunked prefill */
+    if ((size_t)seq->pos + n_tok > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     const dsattn_v41_layer_w *L = &m->layer[l];
     dsattn_v41_layer_s *S = &seq->layer[l];
     if (!L->wq_a.data) return DSATTN_ERR_UNSUPPORTED;      /* config-only model */
-    const chunk ck = { s, seq->pos, seq->pos == 0 };
+    const chunk ck = { n_tok, seq->pos, seq->pos == 0 };
     const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t QL = (size_t)c->q_lora_rank;
     const size_t G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank, w = (size_t)c->window_size;
     const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
-    const size_t wrows = ck.prefill ? s : w;               /* window rows attended */
-    const size_t ww = ck.prefill ? DSATTN_MIN(s, w) : w;   /* window idx width     */
+    const size_t wrows = ck.prefill ? n_tok : w;               /* window rows attended */
+    const size_t ww = ck.prefill ? DSATTN_MIN(n_tok, w) : w;   /* window idx width     */
     dsattn_status st;
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = DSATTN_MAX(dim, H * D);
-    const fwd_plan fp = plan_fwd(c, s, nthr, ww);
+    const fwd_plan fp = plan_fwd(c, n_tok, nthr, ww);
     const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
     float *qr = scratch_get(seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
-    float *q = qr + s * QL, *kvw = q + s * H * D, *o = kvw + s * D, *oa = o + s * H * D;
-    float *lat = oa + s * G * R, *aqs = lat + s * D;
-    float *thr_ws = aqs + dsattn_attn_aq_scratch(s, maxk);
+    float *q = qr + n_tok * QL, *kvw = q + n_tok * H * D, *o = kvw + n_tok * D;
+    float *oa = o + n_tok * H * D;
+    float *lat = oa + n_tok * G * R, *aqs = lat + n_tok * D;
+    float *thr_ws = aqs + dsattn_attn_aq_scratch(n_tok, maxk);
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
 
     /* ---- query path: q_norm(wq_a x) -> wq_b -> RoPE on each head's tail;
      * window KV: kv_norm(wkv x) -> RoPE -> FP8 rows; ring slot pos % w */
     dsattn_phase_mark pm;
-    const dsattn_attn_rows rows = { s, NULL, ck.start_pos, aqs };
-    const window_rows wr = { S->ring, wrow, s, (size_t)ck.start_pos, w, D, swab };
+    const dsattn_attn_rows rows = { n_tok, NULL, ck.start_pos, aqs };
+    const window_rows wr = { S->ring, wrow, n_tok, (size_t)ck.start_pos, w, D, swab };
     const dsattn_csa_qkv qkv = { x, qr, q, NULL, NULL, kvw, pack_window, &wr };
     if ((st = dsattn_csa_query_kv(ctx, &L->attn, &rows, &qkv))) return st;
     dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA, ck.prefill ? wrow : S->ring, swab, wrows, D, 0 };
@@ -644,14 +645,14 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     size_t cw = 0;
     if (L->ratio > 0) {
         const size_t ratio = (size_t)L->ratio;
-        const size_t compress_len = ((size_t)ck.start_pos + s) / ratio;
+        const size_t compress_len = ((size_t)ck.start_pos + n_tok) / ratio;
         size_t n_new = 0;
         if (L->is_kv_source && (st = compress_source(ctx, seq, l, x, &ck, lat, &n_new)))
             return st;
         if (!L->is_index_source) {
-            if (!seq->rt.topk_valid || seq->rt.topk_rows != s) return DSATTN_ERR_INVALID_ARG;
+            if (!seq->rt.topk_valid || seq->rt.topk_rows != n_tok) return DSATTN_ERR_INVALID_ARG;
         } else if (compress_len == 0) {
-            topk_empty(seq, l, s, ck.start_pos);
+            topk_empty(seq, l, n_tok, ck.start_pos);
         } else {
             dsattn_phase_begin(ctx, DSATTN_PHASE_INDEX, &pm);
             st = run_indexer(ctx, seq, l, x, qr, &ck, 0, lat, n_new, wrows, NULL);

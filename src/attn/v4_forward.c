@@ -380,26 +380,26 @@ static void v4_decode_scratch(const dsattn_v4 *m, size_t cap, size_t *fwd, size_
 }
 
 dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
-                                     const float *x, size_t s, float *out)
+                                     const float *x, size_t n_tok, float *out)
 {
-    if (!ctx || !seq || !x || !out || s == 0) return DSATTN_ERR_INVALID_ARG;
+    if (!ctx || !seq || !x || !out || n_tok == 0) return DSATTN_ERR_INVALID_ARG;
     const dsattn_v4 *m = seq->m;
     const dsattn_v4_config *c = &m->cfg;
     if (!dsattn_v4_seq_holds(seq, l)) return DSATTN_ERR_INVALID_ARG;
     if (!m->has_weights) return DSATTN_ERR_UNSUPPORTED;        /* config-only model */
-    if (seq->pos > 0 && s != 1) return DSATTN_ERR_UNSUPPORTED; /* no chunked prefill */
-    if ((size_t)seq->pos + s > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
+    if (seq->pos > 0 && n_tok != 1) return DSATTN_ERR_UNSUPPORTED; /* no chunked prefill */
+    if ((size_t)seq->pos + n_tok > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     const dsattn_v4_layer_w *L = &m->layer[l];
     dsattn_v4_layer_s *S = &seq->layer[l];
-    const chunk ck = { s, seq->pos, seq->pos == 0 };
+    const chunk ck = { n_tok, seq->pos, seq->pos == 0 };
     const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t rd = (size_t)c->rope_head_dim, QL = (size_t)c->q_lora_rank;
     const size_t G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
     const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
     const size_t ratio = (size_t)L->ratio;
-    const size_t T = ratio ? ((size_t)ck.start_pos + s) / ratio : 0;
-    const size_t wrows = ck.prefill ? s : w;               /* window rows attended */
-    const size_t ww = ck.prefill ? DSATTN_MIN(s, w) : w;   /* window index width   */
+    const size_t T = ratio ? ((size_t)ck.start_pos + n_tok) / ratio : 0;
+    const size_t wrows = ck.prefill ? n_tok : w;               /* window rows attended */
+    const size_t ww = ck.prefill ? DSATTN_MIN(n_tok, w) : w;   /* window index width   */
     /* compressed index width: CSA top-k, HCA every entry (prefill: s // m
      * columns, -1 where not yet visible; decode: (pos+1) // m) */
     const size_t cw = L->kind == DSATTN_V4_CSA ? DSATTN_MIN((size_t)c->index_topk, T)
@@ -409,20 +409,21 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), G * R);
-    const fwd_plan fp = plan_fwd(c, s, nthr, ww, cw);
+    const fwd_plan fp = plan_fwd(c, n_tok, nthr, ww, cw);
     const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
     float *qr = scratch_get(seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
-    float *q = qr + s * QL, *kvw = q + s * H * D, *o = kvw + s * D, *oa = o + s * H * D;
-    float *aqs = oa + s * G * R, *thr_ws = aqs + dsattn_attn_aq_scratch(s, maxk);
+    float *q = qr + n_tok * QL, *kvw = q + n_tok * H * D, *o = kvw + n_tok * D;
+    float *oa = o + n_tok * H * D;
+    float *aqs = oa + n_tok * G * R, *thr_ws = aqs + dsattn_attn_aq_scratch(n_tok, maxk);
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
-    int32_t *crow = (int32_t *)(((uintptr_t)(wrow + s * kvb) + 63) & ~(uintptr_t)63);
+    int32_t *crow = (int32_t *)(((uintptr_t)(wrow + n_tok * kvb) + 63) & ~(uintptr_t)63);
 
     /* ---- query: q_norm(wq_a x) -> wq_b -> per-head RMS rescale -> RoPE;
      * window KV: kv_norm(wkv x) -> RoPE -> MODEL1 row; ring slot p % w */
     dsattn_phase_mark pm;
-    const dsattn_attn_rows rows = { s, NULL, ck.start_pos, aqs };
-    const window_rows wr = { S->kv, wrow, s, (size_t)ck.start_pos, w, D, rd, kvb };
+    const dsattn_attn_rows rows = { n_tok, NULL, ck.start_pos, aqs };
+    const window_rows wr = { S->kv, wrow, n_tok, (size_t)ck.start_pos, w, D, rd, kvb };
     const dsattn_csa_qkv qkv = { x, qr, q, NULL, NULL, kvw, pack_window, &wr };
     if ((st = dsattn_csa_query_kv(ctx, &L->attn, &rows, &qkv))) return st;
     const dsattn_kv_src wsrc = { DSATTN_KV_V4, ck.prefill ? wrow : S->kv, kvb, wrows, D, rd };
@@ -435,7 +436,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
         dsattn_phase_end(ctx, &pm);
         if (st) return st;
     } else if (L->kind == DSATTN_V4_CSA) {
-        S->sel_rows = s;
+        S->sel_rows = n_tok;
         S->sel_w = 0;
         /* the indexer's compressor still runs (its state fills up) */
         size_t n_new;
@@ -445,7 +446,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
         dsattn_phase_end(ctx, &pm);
         if (st) return st;
     } else if (L->kind == DSATTN_V4_HCA) {
-        for (size_t t = 0; t < s; t++) {
+        for (size_t t = 0; t < n_tok; t++) {
             const size_t cl = ck.prefill ? (t + 1) / ratio : T;
             for (size_t j = 0; j < cw; j++)
                 crow[t * cw + j] = j < cl ? (int32_t)(j + offset) : -1;
