@@ -36,10 +36,17 @@ import subprocess
 import sys
 
 
-def bench(dsattn, args, env):
+def bench(dsattn, args, env, need):
+    """the CSV rows of `dsattn bench ARGS`; exits naming the column when one
+    this script reads is missing (the bench's columns were renamed)"""
     out = subprocess.run([dsattn, "bench", *args, "--format", "csv"], env=env, check=True,
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
-    return list(csv.DictReader(io.StringIO(out)))
+    rows = list(csv.DictReader(io.StringIO(out)))
+    for col in need:
+        if not rows or col not in rows[0]:
+            sys.exit(f"avx2-targets: `dsattn bench {' '.join(args)}` printed no column {col!r}"
+                     f"{'' if rows else ' (no rows at all)'}: update scripts/avx2-targets.py")
+    return rows
 
 
 def pct(s):
@@ -74,7 +81,8 @@ def main():
 
     for run in range(a.runs):
         print(f"avx2-targets: run {run + 1} of {a.runs}", file=sys.stderr)
-        for r in bench(dsattn, ["kernels", "--isa", "avx2", "--threads", "2"], env):
+        for r in bench(dsattn, ["kernels", "--isa", "avx2", "--threads", "2"], env,
+                       ("kernel", "frac_bw", "frac_peak")):
             k = r["kernel"]
             if k.startswith("gemv_fp8 ") or k.startswith("gemv_fp8_finite "):
                 add("FP8 GEMV, % of read BW", ">=", 0.85, pct(r["frac_bw"]))
@@ -84,7 +92,8 @@ def main():
                 add("FP8 Linear of a 128-token chunk, % of FMA peak", ">=", 0.60,
                     pct(r["frac_peak"]))
         v41 = bench(dsattn, ["v41", "--depth", "4096,1M", "--threads", "2", "--prefill", "128"],
-                    env)
+                    env, ("variant", "depth", "t_over_bound", "t_over_first",
+                          "proj_frac_fma_peak"))
         for r in v41:
             if "decode" in r["variant"] and r["depth"] == "4096":
                 add("V4.1 decode @4K, t / byte bound", "<=", 1.3, float(r["t_over_bound"]))
@@ -93,13 +102,15 @@ def main():
             elif "prefill" in r["variant"]:
                 add("V4.1 prefill projections, % of FMA peak", ">=", 0.60,
                     pct(r["proj_frac_fma_peak"]))
-        for r in bench(dsattn, ["mha", "--depth", "64K", "--threads", "2"], env):
+        for r in bench(dsattn, ["mha", "--depth", "64K", "--threads", "2"], env,
+                       ("model", "frac_read_bw")):
             if r["model"] == "DeepSeek-LLM-7B":
                 add("7B MHA @64K, % of read BW", ">=", 0.85, pct(r["frac_read_bw"]))
             elif r["model"] == "DeepSeek-LLM-67B":
                 add("67B GQA @64K, % of read BW", ">=", 0.70, pct(r["frac_read_bw"]))
         tms = torch_ms(root, 32768)          # alternated with the dsattn layer
-        for r in bench(dsattn, ["mla", "--model", "v3", "--depth", "32K", "--threads", "2"], env):
+        for r in bench(dsattn, ["mla", "--model", "v3", "--depth", "32K", "--threads", "2"], env,
+                       ("attention_frac_fma_peak", "ms_mean")):
             add("V3 MLA @32K, attention % of FMA peak", ">=", 0.60,
                 pct(r["attention_frac_fma_peak"]))
             add("V3 MLA @32K, PyTorch's attention / the dsattn layer", ">=", 1.5,
