@@ -24,7 +24,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>

@@ -13,12 +13,7 @@
 #include "ktab.h"
 #include "numfmt.h"
 
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* ==== Batched decode across sequences =================================== */
 

@@ -42,17 +42,12 @@
  */
 #include "mla.h"
 
-#include "batch_common.h"
 #include "ktab.h"
 #include "numfmt.h"
 #include "seq_glue.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* ==== Sequence lifetime ================================================= */
 
