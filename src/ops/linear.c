@@ -278,14 +278,18 @@ static void tile_rows_c(const float *rows, size_t ldr, size_t nr, size_t K, floa
  * groups of rows/G rows, group g reading x + g*gx); each thread then
  * takes panels of PG_ROWS weight rows inside one group (dynamic), decodes them 12 rows at a time into the
  * k-major tile layout, and runs the 12 x 32 register tile over k slices of
- * PG_KC (the tile's weight slice, 24 KB, stays in L1 and the token
- * group's slice, 64 KB, in L2 while the panel's tiles pass over it); a
+ * PG_KC: the tile's weight slice (12 KB) and the token group's slice (32
+ * KB) fit a 48 KB L1 together, and the weight slice with one 16-token half
+ * (what each AVX2 sub-tile reads twice, pgemm_avx2.c) a 32 KB one; the
+ * group's slice stays in L2 while the panel's tiles pass over it.  Slices
+ * of 512 measured 8-12 % slower on the AVX2 tile and 3-7 % on the AVX-512
+ * one (docs/benchmarks.md, 2026-12-05); 128, no faster than 256.  A
  * group's last tile call covers its tokens rounded up to 8.  The
  * panel's sums live in a [PG_ROWS][np] buffer and are written to y
  * transposed at the end.  mk (the table's mla slot) may be NULL: its
  * tile_rows and round_bf16 then have their C forms here. */
 #define PG_ROWS 96
-#define PG_KC 512
+#define PG_KC 256
 
 static dsattn_status prefill_tiled(dsattn_ctx *ctx, const dsattn_pgemm_kern *pk,
                                    const dsattn_mla_kern *mk, const dsattn_weight *W, size_t G,
