@@ -2,10 +2,12 @@
  * thread (the same bits on every team size, nested teams included), and the
  * grouped Linear (V4 / V4.1 wo_a) against one plain Linear per row block:
  * the same bits in both modes, on every thread count and weight format it
- * takes, decode- and prefill-sized; bad shapes are refused; and the bill
- * every path adds to the context's counters (block scales included). */
+ * takes, decode- and prefill-sized; bad shapes are refused; the bill
+ * every path adds to the context's counters (block scales included); and a
+ * prefill chunk's act_quant over the threads, the row quantizer's bits. */
 #include "harness.h"
 
+#include "numfmt.h"
 #include "ops.h"
 #include "weights.h"
 
@@ -212,4 +214,47 @@ DSATTN_TEST(linear, bills_codes_scales_and_inputs_on_every_path)
         dsattn_owned_free(&own);
     }
     free(x); free(y); free(scr);
+}
+
+/* A prefill-sized FP8 Linear quantizes its activations (act_quant, block
+ * 32, power-of-two scales) with the rows split over the threads: the
+ * quantized rows it leaves in the scratch are dsattn_quant_fp8_ue8m0's,
+ * bit for bit, and the outputs the same bits on 1, 2 and 3 threads - 70
+ * tokens (past the 32 from which the split runs, a partial last group),
+ * inputs spread over 2^-30 .. 2^30 so the blocks take different scales,
+ * one block all zero, one with a NaN. */
+DSATTN_TEST(linear, prefill_act_quant_over_threads_is_the_row_quantizer)
+{
+    enum { R = 40, K = 512, T = 70 };
+    float *x = malloc((size_t)T * K * 4), *want = malloc((size_t)T * K * 4);
+    float *scr = malloc((size_t)T * K * 4), *y1 = malloc((size_t)T * R * 4);
+    float *y = malloc((size_t)T * R * 4);
+    dsattn_rng r = { 77 };
+    for (size_t i = 0; i < (size_t)T * K; i++)
+        x[i] = ldexpf(dsattn_rng_uniform(&r), (int)(i / 32 % 61) - 30);
+    for (size_t i = 0; i < 32; i++) x[5 * K + 64 + i] = 0.0f;
+    x[9 * K + 200] = NAN;
+    for (size_t t = 0; t < T; t++)
+        dsattn_quant_fp8_ue8m0(x + t * K, K, 32, NULL, NULL, want + t * K);
+    dsattn_owned own = { 0 };
+    dsattn_weight w;
+    CHECK(dsattn_weight_random(&w, DSATTN_W_FP8, R, K, 32, 1.0f, 3, &own) == 0);
+    const dsattn_actq aq = { 32, DSATTN_ACTQ_POW2 };
+    for (int th = 1; th <= 3; th++) {
+        dsattn_ctx *c = dsattn_test_ctx(DSATTN_MODE_FAST, th);
+        if (!c) continue;
+        memset(scr, 0xff, (size_t)T * K * 4);
+        CHECK_OK(dsattn_linear(c, &w, x, K, T, th == 1 ? y1 : y, R, DSATTN_OUT_BF16, &aq, scr));
+        size_t bad = 0, at = 0;
+        for (size_t i = 0; i < (size_t)T * K; i++)
+            if (memcmp(scr + i, want + i, 4) && bad++ == 0) at = i;
+        CHECK_MSG(bad == 0, "%d threads: %zu quantized inputs differ, first at %zu: %g vs %g",
+                  th, bad, at, (double)scr[at], (double)want[at]);
+        if (th > 1)
+            CHECK_MSG(memcmp(y, y1, (size_t)T * R * 4) == 0, "%d threads: not the 1-thread bits",
+                      th);
+        dsattn_ctx_destroy(c);
+    }
+    dsattn_owned_free(&own);
+    free(x); free(want); free(scr); free(y1); free(y);
 }

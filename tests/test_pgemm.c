@@ -246,7 +246,7 @@ static void path_bench_common_fallbacks(path_bench *b)
 
 DSATTN_TEST(pgemm, prefill_linear_fast_matches_reference_and_ignores_threads)
 {
-    /* R cuts 12-row tiles and 96-row panels; K = 528 cuts a 512 slice
+    /* R cuts 12-row tiles and 96-row panels; K = 528 cuts 256 slices
      * (fused FP8 decode), K = 520 is not a multiple of 16 (row decode,
      * partial scale block); T cuts 32-token groups, T = 17 ends on a
      * 16-wide tile. */
