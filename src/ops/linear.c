@@ -281,9 +281,10 @@ static void tile_rows_c(const float *rows, size_t ldr, size_t nr, size_t K, floa
  * PG_KC: the tile's weight slice (12 KB) and the token group's slice (32
  * KB) fit a 48 KB L1 together, and the weight slice with one 16-token half
  * (what each AVX2 sub-tile reads twice, pgemm_avx2.c) a 32 KB one; the
- * group's slice stays in L2 while the panel's tiles pass over it.  Slices
- * of 512 measured 8-12 % slower on the AVX2 tile and 3-7 % on the AVX-512
- * one (docs/benchmarks.md, 2026-12-05); 128, no faster than 256.  A
+ * group's slice stays in L2 while the panel's tiles pass over it.  A lone
+ * Linear with slices of 512 measured 8-12 % slower on the AVX2 tile and
+ * 3-7 % on the AVX-512 one on an Ice Lake core (the stack's prefill the
+ * same; docs/benchmarks.md, 2026-12-05); 128, no faster than 256.  A
  * group's last tile call covers its tokens rounded up to 8.  The
  * panel's sums live in a [PG_ROWS][np] buffer and are written to y
  * transposed at the end.  mk (the table's mla slot) may be NULL: its
