@@ -281,11 +281,9 @@ static void tile_rows_c(const float *rows, size_t ldr, size_t nr, size_t K, floa
  * PG_KC: the tile's weight slice (12 KB) and the token group's slice (32
  * KB) fit a 48 KB L1 together, and the weight slice with one 16-token half
  * (what each AVX2 sub-tile reads twice, pgemm_avx2.c) a 32 KB one; the
- * group's slice stays in L2 while the panel's tiles pass over it.  A lone
- * Linear with slices of 512 measured 8-12 % slower on the AVX2 tile and
- * 3-7 % on the AVX-512 one on an Ice Lake core (the stack's prefill the
- * same; docs/benchmarks.md, 2026-12-05); 128, no faster than 256.  A
- * group's last tile call covers its tokens rounded up to 8.  The
+ * group's slice stays in L2 while the panel's tiles pass over it (the
+ * slice sizes measured: docs/kernels.md, the prefill GEMM).  A group's
+ * last tile call covers its tokens rounded up to 8.  The
  * panel's sums live in a [PG_ROWS][np] buffer and are written to y
  * transposed at the end.  mk (the table's mla slot) may be NULL: its
  * tile_rows and round_bf16 then have their C forms here. */
@@ -609,9 +607,8 @@ static dsattn_status linear_run(dsattn_ctx *ctx, const dsattn_weight *W,
     int quant = (W->kind == DSATTN_W_FP8 || W->kind == DSATTN_W_FP4);
     if (quant && aq) {
         if (!scratch || aq->block == 0 || K % aq->block) return DSATTN_ERR_UNSUPPORTED;
-        /* rows are independent: a prefill chunk's split over the threads
-         * (serial, K = 5120 x 128 tokens took 7 % of the Linear of 512
-         * rows); a decode step's few rows stay in this thread */
+        /* rows are independent: a prefill chunk's are split over the
+         * threads; a decode step's few rows stay in this thread */
         const int nthr = n_tok >= 32 && !omp_in_parallel() ? DSATTN_MAX(1, ctx->n_threads) : 1;
         DSATTN_PARALLEL_FOR_DYN(nthr, t, n_tok,
                                 { actq_row(ctx->k, x + t * ldx, K, aq, scratch + t * K); });
