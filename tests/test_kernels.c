@@ -416,6 +416,13 @@ static void run_gemv_fp8_m(const char *name)
         gemv_fp8_m_case(&isa, &rng, 512, 128, 384, 1536, 128, m, 4);
         gemv_fp8_m_case(&isa, &rng, 200, 0, 200, 5120, 32, m, 8);
     }
+    /* many tokens over several blocks of rows, k slices with a tail, rows
+     * not a whole number of panels (the AVX2 tiled form from 12 tokens) */
+    for (size_t m = 12; m <= 16; m += 4) {
+        gemv_fp8_m_case(&isa, &rng, 400, 0, 400, 1056, 32, m, 4);
+        gemv_fp8_m_case(&isa, &rng, 384, 128, 250, 1536, 128, m, 12);
+        gemv_fp8_m_case(&isa, &rng, 64, 32, 29, 8192, 32, m, 6);
+    }
 }
 
 /* gemv_bf16_m: m tokens (strided x, strided y) against rows [r0, r0+rows)

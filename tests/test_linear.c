@@ -106,8 +106,10 @@ DSATTN_TEST(linear, decode_chunks_same_bits_on_any_team)
      * last row outside any 4-row pass).  One thread is one whole-matrix
      * kernel call; 2, 3 and 7 threads, and a call from inside a parallel
      * region (a team of one that must take every other run from the back),
-     * must give exactly its bits, on 1 and 3 tokens. */
-    enum { R8 = 2016, K8 = 2048, BS = 32, R16 = 1001, K16 = 1024, T = 3 };
+     * must give exactly its bits, on 1, 3 and 16 tokens (16: chunks sized by
+     * the thread count, linear.c's chunk_rows; the AVX2 tiled form). */
+    enum { R8 = 2016, K8 = 2048, BS = 32, R16 = 1001, K16 = 1024, T = 16 };
+    const size_t toks[3] = { 1, 3, T };
     dsattn_rng r = { 7 };
     uint8_t *w8 = malloc((size_t)R8 * K8);
     uint16_t *w16 = malloc((size_t)R16 * K16 * 2);
@@ -128,8 +130,8 @@ DSATTN_TEST(linear, decode_chunks_same_bits_on_any_team)
     const int threads[4] = { 2, 3, 7, 3 };             /* the last: nested */
     for (int mi = 0; mi < 2; mi++)
         for (int wi = 0; wi < 2; wi++)
-            for (size_t n_tok = 1; n_tok <= T; n_tok += T - 1) {
-                const size_t n = n_tok * w[wi].rows;
+            for (int ni = 0; ni < 3; ni++) {
+                const size_t n_tok = toks[ni], n = n_tok * w[wi].rows;
                 dsattn_ctx *c1 = dsattn_test_ctx(modes[mi], 1);
                 if (!c1) continue;
                 decode_call(c1, &w[wi], x, n_tok, y1);

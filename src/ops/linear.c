@@ -150,15 +150,23 @@ static int run_take(gemv_run *r, int from_back, uint32_t *chunk)
 }
 
 /* Chunk rows: whole FP8 blocks and whole 4-row passes, about
- * GEMV_CHUNK_BYTES of weights, at least one unit. */
-static size_t chunk_rows(const dsattn_weight *W)
+ * GEMV_CHUNK_BYTES of weights, at least one unit.  A step of
+ * GEMV_WIDE_TOK+ tokens takes up to 4x that, while every thread still gets
+ * 4+ chunks: its kernel call is compute-bound (a byte of weights serves
+ * 2 x n_tok FLOPs), and the AVX2 table's tiled form packs the tokens once
+ * per call and k slice (kernels_avx2.c), so longer calls spread that. */
+#define GEMV_WIDE_TOK 12
+static size_t chunk_rows(const dsattn_weight *W, size_t n_tok, size_t nthr)
 {
     size_t unit = 4;
     if (W->kind == DSATTN_W_FP8 && W->block > 0)
         unit = W->block % 4 == 0 ? W->block : 4 * W->block;
     size_t row_bytes =
         DSATTN_MAX((size_t)1, dsattn_weight_bytes(W) / DSATTN_MAX((size_t)1, W->rows));
-    size_t units = GEMV_CHUNK_BYTES / (unit * row_bytes);
+    size_t bytes = GEMV_CHUNK_BYTES;
+    if (n_tok >= GEMV_WIDE_TOK)
+        bytes = DSATTN_MAX(bytes, DSATTN_MIN(4 * bytes, dsattn_weight_bytes(W) / (4 * nthr)));
+    size_t units = bytes / (unit * row_bytes);
     return unit * DSATTN_MAX((size_t)1, units);
 }
 
@@ -208,7 +216,7 @@ static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
 {
     const dsattn_kernels *k = ctx->k;
     const size_t R = W->rows, K = W->cols;
-    const size_t cr = chunk_rows(W);
+    const size_t cr = chunk_rows(W, n_tok, (size_t)DSATTN_MAX(1, ctx->n_threads));
     const size_t n_chunks = (R + cr - 1) / cr;
     const size_t owners = DSATTN_MIN((size_t)DSATTN_MAX(1, ctx->n_threads),
                                      DSATTN_MIN(n_chunks, (size_t)GEMV_MAX_OWNERS));
