@@ -615,197 +615,22 @@ AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
                       pf);
 }
 
-/* ---- the same product as a small GEMM: decoded row panels x packed tokens ----
- * From MT_MIN tokens, finite codes and block scales whose 256 s is finite
- * (dsattn_pgemm_cheap's condition), the rows are multiplied as pgemm.h's
- * prefill tiles multiply them, turned for a few tokens: the tokens sit in
- * the vector lanes (groups of up to 16, packed k-major per k slice of
- * MT_KC), and each weight value is broadcast from a small row-major buffer
- * into which a panel of up to 12 rows is decoded per slice - e4m3 / 256 by
- * the fp16 move times 256 s, the exact dequantised value, with no
- * transpose.  A panel of 12 rows x 8 tokens keeps 12 accumulators (per k:
- * one token load, 12 broadcasts, 12 FMAs), 2 x 6 rows x 16 tokens 12 each
- * (per k: two token loads, 6 broadcasts, 12 FMAs), so the FMA latency is
- * covered and each decoded value serves every token of the group; the
- * one-row form above reloads each token's x for every row and keeps one
- * chain per token.  Rows go in blocks of about M_BLK bytes as there (the
- * next block prefetched into L2 while one is computed), k slices outer
- * within a block and the block's partial sums in cb.  Each output is one
- * fp32 FMA chain over k in order of the exact products' values, so the
- * sums equal the one-row form's up to summation order (a fast path's
- * freedom; tests/test_kernels.c bounds both against the reference). */
-#define MT_MIN 12                  /* tokens from which the tiles run */
-#define MT_KC 256                  /* k slice */
-#define MT_TG 16                   /* tokens per group */
-#define MT_RP 12                   /* rows per panel */
-#define MT_WLD (MT_KC + 16)        /* decoded row stride: rows apart in L1 sets */
-#define MT_BLKR 192                /* rows per block at most */
-
-/* tokens [0, nt) of x (nt <= 16; ng = 8 or 16 lanes kept), k [k0, k0 + kc)
- * -> xs[k * MT_TG + t], tokens nt..ng-1 zero */
-AI void mt_pack_x(const float *x, size_t ldx, size_t nt, size_t ng, size_t k0, size_t kc,
-                  float *xs)
+/* From 12 tokens: the tiled form (gemv_fp8mt_tmpl.h) - 6 rows x 16 tokens
+ * register tiles, the decode fp8_decode32's (code 2i of a 32-code step at
+ * i, 2i + 1 at 16 + i) times the scale. */
+#define MT_TR 6
+#define MT_TV 2
+#define MT_POS(q) ((q) & 1 ? 16 + (q) / 2 : (q) / 2)
+#define mt_tr dsattn_tr8_256
+AI void mt_decode32(const uint8_t *w, __m256 s, float *o)
 {
-    for (size_t tb = 0; tb < ng; tb += 8)
-        for (size_t c = 0; c < kc; c += 8) {
-            __m256 r[8];
-#pragma GCC unroll 8
-            for (size_t i = 0; i < 8; i++)
-                r[i] = tb + i < nt ? _mm256_loadu_ps(x + (tb + i) * ldx + k0 + c)
-                                   : _mm256_setzero_ps();
-            dsattn_tr8_256(r);
-            /* k = c + j goes where fp8_decode32 puts its code: within a
-             * 32-code step, code 2i at i and code 2i + 1 at 16 + i */
-            const size_t base = c & ~(size_t)31, kk = c & 31;
-#pragma GCC unroll 8
-            for (size_t j = 0; j < 8; j++) {
-                const size_t q = kk + j, at = base + (q & 1 ? 16 + q / 2 : q / 2);
-                _mm256_store_ps(xs + at * MT_TG + tb, r[j]);
-            }
-        }
-}
-
-/* R rows (row r at w + r * k, its block scales at sc[r]) codes [k0, k0 + kc)
- * -> wd[r * MT_WLD + j]: e4m3 * s, as (e4m3 / 256) * (256 s), in
- * fp8_decode32's order within each 32-code step (bs % 32 == 0: one scale a
- * step) */
-AI void mt_decode(const uint8_t *w, size_t k, const float *const *sc, size_t bs, size_t k0,
-                  size_t kc, size_t R, float *wd)
-{
-    uint32_t bi[MT_KC / 32];                          /* each step's scale block */
-    for (size_t c = 0; c < kc; c += 32) bi[c / 32] = (uint32_t)((k0 + c) / bs);
-    for (size_t r = 0; r < R; r++) {
-        const uint8_t *wr = w + r * k + k0;
-        float *o = wd + r * MT_WLD;
-        for (size_t c = 0; c < kc; c += 32) {
-            const __m256 s = _mm256_set1_ps(256.0f * sc[r][bi[c / 32]]);
-            __m256 v[4];
-            __m256i nanv;
-            fp8_decode32(_mm256_loadu_si256((const __m256i *)(wr + c)), v, &nanv, 0);
+    __m256 v[4];
+    __m256i nanv;
+    fp8_decode32(_mm256_loadu_si256((const __m256i *)w), v, &nanv, 0);
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) _mm256_store_ps(o + c + 8 * j, _mm256_mul_ps(v[j], s));
-        }
-    }
+    for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + 8 * j, _mm256_mul_ps(v[j], s));
 }
-
-/* R <= 12 decoded rows x 8 tokens over kc: c[r * MT_TG + t] (+)= sum */
-AI void mt_tile8(const float *wd, const float *xs, size_t kc, const int R, float *c, int first)
-{
-    __m256 acc[MT_RP];
-#pragma GCC unroll 12
-    for (int r = 0; r < R; r++)
-        acc[r] = first ? _mm256_setzero_ps() : _mm256_load_ps(c + (size_t)r * MT_TG);
-    for (size_t k = 0; k < kc; k++) {
-        const __m256 xv = _mm256_load_ps(xs + k * MT_TG);
-#pragma GCC unroll 12
-        for (int r = 0; r < R; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(wd + (size_t)r * MT_WLD + k), xv, acc[r]);
-    }
-#pragma GCC unroll 12
-    for (int r = 0; r < R; r++) _mm256_store_ps(c + (size_t)r * MT_TG, acc[r]);
-}
-
-/* R <= 6 decoded rows x 16 tokens over kc (simd_avx2.h's 6 x 16 tile, the
- * rows MT_WLD floats apart) */
-AI void mt_tile16(const float *wd, const float *xs, size_t kc, const int R, float *c, int first)
-{
-    __m256 acc[6][2];
-    if (first) {
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    } else {
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            acc[r][0] = _mm256_load_ps(c + (size_t)r * MT_TG);
-            acc[r][1] = _mm256_load_ps(c + (size_t)r * MT_TG + 8);
-        }
-    }
-    dsattn_acc6x16_fma_256(acc, R, wd, 1, MT_WLD, xs, MT_TG, kc, 0);
-    dsattn_acc6x16_store_256(acc, R, c, MT_TG);
-}
-
-/* the row count as a constant: the accumulators in registers */
-static __attribute__((noinline)) void mt_panel8(const float *wd, const float *xs, size_t kc, size_t R, float *c, int first)
-{
-    switch (R) {
-#define MT_C8(n) case n: mt_tile8(wd, xs, kc, n, c, first); break;
-    MT_C8(12) MT_C8(11) MT_C8(10) MT_C8(9) MT_C8(8) MT_C8(7)
-    MT_C8(6) MT_C8(5) MT_C8(4) MT_C8(3) MT_C8(2)
-#undef MT_C8
-    default: mt_tile8(wd, xs, kc, 1, c, first); break;
-    }
-}
-
-static __attribute__((noinline)) void mt_panel16(const float *wd, const float *xs, size_t kc, size_t R, float *c, int first)
-{
-    for (size_t r0 = 0; r0 < R;) {
-        const size_t n = R - r0 > 6 ? (R - r0 + 1) / 2 : R - r0;    /* 12 -> 6 + 6, 11 -> 6 + 5 */
-        const float *w = wd + r0 * MT_WLD;
-        float *o = c + r0 * MT_TG;
-        switch (n) {
-#define MT_C16(m) case m: mt_tile16(w, xs, kc, m, o, first); break;
-        MT_C16(6) MT_C16(5) MT_C16(4) MT_C16(3) MT_C16(2)
-#undef MT_C16
-        default: mt_tile16(w, xs, kc, 1, o, first); break;
-        }
-        r0 += n;
-    }
-}
-
-/* Does every block scale of the rows allow the /256 decode? */
-static int mt_cheap(const float *scale, size_t bs, size_t ldsc, size_t rows, size_t k)
-{
-    for (size_t sr = 0; sr * bs < rows; sr++) {
-        const float *sc = scale + sr * ldsc;
-        for (size_t b = 0; b < (k + bs - 1) / bs; b++)
-            if (__builtin_isinf(256.0f * sc[b]) && !__builtin_isinf(sc[b])) return 0;
-    }
-    return 1;
-}
-
-/* The tiled form: bs % 32 == 0, k % 32 == 0, codes finite, mt_cheap.  The
- * rows go in groups of up to MT_BLKR, k slices outer within a group: each
- * token slice is packed once per group and slice, each panel's codes are
- * read slice by slice (the next panel's slice prefetched while one is
- * multiplied: at 12+ tokens a row's bytes take ~40 FMAs each, far from the
- * memory bound, so the panels need no front-to-back block stream). */
-static void gemv_fp8_mt(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
-                        const float *x, size_t ldx, size_t m, float *y, size_t ldy,
-                        size_t rows, size_t k)
-{
-    float xs[MT_KC * MT_TG] A32;
-    float wd[MT_RP * MT_WLD] A32;
-    float cb[MT_BLKR * MT_TG] A32;
-    for (size_t t0 = 0; t0 < m; t0 += MT_TG) {
-        const size_t nt = m - t0 < MT_TG ? m - t0 : MT_TG, ng = nt > 8 ? 16 : 8;
-        for (size_t b0 = 0; b0 < rows; b0 += MT_BLKR) {
-            const size_t nb = rows - b0 < MT_BLKR ? rows - b0 : MT_BLKR;
-            const size_t np = (nb + MT_RP - 1) / MT_RP;          /* panels, as even as can be */
-            for (size_t k0 = 0; k0 < k; k0 += MT_KC) {
-                const size_t kc = k - k0 < MT_KC ? k - k0 : MT_KC;
-                mt_pack_x(x + t0 * ldx, ldx, nt, ng, k0, kc, xs);
-                for (size_t p = 0, p0 = 0; p < np; p++) {
-                    const size_t R = (nb - p0) / (np - p) + ((nb - p0) % (np - p) != 0);
-                    const float *sc[MT_RP];
-                    for (size_t r = 0; r < R; r++) sc[r] = scale + (b0 + p0 + r) / bs * ldsc;
-                    mt_decode(W + (b0 + p0) * k, k, sc, bs, k0, kc, R, wd);
-                    /* the next panel's slice (or the next slice's first panel);
-                     * past the call's rows too, as gemv_fp8_impl (never faults) */
-                    const uint8_t *nx = p + 1 < np ? W + (b0 + p0 + R) * k + k0
-                                                   : W + b0 * k + k0 + MT_KC;
-                    for (size_t r = 0; r < MT_RP; r++)
-                        for (size_t c = 0; c < kc; c += 64)
-                            _mm_prefetch((const char *)(nx + r * k + c), _MM_HINT_T0);
-                    if (ng == 8) mt_panel8(wd, xs, kc, R, cb + p0 * MT_TG, k0 == 0);
-                    else mt_panel16(wd, xs, kc, R, cb + p0 * MT_TG, k0 == 0);
-                    p0 += R;
-                }
-            }
-            for (size_t t = 0; t < nt; t++)
-                for (size_t r = 0; r < nb; r++) y[(t0 + t) * ldy + b0 + r] = cb[r * MT_TG + t];
-        }
-    }
-}
+#include "gemv_fp8mt_tmpl.h"
 
 /* sh: the exponent-shift decode where every token of the pass takes it
  * (x and x * scale finite), else the fp16 decode for the pass. */
@@ -819,7 +644,7 @@ AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t 
             gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite, sh);
         return;
     }
-    if (finite && m >= MT_MIN && mt_cheap(scale, bs, ldsc, rows, k)) {
+    if (mt_ok(scale, bs, ldsc, m, rows, k, finite)) {
         gemv_fp8_mt(W, scale, bs, ldsc, x, ldx, m, y, ldy, rows, k);
         return;
     }
