@@ -18,6 +18,7 @@
  */
 #include "kernels.h"
 #include "fp8sh.h"
+#include "pgemm.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
@@ -615,22 +616,161 @@ AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
                       pf);
 }
 
-/* From 12 tokens: the tiled form (gemv_fp8mt_tmpl.h) - 6 rows x 16 tokens
- * register tiles, the decode fp8_decode32's (code 2i of a 32-code step at
- * i, 2i + 1 at 16 + i) times the scale. */
-#define MT_TR 6
-#define MT_TV 2
-#define MT_POS(q) ((q) & 1 ? 16 + (q) / 2 : (q) / 2)
-#define mt_tr dsattn_tr8_256
-AI void mt_decode32(const uint8_t *w, __m256 s, float *o)
+/* ---- From 12 tokens: a small GEMM (decoded row panels x tokens in lanes) ----
+ * The one-row form above reloads each token's x for every row and keeps one
+ * FMA chain per (row, token).  From MT_MIN tokens, with finite codes and
+ * block scales whose 256 s is finite (dsattn_pgemm_cheap), the rows are
+ * multiplied as pgemm.h's prefill tiles multiply them, turned for a few
+ * tokens: the tokens sit in the lanes (16, zero-padded, packed k-major once
+ * per group of up to MT_BLKR rows and k slice of MT_KC, in fp8_decode32's
+ * order: code 2i of a 32-code step at i, 2i + 1 at 16 + i), and each weight
+ * value is broadcast from a small row-major buffer into which a panel of up
+ * to MT_RP rows is decoded per slice, (e4m3 / 256) * (256 s): the exact
+ * dequantised value, no transpose.  simd_avx2.h's 6 x 16 register tile
+ * (12 accumulators) runs over the panel, so each decoded value serves two
+ * FMAs; the next panel's slice is prefetched while one is multiplied (at
+ * 12+ tokens a weight byte serves 24+ FLOPs, far from the memory bound, so
+ * the panels need no front-to-back block stream).  At 8 tokens each value
+ * would serve one FMA and its decode (vcvtph2ps and the fp32 stores) costs
+ * as much: the one-row form stays below MT_MIN.  Each output is one fp32
+ * FMA chain over k (slices in order, a step's codes in the decode's order)
+ * whatever the row's panel or the call's rows, so the result does not
+ * depend on how a caller cuts the rows; it differs from the one-row form's
+ * by summation order only (tests/test_kernels.c bounds both against the
+ * scalar reference).  The AVX-512 table keeps its 2-row form: there 16
+ * tokens fill one vector, each value serves one FMA, and this form measured
+ * no faster (docs/benchmarks.md, 2026-12-05 03:15). */
+#define MT_MIN 12                  /* tokens from which the tiles run */
+#define MT_KC 256                  /* k slice */
+#define MT_TG 16                   /* tokens per group */
+#define MT_RP 12                   /* rows per decoded panel */
+#define MT_WLD (MT_KC + 16)        /* decoded row stride: rows apart in L1 sets */
+#define MT_BLKR 192                /* rows per group of rows */
+
+/* tokens [0, nt) of x (nt <= 16), k [k0, k0 + kc) -> xs[k' * MT_TG + t], k'
+ * where fp8_decode32 puts code k; tokens nt..15 zero */
+AI void mt_pack_x(const float *x, size_t ldx, size_t nt, size_t k0, size_t kc, float *xs)
 {
-    __m256 v[4];
-    __m256i nanv;
-    fp8_decode32(_mm256_loadu_si256((const __m256i *)w), v, &nanv, 0);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + 8 * j, _mm256_mul_ps(v[j], s));
+    for (size_t tb = 0; tb < MT_TG; tb += 8)
+        for (size_t c = 0; c < kc; c += 8) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (size_t i = 0; i < 8; i++)
+                r[i] = tb + i < nt ? _mm256_loadu_ps(x + (tb + i) * ldx + k0 + c)
+                                   : _mm256_setzero_ps();
+            dsattn_tr8_256(r);
+            const size_t base = c & ~(size_t)31, kk = c & 31;
+#pragma GCC unroll 8
+            for (size_t j = 0; j < 8; j++) {
+                const size_t q = kk + j;
+                _mm256_storeu_ps(xs + (base + (q & 1 ? 16 + q / 2 : q / 2)) * MT_TG + tb, r[j]);
+            }
+        }
 }
-#include "gemv_fp8mt_tmpl.h"
+
+/* R rows (row r at w + r * k, its block scales at sc[r]; bs % 32 == 0)
+ * codes [k0, k0 + kc) -> wd[r * MT_WLD + k'] */
+AI void mt_decode(const uint8_t *w, size_t k, const float *const *sc, size_t bs, size_t k0,
+                  size_t kc, size_t R, float *wd)
+{
+    uint32_t bi[MT_KC / 32];                  /* each step's scale block */
+    for (size_t c = 0; c < kc; c += 32) bi[c / 32] = (uint32_t)((k0 + c) / bs);
+    for (size_t r = 0; r < R; r++) {
+        const uint8_t *wr = w + r * k + k0;
+        float *o = wd + r * MT_WLD;
+        for (size_t c = 0; c < kc; c += 32) {
+            const __m256 s = _mm256_set1_ps(256.0f * sc[r][bi[c / 32]]);
+            __m256 v[4];
+            __m256i nanv;
+            fp8_decode32(_mm256_loadu_si256((const __m256i *)(wr + c)), v, &nanv, 0);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) _mm256_storeu_ps(o + c + 8 * j, _mm256_mul_ps(v[j], s));
+        }
+    }
+}
+
+/* n <= 6 decoded rows x 16 tokens over kc: c[r * MT_TG + t] (+)= sum */
+AI void mt_tile(const float *wd, const float *xs, size_t kc, const int n, float *c, int first)
+{
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < n; r++) {
+        acc[r][0] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + (size_t)r * MT_TG);
+        acc[r][1] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + (size_t)r * MT_TG + 8);
+    }
+    dsattn_acc6x16_fma_256(acc, n, wd, 1, MT_WLD, xs, MT_TG, kc, 0);
+    dsattn_acc6x16_store_256(acc, n, c, MT_TG);
+}
+
+/* A panel's R <= 12 rows as two tiles of up to 6, the row count a constant
+ * in each; noinline: inlined into the driver, the decode's constants took
+ * registers and an accumulator went to memory. */
+static __attribute__((noinline)) void mt_panel(const float *wd, const float *xs, size_t kc,
+                                               size_t R, float *c, int first)
+{
+    for (size_t r0 = 0; r0 < R;) {
+        const size_t n = R - r0 > 6 ? (R - r0 + 1) / 2 : R - r0;    /* 12 -> 6 + 6, 11 -> 6 + 5 */
+        const float *w = wd + r0 * MT_WLD;
+        float *o = c + r0 * MT_TG;
+        switch (n) {
+#define MT_CASE(m) case m: mt_tile(w, xs, kc, m, o, first); break;
+        MT_CASE(6) MT_CASE(5) MT_CASE(4) MT_CASE(3) MT_CASE(2)
+#undef MT_CASE
+        default: mt_tile(w, xs, kc, 1, o, first); break;
+        }
+        r0 += n;
+    }
+}
+
+/* Does the tiled form take this call? */
+static int mt_ok(const float *scale, size_t bs, size_t ldsc, size_t m, size_t rows, size_t k,
+                 int finite)
+{
+    if (!finite || m < MT_MIN || k == 0 || k % 32 || bs == 0 || bs % 32) return 0;
+    for (size_t sr = 0; sr * bs < rows; sr++) {
+        const float *sc = scale + sr * ldsc;
+        if (!dsattn_pgemm_cheap(&sc, 1, k, bs, 1)) return 0;
+    }
+    return 1;
+}
+
+static void gemv_fp8_mt(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                        const float *x, size_t ldx, size_t m, float *y, size_t ldy,
+                        size_t rows, size_t k)
+{
+    float xs[MT_KC * MT_TG] A32;
+    float wd[MT_RP * MT_WLD] A32;
+    float cb[MT_BLKR * MT_TG] A32;
+    for (size_t t0 = 0; t0 < m; t0 += MT_TG) {
+        const size_t nt = m - t0 < MT_TG ? m - t0 : MT_TG;
+        for (size_t b0 = 0; b0 < rows; b0 += MT_BLKR) {
+            const size_t nb = rows - b0 < MT_BLKR ? rows - b0 : MT_BLKR;
+            const size_t np = (nb + MT_RP - 1) / MT_RP;          /* panels, as even as can be */
+            for (size_t k0 = 0; k0 < k; k0 += MT_KC) {
+                const size_t kc = k - k0 < MT_KC ? k - k0 : MT_KC;
+                mt_pack_x(x + t0 * ldx, ldx, nt, k0, kc, xs);
+                for (size_t p = 0, p0 = 0; p < np; p++) {
+                    const size_t R = (nb - p0) / (np - p) + ((nb - p0) % (np - p) != 0);
+                    const float *sc[MT_RP];
+                    for (size_t r = 0; r < R; r++) sc[r] = scale + (b0 + p0 + r) / bs * ldsc;
+                    mt_decode(W + (b0 + p0) * k, k, sc, bs, k0, kc, R, wd);
+                    /* the next panel's slice (or the next slice's first panel);
+                     * past the call's rows too (a prefetch never faults) */
+                    const uint8_t *nx = p + 1 < np ? W + (b0 + p0 + R) * k + k0
+                                                   : W + b0 * k + k0 + MT_KC;
+                    for (size_t r = 0; r < MT_RP; r++)
+                        for (size_t c = 0; c < kc; c += 64)
+                            _mm_prefetch((const char *)(nx + r * k + c), _MM_HINT_T0);
+                    mt_panel(wd, xs, kc, R, cb + p0 * MT_TG, k0 == 0);
+                    p0 += R;
+                }
+            }
+            for (size_t t = 0; t < nt; t++)
+                for (size_t r = 0; r < nb; r++) y[(t0 + t) * ldy + b0 + r] = cb[r * MT_TG + t];
+        }
+    }
+}
+
 
 /* sh: the exponent-shift decode where every token of the pass takes it
  * (x and x * scale finite), else the fp16 decode for the pass. */
