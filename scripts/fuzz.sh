@@ -13,7 +13,7 @@ for f in tests/fuzz/*.c; do targets+=("$(basename "$f" .c)"); done
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"
 for n in "${targets[@]}"; do
   corpus="tests/fuzz/corpus/$n"
-  work="/tmp/dsattn-fuzz-$n"
+  work="${TMPDIR:-/tmp}/dsattn-fuzz-$n"   # kept: the corpus grows across runs
   mkdir -p "$work"
   [ -d "$corpus" ] || corpus=""
   echo "fuzz: $n for ${secs}s"

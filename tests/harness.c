@@ -4,6 +4,11 @@
  *   dsattn_test --suite NAME    one suite (ctest runs one per entry)
  *   dsattn_test -p SUBSTR       tests whose "suite.name" contains SUBSTR
  *   dsattn_test --list          list tests
+ *
+ * Scratch files live in one directory per process (dsattn_test_tmpdir),
+ * removed when the runner ends.  With DSATTN_TEST_TMP_CHECK=1 (ctest sets
+ * it, with a $TMPDIR of the suite's own) the runner also fails when the
+ * tests, or the CLI they start, left anything else in $TMPDIR.
  */
 #include "harness.h"
 #include "internal.h"
@@ -11,9 +16,14 @@
 
 #include "blas.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct { const char *suite, *name; dsattn_test_fn fn; } test_entry;
 
@@ -128,6 +138,134 @@ const char *dsattn_test_data(const char *rel)
     return buf;
 }
 
+/* ==== Scratch files ===================================================== */
+
+static char tmp_dir[512];
+static pid_t tmp_owner;
+static int tmp_left;
+
+static const char *tmp_root(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && t[0] ? t : "/tmp";
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st; (void)flag; (void)f;
+    if (remove(path) != 0) tmp_left++;
+    return 0;
+}
+
+int dsattn_test_tmp_cleanup(void)
+{
+    if (!tmp_dir[0] || tmp_owner != getpid()) return 0;
+    tmp_left = 0;
+    if (nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) tmp_left++;
+    tmp_dir[0] = '\0';
+    return tmp_left;
+}
+
+static void tmp_atexit(void) { (void)dsattn_test_tmp_cleanup(); }
+
+const char *dsattn_test_tmpdir(void)
+{
+    static int registered;
+    if (tmp_dir[0]) return tmp_dir;      /* a forked child shares its parent's */
+    int w = snprintf(tmp_dir, sizeof tmp_dir, "%s/dsattn_test_XXXXXX", tmp_root());
+    if (w < 0 || (size_t)w >= sizeof tmp_dir || !mkdtemp(tmp_dir)) {
+        dsattn_test_fail(__FILE__, __LINE__, "cannot make a scratch directory under %s: %s",
+                         tmp_root(), strerror(errno));
+        tmp_dir[0] = '\0';
+        return NULL;
+    }
+    tmp_owner = getpid();
+    if (!registered) registered = !atexit(tmp_atexit);
+    return tmp_dir;
+}
+
+char *dsattn_test_tmp(char *buf, size_t n, const char *fmt, ...)
+{
+    if (n) buf[0] = '\0';                 /* a failed call leaves "" (fopen fails) */
+    const char *d = dsattn_test_tmpdir();
+    if (!d) return NULL;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int w2 = w < 0 || (size_t)w >= sizeof name ? -1 : snprintf(buf, n, "%s/%s", d, name);
+    if (w2 < 0 || (size_t)w2 >= n) {
+        if (n) buf[0] = '\0';
+        dsattn_test_fail(__FILE__, __LINE__, "scratch path for \"%s\" does not fit %zu bytes",
+                         fmt, n);
+        return NULL;
+    }
+    return buf;
+}
+
+/* The names in directory d (sorted, NULL-terminated; NULL when d cannot
+ * be read), for the $TMPDIR check. */
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char **dir_names(const char *d)
+{
+    DIR *dir = opendir(d);
+    if (!dir) return NULL;
+    size_t n = 0, cap = 16;
+    char **v = malloc(cap * sizeof *v);
+    for (struct dirent *e; v && (e = readdir(dir));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (n + 1 == cap) {
+            char **nv = realloc(v, 2 * cap * sizeof *v);
+            if (!nv) break;
+            v = nv;
+            cap *= 2;
+        }
+        if (!(v[n] = strdup(e->d_name))) break;
+        n++;
+    }
+    closedir(dir);
+    if (v) { v[n] = NULL; qsort(v, n, sizeof *v, cmp_str); }
+    return v;
+}
+
+static void free_names(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++) free(v[i]);
+    free(v);
+}
+
+/* $TMPDIR itself, made if missing (with its parents). */
+static void make_root(void)
+{
+    char p[512];
+    int w = snprintf(p, sizeof p, "%s", tmp_root());
+    if (w < 0 || (size_t)w >= sizeof p) return;
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') { *s = '\0'; (void)mkdir(p, 0700); *s = '/'; }
+    (void)mkdir(p, 0700);
+}
+
+/* Entries of $TMPDIR now that were not there at the start: each one a
+ * failure line; returns their number. */
+static size_t tmp_leftovers(char **before)
+{
+    char **after = dir_names(tmp_root());
+    size_t n = 0, nb = 0;
+    while (before[nb]) nb++;
+    for (size_t i = 0; after && after[i]; i++) {
+        if (bsearch(&after[i], before, nb, sizeof *before, cmp_str)) continue;
+        fprintf(stderr, "[ FAIL ] scratch: %s/%s was left behind\n", tmp_root(), after[i]);
+        n++;
+    }
+    free_names(after);
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     /* OpenBLAS's core type, decided where the CLI decides it
@@ -141,6 +279,17 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--list")) list = 1;
         else {
             fprintf(stderr, "usage: %s [--suite NAME] [-p SUBSTR] [--list]\n", argv[0]);
+            return 2;
+        }
+    }
+    const char *chk = getenv("DSATTN_TEST_TMP_CHECK");
+    const int tmp_check = !list && chk && !strcmp(chk, "1");
+    char **tmp_before = NULL;
+    if (tmp_check) {
+        make_root();
+        tmp_before = dir_names(tmp_root());
+        if (!tmp_before) {
+            fprintf(stderr, "cannot read TMPDIR %s\n", tmp_root());
             return 2;
         }
     }
@@ -171,6 +320,14 @@ int main(int argc, char **argv)
         if (dsattn_ctx_create(&c, NULL) == DSATTN_OK)
             printf("kernel table: %s\n", dsattn_ctx_isa_name(c));
         dsattn_ctx_destroy(c);
+    }
+    if (dsattn_test_tmp_cleanup()) {
+        fprintf(stderr, "[ FAIL ] scratch: the scratch directory could not be removed\n");
+        failed++;
+    }
+    if (tmp_check) {
+        failed += tmp_leftovers(tmp_before);
+        free_names(tmp_before);
     }
     printf("%zu passed, %zu failed, %zu skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;

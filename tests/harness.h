@@ -117,4 +117,23 @@ static inline float dsattn_rng_normal(dsattn_rng *r)
 /* Path of a file under tests/data. */
 const char *dsattn_test_data(const char *rel);
 
+/* Room for a scratch path (the buffers given to dsattn_test_tmp). */
+#define DSATTN_TEST_PATH 1024
+
+/* Scratch files.  Every file or directory a test writes goes under
+ * dsattn_test_tmpdir(): a directory of this process's own, made (mode 0700,
+ * mkdtemp) on first use under $TMPDIR, else /tmp, and removed with all it
+ * holds when the runner ends - by the process that made it only, so a
+ * forked child never removes its parent's files.  NULL, after a failed
+ * check, when it cannot be made. */
+const char *dsattn_test_tmpdir(void);
+/* "<tmpdir>/<name>", name formatted from fmt, into buf[n]; returns buf, or
+ * NULL after a failed check (no directory, or the path does not fit). */
+char *dsattn_test_tmp(char *buf, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Remove the scratch directory now (the runner does it at its end); the
+ * next dsattn_test_tmpdir() makes a new one.  Returns the number of
+ * entries that could not be removed. */
+int dsattn_test_tmp_cleanup(void);
+
 #endif /* DSATTN_HARNESS_H */

@@ -349,8 +349,8 @@ static void decode_case(const gen *g, const char *dir)
  * GQA with 2 KV heads (v 1) */
 static dsattn_mha *mha_model(int v)
 {
-    char err[256] = "", path[128], j[512];
-    snprintf(path, sizeof path, "/tmp/dsattn_test_alloc_%d_mha%d.json", (int)getpid(), v);
+    char err[256] = "", path[DSATTN_TEST_PATH], j[512];
+    dsattn_test_tmp(path, sizeof path, "dsattn_test_alloc_mha%d.json", v);
     snprintf(j, sizeof j,
              "{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 2,"
              " \"num_attention_heads\": 4, \"num_key_value_heads\": %d,"

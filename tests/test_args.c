@@ -88,8 +88,8 @@ DSATTN_TEST(args, ctx_family)
 
 DSATTN_TEST(args, mha_family)
 {
-    char err[256] = "", path[128];
-    snprintf(path, sizeof path, "/tmp/dsattn_test_args_%d_mha.json", (int)getpid());
+    char err[256] = "", path[DSATTN_TEST_PATH];
+    dsattn_test_tmp(path, sizeof path, "dsattn_test_args_mha.json");
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
     if (!f) return;

@@ -49,8 +49,8 @@ static dsattn_mla *load_model(const char *gen, int fp8)
     case_paths(gen, cfg, w);
     dsattn_status st;
     if (fp8) {
-        char path[128];
-        snprintf(path, sizeof path, "/tmp/dsattn_test_batch_mla_%d_%s.json", (int)getpid(), gen);
+        char path[DSATTN_TEST_PATH];
+        dsattn_test_tmp(path, sizeof path, "dsattn_test_batch_mla_%s.json", gen);
         FILE *f = fopen(path, "w");
         if (!f) { CHECK_MSG(0, "cannot write %s", path); return NULL; }
         fprintf(f, "{\"model_type\": \"deepseek_%s\", \"dim\": 256, \"n_layers\": 2, "

@@ -25,8 +25,8 @@
  * and Reindex layers and one SWA layer (11) in the decoder. */
 static const char *write_cfg(const char *tag, int ratio_dec_src)
 {
-    static char path[256];
-    snprintf(path, sizeof path, "/tmp/dsattn_ced_%s_%d.json", tag, (int)getpid());
+    static char path[DSATTN_TEST_PATH];
+    dsattn_test_tmp(path, sizeof path, "dsattn_ced_%s.json", tag);
     FILE *f = fopen(path, "w");
     if (!f) return NULL;
     fprintf(f,
@@ -377,10 +377,10 @@ DSATTN_TEST(ced, cli_run_ced_writes_the_same_decode_outputs)
     const char *cli = DSATTN_CLI_PATH;
     char cfg[1024];
     snprintf(cfg, sizeof cfg, "%s", dsattn_test_data("golden/v41/tiny-seed0/config.json"));
-    char o[3][128];
+    char o[3][DSATTN_TEST_PATH];
     const char *mode[3] = { "off", "exact", "bounded" };
     for (int k = 0; k < 3; k++) {
-        snprintf(o[k], sizeof o[k], "/tmp/dsattn_test_ced_%s_%d.st", mode[k], (int)getpid());
+        dsattn_test_tmp(o[k], sizeof o[k], "dsattn_test_ced_%s.st", mode[k]);
         CHECK_EQ_INT(sh("'%s' run --config '%s' --bf16 --prefill 60 --decode 3 --threads 1 "
                         "--mode reference --ced %s --out '%s' >/dev/null 2>&1",
                         cli, cfg, mode[k], o[k]), 0);

@@ -75,7 +75,8 @@ DSATTN_TEST(cli, parser_accepts_and_refuses)
  * in err. */
 static int run_cli_to(char *const *argv, char *err, size_t errlen, int with_stdout)
 {
-    char path[] = "/tmp/dsattn_test_cli_XXXXXX";
+    char path[DSATTN_TEST_PATH];
+    if (!dsattn_test_tmp(path, sizeof path, "dsattn_test_cli_XXXXXX")) return -1;
     int fd = mkstemp(path);
     if (fd < 0) return -1;
     pid_t pid = fork();
@@ -162,8 +163,8 @@ DSATTN_TEST(cli, unknown_isa_is_refused)
 /* A tiny llama (GQA) config in the test's scratch file. */
 static const char *tiny_llama(void)
 {
-    static char path[64];
-    snprintf(path, sizeof path, "/tmp/dsattn_test_cli_llama_%d.json", (int)getpid());
+    static char path[DSATTN_TEST_PATH];
+    dsattn_test_tmp(path, sizeof path, "dsattn_test_cli_llama.json");
     FILE *f = fopen(path, "w");
     if (!f) return NULL;
     fprintf(f, "{\"model_type\": \"llama\", \"hidden_size\": 128, \"num_hidden_layers\": 3,\n"
@@ -213,8 +214,8 @@ static const struct { const char *name, *config; size_t dim; } run_gens[] = {
 
 DSATTN_TEST(cli, run_every_generation)
 {
-    char out[128], err[4096];
-    snprintf(out, sizeof out, "/tmp/dsattn_test_cli_run_%d.st", (int)getpid());
+    char out[DSATTN_TEST_PATH], err[4096];
+    dsattn_test_tmp(out, sizeof out, "dsattn_test_cli_run.st");
     for (size_t g = 0; g < sizeof run_gens / sizeof run_gens[0]; g++) {
         const char *cfg = run_gens[g].config ? dsattn_test_data(run_gens[g].config) : tiny_llama();
         const char *args[] = { "--config", cfg, "--bf16", "--prefill", "6", "--decode", "2",
@@ -265,11 +266,12 @@ DSATTN_TEST(cli, run_out_is_reproducible)
     const char *gens[] = { "golden/v3/tiny-seed0/config.json", "golden/v41/tiny-seed0/config.json",
                            NULL };
     for (int g = 0; gens[g]; g++) {
-        char a[128], b[128], c[128], d[128], err[4096];
-        snprintf(a, sizeof a, "/tmp/dsattn_test_cli_a_%d.st", (int)getpid());
-        snprintf(b, sizeof b, "/tmp/dsattn_test_cli_b_%d.st", (int)getpid());
-        snprintf(c, sizeof c, "/tmp/dsattn_test_cli_c_%d.st", (int)getpid());
-        snprintf(d, sizeof d, "/tmp/dsattn_test_cli_d_%d.st", (int)getpid());
+        char a[DSATTN_TEST_PATH], b[DSATTN_TEST_PATH], c[DSATTN_TEST_PATH], d[DSATTN_TEST_PATH];
+        char err[4096];
+        dsattn_test_tmp(a, sizeof a, "dsattn_test_cli_a.st");
+        dsattn_test_tmp(b, sizeof b, "dsattn_test_cli_b.st");
+        dsattn_test_tmp(c, sizeof c, "dsattn_test_cli_c.st");
+        dsattn_test_tmp(d, sizeof d, "dsattn_test_cli_d.st");
         const char *cfg = dsattn_test_data(gens[g]);
         for (int rep = 0; rep < 2; rep++) {
             const char *args[] = { "--config", cfg, "--bf16", "--prefill", "8", "--decode", "4",
@@ -283,7 +285,7 @@ DSATTN_TEST(cli, run_out_is_reproducible)
         const char *seed2[] = { "--config", cfg, "--bf16", "--prefill", "8", "--decode", "4",
                                 "--seed", "2", "--mode", "reference", "--out", d, NULL };
         CHECK_EQ_INT(run_cmd(seed2, err, sizeof err), 0);
-        char cmd[600];
+        char cmd[2 * DSATTN_TEST_PATH + 32];
         snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
         CHECK_MSG(system(cmd) == 0, "%s: two identical runs wrote different files", gens[g]);
         static float va[4 * 256], vc[2 * 256], vd[4 * 256];
@@ -311,9 +313,12 @@ DSATTN_TEST(cli, run_batch)
         int rc = run_cmd(args, err, sizeof err);
         CHECK_MSG(rc == 0, "%s: exit %d: %s", cfgs[g], rc, err);
     }
+    char never[DSATTN_TEST_PATH];
+    dsattn_test_tmp(never, sizeof never, "dsattn_test_cli_never.ses");
     const char *save[] = { "--config", dsattn_test_data("golden/v41/tiny-seed0/config.json"),
-                           "--batch", "2", "--save", "/tmp/dsattn_test_cli_never.ses", NULL };
+                           "--batch", "2", "--save", never, NULL };
     CHECK_EQ_INT(run_cmd(save, err, sizeof err), 2);
+    CHECK(access(never, F_OK) != 0);              /* refused before writing */
     const char *zero[] = { "--batch", "0", NULL };
     CHECK_EQ_INT(run_cmd(zero, err, sizeof err), 2);
 }
@@ -344,8 +349,8 @@ static void bench_weights_refusals(const char *mode, const char *model, const ch
  * --weights; a missing checkpoint is an error naming it, before any table. */
 DSATTN_TEST(cli, bench_mha_weights)
 {
-    char err[8192], dir[80];
-    snprintf(dir, sizeof dir, "/tmp/dsattn_test_cli_mhaw_%d", (int)getpid());
+    char err[8192], dir[DSATTN_TEST_PATH];
+    dsattn_test_tmp(dir, sizeof dir, "dsattn_test_cli_mhaw");
     const char *cfg = tiny_llama();
     CHECK(cfg != NULL);
     char *mk[] = { "dsattn", "make-weights", "--config", (char *)cfg, "--seed", "3", "--names",
@@ -378,9 +383,9 @@ DSATTN_TEST(cli, bench_mha_weights)
  * table. */
 DSATTN_TEST(cli, bench_mla_weights)
 {
-    char err[8192], dir[80], cfg[80];
-    snprintf(dir, sizeof dir, "/tmp/dsattn_test_cli_mlaw_%d", (int)getpid());
-    snprintf(cfg, sizeof cfg, "/tmp/dsattn_test_cli_v32_%d.json", (int)getpid());
+    char err[8192], dir[DSATTN_TEST_PATH], cfg[DSATTN_TEST_PATH];
+    dsattn_test_tmp(dir, sizeof dir, "dsattn_test_cli_mlaw");
+    dsattn_test_tmp(cfg, sizeof cfg, "dsattn_test_cli_v32.json");
     FILE *f = fopen(cfg, "w");
     CHECK(f != NULL);
     if (!f) return;
@@ -438,10 +443,10 @@ DSATTN_TEST(cli, bench_v4_weights)
 DSATTN_TEST(cli, run_weights_fits_the_memory)
 {
     static char out[16384];
-    char cfg[80], dir[2][80];
+    char cfg[DSATTN_TEST_PATH], dir[2][DSATTN_TEST_PATH];
     for (int g = 0; g < 2; g++) {
-        snprintf(cfg, sizeof cfg, "/tmp/dsattn_test_cli_fit_%d.json", (int)getpid());
-        snprintf(dir[g], sizeof dir[g], "/tmp/dsattn_test_cli_fit_%d_%d", (int)getpid(), g);
+        dsattn_test_tmp(cfg, sizeof cfg, "dsattn_test_cli_fit.json");
+        dsattn_test_tmp(dir[g], sizeof dir[g], "dsattn_test_cli_fit_%d", g);
         FILE *f = fopen(cfg, "w");
         CHECK(f != NULL);
         if (!f) return;
@@ -474,7 +479,7 @@ DSATTN_TEST(cli, run_weights_fits_the_memory)
     CHECK_MSG(!strstr(out, "note:") && strstr(out, " 6 of 6 layers"), "%s", out);
     unsetenv("DSATTN_RUN_MEM_AVAILABLE");
     for (int g = 0; g < 2; g++) {
-        char rm[200];
+        char rm[sizeof dir + 32];
         snprintf(rm, sizeof rm, "rm -rf '%s'", dir[g]);
         CHECK_EQ_INT(system(rm), 0);
     }

@@ -71,7 +71,7 @@ static float *tensor_f32(const dsattn_st_file *f, const char *name, size_t *n)
 static dsattn_st_file *run_trace(const char *gen, dsattn_mode mode, int naive, char *path,
                                  size_t pathlen)
 {
-    snprintf(path, pathlen, "/tmp/dsattn_golden_mla_XXXXXX");
+    if (!dsattn_test_tmp(path, pathlen, "dsattn_golden_mla_XXXXXX")) return NULL;
     int fd = mkstemp(path);
     if (fd < 0) { CHECK_MSG(0, "mkstemp failed"); return NULL; }
     close(fd);

@@ -26,8 +26,8 @@
 static char *trace_to_temp(dsattn_mode mode, int defined_empty)
 {
     static int n;
-    char *path = malloc(256);
-    snprintf(path, 256, "/tmp/dsattn_test_v4_%d_%d.safetensors", (int)getpid(), n++);
+    char *path = malloc(DSATTN_TEST_PATH);
+    dsattn_test_tmp(path, DSATTN_TEST_PATH, "dsattn_test_v4_%d.safetensors", n++);
     dsattn_trace_opts o;
     memset(&o, 0, sizeof o);
     o.mode = mode;

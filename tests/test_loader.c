@@ -29,18 +29,18 @@
 static const char *gold(const char *rel) { return dsattn_test_data(rel); }
 
 /* A fresh scratch folder per test. */
-static char tdir[256];
+static char tdir[DSATTN_TEST_PATH];
 static const char *scratch(const char *tag)
 {
-    snprintf(tdir, sizeof tdir, "/tmp/dsattn_test_loader_%d_%s", (int)getpid(), tag);
-    char cmd[700];
+    dsattn_test_tmp(tdir, sizeof tdir, "dsattn_test_loader_%s", tag);
+    char cmd[2 * DSATTN_TEST_PATH + 64];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", tdir, tdir);
     if (system(cmd) != 0) dsattn_test_fail(__FILE__, __LINE__, "cannot create %s", tdir);
     return tdir;
 }
 static void cleanup(void)
 {
-    char cmd[700];
+    char cmd[2 * DSATTN_TEST_PATH + 64];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tdir);
     if (system(cmd) != 0) { /* best effort */ }
 }
@@ -580,7 +580,7 @@ static const char *fp8_ready(const char *src, char *out, size_t outlen)
             cJSON_ReplaceItemInObjectCaseSensitive(root, keys[i], cJSON_CreateNumber(128));
     char *txt = cJSON_Print(root);
     cJSON_Delete(root);
-    snprintf(out, outlen, "/tmp/dsattn_test_loader_%d_fp8cfg.json", (int)getpid());
+    dsattn_test_tmp(out, outlen, "dsattn_test_loader_fp8cfg.json");
     FILE *f = fopen(out, "w");
     if (f && txt) fputs(txt, f);
     if (f) fclose(f);
@@ -592,7 +592,7 @@ DSATTN_TEST(loader, make_weights_every_layout)
 {
     for (size_t k = 0; k < 4; k++) {
         dsattn_model_config c;
-        char err[700] = "", cbuf[300];
+        char err[700] = "", cbuf[DSATTN_TEST_PATH];
         const char *cfg = fp8_ready(gold(mw_cfgs[k]), cbuf, sizeof cbuf);
         CHECK_OK(dsattn_config_load(&c, cfg, err, sizeof err));
         const char *d = scratch("mw");

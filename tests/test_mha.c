@@ -23,10 +23,10 @@
 
 static const char *write_cfg(const char *tag, const char *json)
 {
-    static char path[4][256];
+    static char path[4][DSATTN_TEST_PATH];
     static int k;
     char *p = path[k++ & 3];
-    snprintf(p, 256, "/tmp/dsattn_test_mha_%d_%s.json", (int)getpid(), tag);
+    dsattn_test_tmp(p, sizeof path[0], "dsattn_test_mha_%s.json", tag);
     FILE *f = fopen(p, "w");
     if (!f) return NULL;
     fputs(json, f);

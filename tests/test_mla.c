@@ -42,10 +42,10 @@ static cfg_opts small(int dsa)
 /* Write a config.json for the options; returns the path (static buffer). */
 static const char *write_cfg(const cfg_opts *o)
 {
-    static char path[2][64];
+    static char path[2][DSATTN_TEST_PATH];
     static int k;
     k ^= 1;
-    snprintf(path[k], sizeof path[k], "/tmp/dsattn_mla_cfg_XXXXXX");
+    if (!dsattn_test_tmp(path[k], sizeof path[k], "dsattn_mla_cfg_XXXXXX")) return NULL;
     int fd = mkstemp(path[k]);
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "w");
@@ -962,8 +962,8 @@ DSATTN_TEST(mla, fp8_latent_cache_close_to_bf16)
 DSATTN_TEST(mla, odd_shapes_bf16_fast_matches_reference)
 {
     for (int dsa = 0; dsa < 2; dsa++) {
-        char path[64];
-        snprintf(path, sizeof path, "/tmp/dsattn_mla_odd_XXXXXX");
+        char path[DSATTN_TEST_PATH];
+        if (!dsattn_test_tmp(path, sizeof path, "dsattn_mla_odd_XXXXXX")) continue;
         int fd = mkstemp(path);
         if (fd < 0) continue;
         FILE *f = fdopen(fd, "w");
@@ -1146,7 +1146,8 @@ DSATTN_TEST(mla, argument_errors)
     }
     dsattn_mla_destroy(m2);
     {
-        const char *p = "/tmp/dsattn_mla_badcfg.json";
+        char p[DSATTN_TEST_PATH];
+        dsattn_test_tmp(p, sizeof p, "dsattn_mla_badcfg.json");
         FILE *f = fopen(p, "w");
         if (f) {
             fprintf(f, "{\"model_type\": \"deepseek_v32\", \"dim\": 256, \"n_layers\": 1, \"n_heads\": 4,"
@@ -1232,7 +1233,8 @@ DSATTN_TEST(mla, layer_subset_sequence_equals_whole_on_its_layers)
             /* the session keeps the range and the bytes */
             if (mode == 1) {
                 char err[512] = "";
-                const char *path = "/tmp/dsattn_test_mla_subset.dsess";
+                char path[DSATTN_TEST_PATH];
+                dsattn_test_tmp(path, sizeof path, "dsattn_test_mla_subset.dsess");
                 CHECK_OK(dsattn_mla_seq_save(p, path, err, sizeof err));
                 dsattn_mla_seq *q = NULL;
                 CHECK_MSG(dsattn_mla_seq_load(&q, m, path, 0, err, sizeof err) == DSATTN_OK,

@@ -11,11 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static char st_tmp[256];
+static char st_tmp[DSATTN_TEST_PATH];
 static const char *tmp_path(const char *tag)
 {
-    snprintf(st_tmp, sizeof st_tmp, "/tmp/dsattn_test_st_%d_%s.safetensors",
-             (int)getpid(), tag);
+    dsattn_test_tmp(st_tmp, sizeof st_tmp, "dsattn_test_st_%s.safetensors", tag);
     return st_tmp;
 }
 

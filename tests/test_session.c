@@ -189,8 +189,8 @@ static const gen MLA = { "mla", 256, 3, mla_model, mla_model_free, mla_seq_new, 
 static int mha_kv = 2;
 static void *mha_model(void)
 {
-    char path[256], err[512] = "";
-    snprintf(path, sizeof path, "/tmp/dsattn_test_sess_mha_%d.json", (int)getpid());
+    char path[DSATTN_TEST_PATH], err[512] = "";
+    dsattn_test_tmp(path, sizeof path, "dsattn_test_sess_mha.json");
     FILE *f = fopen(path, "w");
     if (!f) return NULL;
     fprintf(f, "{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 3,"
@@ -245,10 +245,10 @@ static const gen MHA = { "mha", 256, 3, mha_model, mha_model_free, mha_seq_new, 
 
 static const char *tmp(const char *tag)
 {
-    static char p[8][256];
+    static char p[8][DSATTN_TEST_PATH];
     static int k;
     char *o = p[k++ & 7];
-    snprintf(o, sizeof p[0], "/tmp/dsattn_test_sess_%d_%s", (int)getpid(), tag);
+    dsattn_test_tmp(o, sizeof p[0], "dsattn_test_sess_%s", tag);
     return o;
 }
 

@@ -483,8 +483,8 @@ DSATTN_TEST(v4, kv_bytes_per_token_from_the_allocation)
 static char *write_cfg(const char *json)
 {
     static int n;
-    char *p = malloc(256);
-    snprintf(p, 256, "/tmp/dsattn_test_v4cfg_%d_%d.json", (int)getpid(), n++);
+    char *p = malloc(DSATTN_TEST_PATH);
+    dsattn_test_tmp(p, DSATTN_TEST_PATH, "dsattn_test_v4cfg_%d.json", n++);
     FILE *f = fopen(p, "w");
     if (!f) { free(p); return NULL; }
     fputs(json, f);
@@ -600,9 +600,9 @@ DSATTN_TEST(v4, loads_fp8_release_checkpoint)
         " \"dtype\": \"fp8\", \"scale_fmt\": \"ue8m0\", \"compress_rope_theta\": 160000,"
         " \"compress_ratios\": [0, 4, 8, 0]}");
     if (!cfg) return;
-    char err[512] = "", d1[256], d2[256];
-    snprintf(d1, sizeof d1, "/tmp/dsattn_test_v4ck1_%d", (int)getpid());
-    snprintf(d2, sizeof d2, "/tmp/dsattn_test_v4ck2_%d", (int)getpid());
+    char err[512] = "", d1[DSATTN_TEST_PATH], d2[DSATTN_TEST_PATH];
+    dsattn_test_tmp(d1, sizeof d1, "dsattn_test_v4ck1");
+    dsattn_test_tmp(d2, sizeof d2, "dsattn_test_v4ck2");
     dsattn_model_config mc;
     dsattn_status st = dsattn_config_load(&mc, cfg, err, sizeof err);
     CHECK_MSG(st == DSATTN_OK, "config: %s", err);
@@ -641,7 +641,7 @@ DSATTN_TEST(v4, loads_fp8_release_checkpoint)
     }
     dsattn_v4_destroy(m1);
     dsattn_v4_destroy(m2);
-    char cmd[700];
+    char cmd[2 * DSATTN_TEST_PATH + 32];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", d1, d2);
     CHECK(system(cmd) == 0);
     unlink(cfg);
@@ -830,7 +830,8 @@ DSATTN_TEST(v4, layer_subset_sequence_equals_whole_on_its_layers)
         CHECK(bp.global_bytes_allocated > 0 && bp.global_bytes_allocated < bw.global_bytes_allocated);
         if (mode == 1) {                    /* the session keeps the range and the bytes */
             char err[512] = "";
-            const char *path = "/tmp/dsattn_test_v4_subset.dsess";
+            char path[DSATTN_TEST_PATH];
+            dsattn_test_tmp(path, sizeof path, "dsattn_test_v4_subset.dsess");
             CHECK_OK(dsattn_v4_seq_save(p, path, err, sizeof err));
             dsattn_v4_seq *q = NULL;
             CHECK_MSG(dsattn_v4_seq_load(&q, m, path, 0, err, sizeof err) == DSATTN_OK, "%s", err);

@@ -47,8 +47,8 @@ static double meta_noise(const dsattn_st_file *f, const char *key)
 
 static char *tmp_path(const char *tag)
 {
-    static char buf[256];
-    snprintf(buf, sizeof buf, "/tmp/dsattn_test_%s_%d.safetensors", tag, (int)getpid());
+    static char buf[DSATTN_TEST_PATH];
+    dsattn_test_tmp(buf, sizeof buf, "dsattn_test_%s.safetensors", tag);
     return buf;
 }
 
@@ -136,8 +136,8 @@ DSATTN_TEST(v41, golden_seed2_fp8_fast_within_noise_floor) { golden_fast("golden
 static const char *write_cfg(const char *tag, int dim, int topk, int cand_blocks,
                              int cand_bs, const char *dtype)
 {
-    static char path[256];
-    snprintf(path, sizeof path, "/tmp/dsattn_cfg_%s_%d.json", tag, (int)getpid());
+    static char path[DSATTN_TEST_PATH];
+    dsattn_test_tmp(path, sizeof path, "dsattn_cfg_%s.json", tag);
     FILE *f = fopen(path, "w");
     if (!f) return NULL;
     fprintf(f,
@@ -487,8 +487,8 @@ DSATTN_TEST(v41, kv_bill_is_890_bytes_at_real_size)
 
 static void bad_cfg(const char *json, dsattn_status want, const char *needle)
 {
-    char path[256], err[512] = "";
-    snprintf(path, sizeof path, "/tmp/dsattn_badcfg_%d.json", (int)getpid());
+    char path[DSATTN_TEST_PATH], err[512] = "";
+    dsattn_test_tmp(path, sizeof path, "dsattn_badcfg.json");
     FILE *f = fopen(path, "w");
     fputs(json, f);
     fclose(f);
@@ -566,8 +566,8 @@ DSATTN_TEST(v41, make_weights_single_vs_sharded_vs_hf_names_seed12)
     for (int fmt = 0; fmt < 2; fmt++) {
         float *first = NULL;
         for (int v = 0; v < 3; v++) {
-            char dir[256];
-            snprintf(dir, sizeof dir, "/tmp/dsattn_mw_%d_%d_%d", (int)getpid(), fmt, v);
+            char dir[DSATTN_TEST_PATH];
+            dsattn_test_tmp(dir, sizeof dir, "dsattn_mw_%d_%d", fmt, v);
             dsattn_mw_params p = { 12, fmt ? DSATTN_MW_FP8 : DSATTN_MW_BF16,
                                    v == 2 ? DSATTN_MW_NAMES_HF : DSATTN_MW_NAMES_INFERENCE,
                                    v == 1 ? 3 : 1, cfg };
@@ -578,7 +578,7 @@ DSATTN_TEST(v41, make_weights_single_vs_sharded_vs_hf_names_seed12)
             if (!h) continue;
             if (!first) first = h;
             else { CHECK_BITS(v == 1 ? "sharded" : "hf names", h, first, T * dim); free(h); }
-            char cmd[512];
+            char cmd[DSATTN_TEST_PATH + 32];
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
             CHECK(system(cmd) == 0);
         }
@@ -591,8 +591,8 @@ DSATTN_TEST(v41, make_weights_single_vs_sharded_vs_hf_names_seed12)
 
 static const char *write_big_cfg(void)
 {
-    static char path[256];
-    snprintf(path, sizeof path, "/tmp/dsattn_cfg_big_%d.json", (int)getpid());
+    static char path[DSATTN_TEST_PATH];
+    dsattn_test_tmp(path, sizeof path, "dsattn_cfg_big.json");
     FILE *f = fopen(path, "w");
     if (!f) return NULL;
     fprintf(f,
@@ -736,8 +736,8 @@ DSATTN_TEST(v41, fast_batched_vs_reference_statistical_gates_seed21)
  * shape is not theirs). */
 static const char *write_odd_cfg(const char *dtype)
 {
-    static char path[256];
-    snprintf(path, sizeof path, "/tmp/dsattn_cfg_odd_%s_%d.json", dtype, (int)getpid());
+    static char path[DSATTN_TEST_PATH];
+    dsattn_test_tmp(path, sizeof path, "dsattn_cfg_odd_%s.json", dtype);
     FILE *f = fopen(path, "w");
     if (!f) return NULL;
     fprintf(f,

@@ -2,7 +2,7 @@
  * labelled bench that `dsattn` with no arguments prints after the bill.
  *
  * Each mode decodes ONE attention layer at a generation's real dimensions
- * (a one-layer copy of the published config written to /tmp, random
+ * (a one-layer copy of the published config in a temporary file, random
  * weights in the format the model ships) over a cache filled synthetically
  * to each depth (*_seq_fill_synthetic: random valid entries, as the output
  * says), llama-bench style: --model, --depth, --threads and --reps are
@@ -113,14 +113,21 @@ static cJSON *read_cfg(const char *src, int *fp8, char *err, size_t errlen)
     return j;
 }
 
-/* Write j (then freed) to /tmp/dsattn_bench_<pid>_<tag>.json, its path in
- * out[n]; non-zero, with err, when it cannot be written. */
+/* Write j (then freed) to a new temporary dsattn_bench-<tag>_XXXXXX.json
+ * (cli_util.h), its path in out[n]; non-zero, with err and no file left,
+ * when it cannot be written.  The caller removes it. */
 static int write_cfg(cJSON *j, const char *tag, char *out, size_t n, char *err, size_t errlen)
 {
-    snprintf(out, n, "/tmp/dsattn_bench_%d_%s.json", (int)getpid(), tag);
-    int wr = dsattn_cli_json_write(j, out);
+    char t[64];
+    snprintf(t, sizeof t, "bench-%s", tag);
+    int wr = dsattn_cli_tmp_file(out, n, t, ".json");
+    if (wr) {
+        snprintf(err, errlen, "cannot create a file in %s", dsattn_cli_tmp_root());
+    } else if ((wr = dsattn_cli_json_write(j, out))) {
+        snprintf(err, errlen, "cannot write %s", out);
+        remove(out);
+    }
     cJSON_Delete(j);
-    if (wr) snprintf(err, errlen, "cannot write %s", out);
     return wr;
 }
 
@@ -893,7 +900,7 @@ int dsattn_bench_short(const char *configs, int threads)
         "dsattn bench v41 | mla | v4 | mha.",
         DSATTN_BENCH_MD, 1, { "layers" }, { "layers" }, 0, "", NULL };
     int rc = 0;
-    char path[256], err[512] = "";
+    char path[256] = "", err[512] = "";
     dsattn_bench_begin(&t, dsattn_bench_isa_label());
 
     /* V4.1 sampler at 64K */

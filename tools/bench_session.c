@@ -3,8 +3,9 @@
  *
  * For each depth: a V4.1 sequence (config only, no weights: the session
  * holds caches, not weights) filled synthetically to the depth
- * (dsattn_v41_seq_fill_synthetic), saved to --dir (temporary file, fsync,
- * rename, fsync of the folder), loaded back (whole-file validation, a fresh
+ * (dsattn_v41_seq_fill_synthetic), saved to --dir (default $TMPDIR, else
+ * /tmp; the save is temporary file, fsync, rename, fsync of the folder),
+ * loaded back (whole-file validation, a fresh
  * sequence, copy), and re-saved to check the round trip is byte-identical.
  * Then `cp` of the session file, and `cp` followed by `sync FILE` (the
  * fsync a save does), both timed from here.  The file is read from the
@@ -23,6 +24,7 @@
  */
 #include "bench_util.h"
 #include "cli_num.h"
+#include "cli_util.h"
 #include "dsattn.h"
 
 #include <omp.h>
@@ -60,7 +62,7 @@ static int same_bytes(const char *a, const char *b)
 
 int dsattn_bench_session(int argc, char **argv)
 {
-    const char *cfg = "configs/deepseek-v4.1-flash.json", *dir = "/tmp", *depths = "65536,1M";
+    const char *cfg = "configs/deepseek-v4.1-flash.json", *dir = NULL, *depths = "65536,1M";
     int reps = 3, prc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -72,10 +74,11 @@ int dsattn_bench_session(int argc, char **argv)
             i++;
         } else {
             fprintf(stderr, "usage: dsattn bench session [--config FILE] [--dir DIR] "
-                            "[--depth N,N..] [--reps N] (default 65536,1M, /tmp, 3)\n");
+                            "[--depth N,N..] [--reps N] (default 65536,1M, $TMPDIR or /tmp, 3)\n");
             return 2;
         }
     }
+    if (!dir) dir = dsattn_cli_tmp_root();
     long long dv[16];
     int nd = 0;
     if ((prc = dsattn_cli_list("bench session", "--depth", depths, 1, DSATTN_BENCH_MAX_DEPTH,

@@ -25,6 +25,7 @@
  */
 #include "bench_util.h"
 #include "cli_num.h"
+#include "cli_util.h"
 #include "dsattn.h"
 #include "internal.h"
 #include "trace.h"
@@ -99,18 +100,18 @@ static double peak_rss_gb(void)
  * and cosine >= 0.99 (the tiny case's own noise floor is ~0.2 / 0.97). */
 static int verify_slice(const char *data_dir)
 {
-    char dir[2048], a[256], b[256], err[512] = "";
+    char dir[2048], a[1024] = "", b[1024] = "", err[512] = "";
     snprintf(dir, sizeof dir, "%s/golden/v41/tiny-seed2-fp8", data_dir);
-    snprintf(a, sizeof a, "/tmp/dsattn_bench_ref_%d.safetensors", (int)getpid());
-    snprintf(b, sizeof b, "/tmp/dsattn_bench_fast_%d.safetensors", (int)getpid());
+    int st = dsattn_cli_tmp_file(a, sizeof a, "bench-ref", ".safetensors") ||
+             dsattn_cli_tmp_file(b, sizeof b, "bench-fast", ".safetensors");
     dsattn_trace_opts o = { DSATTN_MODE_REFERENCE, 0, 0, 0, 0 };
-    if (dsattn_trace_case(dir, a, &o, err, sizeof err)) return -1;
+    if (!st) st = dsattn_trace_case(dir, a, &o, err, sizeof err);
     o.mode = DSATTN_MODE_FAST;
-    if (dsattn_trace_case(dir, b, &o, err, sizeof err)) return -1;
+    if (!st) st = dsattn_trace_case(dir, b, &o, err, sizeof err);
     double rel = 0, cs = 0;
-    int st = dsattn_bench_compare_out(a, b, &rel, &cs);
-    remove(a);
-    remove(b);
+    if (!st) st = dsattn_bench_compare_out(a, b, &rel, &cs);
+    if (a[0]) remove(a);
+    if (b[0]) remove(b);
     if (st) return -1;
     fprintf(stderr, "bench v41: fast vs reference on %s: out rel %.3g, cosine %.6f\n", dir, rel, cs);
     return rel <= 0.1 && cs >= 0.99 ? 0 : 1;

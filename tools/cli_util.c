@@ -1,5 +1,5 @@
-/* cli_util.c - config.json edits and synthetic inputs the subcommands
- * share (see cli_util.h). */
+/* cli_util.c - config.json edits, temporary files and synthetic inputs
+ * the subcommands share (see cli_util.h). */
 #include "cli_util.h"
 
 #include <stdio.h>
@@ -39,6 +39,22 @@ int dsattn_cli_json_write(const cJSON *j, const char *path)
     if (f && fclose(f)) ok = 0;
     free(txt);
     return ok ? 0 : -1;
+}
+
+const char *dsattn_cli_tmp_root(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && t[0] ? t : "/tmp";
+}
+
+int dsattn_cli_tmp_file(char *buf, size_t n, const char *tag, const char *suffix)
+{
+    int w = snprintf(buf, n, "%s/dsattn_%s_XXXXXX%s", dsattn_cli_tmp_root(), tag, suffix);
+    if (w < 0 || (size_t)w >= n) return -1;
+    int fd = mkstemps(buf, (int)strlen(suffix));
+    if (fd < 0) return -1;
+    close(fd);
+    return 0;
 }
 
 float *dsattn_cli_rand_bf16(size_t n, uint64_t seed, uint64_t salt)

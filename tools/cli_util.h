@@ -1,6 +1,6 @@
 /* cli_util.h - what several subcommands share beyond number parsing
  * (cli_num.h): where the shipped configs are, editing a config.json into a
- * smaller sampler model, and synthetic layer inputs.  Implemented in
+ * smaller sampler model, temporary files, and synthetic layer inputs.  Implemented in
  * tools/cli_util.c. */
 #ifndef DSATTN_CLI_UTIL_H
 #define DSATTN_CLI_UTIL_H
@@ -24,6 +24,15 @@ double dsattn_cli_json_num(const cJSON *j, const char *key, double def);
 int dsattn_cli_json_is_fp8(const cJSON *j);
 /* Print j to path; 0, or -1 when it cannot be written. */
 int dsattn_cli_json_write(const cJSON *j, const char *path);
+
+/* The folder for temporary files: $TMPDIR when set and not empty, else
+ * /tmp. */
+const char *dsattn_cli_tmp_root(void);
+/* A new empty file of this process's own there, named
+ * dsattn_<tag>_XXXXXX<suffix> (mkstemps: a name no one else has, mode
+ * 0600), its path in buf[n]; 0, or -1 when it cannot be made.  The caller
+ * writes it by that path and removes it. */
+int dsattn_cli_tmp_file(char *buf, size_t n, const char *tag, const char *suffix);
 
 /* n bf16 values uniform in about +-1.7 (unit RMS: a normalised layer
  * input), from an xorshift stream started at seed * 0x9e3779b97f4a7c15 +

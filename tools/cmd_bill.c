@@ -1065,8 +1065,9 @@ static int cmd_bill(int argc, char **argv)
         return 2;
     }
     if (!o.configs) o.configs = dsattn_cli_configs_dir();
-    char tmpl[] = "/tmp/dsattn_bill_XXXXXX";
-    o.tmpdir = mkdtemp(tmpl);
+    char tmpl[1024];
+    int tw = snprintf(tmpl, sizeof tmpl, "%s/dsattn_bill_XXXXXX", dsattn_cli_tmp_root());
+    o.tmpdir = tw > 0 && (size_t)tw < sizeof tmpl ? mkdtemp(tmpl) : NULL;
     if (!o.tmpdir) { fprintf(stderr, "dsattn bill: cannot create a temporary folder\n"); return 1; }
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.n_threads = threads;

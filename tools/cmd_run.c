@@ -320,9 +320,13 @@ static dsattn_status make_model(runner *r, const cJSON *root, const char *config
     const char *cfg = config;
     dsattn_status st;
     if (r->g != GEN_MHA && r->g != GEN_V41 && r->n_layers < r->cfg_layers) {
-        snprintf(tmp, sizeof tmp, "/tmp/dsattn_run_%d_layers.json", (int)getpid());
+        if (dsattn_cli_tmp_file(tmp, sizeof tmp, "run-layers", ".json")) {
+            snprintf(err, errlen, "cannot create a file in %s", dsattn_cli_tmp_root());
+            return DSATTN_ERR_IO;
+        }
         if (write_layers_config(root, r->g, r->n_layers, tmp)) {
             snprintf(err, errlen, "cannot write %s", tmp);
+            unlink(tmp);
             return DSATTN_ERR_IO;
         }
         cfg = tmp;

@@ -37,15 +37,22 @@ static const char *fuzz_dir(void)
     return fuzz_dir_buf;
 }
 
-/* Write data to <dir>/<name> (name must be a string literal); the path in
- * path[n].  Aborts only when the harness cannot write its own file. */
-static void fuzz_write(const char *name, const uint8_t *data, size_t size, char *path,
-                       size_t n)
+/* <dir>/<name> in path[n] (name must be a string literal), a name the exit
+ * cleanup removes. */
+static __attribute__((unused)) void fuzz_path(const char *name, char *path, size_t n)
 {
     snprintf(path, n, "%s/%s", fuzz_dir(), name);
     int known = 0;
     for (int i = 0; i < fuzz_n_files; i++) known |= !strcmp(fuzz_files[i], name);
     if (!known && fuzz_n_files < 8) fuzz_files[fuzz_n_files++] = name;
+}
+
+/* Write data to fuzz_path(name).  Aborts only when the harness cannot
+ * write its own file. */
+static __attribute__((unused)) void fuzz_write(const char *name, const uint8_t *data, size_t size, char *path,
+                       size_t n)
+{
+    fuzz_path(name, path, n);
     FILE *f = fopen(path, "wb");
     if (!f) abort();
     if (size && fwrite(data, 1, size, f) != size) abort();

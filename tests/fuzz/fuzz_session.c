@@ -17,6 +17,7 @@
  * dsattn_fuzzlib), so libFuzzer sees the session code's branches.
  */
 #include "dsattn.h"
+#include "fuzz_common.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -35,8 +36,8 @@ static dsattn_v41 *model(void)
     static int tried;
     if (tried) return m;
     tried = 1;
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/dsattn_fuzz_session_%d.json", (int)getpid());
+    char path[512];
+    fuzz_path("config.json", path, sizeof path);
     FILE *f = fopen(path, "w");
     if (!f) return NULL;
     fputs("{\"dim\": 64, \"n_layers\": 3, \"n_heads\": 2, \"head_dim\": 32, \"rope_head_dim\": 8,"
@@ -114,8 +115,8 @@ static const uint8_t *image(dsattn_v41 *m, unsigned p, size_t *len)
         cp.mode = DSATTN_MODE_REFERENCE;
         dsattn_ctx *ctx = NULL;
         dsattn_v41_seq *s = NULL;
-        char path[64], err[256];
-        snprintf(path, sizeof path, "/tmp/dsattn_fuzz_session_%d.bin", (int)getpid());
+        char path[512], err[256];
+        fuzz_path("seed.session", path, sizeof path);
         float *h = calloc(64 * 8 + 1, sizeof(float));
         for (int i = 0; h && i < 64 * 8; i++) h[i] = (float)((i * 37) % 17 - 8) / 8.0f;
         if (h && !dsattn_ctx_create(&ctx, &cp) &&
