@@ -64,7 +64,7 @@ int dsattn_check_close(const char *file, int line, const char *what,
                        double abs_tol, double rel_tol);
 #define CHECK_CLOSE(what, got, want, n, at, rt) \
     dsattn_check_close(__FILE__, __LINE__, what, got, want, n, at, rt)
-/* Bit-exact float comparison (+0 == -0 unless strict_zero). */
+/* Bit-exact float comparison, except +0 == -0 and any NaN == any NaN. */
 int dsattn_check_bits(const char *file, int line, const char *what,
                       const float *got, const float *want, size_t n);
 #define CHECK_BITS(what, got, want, n) \

@@ -2,7 +2,7 @@
  * sparse_attn_tiled) and its kernels (src/kernels/sa_kernels*.c) against
  * the scalar forms they must track.
  *
- * Kernel level: the AVX-512 row decoder equals numfmt.h's unpackers bit for
+ * Kernel level: the AVX-512 and AVX2 row decoders equal numfmt.h's unpackers bit for
  * bit (NaN codes and NaN / extreme scales included); QK and PV equal the
  * scalar table within fp32 reassociation (rel 1e-5); finish is bit-exact.
  * Driver level: fast mode vs reference mode of dsattn_sparse_attn on the
@@ -10,8 +10,9 @@
  * 1 row, rows not a multiple of the 12-key tile, heads not a multiple of
  * the 16 / 32-head register tile, -1 and out-of-range indices, all-invalid
  * rows (exact 0 from -1e30, NaN from -inf), NaN codes - with the bounds
- * stated at each check.  Under DSATTN_ISA=avx2 / ref the driver checks run
- * the kernel-table fast path instead (same bounds); the kernel checks skip.
+ * stated at each check.  Under DSATTN_ISA=ref the driver checks run the
+ * kernel-table fast path instead (same bounds); a kernel check skips where
+ * the CPU or the build lacks its table.
  */
 #include "harness.h"
 #include "internal.h"

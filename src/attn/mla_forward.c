@@ -26,9 +26,10 @@
  * one rounding; softmax e = exp(s - max), p = e / sum).  Fast mode keeps the
  * same cast points where they are free, but accumulates in fp32: the
  * absorbed attention streams the latent cache once for all heads in blocks
- * (online softmax, key ranges split over threads; with the AVX-512 table
- * the heads-in-lanes kernels of mla_kernels.h on 12-key tiles decoded once
- * for both GEMMs, otherwise sgemm for Q.K^T and P.V), prefill rows run in
+ * (online softmax, key ranges split over threads; the bf16 blocks where
+ * they apply, else where the table has an mla slot (AVX-512, AVX2) the
+ * heads-in-lanes kernels of mla_kernels.h on 12-key tiles decoded once for
+ * both GEMMs, otherwise sgemm for Q.K^T and P.V), prefill rows run in
  * parallel.
  *
  * Here: the sequence (caches, lifetime, accessors, the synthetic fill), the

@@ -1,8 +1,7 @@
 /* cpu.c - cpuid probes (x86-64) and hwcaps (aarch64): what this CPU (and OS)
  * runs.
  *
- * The only process-wide state dsattn has is the CPU's feature set, which is
- * immutable.  The kernel layer (src/kernels/dispatch.c) chooses its tables
+ * Its only state is the CPU's feature set, which is immutable.  The kernel layer (src/kernels/dispatch.c) chooses its tables
  * from these answers; src/core/blas.c asks them to pick OpenBLAS's core.
  */
 #include "cpu.h"

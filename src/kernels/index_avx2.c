@@ -422,7 +422,8 @@ AI void score_row1(const dsattn_index_vnni_q *p, const uint8_t *const *row, size
 ROW1_FN(1) ROW1_FN(2) ROW1_FN(3) ROW1_FN(4)
 #undef ROW1_FN
 
-/* Keys that all take the fp32 scaling (the common case) one at a time;
+/* Keys that all take the fp32 scaling (the common case) two at a time
+ * (score_row1);
  * otherwise the four together in the double scaling (a branch per key in
  * the block loop cost more than the double scaling of the fit ones). */
 AI void score_rows(const dsattn_index_vnni_q *p, const uint8_t *const *row, size_t dh,

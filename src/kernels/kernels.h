@@ -78,8 +78,9 @@ typedef struct dsattn_kernels {
                          const uint8_t *row, size_t d, float *out);
     /* Many rows per call: out[r*ldo + h] = q_h . deq(rows[r]), r < nr.
      * The per-row entry reloads all of q (nh*d floats; 128 KB for 64 heads
-     * at d = 512, more than L1) for every row; this one decodes up to 8
-     * rows at once and uses each loaded q vector for all of them.  rows[]
+     * at d = 512, more than L1) for every row; the AVX-512 form of this one
+     * decodes up to 8 rows at once and uses each loaded q vector for all of
+     * them (the AVX2 and NEON forms run row after row).  rows[]
      * may point anywhere (gathered top-k rows). */
     void (*mdot_fp4e4m3_rows)(const float *q, size_t ldq, size_t nh,
                               const uint8_t *const *rows, size_t nr, size_t d,
@@ -90,8 +91,9 @@ typedef struct dsattn_kernels {
     /* The P.V update of a block of rows:
      *   acc[h*ldacc + i] += sum_r p[h*ldp + r] * deq(rows[r])[i],  r < nr.
      * ref rounds once per element (double sum of acc and all products);
-     * fast reads and writes each acc element once per 8 rows instead of
-     * once per row (64 heads x 512 floats of acc do not fit L1). */
+     * the AVX-512 form reads and writes each acc element once per 8 rows
+     * instead of once per row (64 heads x 512 floats of acc do not fit L1);
+     * the AVX2 and NEON forms run row after row. */
     void (*maxpy_fp4e4m3_rows)(const float *p, size_t ldp, size_t nh,
                                const uint8_t *const *rows, size_t nr, size_t d,
                                float *acc, size_t ldacc);
@@ -132,7 +134,10 @@ typedef struct dsattn_kernels {
      *   y[t*ldy + r] = gemv_fp8 of x + t*ldx, row r, t < m, r < rows,
      * with gemv_fp8_finite's contract when finite != 0.  Each weight block is
      * decoded once for all m tokens: fp32 FMA in the table's own order,
-     * tested against m calls of the ref gemv_fp8 with gemv_fp8's bound.
+     * tested against m calls of the ref gemv_fp8 with gemv_fp8's bound -
+     * except the AVX2 table's tiled form (12+ tokens, finite codes, blocks
+     * a multiple of 32), whose outputs are each one FMA chain over all of
+     * k: its bound counts k additions.
      * NULL in the ref table: the caller loops gemv_fp8 over the tokens (and
      * a fast context without it takes the panel + sgemm path for 8+
      * tokens). */

@@ -4,16 +4,26 @@
  * (and under valgrind, which cannot run AVX-512: DSATTN_ISA=avx2).  Same
  * contract as kernels_avx512.c - fp32 FMA accumulation in its own order,
  * tested against kernels_ref.c with stated bounds, single-threaded and
- * reentrant - with simpler code: 8 lanes, 16 registers, natural element
- * order everywhere (no re-arranged x), 2 rows per GEMV step, and the same
- * next-step sequential prefetch as the AVX-512 GEMVs.
+ * reentrant - on 8 lanes and 16 registers.  The f32 / bf16 GEMVs take 4
+ * rows a step and prefetch the next step's rows (into L1 up to 16 KB
+ * ahead, else L2); the FP8 and FP4 GEMVs stream one row at a time with a
+ * cursor FP8_PF / FP4_PF bytes ahead, decoding the weights in a fixed
+ * permuted order and re-arranging x into that order once per pass
+ * (fp8_arrange_x, fp8sh_prep_x, fp4_arrange64); the multi-token FP8 GEMV
+ * takes one row x up to 8 tokens, or from 12 tokens 6 x 16 register tiles
+ * over decoded row panels with the tokens packed in the lanes (mt_pack_x).
+ * The other kernels keep the natural element order.
  *
  * Decodes (exact, see kernels_avx512.c for the reasoning):
- *  - E4M3 -> fp16 bit move (value * 2^-8), vcvtph2ps, exact * 256 later.
- *  - E2M1: a 4-byte broadcast shifted by 0, 4, ..., 28 puts nibble i at
- *    the bottom of lane i (natural order for free); vpermps looks up the
- *    3-bit magnitude (it reads only bits 0..2 here) and the sign bit is
- *    moved to bit 31 with a second variable shift and xor-ed in.
+ *  - E4M3 -> fp16 bit move (value * 2^-8), vcvtph2ps, exact * 256 later;
+ *    or (the avx2-expshift table) shifts into the fp32 exponent field.
+ *  - E2M1 in the GEMV: vpshufb of the high and low bf16 bytes of the 16
+ *    values, interleaved into words, widened to fp32 by a shift or a mask.
+ *    In the packed-row kernels (fp4x8): a 4-byte broadcast shifted by 0, 4,
+ *    ..., 28 puts nibble i at the bottom of lane i (natural order for
+ *    free); vpermps looks up the 3-bit magnitude (it reads only bits 0..2
+ *    here) and the sign bit is moved to bit 31 with a second variable shift
+ *    and xor-ed in.
  *  - UE8M0 b: bits b << 23, with b = 0 -> 2^-127 and b = 255 -> NaN.
  */
 #include "kernels.h"
@@ -181,7 +191,7 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
 /* ==== FP8 E4M3 GEMV ===================================================== */
 /* The AVX-512 design in 8 lanes.  A 32-byte load of codes is decoded as
  * 16-bit lanes: the even bytes and the odd bytes each become 16 fp16
- * numbers (4 integer ops for both, no shuffle), then four vcvtph2ps give
+ * numbers (5 integer ops for both, no shuffle), then four vcvtph2ps give
  * [even 0..14], [even 16..30], [odd 1..15], [odd 17..31].  x is arranged
  * the same way once per call and scale row, each element already times its
  * block scale, so a row is 4 FMAs per 32 codes into four partial sums (one
@@ -1115,7 +1125,7 @@ AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, si
                 _mm256_storeu_ps(out + (i - i0) + 8, _mm256_mul_ps(f1, s));
             }
         } else {
-            /* fp4_range indexes scf by (i / blk) relative to c0 */
+            /* scf is indexed by (i - c0) / blk */
             for (size_t i = c0; i < c0 + cn; i += 16) {
                 __m256 s = _mm256_set1_ps(scf[(i - c0) / blk]);
                 _mm256_storeu_ps(out + (i - i0), _mm256_mul_ps(fp4x8(row + i / 2), s));

@@ -7,10 +7,10 @@
  * 16 registers:
  *  - scores: K is key-tiled ([d][32 keys] per tile), so 32 bytes of a tile
  *    row are one dim of 16 keys; decoded once (shift: even keys, mask: odd
- *    keys) they feed 2 FMAs for each head of a batch of 4 (8 accumulators,
- *    enough to cover the FMA latency), a tile being done in two 16-key
- *    halves per batch (the tile, 8 KB at d = 128, stays in L1 between
- *    them).  Batches of 2 and 1 heads take the whole tile at once.  A
+ *    keys) they feed 2 FMAs for each head of a batch of 6 or 4 (12 or 8
+ *    accumulators, enough to cover the FMA latency), a tile being done in
+ *    two 16-key halves per batch (the tile, 8 KB at d = 128, stays in L1
+ *    between them).  Batches of 2 and 1 heads take the whole tile at once.  A
  *    partial last tile is copied into a zero-padded 32-key one first.
  *  - softmax: the scores (bf16 values after the contract's two roundings)
  *    go out as bf16 bits with streaming stores; the running max and sum of

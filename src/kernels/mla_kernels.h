@@ -36,7 +36,7 @@
  *   key j, element d  at  kt[(j / 12) * 12 * D + d * 12 + j % 12]
  * so the 12 keys of a tile are broadcast from one pointer with constant
  * displacements (QK) and so are 12 consecutive elements of one key (PV).
- * A last partial tile is zero padded (dsattn_mla_tile_rows). */
+ * A last partial tile is zero padded (the table's tile_rows / tile_bf16). */
 #define DSATTN_MLA_KT 12
 
 typedef struct dsattn_mla_kern {
@@ -85,8 +85,8 @@ typedef struct dsattn_mla_kern {
     /* fp8w_axpy of rows 0..3 in that order, one pass over acc: the same
      * bits as four fp8w_axpy calls (each element sees the same chain).
      * finite != 0 promises no NaN code in the four rows (the weight's
-     * dsattn_weight.finite); the SIMD form then decodes 32 codes a step
-     * without the NaN compare - same bits. */
+     * dsattn_weight.finite); the SIMD form then decodes 2 vectors of codes a
+     * step (32 on AVX-512, 16 on AVX2) without the NaN compare - same bits. */
     void (*fp8w_axpy4)(const uint8_t *const *w, const float *const *scale, size_t bs, size_t n,
                        const float *a, float *acc, int finite);
     /* out[k] = fp8w_dot(w[k], scale[k], ...) for rows 0..3, bit for bit,

@@ -1,5 +1,5 @@
-/* mla_tile.c - the scalar table of mla_kernels.h, the query packing and
- * the table choice.
+/* mla_tile.c - the scalar table of mla_kernels.h and the query packing
+ * (the table choice is dispatch.c's).
  *
  * Each `ref` entry is the plainest loop of its contract in fp32 (products
  * and sums in a fixed order, -ffp-contract=off), written to be read and

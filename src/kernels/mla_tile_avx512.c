@@ -9,7 +9,7 @@
  * broadcasts.  Both keep every operand stream sequential: the packed query
  * (L2) and the key tile (L1) for QK, the probabilities (L1) and the key
  * block (L2) for PV.  Softmax: elementwise over head vectors with the
- * Cephes exp of vmath_avx512.c.  FP8 codes decode through fp16 (an E4M3
+ * Cephes exp of simd_avx512.h (dsattn_exp512_ftz).  FP8 codes decode through fp16 (an E4M3
  * code s.eeee.mmm moved to fp16 s.0eeee.mmm0000000 is 2^-8 times its
  * value; x256 is exact), NaN codes (0x7f/0xff) forced to NaN, so the
  * decoded values equal numfmt.c's table bit for bit.

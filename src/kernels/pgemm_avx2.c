@@ -8,7 +8,7 @@
  * loads) for a last 8.  Only the loop order over outputs changes: each
  * output is still one FMA chain over k in increasing order, the `ref`
  * tile's, so the two are equal bit for bit (tests/test_pgemm.c).
- * pack_b and tile_fp8 (pgemm_tmpl.h, shared with the AVX-512 table)
+ * pack_b (here) and tile_fp8 (pgemm_tmpl.h, shared with the AVX-512 table)
  * transpose 8 x 8 blocks in registers; tile_fp8 decodes E4M3 by the fp16
  * bit move of kernels_avx2.c (value / 256, the x256 folded into the block
  * scale) for finite weights, times 256 with the NaN codes blended in

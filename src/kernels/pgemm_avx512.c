@@ -1,11 +1,12 @@
-/* pgemm_avx512.c - the AVX-512 table of pgemm.h (F/BW/VL/DQ only).
+/* pgemm_avx512.c - the AVX-512 tables of pgemm.h (F/BW/VL/DQ, and the
+ * bf16-dot GEMM on AVX512-BF16).
  *
  * The tile is simd_avx512.h's dsattn_tile12, the MLA score tile: 12 rows
  * x 32 tokens in 24 accumulators; per k it loads the two token vectors of
  * the packed activations and broadcasts the 12 row values of the weight
  * tile, 24 FMAs per 14 loads.  Each lane is one FMA chain over k, the `ref`
- * tile's order.  pack_b and tile_fp8 (pgemm_tmpl.h, shared with the AVX2
- * table) transpose 16 x 16 blocks in registers.
+ * tile's order.  pack_b (here) and tile_fp8 (pgemm_tmpl.h, shared with the
+ * AVX2 table) transpose 16 x 16 blocks in registers.
  */
 #include "pgemm.h"
 

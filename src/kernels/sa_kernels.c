@@ -1,6 +1,6 @@
-/* sa_kernels.c - the scalar `ref` table of sa_kernels.h and the table
- * lookup.  Plain C through numfmt.h's unpackers: the cross-check the
- * AVX-512 table is compared with, bit for bit, in tests/test_sparse_attn.c.
+/* sa_kernels.c - the scalar `ref` table of sa_kernels.h.  Plain C through
+ * numfmt.h's unpackers: the cross-check the AVX-512 and AVX2 tables are
+ * compared with, bit for bit, in tests/test_sparse_attn.c.
  * Never used by sparse_attn.c's reference mode (that one never tiles).
  */
 #include "sa_kernels.h"

@@ -1,6 +1,5 @@
 /* simd_avx2.h - small AVX2 + FMA + F16C helpers that the AVX2 kernel files
- * other than kernels_avx2.c inline into their loops (so the values stay in
- * registers): the exp of the softmaxes, the bf16 rounding of 8 lanes, the
+ * inline into their loops (so the values stay in registers): the exp of the softmaxes, the bf16 rounding of 8 lanes, the
  * exact decode of E4M3 codes, horizontal max / sum, first-n lane masks,
  * an 8 x 8 transpose and the 12-row tile store, and the 6 x 16 register
  * tile that the MLA scores and PV, the prefill GEMM and the sparse-attention
@@ -210,9 +209,10 @@ DSATTN_AVX2_AI void dsattn_store12x8_256(__m256 r[12], float *o)
  *          lane one FMA chain over k in order; pf > 0 prefetches the a of
  *          step k + pf;
  *   store: c[i*ldc + 0..15] = acc[i].
- * The MLA scores and PV (mla_tile_avx2.c), the prefill GEMM (pgemm_avx2.c)
- * and the sparse-attention QK / PV (sa_kernels_avx2.c) run on it, each
- * with its operands' strides; a tile that starts from 0 or from c unscaled
+ * The MLA scores and PV (mla_tile_avx2.c), the prefill GEMM (pgemm_avx2.c),
+ * the sparse-attention QK / PV (sa_kernels_avx2.c) and the multi-token FP8
+ * GEMV from 12 tokens (kernels_avx2.c, gemv_fp8_mt) run on it, each with
+ * its operands' strides; a tile that starts from 0 or from c unscaled
  * sets acc itself. */
 DSATTN_AVX2_AI void dsattn_acc6x16_load_256(__m256 acc[6][2], const int nr, const float *c,
                                             size_t ldc, const float *alpha)

@@ -27,7 +27,10 @@
 
 /* How a Linear treats its input before an FP8 GEMM (the reference's
  * act_quant inside linear()).  V4/V4.1: block 32 (V4.1) or 128 (V4), UE8M0
- * power-of-two scales.  V3.2: block 128, ue8m0.  V3: block 128, s = amax/448. */
+ * power-of-two scales.  V3.2: block 128, ue8m0 (a V3.2 config without
+ * scale_fmt ue8m0: amax * fp32(1/448)).  V3 (gemm_impl "bf16") quantizes no
+ * activation; AMAX_DIV, the V3 triton act_quant's amax / 448, is there for
+ * callers of dsattn_linear. */
 typedef enum {
     DSATTN_ACTQ_POW2      = 0,   /* s = 2^ceil(log2(amax/448))               */
     DSATTN_ACTQ_AMAX_MUL  = 1,   /* s = amax * fp32(1/448)                   */
