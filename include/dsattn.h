@@ -2,14 +2,17 @@
  *
  * Object model
  * ------------
- *   dsattn_ctx     threads + the kernel table (scalar reference, AVX2 or AVX-512)
- *                  and the arithmetic mode.  Owns nothing else.  A context in
+ *   dsattn_ctx     threads + the kernel table (scalar reference, AVX2, AVX-512 or
+ *                  NEON), the arithmetic mode and grow-only scratch (prefill
+ *                  Linear, batched steps): one context per thread that calls
+ *                  into dsattn at the same time.  A context in
  *                  DSATTN_MODE_REFERENCE follows the bit-reproducible arithmetic
  *                  contract of the golden cases (products accumulated in double,
  *                  rounded once; no FMA contraction; lower index wins ties).
  *                  DSATTN_MODE_FAST uses SIMD kernels that accumulate in fp32.
  *   dsattn_v41     one DeepSeek-V4.1 (CSA2) attention stack: weights (borrowed
- *                  from the caller or a mapped checkpoint), the layer plan and,
+ *                  from a mapped checkpoint, or owned: random or converted),
+ *                  the layer plan and,
  *                  per sequence, a dsattn_v41_seq holding the packed caches and
  *                  the four-slot shared attention runtime.  Two sequences of
  *                  the same stack run side by side: nothing is process-global.
@@ -19,7 +22,8 @@
  * range, a count of 0 or a position or count past the sequence's capacity
  * is DSATTN_ERR_INVALID_ARG, with nothing changed (seq_advance included:
  * a sequence never holds more tokens than its capacity).  Accessors that
- * return a number give -1 for a NULL object or a layer out of range.
+ * return a number give -1 for a NULL object or a layer out of range (those
+ * returning a size_t: 0).
  * Whoever creates an object destroys it, and destroy(NULL) is a no-op.
  * Error detail text, where offered, goes to a caller buffer (char *err,
  * size_t errlen).
@@ -97,8 +101,10 @@ const char   *dsattn_ctx_isa_name(const dsattn_ctx *ctx);
 dsattn_mode   dsattn_ctx_mode(const dsattn_ctx *ctx);
 int           dsattn_ctx_threads(const dsattn_ctx *ctx);
 /* AMX-BF16 tiles (fast mode, avx512 table, where the CPU and OS offer
- * them; $DSATTN_AMX=0 turns them off at creation).  Today they run the V3
- * absorbed attention over the bf16 latent cache.  set_amx(ctx, 0) turns
+ * them; $DSATTN_AMX=0 turns them off at creation).  They run the V3
+ * absorbed attention over the bf16 latent cache, the V3.2 indexer's logits,
+ * the V4 / V4.1 sparse attention and the prefill Linear, on operands that
+ * are bf16 numbers.  set_amx(ctx, 0) turns
  * them off, set_amx(ctx, 1) on where possible; both return the new state. */
 int           dsattn_ctx_amx(const dsattn_ctx *ctx);
 int           dsattn_ctx_set_amx(dsattn_ctx *ctx, int on);
@@ -251,8 +257,10 @@ typedef struct dsattn_v41_seq dsattn_v41_seq;
  * The file is memory-mapped; weights are borrowed from the mapping. */
 dsattn_status dsattn_v41_load(dsattn_v41 **out, const char *config_json,
                               const char *weights, char *err, size_t errlen);
-/* Random weights from a seed at the config's dims (fp8 != 0: FP8 32x32
- * blocks as the released checkpoint; else bf16). */
+/* Random weights from a seed at the config's dims (fp8 != 0: FP8 in the
+ * config's weight blocks, 32 x 32 unless weight_block_size says otherwise,
+ * as the released checkpoint; else bf16; the compressors of ratio 2+ fp32
+ * either way). */
 dsattn_status dsattn_v41_create_random(dsattn_v41 **out, const char *config_json,
                                        uint64_t seed, int fp8, char *err,
                                        size_t errlen);
@@ -301,9 +309,12 @@ dsattn_status dsattn_v41_stack_forward(dsattn_ctx *ctx, dsattn_v41_seq *s,
  * of the same model and the same index_k mode, each with room for one
  * more token.  The result of row i is that of dsattn_v41_attn_forward on
  * seqs[i] alone: bit for bit in reference mode; in fast mode within the
- * fast path's bounds (8 rows and more take the tiled Linear).  Every
- * sequence is checked before anything is written: on an error nothing
- * has changed in any sequence or in out, and *failed (if not NULL) is the
+ * fast path's bounds (up to 16 rows run the multi-token GEMV - on AMX
+ * contexts up to 7 -, from 4 rows the bf16-dot GEMM where the CPU has
+ * AVX512-BF16, more rows the tiled Linear).  Every sequence is checked
+ * before anything is written: on an error (an allocation failure inside
+ * the step excepted) nothing has changed in any sequence or in out, and
+ * *failed (if not NULL) is the
  * index of the first bad sequence, or SIZE_MAX when the error is not one
  * sequence's (a NULL argument, n_seqs 0, a layer out of range).  The
  * caller advances every sequence after the last layer, as with one.
@@ -401,7 +412,9 @@ size_t dsattn_v41_seq_scratch_at(const dsattn_v41 *m, size_t max_seq_len);
 
 /* Fill the caches as if `depth` tokens had been consumed, with random valid
  * packed entries (benchmarks at 1M context).  Sets the position to depth;
- * the runtime slots are left as a decode step expects them. */
+ * the index-key slot is left as a prefill of depth tokens in one chunk
+ * leaves it (so a decode step in either index_k mode can follow), the
+ * other runtime slots as a decode step expects them. */
 dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
                                             uint64_t seed);
 

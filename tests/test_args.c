@@ -127,6 +127,7 @@ DSATTN_TEST(args, mha_family)
     CHECK_EQ_INT(dsattn_mha_seq_kv_bill(NULL, NULL), BAD);
     CHECK_EQ_INT(dsattn_mha_seq_kv_bill(s, NULL), BAD);
     CHECK_EQ_INT(dsattn_mha_seq_fill_synthetic(NULL, 1, 1), BAD);
+    CHECK_EQ_INT(dsattn_mha_weight_bytes(NULL), 0);
     CHECK_EQ_INT(dsattn_mha_seq_fill_synthetic(s, -1, 1), BAD);
     CHECK_EQ_INT(dsattn_mha_seq_fill_synthetic(s, CAP, 1), BAD);
     CHECK_EQ_INT(dsattn_mha_seq_pos(s), 0);
@@ -183,6 +184,7 @@ static void mla_family(const char *dir)
     CHECK_EQ_INT(dsattn_mla_seq_kv_bill(NULL, NULL), BAD);
     CHECK_EQ_INT(dsattn_mla_seq_kv_bill(s, NULL), BAD);
     CHECK_EQ_INT(dsattn_mla_seq_fill_synthetic(NULL, 1, 1), BAD);
+    CHECK_EQ_INT(dsattn_mla_weight_bytes(NULL), 0);
     CHECK_EQ_INT(dsattn_mla_seq_fill_synthetic(s, -1, 1), BAD);
     CHECK_EQ_INT(dsattn_mla_seq_fill_synthetic(s, CAP, 1), BAD);
     CHECK_EQ_INT(dsattn_mla_seq_pos(s), 1);
@@ -234,6 +236,7 @@ DSATTN_TEST(args, v4_family)
     CHECK_EQ_INT(dsattn_v4_seq_cache(s, 0, 0, &cr, &nr, NULL), BAD);
     CHECK_EQ_INT(dsattn_v4_seq_kv_bill(s, NULL), BAD);
     CHECK_EQ_INT(dsattn_v4_seq_fill_synthetic(s, -1, 1), BAD);
+    CHECK_EQ_INT(dsattn_v4_weight_bytes(NULL), 0);
     CHECK_EQ_INT(dsattn_v4_seq_fill_synthetic(s, CAP, 1), BAD);
     CHECK_ADVANCE(v4, s, 0);
     dsattn_ctx_destroy(ctx);
@@ -285,6 +288,7 @@ DSATTN_TEST(args, v41_family)
     CHECK_EQ_INT(dsattn_v41_seq_cache(s, 2, 1, NULL, &nr, &wd), BAD);
     CHECK_EQ_INT(dsattn_v41_seq_kv_bill(s, NULL), BAD);
     CHECK_EQ_INT(dsattn_v41_seq_fill_synthetic(s, -1, 1), BAD);
+    CHECK_EQ_INT(dsattn_v41_weight_bytes(NULL), 0);
     CHECK_EQ_INT(dsattn_v41_seq_fill_synthetic(s, CAP, 1), BAD);
     CHECK_ADVANCE(v41, s, 0);
     /* after a refused over-advance the cache reports only rows that exist */

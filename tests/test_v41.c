@@ -181,6 +181,46 @@ static float *run_stack(dsattn_ctx *ctx, const dsattn_v41 *m, const float *x, si
     return h;
 }
 
+/* A synthetic fill leaves the sequence ready for a decode step in either
+ * index_k mode: layer 2 owns index keys at ratio 2, so at an even depth a
+ * REFERENCE-mode step reads the slot an earlier token published. */
+DSATTN_TEST(v41, decode_after_synthetic_fill_in_both_index_k_modes)
+{
+    char err[256];
+    dsattn_v41 *m = NULL;
+    CHECK_OK(dsattn_v41_create_random(&m, write_cfg("fill", 256, 5, 3, 4, "bf16"), 5, 0, err,
+                                      sizeof err));
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
+    if (!m || !ctx) { dsattn_v41_destroy(m); dsattn_ctx_destroy(ctx); return; }
+    const size_t dim = (size_t)dsattn_v41_dim(m);
+    float *h = rand_input(2, dim, 9);
+    for (int mode = 0; mode < 2; mode++)
+        for (int64_t depth = 6; depth <= 9; depth++) {
+            dsattn_v41_seq *s = NULL;
+            CHECK_OK(dsattn_v41_seq_create(&s, m, 16, mode ? DSATTN_V41_INDEX_K_REFERENCE
+                                                           : DSATTN_V41_INDEX_K_OWNER));
+            if (!s) continue;
+            CHECK_OK(dsattn_v41_seq_fill_synthetic(s, depth, 3));
+            float y[2][4096];
+            memcpy(y[0], h, dim * sizeof(float));
+            memcpy(y[1], h + dim, dim * sizeof(float));
+            dsattn_status st = dsattn_v41_stack_forward(ctx, s, y[0], 1, NULL, NULL);
+            CHECK_MSG(st == DSATTN_OK, "mode %d depth %lld: step 1 gave %d", mode,
+                      (long long)depth, (int)st);
+            st = dsattn_v41_stack_forward(ctx, s, y[1], 1, NULL, NULL);
+            CHECK_MSG(st == DSATTN_OK, "mode %d depth %lld: step 2 gave %d", mode,
+                      (long long)depth, (int)st);
+            int fin = 1;
+            for (size_t i = 0; i < dim; i++) fin &= isfinite(y[0][i]) && isfinite(y[1][i]);
+            CHECK_MSG(fin, "mode %d depth %lld: non-finite output", mode, (long long)depth);
+            CHECK_EQ_INT(dsattn_v41_seq_pos(s), depth + 2);
+            dsattn_v41_seq_destroy(s);
+        }
+    free(h);
+    dsattn_ctx_destroy(ctx);
+    dsattn_v41_destroy(m);
+}
+
 DSATTN_TEST(v41, prefill_then_decode_equals_all_decode_owner_seed3)
 {
     /* Reference mode rounds every row the same way whatever the chunk, and

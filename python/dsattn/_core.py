@@ -145,22 +145,44 @@ _V41_MODES = ["swa", "full", "reindex", "reuse", "mtp"]
 _V4_KINDS = ["swa", "csa", "hca", "mtp"]
 
 
+_MODEL_TYPES = {"llama": "mha", "deepseek_v3": "mla", "deepseek_v32": "mla",
+                "deepseek_v4": "v4", "deepseek_v41": "v41", "deepseek_v41_text": "v41"}
+
+
 def generation_of(config):
-    """'mha', 'mla', 'v4' or 'v41' for a config.json path (its model_type;
-    V4.1 keys without one are V4.1)."""
+    """'mha', 'mla', 'v4' or 'v41' for a config.json path, by the library's
+    own rules (its config reader): the model_type (top level, else
+    text_config's); without one, the keys only one generation has - V4.1's
+    kv_source_layers (HF: kv_source_layer_ids), V4's compress_ratios, MLA's
+    kv_lora_rank."""
     with open(config) as f:
         cfg = json.load(f)
-    mt = cfg.get("model_type", "")
-    if mt == "llama":
-        return "mha"
-    if mt in ("deepseek_v3", "deepseek_v32"):
-        return "mla"
-    if mt == "deepseek_v4":
-        return "v4"
-    if mt == "deepseek_v41" or (not mt and "kv_source_layers" in cfg):
+    if not isinstance(cfg, dict):
+        raise DsattnError(f"{config}: not a JSON object", -4, "malformed input")
+    obj = cfg
+    if "text_config" in cfg:
+        if not isinstance(cfg["text_config"], dict):
+            raise DsattnError(f"{config}: key 'text_config' is not an object", -4,
+                              "malformed input")
+        obj = cfg["text_config"]
+    mt = cfg.get("model_type", obj.get("model_type"))
+    if mt is not None:
+        if not isinstance(mt, str):
+            raise DsattnError(f"{config}: key 'model_type' is not a string", -4,
+                              "malformed input")
+        if mt not in _MODEL_TYPES:
+            raise DsattnError(f"{config}: unknown model_type {mt!r} (known: llama, deepseek_v3, "
+                              f"deepseek_v32, deepseek_v4, deepseek_v41)", -3, "unsupported")
+        return _MODEL_TYPES[mt]
+    hf = "hidden_size" in obj or "num_hidden_layers" in obj
+    if ("kv_source_layer_ids" if hf else "kv_source_layers") in obj:
         return "v41"
-    raise DsattnError(f"{config}: unknown model_type {mt!r} (known: llama, deepseek_v3, "
-                      f"deepseek_v32, deepseek_v4, deepseek_v41)", -3, "unsupported")
+    if "compress_ratios" in obj:
+        return "v4"
+    if "kv_lora_rank" in obj:
+        return "mla"
+    raise DsattnError(f"{config}: no model_type and no key that identifies a DeepSeek "
+                      f"attention generation", -3, "unsupported")
 
 
 def _config_beside(path):
@@ -301,8 +323,8 @@ class Model:
         else:
             n = self._f("seq_scratch_at")(self.handle, int(max_seq_len))
         if n == ctypes.c_size_t(-1).value:
-            raise DsattnError(f"dsattn.Model.scratch_at({max_seq_len}): the size overflows", -2,
-                              "invalid argument")
+            raise DsattnError(f"dsattn.Model.scratch_at({max_seq_len}): the size overflows", -5,
+                              lib.dsattn_status_str(-5).decode())
         return int(n)
 
     @property

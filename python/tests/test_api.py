@@ -104,6 +104,38 @@ def test_every_generation_from_configs():
     assert seen == {"mha", "mla", "v4", "v41"}
 
 
+def test_generation_of_follows_the_library(tmp_path):
+    """generation_of reads a config as the library's reader does: the
+    model_type at the top or in text_config, else the keys one generation
+    has; a V4.1 config wrapped in text_config loads through from_config."""
+    cfgs = os.path.join(os.path.dirname(GOLDEN), "..", "..", "configs")
+    v41 = json.load(open(os.path.join(cfgs, "deepseek-v4.1-flash.json")))
+    cases = [
+        ({"text_config": dict(v41, model_type="deepseek_v41_text")}, "v41"),
+        ({"model_type": "deepseek_v41", "text_config": dict(v41)}, "v41"),
+        ({k: v for k, v in v41.items() if k != "model_type"}, "v41"),
+        ({"hidden_size": 64, "kv_source_layer_ids": [2]}, "v41"),
+        ({"hidden_size": 64, "kv_source_layers": [2], "compress_ratios": [0]}, "v4"),
+        ({"dim": 64, "compress_ratios": [0, 4]}, "v4"),
+        ({"dim": 64, "kv_lora_rank": 32}, "mla"),
+        ({"model_type": "llama"}, "mha"),
+    ]
+    for i, (cfg, gen) in enumerate(cases):
+        p = tmp_path / f"c{i}.json"
+        p.write_text(json.dumps(cfg))
+        assert dsattn.generation_of(str(p)) == gen, cfg.keys()
+    p = tmp_path / "wrapped.json"
+    p.write_text(json.dumps(cases[0][0]))
+    m = dsattn.from_config(str(p))
+    assert m.generation == "v41" and m.n_layers == v41["n_layers"]
+    for cfg, status in (({"model_type": "gpt2"}, -3), ({"dim": 64}, -3),
+                        ({"model_type": 3}, -4), ({"text_config": [1]}, -4)):
+        p.write_text(json.dumps(cfg))
+        with pytest.raises(dsattn.DsattnError) as e:
+            dsattn.generation_of(str(p))
+        assert e.value.status == status, cfg
+
+
 def test_scratch_at_and_index_shape(tmp_path):
     """Model.scratch_at(n) is the scratch a sequence of n tokens takes (its
     kv_bill), for every generation and MLA cache; V4's index_shape is its
@@ -119,6 +151,9 @@ def test_scratch_at_and_index_shape(tmp_path):
                 want = m.sequence(n, **opts).kv_bill()["scratch_bytes"]
                 got = m.scratch_at(n, cache) if cache else m.scratch_at(n)
                 assert got == want > 0, (m.generation, cache, n)
+    with pytest.raises(dsattn.DsattnError) as e:     # a size past size_t
+        models[2].scratch_at(1 << 62)
+    assert e.value.status == -5 and e.value.status_name == "size overflow"
     cfg = json.load(open(V4 + "/config.json"))
     assert models[1].index_shape == (cfg["index_n_heads"], cfg["index_head_dim"],
                                      cfg["index_topk"])

@@ -307,6 +307,7 @@ int dsattn_mha_has_weights(const dsattn_mha *m, int layer)
 size_t dsattn_mha_weight_bytes(const dsattn_mha *m)
 {
     size_t t = 0;
+    if (!m) return 0;
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         const dsattn_mha_layer_w *L = &m->layer[l];
         const dsattn_weight *ws[] = { &L->wq, &L->wk, &L->wv, &L->wo };

@@ -180,6 +180,7 @@ float dsattn_mla_softmax_scale(const dsattn_mla *m) { return m ? m->cfg.softmax_
 size_t dsattn_mla_weight_bytes(const dsattn_mla *m)
 {
     size_t t = 0;
+    if (!m) return 0;
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         const dsattn_mla_layer_w *L = &m->layer[l];
         const dsattn_weight *ws[] = { &L->wq, &L->wq_a, &L->wq_b, &L->wkv_a, &L->wkv_b, &L->wo,

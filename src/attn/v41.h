@@ -94,7 +94,9 @@ struct dsattn_v41_seq {
     size_t    window_bytes, state_bytes;  /* rings, compressor state       */
 };
 
-/* Derive the plan (modes) from the config.  Errors name the offending key. */
+/* Check a loaded config against the reference's rules and dsattn's
+ * limits (the plan's modes are assigned when the model is finished).
+ * Errors name the offending key. */
 dsattn_status dsattn_v41_config_validate(dsattn_v41_config *c, char *err,
                                          size_t errlen);
 /* Parse a config.json (flat inference keys, or HF with text_config). */

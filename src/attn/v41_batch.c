@@ -15,13 +15,17 @@
  * Batching changes the order of work, never a row's arithmetic: each
  * projection output row depends on its own input row only (a reference
  * mode Linear is one GEMV per row), so in reference mode the batched step
- * equals B one-sequence steps bit for bit.  In fast mode an FP8 projection
- * of up to 16 rows runs the kernel table's multi-token GEMV (each weight
- * block decoded once for every row; more rows, or AMX contexts: the tiled
- * path), whose fp32 sums differ from the one-row GEMV's in the last bits.
+ * equals B one-sequence steps bit for bit.  In fast mode an FP8 or bf16
+ * projection of up to 16 rows (AMX contexts: up to 7) runs the kernel
+ * table's multi-token GEMV (each weight block decoded once for every row),
+ * from 4 rows the bf16-dot GEMM where the table has it, more rows the tiled
+ * path; their fp32 sums differ from the one-row GEMV's in the last bits.
  *
- * Every sequence is checked before anything is written: on an error no
- * sequence and no output row has changed.  The B-row buffers live in the
+ * Every sequence is checked before a layer writes anything: on an error
+ * (an allocation failure inside the step excepted) no sequence and no
+ * output row has changed.  The stack over the batch checks its first layer
+ * so; a later layer's checks hold by what the earlier layers of the step
+ * leave, as in the one-sequence stack.  The B-row buffers live in the
  * context's batch scratch (grow-only), the per-sequence buffers in each
  * sequence's own decode scratch, so a steady batched step allocates
  * nothing.

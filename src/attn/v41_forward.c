@@ -463,8 +463,8 @@ dsattn_status dsattn_v41_index_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
 }
 
 /* The layer forward's scratch for s rows, nthr threads, ww window index
- * columns: qr, q, kv, o, oa, latent, act-quant, window rows, then per
- * attention task its workspace and index row. */
+ * columns: qr, q, kv, o, oa, latent, act-quant, per thread its attention
+ * workspace and index row, then the window rows. */
 typedef struct {
     size_t hg, hper, att_ws, per_thr, bytes;
 } fwd_plan;
@@ -770,7 +770,7 @@ dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b)
 }
 
 /* Random but valid packed bytes: payload codes uniform, scales in a sane
- * range (E4M3 scale codes 0x28..0x37, i.e. 0.125..0.47; UE8M0 2^-4..2^3),
+ * range (E4M3 scale codes 0x28..0x37, i.e. 0.25..0.9375; UE8M0 2^-4..2^3),
  * no NaN code anywhere.  Writing bytes directly keeps a 1M-token fill to a
  * fraction of a second. */
 static void synth_rows(uint8_t *rows, size_t n, size_t row_bytes, size_t payload,
@@ -823,7 +823,16 @@ dsattn_status dsattn_v41_seq_fill_synthetic(dsattn_v41_seq *s, int64_t depth,
                 S->score_state[i] = 0.0f;
             }
     }
+    /* the index-key slot as a prefill of depth tokens in one chunk leaves
+     * it: the last KV source (layer order) that completed a group, which in
+     * OWNER mode every source does - a REFERENCE-mode owner whose group is
+     * not complete reads it at the next step */
     s->rt.index_k = -1;
+    for (int64_t l = 0; l < c->n_layers; l++)
+        if (s->m->layer[l].owns_k && s->layer[l].kidx &&
+            (s->index_k_mode == DSATTN_V41_INDEX_K_OWNER ||
+             (size_t)depth >= (size_t)s->m->layer[l].ratio))
+            s->rt.index_k = (int)l;
     s->pos = depth;
     return DSATTN_OK;
 }

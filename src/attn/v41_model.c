@@ -196,6 +196,7 @@ int dsattn_v41_layer_topk_source(const dsattn_v41 *m, int l) { return last_sourc
 size_t dsattn_v41_weight_bytes(const dsattn_v41 *m)
 {
     size_t t = 0;
+    if (!m) return 0;
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         const dsattn_v41_layer_w *L = &m->layer[l];
         const dsattn_weight *ws[] = { &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
@@ -209,8 +210,10 @@ size_t dsattn_v41_weight_bytes(const dsattn_v41 *m)
 
 /* Weights come through the io layer's checkpoint (one file, a shard index
  * or a folder; inference or HF names): Linear weights are borrowed from the
- * mapping in the format stored, converted only where V4.1 computes in
- * another format (wo_a runs as a bf16 einsum, as convert.py prepares it). */
+ * mapping in the format stored, converted only where V4.1 needs another:
+ * dense weights for the compressors of ratio 2+ (they pool in fp32), and
+ * wo_a when FP8 blocks do not divide o_lora_rank (its einsum runs on bf16
+ * or on whole FP8 blocks). */
 /* A V4.1 Linear: the shared binder, and a quantized one must take inputs
  * in whole activation blocks of 32 (act_quant). */
 static dsattn_status bind_mat(const dsattn_binder *b, const char *name, unsigned accept,

@@ -8,7 +8,7 @@
  * an object, (4) each entry's fields, dtype, shape and offsets, (5) offsets
  * inside the data section and matching shape x dtype, (6) duplicate names,
  * (7) overlaps.  Numbers in the header arrive as cJSON doubles; we accept
- * only exact non-negative integers below 2^53, so "1.5", "-1" or "1e300"
+ * only exact non-negative integers up to 2^53, so "1.5", "-1" or "1e300"
  * never become a size.  All products go through dsattn_mul_size.
  *
  * Holes between tensors and trailing bytes are accepted (harmless, and some

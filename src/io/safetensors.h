@@ -121,8 +121,9 @@ const char *dsattn_st_path(const dsattn_st_file *f);
 const uint8_t *dsattn_st_base(const dsattn_st_file *f);
 size_t         dsattn_st_size(const dsattn_st_file *f);
 
-/* Convert any dtype to fp32 (F8_E8M0 -> 2^(b-127), integers by value).
- * n must equal t->numel, else DSATTN_ERR_INVALID_ARG. */
+/* Convert F32, F16, BF16, F8_E4M3, F8_E8M0 (2^(b-127)), I8, U8, I32 and
+ * I64 (by value) to fp32; other dtypes DSATTN_ERR_UNSUPPORTED.  n must
+ * equal t->numel, else DSATTN_ERR_INVALID_ARG. */
 dsattn_status dsattn_st_to_f32(const dsattn_st_tensor *t, float *out, size_t n);
 
 /* IEEE half -> fp32 (exact). */
@@ -141,7 +142,8 @@ dsattn_status dsattn_st_writer_add(dsattn_st_writer *w, const char *name,
                                    const int64_t *shape, const void *data);
 dsattn_status dsattn_st_writer_meta(dsattn_st_writer *w, const char *key,
                                     const char *value);
-/* Total bytes the file will take (header + data), for sharding decisions. */
+/* Bytes of tensor data added so far (the header excluded), for sharding
+ * decisions. */
 size_t dsattn_st_writer_data_bytes(const dsattn_st_writer *w);
 dsattn_status dsattn_st_writer_save(dsattn_st_writer *w, const char *path,
                                     char *err, size_t errlen);

@@ -100,9 +100,9 @@ static void index_score_one(dsattn_ctx *ctx, const float *q, size_t nh, size_t d
     }
 }
 
-/* Fast path: exact integer dots (index_vnni_avx512.c) when the keys are
- * FP4 index rows and the CPU has VNNI; bit-identical to the reference, so
- * fast and reference modes select the same entries. */
+/* Fast path: exact integer dots (the table's index slot: AVX-512 VNNI /
+ * AMX-INT8, AVX2 or NEON) when the keys are FP4 index rows; bit-identical
+ * to the reference, so fast and reference modes select the same entries. */
 static int index_scores_vnni(dsattn_ctx *ctx, const float *q, size_t nh, size_t dh,
                              const float *w, const dsattn_kv_src *ksrc,
                              const int32_t *rows, size_t j0, size_t n, float *score)

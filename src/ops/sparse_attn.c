@@ -57,8 +57,8 @@ static size_t cat_rows(const dsattn_kv_src *s0, const dsattn_kv_src *s1)
 #define SA_TBLOCK ((SA_BLOCK + DSATTN_MLA_KT - 1) / DSATTN_MLA_KT * DSATTN_MLA_KT)
 
 /* The tiled path's workspace (hp = nh rounded up to 16): packed q [hp][d],
- * acc^T [d][hp], the tiled block [SA_TBLOCK][d], scores [SA_TBLOCK][hp],
- * 12 decoded rows [12][d], max/sum/alpha [3][hp]. */
+ * acc^T [d][hp], the tiled block [SA_TBLOCK][d + 16] (rows decoded into
+ * it), scores [SA_TBLOCK][hp], max/sum/alpha [3][hp]. */
 static size_t tiled_scratch(size_t nh, size_t d)
 {
     const size_t hp = (nh + 15) / 16 * 16;
@@ -385,7 +385,8 @@ static void sparse_attn_tiled(dsattn_ctx *ctx, const dsattn_mla_kern *mk,
 
 static float *align64(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
-/* AMX form (amx_attn.h; contexts whose table has the amx slot): the valid rows of each
+/* bf16-block form (amx_attn.h; contexts whose table has the bf16blk slot:
+ * AMX tiles, or their VDPBF16PS form): the valid rows of each
  * block of 64 indices are decoded to bf16 - V4.1 packed rows by rows_bf16,
  * other layouts by the tiled path's row decoders and a bf16-number check -
  * and run through one tile block, q packed once; the next block's rows are
