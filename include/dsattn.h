@@ -22,8 +22,10 @@
  * range, a count of 0 or a position or count past the sequence's capacity
  * is DSATTN_ERR_INVALID_ARG, with nothing changed (seq_advance included:
  * a sequence never holds more tokens than its capacity).  Accessors that
- * return a number give -1 for a NULL object or a layer out of range (those
- * returning a size_t: 0).
+ * return a number give -1 for a NULL object or a layer out of range
+ * (dsattn_v4_layer_kind: DSATTN_V4_NONE); those returning a size_t, and the yes/no ones
+ * (has_weights, ctx_amx), give 0, dsattn_mla_softmax_scale NaN, and the
+ * context's dsattn_ctx_threads 0 and dsattn_ctx_mode DSATTN_MODE_FAST.
  * Whoever creates an object destroys it, and destroy(NULL) is a no-op.
  * Error detail text, where offered, goes to a caller buffer (char *err,
  * size_t errlen).
@@ -85,10 +87,14 @@ typedef enum {
     DSATTN_ISA_NEON   = 4,         /* aarch64 builds: ARMv8.0 Advanced SIMD   */
 } dsattn_isa;
 
+/* The most threads a context takes (more is DSATTN_ERR_INVALID_ARG: OpenMP
+ * would exit the process when it cannot start them). */
+#define DSATTN_MAX_THREADS 1024
+
 typedef struct {
     dsattn_mode mode;              /* REFERENCE forces the scalar kernels     */
     dsattn_isa  isa;               /* AUTO: from cpuid, overridable by env    */
-    int         n_threads;         /* <= 0: OpenMP default                    */
+    int         n_threads;         /* <= 0: OpenMP default; <= MAX_THREADS    */
 } dsattn_ctx_params;
 
 typedef struct dsattn_ctx dsattn_ctx;
@@ -448,8 +454,9 @@ dsattn_status dsattn_v41_seq_clone(dsattn_v41_seq **out, const dsattn_v41_seq *s
  * What `dsattn trace` runs, for programs that compare dsattn with another
  * implementation of the official reference.  case_dir holds config.json,
  * weights.safetensors and input.safetensors (x F32 [T, dim], prefill_len
- * [1]); config.json's model_type picks the generation (deepseek_v3,
- * deepseek_v32, deepseek_v4, deepseek_v41 or V4.1 keys without one).  The
+ * [1]); config.json picks the generation as the loaders read it (the
+ * model_type at the top or in text_config - deepseek_v3, deepseek_v32,
+ * deepseek_v4, deepseek_v41 -, else the keys only one generation has).  The
  * run is a prefill of x[:prefill_len] at position 0, then one-token decode
  * steps through the golden-case stand-in stack, and out_path receives a
  * safetensors file: `out` [T, dim] (the final residual),

@@ -119,8 +119,11 @@ dsattn_status dsattn_mha_attn_forward_batch(dsattn_ctx *ctx, dsattn_mha_seq *con
                                             size_t n_seqs, int layer, const float *x,
                                             float *out, size_t *failed);
 
-/* Cache row of token `pos` (< position) of a held layer, as floats:
- * k and v [n_kv_heads * head_dim] (either may be NULL). */
+/* Cache row of token `pos` (< capacity) of a held layer, as floats:
+ * k and v [n_kv_heads * head_dim] (either may be NULL).  Rows below the
+ * position are the sequence's tokens; a row at or past it holds what was
+ * last written there (a layer forward writes the step's rows before the
+ * caller advances). */
 dsattn_status dsattn_mha_seq_kv(const dsattn_mha_seq *s, int layer, size_t pos,
                                 float *k, float *v);
 

@@ -41,6 +41,7 @@ extern "C" {
 #endif
 
 typedef enum {
+    DSATTN_V4_NONE = -1,    /* layer_kind of a NULL model or a layer out of range */
     DSATTN_V4_SWA = 0,      /* compress ratio 0: sliding window only       */
     DSATTN_V4_CSA = 1,      /* ratio 4: overlapping compressor + indexer    */
     DSATTN_V4_HCA = 2,      /* any other ratio: attends every entry         */

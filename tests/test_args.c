@@ -8,6 +8,7 @@
 #include "harness.h"
 
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,6 +33,10 @@ DSATTN_TEST(args, ctx_family)
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.mode = (dsattn_mode)7;
     dsattn_ctx *c = (dsattn_ctx *)&p;
+    CHECK_EQ_INT(dsattn_ctx_create(&c, &p), BAD);
+    CHECK(c == NULL);
+    p.mode = DSATTN_MODE_FAST;
+    p.n_threads = DSATTN_MAX_THREADS + 1;        /* OpenMP would exit, not fail */
     CHECK_EQ_INT(dsattn_ctx_create(&c, &p), BAD);
     CHECK(c == NULL);
     CHECK_EQ_INT(dsattn_ctx_threads(NULL), 0);
@@ -97,7 +102,10 @@ DSATTN_TEST(args, mha_family)
           " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"rope_theta\": 10000.0,"
           " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-06}", f);
     fclose(f);
-    dsattn_mha *m = NULL;
+    dsattn_mha *m = NULL, *m2 = NULL;
+    CHECK_EQ_INT(dsattn_mha_create_random_layers(&m2, path, 3, 0, 0, err, sizeof err), BAD);
+    CHECK_EQ_INT(dsattn_mha_create_random_layers(&m2, path, 3, INT_MAX, 1, err, sizeof err), BAD);
+    CHECK(m2 == NULL);
     CHECK_OK(dsattn_mha_create_random(&m, path, 3, err, sizeof err));
     remove(path);
     if (!m) return;
@@ -124,6 +132,7 @@ DSATTN_TEST(args, mha_family)
     CHECK_EQ_INT(dsattn_mha_seq_kv(s, 2, 0, kv, kv), BAD);
     CHECK_EQ_INT(dsattn_mha_seq_kv(s, -1, 0, kv, kv), BAD);
     CHECK_EQ_INT(dsattn_mha_seq_kv(s, 0, CAP, kv, kv), BAD);
+
     CHECK_EQ_INT(dsattn_mha_seq_kv_bill(NULL, NULL), BAD);
     CHECK_EQ_INT(dsattn_mha_seq_kv_bill(s, NULL), BAD);
     CHECK_EQ_INT(dsattn_mha_seq_fill_synthetic(NULL, 1, 1), BAD);
@@ -151,6 +160,8 @@ static void mla_family(const char *dir)
     CHECK_EQ_INT(dsattn_mla_n_layers(NULL), -1);
     CHECK_EQ_INT(dsattn_mla_dim(NULL), -1);
     CHECK_EQ_INT(dsattn_mla_has_weights(NULL), 0);
+    CHECK_EQ_INT(dsattn_mla_is_dsa(NULL), -1);
+    CHECK_EQ_INT(dsattn_mla_create_random(NULL, cfg, 1, 0, err, sizeof err), BAD);
     dsattn_mla_seq *s = NULL;
     CHECK_EQ_INT(dsattn_mla_seq_create(NULL, m, CAP, DSATTN_MLA_CACHE_LATENT_BF16), BAD);
     CHECK_EQ_INT(dsattn_mla_seq_create(&s, NULL, CAP, DSATTN_MLA_CACHE_LATENT_BF16), BAD);
@@ -188,6 +199,8 @@ static void mla_family(const char *dir)
     CHECK_EQ_INT(dsattn_mla_seq_fill_synthetic(s, -1, 1), BAD);
     CHECK_EQ_INT(dsattn_mla_seq_fill_synthetic(s, CAP, 1), BAD);
     CHECK_EQ_INT(dsattn_mla_seq_pos(s), 1);
+    /* past the capacity at a later position: that, not "no chunked prefill" */
+    CHECK_EQ_INT(dsattn_mla_attn_forward(ctx, s, 0, x, CAP, out), BAD);
     CHECK_ADVANCE(mla, s, 1);
     dsattn_ctx_destroy(ctx);
     dsattn_mla_seq_destroy(s);
@@ -210,6 +223,11 @@ DSATTN_TEST(args, v4_family)
     const int nl = dsattn_v4_n_layers(m), dim = dsattn_v4_dim(m);
     CHECK_EQ_INT(dsattn_v4_layer_ratio(m, -1), -1);
     CHECK_EQ_INT(dsattn_v4_layer_ratio(NULL, 0), -1);
+    CHECK_EQ_INT(dsattn_v4_n_layers(NULL), -1);
+    CHECK_EQ_INT(dsattn_v4_dim(NULL), -1);
+    CHECK_EQ_INT(dsattn_v4_layer_kind(NULL, 0), -1);
+    CHECK_EQ_INT(dsattn_v4_layer_kind(m, -1), -1);
+    CHECK_EQ_INT(dsattn_v4_create_random(NULL, cfg, 1, 0, err, sizeof err), BAD);
     int ih = -1;
     CHECK_EQ_INT(dsattn_v4_index_shape(NULL, &ih, NULL, NULL), BAD);
     CHECK_EQ_INT(ih, -1);
@@ -238,7 +256,9 @@ DSATTN_TEST(args, v4_family)
     CHECK_EQ_INT(dsattn_v4_seq_fill_synthetic(s, -1, 1), BAD);
     CHECK_EQ_INT(dsattn_v4_weight_bytes(NULL), 0);
     CHECK_EQ_INT(dsattn_v4_seq_fill_synthetic(s, CAP, 1), BAD);
-    CHECK_ADVANCE(v4, s, 0);
+    CHECK_OK(dsattn_v4_seq_fill_synthetic(s, 1, 1));
+    CHECK_EQ_INT(dsattn_v4_attn_forward(ctx, s, 0, x, CAP, out), BAD);   /* past capacity */
+    CHECK_ADVANCE(v4, s, 1);
     dsattn_ctx_destroy(ctx);
     dsattn_v4_seq_destroy(s);
     dsattn_v4_destroy(m);

@@ -387,9 +387,9 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     const dsattn_mla *m = seq->m;
     const dsattn_mla_config *c = &m->cfg;
     if (!dsattn_mla_seq_holds(seq, l)) return DSATTN_ERR_INVALID_ARG;
+    if ((size_t)seq->pos + n_tok > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     if (!dsattn_mla_model_holds(m, l)) return DSATTN_ERR_UNSUPPORTED;   /* no weights */
     if (seq->pos > 0 && n_tok != 1) return DSATTN_ERR_UNSUPPORTED;     /* no chunked prefill */
-    if ((size_t)seq->pos + n_tok > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     const dsattn_mla_layer_w *L = &m->layer[l];
     dsattn_mla_layer_s *S = &seq->layer[l];
     const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads;

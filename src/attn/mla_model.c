@@ -171,7 +171,7 @@ dsattn_status dsattn_mla_create_config_only(dsattn_mla **out, const char *config
     return mla_new_model(out, config_json, err, errlen);
 }
 
-int dsattn_mla_is_dsa(const dsattn_mla *m) { return m->cfg.dsa; }
+int dsattn_mla_is_dsa(const dsattn_mla *m) { return m ? m->cfg.dsa : -1; }
 int dsattn_mla_n_layers(const dsattn_mla *m) { return m ? (int)m->cfg.n_layers : -1; }
 int dsattn_mla_dim(const dsattn_mla *m) { return m ? (int)m->cfg.dim : -1; }
 int dsattn_mla_has_weights(const dsattn_mla *m) { return m ? m->has_weights : 0; }
@@ -343,6 +343,8 @@ static dsattn_status rand_vec(dsattn_mla *m, size_t n, float base, float jitter,
 dsattn_status dsattn_mla_create_random(dsattn_mla **out, const char *config_json,
                                        uint64_t seed, int fp8, char *err, size_t errlen)
 {
+    if (!out) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
     dsattn_mla *m = NULL;
     dsattn_status st = mla_new_model(&m, config_json, err, errlen);
     if (st) return st;

@@ -386,9 +386,9 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     const dsattn_v4 *m = seq->m;
     const dsattn_v4_config *c = &m->cfg;
     if (!dsattn_v4_seq_holds(seq, l)) return DSATTN_ERR_INVALID_ARG;
+    if ((size_t)seq->pos + n_tok > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     if (!m->has_weights) return DSATTN_ERR_UNSUPPORTED;        /* config-only model */
     if (seq->pos > 0 && n_tok != 1) return DSATTN_ERR_UNSUPPORTED; /* no chunked prefill */
-    if ((size_t)seq->pos + n_tok > seq->max_seq_len) return DSATTN_ERR_INVALID_ARG;
     const dsattn_v4_layer_w *L = &m->layer[l];
     dsattn_v4_layer_s *S = &seq->layer[l];
     const chunk ck = { n_tok, seq->pos, seq->pos == 0 };

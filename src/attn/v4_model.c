@@ -135,12 +135,12 @@ void dsattn_v4_destroy(dsattn_v4 *m)
     free(m);
 }
 
-int dsattn_v4_n_layers(const dsattn_v4 *m) { return m ? (int)m->cfg.n_layers : 0; }
-int dsattn_v4_dim(const dsattn_v4 *m) { return m ? (int)m->cfg.dim : 0; }
+int dsattn_v4_n_layers(const dsattn_v4 *m) { return m ? (int)m->cfg.n_layers : -1; }
+int dsattn_v4_dim(const dsattn_v4 *m) { return m ? (int)m->cfg.dim : -1; }
 
 dsattn_v4_kind dsattn_v4_layer_kind(const dsattn_v4 *m, int l)
 {
-    if (!m || l < 0 || l >= m->cfg.n_total_layers) return DSATTN_V4_MTP;
+    if (!m || l < 0 || l >= m->cfg.n_total_layers) return DSATTN_V4_NONE;
     return m->layer[l].kind;
 }
 
@@ -280,6 +280,8 @@ static dsattn_status rand_compressor(dsattn_v4 *m, dsattn_v4_compressor_w *C, ui
 dsattn_status dsattn_v4_create_random(dsattn_v4 **out, const char *config_json, uint64_t seed,
                                       int fp8, char *err, size_t errlen)
 {
+    if (!out) return DSATTN_ERR_INVALID_ARG;
+    *out = NULL;
     dsattn_v4 *m = NULL;
     dsattn_status st = v4_new_model(&m, config_json, err, errlen);
     if (st) return st;

@@ -184,6 +184,7 @@ dsattn_status dsattn_ctx_create(dsattn_ctx **out, const dsattn_ctx_params *p)
     dsattn_ctx_params d = p ? *p : dsattn_ctx_default_params();
     if (d.mode != DSATTN_MODE_FAST && d.mode != DSATTN_MODE_REFERENCE)
         return DSATTN_ERR_INVALID_ARG;
+    if (d.n_threads > DSATTN_MAX_THREADS) return DSATTN_ERR_INVALID_ARG;
     dsattn_isa isa = d.isa;
     if (d.mode == DSATTN_MODE_REFERENCE) isa = DSATTN_ISA_REF;
     if (isa == DSATTN_ISA_AUTO) isa = isa_from_env();

@@ -13,6 +13,7 @@
  */
 #include "trace.h"
 
+#include "config.h"
 #include "internal.h"
 #include "jsoncfg.h"
 #include "mla.h"
@@ -58,29 +59,21 @@ dsattn_status dsattn_trace_case(const char *case_dir, const char *out_path,
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", case_dir);
-    cJSON *root = NULL;
-    dsattn_status st = dsattn_jcfg_load(&root, path, err, errlen);
+    /* the generation by the config reader's own rules (model_type at the
+     * top or in text_config, else the keys only one generation has) */
+    dsattn_model_config mc;
+    dsattn_status st = dsattn_config_load(&mc, path, err, errlen);
     if (st) return st;
-    const char *mt = NULL;
-    st = dsattn_jcfg_string_opt(root, "model_type", "", &mt, err, errlen);
-    char type[64];
-    snprintf(type, sizeof type, "%s", st ? "" : mt);
-    int v41_keys = dsattn_jcfg_has(root, "kv_source_layers");
-    cJSON_Delete(root);
-    if (st) return st;
-    static const struct { const char *model_type; trace_gen g; } table[] = {
-        { "deepseek_v41", GEN_V41 },
-        { "deepseek_v3", GEN_MLA },
-        { "deepseek_v32", GEN_MLA },
-        { "deepseek_v4", GEN_V4 },
-    };
-    if (!type[0] && v41_keys) snprintf(type, sizeof type, "deepseek_v41");
-    for (size_t i = 0; i < DSATTN_ARRAY_LEN(table); i++)
-        if (!strcmp(type, table[i].model_type))
-            return protocol(table[i].g, case_dir, out_path, o, err, errlen);
-    return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                       "%s: unknown model_type '%s' (known: deepseek_v3, deepseek_v32, "
-                       "deepseek_v4, deepseek_v41)", path, type);
+    switch (mc.arch) {
+    case DSATTN_ARCH_V41: return protocol(GEN_V41, case_dir, out_path, o, err, errlen);
+    case DSATTN_ARCH_V3:
+    case DSATTN_ARCH_V32: return protocol(GEN_MLA, case_dir, out_path, o, err, errlen);
+    case DSATTN_ARCH_V4: return protocol(GEN_V4, case_dir, out_path, o, err, errlen);
+    default:
+        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
+                           "%s: the golden-case protocol covers deepseek_v3, deepseek_v32, "
+                           "deepseek_v4 and deepseek_v41, not this model", path);
+    }
 }
 
 dsattn_status dsattn_trace_load_input(const char *case_dir, float **x, size_t *T,
