@@ -320,3 +320,79 @@ DSATTN_TEST(args, v41_family)
     free(x);
     free(out);
 }
+
+/* A one-layer batched call on a config-only model: a layer out of range is
+ * the caller's bad argument (INVALID_ARG) before the missing weights
+ * (UNSUPPORTED), as in the one-sequence calls. */
+DSATTN_TEST(args, batched_layer_checked_before_weights)
+{
+    char err[256] = "", cfg[512], w[512];
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 1);
+    size_t failed = 0;
+    float *x = zeros(4096), *out = zeros(4096);
+    if (!ctx || !x || !out) goto done;
+    case_paths("golden/v41/tiny-seed0", cfg, w);
+    {
+        dsattn_v41 *m = NULL;
+        dsattn_v41_seq *s = NULL;
+        CHECK_OK(dsattn_v41_load_config(&m, cfg, err, sizeof err));
+        if (m && !dsattn_v41_seq_create(&s, m, CAP, DSATTN_V41_INDEX_K_OWNER)) {
+            CHECK_EQ_INT(dsattn_v41_attn_forward_batch(ctx, &s, 1, -1, x, out, &failed), BAD);
+            CHECK_EQ_INT(dsattn_v41_attn_forward_batch(ctx, &s, 1, 0, x, out, &failed),
+                         DSATTN_ERR_UNSUPPORTED);
+        }
+        dsattn_v41_seq_destroy(s);
+        dsattn_v41_destroy(m);
+    }
+    case_paths("golden/v4/tiny-seed0", cfg, w);
+    {
+        dsattn_v4 *m = NULL;
+        dsattn_v4_seq *s = NULL;
+        CHECK_OK(dsattn_v4_load_config(&m, cfg, err, sizeof err));
+        if (m && !dsattn_v4_seq_create(&s, m, CAP, DSATTN_V4_EMPTY_REFERENCE)) {
+            CHECK_EQ_INT(dsattn_v4_attn_forward_batch(ctx, &s, 1, -1, x, out, &failed), BAD);
+            CHECK_EQ_INT(dsattn_v4_attn_forward_batch(ctx, &s, 1, 0, x, out, &failed),
+                         DSATTN_ERR_UNSUPPORTED);
+        }
+        dsattn_v4_seq_destroy(s);
+        dsattn_v4_destroy(m);
+    }
+    case_paths("golden/v3/tiny-seed0", cfg, w);
+    {
+        dsattn_mla *m = NULL;
+        dsattn_mla_seq *s = NULL;
+        CHECK_OK(dsattn_mla_create_config_only(&m, cfg, err, sizeof err));
+        if (m && !dsattn_mla_seq_create(&s, m, CAP, DSATTN_MLA_CACHE_LATENT_BF16)) {
+            CHECK_EQ_INT(dsattn_mla_attn_forward_batch(ctx, &s, 1, -1, x, out, &failed), BAD);
+            CHECK_EQ_INT(dsattn_mla_attn_forward_batch(ctx, &s, 1, 0, x, out, &failed),
+                         DSATTN_ERR_UNSUPPORTED);
+        }
+        dsattn_mla_seq_destroy(s);
+        dsattn_mla_destroy(m);
+    }
+    {
+        char path[DSATTN_TEST_PATH];
+        dsattn_test_tmp(path, sizeof path, "batched_llama.json");
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (f) {
+            fputs("{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 2,"
+                  " \"num_attention_heads\": 4, \"num_key_value_heads\": 2}", f);
+            fclose(f);
+        }
+        dsattn_mha *m = NULL;
+        dsattn_mha_seq *s = NULL;
+        CHECK_OK(dsattn_mha_load_config(&m, path, err, sizeof err));
+        if (m && !dsattn_mha_seq_create(&s, m, CAP)) {
+            CHECK_EQ_INT(dsattn_mha_attn_forward_batch(ctx, &s, 1, -1, x, out, &failed), BAD);
+            CHECK_EQ_INT(dsattn_mha_attn_forward_batch(ctx, &s, 1, 0, x, out, &failed),
+                         DSATTN_ERR_UNSUPPORTED);
+        }
+        dsattn_mha_seq_destroy(s);
+        dsattn_mha_destroy(m);
+    }
+done:
+    dsattn_ctx_destroy(ctx);
+    free(x);
+    free(out);
+}

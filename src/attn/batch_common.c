@@ -10,7 +10,7 @@
 
 dsattn_status dsattn_batch_check_seqs(const dsattn_ctx *ctx, const void *seqs, size_t B,
                                       dsattn_batch_info_fn info, const void *x,
-                                      const void *out, size_t *failed)
+                                      const void *out, const int *layer, size_t *failed)
 {
     *failed = SIZE_MAX;
     if (!ctx || !seqs || !x || !out || B == 0) return DSATTN_ERR_INVALID_ARG;
@@ -28,6 +28,7 @@ dsattn_status dsattn_batch_check_seqs(const dsattn_ctx *ctx, const void *seqs, s
     size_t n;
     if (!dsattn_mul_size(B, first.dim, &n) || n > SIZE_MAX / sizeof(float))
         return DSATTN_ERR_OVERFLOW;
+    if (layer && (*layer < 0 || *layer >= first.n_layers)) return DSATTN_ERR_INVALID_ARG;
     if (!first.has_weights) return DSATTN_ERR_UNSUPPORTED;   /* config only */
     return DSATTN_OK;
 }

@@ -23,18 +23,21 @@ typedef struct {
     size_t      max_seq_len;
     size_t      dim;          /* the model's: floats per row of x and out   */
     int         has_weights;  /* 0: a config-only model                     */
+    int64_t     n_layers;     /* the model's                                */
 } dsattn_batch_seq_info;
 
 /* Sequence i of the generation's array `seqs`: fills *info, 0 if it is NULL. */
 typedef int (*dsattn_batch_info_fn)(const void *seqs, size_t i, dsattn_batch_seq_info *info);
 
 /* Arguments, one model (and variant), distinct sequences, room for one
- * more token, B rows of dim floats addressable, weights loaded.  *failed:
- * the first bad sequence, SIZE_MAX when the error is not one sequence's
- * (written on every path). */
+ * more token, B rows of dim floats addressable, the layer *layer (when not
+ * NULL: a one-layer call) in the model's range, then weights loaded - so
+ * a bad argument is INVALID_ARG before a config-only model is UNSUPPORTED.
+ * *failed: the first bad sequence, SIZE_MAX when the error is not one
+ * sequence's (written on every path). */
 dsattn_status dsattn_batch_check_seqs(const dsattn_ctx *ctx, const void *seqs, size_t B,
                                       dsattn_batch_info_fn info, const void *x,
-                                      const void *out, size_t *failed);
+                                      const void *out, const int *layer, size_t *failed);
 
 /* One buffer of a B-row scratch: a x b floats, its offset written to *off. */
 typedef struct {

@@ -341,14 +341,15 @@ static int seq_info(const void *seqs, size_t i, dsattn_batch_seq_info *info)
     const dsattn_mha_seq *s = ((dsattn_mha_seq *const *)seqs)[i];
     if (!s) return 0;
     *info = (dsattn_batch_seq_info){ s, s->m, 0, s->pos, s->max_seq_len,
-                                     (size_t)s->m->cfg.hidden, s->m->w_count > 0 };
+                                     (size_t)s->m->cfg.hidden, s->m->w_count > 0,
+                                     s->m->cfg.n_layers };
     return 1;
 }
 
 static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_mha_seq *const *seqs, size_t B,
                                 int layer, const float *x, float *out, size_t *failed)
 {
-    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, x, out, failed);
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, x, out, &layer, failed);
     if (st) return st;
     const dsattn_mha *m = seqs[0]->m;
     const dsattn_mha_config *c = &m->cfg;

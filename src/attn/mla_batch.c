@@ -103,7 +103,7 @@ static int batch_seq_info(const void *seqs, size_t i, dsattn_batch_seq_info *inf
     const dsattn_mla_seq *s = ((dsattn_mla_seq *const *)seqs)[i];
     if (!s) return 0;
     *info = (dsattn_batch_seq_info){ s, s->m, 0, s->pos, s->max_seq_len, (size_t)s->m->cfg.dim,
-                                     s->m->has_weights };
+                                     s->m->has_weights, s->m->cfg.n_layers };
     return 1;
 }
 
@@ -114,7 +114,7 @@ static dsattn_status batch_check(dsattn_ctx *ctx, dsattn_mla_seq *const *seqs, s
                                  int l, const void *x, const void *out, size_t *failed)
 {
     size_t bad;
-    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, batch_seq_info, x, out, &bad);
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, batch_seq_info, x, out, &l, &bad);
     if (!st && (l < 0 || l >= seqs[0]->m->cfg.n_layers)) {
         st = DSATTN_ERR_INVALID_ARG;
         bad = SIZE_MAX;

@@ -52,7 +52,8 @@ static int seq_info(const void *seqs, size_t i, dsattn_batch_seq_info *info)
     const dsattn_v41_seq *s = ((dsattn_v41_seq *const *)seqs)[i];
     if (!s) return 0;
     *info = (dsattn_batch_seq_info){ s, s->m, (int)s->index_k_mode, s->pos, s->max_seq_len,
-                                     (size_t)s->m->cfg.dim, s->m->layer[0].wq_a.data != NULL };
+                                     (size_t)s->m->cfg.dim, s->m->layer[0].wq_a.data != NULL,
+                                     s->m->cfg.n_layers };
     return 1;
 }
 
@@ -305,7 +306,8 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, void *step, int l, const float
 static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t n_seqs,
                                 int layer, const float *x, float *out, size_t *failed)
 {
-    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, n_seqs, seq_info, x, out, failed);
+    dsattn_status st =
+        dsattn_batch_check_seqs(ctx, seqs, n_seqs, seq_info, x, out, &layer, failed);
     if (st) return st;
     const dsattn_v41 *m = seqs[0]->m;
     if (layer < 0 || layer >= m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
@@ -337,7 +339,7 @@ static const float *batch_norm(const void *step, int l)
 static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v41_seq *const *seqs, size_t n_seqs,
                                  float *h, float *attn_in, float *attn_out, size_t *failed)
 {
-    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, n_seqs, seq_info, h, h, failed);
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, n_seqs, seq_info, h, h, NULL, failed);
     if (st) return st;
     const dsattn_v41 *m = seqs[0]->m;
     const dsattn_v41_config *c = &m->cfg;

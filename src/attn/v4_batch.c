@@ -30,7 +30,7 @@ static int seq_info(const void *seqs, size_t i, dsattn_batch_seq_info *info)
     const dsattn_v4_seq *s = ((dsattn_v4_seq *const *)seqs)[i];
     if (!s) return 0;
     *info = (dsattn_batch_seq_info){ s, s->m, 0, s->pos, s->max_seq_len, (size_t)s->m->cfg.dim,
-                                     s->m->has_weights };
+                                     s->m->has_weights, s->m->cfg.n_layers };
     return 1;
 }
 
@@ -236,7 +236,7 @@ static dsattn_status batch_layer(dsattn_ctx *ctx, void *step, int l, const float
 static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B, int layer,
                                 const float *x, float *out, size_t *failed)
 {
-    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, x, out, failed);
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, x, out, &layer, failed);
     if (st) return st;
     const dsattn_v4 *m = seqs[0]->m;
     if (layer < 0 || layer >= m->cfg.n_layers) return DSATTN_ERR_INVALID_ARG;
@@ -263,7 +263,7 @@ static const float *batch_norm(const void *step, int l)
 static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, size_t B, float *h,
                                  float *attn_in, float *attn_out, size_t *failed)
 {
-    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, h, h, failed);
+    dsattn_status st = dsattn_batch_check_seqs(ctx, seqs, B, seq_info, h, h, NULL, failed);
     if (st) return st;
     for (size_t i = 0; i < B; i++)
         if (!dsattn_v4_seq_whole(seqs[i])) {           /* the stack runs every layer */
