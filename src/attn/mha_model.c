@@ -270,12 +270,12 @@ dsattn_status dsattn_mha_create_random_layers(dsattn_mha **out,
     if (st) return st;
     dsattn_mha *m = *out;
     if (first_layer < 0 || n_layers <= 0 || first_layer + (int64_t)n_layers > m->cfg.n_layers) {
+        const long long nl = (long long)m->cfg.n_layers;     /* read before the free */
         dsattn_mha_destroy(m);
         *out = NULL;
         return dsattn_errf(err, errlen, DSATTN_ERR_INVALID_ARG,
                            "layers [%d, %lld) outside the model's %lld layers, or none",
-                           first_layer, (long long)first_layer + n_layers,
-                           (long long)m->cfg.n_layers);
+                           first_layer, (long long)first_layer + n_layers, nl);
     }
     for (int l = first_layer; l < first_layer + n_layers && !st; l++) st = rand_layer(m, l, seed);
     if (st) { dsattn_mha_destroy(m); *out = NULL; return st; }
