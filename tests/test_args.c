@@ -324,6 +324,13 @@ DSATTN_TEST(args, v41_family)
 /* A one-layer batched call on a config-only model: a layer out of range is
  * the caller's bad argument (INVALID_ARG) before the missing weights
  * (UNSUPPORTED), as in the one-sequence calls. */
+#define CHECK_LAYER_FIRST(G, s)                                                        \
+    do {                                                                              \
+        CHECK_EQ_INT(dsattn_##G##_attn_forward_batch(ctx, &s, 1, -1, x, out, &failed), BAD); \
+        CHECK_EQ_INT(dsattn_##G##_attn_forward_batch(ctx, &s, 1, 0, x, out, &failed),  \
+                     DSATTN_ERR_UNSUPPORTED);                                         \
+    } while (0)
+
 DSATTN_TEST(args, batched_layer_checked_before_weights)
 {
     char err[256] = "", cfg[512], w[512];
@@ -337,9 +344,7 @@ DSATTN_TEST(args, batched_layer_checked_before_weights)
         dsattn_v41_seq *s = NULL;
         CHECK_OK(dsattn_v41_load_config(&m, cfg, err, sizeof err));
         if (m && !dsattn_v41_seq_create(&s, m, CAP, DSATTN_V41_INDEX_K_OWNER)) {
-            CHECK_EQ_INT(dsattn_v41_attn_forward_batch(ctx, &s, 1, -1, x, out, &failed), BAD);
-            CHECK_EQ_INT(dsattn_v41_attn_forward_batch(ctx, &s, 1, 0, x, out, &failed),
-                         DSATTN_ERR_UNSUPPORTED);
+            CHECK_LAYER_FIRST(v41, s);
         }
         dsattn_v41_seq_destroy(s);
         dsattn_v41_destroy(m);
@@ -350,9 +355,7 @@ DSATTN_TEST(args, batched_layer_checked_before_weights)
         dsattn_v4_seq *s = NULL;
         CHECK_OK(dsattn_v4_load_config(&m, cfg, err, sizeof err));
         if (m && !dsattn_v4_seq_create(&s, m, CAP, DSATTN_V4_EMPTY_REFERENCE)) {
-            CHECK_EQ_INT(dsattn_v4_attn_forward_batch(ctx, &s, 1, -1, x, out, &failed), BAD);
-            CHECK_EQ_INT(dsattn_v4_attn_forward_batch(ctx, &s, 1, 0, x, out, &failed),
-                         DSATTN_ERR_UNSUPPORTED);
+            CHECK_LAYER_FIRST(v4, s);
         }
         dsattn_v4_seq_destroy(s);
         dsattn_v4_destroy(m);
@@ -363,9 +366,7 @@ DSATTN_TEST(args, batched_layer_checked_before_weights)
         dsattn_mla_seq *s = NULL;
         CHECK_OK(dsattn_mla_create_config_only(&m, cfg, err, sizeof err));
         if (m && !dsattn_mla_seq_create(&s, m, CAP, DSATTN_MLA_CACHE_LATENT_BF16)) {
-            CHECK_EQ_INT(dsattn_mla_attn_forward_batch(ctx, &s, 1, -1, x, out, &failed), BAD);
-            CHECK_EQ_INT(dsattn_mla_attn_forward_batch(ctx, &s, 1, 0, x, out, &failed),
-                         DSATTN_ERR_UNSUPPORTED);
+            CHECK_LAYER_FIRST(mla, s);
         }
         dsattn_mla_seq_destroy(s);
         dsattn_mla_destroy(m);
@@ -384,9 +385,7 @@ DSATTN_TEST(args, batched_layer_checked_before_weights)
         dsattn_mha_seq *s = NULL;
         CHECK_OK(dsattn_mha_load_config(&m, path, err, sizeof err));
         if (m && !dsattn_mha_seq_create(&s, m, CAP)) {
-            CHECK_EQ_INT(dsattn_mha_attn_forward_batch(ctx, &s, 1, -1, x, out, &failed), BAD);
-            CHECK_EQ_INT(dsattn_mha_attn_forward_batch(ctx, &s, 1, 0, x, out, &failed),
-                         DSATTN_ERR_UNSUPPORTED);
+            CHECK_LAYER_FIRST(mha, s);
         }
         dsattn_mha_seq_destroy(s);
         dsattn_mha_destroy(m);
