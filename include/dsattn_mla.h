@@ -172,9 +172,13 @@ dsattn_status dsattn_mla_seq_selection(const dsattn_mla_seq *s, int layer,
                                        const int32_t **rows, size_t *n_rows,
                                        size_t *width);
 
+/* The widths of dsattn_mla_seq_latent's two outputs: kv_lora_rank and
+ * qk_rope_head_dim (either pointer may be NULL). */
+dsattn_status dsattn_mla_latent_dims(const dsattn_mla *m, int *kv_lora_rank, int *rope_dim);
 /* Cache contents of token `pos` (< position) of a layer, dequantized:
  * latent caches: kv[kv_lora_rank] and pe[qk_rope_head_dim] (either may be
- * NULL); NAIVE: DSATTN_ERR_NOT_FOUND. */
+ * NULL; dsattn_mla_latent_dims gives both widths); NAIVE:
+ * DSATTN_ERR_NOT_FOUND. */
 dsattn_status dsattn_mla_seq_latent(const dsattn_mla_seq *s, int layer,
                                     size_t pos, float *kv, float *pe);
 /* V3.2 index key of token `pos`: 128 E4M3 codes and the fp32 scale. */

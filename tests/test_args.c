@@ -161,6 +161,11 @@ static void mla_family(const char *dir)
     CHECK_EQ_INT(dsattn_mla_dim(NULL), -1);
     CHECK_EQ_INT(dsattn_mla_has_weights(NULL), 0);
     CHECK_EQ_INT(dsattn_mla_is_dsa(NULL), -1);
+    int kvr = 0, rpd = 0;
+    CHECK_EQ_INT(dsattn_mla_latent_dims(NULL, &kvr, &rpd), BAD);
+    CHECK_OK(dsattn_mla_latent_dims(m, &kvr, NULL));
+    CHECK_OK(dsattn_mla_latent_dims(m, NULL, &rpd));
+    CHECK(kvr > 0 && rpd > 0);
     CHECK_EQ_INT(dsattn_mla_create_random(NULL, cfg, 1, 0, err, sizeof err), BAD);
     dsattn_mla_seq *s = NULL;
     CHECK_EQ_INT(dsattn_mla_seq_create(NULL, m, CAP, DSATTN_MLA_CACHE_LATENT_BF16), BAD);

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import weakref
 
 import numpy as np
@@ -32,7 +33,30 @@ def version():
 
 
 def _b(path):
-    return None if path is None else os.fsencode(path)
+    if path is None:
+        return None
+    b = os.fsencode(path)
+    if b"\0" in b:                      # C would stop at it: another file
+        raise ValueError(f"path {path!r} holds a NUL byte")
+    return b
+
+
+_INT_RANGES = {"int": (-2**31, 2**31 - 1), "size_t": (0, 2**64 - 1),
+               "int64": (-2**63, 2**63 - 1)}
+
+
+def _int(v, what, kind="int", lo=None):
+    """v as a Python int within the C type's range (and >= lo): ctypes would
+    wrap it silently (2**32 + 1 -> 1, -1 -> SIZE_MAX)."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{what} must be an int, not {type(v).__name__}")
+    v = int(v)
+    a, b = _INT_RANGES[kind]
+    if lo is not None:
+        a = max(a, lo)
+    if not a <= v <= b:
+        raise ValueError(f"{what} = {v} is outside [{a}, {b}]")
+    return v
 
 
 def _f32p(a):
@@ -54,8 +78,8 @@ class Context:
             raise ValueError(f"mode must be 'fast' or 'reference', not {mode!r}")
         if isa not in _ISAS:
             raise ValueError(f"isa must be None, 'auto', 'ref', 'avx2' or 'avx512', not {isa!r}")
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be None or a positive int, not {threads!r}")
+        if threads is not None:
+            threads = _int(threads, "threads", lo=1)
         p = lib.dsattn_ctx_default_params()
         p.mode, p.isa, p.n_threads = _MODES[mode], _ISAS[isa], threads or 0
         h = ctypes.c_void_p()
@@ -127,16 +151,29 @@ class Context:
         return f"<dsattn.Context mode={self.mode} isa={self.isa} threads={self.threads}>"
 
 
-_default_ctx = None
+def _model(m):
+    if not isinstance(m, Model):
+        raise TypeError(f"model must be a dsattn.Model, not {type(m).__name__}")
+
+
+def _layers(layers):
+    return _int(layers[0], "layers[0]"), _int(layers[1], "layers[1]")
+
+
+# The default fast context, one per thread: a context's scratch grows (is
+# reallocated) under a call, and ctypes lets threads call at the same time.
+_default = threading.local()
 
 
 def _ctx(ctx):
-    global _default_ctx
     if ctx is not None:
+        if not isinstance(ctx, Context):
+            raise TypeError(f"ctx must be a dsattn.Context, not {type(ctx).__name__}")
         return ctx.handle
-    if _default_ctx is None:
-        _default_ctx = Context("fast")
-    return _default_ctx.handle
+    c = getattr(_default, "ctx", None)
+    if c is None:
+        c = _default.ctx = Context("fast")
+    return c.handle
 
 
 # ==== Models ================================================================
@@ -298,7 +335,8 @@ class Model:
         the last KV source: an approximation) or 'off' (every row)."""
         self._v41("ced_plan")
         rows = (_lib.CedRows * self.n_layers)()
-        check(lib.dsattn_v41_ced_plan(self.handle, int(n), _opt(_CED, mode, "mode"), rows),
+        check(lib.dsattn_v41_ced_plan(self.handle, _int(n, "n", "size_t"),
+                                      _opt(_CED, mode, "mode"), rows),
               f"dsattn.Model.ced_plan({n}, {mode!r})")
         return np.array([(r.in_first, r.out_first) for r in rows], dtype=np.int64)
 
@@ -307,7 +345,7 @@ class Model:
         CED mode, summed over the layers."""
         self._v41("ced_work")
         i, o = ctypes.c_uint64(), ctypes.c_uint64()
-        check(lib.dsattn_v41_ced_work(self.handle, int(n), _opt(_CED, mode, "mode"),
+        check(lib.dsattn_v41_ced_work(self.handle, _int(n, "n", "size_t"), _opt(_CED, mode, "mode"),
                                       ctypes.byref(i), ctypes.byref(o)),
               f"dsattn.Model.ced_work({n}, {mode!r})")
         return int(i.value), int(o.value)
@@ -317,11 +355,11 @@ class Model:
         creation (the kv_bill's scratch_bytes; the bill's per-sequence
         column at a context no cache could be made for), without making one.
         cache: the MLA cache format.  Raises on a size that overflows."""
+        cap = _int(max_seq_len, "max_seq_len", "size_t")
         if self.generation == "mla":
-            n = lib.dsattn_mla_seq_scratch_at(self.handle, int(max_seq_len),
-                                              _opt(_MLA_CACHES, cache, "cache"))
+            n = lib.dsattn_mla_seq_scratch_at(self.handle, cap, _opt(_MLA_CACHES, cache, "cache"))
         else:
-            n = self._f("seq_scratch_at")(self.handle, int(max_seq_len))
+            n = self._f("seq_scratch_at")(self.handle, cap)
         if n == ctypes.c_size_t(-1).value:
             raise DsattnError(f"dsattn.Model.scratch_at({max_seq_len}): the size overflows", -5,
                               lib.dsattn_status_str(-5).decode())
@@ -368,7 +406,7 @@ def load(weights, config=None, layers=None):
         raise ValueError("layers= is for MLA (V3 / V3.2) checkpoints")
     if layers is not None:
         st = lib.dsattn_mla_load_layers(ctypes.byref(h), _b(config), _b(weights),
-                                        int(layers[0]), int(layers[1]), err, len(err))
+                                        *_layers(layers), err, len(err))
     else:
         st = getattr(lib, f"dsattn_{g}_load")(ctypes.byref(h), _b(config), _b(weights), err,
                                               len(err))
@@ -390,7 +428,7 @@ def random(config, seed=0, fp8=False, layers=None):
             st = lib.dsattn_mha_create_random(ctypes.byref(h), _b(config), seed, err, len(err))
         else:
             st = lib.dsattn_mha_create_random_layers(ctypes.byref(h), _b(config), seed,
-                                                     int(layers[0]), int(layers[1]), err, len(err))
+                                                     *_layers(layers), err, len(err))
     else:
         if layers is not None:
             raise ValueError("layers= is for MHA / GQA models")
@@ -437,9 +475,9 @@ class Sequence:
 
     def __init__(self, model, max_seq_len, index_k="owner", cache="latent_bf16", empty="nan",
                  layers=None):
+        _model(model)
         g = model.generation
-        if not isinstance(max_seq_len, (int, np.integer)) or max_seq_len < 1:
-            raise ValueError(f"max_seq_len must be a positive int, not {max_seq_len!r}")
+        max_seq_len = _int(max_seq_len, "max_seq_len", "size_t", lo=1)
         h = ctypes.c_void_p()
         mh = model.handle
         if layers is not None:
@@ -457,19 +495,19 @@ class Sequence:
         elif g == "mla":
             st = lib.dsattn_mla_seq_create_layers(ctypes.byref(h), mh, max_seq_len,
                                                   _opt(_MLA_CACHES, cache, "cache"),
-                                                  int(layers[0]), int(layers[1]))
+                                                  *_layers(layers))
         elif g == "v4" and layers is None:
             st = lib.dsattn_v4_seq_create(ctypes.byref(h), mh, max_seq_len,
                                           _opt(_V4_EMPTY, empty, "empty"))
         elif g == "v4":
             st = lib.dsattn_v4_seq_create_layers(ctypes.byref(h), mh, max_seq_len,
                                                  _opt(_V4_EMPTY, empty, "empty"),
-                                                 int(layers[0]), int(layers[1]))
+                                                 *_layers(layers))
         elif layers is None:
             st = lib.dsattn_mha_seq_create(ctypes.byref(h), mh, max_seq_len)
         else:
             st = lib.dsattn_mha_seq_create_layers(ctypes.byref(h), mh, max_seq_len,
-                                                  int(layers[0]), int(layers[1]))
+                                                  *_layers(layers))
         check(st, f"dsattn.Sequence({g}, max_seq_len={max_seq_len})")
         self.model = model            # the C sequence borrows the model
         self.generation = g
@@ -485,6 +523,8 @@ class Sequence:
     def handle(self):
         if not self._h:
             raise DsattnError("dsattn.Sequence: used after close()")
+        if not self.model._h:            # the C sequence reads its model
+            raise DsattnError("dsattn.Sequence: its Model was closed")
         return self._h
 
     def close(self):
@@ -528,14 +568,16 @@ class Sequence:
         out [n, dim].  Does not advance."""
         a = self._input(x)
         out = np.empty_like(a)
-        st = self._f("attn_forward")(_ctx(ctx), self.handle, int(layer), _f32p(a), a.shape[0],
+        st = self._f("attn_forward")(_ctx(ctx), self.handle, _int(layer, "layer"), _f32p(a),
+                                     a.shape[0],
                                      _f32p(out))
         check(st, f"dsattn.Sequence.forward(layer {layer}, {a.shape[0]} tokens at position "
                   f"{self.position})")
         return out
 
     def advance(self, n=1):
-        check(self._f("seq_advance")(self.handle, int(n)), f"dsattn.Sequence.advance({n})")
+        check(self._f("seq_advance")(self.handle, _int(n, "n", "size_t")),
+              f"dsattn.Sequence.advance({n})")
 
     def stack(self, h, ctx=None, capture=False):
         """The golden-case stand-in stack over every layer,
@@ -578,7 +620,8 @@ class Sequence:
             raise ValueError(f"forward_rows: need 0 <= first <= out_first < first + n, got "
                              f"first {first}, out_first {out_first}, n {n}")
         out = np.empty((first + n - out_first, a.shape[1]), np.float32)
-        st = lib.dsattn_v41_attn_forward_rows(_ctx(ctx), self.handle, int(layer), _f32p(a), n,
+        st = lib.dsattn_v41_attn_forward_rows(_ctx(ctx), self.handle, _int(layer, "layer"),
+                                              _f32p(a), n,
                                               first, out_first - first, _f32p(out))
         check(st, f"dsattn.Sequence.forward_rows(layer {layer}, rows [{first}, {first + n}), "
                   f"out from {out_first})")
@@ -609,7 +652,7 @@ class Sequence:
         if self.generation == "mha":
             return None
         rows, nr, w = ctypes.POINTER(ctypes.c_int32)(), ctypes.c_size_t(), ctypes.c_size_t()
-        st = self._f("seq_selection")(self.handle, int(layer), ctypes.byref(rows),
+        st = self._f("seq_selection")(self.handle, _int(layer, "layer"), ctypes.byref(rows),
                                       ctypes.byref(nr), ctypes.byref(w))
         if st == -7 or (st == 0 and not rows):      # DSATTN_ERR_NOT_FOUND: no selection
             return None
@@ -629,7 +672,8 @@ class Sequence:
             raise DsattnError(f"dsattn.Sequence.cache: the {self.generation} API offers no "
                               "packed rows (see latent() / kv())", -3, "unsupported")
         rows, nr, rb = ctypes.POINTER(ctypes.c_uint8)(), ctypes.c_size_t(), ctypes.c_size_t()
-        st = self._f("seq_cache")(self.handle, int(layer), int(which), ctypes.byref(rows),
+        st = self._f("seq_cache")(self.handle, _int(layer, "layer"), _int(which, "which"),
+                                  ctypes.byref(rows),
                                   ctypes.byref(nr), ctypes.byref(rb))
         check(st, f"dsattn.Sequence.cache(layer {layer}, which {which})")
         n = nr.value * rb.value
@@ -650,7 +694,7 @@ class Sequence:
         if self.generation != "v41":
             raise DsattnError("dsattn.Sequence.sources: V4.1 only", -3, "unsupported")
         f = lambda v: None if v < 0 else v
-        h, l = self.handle, int(layer)
+        h, l = self.handle, _int(layer, "layer")
         return {"kv": f(lib.dsattn_v41_seq_source_read(h, l)),
                 "index": f(lib.dsattn_v41_seq_index_read(h, l)),
                 "topk": f(lib.dsattn_v41_seq_topk_read(h, l))}
@@ -660,13 +704,12 @@ class Sequence:
         dequantized to float32 (copies)."""
         if self.generation != "mla":
             raise DsattnError("dsattn.Sequence.latent: MLA only", -3, "unsupported")
-        # sizes from the config; the call checks them against the model
-        with open(self.model.config) as f:
-            cfg = json.load(f)
-        kvn = int(cfg.get("kv_lora_rank", 512))
-        pen = int(cfg.get("qk_rope_head_dim", 64))
-        kv, pe = np.empty(kvn, np.float32), np.empty(pen, np.float32)
-        check(lib.dsattn_mla_seq_latent(self.handle, int(layer), int(pos), _f32p(kv), _f32p(pe)),
+        kvn, pen = ctypes.c_int(), ctypes.c_int()     # the model's own widths
+        check(lib.dsattn_mla_latent_dims(self.model.handle, ctypes.byref(kvn), ctypes.byref(pen)),
+              "dsattn.Sequence.latent")
+        kv, pe = np.empty(kvn.value, np.float32), np.empty(pen.value, np.float32)
+        l, p = _int(layer, "layer"), _int(pos, "pos", "size_t")
+        check(lib.dsattn_mla_seq_latent(self.handle, l, p, _f32p(kv), _f32p(pe)),
               f"dsattn.Sequence.latent(layer {layer}, pos {pos})")
         return kv, pe
 
@@ -677,7 +720,8 @@ class Sequence:
         mh = self.model.handle
         n = lib.dsattn_mha_n_kv_heads(mh) * lib.dsattn_mha_head_dim(mh)
         k, v = np.empty(n, np.float32), np.empty(n, np.float32)
-        check(lib.dsattn_mha_seq_kv(self.handle, int(layer), int(pos), _f32p(k), _f32p(v)),
+        l, p = _int(layer, "layer"), _int(pos, "pos", "size_t")
+        check(lib.dsattn_mha_seq_kv(self.handle, l, p, _f32p(k), _f32p(v)),
               f"dsattn.Sequence.kv(layer {layer}, pos {pos})")
         return k, v
 
@@ -693,7 +737,8 @@ class Sequence:
     def fill_synthetic(self, depth, seed=1):
         """Fill the caches as if depth tokens had been consumed (random valid
         entries; benchmarks at long contexts).  Sets the position to depth."""
-        check(self._f("seq_fill_synthetic")(self.handle, int(depth), int(seed)),
+        check(self._f("seq_fill_synthetic")(self.handle, _int(depth, "depth", "int64"),
+                                                 _int(seed, "seed", "size_t")),
               f"dsattn.Sequence.fill_synthetic({depth})")
 
     # ---- sessions (include/dsattn.h, "Sessions"; format: docs/sessions.md)
@@ -718,19 +763,24 @@ class Sequence:
         anything is created); max_seq_len 0 keeps the saved capacity, a larger
         one grows it.  The per-chunk observations (selection, sources) start
         empty."""
+        _model(model)
         h, err = ctypes.c_void_p(), errbuf()
         st = getattr(lib, f"dsattn_{model.generation}_seq_load")(
-            ctypes.byref(h), model.handle, _b(path), int(max_seq_len), err, len(err))
+            ctypes.byref(h), model.handle, _b(path), _int(max_seq_len, "max_seq_len", "size_t"),
+            err, len(err))
         check(st, f"dsattn.Sequence.load({path!s})", err)
         return cls._wrap(model, h, int(max_seq_len) or None)
 
     @classmethod
     def load_bytes(cls, model, data, max_seq_len=0):
         """The same from the bytes of a session file."""
+        _model(model)
         data = bytes(data)
         h, err = ctypes.c_void_p(), errbuf()
         st = getattr(lib, f"dsattn_{model.generation}_seq_load_buffer")(
-            ctypes.byref(h), model.handle, data, len(data), int(max_seq_len), err, len(err))
+            ctypes.byref(h), model.handle, data, len(data), _int(max_seq_len, "max_seq_len",
+                                                                 "size_t"), err,
+            len(err))
         check(st, "dsattn.Sequence.load_bytes", err)
         return cls._wrap(model, h, int(max_seq_len) or None)
 
@@ -823,7 +873,8 @@ def forward_batch(seqs, layer, x, ctx=None):
     out = np.empty_like(a)
     failed = ctypes.c_size_t(0)
     g = seqs[0].generation
-    st = getattr(lib, f"dsattn_{g}_attn_forward_batch")(_ctx(ctx), arr, len(seqs), int(layer),
+    st = getattr(lib, f"dsattn_{g}_attn_forward_batch")(_ctx(ctx), arr, len(seqs), _int(layer,
+                                                                                        "layer"),
                                                         _f32p(a), _f32p(out),
                                                         ctypes.byref(failed))
     _batch_check(st, f"dsattn.forward_batch(layer {layer}, {len(seqs)} sequences)", failed)

@@ -227,6 +227,8 @@ _proto("dsattn_mla_seq_create_layers", _s, P(c_void_p), c_void_p, c_size_t, c_in
        c_int)
 _proto("dsattn_mla_seq_cache_format", c_int, c_void_p)
 _proto("dsattn_mla_seq_latent", _s, c_void_p, c_int, c_size_t, c_float_p, c_float_p)
+_proto("dsattn_mla_latent_dims", _s, c_void_p, ctypes.POINTER(ctypes.c_int),
+       ctypes.POINTER(ctypes.c_int))
 _proto("dsattn_mla_seq_index_key", _s, c_void_p, c_int, c_size_t, P(ctypes.c_uint8), c_float_p)
 
 _proto("dsattn_mla_seq_scratch_at", c_size_t, c_void_p, c_size_t, c_int)

@@ -671,3 +671,58 @@ def test_ced_errors(tmp_path):
         v4.forward_rows(0, x[:1])
     with pytest.raises(dsattn.DsattnError, match="V4.1"):
         v4.prefill(x[:1])
+
+
+def test_bad_arguments_raise_before_the_library_sees_them(tmp_path):
+    """What ctypes would pass on silently - a wrapped integer, a path cut at a
+    NUL, an object of the wrong kind, a sequence whose model was closed -
+    raises in Python; the MLA latent widths come from the model itself."""
+    m = dsattn.load(os.path.join(GOLDEN, "v41", "tiny-seed0", "weights.safetensors"))
+    s = m.sequence(16)
+    x = np.zeros((1, m.dim), np.float32)
+    with pytest.raises(ValueError):
+        s.advance(2**64 + 1)              # ctypes: 1
+    with pytest.raises(ValueError):
+        s.forward(2**32 + 1, x)           # ctypes: layer 1
+    with pytest.raises(ValueError):
+        s.fill_synthetic(-1 + 2**64)
+    with pytest.raises(ValueError):
+        dsattn.Context(threads=2**32 + 2)  # ctypes: 2
+    with pytest.raises(ValueError):
+        dsattn.Sequence(m, 2**64 + 16)
+    with pytest.raises(ValueError, match="NUL"):
+        s.save(str(tmp_path / "a\0b.sess"))
+    with pytest.raises(TypeError):
+        s.forward(0, x, m)                # a Model as the context
+    with pytest.raises(TypeError):
+        dsattn.Sequence(s, 16)            # a Sequence as the model
+    with pytest.raises(TypeError):
+        dsattn.Sequence.load_bytes(s, b"")
+    assert s.position == 0
+    m.close()
+    with pytest.raises(dsattn.DsattnError, match="Model was closed"):
+        s.fill_synthetic(4)
+    s.close()
+    # MLA latent widths: the model's (text_config's), not the file's top level
+    cfg = json.load(open(os.path.join(GOLDEN, "v3", "tiny-seed0", "config.json")))
+    wrapped = {"kv_lora_rank": 8, "qk_rope_head_dim": 4,
+               "text_config": dict(cfg, kv_lora_rank=128, qk_rope_head_dim=32)}
+    p = tmp_path / "v3.json"
+    p.write_text(json.dumps(wrapped))
+    m3 = dsattn.from_config(str(p))
+    s3 = m3.sequence(8)
+    s3.fill_synthetic(4)
+    kv, pe = s3.latent(0, 1)
+    assert kv.shape == (128,) and pe.shape == (32,)
+
+
+def test_default_context_is_per_thread():
+    """Calls without ctx in two threads use two contexts (a context's
+    scratch is reallocated under a call)."""
+    from dsattn import _core
+    got = []
+    t = threading.Thread(target=lambda: got.append(_core._ctx(None).value))
+    t.start()
+    t.join()
+    here = _core._ctx(None).value
+    assert got and got[0] != here and _core._ctx(None).value == here

@@ -177,6 +177,14 @@ int dsattn_mla_dim(const dsattn_mla *m) { return m ? (int)m->cfg.dim : -1; }
 int dsattn_mla_has_weights(const dsattn_mla *m) { return m ? m->has_weights : 0; }
 float dsattn_mla_softmax_scale(const dsattn_mla *m) { return m ? m->cfg.softmax_scale : NAN; }
 
+dsattn_status dsattn_mla_latent_dims(const dsattn_mla *m, int *kv_lora_rank, int *rope_dim)
+{
+    if (!m) return DSATTN_ERR_INVALID_ARG;
+    if (kv_lora_rank) *kv_lora_rank = (int)m->cfg.kv_lora_rank;
+    if (rope_dim) *rope_dim = (int)m->cfg.rope;
+    return DSATTN_OK;
+}
+
 size_t dsattn_mla_weight_bytes(const dsattn_mla *m)
 {
     size_t t = 0;
