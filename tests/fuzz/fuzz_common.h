@@ -11,8 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The process's scratch folder (under /dev/shm when it exists: the file
- * is rewritten on every input), removed at exit with what it holds. */
+/* The process's scratch folder, removed at exit with what it holds.  It is
+ * made under $DSATTN_FUZZ_SCRATCH when set (scripts/fuzz.sh sets it to a
+ * folder it removes itself: libFuzzer ends a run that hits a crash, a
+ * timeout or a signal with _Exit, which skips this cleanup), else under
+ * /dev/shm when it exists (the file is rewritten on every input), else /tmp. */
 static char fuzz_dir_buf[256];
 static const char *fuzz_files[8];
 static int fuzz_n_files;
@@ -30,8 +33,11 @@ static void fuzz_cleanup(void)
 static const char *fuzz_dir(void)
 {
     if (fuzz_dir_buf[0]) return fuzz_dir_buf;
-    snprintf(fuzz_dir_buf, sizeof fuzz_dir_buf, "%s/dsattn-fuzz-XXXXXX",
-             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+    const char *root = getenv("DSATTN_FUZZ_SCRATCH");
+    if (!root || !*root) root = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    if (snprintf(fuzz_dir_buf, sizeof fuzz_dir_buf, "%s/dsattn-fuzz-XXXXXX", root) >=
+        (int)sizeof fuzz_dir_buf)
+        abort();                             /* the harness itself cannot run */
     if (!mkdtemp(fuzz_dir_buf)) abort();   /* the harness itself cannot run */
     atexit(fuzz_cleanup);
     return fuzz_dir_buf;
