@@ -694,6 +694,11 @@ DSATTN_TEST(v4, bad_configs_are_errors)
         { "deepseek_v4", 96, 32, "[4, 16, 0]", "", 0 },       /* nope 80: not 64-blocks  */
         { "deepseek_v4", 80, 48, "[4, 16, 0]", "", 0 },       /* index dim not pow2      */
         { "deepseek_v4", 80, 32, "[4, 16]", "", 0 },          /* no MTP entry            */
+        /* as the reference: entries past the MTP block's are never read,
+         * and an MTP entry may have any ratio (not part of the stack) */
+        { "deepseek_v4", 80, 32, "[4, 16, 0, 4, 4]", "", 1 },
+        { "deepseek_v4", 80, 32, "[4, 16, 128]", "", 1 },
+        { "deepseek_v4", 592, 32, "[4, 16, 0]", "", 0 },      /* 576 nope: above 512     */
         { "deepseek_v4", 80, 32, "[4, -1, 0]", "", 0 },
         { "deepseek_v41", 80, 32, "[4, 16, 0]", "", 0 },
         { "deepseek_v4", 80, 32, "[4, 16]", ", \"n_mtp_layers\": 0", 1 },
@@ -714,6 +719,12 @@ DSATTN_TEST(v4, bad_configs_are_errors)
         dsattn_status st = dsattn_v4_create_random(&m, cfg, 1, 0, err, sizeof err);
         CHECK_MSG((st == DSATTN_OK) == cases[i].ok, "case %zu: status %d (%s)", i, (int)st, err);
         CHECK_MSG(st == DSATTN_OK || err[0], "case %zu: no error text", i);
+        if (st == DSATTN_OK)
+            CHECK_MSG(dsattn_v4_layer_kind(m, 1) == DSATTN_V4_HCA &&
+                          dsattn_v4_layer_kind(m, 2) == (strcmp(cases[i].cr, "[4, 16]")
+                                                             ? DSATTN_V4_MTP
+                                                             : DSATTN_V4_NONE),
+                      "case %zu: layer kinds", i);
         dsattn_v4_destroy(m);
         unlink(cfg);
         free(cfg);

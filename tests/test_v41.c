@@ -247,6 +247,75 @@ DSATTN_TEST(v41, prefill_then_decode_equals_all_decode_owner_seed3)
     dsattn_v41_destroy(m);
 }
 
+/* A stack without compressed layers (every layer window-only) is a plan
+ * the reference runs (Attention.forward skips the compressor and indexer
+ * at ratio 0); its sequence needs no index scratch, and creating it must
+ * not take that for a failed allocation.  Prefill length does not change a
+ * bit in reference mode; a saved and reloaded sequence decodes on as the
+ * original; fast mode stays close. */
+DSATTN_TEST(v41, window_only_stack_runs_seed8)
+{
+    char err[256];
+    char path[DSATTN_TEST_PATH];
+    dsattn_test_tmp(path, sizeof path, "dsattn_cfg_swa.json");
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fprintf(f, "{\"dim\": 128, \"n_layers\": 2, \"n_heads\": 4, \"head_dim\": 64,"
+               " \"rope_head_dim\": 16, \"q_lora_rank\": 64, \"o_groups\": 2,"
+               " \"o_lora_rank\": 32, \"window_size\": 4, \"compress_ratios\": [0, 0],"
+               " \"kv_source_layers\": [], \"index_source_layers\": [],"
+               " \"candidate_source_layer\": -1, \"index_n_heads\": 8,"
+               " \"index_head_dim\": 32, \"index_topk\": 5, \"rope_theta\": 10000.0,"
+               " \"compress_rope_theta\": 160000.0, \"rope_factor\": 16,"
+               " \"original_seq_len\": 65536, \"beta_fast\": 32, \"beta_slow\": 1,"
+               " \"norm_eps\": 1e-20, \"dtype\": \"bf16\"}\n");
+    fclose(f);
+    dsattn_v41 *m = NULL;
+    CHECK_OK(dsattn_v41_create_random(&m, path, 8, 0, err, sizeof err));
+    dsattn_ctx *ctx = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0);
+    dsattn_ctx *fast = dsattn_test_ctx(DSATTN_MODE_FAST, 2);
+    if (!m || !ctx || !fast) return;
+    const size_t T = 13, dim = 128;
+    float *x = rand_input(T, dim, 8);
+    float *a = run_stack(ctx, m, x, T, T, DSATTN_V41_INDEX_K_OWNER);
+    float *b = run_stack(ctx, m, x, T, 1, DSATTN_V41_INDEX_K_OWNER);
+    float *c = run_stack(ctx, m, x, T, 6, DSATTN_V41_INDEX_K_REFERENCE);
+    CHECK_BITS("prefill all vs decode all", b, a, T * dim);
+    CHECK_BITS("prefill 6 vs decode all", c, a, T * dim);
+    /* the window (4) wraps: the last token must differ from its input */
+    CHECK(memcmp(a + (T - 1) * dim, x + (T - 1) * dim, dim * sizeof(float)) != 0);
+    float *d = run_stack(fast, m, x, T, 5, DSATTN_V41_INDEX_K_OWNER);
+    /* compared on what the layers added (the residual input dominates h) */
+    float *ad = malloc(T * dim * sizeof(float)), *dd = malloc(T * dim * sizeof(float));
+    for (size_t i = 0; i < T * dim; i++) ad[i] = a[i] - x[i], dd[i] = d[i] - x[i];
+    const double rel = dsattn_rel_l2(dd, ad, T * dim);
+    CHECK_MSG(rel <= 1e-2, "fast vs reference: rel %.3g", rel);
+    free(ad);
+    free(dd);
+    /* session: save after 7 tokens, reload, decode the rest */
+    float *h = malloc(T * dim * sizeof(float));
+    memcpy(h, x, T * dim * sizeof(float));
+    dsattn_v41_seq *s = NULL, *r = NULL;
+    char sess[DSATTN_TEST_PATH];
+    dsattn_test_tmp(sess, sizeof sess, "dsattn_swa.session");
+    CHECK_OK(dsattn_v41_seq_create(&s, m, T, DSATTN_V41_INDEX_K_OWNER));
+    if (s) CHECK_OK(dsattn_v41_stack_forward(ctx, s, h, 7, NULL, NULL));
+    if (s) CHECK_OK(dsattn_v41_seq_save(s, sess, err, sizeof err));
+    CHECK_OK(dsattn_v41_seq_load(&r, m, sess, 0, err, sizeof err));
+    for (size_t t = 7; r && t < T; t++)
+        CHECK_OK(dsattn_v41_stack_forward(ctx, r, h + t * dim, 1, NULL, NULL));
+    if (r) CHECK_BITS("saved, reloaded, decoded", h, a, T * dim);
+    unlink(sess);
+    dsattn_v41_seq_destroy(s);
+    dsattn_v41_seq_destroy(r);
+    free(x); free(a); free(b); free(c); free(d); free(h);
+    dsattn_ctx_destroy(fast);
+    dsattn_ctx_destroy(ctx);
+    dsattn_v41_destroy(m);
+    unlink(path);
+}
+
 /* The phase profile: off records nothing and changes no bit; on, every
  * phase a decode step passes through is timed, projections are a part of
  * their phase, the phases fit in the step, and a counter reset clears it. */
@@ -558,6 +627,12 @@ DSATTN_TEST(v41, bad_configs_are_errors_not_defaults)
             " \"index_source_layers\": [2]}", DSATTN_ERR_FORMAT, "no kv source layer");
     bad_cfg("{" TINY_KEYS ", \"compress_ratios\": [0,2,2,2], \"kv_source_layers\": [1],"
             " \"index_source_layers\": [1], \"n_mtp_layers\": 3}", DSATTN_ERR_FORMAT, "MTP");
+    /* a ratio-2 owner after a ratio-1 candidate source: the pool mask does
+     * not fit its scores (the reference fails on the shapes) */
+    bad_cfg("{\"candidate_source_layer\": 1, \"candidate_topk_blocks\": 2,"
+            " \"candidate_block_size\": 4, " TINY_KEYS ", \"compress_ratios\": [0,1,1,2],"
+            " \"kv_source_layers\": [1,3], \"index_source_layers\": [1,3]}",
+            DSATTN_ERR_FORMAT, "candidate pool of layer 1");
     bad_cfg("{\"model_type\": \"deepseek_v41\", \"dim\": 256}", DSATTN_ERR_NOT_FOUND, "missing");
     bad_cfg("{\"dim\": 256}", DSATTN_ERR_UNSUPPORTED, "generation");
     bad_cfg("{" TINY_KEYS ", \"compress_ratios\": [0,2,2,2], \"kv_source_layers\": [9],"

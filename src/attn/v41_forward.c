@@ -32,10 +32,11 @@
 /* ==== Sequence lifetime ================================================= */
 
 /* Scratch sized at creation (v41_decode_scratch) and grown only by a
- * prefill chunk that needs more. */
+ * prefill chunk that needs more.  Never NULL on success, even for 0 bytes
+ * (a stack without compressed layers needs no index scratch). */
 static void *grow_buf(void **buf, size_t *size, size_t bytes)
 {
-    if (bytes > *size) {
+    if (bytes > *size || !*buf) {
         size_t want = DSATTN_MAX(bytes, *size + *size / 2);
         dsattn_free(*buf);
         *buf = dsattn_alloc(want);

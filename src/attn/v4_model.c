@@ -49,11 +49,12 @@ dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err, si
     if (st) return st;
     CHECKF(c->rope_head_dim > 0 && c->rope_head_dim % 2 == 0 && c->rope_head_dim <= 128,
            "rope_head_dim %lld must be even and in (0, 128]", (long long)c->rope_head_dim);
-    CHECKF(c->head_dim > c->rope_head_dim && c->head_dim <= 512 &&
-               (c->head_dim - c->rope_head_dim) % 64 == 0,
+    CHECKF(c->head_dim > c->rope_head_dim && (c->head_dim - c->rope_head_dim) % 64 == 0,
            "head_dim %lld: the nope part (head_dim - rope_head_dim = %lld) must be a positive "
-           "multiple of 64 (FP8 blocks of 64) and head_dim <= 512",
+           "multiple of 64 (FP8 blocks of 64)",
            (long long)c->head_dim, (long long)(c->head_dim - c->rope_head_dim));
+    CHECKF(c->head_dim <= 512, "head_dim %lld is above 512 (a dsattn limit: per-row buffers)",
+           (long long)c->head_dim);
     CHECKF(is_pow2(c->index_head_dim) && c->index_head_dim >= 32 && c->index_head_dim <= 256 &&
                c->index_head_dim >= c->rope_head_dim,
            "index_head_dim %lld must be a power of two in [32, 256] (Hadamard, FP4 blocks "

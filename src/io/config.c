@@ -368,25 +368,25 @@ dsattn_status dsattn_config_from_json(dsattn_model_config *c, const cJSON *root,
         /* V4's ModelArgs has n_mtp_layers = 1: an inference config that
          * omits it has one MTP entry */
         if (a == DSATTN_ARCH_V4 && !hf && n_mtp < 0) n_mtp = 1;
-        /* One entry per backbone layer plus one per MTP/DSpark layer.  When
-         * the MTP count is given it must agree; else the surplus is it. */
-        if (n_mtp >= 0 && c->n_compress_ratios != c->n_layers + n_mtp)
+        /* One entry per backbone layer, then the MTP/DSpark layers'.  The
+         * reference reads compress_ratios[layer_id] for the n_layers blocks
+         * and the n_mtp MTP blocks, so it needs that many entries and
+         * ignores any after them; the same here (the surplus is kept as
+         * MTP entries, which are not part of the stack). */
+        if (n_mtp >= 0 && c->n_compress_ratios < c->n_layers + n_mtp)
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                                "%s: compress_ratios has %lld entries, but n_layers %lld + "
-                               "%lld MTP layers = %lld", what,
+                               "%lld MTP layers need %lld", what,
                                (long long)c->n_compress_ratios, (long long)c->n_layers,
                                (long long)n_mtp, (long long)(c->n_layers + n_mtp));
         if (c->n_compress_ratios < c->n_layers)
             return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
                                "%s: compress_ratios has %lld entries, fewer than n_layers %lld",
                                what, (long long)c->n_compress_ratios, (long long)c->n_layers);
+        /* An MTP/DSpark entry may hold any ratio: the reference builds
+         * those blocks from it, and they are not part of the attention stack
+         * dsattn runs. */
         c->n_mtp = c->n_compress_ratios - c->n_layers;
-        for (int64_t i = c->n_layers; i < c->n_compress_ratios; i++)
-            if (c->compress_ratios[i] != 0)
-                return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
-                                   "%s: compress_ratios[%lld] = %lld, but entries past "
-                                   "n_layers are MTP/DSpark layers, which are window-only (0)",
-                                   what, (long long)i, (long long)c->compress_ratios[i]);
         /* RoPE / YaRN: required, the V4 configs always carry them. */
         TRY(rd_dbl(&r, "rope_theta", "rope_theta", &c->rope_theta));
         TRY(rd_dbl(&r, "compress_rope_theta", "compress_rope_theta", &c->compress_rope_theta));
@@ -666,5 +666,17 @@ dsattn_status dsattn_v41_plan_from_config(const dsattn_model_config *c,
             p->n_reuse++;
         }
     }
+    /* Every index source after the candidate source masks its scores with
+     * the pool (the reference's uses_candidates = 0 <= candidate_source <
+     * layer_id), a mask over the source's entries: with another ratio its
+     * shape is not the layer's, and the reference fails there. */
+    for (int64_t i = cand + 1; cand >= 0 && i < L; i++)
+        if ((p->layer[i].mode == DSATTN_V41_FULL || p->layer[i].mode == DSATTN_V41_REINDEX) &&
+            p->layer[i].ratio != p->layer[cand].ratio)
+            return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT,
+                               "layer plan: index source layer %lld has ratio %lld, but the "
+                               "candidate pool of layer %lld it is masked with covers ratio-%lld "
+                               "entries", (long long)i, (long long)p->layer[i].ratio,
+                               (long long)cand, (long long)p->layer[cand].ratio);
     return DSATTN_OK;
 }
