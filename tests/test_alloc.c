@@ -481,6 +481,34 @@ static void batched_case(const gen *g, const char *dir)
 
 /* MLA: its pool mixes the cache formats; V4: the all-invalid-row rules;
  * V4.1: one index_k mode a batch, each in turn. */
+/* A V4.1 stack with no compressed layer (every layer window-only): the
+ * sequence has no index scratch, and its steps allocate nothing either. */
+DSATTN_TEST(alloc, v41_window_only_decode_allocates_nothing)
+{
+    if (!counting_or_skip()) return;
+    char err[256] = "", path[DSATTN_TEST_PATH];
+    dsattn_test_tmp(path, sizeof path, "dsattn_test_alloc_swa.json");
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"dim\": 128, \"n_layers\": 2, \"n_heads\": 4, \"head_dim\": 64,"
+          " \"rope_head_dim\": 16, \"q_lora_rank\": 64, \"o_groups\": 2, \"o_lora_rank\": 32,"
+          " \"window_size\": 4, \"compress_ratios\": [0, 0], \"kv_source_layers\": [],"
+          " \"index_source_layers\": [], \"candidate_source_layer\": -1,"
+          " \"index_n_heads\": 8, \"index_head_dim\": 32, \"index_topk\": 5,"
+          " \"rope_theta\": 10000.0, \"compress_rope_theta\": 160000.0, \"rope_factor\": 16,"
+          " \"original_seq_len\": 65536, \"beta_fast\": 32, \"beta_slow\": 1,"
+          " \"norm_eps\": 1e-20, \"dtype\": \"bf16\"}", f);
+    fclose(f);
+    dsattn_v41 *m = NULL;
+    CHECK_OK(dsattn_v41_create_random(&m, path, 9, 0, err, sizeof err));
+    remove(path);
+    if (!m) return;
+    check_gen("V4.1 window-only", &V41, m);
+    batched_model(&V41, m, "V4.1 window-only");
+    dsattn_v41_destroy(m);
+}
+
 DSATTN_TEST(alloc, mha_gqa_batched_decode_allocates_nothing)
 {
     if (!counting_or_skip()) return;
