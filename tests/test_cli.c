@@ -1,7 +1,8 @@
 /* test_cli.c - the dsattn tool's command line: the strict number parser
  * (tools/cli_num.c, compiled in here) and, through the built binary, every
  * numeric option of every subcommand refusing malformed values with exit
- * status 2 and a message naming the option and its range before any work. */
+ * status 2 and a message naming the option and its range before any work;
+ * then what the subcommands do (run, bench --weights, soak). */
 #include "harness.h"
 
 #include "../tools/cli_num.c"
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,8 +74,9 @@ DSATTN_TEST(cli, parser_accepts_and_refuses)
 }
 
 /* Run the CLI with argv (NULL-terminated); returns the exit status, stderr
- * in err. */
-static int run_cli_to(char *const *argv, char *err, size_t errlen, int with_stdout)
+ * (and stdout when with_stdout) in err.  fsize > 0: the child runs under
+ * that file-size limit (RLIMIT_FSIZE, bytes). */
+static int run_cli_ex(char *const *argv, char *err, size_t errlen, int with_stdout, long fsize)
 {
     char path[DSATTN_TEST_PATH];
     if (!dsattn_test_tmp(path, sizeof path, "dsattn_test_cli_XXXXXX")) return -1;
@@ -81,6 +84,10 @@ static int run_cli_to(char *const *argv, char *err, size_t errlen, int with_stdo
     if (fd < 0) return -1;
     pid_t pid = fork();
     if (pid == 0) {
+        if (fsize > 0) {
+            const struct rlimit rl = { (rlim_t)fsize, (rlim_t)fsize };
+            if (setrlimit(RLIMIT_FSIZE, &rl)) _exit(126);
+        }
         int nul = with_stdout ? fd : open("/dev/null", O_WRONLY);
         if (nul >= 0) dup2(nul, 1);
         dup2(fd, 2);
@@ -95,6 +102,11 @@ static int run_cli_to(char *const *argv, char *err, size_t errlen, int with_stdo
     close(fd);
     unlink(path);
     return ws >= 0 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+static int run_cli_to(char *const *argv, char *err, size_t errlen, int with_stdout)
+{
+    return run_cli_ex(argv, err, errlen, with_stdout, 0);
 }
 
 /* The CLI with argv; its stderr in err (stdout discarded).  Exit status. */
@@ -126,6 +138,8 @@ DSATTN_TEST(cli, every_numeric_option_is_strict)
         { { "bench", "v4" }, "--depth" },  { { "bench", "v4" }, "--threads" },
         { { "bench", "v4" }, "--reps" },   { { "bench", "v4" }, "--seed" },
         { { "bench", "session" }, "--depth" }, { { "bench", "session" }, "--reps" },
+        { { "soak" }, "--seconds" },       { { "soak" }, "--seed" },
+        { { "soak" }, "--threads" },       { { "soak" }, "--report-every" },
     };
     static const char *vals[] = { "abc", "-1", "1e30", "", "99999999999999999999999" };
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
@@ -500,4 +514,48 @@ DSATTN_TEST(cli, bench_v41_weights)
                     "--depth", "64", "--threads", "1", "--prefill", "0", NULL };
     CHECK_EQ_INT(run_cli(bad, err, sizeof err), 1);
     CHECK_MSG(strstr(err, "/nonexistent/w.safetensors"), "%s", err);
+}
+
+/* ==== dsattn soak ======================================================== */
+
+/* A short soak in each mode: every generation, the report lines and the
+ * PASS verdict, exit 0 (the suite's TMPDIR check: no file left behind). */
+DSATTN_TEST(cli, soak_short_run_passes)
+{
+    static char out[65536];
+    static const char *const modes[2] = { "reference", "fast" };
+    for (int m = 0; m < 2; m++) {
+        char *argv[] = { "dsattn", "soak", "--seconds", "2", "--report-every", "1", "--mode",
+                         (char *)modes[m], NULL };
+        const int rc = run_cli_to(argv, out, sizeof out, 1);
+        CHECK_MSG(rc == 0, "soak --mode %s: exit %d: %s", modes[m], rc, out);
+        CHECK_MSG(strstr(out, "dsattn soak: PASS: ") && strstr(out, " ops ") &&
+                      strstr(out, "| live ") && strstr(out, "| heap ") && strstr(out, "| rss ") &&
+                      strstr(out, "on mha,gqa,v3,v32,v4,v41") && !strstr(out, "FAIL"),
+                  "soak --mode %s: %s", modes[m], out);
+        const char *v = strstr(out, "dsattn soak: PASS: ");
+        CHECK_MSG(v && strstr(v, modes[m]), "%s", out);
+    }
+    char *bad[] = { "dsattn", "soak", "--gens", "v3,v5", NULL };
+    CHECK_EQ_INT(run_cli(bad, out, sizeof out), 2);
+    CHECK_MSG(strstr(out, "--gens"), "%s", out);
+}
+
+/* The failure path, through a real failure and no hook in the tool: a
+ * file-size limit (RLIMIT_FSIZE, 8 KiB) makes the first save of an MHA
+ * sequence past a few tokens fail with DSATTN_ERR_IO; soak reports the
+ * operation, generation, sequence and position, exits 1, and leaves no
+ * temporary file (the suite's TMPDIR check). */
+DSATTN_TEST(cli, soak_reports_a_failure)
+{
+    static char out[65536];
+    char *argv[] = { "dsattn", "soak", "--seconds", "60", "--gens", "mha", "--threads", "1",
+                     "--report-every", "1000", NULL };
+    const int rc = run_cli_ex(argv, out, sizeof out, 1, 8192);
+    CHECK_MSG(rc == 1, "exit %d: %s", rc, out);
+    const char *f = strstr(out, "dsattn soak: FAIL: operation #");
+    CHECK_MSG(f && strstr(f, "on MHA, sequence #") && strstr(f, " at position ") &&
+                  strstr(f, "save returned i/o error, expected ok") &&
+                  strstr(f, "the same command reproduces it") && !strstr(out, "PASS"),
+              "%s", out);
 }

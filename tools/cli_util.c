@@ -57,6 +57,23 @@ int dsattn_cli_tmp_file(char *buf, size_t n, const char *tag, const char *suffix
     return 0;
 }
 
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void dsattn_cli_input_row(float *h, size_t dim, uint64_t seed, int64_t pos)
+{
+    uint64_t s = splitmix64(splitmix64(seed) ^ (uint64_t)pos) | 1u;
+    for (size_t i = 0; i < dim; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        h[i] = (float)((double)(s >> 11) * 0x1p-52 - 1.0) * 1.7320508f;
+    }
+}
+
 float *dsattn_cli_rand_bf16(size_t n, uint64_t seed, uint64_t salt)
 {
     float *x = malloc(n * sizeof(float) + 1);

@@ -1,7 +1,7 @@
 /* cli_util.h - what several subcommands share beyond number parsing
  * (cli_num.h): where the shipped configs are, editing a config.json into a
- * smaller sampler model, temporary files, and synthetic layer inputs.  Implemented in
- * tools/cli_util.c. */
+ * smaller sampler model, temporary files, and synthetic layer and stack
+ * inputs.  Implemented in tools/cli_util.c. */
 #ifndef DSATTN_CLI_UTIL_H
 #define DSATTN_CLI_UTIL_H
 
@@ -33,6 +33,12 @@ const char *dsattn_cli_tmp_root(void);
  * 0600), its path in buf[n]; 0, or -1 when it cannot be made.  The caller
  * writes it by that path and removes it. */
 int dsattn_cli_tmp_file(char *buf, size_t n, const char *tag, const char *suffix);
+
+/* The stand-in for a token embedding (dsattn run, dsattn soak): a row of
+ * unit RMS (uniform in +-sqrt(3)) for position pos, a pure function of
+ * (seed, pos), so a run reaching pos by any route feeds the same row.
+ * (bf16 values need not hold: the residual stream is fp32.) */
+void dsattn_cli_input_row(float *h, size_t dim, uint64_t seed, int64_t pos);
 
 /* n bf16 values uniform in about +-1.7 (unit RMS: a normalised layer
  * input), from an xorshift stream started at seed * 0x9e3779b97f4a7c15 +

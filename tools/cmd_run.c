@@ -132,28 +132,6 @@ static void config_beside(const char *weights, char *out, size_t n)
     else snprintf(out, n, "config.json");
 }
 
-/* ==== The input at a position =========================================== */
-
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* Row of unit RMS (uniform in +-sqrt(3)) for position pos: a pure function
- * of (seed, pos), so a run reaching pos by any route feeds the same row.
- * (bf16 values need not hold: the residual stream is fp32.) */
-static void input_row(float *h, size_t dim, uint64_t seed, int64_t pos)
-{
-    uint64_t s = splitmix64(splitmix64(seed) ^ (uint64_t)pos) | 1u;
-    for (size_t i = 0; i < dim; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        h[i] = (float)((double)(s >> 11) * 0x1p-52 - 1.0) * 1.7320508f;
-    }
-}
-
 /* ==== One interface over the four structures ============================ */
 
 typedef enum { GEN_MHA, GEN_MLA, GEN_V4, GEN_V41 } gen_t;
@@ -466,7 +444,7 @@ static int run_batch(runner *r, dsattn_ctx *ctx, size_t B, long long n_prefill,
         }
         seqs[k] = r->s;
         for (long long t = 0; t < n_prefill; t++)
-            input_row(h + (size_t)t * dim, dim, seed + k, t);
+            dsattn_cli_input_row(h + (size_t)t * dim, dim, seed + k, t);
         dsattn_ctx_counters_reset(ctx);
         const double ts = now_s();
         if ((st = r_stack(r, ctx, h, (size_t)n_prefill))) {
@@ -484,7 +462,7 @@ static int run_batch(runner *r, dsattn_ctx *ctx, size_t B, long long n_prefill,
     r->s = NULL;
     for (long long step = 1; step <= n_decode; step++) {
         for (size_t k = 0; k < B; k++)
-            input_row(h + k * dim, dim, seed + k, n_prefill + step - 1);
+            dsattn_cli_input_row(h + k * dim, dim, seed + k, n_prefill + step - 1);
         dsattn_ctx_counters_reset(ctx);
         size_t failed = SIZE_MAX;
         const double ts = now_s();
@@ -869,7 +847,8 @@ static int cmd_run(int argc, char **argv)
     for (long long step = resume_path ? 1 : 0; step <= n_decode; step++) {
         size_t n = step == 0 ? (size_t)n_prefill : 1;
         int64_t pos0 = r_pos(&r);
-        for (size_t t = 0; t < n; t++) input_row(h + t * dim, dim, seed, pos0 + (int64_t)t);
+        for (size_t t = 0; t < n; t++)
+            dsattn_cli_input_row(h + t * dim, dim, seed, pos0 + (int64_t)t);
         dsattn_ctx_counters_reset(ctx);
         double ts = now_s();
         st = r_stack(&r, ctx, h, n);
