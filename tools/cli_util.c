@@ -1,6 +1,9 @@
-/* cli_util.c - config.json edits, temporary files and synthetic inputs
- * the subcommands share (see cli_util.h). */
+/* cli_util.c - config.json edits, temporary files, synthetic inputs and
+ * the MHA / GQA stand-in stack the subcommands share (see cli_util.h). */
 #include "cli_util.h"
+
+#include "mha.h"
+#include "ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,4 +112,59 @@ const char *dsattn_cli_configs_dir(void)
         }
     }
     return "configs";
+}
+
+/* ==== The MHA / GQA stand-in stack ====================================== */
+
+static dsattn_status mha_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
+                               float *out)
+{
+    return dsattn_mha_attn_forward(ctx, (dsattn_mha_seq *)seq, l, x, n, out);
+}
+
+static const float *mha_norm(const void *seq, int l)
+{
+    return ((const dsattn_mha_seq *)seq)->m->layer[l].norm;
+}
+
+dsattn_status dsattn_cli_mha_stack(dsattn_ctx *ctx, dsattn_mha_seq *s, size_t n_layers,
+                                   float *h, size_t n)
+{
+    const dsattn_mha *m = s->m;
+    dsattn_status st = dsattn_standin_stack(ctx, s, mha_layer, mha_norm, n_layers,
+                                            (size_t)dsattn_mha_dim(m), m->cfg.rms_norm_eps, h,
+                                            n, NULL, NULL, NULL);
+    return st ? st : dsattn_mha_seq_advance(s, n);
+}
+
+/* the batch is the `seq` the layer and norm functions read */
+typedef struct {
+    dsattn_mha_seq **s;
+    size_t          *failed;
+} mha_batch;
+
+static dsattn_status mha_layer_batch(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
+                                     float *out)
+{
+    const mha_batch *b = seq;
+    return dsattn_mha_attn_forward_batch(ctx, b->s, n, l, x, out, b->failed);
+}
+
+static const float *mha_norm_batch(const void *seq, int l)
+{
+    return ((const mha_batch *)seq)->s[0]->m->layer[l].norm;
+}
+
+dsattn_status dsattn_cli_mha_stack_batch(dsattn_ctx *ctx, dsattn_mha_seq **t, size_t B,
+                                         size_t n_layers, float *h, float *xio,
+                                         size_t *failed)
+{
+    const dsattn_mha *m = t[0]->m;
+    const size_t dim = (size_t)dsattn_mha_dim(m);
+    mha_batch b = { t, failed };
+    dsattn_status st = dsattn_standin_rows(ctx, &b, mha_layer_batch, mha_norm_batch, n_layers, dim,
+                                           m->cfg.rms_norm_eps, h, B, xio, xio + B * dim,
+                                           NULL, NULL);
+    for (size_t k = 0; k < B && !st; k++) st = dsattn_mha_seq_advance(t[k], 1);
+    return st;
 }

@@ -1,9 +1,12 @@
 /* cli_util.h - what several subcommands share beyond number parsing
  * (cli_num.h): where the shipped configs are, editing a config.json into a
- * smaller sampler model, temporary files, and synthetic layer and stack
- * inputs.  Implemented in tools/cli_util.c. */
+ * smaller sampler model, temporary files, synthetic layer and stack
+ * inputs, and the MHA / GQA stand-in stack.  Implemented in
+ * tools/cli_util.c. */
 #ifndef DSATTN_CLI_UTIL_H
 #define DSATTN_CLI_UTIL_H
+
+#include "dsattn.h"
 
 #include <cjson/cJSON.h>
 
@@ -44,5 +47,20 @@ void dsattn_cli_input_row(float *h, size_t dim, uint64_t seed, int64_t pos);
  * input), from an xorshift stream started at seed * 0x9e3779b97f4a7c15 +
  * salt; malloc'd, NULL when out of memory. */
 float *dsattn_cli_rand_bf16(size_t n, uint64_t seed, uint64_t salt);
+
+/* MHA / GQA have no stand-in stack in the library (the others have
+ * *_stack_forward): the library's stand-in loop (ops.h) around the layer
+ * forward, as dsattn run and dsattn soak drive it, over the first
+ * n_layers layers (a model may hold fewer than its config: dsattn run
+ * --layers).  n tokens of one sequence (rows of h, updated in place);
+ * advances the sequence by n on success. */
+dsattn_status dsattn_cli_mha_stack(dsattn_ctx *ctx, dsattn_mha_seq *s, size_t n_layers,
+                                   float *h, size_t n);
+/* One batched decode step of B sequences (row k of h is sequence t[k]'s
+ * token), xio: 2 * B * dim floats of scratch, failed as in
+ * dsattn_mha_attn_forward_batch; advances each sequence by 1 on success. */
+dsattn_status dsattn_cli_mha_stack_batch(dsattn_ctx *ctx, dsattn_mha_seq **t, size_t B,
+                                         size_t n_layers, float *h, float *xio,
+                                         size_t *failed);
 
 #endif

@@ -47,8 +47,6 @@
 #include "config.h"
 #include "dsattn.h"
 #include "jsoncfg.h"
-#include "mha.h"
-#include "ops.h"
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -147,28 +145,10 @@ typedef struct {
     dsattn_v41_ced ced;             /* V4.1: the prefill's CED mode        */
 } runner;
 
-static dsattn_status mha_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
-                               float *out)
-{
-    return dsattn_mha_attn_forward(ctx, (dsattn_mha_seq *)seq, l, x, n, out);
-}
-
-static const float *mha_norm(const void *seq, int l)
-{
-    return ((const dsattn_mha_seq *)seq)->m->layer[l].norm;
-}
-
 static dsattn_status r_stack(runner *r, dsattn_ctx *ctx, float *h, size_t n)
 {
     switch (r->g) {
-    case GEN_MHA: {
-        dsattn_mha_seq *s = r->s;
-        dsattn_status st = dsattn_standin_stack(ctx, s, mha_layer, mha_norm,
-                                                (size_t)r->n_layers, (size_t)r->dim,
-                                                s->m->cfg.rms_norm_eps, h, n, NULL, NULL,
-                                                NULL);   /* heap: the tool's loop, not a decode */
-        return st ? st : dsattn_mha_seq_advance(s, n);
-    }
+    case GEN_MHA: return dsattn_cli_mha_stack(ctx, r->s, (size_t)r->n_layers, h, n);
     case GEN_MLA: return dsattn_mla_stack_forward(ctx, r->s, h, n, NULL, NULL);
     case GEN_V4:  return dsattn_v4_stack_forward(ctx, r->s, h, n, NULL, NULL);
     default:
@@ -364,26 +344,6 @@ static void seq_destroy(gen_t g, void *s)
     }
 }
 
-/* MHA / GQA has no stand-in stack in the library: the tool's loop
- * (dsattn_standin_rows) over its batched layer, the step's B sequences
- * being the `seq` the layer and norm functions read. */
-typedef struct {
-    dsattn_mha_seq **s;
-    size_t          *failed;
-} mha_batch;
-
-static dsattn_status mha_layer_batch(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
-                                     float *out)
-{
-    const mha_batch *b = seq;
-    return dsattn_mha_attn_forward_batch(ctx, b->s, n, l, x, out, b->failed);
-}
-
-static const float *mha_norm_batch(const void *seq, int l)
-{
-    return ((const mha_batch *)seq)->s[0]->m->layer[l].norm;
-}
-
 /* One batched decode step of the stand-in stack over B sequences. */
 static dsattn_status r_stack_batch(runner *r, dsattn_ctx *ctx, void **seqs, void *typed,
                                    size_t B, float *h, size_t *failed)
@@ -394,13 +354,8 @@ static dsattn_status r_stack_batch(runner *r, dsattn_ctx *ctx, void **seqs, void
         const size_t dim = (size_t)r->dim;
         float *xio = malloc(2 * B * dim * sizeof(float));   /* the tool's loop: heap */
         if (!xio) return DSATTN_ERR_NOMEM;
-        mha_batch b = { t, failed };
-        dsattn_status st = dsattn_standin_rows(ctx, &b, mha_layer_batch, mha_norm_batch,
-                                               (size_t)r->n_layers, dim,
-                                               t[0]->m->cfg.rms_norm_eps, h, B, xio,
-                                               xio + B * dim, NULL, NULL);
+        dsattn_status st = dsattn_cli_mha_stack_batch(ctx, t, B, (size_t)r->n_layers, h, xio, failed);
         free(xio);
-        for (size_t k = 0; k < B && !st; k++) st = dsattn_mha_seq_advance(t[k], 1);
         return st;
     }
     if (r->g == GEN_MLA) {

@@ -49,8 +49,6 @@
 #include "cli_util.h"
 #include "dsattn.h"
 #include "internal.h"
-#include "mha.h"
-#include "ops.h"
 
 #include <math.h>
 #include <omp.h>
@@ -171,7 +169,6 @@ typedef struct {
     void  *m;
     size_t dim;
     int    n_layers;
-    float  eps;            /* MHA / GQA: the stand-in stack's RMSNorm epsilon */
     int    variant[3], n_variants;
     slot   pool[SOAK_POOL];
     int    n_live;
@@ -324,34 +321,6 @@ static int rnd_p(soak *S, double p) { return (double)(rnd(S) >> 11) * 0x1p-53 < 
 
 /* ==== One face over the four structures ================================ */
 
-static dsattn_status mha_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
-                               float *out)
-{
-    return dsattn_mha_attn_forward(ctx, (dsattn_mha_seq *)seq, l, x, n, out);
-}
-
-static const float *mha_norm(const void *seq, int l)
-{
-    return ((const dsattn_mha_seq *)seq)->m->layer[l].norm;
-}
-
-typedef struct {
-    dsattn_mha_seq **s;
-    size_t          *failed;
-} mha_batch;
-
-static dsattn_status mha_layer_batch(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,
-                                     float *out)
-{
-    const mha_batch *b = seq;
-    return dsattn_mha_attn_forward_batch(ctx, b->s, n, l, x, out, b->failed);
-}
-
-static const float *mha_norm_batch(const void *seq, int l)
-{
-    return ((const mha_batch *)seq)->s[0]->m->layer[l].norm;
-}
-
 static dsattn_status seq_make(const model *M, size_t cap, int variant, void **out)
 {
     *out = NULL;
@@ -391,12 +360,7 @@ static int64_t seq_pos(fam_t f, const void *s)
 static dsattn_status stack(soak *S, const model *M, void *s, float *h, size_t n)
 {
     switch (M->f) {
-    case F_MHA: {
-        dsattn_status st = dsattn_standin_stack(S->ctx, s, mha_layer, mha_norm,
-                                                (size_t)M->n_layers, M->dim, M->eps, h, n,
-                                                NULL, NULL, NULL);
-        return st ? st : dsattn_mha_seq_advance(s, n);
-    }
+    case F_MHA: return dsattn_cli_mha_stack(S->ctx, s, (size_t)M->n_layers, h, n);
     case F_MLA: return dsattn_mla_stack_forward(S->ctx, s, h, n, NULL, NULL);
     case F_V4:  return dsattn_v4_stack_forward(S->ctx, s, h, n, NULL, NULL);
     default:    return dsattn_v41_stack_forward(S->ctx, s, h, n, NULL, NULL);
@@ -412,12 +376,7 @@ static dsattn_status stack_batch(soak *S, const model *M, void *const *seqs, siz
     case F_MHA: {
         dsattn_mha_seq *t[SOAK_POOL + 1];
         for (size_t k = 0; k < B; k++) t[k] = seqs[k];
-        mha_batch b = { t, failed };
-        dsattn_status st = dsattn_standin_rows(S->ctx, &b, mha_layer_batch, mha_norm_batch,
-                                               (size_t)M->n_layers, M->dim, M->eps, h, B,
-                                               S->xio, S->xio + B * M->dim, NULL, NULL);
-        for (size_t k = 0; k < B && !st; k++) st = dsattn_mha_seq_advance(t[k], 1);
-        return st;
+        return dsattn_cli_mha_stack_batch(S->ctx, t, B, (size_t)M->n_layers, h, S->xio, failed);
     }
     case F_MLA: {
         dsattn_mla_seq *t[SOAK_POOL + 1];
@@ -555,7 +514,6 @@ static int model_make(model *M, gen_id g, uint64_t seed, char *err, size_t errle
     case F_MHA:
         M->dim = (size_t)dsattn_mha_dim(M->m);
         M->n_layers = dsattn_mha_n_layers(M->m);
-        M->eps = ((const dsattn_mha *)M->m)->cfg.rms_norm_eps;
         break;
     case F_MLA:
         M->dim = (size_t)dsattn_mla_dim(M->m);
