@@ -114,6 +114,13 @@ const char *dsattn_cli_configs_dir(void)
     return "configs";
 }
 
+const char *dsattn_cli_mib(double b, char *buf, size_t n)
+{
+    if (b >= 1048576.0) snprintf(buf, n, "%.2f MiB", b / 1048576.0);
+    else snprintf(buf, n, "%.1f KiB", b / 1024.0);
+    return buf;
+}
+
 /* ==== The MHA / GQA stand-in stack ====================================== */
 
 static dsattn_status mha_layer(dsattn_ctx *ctx, void *seq, int l, const float *x, size_t n,

@@ -37,6 +37,9 @@ const char *dsattn_cli_tmp_root(void);
  * writes it by that path and removes it. */
 int dsattn_cli_tmp_file(char *buf, size_t n, const char *tag, const char *suffix);
 
+/* b bytes as "x.xx MiB" (from 1 MiB) or "x.x KiB", in buf[n]; returns buf. */
+const char *dsattn_cli_mib(double b, char *buf, size_t n);
+
 /* The stand-in for a token embedding (dsattn run, dsattn soak): a row of
  * unit RMS (uniform in +-sqrt(3)) for position pos, a pure function of
  * (seed, pos), so a run reaching pos by any route feeds the same row.

@@ -43,6 +43,7 @@
  */
 #include "cli.h"
 #include "cli_num.h"
+#include "bench_util.h"
 #include "cli_util.h"
 #include "config.h"
 #include "dsattn.h"
@@ -56,18 +57,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* --prefill / --decode bound: 16M tokens (the caches decide what fits). */
 #define RUN_MAX_TOKENS (1ll << 24)
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void run_usage(FILE *f)
 {
@@ -401,12 +394,12 @@ static int run_batch(runner *r, dsattn_ctx *ctx, size_t B, long long n_prefill,
         for (long long t = 0; t < n_prefill; t++)
             dsattn_cli_input_row(h + (size_t)t * dim, dim, seed + k, t);
         dsattn_ctx_counters_reset(ctx);
-        const double ts = now_s();
+        const double ts = dsattn_bench_now();
         if ((st = r_stack(r, ctx, h, (size_t)n_prefill))) {
             fprintf(stderr, "dsattn run: prefill of sequence %zu: %s\n", k, dsattn_status_str(st));
             goto out;
         }
-        const double ms = (now_s() - ts) * 1e3;
+        const double ms = (dsattn_bench_now() - ts) * 1e3;
         const dsattn_counters c = dsattn_ctx_counters(ctx);
         double ss = 0;
         for (size_t i = 0; i < (size_t)n_prefill * dim; i++) ss += (double)h[i] * h[i];
@@ -420,9 +413,9 @@ static int run_batch(runner *r, dsattn_ctx *ctx, size_t B, long long n_prefill,
             dsattn_cli_input_row(h + k * dim, dim, seed + k, n_prefill + step - 1);
         dsattn_ctx_counters_reset(ctx);
         size_t failed = SIZE_MAX;
-        const double ts = now_s();
+        const double ts = dsattn_bench_now();
         st = r_stack_batch(r, ctx, seqs, typed, B, h, &failed);
-        const double ms = (now_s() - ts) * 1e3;
+        const double ms = (dsattn_bench_now() - ts) * 1e3;
         if (st) {
             fprintf(stderr, "dsattn run: batched step %lld: %s (sequence %zu)\n", step,
                     dsattn_status_str(st), failed);
@@ -550,13 +543,6 @@ static void kv_in_use(const runner *r, const dsattn_kv_bill *b, double *global, 
             if (dsattn_v41_seq_cache(r->s, l, which, &rows, &n, &rb) == DSATTN_OK)
                 *global += (double)n * (double)rb;
     }
-}
-
-static const char *mib(double b, char *buf, size_t n)
-{
-    if (b >= 1048576.0) snprintf(buf, n, "%.2f MiB", b / 1048576.0);
-    else snprintf(buf, n, "%.1f KiB", b / 1024.0);
-    return buf;
 }
 
 static void layer_table(const runner *r)
@@ -730,7 +716,7 @@ static int cmd_run(int argc, char **argv)
         goto out;
     }
 
-    double t0 = now_s();
+    double t0 = dsattn_bench_now();
     if (!layers) st = fit_layers(&r, root, config, weights, seed, fp8, err, sizeof err);
     /* The weights hook: a real checkpoint goes through the checkpoint
      * loader (file, shard index or folder); otherwise random weights at
@@ -747,7 +733,7 @@ static int cmd_run(int argc, char **argv)
     printf("dsattn run: %s attention stack from %s\n", r.label, cfg_show);
     printf("  %d of %d layers, dim %zu, weights %s (%.2f GiB, %s), made in %.1f s\n",
            r.n_layers, r.cfg_layers, dim, weights ? weights : "random",
-           (double)r_weight_bytes(&r) / 1073741824.0, wfmt, now_s() - t0);
+           (double)r_weight_bytes(&r) / 1073741824.0, wfmt, dsattn_bench_now() - t0);
     printf("  isa %s, %d threads, %s mode%s%s\n", dsattn_ctx_isa_name(ctx),
            dsattn_ctx_threads(ctx), mode == DSATTN_MODE_FAST ? "fast" : "reference",
            r.g == GEN_V41 ? ", index_k " : "",
@@ -774,13 +760,13 @@ static int cmd_run(int argc, char **argv)
                    (unsigned long long)in_rows, (unsigned long long)full_rows);
     }
     if (resume_path) {
-        t0 = now_s();
+        t0 = dsattn_bench_now();
         if ((st = r_load(&r, resume_path, (size_t)(n_prefill + n_decode), err, sizeof err))) {
             fprintf(stderr, "dsattn run: --resume: %s (%s)\n", err, dsattn_status_str(st));
             goto out;
         }
         printf("  resumed %s at position %lld (%.1f MB, loaded in %.3f s)\n", resume_path,
-               (long long)r_pos(&r), (double)sess.file_bytes / 1e6, now_s() - t0);
+               (long long)r_pos(&r), (double)sess.file_bytes / 1e6, dsattn_bench_now() - t0);
     } else if ((st = make_seq(&r, (size_t)(n_prefill + n_decode), ik))) {
         fprintf(stderr, "dsattn run: sequence: %s\n", dsattn_status_str(st));
         goto out;
@@ -805,9 +791,9 @@ static int cmd_run(int argc, char **argv)
         for (size_t t = 0; t < n; t++)
             dsattn_cli_input_row(h + t * dim, dim, seed, pos0 + (int64_t)t);
         dsattn_ctx_counters_reset(ctx);
-        double ts = now_s();
+        double ts = dsattn_bench_now();
         st = r_stack(&r, ctx, h, n);
-        double ms = (now_s() - ts) * 1e3;
+        double ms = (dsattn_bench_now() - ts) * 1e3;
         if (st) {
             fprintf(stderr, "dsattn run: step %lld: %s\n", step, dsattn_status_str(st));
             goto out;
@@ -829,13 +815,13 @@ static int cmd_run(int argc, char **argv)
         else snprintf(nm, sizeof nm, "decode %lld", step);
         printf("| %s | %zu | %lld | %.1f | %.2f | %.3f | %s | %s | %.4f |\n", nm, n,
                (long long)pos0, ms, (double)c.flops / 1e9, (double)c.bytes_read / 1e9,
-               mib(g, b1, sizeof b1), r.g == GEN_MHA || r.g == GEN_MLA ? "-" : mib(wu, b2, sizeof b2),
+               dsattn_cli_mib(g, b1, sizeof b1), r.g == GEN_MHA || r.g == GEN_MLA ? "-" : dsattn_cli_mib(wu, b2, sizeof b2),
                rms);
     }
     layer_table(&r);
 
     if (save_path) {
-        t0 = now_s();
+        t0 = dsattn_bench_now();
         if ((st = r_save(&r, save_path, err, sizeof err))) {
             fprintf(stderr, "dsattn run: --save: %s (%s)\n", err, dsattn_status_str(st));
             goto out;
@@ -843,7 +829,7 @@ static int cmd_run(int argc, char **argv)
         struct stat sb;
         printf("\nSaved the session at position %lld to %s (%.1f MB, %.3f s).\n",
                (long long)r_pos(&r), save_path,
-               stat(save_path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0.0, now_s() - t0);
+               stat(save_path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0.0, dsattn_bench_now() - t0);
     }
 
     if (out_path) {
@@ -876,9 +862,9 @@ werr:
     getrusage(RUSAGE_SELF, &ru);
     printf("\nKV allocated for %lld tokens: %s global (%.2f B/token), %s windows, %s compressor "
            "state.\n", n_prefill + n_decode,
-           mib((double)bill.global_bytes_allocated, b1, sizeof b1), bill.global_bytes_per_token,
-           mib((double)bill.window_bytes, b2, sizeof b2),
-           mib((double)bill.state_bytes, b3, sizeof b3));
+           dsattn_cli_mib((double)bill.global_bytes_allocated, b1, sizeof b1), bill.global_bytes_per_token,
+           dsattn_cli_mib((double)bill.window_bytes, b2, sizeof b2),
+           dsattn_cli_mib((double)bill.state_bytes, b3, sizeof b3));
     if (r.g != GEN_V41)
         printf("Global KV in use = the bill's bytes per token x tokens so far.\n");
     printf("Peak RSS: %.2f GiB\n", (double)ru.ru_maxrss / 1048576.0);

@@ -46,6 +46,7 @@
  */
 #include "cli.h"
 #include "cli_num.h"
+#include "bench_util.h"
 #include "cli_util.h"
 #include "dsattn.h"
 #include "internal.h"
@@ -57,7 +58,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
@@ -212,13 +212,6 @@ static void on_signal(int sig)
 
 static size_t ctx_scratch(const dsattn_ctx *ctx) { return ctx->lin_ws_bytes + ctx->batch_ws_bytes; }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Bytes of heap in use: chunks handed out in every arena + mmapped chunks. */
 static size_t heap_in_use(void)
 {
@@ -299,12 +292,6 @@ static double rss_bytes(void)
     const int got = fscanf(f, "%llu %llu", &size, &res);
     fclose(f);
     return got == 2 ? (double)res * (double)sysconf(_SC_PAGESIZE) : 0;
-}
-
-static const char *mib(double b, char *buf, size_t n)
-{
-    snprintf(buf, n, "%.2f MiB", b / 1048576.0);
-    return buf;
 }
 
 static uint64_t rnd(soak *S)
@@ -597,17 +584,6 @@ static int pos_is(soak *S, const model *M, const slot *q, const void *s, int64_t
     return 0;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-    double e = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = (double)a[i] - (double)b[i];
-        e += d * d;
-        r += (double)b[i] * (double)b[i];
-    }
-    return r > 0 ? sqrt(e / r) : (e > 0 ? INFINITY : 0);
-}
-
 /* got against want (one row): bit for bit, or within a relative L2 of
  * bound when bound > 0.  *n_exact counts the bit-equal rows, *worst the
  * largest relative error. */
@@ -619,7 +595,8 @@ static int same_row(soak *S, const model *M, const slot *q, int64_t pos, const f
         (*n_exact)++;
         return 1;
     }
-    const double rel = rel_l2(got, want, M->dim);
+    double rel, cosine;
+    dsattn_bench_rel_cos(got, want, M->dim, &rel, &cosine);
     if (rel > *worst) *worst = rel;
     if (rel <= bound) return 1;
     size_t i = 0;
@@ -1214,8 +1191,8 @@ static void report(const soak *S, double elapsed)
     char b1[32], b2[32];
     printf("[%8.1f s] ops %llu:", elapsed, S->n_ops);
     for (int k = 0; k < OP_COUNT; k++) printf(" %s %llu", op_name[k], S->ops[k]);
-    printf(" | live %d | heap %s | rss %s\n", S->n_live, mib((double)heap_in_use(), b1, sizeof b1),
-           mib(rss_bytes(), b2, sizeof b2));
+    printf(" | live %d | heap %s | rss %s\n", S->n_live, dsattn_cli_mib((double)heap_in_use(), b1, sizeof b1),
+           dsattn_cli_mib(rss_bytes(), b2, sizeof b2));
     fflush(stdout);
 }
 
@@ -1368,7 +1345,7 @@ static int cmd_soak(int argc, char **argv)
         printf("%s %s (%d layers, dim %zu)", i ? "," : "", gen_label[S->mod[i].g],
                S->mod[i].n_layers, S->mod[i].dim);
     printf("\n  heap in use before the context and models: %s (%s)\n",
-           mib((double)heap0, b1, sizeof b1),
+           dsattn_cli_mib((double)heap0, b1, sizeof b1),
            !S->heapm ? "not measured: needs glibc's allocator and mallinfo2"
            : S->exact ? "mallinfo2, glibc's per-thread cache off: exact"
                       : "mallinfo2, glibc's per-thread cache on: within its cached chunks");
@@ -1377,14 +1354,14 @@ static int cmd_soak(int argc, char **argv)
     S->scratch_seen = ctx_scratch(S->ctx);
     S->over_prev = (long long)heap_in_use();
     const size_t heap_models = heap_in_use();
-    const double t0 = now_s();
+    const double t0 = dsattn_bench_now();
     double next = every, el = 0, reported = -1;
     while (!S->failed && !soak_stop && el < seconds) {
         model *M = &S->mod[rnd_n(S, (size_t)S->n_mod)];
         const op_kind k = choose(S, M);
-        const double ts = now_s();
+        const double ts = dsattn_bench_now();
         run_op(S, M, k);
-        el = now_s() - t0;
+        el = dsattn_bench_now() - t0;
         S->op_s[k] += el - (ts - t0);
         if (el >= next || el >= seconds || S->failed || soak_stop) {
             report(S, el);
@@ -1394,7 +1371,7 @@ static int cmd_soak(int argc, char **argv)
     }
     if (reported != el) report(S, el);
     if (soak_stop) printf("stopped by a signal after %.1f s\n", el);
-    ran = now_s() - t0;
+    ran = dsattn_bench_now() - t0;
     rc = S->failed;
 out:;
     /* everything destroyed, then the heap against its level before */
@@ -1435,8 +1412,8 @@ out:;
     if (S->heapm) {
         printf("heap in use: %s before the context and models, %s with them, peak %s, %+lld B "
                "after everything was destroyed (slack %zu KiB)\n",
-               mib((double)heap0, b1, sizeof b1),
-               mib((double)heap_models, b2, sizeof b2), mib((double)S->heap_peak, b3, sizeof b3),
+               dsattn_cli_mib((double)heap0, b1, sizeof b1),
+               dsattn_cli_mib((double)heap_models, b2, sizeof b2), dsattn_cli_mib((double)S->heap_peak, b3, sizeof b3),
                back, slack >> 10);
         printf("heap beside the live sequences: %+lld B over the run outside the context's "
                "grow-only scratch (largest %+lld B, operation #%llu; allowance %zu KiB%s), the "
