@@ -4,8 +4,8 @@
  * ------------
  *   dsattn_ctx     threads + the kernel table (scalar reference, AVX2, AVX-512 or
  *                  NEON), the arithmetic mode and grow-only scratch (prefill
- *                  Linear, batched steps): one context per thread that calls
- *                  into dsattn at the same time.  A context in
+ *                  Linear, batched steps, prefill chunks): one context per
+ *                  thread that calls into dsattn at the same time.  A context in
  *                  DSATTN_MODE_REFERENCE follows the bit-reproducible arithmetic
  *                  contract of the golden cases (products accumulated in double,
  *                  rounded once; no FMA contraction; lower index wins ties).
@@ -34,7 +34,15 @@
  * is created, from its capacity and the threads a context may run
  * (OpenMP's maximum, at least the processor count; a context with more
  * threads than that, or a prefill chunk, may allocate).  The bill's
- * scratch_bytes reports it.
+ * scratch_bytes reports it.  What a prefill chunk needs beyond that scratch
+ * is borrowed for the call (from the context's grow-only scratch,
+ * dsattn_ctx_scratch_bytes, or heap memory freed before the call returns),
+ * so the sequences of a context share one chunk's worth.  The rows a long
+ * chunk leaves for later layers and for *_seq_selection (its top-k
+ * selections in V3.2, V4 and V4.1 - chunk tokens x index_topk indices a
+ * selecting layer - and V4.1's top-k and candidate slots) live until the
+ * sequence's next step, which frees them (a free, not an allocation);
+ * scratch_bytes counts them while they are held.
  *
  * The generation-specific entry points live in the sections below, one per
  * structure (MHA/GQA, MLA, DSA, CSA/HCA, CSA2).
@@ -106,6 +114,12 @@ void          dsattn_ctx_destroy(dsattn_ctx *ctx);
 const char   *dsattn_ctx_isa_name(const dsattn_ctx *ctx);
 dsattn_mode   dsattn_ctx_mode(const dsattn_ctx *ctx);
 int           dsattn_ctx_threads(const dsattn_ctx *ctx);
+/* Bytes of grow-only scratch the context holds: the prefill Linear's, the
+ * batched steps' rows and the prefill chunks' (a sequence keeps only what a
+ * decode step needs; a longer chunk borrows the rest from its context).
+ * It grows to the largest call made on the context and is freed by
+ * dsattn_ctx_destroy.  0 for NULL. */
+size_t        dsattn_ctx_scratch_bytes(const dsattn_ctx *ctx);
 /* AMX-BF16 tiles (fast mode, avx512 table, where the CPU and OS offer
  * them; $DSATTN_AMX=0 turns them off at creation).  They run the V3
  * absorbed attention over the bf16 latent cache, the V3.2 indexer's logits,

@@ -604,3 +604,101 @@ DSATTN_TEST(alloc, scratch_at_is_what_seq_create_allocates)
     dsattn_v4_destroy(m4);
     dsattn_mla_destroy(m32);
 }
+
+/* ==== What a prefill leaves in the sequence ============================= */
+/* A prefill chunk longer than a decode step borrows its scratch from the
+ * context (or the heap, for the call), and the rows it leaves for later
+ * layers and for *_seq_selection live until the sequence's next step: once
+ * a decode step has run, the sequence's bill (scratch_bytes) is what it was
+ * at creation.  The context lends the same bytes to the next sequence's
+ * chunk instead of growing again. */
+typedef struct {
+    const gen *g;
+    dsattn_status (*bill)(const void *s, dsattn_kv_bill *b);
+} billed;
+
+static dsattn_status mha_bill(const void *s, dsattn_kv_bill *b)
+{
+    return dsattn_mha_seq_kv_bill((const dsattn_mha_seq *)s, b);
+}
+static dsattn_status mla_bill(const void *s, dsattn_kv_bill *b)
+{
+    return dsattn_mla_seq_kv_bill((const dsattn_mla_seq *)s, b);
+}
+static dsattn_status v4_bill(const void *s, dsattn_kv_bill *b)
+{
+    return dsattn_v4_seq_kv_bill((const dsattn_v4_seq *)s, b);
+}
+static dsattn_status v41_bill(const void *s, dsattn_kv_bill *b)
+{
+    return dsattn_v41_seq_kv_bill((const dsattn_v41_seq *)s, b);
+}
+
+enum { LONG_CAP = 96, LONG_CHUNK = 80 };
+
+/* every layer of seq over n rows of x, then advance */
+static void layers_step(dsattn_ctx *ctx, const gen *g, const void *m, void *seq,
+                        const float *x, size_t n, float *out)
+{
+    for (int l = 0; l < g->n_layers(m); l++) CHECK_OK(g->fwd(ctx, seq, l, x, n, out));
+    CHECK_OK(g->adv(seq, n));
+}
+
+static void prefill_case(const char *what, const billed *b, const void *m)
+{
+    const gen *g = b->g;
+    const size_t D = (size_t)g->dim(m);
+    float *x = rand_x((LONG_CHUNK + 1) * D, 7), *out = malloc(LONG_CHUNK * D * sizeof *out);
+    for (int mi = 0; mi < 2; mi++) {
+        const char *mode = mi ? "reference" : "fast";
+        dsattn_ctx *ctx = dsattn_test_ctx(modes[mi], 2);
+        if (!ctx || !out) break;
+        size_t lent = 0;
+        for (int k = 0; k < 2; k++) {                  /* two sequences, one context */
+            void *seq = NULL;
+            CHECK_OK(g->create(&seq, m, LONG_CAP, 0, 0));
+            if (!seq) break;
+            dsattn_kv_bill b0, b1, b2;
+            CHECK_OK(b->bill(seq, &b0));
+            layers_step(ctx, g, m, seq, x, LONG_CHUNK, out);
+            CHECK_OK(b->bill(seq, &b1));
+            const size_t c = dsattn_ctx_scratch_bytes(ctx);
+            if (k == 0) lent = c;
+            else CHECK_MSG(c == lent, "%s (%s mode): the second sequence's prefill grew the"
+                           " context's scratch from %zu to %zu B", what, mode, lent, c);
+            layers_step(ctx, g, m, seq, x + LONG_CHUNK * D, 1, out);
+            CHECK_OK(b->bill(seq, &b2));
+            CHECK_MSG(b2.scratch_bytes == b0.scratch_bytes,
+                      "%s (%s mode, sequence %d): after a %d-token prefill (scratch %zu B) and"
+                      " a decode step the sequence holds %zu B of scratch, not its %zu B",
+                      what, mode, k, LONG_CHUNK, b1.scratch_bytes, b2.scratch_bytes,
+                      b0.scratch_bytes);
+            g->destroy(seq);
+        }
+        dsattn_ctx_destroy(ctx);
+    }
+    free(x);
+    free(out);
+}
+
+DSATTN_TEST(alloc, prefill_leaves_nothing_past_the_next_step)
+{
+    const billed bm = { &MHA, mha_bill }, bl = { &MLA, mla_bill };
+    const billed b4 = { &V4, v4_bill }, b41 = { &V41, v41_bill };
+    for (int v = 0; v < 2; v++) {
+        dsattn_mha *m = mha_model(v);
+        if (!m) return;
+        prefill_case(v ? "GQA (kv 2)" : "MHA", &bm, m);
+        dsattn_mha_destroy(m);
+    }
+    const struct { const billed *b; const char *dir; } cases[] = {
+        { &bl, "golden/v3/tiny-seed0" }, { &bl, "golden/v32/tiny-seed0" },
+        { &b4, "golden/v4/tiny-seed0" }, { &b41, "golden/v41/tiny-seed0" },
+        { &b41, "golden/v41/tiny-seed2-fp8" } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        void *m = load_case(cases[i].b->g, cases[i].dir);
+        if (!m) return;
+        prefill_case(cases[i].dir, cases[i].b, m);
+        cases[i].b->g->free_model(m);
+    }
+}

@@ -28,7 +28,8 @@
  * GLIBC_TUNABLES=glibc.malloc.tcache_count=0 for that (reexec_exact) -
  * and RSS comes from /proc/self/statm; a line of both every --report-every
  * seconds.  Every sequence's footprint is what its making took (create,
- * clone, load) plus what its prefills kept; after each operation the heap
+ * clone, load) plus what its last prefill left (rows its next step frees:
+ * include/dsattn.h); after each operation the heap
  * beside the live sequences (heap in use minus their footprints) may only
  * have grown by what an operation that grew the context's grow-only scratch
  * added: anything else over SOAK_HEAP_SLACK for the whole run is a failure
@@ -81,6 +82,8 @@ enum {
  * small chunks it holds count as in use too (at most ~240 KiB a thread),
  * and only the end-of-run check runs, with the larger slack. */
 #define SOAK_HEAP_SLACK ((size_t)64 << 10)
+/* a sequence's destroy check, once a batched step split freed rows */
+#define SOAK_ROWS_SLACK ((size_t)1 << 10)
 #define SOAK_HEAP_SLACK_CACHED ((size_t)4 << 20)
 /* Fast mode: a batched row against the same sequence's one-sequence step,
  * relative L2 over the row.  Not bit for bit: the batch runs other kernels
@@ -160,7 +163,11 @@ typedef struct {
     uint64_t stream;       /* its inputs: dsattn_cli_input_row(stream, pos)   */
     size_t   cap;
     int      variant;      /* MLA cache format, V4 empty rule, V4.1 index_k   */
-    size_t   footprint;    /* heap bytes its making took                      */
+    size_t   footprint;    /* heap bytes its making and its last prefill took */
+    size_t   rows;         /* of which the rows that prefill left (a chunk's
+                            * selections, V4.1's runtime slots): its next
+                            * step frees them                                  */
+    size_t   slack;        /* its destroy check's (step_end)                  */
 } slot;
 
 typedef struct {
@@ -210,7 +217,10 @@ static void on_signal(int sig)
     soak_stop = 1;
 }
 
-static size_t ctx_scratch(const dsattn_ctx *ctx) { return ctx->lin_ws_bytes + ctx->batch_ws_bytes; }
+/* The context's grow-only scratch (the prefill Linear's, the batched
+ * steps' and the prefill chunks'): it grows with the largest prefill chunk
+ * and batch run so far. */
+static size_t ctx_scratch(const dsattn_ctx *ctx) { return dsattn_ctx_scratch_bytes(ctx); }
 
 /* Bytes of heap in use: chunks handed out in every arena + mmapped chunks. */
 static size_t heap_in_use(void)
@@ -340,6 +350,20 @@ static int64_t seq_pos(fam_t f, const void *s)
     case F_V4:  return dsattn_v4_seq_pos(s);
     default:    return dsattn_v41_seq_pos(s);
     }
+}
+
+/* The sequence's bill: its scratch_bytes (decode scratch and the rows its
+ * last chunk left). */
+static size_t seq_scratch(fam_t f, const void *s)
+{
+    dsattn_kv_bill b = { 0 };
+    switch (f) {
+    case F_MHA: dsattn_mha_seq_kv_bill(s, &b); break;
+    case F_MLA: dsattn_mla_seq_kv_bill(s, &b); break;
+    case F_V4:  dsattn_v4_seq_kv_bill(s, &b); break;
+    default:    dsattn_v41_seq_kv_bill(s, &b); break;
+    }
+    return b.scratch_bytes;
 }
 
 /* The stand-in stack over n tokens (MHA / GQA: the library's stand-in loop
@@ -689,13 +713,14 @@ static slot *pool_add(soak *S, model *M, void *s, size_t cap, int variant, size_
     q->cap = cap;
     q->variant = variant;
     q->footprint = footprint;
+    q->rows = q->slack = 0;
     S->live_bytes += footprint;
     S->n_live++;
     return q;
 }
 
 /* Destroy pool slot i: with an exact heap, it must release at least what
- * its making and its prefills took (more when a prefill that also grew the
+ * its making and its last prefill took (more when a prefill that also grew the
  * context's scratch grew it unaccounted). */
 static void pool_remove(soak *S, model *M, int i)
 {
@@ -704,7 +729,7 @@ static void pool_remove(soak *S, model *M, int i)
     const size_t h0 = heap_in_use();
     seq_free(M->f, q->s);
     const size_t h1 = heap_in_use(), freed = h0 > h1 ? h0 - h1 : 0;
-    if (S->exact && freed < q->footprint)
+    if (S->exact && freed + q->slack < q->footprint)
         fail(S, M, q, p, "seq_destroy released %zu B of the heap; its making and prefills took "
              "%zu B", freed, q->footprint);
     S->live_bytes -= q->footprint;
@@ -736,6 +761,57 @@ static void keep_or_free(soak *S, model *M, void *t, size_t cap, int variant, si
     else seq_free(M->f, t);
 }
 
+/* A step frees the rows earlier prefills left in its sequences (their
+ * selections, V4.1's runtime slots: include/dsattn.h).  step_begin takes
+ * the heap, the context's scratch and each member's bill before the step;
+ * step_end gives what the heap gave back to the members whose bill shrank,
+ * in proportion to it, within the rows each holds (the split between
+ * members is good to a few malloc headers: each gets SOAK_ROWS_SLACK on
+ * its destroy check).  When the context's scratch changed in the step the
+ * two cannot be told apart: the shrunk bills are taken as given back. */
+typedef struct {
+    size_t h0, s0, n;
+    slot  *q[SOAK_POOL + 1];
+    size_t bill[SOAK_POOL + 1];
+} step_rec;
+
+static void step_begin(soak *S, const model *M, step_rec *r, slot *const *qs, size_t n)
+{
+    r->n = n;
+    for (size_t k = 0; k < n; k++) {
+        r->q[k] = qs[k];
+        r->bill[k] = seq_scratch(M->f, qs[k]->s);
+    }
+    r->h0 = heap_in_use();
+    r->s0 = ctx_scratch(S->ctx);
+}
+
+static void step_end(soak *S, const model *M, const step_rec *r)
+{
+    const size_t h1 = heap_in_use();
+    const int exact = ctx_scratch(S->ctx) == r->s0;
+    size_t shrunk[SOAK_POOL + 1], total = 0, members = 0;
+    for (size_t k = 0; k < r->n; k++) {
+        const size_t b = seq_scratch(M->f, r->q[k]->s);
+        shrunk[k] = r->q[k]->rows && b < r->bill[k] ? r->bill[k] - b : 0;
+        total += shrunk[k];
+        members += shrunk[k] > 0;
+    }
+    if (!total) return;
+    const size_t freed = h1 < r->h0 ? r->h0 - h1 : 0;
+    for (size_t k = 0; k < r->n; k++) {
+        if (!shrunk[k]) continue;
+        slot *q = r->q[k];
+        const size_t share = exact ? (size_t)((double)freed * (double)shrunk[k] / (double)total)
+                                   : shrunk[k];
+        const size_t d = DSATTN_MIN(share, q->rows);
+        q->rows -= d;
+        q->footprint -= d;
+        S->live_bytes -= d;
+        if (members > 1) q->slack = SOAK_ROWS_SLACK;
+    }
+}
+
 /* Feed q and its twin t (capacity tcap) the same next rows: equal outputs. */
 static void twin_steps(soak *S, model *M, slot *q, void *t, size_t tcap, const char *what)
 {
@@ -749,7 +825,11 @@ static void twin_steps(soak *S, model *M, slot *q, void *t, size_t tcap, const c
         input_rows(S->h, M, q, at, 1);
         memcpy(S->h2, S->h, M->dim * sizeof(float));
         snprintf(call, sizeof call, "%s: the original's step", what);
-        if (!expect(S, M, q, at, stack(S, M, q->s, S->h, 1), DSATTN_OK, call, NULL)) return;
+        step_rec r;
+        step_begin(S, M, &r, &q, 1);
+        const dsattn_status st = stack(S, M, q->s, S->h, 1);
+        step_end(S, M, &r);
+        if (!expect(S, M, q, at, st, DSATTN_OK, call, NULL)) return;
         snprintf(call, sizeof call, "%s: the twin's step", what);
         if (!expect(S, M, q, at, stack(S, M, t, S->h2, 1), DSATTN_OK, call, NULL)) return;
         if (!finite_rows(S, M, q, at, S->h, 1, what) || !finite_rows(S, M, q, at, S->h2, 1, what))
@@ -789,15 +869,21 @@ static void run_prefill(soak *S, model *M, slot *q, size_t n)
 {
     const int64_t p = seq_pos(M->f, q->s);
     input_rows(S->h, M, q, p, n);
-    /* what a prefill keeps is the sequence's (MHA / GQA: its scratch, grown
-     * to the largest chunk; the others: the chunk's selections) - unless
+    /* what a prefill leaves is the sequence's (the chunk's rows) - unless
      * the context's scratch grew too, when it cannot be told apart */
     const size_t h0 = heap_in_use(), s0 = ctx_scratch(S->ctx);
     const dsattn_status st = stack(S, M, q->s, S->h, n);
     const size_t h1 = heap_in_use();
-    if (ctx_scratch(S->ctx) == s0 && h1 > h0) {
-        q->footprint += h1 - h0;
-        S->live_bytes += h1 - h0;
+    if (ctx_scratch(S->ctx) == s0) {       /* the rows before, freed or reused, then these */
+        const long long d = (long long)h1 - (long long)h0;
+        const size_t rows = d < -(long long)q->rows ? 0 : (size_t)((long long)q->rows + d);
+        q->footprint = q->footprint - q->rows + rows;
+        S->live_bytes = S->live_bytes - q->rows + rows;
+        q->rows = rows;
+    } else {                               /* taken as gone: see step_end */
+        q->footprint -= q->rows;
+        S->live_bytes -= q->rows;
+        q->rows = 0;
     }
     if (!expect(S, M, q, p, st, DSATTN_OK, "stack_forward (prefill)", NULL)) return;
     if (pos_is(S, M, q, q->s, p + (int64_t)n, "a prefill"))
@@ -816,7 +902,10 @@ static void run_decode(soak *S, model *M, slot *q)
 {
     const int64_t p = seq_pos(M->f, q->s);
     input_rows(S->h, M, q, p, 1);
+    step_rec r;
+    step_begin(S, M, &r, &q, 1);
     const dsattn_status st = stack(S, M, q->s, S->h, 1);
+    step_end(S, M, &r);
     if (expect(S, M, q, p, st, DSATTN_OK, "stack_forward (decode)", NULL)
         && pos_is(S, M, q, q->s, p + 1, "a decode step"))
         finite_rows(S, M, q, p, S->h, 1, "decode");
@@ -886,7 +975,12 @@ static void op_batch(soak *S, model *M)
     }
     {
         size_t failed = SIZE_MAX;
+        slot *members[SOAK_POOL + 1];
+        for (size_t k = 0; k < B; k++) members[k] = &M->pool[idx[k]];
+        step_rec r;
+        step_begin(S, M, &r, members, B);
         const dsattn_status st = stack_batch(S, M, seqs, B, S->h, &failed);
+        step_end(S, M, &r);
         char call[64];
         snprintf(call, sizeof call, "stack_forward_batch of %zu", B);
         if (!expect(S, M, st && failed < B ? &M->pool[idx[failed]] : qj,
@@ -1183,9 +1277,6 @@ static void run_op(soak *S, model *M, op_kind k)
     S->n_ops++;
 }
 
-/* The context's grow-only scratch (the prefill Linear's and the batched
- * steps'), in bytes requested: it grows with the largest prefill chunk and
- * batch run so far. */
 static void report(const soak *S, double elapsed)
 {
     char b1[32], b2[32];

@@ -118,6 +118,12 @@ class Context:
         return lib.dsattn_ctx_threads(self.handle)
 
     @property
+    def scratch_bytes(self):
+        """Bytes of grow-only scratch the context holds (prefill Linear,
+        batched steps, prefill chunks longer than a decode step)."""
+        return lib.dsattn_ctx_scratch_bytes(self.handle)
+
+    @property
     def amx(self):
         return bool(lib.dsattn_ctx_amx(self.handle))
 

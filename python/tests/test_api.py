@@ -170,6 +170,19 @@ def test_random_models_run():
         assert h.shape == x.shape and np.isfinite(h).all() and s.position == 4
 
 
+def test_context_lends_a_long_chunk_its_scratch():
+    """A 40-token prefill borrows scratch from its context; a second
+    sequence's equal prefill on the same context finds it there."""
+    m = dsattn.random(V41 + "/config.json", seed=3)
+    ctx = dsattn.Context(mode="fast", threads=1)
+    x = np.random.default_rng(1).standard_normal((40, m.dim)).astype(np.float32)
+    m.sequence(48).stack(x, ctx)
+    lent = ctx.scratch_bytes
+    assert lent > 0
+    m.sequence(48).stack(x, ctx)
+    assert ctx.scratch_bytes == lent
+
+
 @pytest.mark.parametrize("case", ["v3/tiny-seed0", "v4/tiny-seed0"])
 def test_layer_subset_sequence_equals_cli(case, cli):
     """A Sequence of layers=(1, 2) runs layers 1 and 2 as the CLI's whole

@@ -52,18 +52,13 @@
 #include <omp.h>
 #endif
 
-/* The forward's scratch: sized at creation for a decode step, grown only
- * by a chunk that needs more. */
-static float *scratch_get(dsattn_mha_seq *s, size_t floats)
+/* The forward's scratch: the sequence's, sized at creation for a decode
+ * step, or the context's for a chunk that needs more (nothing kept). */
+static float *scratch_get(dsattn_ctx *ctx, dsattn_mha_seq *s, size_t floats)
 {
     size_t bytes;
     if (!dsattn_mul_size(floats, sizeof(float), &bytes)) return NULL;
-    if (bytes > s->scratch_size) {
-        dsattn_free(s->scratch);
-        s->scratch = dsattn_alloc(bytes);
-        s->scratch_size = s->scratch ? bytes : 0;
-    }
-    return s->scratch;
+    return dsattn_call_scratch(ctx, DSATTN_CTX_SCR_CHUNK, s->scratch, s->scratch_size, bytes);
 }
 
 /* ==== Softmax of one score row, shared by both paths =================== */
@@ -328,7 +323,7 @@ dsattn_status dsattn_mha_attn_forward(dsattn_ctx *ctx, dsattn_mha_seq *s,
     if (!scratch_floats(c, n, (size_t)s->pos + n, nt, scratch_kind(ctx), ctx->kt->mha, &act,
                         &total))
         return DSATTN_ERR_OVERFLOW;
-    float *scratch = scratch_get(s, total);
+    float *scratch = scratch_get(ctx, s, total);
     if (!scratch) return DSATTN_ERR_NOMEM;
     const mha_rows r = { &s, 1, layer };
     return layer_rows(ctx, &r, x, n, out, scratch, act, (total - act) / (size_t)nt);
@@ -371,7 +366,7 @@ static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_mha_seq *const *seqs, si
     if (!scratch_floats(c, B, cap, nt, scratch_kind(ctx), ctx->kt->mha, &act, &total) ||
         total > SIZE_MAX / sizeof(float) - 16)
         return DSATTN_ERR_OVERFLOW;
-    float *base = dsattn_ctx_batch_scratch(ctx, total * sizeof(float) + 64);
+    float *base = dsattn_ctx_scratch(ctx, DSATTN_CTX_SCR_BATCH, total * sizeof(float) + 64);
     if (!base) return DSATTN_ERR_NOMEM;
     float *scratch = (float *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
     const mha_rows r = { seqs, B, layer };

@@ -69,6 +69,8 @@ typedef struct {
     uint8_t *kidx;            /* V3.2: [cap, 132] FP8 index keys             */
     int32_t *sel;             /* V3.2: last chunk's selection [rows, sel_w]  */
     size_t   sel_rows, sel_w, sel_cap;
+    int32_t *sel_own;         /* sel's decode-step buffer (dsattn_chunk_rows) */
+    size_t   sel_own_cap;
 } dsattn_mla_layer_s;
 
 struct dsattn_mla_seq {
@@ -195,7 +197,6 @@ void          dsattn_mla_cache_write(dsattn_mla_seq *seq, int l, size_t j, const
                                      const float *e);
 size_t        dsattn_mla_select_row(const float *score, size_t nvis, size_t topk,
                                     size_t width, int32_t *row);
-int           dsattn_mla_grow(void **p, size_t *cap, size_t need, size_t elem);
 
 /* mla_attend.c: latent row j of layer l -> kv[KL] and pe[dr] (either may
  * be NULL); the absorption products of nr rows (q: [nr, H, dn + dr] ->

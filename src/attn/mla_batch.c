@@ -84,7 +84,7 @@ static dsattn_status batch_ws_begin(dsattn_ctx *ctx, size_t bytes, dsattn_ws *w)
 {
     memset(w, 0, sizeof *w);
     if (bytes == SIZE_MAX) return DSATTN_ERR_OVERFLOW;
-    void *p = dsattn_ctx_batch_scratch(ctx, bytes);
+    void *p = dsattn_ctx_scratch(ctx, DSATTN_CTX_SCR_BATCH, bytes);
     if (!p) return DSATTN_ERR_NOMEM;
     w->base = p;
     w->cap = bytes;
@@ -246,7 +246,8 @@ static dsattn_status mla_batch_layer(dsattn_ctx *ctx, void *step, int l, const f
             const dsattn_ws_pos sm = dsattn_ws_mark(ws);
             float *score = dsattn_ws_array(ws, nvis, sizeof(float));
             if (!score ||
-                !dsattn_mla_grow((void **)&S->sel, &S->sel_cap, width + 1, sizeof(int32_t))) {
+                !dsattn_chunk_rows((void **)&S->sel, &S->sel_cap, S->sel_own, S->sel_own_cap,
+                                   width + 1, sizeof(int32_t))) {
                 st = DSATTN_ERR_NOMEM;
             } else {
                 dsattn_mla_index_scores(ctx, b.qc + t * Hi * Di, b.wq + t * Hi, Hi, Di, S->kidx,

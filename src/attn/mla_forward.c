@@ -112,6 +112,8 @@ dsattn_status dsattn_mla_seq_create_layers(dsattn_mla_seq **out, const dsattn_ml
             /* a decode step's selection row: min(index_topk, capacity) + 1 */
             S->sel_cap = DSATTN_MIN((size_t)c->index_topk, max_seq_len) + 1;
             if (!(S->sel = malloc(S->sel_cap * sizeof(int32_t)))) goto nomem;
+            S->sel_own = S->sel;
+            S->sel_own_cap = S->sel_cap;
             s->scratch_bytes += S->sel_cap * sizeof(int32_t);
         }
     }
@@ -138,7 +140,7 @@ void dsattn_mla_seq_destroy(dsattn_mla_seq *s)
         dsattn_free(s->layer[l].cache);
         dsattn_free(s->layer[l].v);
         dsattn_free(s->layer[l].kidx);
-        free(s->layer[l].sel);
+        dsattn_chunk_rows_free(s->layer[l].sel, s->layer[l].sel_own);
     }
     dsattn_ws_free(&s->ws);
     free(s);
@@ -195,16 +197,6 @@ size_t dsattn_mla_select_row(const float *score, size_t nvis, size_t topk, size_
     dsattn_sort_idx_valid_first(row, k);
     for (size_t i = k; i < width; i++) row[i] = -1;
     return k;
-}
-
-int dsattn_mla_grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 1;
-    void *np = realloc(*p, need * elem);
-    if (!np) return 0;
-    *p = np;
-    *cap = need;
-    return 1;
 }
 
 /* ==== The layer forward ================================================= */
@@ -457,7 +449,8 @@ dsattn_status dsattn_mla_attn_forward(dsattn_ctx *ctx, dsattn_mla_seq *seq, int 
     if (c->dsa) {
         if ((st = dsattn_mla_index_qk(ctx, m, l, x, b.qr, n_tok, start, b.qc, b.wq, S->kidx, ws)))
             goto done;
-        if (!dsattn_mla_grow((void **)&S->sel, &S->sel_cap, n_tok * width + 1, sizeof(int32_t))) {
+        if (!dsattn_chunk_rows((void **)&S->sel, &S->sel_cap, S->sel_own, S->sel_own_cap,
+                               n_tok * width + 1, sizeof(int32_t))) {
             st = DSATTN_ERR_NOMEM;
             goto done;
         }
@@ -633,9 +626,14 @@ dsattn_status dsattn_mla_seq_index_key(const dsattn_mla_seq *s, int layer, size_
 dsattn_status dsattn_mla_seq_kv_bill(const dsattn_mla_seq *s, dsattn_kv_bill *b)
 {
     if (!s || !b) return DSATTN_ERR_INVALID_ARG;
-    /* the byte counts seq_create recorded as it allocated */
-    *b = (dsattn_kv_bill){ .global_bytes_allocated = s->kv_bytes,
-                           .scratch_bytes = s->scratch_bytes };
+    /* the byte counts seq_create recorded as it allocated, and the rows a
+     * long chunk left (until the next step) */
+    size_t sc = s->scratch_bytes;
+    for (int64_t l = s->first; l < (int64_t)s->first + s->count; l++) {
+        const dsattn_mla_layer_s *S = &s->layer[l];
+        if (S->sel != S->sel_own) sc += S->sel_cap * sizeof(int32_t);
+    }
+    *b = (dsattn_kv_bill){ .global_bytes_allocated = s->kv_bytes, .scratch_bytes = sc };
     return dsattn_kv_bill_per_token(b, s->max_seq_len);
 }
 

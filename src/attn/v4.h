@@ -66,6 +66,8 @@ typedef struct {
     dsattn_v4_comp_s comp, icomp;
     int32_t *sel;             /* CSA: last chunk's top-k, j or -1, [rows, w] */
     size_t   sel_rows, sel_w, sel_cap;
+    int32_t *sel_own;         /* sel's decode-step buffer (dsattn_chunk_rows) */
+    size_t   sel_own_cap;
 } dsattn_v4_layer_s;
 
 struct dsattn_v4_seq {

@@ -53,6 +53,8 @@ typedef struct {
     float   *kv_state, *score_state;   /* ratio >= 2 sources: [m, D] fp32  */
     int32_t *sel;             /* last chunk's own selection [s, sel_w], j's */
     size_t   sel_rows, sel_w, sel_cap;
+    int32_t *sel_own;         /* sel's decode-step buffer (dsattn_chunk_rows) */
+    size_t   sel_own_cap;
     int      source_read;     /* layer whose compress_kv this layer read    */
     int      index_read;      /* layer whose index_k this layer scored      */
     int      topk_read;       /* layer whose top-k rows this layer attended */
@@ -81,6 +83,10 @@ struct dsattn_v41_seq {
         size_t   cand_rows, cand_stride, cand_cap, cand_n_cap;
         int64_t  cand_p0;         /* position of row 0                        */
         int      cand_valid;
+        /* the decode-step buffers of topk, cand, cand_n (dsattn_chunk_rows) */
+        int32_t *topk_own, *cand_own;
+        size_t  *cand_n_own;
+        size_t   topk_own_cap, cand_own_cap, cand_n_own_cap;
     } rt;
 
     /* Decode scratch, sized at creation for one token at capacity (so a

@@ -131,7 +131,7 @@ static int plan_batch(const dsattn_v41_config *c, size_t B, int nthr, bplan *p)
 
 static float *batch_scratch(dsattn_ctx *ctx, const bplan *p)
 {
-    return dsattn_ctx_batch_scratch(ctx, p->end * sizeof(float) + 64);
+    return dsattn_ctx_scratch(ctx, DSATTN_CTX_SCR_BATCH, p->end * sizeof(float) + 64);
 }
 
 /* ==== The batched layer ================================================= */

@@ -31,9 +31,9 @@
 
 /* ==== Sequence lifetime ================================================= */
 
-/* Scratch sized at creation (v41_decode_scratch) and grown only by a
- * prefill chunk that needs more.  Never NULL on success, even for 0 bytes
- * (a stack without compressed layers needs no index scratch). */
+/* A sequence's buffer of at least `bytes` (seq_create: the scratch of a
+ * decode step, v41_decode_scratch).  Never NULL on success, even for 0
+ * bytes (a stack without compressed layers needs no index scratch). */
 static void *grow_buf(void **buf, size_t *size, size_t bytes)
 {
     if (bytes > *size || !*buf) {
@@ -45,9 +45,18 @@ static void *grow_buf(void **buf, size_t *size, size_t bytes)
     return *buf;
 }
 
-static void *scratch_get(dsattn_v41_seq *s, size_t bytes)
+/* The forward's scratch and the indexer's / compressor's: the sequence's,
+ * or the context's for a prefill chunk that needs more (nothing kept in
+ * the sequence). */
+static void *scratch_get(dsattn_ctx *ctx, dsattn_v41_seq *s, size_t bytes)
 {
-    return grow_buf(&s->scratch, &s->scratch_size, bytes);
+    return dsattn_call_scratch(ctx, DSATTN_CTX_SCR_CHUNK, s->scratch, s->scratch_size, bytes);
+}
+
+static void *iscratch_get(dsattn_ctx *ctx, dsattn_v41_seq *s, size_t bytes)
+{
+    return dsattn_call_scratch(ctx, DSATTN_CTX_SCR_CHUNK_INDEX, s->iscratch, s->iscratch_size,
+                               bytes);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -108,6 +117,8 @@ dsattn_status dsattn_v41_seq_create(dsattn_v41_seq **out, const dsattn_v41 *m,
         if (L->is_index_source) {
             /* a decode step's own selection row */
             if (!grow((void **)&S->sel, &S->sel_cap, kw, sizeof(int32_t))) goto nomem;
+            S->sel_own = S->sel;
+            S->sel_own_cap = S->sel_cap;
         }
     }
     /* the runtime slots and the scratch of one decode step at capacity */
@@ -125,6 +136,12 @@ dsattn_status dsattn_v41_seq_create(dsattn_v41_seq **out, const dsattn_v41 *m,
             !grow_buf(&s->iscratch, &s->iscratch_size, idx) ||
             dsattn_ws_init(&s->ws, 2 * (size_t)c->dim * sizeof(float) + 64))
             goto nomem;
+        s->rt.topk_own = s->rt.topk;
+        s->rt.topk_own_cap = s->rt.topk_cap;
+        s->rt.cand_own = s->rt.cand;
+        s->rt.cand_own_cap = s->rt.cand_cap;
+        s->rt.cand_n_own = s->rt.cand_n;
+        s->rt.cand_n_own_cap = s->rt.cand_n_cap;
     }
     *out = s;
     return DSATTN_OK;
@@ -143,11 +160,11 @@ void dsattn_v41_seq_destroy(dsattn_v41_seq *s)
         dsattn_free(S->kidx);
         dsattn_free(S->kv_state);
         dsattn_free(S->score_state);
-        free(S->sel);
+        dsattn_chunk_rows_free(S->sel, S->sel_own);
     }
-    free(s->rt.topk);
-    free(s->rt.cand);
-    free(s->rt.cand_n);
+    dsattn_chunk_rows_free(s->rt.topk, s->rt.topk_own);
+    dsattn_chunk_rows_free(s->rt.cand, s->rt.cand_own);
+    dsattn_chunk_rows_free(s->rt.cand_n, s->rt.cand_n_own);
     dsattn_free(s->scratch);
     dsattn_free(s->iscratch);
     dsattn_ws_free(&s->ws);
@@ -272,7 +289,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     if (L->owns_k && n_new > 0) {
         /* the sequence's indexer scratch; done with before it grows below */
         float *kk = pre ? pre->kk
-                        : grow_buf(&seq->iscratch, &seq->iscratch_size, n_new * Di * sizeof(float));
+                        : iscratch_get(ctx, seq, n_new * Di * sizeof(float));
         if (!kk) return DSATTN_ERR_NOMEM;
         if (!pre)
             st = dsattn_linear(ctx, &L->i_wk, latent, D, n_new, kk, Di, DSATTN_OUT_BF16, NULL,
@@ -299,8 +316,7 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
 
     /* 2. queries (RoPE, FP4; no Hadamard in V4.1) and head weights */
     size_t nb_max;
-    float *qi = grow_buf(&seq->iscratch, &seq->iscratch_size,
-                         indexer_scratch_bytes(c, L, s, T, &nb_max));
+    float *qi = iscratch_get(ctx, seq, indexer_scratch_bytes(c, L, s, T, &nb_max));
     if (!qi) return DSATTN_ERR_NOMEM;
     const size_t nq = s * (Hi * Di + Hi + QL) + 16;
     float *fsc = qi + nq, *score = fsc + T + 16, *bscore = score + T + 16;
@@ -319,19 +335,23 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     }
 
     /* 3. slots for this chunk's rows */
-    if (!grow((void **)&seq->rt.topk, &seq->rt.topk_cap, s * kw + 1, sizeof(int32_t)) ||
-        !grow((void **)&S->sel, &S->sel_cap, s * kw + 1, sizeof(int32_t))) {
+    if (!dsattn_chunk_rows((void **)&seq->rt.topk, &seq->rt.topk_cap, seq->rt.topk_own,
+                           seq->rt.topk_own_cap, s * kw + 1, sizeof(int32_t)) ||
+        !dsattn_chunk_rows((void **)&S->sel, &S->sel_cap, S->sel_own, S->sel_own_cap,
+                           s * kw + 1, sizeof(int32_t))) {
         st = DSATTN_ERR_NOMEM;
         goto done;
     }
     if (L->is_candidate_source) {
         size_t stride = DSATTN_MIN((size_t)c->candidate_topk_blocks, nb_max) *
                         (size_t)c->candidate_block_size;
-        if (!grow((void **)&seq->rt.cand, &seq->rt.cand_cap, s * stride + 1, sizeof(int32_t))) {
+        if (!dsattn_chunk_rows((void **)&seq->rt.cand, &seq->rt.cand_cap, seq->rt.cand_own,
+                               seq->rt.cand_own_cap, s * stride + 1, sizeof(int32_t))) {
             st = DSATTN_ERR_NOMEM;
             goto done;
         }
-        if (!grow((void **)&seq->rt.cand_n, &seq->rt.cand_n_cap, s + 1, sizeof(size_t))) {
+        if (!dsattn_chunk_rows((void **)&seq->rt.cand_n, &seq->rt.cand_n_cap, seq->rt.cand_n_own,
+                               seq->rt.cand_n_own_cap, s + 1, sizeof(size_t))) {
             st = DSATTN_ERR_NOMEM;
             goto done;
         }
@@ -423,7 +443,7 @@ static dsattn_status run_compressor(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     }
     /* projections in the sequence's indexer scratch (free until the indexer
      * of this layer runs): no allocation per decode step */
-    float *kv = grow_buf(&seq->iscratch, &seq->iscratch_size, compressor_scratch_bytes(s, m, D));
+    float *kv = iscratch_get(ctx, seq, compressor_scratch_bytes(s, m, D));
     if (!kv) return DSATTN_ERR_NOMEM;
     float *z = kv + s * D, *ws = z + s * D;
     st = dsattn_linear(ctx, &L->c_wkv, x, dim, s, kv, D, DSATTN_OUT_F32, NULL, NULL);
@@ -623,7 +643,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     const size_t maxk = DSATTN_MAX(dim, H * D);
     const fwd_plan fp = plan_fwd(c, n_tok, nthr, ww);
     const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
-    float *qr = scratch_get(seq, fp.bytes);
+    float *qr = scratch_get(ctx, seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
     float *q = qr + n_tok * QL, *kvw = q + n_tok * H * D, *o = kvw + n_tok * D;
     float *oa = o + n_tok * H * D;
@@ -763,8 +783,17 @@ dsattn_status dsattn_v41_seq_kv_bill(const dsattn_v41_seq *s, dsattn_kv_bill *b)
     /* the byte counts seq_create recorded as it allocated, and the scratch
      * and runtime buffers as they are now */
     size_t sc = s->scratch_size + s->iscratch_size + s->ws.cap;
-    sc += (s->rt.topk_cap + s->rt.cand_cap) * sizeof(int32_t) + s->rt.cand_n_cap * sizeof(size_t);
-    for (int64_t l = 0; l < s->m->cfg.n_layers; l++) sc += s->layer[l].sel_cap * sizeof(int32_t);
+    sc += dsattn_chunk_rows_bytes(s->rt.topk, s->rt.topk_cap, s->rt.topk_own,
+                                  s->rt.topk_own_cap, sizeof(int32_t));
+    sc += dsattn_chunk_rows_bytes(s->rt.cand, s->rt.cand_cap, s->rt.cand_own,
+                                  s->rt.cand_own_cap, sizeof(int32_t));
+    sc += dsattn_chunk_rows_bytes(s->rt.cand_n, s->rt.cand_n_cap, s->rt.cand_n_own,
+                                  s->rt.cand_n_own_cap, sizeof(size_t));
+    for (int64_t l = 0; l < s->m->cfg.n_layers; l++) {
+        const dsattn_v41_layer_s *S = &s->layer[l];
+        sc += dsattn_chunk_rows_bytes(S->sel, S->sel_cap, S->sel_own, S->sel_own_cap,
+                                      sizeof(int32_t));
+    }
     *b = (dsattn_kv_bill){ .global_bytes_allocated = s->kv_bytes, .window_bytes = s->window_bytes,
                            .state_bytes = s->state_bytes, .scratch_bytes = sc };
     return dsattn_kv_bill_per_token(b, s->max_seq_len);
@@ -906,7 +935,7 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     const size_t hper = (H + hg - 1) / hg, att_ws = dsattn_sparse_attn_scratch(hper, D);
     const size_t per_thr = att_ws + ww + (size_t)c->index_topk + 16;
     if (per_thr > fp.per_thr) return DSATTN_ERR_OVERFLOW;   /* hg >= plan_fwd's: never */
-    float *qr = scratch_get(seq, fp.bytes);
+    float *qr = scratch_get(ctx, seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
     float *q = qr + n * QL, *kvw = q + n * H * D, *o = kvw + n * D, *oa = o + n * H * D;
     float *lat = oa + n * G * R, *aqs = lat + n * D;

@@ -247,7 +247,7 @@ static dsattn_status attn_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, siz
         }
     bplan bp;
     if (!plan_batch(m, B, max_cap(seqs, B), ctx->n_threads, &bp)) return DSATTN_ERR_OVERFLOW;
-    float *base = dsattn_ctx_batch_scratch(ctx, bp.end * sizeof(float) + 64);
+    float *base = dsattn_ctx_scratch(ctx, DSATTN_CTX_SCR_BATCH, bp.end * sizeof(float) + 64);
     if (!base) return DSATTN_ERR_NOMEM;
     dsattn_batch_step sp = { seqs, base, &bp, NULL };
     return batch_layer(ctx, &sp, layer, x, B, out);
@@ -275,7 +275,7 @@ static dsattn_status stack_batch(dsattn_ctx *ctx, dsattn_v4_seq *const *seqs, si
     const size_t dim = (size_t)c->dim;
     bplan bp;
     if (!plan_batch(m, B, max_cap(seqs, B), ctx->n_threads, &bp)) return DSATTN_ERR_OVERFLOW;
-    float *base = dsattn_ctx_batch_scratch(ctx, bp.end * sizeof(float) + 64);
+    float *base = dsattn_ctx_scratch(ctx, DSATTN_CTX_SCR_BATCH, bp.end * sizeof(float) + 64);
     if (!base) return DSATTN_ERR_NOMEM;
     dsattn_batch_step sp = { seqs, base, &bp, NULL };
     float *xin = base + bp.xin;

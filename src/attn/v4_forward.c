@@ -103,6 +103,8 @@ dsattn_status dsattn_v4_seq_create_layers(dsattn_v4_seq **out, const dsattn_v4 *
             /* a decode step's own selection row */
             S->sel_cap = DSATTN_MIN((size_t)c->index_topk, S->cap) + 1;
             if (!st && !(S->sel = malloc(S->sel_cap * sizeof(int32_t)))) st = DSATTN_ERR_NOMEM;
+            S->sel_own = S->sel;
+            S->sel_own_cap = S->sel_cap;
         }
     }
     if (!st) {
@@ -128,7 +130,7 @@ void dsattn_v4_seq_destroy(dsattn_v4_seq *s)
         dsattn_free(S->comp.z);
         dsattn_free(S->icomp.kv);
         dsattn_free(S->icomp.z);
-        free(S->sel);
+        dsattn_chunk_rows_free(S->sel, S->sel_own);
     }
     dsattn_free(s->scratch);
     dsattn_ws_free(&s->ws);
@@ -137,16 +139,12 @@ void dsattn_v4_seq_destroy(dsattn_v4_seq *s)
 
 DSATTN_SEQ_POS_API(v4)
 
-/* The forward's scratch: sized at creation for a decode step
- * (v4_decode_scratch), grown only by a prefill chunk that needs more. */
-static void *scratch_get(dsattn_v4_seq *s, size_t bytes)
+/* The forward's scratch: the sequence's, sized at creation for a decode
+ * step (v4_decode_scratch), or the context's for a prefill chunk that
+ * needs more (nothing kept in the sequence). */
+static void *scratch_get(dsattn_ctx *ctx, dsattn_v4_seq *s, size_t bytes)
 {
-    if (bytes > s->scratch_size) {
-        dsattn_free(s->scratch);
-        s->scratch = dsattn_alloc(bytes);
-        s->scratch_size = s->scratch ? bytes : 0;
-    }
-    return s->scratch;
+    return dsattn_call_scratch(ctx, DSATTN_CTX_SCR_CHUNK, s->scratch, s->scratch_size, bytes);
 }
 
 /* ==== Compressor ======================================================== */
@@ -254,12 +252,9 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, con
     dsattn_status st;
     size_t n_new;
 
-    if (s * kw + 1 > S->sel_cap) {
-        int32_t *p = realloc(S->sel, (s * kw + 1) * sizeof *p);
-        if (!p) return DSATTN_ERR_NOMEM;
-        S->sel = p;
-        S->sel_cap = s * kw + 1;
-    }
+    if (!dsattn_chunk_rows((void **)&S->sel, &S->sel_cap, S->sel_own, S->sel_own_cap,
+                           s * kw + 1, sizeof(int32_t)))
+        return DSATTN_ERR_NOMEM;
     const int nthr = s > 1 ? DSATTN_MAX(ctx->n_threads, 1) : 1;
     dsattn_ws *wa = &seq->ws;
     const dsattn_ws_pos mark = dsattn_ws_mark(wa);
@@ -411,7 +406,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), G * R);
     const fwd_plan fp = plan_fwd(c, n_tok, nthr, ww, cw);
     const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
-    float *qr = scratch_get(seq, fp.bytes);
+    float *qr = scratch_get(ctx, seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
     float *q = qr + n_tok * QL, *kvw = q + n_tok * H * D, *o = kvw + n_tok * D;
     float *oa = o + n_tok * H * D;
@@ -559,7 +554,11 @@ dsattn_status dsattn_v4_seq_kv_bill(const dsattn_v4_seq *s, dsattn_kv_bill *b)
      * layer: its ring rows are bounded state, the rest is global), and the
      * scratch as it is now */
     size_t sc = s->scratch_size + s->ws.cap;
-    for (int64_t l = 0; l < s->m->cfg.n_layers; l++) sc += s->layer[l].sel_cap * sizeof(int32_t);
+    for (int64_t l = 0; l < s->m->cfg.n_layers; l++) {
+        const dsattn_v4_layer_s *S = &s->layer[l];
+        sc += dsattn_chunk_rows_bytes(S->sel, S->sel_cap, S->sel_own, S->sel_own_cap,
+                                      sizeof(int32_t));
+    }
     *b = (dsattn_kv_bill){ .global_bytes_allocated = s->kv_bytes, .window_bytes = s->window_bytes,
                            .state_bytes = s->state_bytes, .scratch_bytes = sc };
     return dsattn_kv_bill_per_token(b, s->max_seq_len);

@@ -190,6 +190,39 @@ void dsattn_owned_free(dsattn_owned *o)
     o->n = o->cap = 0;
 }
 
+/* ==== Rows a chunk leaves behind (internal.h) ========================== */
+
+void *dsattn_chunk_rows(void **p, size_t *cap, void *own, size_t own_cap, size_t need,
+                        size_t elem)
+{
+    if (need <= own_cap) {
+        if (*p != own) free(*p);
+        *p = own;
+        *cap = own_cap;
+        return own;
+    }
+    if (*p != own && need <= *cap) return *p;
+    size_t bytes;
+    if (!dsattn_mul_size(need, elem, &bytes)) return NULL;
+    void *np = realloc(*p == own ? NULL : *p, bytes);
+    if (!np) return NULL;
+    *p = np;
+    *cap = need;
+    return np;
+}
+
+void dsattn_chunk_rows_free(void *p, void *own)
+{
+    if (p != own) free(p);
+    free(own);
+}
+
+size_t dsattn_chunk_rows_bytes(const void *p, size_t cap, const void *own, size_t own_cap,
+                               size_t elem)
+{
+    return (own_cap + (p != own ? cap : 0)) * elem;
+}
+
 dsattn_status dsattn_errf(char *err, size_t errlen, dsattn_status st,
                           const char *fmt, ...)
 {

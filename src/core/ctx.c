@@ -1,6 +1,7 @@
 /* ctx.c - dsattn_ctx: the arithmetic mode, the thread count, counters and
- * the phase profile, and the grow-only scratch of the prefill Linear and of
- * the batched forwards.  A context owns no tensors; it is cheap to create one
+ * the phase profile, and the grow-only scratch of a call: the prefill
+ * Linear's, the batched steps' and that of the prefill chunks too big for a
+ * sequence's own (decode-step) scratch.  A context owns no tensors; it is cheap to create one
  * per mode.  Its kernel table is chosen where the kernels live:
  * dsattn_ctx_create, dsattn_ctx_isa_name and the AMX switch are in
  * src/kernels/dispatch.c (core sits below the kernel layer). */
@@ -19,23 +20,32 @@ void dsattn_ctx_destroy(dsattn_ctx *ctx)
 {
     if (!ctx) return;
     dsattn_free(ctx->lin_ws);
-    dsattn_free(ctx->batch_ws);
+    for (int i = 0; i < DSATTN_CTX_SCR_SLOTS; i++) dsattn_free(ctx->scr[i]);
     free(ctx);
 }
 
-void *dsattn_ctx_batch_scratch(dsattn_ctx *ctx, size_t bytes)
+void *dsattn_ctx_scratch(dsattn_ctx *ctx, dsattn_ctx_scr slot, size_t bytes)
 {
-    if (!ctx || bytes == SIZE_MAX) return NULL;
-    if (ctx->batch_ws_bytes < bytes) {
-        size_t want = bytes;
-        if (ctx->batch_ws_bytes <= SIZE_MAX / 2)
-            want = DSATTN_MAX(bytes, ctx->batch_ws_bytes + ctx->batch_ws_bytes / 2);
-        dsattn_free(ctx->batch_ws);
-        ctx->batch_ws_bytes = 0;
-        if (!(ctx->batch_ws = dsattn_alloc(want))) return NULL;
-        ctx->batch_ws_bytes = want;
+    if (!ctx || (unsigned)slot >= DSATTN_CTX_SCR_SLOTS || bytes == SIZE_MAX) return NULL;
+    void **buf = &ctx->scr[slot];
+    size_t *have = &ctx->scr_bytes[slot];
+    if (*have < bytes || !*buf) {
+        size_t want = DSATTN_MAX(bytes, 64);
+        if (*have <= SIZE_MAX / 2) want = DSATTN_MAX(want, *have + *have / 2);
+        dsattn_free(*buf);
+        *have = 0;
+        if (!(*buf = dsattn_alloc(want))) return NULL;
+        *have = want;
     }
-    return ctx->batch_ws;
+    return *buf;
+}
+
+size_t dsattn_ctx_scratch_bytes(const dsattn_ctx *ctx)
+{
+    if (!ctx) return 0;
+    size_t n = ctx->lin_ws_bytes;
+    for (int i = 0; i < DSATTN_CTX_SCR_SLOTS; i++) n += ctx->scr_bytes[i];
+    return n;
 }
 
 dsattn_mode dsattn_ctx_mode(const dsattn_ctx *ctx) { return ctx ? ctx->mode : DSATTN_MODE_FAST; }

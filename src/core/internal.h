@@ -26,6 +26,14 @@
 struct dsattn_kernels;
 struct dsattn_ktab;
 
+/* The context's grow-only scratch slots (dsattn_ctx_scratch). */
+typedef enum {
+    DSATTN_CTX_SCR_BATCH,        /* the [n_seqs x ...] rows of a batched step     */
+    DSATTN_CTX_SCR_CHUNK,        /* a prefill chunk's forward rows                */
+    DSATTN_CTX_SCR_CHUNK_INDEX,  /* V4.1: a prefill chunk's indexer / compressor  */
+    DSATTN_CTX_SCR_SLOTS
+} dsattn_ctx_scr;
+
 struct dsattn_ctx {
     dsattn_mode                  mode;
     dsattn_isa                   isa;     /* resolved, never AUTO          */
@@ -45,18 +53,28 @@ struct dsattn_ctx {
      * only outside parallel regions (a context runs one call at a time) */
     void                        *lin_ws;
     size_t                       lin_ws_bytes;
-    /* grow-only scratch of the batched forwards (dsattn_ctx_batch_scratch):
-     * the [n_seqs x ...] rows of one batched step */
-    void                        *batch_ws;
-    size_t                       batch_ws_bytes;
+    /* grow-only scratch of a call (dsattn_ctx_scratch), one buffer a slot */
+    void                        *scr[DSATTN_CTX_SCR_SLOTS];
+    size_t                       scr_bytes[DSATTN_CTX_SCR_SLOTS];
 };
 
-/* The context's batch scratch of at least `bytes` (64-byte aligned,
- * contents undefined), kept between calls: a batched decode step
- * allocates only when its batch needs more than any step before it on
- * this context.  NULL on OOM.  One call at a time per context (the API's
- * rule); the previous pointer is invalid after a call that grows. */
-void *dsattn_ctx_batch_scratch(dsattn_ctx *ctx, size_t bytes);
+/* The context's scratch in `slot` of at least `bytes` (64-byte aligned,
+ * contents undefined, never NULL for 0 bytes), kept between calls: a call
+ * allocates only when it needs more than any call before it on this
+ * context took from the slot.  NULL on OOM.  One call at a time per
+ * context (the API's rule); the previous pointer of the slot is invalid
+ * after a request that grows it.  What a sequence keeps is sized for a
+ * decode step; a prefill chunk that needs more takes it from here, so a
+ * sequence holds no more after a long prompt than before, and the
+ * sequences of one context share one chunk's scratch. */
+void *dsattn_ctx_scratch(dsattn_ctx *ctx, dsattn_ctx_scr slot, size_t bytes);
+/* own (own_bytes) when it holds `bytes`, else the context's slot: the
+ * scratch of a forward whose sequence was sized for a decode step. */
+static inline void *dsattn_call_scratch(dsattn_ctx *ctx, dsattn_ctx_scr slot, void *own,
+                                        size_t own_bytes, size_t bytes)
+{
+    return own && bytes <= own_bytes ? own : dsattn_ctx_scratch(ctx, slot, bytes);
+}
 
 /* ==== Checked size arithmetic ========================================== */
 
@@ -104,6 +122,24 @@ typedef struct dsattn_owned {
 dsattn_status dsattn_owned_add(dsattn_owned *o, void *p);
 /* Free every adopted allocation and the list itself; the set is empty after. */
 void dsattn_owned_free(dsattn_owned *o);
+
+/* ==== Rows a chunk leaves behind ======================================= */
+
+/* Rows a call leaves for later layers or for the caller to read (a chunk's
+ * top-k selections, V4.1's runtime slots).  A sequence allocates `own` at
+ * creation, sized for a decode step; a longer chunk gets a buffer of its
+ * own, which the next call that fits `own` frees (a free, not an
+ * allocation), so a long prompt's rows live only until the sequence's next
+ * step.  *p / *cap: the buffer in use and its elements (own / own_cap, or
+ * the chunk's).  Returns *p for `need` elements, NULL on OOM (nothing in
+ * use changed). */
+void  *dsattn_chunk_rows(void **p, size_t *cap, void *own, size_t own_cap, size_t need,
+                         size_t elem);
+/* free both (p may be own) */
+void   dsattn_chunk_rows_free(void *p, void *own);
+/* bytes held: own, and the chunk's buffer if one is in use */
+size_t dsattn_chunk_rows_bytes(const void *p, size_t cap, const void *own, size_t own_cap,
+                               size_t elem);
 
 /* ==== Step scratch ===================================================== */
 
