@@ -18,7 +18,12 @@
  *                  the same stack run side by side: nothing is process-global.
  *
  * Every fallible call returns dsattn_status; the library never exits, aborts
- * or prints on bad input.  A NULL object or output pointer, a layer out of
+ * or prints on bad input.  An allocation of 64 MiB or more (caches, weights,
+ * a long prompt's scratch) that exceeds the memory the system has available
+ * (its MemAvailable, and a cgroup v2 limit's headroom; $DSATTN_MEM_AVAILABLE
+ * in bytes overrides both) fails with DSATTN_ERR_NOMEM before it is touched,
+ * where Linux's overcommit would have let it through and killed the process
+ * as the library zeroed it.  A NULL object or output pointer, a layer out of
  * range, a count of 0 or a position or count past the sequence's capacity
  * is DSATTN_ERR_INVALID_ARG, with nothing changed (seq_advance included:
  * a sequence never holds more tokens than its capacity).  Accessors that

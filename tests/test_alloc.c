@@ -702,3 +702,39 @@ DSATTN_TEST(alloc, prefill_leaves_nothing_past_the_next_step)
         cases[i].b->g->free_model(m);
     }
 }
+
+/* ==== Requests past the memory available ================================ */
+/* dsattn_alloc zeroes what it hands out, so a request the system cannot
+ * back would get the process killed by the OOM killer while it is written;
+ * one of 64 MiB or more past the memory available fails instead (NULL, and
+ * DSATTN_ERR_NOMEM through the API).  $DSATTN_MEM_AVAILABLE stands in for
+ * the kernel's figure. */
+DSATTN_TEST(alloc, requests_past_the_available_memory_are_refused)
+{
+    setenv("DSATTN_MEM_AVAILABLE", "100000000", 1);                  /* 100 MB */
+    void *big = dsattn_alloc((size_t)200 << 20), *fits = dsattn_alloc((size_t)80 << 20);
+    CHECK_MSG(big == NULL, "a 200 MiB request with 100 MB available was granted");
+    CHECK_MSG(fits != NULL, "an 80 MiB request with 100 MB available was refused");
+    dsattn_free(big);
+    dsattn_free(fits);
+    /* through the API: a sequence whose caches need more than that */
+    char err[256] = "", cfg[512], w[512];
+    case_paths("golden/v41/tiny-seed0", cfg, w);
+    dsattn_v41 *m = NULL;
+    CHECK_OK(dsattn_v41_load_config(&m, cfg, err, sizeof err));
+    dsattn_v41_seq *s = NULL;
+    if (m) {
+        const size_t cap = (size_t)1 << 22;                          /* 4M tokens */
+        CHECK_EQ_INT(dsattn_v41_seq_create(&s, m, cap, DSATTN_V41_INDEX_K_OWNER),
+                     DSATTN_ERR_NOMEM);
+        CHECK(s == NULL);
+    }
+    unsetenv("DSATTN_MEM_AVAILABLE");
+    /* without the stand-in, the machine's own figure: an ordinary sequence is made */
+    if (m) {
+        const dsattn_status st = dsattn_v41_seq_create(&s, m, 1000, DSATTN_V41_INDEX_K_OWNER);
+        CHECK_OK(st);
+        dsattn_v41_seq_destroy(s);
+    }
+    dsattn_v41_destroy(m);
+}

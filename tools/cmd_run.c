@@ -795,7 +795,12 @@ static int cmd_run(int argc, char **argv)
         st = r_stack(&r, ctx, h, n);
         double ms = (dsattn_bench_now() - ts) * 1e3;
         if (st) {
-            fprintf(stderr, "dsattn run: step %lld: %s\n", step, dsattn_status_str(st));
+            fprintf(stderr, "dsattn run: step %lld: %s%s\n", step, dsattn_status_str(st),
+                    step == 0 && st == DSATTN_ERR_NOMEM
+                        ? " (a prefill's scratch grows with the prompt - about "
+                          "0.6 MB a token at V4.1-Flash widths - and is taken in one call: "
+                          "use a shorter --prefill)"
+                        : "");
             goto out;
         }
         dsattn_counters c = dsattn_ctx_counters(ctx);

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -49,6 +50,77 @@ const char *dsattn_version(void)
 
 static atomic_ullong alloc_calls;
 
+/* dsattn_alloc zeroes what it returns, so under Linux's overcommit a
+ * request past the memory the system has would succeed and the process be
+ * killed by the OOM killer while the pages are written - a crash where the
+ * caller should get DSATTN_ERR_NOMEM.  So a request of DSATTN_ALLOC_CHECK
+ * bytes or more is first compared with what is available: the kernel's
+ * MemAvailable, and the cgroup (v2) limit's headroom where one is set
+ * (its charge less inactive page cache; cgroup v1 limits are not read).
+ * $DSATTN_MEM_AVAILABLE (bytes) stands in for both (tests).  Unknown
+ * (no /proc): not checked.  Smaller requests are not worth the read. */
+#define DSATTN_ALLOC_CHECK ((size_t)64 << 20)
+
+/* the first number after `key` in the file, or -1 */
+static double file_number(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[512];
+    double v = -1;
+    const size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n)) {
+            char *end;
+            const double x = strtod(line + n, &end);
+            if (end != line + n) v = x;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Bytes this process may still allocate and touch, or -1 when unknown. */
+static double mem_available(void)
+{
+    const char *e = getenv("DSATTN_MEM_AVAILABLE");
+    if (e && *e) {
+        char *end;
+        const double v = strtod(e, &end);
+        if (end != e && v >= 0) return v;
+    }
+    double avail = file_number("/proc/meminfo", "MemAvailable:");
+    if (avail >= 0) avail *= 1024.0;                       /* kB */
+    /* cgroup v2: "0::/path" in /proc/self/cgroup; its charge less the page
+     * cache the kernel would reclaim first (inactive files) */
+    char path[1024], cg[512] = "";
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "0::", 3)) {
+                line[strcspn(line, "\n")] = 0;
+                snprintf(cg, sizeof cg, "%s", line + 3);
+                break;
+            }
+        fclose(f);
+    }
+    if (cg[0]) {
+        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", cg);
+        const double max = file_number(path, "");         /* "max": no limit, -1 */
+        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", cg);
+        double cur = file_number(path, "");
+        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.stat", cg);
+        const double cache = file_number(path, "inactive_file ");
+        if (cur >= 0 && cache > 0) cur = cur > cache ? cur - cache : 0;
+        if (max >= 0 && cur >= 0) {
+            const double room = max > cur ? max - cur : 0;
+            avail = avail < 0 ? room : (room < avail ? room : avail);
+        }
+    }
+    return avail;
+}
+
 uint64_t dsattn_alloc_count(void)
 {
     return atomic_load_explicit(&alloc_calls, memory_order_relaxed);
@@ -62,6 +134,10 @@ void *dsattn_alloc(size_t n)
     size_t padded;
     if (!dsattn_add_size(n, align - 1, &padded)) return NULL;
     padded &= ~(align - 1);
+    if (padded >= DSATTN_ALLOC_CHECK) {
+        const double avail = mem_available();
+        if (avail >= 0 && (double)padded > avail) return NULL;
+    }
     void *p = aligned_alloc(align, padded);
     if (!p) return NULL;
 #ifdef MADV_HUGEPAGE
