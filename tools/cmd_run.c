@@ -47,6 +47,7 @@
 #include "cli_util.h"
 #include "config.h"
 #include "dsattn.h"
+#include "internal.h"
 #include "jsoncfg.h"
 #include "safetensors.h"
 
@@ -448,25 +449,19 @@ out:
 /* The kB figure of `key` in a /proc file, as bytes, or -1. */
 static double proc_kb(const char *path, const char *key)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[256];
-    double kb = -1;
-    const size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && sscanf(line + n, " %lf kB", &kb) == 1) break;
-    fclose(f);
+    const double kb = dsattn_file_number(path, key);
     return kb < 0 ? -1 : kb * 1024.0;
 }
 
-/* Bytes of memory available: the kernel's MemAvailable, or 0.  The
- * environment's DSATTN_RUN_MEM_AVAILABLE (bytes) stands in for it - the
- * CLI tests' way to see the fit below act. */
+/* Bytes of memory available (the library's figure, dsattn_mem_available),
+ * or 0.  The environment's DSATTN_RUN_MEM_AVAILABLE (bytes) stands in for
+ * it here only - the CLI tests' way to see the fit below act without the
+ * library refusing allocations. */
 static double mem_available(void)
 {
     const char *e = getenv("DSATTN_RUN_MEM_AVAILABLE");
     if (e && *e) return strtod(e, NULL);
-    const double b = proc_kb("/proc/meminfo", "MemAvailable:");
+    const double b = dsattn_mem_available();
     return b > 0 ? b : 0;
 }
 

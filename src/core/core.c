@@ -61,8 +61,7 @@ static atomic_ullong alloc_calls;
  * (no /proc): not checked.  Smaller requests are not worth the read. */
 #define DSATTN_ALLOC_CHECK ((size_t)64 << 20)
 
-/* the first number after `key` in the file, or -1 */
-static double file_number(const char *path, const char *key)
+double dsattn_file_number(const char *path, const char *key)
 {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
@@ -80,8 +79,7 @@ static double file_number(const char *path, const char *key)
     return v;
 }
 
-/* Bytes this process may still allocate and touch, or -1 when unknown. */
-static double mem_available(void)
+double dsattn_mem_available(void)
 {
     const char *e = getenv("DSATTN_MEM_AVAILABLE");
     if (e && *e) {
@@ -89,7 +87,7 @@ static double mem_available(void)
         const double v = strtod(e, &end);
         if (end != e && v >= 0) return v;
     }
-    double avail = file_number("/proc/meminfo", "MemAvailable:");
+    double avail = dsattn_file_number("/proc/meminfo", "MemAvailable:");
     if (avail >= 0) avail *= 1024.0;                       /* kB */
     /* cgroup v2: "0::/path" in /proc/self/cgroup; its charge less the page
      * cache the kernel would reclaim first (inactive files) */
@@ -107,11 +105,11 @@ static double mem_available(void)
     }
     if (cg[0]) {
         snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", cg);
-        const double max = file_number(path, "");         /* "max": no limit, -1 */
+        const double max = dsattn_file_number(path, "");         /* "max": no limit, -1 */
         snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", cg);
-        double cur = file_number(path, "");
+        double cur = dsattn_file_number(path, "");
         snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.stat", cg);
-        const double cache = file_number(path, "inactive_file ");
+        const double cache = dsattn_file_number(path, "inactive_file ");
         if (cur >= 0 && cache > 0) cur = cur > cache ? cur - cache : 0;
         if (max >= 0 && cur >= 0) {
             const double room = max > cur ? max - cur : 0;
@@ -135,7 +133,7 @@ void *dsattn_alloc(size_t n)
     if (!dsattn_add_size(n, align - 1, &padded)) return NULL;
     padded &= ~(align - 1);
     if (padded >= DSATTN_ALLOC_CHECK) {
-        const double avail = mem_available();
+        const double avail = dsattn_mem_available();
         if (avail >= 0 && (double)padded > avail) return NULL;
     }
     void *p = aligned_alloc(align, padded);

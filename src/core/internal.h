@@ -123,6 +123,16 @@ dsattn_status dsattn_owned_add(dsattn_owned *o, void *p);
 /* Free every adopted allocation and the list itself; the set is empty after. */
 void dsattn_owned_free(dsattn_owned *o);
 
+/* ==== The machine's memory (core.c) ==================================== */
+
+/* The first number after `key` at the start of a line of the file (the
+ * first line's for key ""), or -1 when there is none or no file. */
+double dsattn_file_number(const char *path, const char *key);
+/* Bytes this process may still allocate and touch: $DSATTN_MEM_AVAILABLE,
+ * else MemAvailable within a cgroup v2 limit's headroom; -1 when unknown.
+ * dsattn_alloc refuses requests of 64 MiB or more past it. */
+double dsattn_mem_available(void);
+
 /* ==== Rows a chunk leaves behind ======================================= */
 
 /* Rows a call leaves for later layers or for the caller to read (a chunk's
