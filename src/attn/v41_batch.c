@@ -110,7 +110,7 @@ static int plan_batch(const dsattn_v41_config *c, size_t B, int nthr, bplan *p)
 {
     const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
-    const size_t R = (size_t)c->o_lora_rank, maxk = DSATTN_MAX(dim, H * D);
+    const size_t R = (size_t)c->o_lora_rank, maxk = dsattn_v41_actq_cols(c);
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
     const size_t T = (size_t)DSATTN_MAX(nthr, 1);
     /* head groups per sequence: enough tasks for the threads */

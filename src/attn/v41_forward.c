@@ -490,11 +490,20 @@ typedef struct {
     size_t hg, hper, att_ws, per_thr, bytes;
 } fwd_plan;
 
+/* The widest input an activation-quantized Linear of the layer forward
+ * takes (wq_a / wkv: dim, wq_b: q_lora, wo_b: o_groups x o_lora; wo_a is
+ * an einsum without one): the act-quant scratch's row. */
+size_t dsattn_v41_actq_cols(const dsattn_v41_config *c)
+{
+    const size_t gr = (size_t)c->o_groups * (size_t)c->o_lora_rank;
+    return DSATTN_MAX(DSATTN_MAX((size_t)c->dim, (size_t)c->q_lora_rank), gr);
+}
+
 static fwd_plan plan_fwd(const dsattn_v41_config *c, size_t s, int nthr, size_t ww)
 {
-    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
-    const size_t R = (size_t)c->o_lora_rank, maxk = DSATTN_MAX(dim, H * D);
+    const size_t R = (size_t)c->o_lora_rank, maxk = dsattn_v41_actq_cols(c);
     fwd_plan p;
     /* decode: one head group per thread - every task gathers and decodes
      * all of the row's attended entries, so more groups cost more decoding */
@@ -631,7 +640,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     dsattn_v41_layer_s *S = &seq->layer[l];
     if (!L->wq_a.data) return DSATTN_ERR_UNSUPPORTED;      /* config-only model */
     const chunk ck = { n_tok, seq->pos, seq->pos == 0 };
-    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t QL = (size_t)c->q_lora_rank;
     const size_t G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank, w = (size_t)c->window_size;
     const size_t swab = dsattn_v41_swa_bytes(c), ckvb = dsattn_v41_ckv_bytes(c);
@@ -640,7 +649,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     dsattn_status st;
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
-    const size_t maxk = DSATTN_MAX(dim, H * D);
+    const size_t maxk = dsattn_v41_actq_cols(c);
     const fwd_plan fp = plan_fwd(c, n_tok, nthr, ww);
     const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
     float *qr = scratch_get(ctx, seq, fp.bytes);
@@ -929,7 +938,7 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     dsattn_status st;
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
-    const size_t maxk = DSATTN_MAX(dim, H * D);
+    const size_t maxk = dsattn_v41_actq_cols(c);
     const fwd_plan fp = plan_fwd(c, n, nthr, ww);
     const size_t hg = nout == 1 ? DSATTN_MIN(H, (size_t)nthr) : 1;
     const size_t hper = (H + hg - 1) / hg, att_ws = dsattn_sparse_attn_scratch(hper, D);
