@@ -793,7 +793,7 @@ static int cmd_run(int argc, char **argv)
             fprintf(stderr, "dsattn run: step %lld: %s%s\n", step, dsattn_status_str(st),
                     step == 0 && st == DSATTN_ERR_NOMEM
                         ? " (a prefill's scratch grows with the prompt - about "
-                          "0.5 MB a token at V4.1-Flash widths - and is taken in one call: "
+                          "0.1 MB a token at V4.1-Flash widths - and is taken in one call: "
                           "use a shorter --prefill)"
                         : "");
             goto out;

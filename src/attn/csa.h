@@ -139,7 +139,8 @@ dsattn_status dsattn_csa_random_block(const dsattn_csa_config *c, const dsattn_c
 /* ==== The phases of a layer step every V4 / V4.1 forward shares ========
  * (csa_attend.c) */
 
-/* The query and window-KV phases: q, qr from the rows of x (`rows`); the
+/* The query and window-KV phases: q, qr from the rows of x (`rows`; q
+ * NULL: qr only, the heads left to dsattn_attn_query_heads); the
  * window KV kvw [krows->n, D] from the rows of kx (krows, kx NULL: the
  * query's rows), which pack(arg, kvw) quantizes into the generation's
  * rows and rings. */

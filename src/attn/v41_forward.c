@@ -499,11 +499,22 @@ size_t dsattn_v41_actq_cols(const dsattn_v41_config *c)
     return DSATTN_MAX(DSATTN_MAX((size_t)c->dim, (size_t)c->q_lora_rank), gr);
 }
 
-static fwd_plan plan_fwd(const dsattn_v41_config *c, size_t s, int nthr, size_t ww)
+/* Rows of a prompt whose heads (q, the attention output o, the grouped
+ * output oa: ~288 KB a row at V4.1-Flash widths) are in memory at once:
+ * a longer prompt runs its query heads, attention and output a block at a
+ * time (every row's arithmetic is its own, so the bits do not depend on
+ * the blocking in reference mode).  Tests lower it to cross blocks in small
+ * cases. */
+size_t dsattn_v41_prompt_block = 256;
+
+/* The forward's scratch for s rows of which qb at a time have heads. */
+static fwd_plan plan_fwd(const dsattn_v41_config *c, size_t s, size_t qb, int nthr, size_t ww)
 {
     const size_t H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
     const size_t R = (size_t)c->o_lora_rank, maxk = dsattn_v41_actq_cols(c);
+    const size_t aq = DSATTN_MAX(dsattn_attn_aq_scratch(s, (size_t)c->dim),
+                                 dsattn_attn_aq_scratch(qb, maxk));
     fwd_plan p;
     /* decode: one head group per thread - every task gathers and decodes
      * all of the row's attended entries, so more groups cost more decoding */
@@ -511,8 +522,8 @@ static fwd_plan plan_fwd(const dsattn_v41_config *c, size_t s, int nthr, size_t 
     p.hper = (H + p.hg - 1) / p.hg;
     p.att_ws = dsattn_sparse_attn_scratch(p.hper, D);
     p.per_thr = p.att_ws + ww + (size_t)c->index_topk + 16;
-    const size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R + s * D +
-                       dsattn_attn_aq_scratch(s, maxk) + (size_t)nthr * p.per_thr;
+    const size_t nfl = s * QL + qb * H * D + s * D + qb * H * D + qb * G * R + s * D + aq +
+                       (size_t)nthr * p.per_thr;
     p.bytes = nfl * sizeof(float) + s * dsattn_v41_swa_bytes(c) + 256;
     return p;
 }
@@ -532,7 +543,7 @@ static void v41_decode_scratch(const dsattn_v41 *m, size_t cap, size_t *fwd, siz
     }
     const int T = dsattn_ws_threads();
     for (int n = 1; n <= T; n++)
-        *fwd = DSATTN_MAX(*fwd, plan_fwd(c, 1, n, (size_t)c->window_size).bytes);
+        *fwd = DSATTN_MAX(*fwd, plan_fwd(c, 1, 1, n, (size_t)c->window_size).bytes);
     const size_t D = (size_t)c->head_dim, Di = (size_t)c->index_head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         const dsattn_v41_layer_w *L = &m->layer[l];
@@ -627,6 +638,18 @@ static dsattn_status read_sources(dsattn_v41_seq *seq, int l, size_t n_rows, dsa
     return DSATTN_OK;
 }
 
+/* Rows t0 + t of a chunk, for the attention of a block of its rows. */
+typedef struct {
+    const dsattn_csa_chunk_rows *cr;
+    size_t                       t0;
+} block_rows;
+
+static void block_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)
+{
+    const block_rows *b = arg;
+    dsattn_csa_chunk_row(b->cr, b->t0 + t, idx, src);
+}
+
 dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
                                       int l, const float *x, size_t n_tok, float *out)
 {
@@ -650,22 +673,26 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = dsattn_v41_actq_cols(c);
-    const fwd_plan fp = plan_fwd(c, n_tok, nthr, ww);
+    /* rows with heads at once: the whole chunk, or a prompt's block */
+    const size_t qb = DSATTN_MIN(n_tok, DSATTN_MAX(dsattn_v41_prompt_block, (size_t)1));
+    const fwd_plan fp = plan_fwd(c, n_tok, qb, nthr, ww);
     const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
     float *qr = scratch_get(ctx, seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
-    float *q = qr + n_tok * QL, *kvw = q + n_tok * H * D, *o = kvw + n_tok * D;
-    float *oa = o + n_tok * H * D;
-    float *lat = oa + n_tok * G * R, *aqs = lat + n_tok * D;
-    float *thr_ws = aqs + dsattn_attn_aq_scratch(n_tok, maxk);
+    float *q = qr + n_tok * QL, *kvw = q + qb * H * D, *o = kvw + n_tok * D;
+    float *oa = o + qb * H * D;
+    float *lat = oa + qb * G * R, *aqs = lat + n_tok * D;
+    float *thr_ws = aqs + DSATTN_MAX(dsattn_attn_aq_scratch(n_tok, (size_t)c->dim),
+                                     dsattn_attn_aq_scratch(qb, maxk));
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
 
-    /* ---- query path: q_norm(wq_a x) -> wq_b -> RoPE on each head's tail;
-     * window KV: kv_norm(wkv x) -> RoPE -> FP8 rows; ring slot pos % w */
+    /* ---- query: q_norm(wq_a x) for every row (the indexer reads it; the
+     * heads wq_b -> RoPE a block at a time, below); window KV: kv_norm(wkv
+     * x) -> RoPE -> FP8 rows; ring slot pos % w */
     dsattn_phase_mark pm;
     const dsattn_attn_rows rows = { n_tok, NULL, ck.start_pos, aqs };
     const window_rows wr = { S->ring, wrow, n_tok, (size_t)ck.start_pos, w, D, swab };
-    const dsattn_csa_qkv qkv = { x, qr, q, NULL, NULL, kvw, pack_window, &wr };
+    const dsattn_csa_qkv qkv = { x, qr, NULL, NULL, NULL, kvw, pack_window, &wr };
     if ((st = dsattn_csa_query_kv(ctx, &L->attn, &rows, &qkv))) return st;
     dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA, ck.prefill ? wrow : S->ring, swab, wrows, D, 0 };
 
@@ -699,12 +726,23 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         cw = seq->rt.topk_w;
     }
 
-    /* ---- one sparse attention over [window rows ; compressed rows], then
-     * inverse RoPE at the query position, grouped wo_a, wo_b */
+    /* ---- per block of rows: the query heads (wq_b, RoPE), one sparse
+     * attention over [window rows ; compressed rows], then inverse RoPE at
+     * the query position, grouped wo_a, wo_b */
     const dsattn_csa_chunk_rows cr = { &ck, w, 0, cidx, { wsrc, csrc, ww, cw, -1e30f, 0 } };
-    const dsattn_csa_attend job = { q, o, oa, out, L->sink, hg, hper, att_ws, per_thr, thr_ws,
-                                    dsattn_csa_chunk_row, &cr };
-    return dsattn_csa_attend_output(ctx, &L->attn, &rows, &job);
+    for (size_t t0 = 0; t0 < n_tok; t0 += qb) {
+        const size_t nb = DSATTN_MIN(qb, n_tok - t0);
+        const dsattn_attn_rows brows = { nb, NULL, ck.start_pos + (int64_t)t0, aqs };
+        dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
+        st = dsattn_attn_query_heads(ctx, &L->attn, &brows, qr + t0 * QL, q);
+        dsattn_phase_end(ctx, &pm);
+        if (st) return st;
+        const block_rows br = { &cr, t0 };
+        const dsattn_csa_attend job = { q, o, oa, out + t0 * (size_t)c->dim, L->sink, hg, hper,
+                                        att_ws, per_thr, thr_ws, block_row, &br };
+        if ((st = dsattn_csa_attend_output(ctx, &L->attn, &brows, &job))) return st;
+    }
+    return DSATTN_OK;
 }
 
 size_t dsattn_v41_seq_scratch_at(const dsattn_v41 *m, size_t cap)
@@ -939,7 +977,7 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = dsattn_v41_actq_cols(c);
-    const fwd_plan fp = plan_fwd(c, n, nthr, ww);
+    const fwd_plan fp = plan_fwd(c, n, n, nthr, ww);
     const size_t hg = nout == 1 ? DSATTN_MIN(H, (size_t)nthr) : 1;
     const size_t hper = (H + hg - 1) / hg, att_ws = dsattn_sparse_attn_scratch(hper, D);
     const size_t per_thr = att_ws + ww + (size_t)c->index_topk + 16;

@@ -42,13 +42,21 @@ dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_attn_layer *a,
                                 float *q)
 {
     const size_t dim = a->wq_a->cols, QL = a->wq_a->rows, s = r->n;
-    const size_t H = a->H, D = a->D, rd = a->rd;
-    float cs[64], sn[64];
     dsattn_status st;
     if ((st = dsattn_linear(ctx, a->wq_a, x, dim, s, qr, QL, DSATTN_OUT_BF16, &a->aq, r->aqs)))
         return st;
     for (size_t t = 0; t < s; t++)
         dsattn_rmsnorm(qr + t * QL, a->q_norm, QL, a->eps, qr + t * QL, DSATTN_OUT_BF16);
+    return q ? dsattn_attn_query_heads(ctx, a, r, qr, q) : DSATTN_OK;
+}
+
+dsattn_status dsattn_attn_query_heads(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                      const dsattn_attn_rows *r, const float *qr, float *q)
+{
+    const size_t QL = a->wq_a->rows, s = r->n;
+    const size_t H = a->H, D = a->D, rd = a->rd;
+    float cs[64], sn[64];
+    dsattn_status st;
     if ((st = dsattn_linear(ctx, a->wq_b, qr, QL, s, q, H * D, DSATTN_OUT_BF16, &a->aq, r->aqs)))
         return st;
     for (size_t t = 0; t < s; t++) {

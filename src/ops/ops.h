@@ -310,10 +310,14 @@ size_t dsattn_attn_aq_scratch(size_t s, size_t max_cols);
 /* qr = q_norm(wq_a x) [n, QL]; q = wq_b qr [n, H*D]; head_rms (V4 only):
  * q_h *= rsqrt(mean(q_h^2) + eps) per head, unweighted, in bf16 as the
  * reference's bf16 tensors compute it; then RoPE (interleaved) on each
- * head's last rd dims.  x: [n, dim]. */
+ * head's last rd dims.  x: [n, dim].  q NULL: qr only. */
 dsattn_status dsattn_attn_query(dsattn_ctx *ctx, const dsattn_attn_layer *a,
                                 const dsattn_attn_rows *r, const float *x, float *qr,
                                 float *q);
+/* The second half alone: q [n, H*D] from qr [n, QL] for the rows r (their
+ * positions for RoPE) - a chunk's heads a block of rows at a time. */
+dsattn_status dsattn_attn_query_heads(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                      const dsattn_attn_rows *r, const float *qr, float *q);
 
 /* kv = kv_norm(wkv x) [n, D], RoPE on the last rd dims: the window KV before
  * the generation's quantization (FP8 over all D in V4.1, over the nope dims
