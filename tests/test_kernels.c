@@ -126,7 +126,9 @@ static uint8_t rnd_e4m3(dsattn_rng *r)
     return (c & 0x7f) == 0x7f ? (uint8_t)(c ^ 1) : c;
 }
 
-static const size_t k_list[] = { 511, 512, 513, 5120 };
+/* 5120 and 6144: one x pass of the AVX2 FP8 GEMV; 6208 and 12352: equal
+ * passes that start inside a 128-block */
+static const size_t k_list[] = { 511, 512, 513, 5120, 6144, 6208, 12352 };
 static const size_t row_list[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 33 };
 
 /* ==== GEMV ============================================================== */

@@ -210,10 +210,14 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
  * AVX-512 test host with 1 code in 16 subnormal (random bytes); vcvtph2ps
  * turns fp16 subnormals into normal fp32 numbers at its normal rate. */
 
-/* Elements of x arranged per pass of the FP8 GEMV: 16 KB, which stays in a
- * 32 KB L1 beside the weight stream (k = 8192 in one pass: measured
- * 1.3-1.8x slower on AMD Zen 4) */
+/* Elements of x arranged per pass of the FP8 GEMV: up to 24 KB, which stays
+ * in a 32 KB L1 beside the weight stream.  A row of k <= XCH_ONE is one
+ * pass; a longer one is cut into equal passes of at most XCH (k = 8192 in
+ * one pass: measured 1.3-1.8x slower on AMD Zen 4; k = 5120 as 4096 + 1024
+ * instead of one pass: 1.1-1.25x slower on AMD Zen 3, the short second pass
+ * paying a row's fixed costs and a second arrangement of x per scale row). */
 #define XCH 4096
+#define XCH_ONE 6144
 #define FP8_PF 8192    /* prefetch distance in bytes of the row stream */
 
 /* xb[g*32 ..] for the 32-element groups of x[0, kn): the arranged order
@@ -399,7 +403,7 @@ AI void fp8_step(__m256i v, const float *xc, __m256 *a, __m256i *nanv, const int
  * row's sum times fin (256 after the fp16 decode, the arrangement's
  * unscale after the exponent shift). */
 AI void fp8_row(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
-                int accumulate, const int track_nan, const uint8_t *W, size_t *pr, size_t *pc,
+                int accumulate, const int track_nan, const uint8_t **pf, size_t *pc,
                 const int sh, float fin)
 {
     __m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
@@ -408,8 +412,9 @@ AI void fp8_row(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y
     const size_t k64 = kn / 64 * 64;
     size_t t0 = 0;
     for (; t0 < k64; t0 += 64) {
-        _mm_prefetch((const char *)(W + *pr * k + *pc), _MM_HINT_T1);
-        if ((*pc += 64) >= kn) { *pc = 0; ++*pr; }
+        _mm_prefetch((const char *)*pf, _MM_HINT_T1);
+        *pf += 64;
+        if ((*pc += 64) >= kn) { *pc = 0; *pf += k - kn; }
         fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0)), xb + t0, a, &nanv, track_nan,
                  sh);
         fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0 + 32)), xb + t0 + 32, a, &nanv,
@@ -449,13 +454,13 @@ static void fp8_row_generic(const uint8_t *w, const float *sc, size_t bs,
 
 /* sh: try the exponent-shift decode (per scale row and x pass; the fp16
  * decode where x or x * scale is not finite).  x is prepared for it once
- * per pass of XCH elements (once per call where k <= XCH), then only scaled
+ * per pass (once per call where k <= XCH_ONE), then only scaled
  * per scale row. */
 AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                       const float *x, float *y, size_t rows, size_t k, const int nan,
                       const int sh)
 {
-    float xb[XCH] A32, xp[XCH] A32, bm[XCH / 32], sg[XCH / 32];
+    float xb[XCH_ONE] A32, xp[XCH_ONE] A32, bm[XCH_ONE / 32], sg[XCH_ONE / 32];
     if (bs == 0) return;
     if (k == 0) {                        /* empty sums, as the reference */
         memset(y, 0, rows * sizeof(float));
@@ -467,14 +472,19 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
         return;
     }
     const int shd = sh && fp8sh_mxcsr_ok();
+    size_t xch = k;                      /* pass length: k, or equal parts of <= XCH */
+    if (k > XCH_ONE) {
+        const size_t np = (k + XCH - 1) / XCH;
+        xch = ((k + np - 1) / np + 63) / 64 * 64;
+    }
     size_t prep_k0 = SIZE_MAX;           /* the pass xp holds */
     int xfin = 0;
     for (size_t rb0 = 0; rb0 < rows;) {
         size_t sr = rb0 / bs;                       /* scale row */
         size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
         const float *sc = scale + sr * ldsc;
-        for (size_t k0 = 0; k0 < k; k0 += XCH) {
-            size_t kn = k - k0 < XCH ? k - k0 : XCH;
+        for (size_t k0 = 0; k0 < k; k0 += xch) {
+            size_t kn = k - k0 < xch ? k - k0 : xch;
             float fin = 256.0f, pk;
             if (shd && prep_k0 != k0) {
                 xfin = fp8sh_prep_x(x + k0, kn, xp, bm);
@@ -484,16 +494,14 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
                            dsattn_fp8sh_plan(bm, (kn + 31) / 32, sc, bs, k0, sg, &pk, &fin);
             if (s1) fp8sh_scale_x(xp, sg, kn, pk, xb);
             else fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
-            /* prefetch cursor, relative to the current row */
-            size_t pr = FP8_PF / kn, pc = FP8_PF % kn / 64 * 64;
+            /* prefetch cursor: FP8_PF bytes ahead in the pass's row stream */
+            size_t pc = FP8_PF % kn / 64 * 64;
+            const uint8_t *pf = W + (rb0 + FP8_PF / kn) * k + k0 + pc;
             for (size_t r = rb0; r < rb1; r++) {
                 if (s1)
-                    fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, W + r * k + k0, &pr,
-                            &pc, 1, fin);
+                    fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, &pf, &pc, 1, fin);
                 else
-                    fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, W + r * k + k0, &pr,
-                            &pc, 0, 256.0f);
-                pr--;
+                    fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, &pf, &pc, 0, 256.0f);
             }
         }
         rb0 = rb1;
