@@ -214,7 +214,7 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
  * in a 32 KB L1 beside the weight stream.  A row of k <= XCH_ONE is one
  * pass; a longer one is cut into equal passes of at most XCH (k = 8192 in
  * one pass: measured 1.3-1.8x slower on AMD Zen 4; k = 5120 as 4096 + 1024
- * instead of one pass: 1.1-1.25x slower on AMD Zen 3, the short second pass
+ * instead of one pass: 1.1-1.3x slower on AMD Zen 3, the short second pass
  * paying a row's fixed costs and a second arrangement of x per scale row). */
 #define XCH 4096
 #define XCH_ONE 6144
