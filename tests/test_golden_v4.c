@@ -11,6 +11,7 @@
  * 0.98, and on the rows where every CSA layer picked the golden's set, out
  * has relative error <= 1e-2 and cosine >= 0.9999.
  */
+#include "csa.h"
 #include "harness.h"
 
 #include "internal.h"
@@ -97,7 +98,9 @@ static int n_layers_of(const dsattn_st_file *f)
     }
 }
 
-DSATTN_TEST(golden_v4, reference_mode_bit_exact)
+/* The reference-mode trace of the case against its expected file, bit for
+ * bit (top-k rows as sets). */
+static void reference_bits(void)
 {
     char *path = trace_to_temp(DSATTN_MODE_REFERENCE, 0);
     if (!path) return;
@@ -147,6 +150,22 @@ out:
     dsattn_st_close(want);
     unlink(path);
     free(path);
+}
+
+DSATTN_TEST(golden_v4, reference_mode_bit_exact) { reference_bits(); }
+
+/* A prompt runs its query heads, attention and output a block of rows at a
+ * time (dsattn_csa_prompt_block); with blocks of 2 and 3 rows the golden
+ * case's prompt crosses many blocks and keeps every bit. */
+DSATTN_TEST(golden_v4, prompt_blocks_keep_the_bits)
+{
+    const size_t keep = dsattn_csa_prompt_block;
+    static const size_t blocks[2] = { 2, 3 };
+    for (int b = 0; b < 2; b++) {
+        dsattn_csa_prompt_block = blocks[b];
+        reference_bits();
+    }
+    dsattn_csa_prompt_block = keep;
 }
 
 /* The defined-empty option changes nothing on rows that have a valid index,

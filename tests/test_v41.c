@@ -3,6 +3,7 @@
  * forced-dense selection, Reuse layers reading their sources, Reindex picks
  * inside the candidate pool, all-invalid rows, the 890-byte bill, bad
  * configs. */
+#include "csa.h"
 #include "harness.h"
 
 #include "internal.h"
@@ -182,7 +183,7 @@ static float *run_stack(dsattn_ctx *ctx, const dsattn_v41 *m, const float *x, si
 }
 
 /* A prompt's query heads, attention and output run a block of rows at a
- * time (dsattn_v41_prompt_block); with blocks of 2 and 3 rows the golden
+ * time (dsattn_csa_prompt_block); with blocks of 2 and 3 rows the golden
  * cases' 7-token prompts cross block edges and the traces are still the
  * expected bits.  And a 64-token prompt of a larger random stack in blocks
  * of 5 against one block: the same bits in reference mode; in fast mode
@@ -190,10 +191,10 @@ static float *run_stack(dsattn_ctx *ctx, const dsattn_v41 *m, const float *x, si
  * than a 64-row one). */
 DSATTN_TEST(v41, prompt_blocks_keep_the_bits)
 {
-    const size_t keep = dsattn_v41_prompt_block;
+    const size_t keep = dsattn_csa_prompt_block;
     static const size_t blocks[2] = { 2, 3 };
     for (int b = 0; b < 2; b++) {
-        dsattn_v41_prompt_block = blocks[b];
+        dsattn_csa_prompt_block = blocks[b];
         golden_exact("golden/v41/tiny-seed0", "expected_intended.safetensors", 0);
         golden_exact("golden/v41/tiny-seed2-fp8", "expected_bugcompat.safetensors", 1);
     }
@@ -201,15 +202,15 @@ DSATTN_TEST(v41, prompt_blocks_keep_the_bits)
     dsattn_v41 *m = NULL;
     CHECK_OK(dsattn_v41_create_random(&m, write_cfg("blocks", 256, 16, 4, 4, "fp8"), 31, 1, err,
                                       sizeof err));
-    if (!m) { dsattn_v41_prompt_block = keep; return; }
+    if (!m) { dsattn_csa_prompt_block = keep; return; }
     const size_t T = 70, P = 64, dim = (size_t)dsattn_v41_dim(m);
     float *x = rand_input(T, dim, 31);
     for (int mi = 0; mi < 2; mi++) {
         dsattn_ctx *ctx = dsattn_test_ctx(mi ? DSATTN_MODE_REFERENCE : DSATTN_MODE_FAST, 2);
         if (!ctx) break;
-        dsattn_v41_prompt_block = keep;
+        dsattn_csa_prompt_block = keep;
         float *whole = run_stack(ctx, m, x, T, P, DSATTN_V41_INDEX_K_OWNER);
-        dsattn_v41_prompt_block = 5;
+        dsattn_csa_prompt_block = 5;
         float *split = run_stack(ctx, m, x, T, P, DSATTN_V41_INDEX_K_OWNER);
         if (mi) {
             CHECK_BITS("reference, blocks of 5", split, whole, T * dim);
@@ -227,7 +228,7 @@ DSATTN_TEST(v41, prompt_blocks_keep_the_bits)
         free(split);
         dsattn_ctx_destroy(ctx);
     }
-    dsattn_v41_prompt_block = keep;
+    dsattn_csa_prompt_block = keep;
     free(x);
     dsattn_v41_destroy(m);
 }

@@ -204,4 +204,21 @@ typedef struct {
 
 void dsattn_csa_chunk_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src);
 
+/* Rows of a prompt whose heads (q, the attention output o, the grouped
+ * output oa: ~288 KB a row at V4-Flash / V4.1-Flash widths) are in memory
+ * at once: V4's and V4.1's prompts run their query heads, attention and
+ * output a block at a time (every row's arithmetic is its own, so the bits
+ * do not depend on the blocking in reference mode).  Tests lower it to
+ * cross blocks in small cases. */
+extern size_t dsattn_csa_prompt_block;
+
+/* Rows t0 + t of a chunk (arg of dsattn_csa_block_row): the attention of
+ * one block of its rows. */
+typedef struct {
+    const dsattn_csa_chunk_rows *cr;
+    size_t                       t0;
+} dsattn_csa_block_rows;
+
+void dsattn_csa_block_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src);
+
 #endif /* DSATTN_CSA_H */

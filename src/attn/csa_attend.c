@@ -68,6 +68,14 @@ dsattn_status dsattn_csa_attend_output(dsattn_ctx *ctx, const dsattn_attn_layer 
     return st;
 }
 
+size_t dsattn_csa_prompt_block = 256;
+
+void dsattn_csa_block_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)
+{
+    const dsattn_csa_block_rows *b = arg;
+    dsattn_csa_chunk_row(b->cr, b->t0 + t, idx, src);
+}
+
 void dsattn_csa_chunk_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)
 {
     const dsattn_csa_chunk_rows *r = arg;

@@ -130,9 +130,6 @@ typedef dsattn_csa_chunk dsattn_v41_chunk;
 size_t dsattn_v41_compress_pool(dsattn_v41_seq *seq, int l, const float *kv, const float *z,
                                 const dsattn_v41_chunk *ck, float *lat, float *ws);
 size_t dsattn_v41_compress_pool_scratch(const dsattn_v41 *m, int l);
-/* Rows of a prompt whose query heads, attention and output run at once
- * (v41_forward.c; tests lower it). */
-extern size_t dsattn_v41_prompt_block;
 /* The act-quant scratch's row: the widest input of the layer forward's
  * activation-quantized Linears (v41_forward.c). */
 size_t dsattn_v41_actq_cols(const dsattn_v41_config *c);

@@ -499,14 +499,6 @@ size_t dsattn_v41_actq_cols(const dsattn_v41_config *c)
     return DSATTN_MAX(DSATTN_MAX((size_t)c->dim, (size_t)c->q_lora_rank), gr);
 }
 
-/* Rows of a prompt whose heads (q, the attention output o, the grouped
- * output oa: ~288 KB a row at V4.1-Flash widths) are in memory at once:
- * a longer prompt runs its query heads, attention and output a block at a
- * time (every row's arithmetic is its own, so the bits do not depend on
- * the blocking in reference mode).  Tests lower it to cross blocks in small
- * cases. */
-size_t dsattn_v41_prompt_block = 256;
-
 /* The forward's scratch for s rows of which qb at a time have heads. */
 static fwd_plan plan_fwd(const dsattn_v41_config *c, size_t s, size_t qb, int nthr, size_t ww)
 {
@@ -638,18 +630,6 @@ static dsattn_status read_sources(dsattn_v41_seq *seq, int l, size_t n_rows, dsa
     return DSATTN_OK;
 }
 
-/* Rows t0 + t of a chunk, for the attention of a block of its rows. */
-typedef struct {
-    const dsattn_csa_chunk_rows *cr;
-    size_t                       t0;
-} block_rows;
-
-static void block_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)
-{
-    const block_rows *b = arg;
-    dsattn_csa_chunk_row(b->cr, b->t0 + t, idx, src);
-}
-
 dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
                                       int l, const float *x, size_t n_tok, float *out)
 {
@@ -674,7 +654,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = dsattn_v41_actq_cols(c);
     /* rows with heads at once: the whole chunk, or a prompt's block */
-    const size_t qb = DSATTN_MIN(n_tok, DSATTN_MAX(dsattn_v41_prompt_block, (size_t)1));
+    const size_t qb = DSATTN_MIN(n_tok, DSATTN_MAX(dsattn_csa_prompt_block, (size_t)1));
     const fwd_plan fp = plan_fwd(c, n_tok, qb, nthr, ww);
     const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
     float *qr = scratch_get(ctx, seq, fp.bytes);
@@ -737,9 +717,9 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
         st = dsattn_attn_query_heads(ctx, &L->attn, &brows, qr + t0 * QL, q);
         dsattn_phase_end(ctx, &pm);
         if (st) return st;
-        const block_rows br = { &cr, t0 };
+        const dsattn_csa_block_rows br = { &cr, t0 };
         const dsattn_csa_attend job = { q, o, oa, out + t0 * (size_t)c->dim, L->sink, hg, hper,
-                                        att_ws, per_thr, thr_ws, block_row, &br };
+                                        att_ws, per_thr, thr_ws, dsattn_csa_block_row, &br };
         if ((st = dsattn_csa_attend_output(ctx, &L->attn, &brows, &job))) return st;
     }
     return DSATTN_OK;

@@ -316,19 +316,30 @@ done:
 
 /* ==== The layer forward ================================================= */
 
-/* The layer forward's scratch for s rows, nthr threads, ww window and cw
- * compressed index columns: qr, q, kv, o, oa, act-quant, per-task
- * attention workspace and index row | window rows | compressed index rows. */
+/* The layer forward's scratch for s rows of which qb at a time have heads
+ * (dsattn_csa_prompt_block), nthr threads, ww window and cw compressed
+ * index columns: qr [s], q [qb], kv [s], o [qb], oa [qb], act-quant (s rows
+ * of the inputs, qb of the grouped output), per-task attention workspace
+ * and index row | window rows [s] | compressed index rows [s]. */
 typedef struct {
     size_t hg, hper, att_ws, per_thr, bytes;
 } fwd_plan;
 
-static fwd_plan plan_fwd(const dsattn_v4_config *c, size_t s, int nthr, size_t ww, size_t cw)
+/* the act-quant scratch's rows: the whole chunk's inputs x and qr (the
+ * query, the window KV, the indexer) and a block's grouped output */
+static size_t fwd_aq(const dsattn_v4_config *c, size_t s, size_t qb)
 {
-    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t in = DSATTN_MAX((size_t)c->dim, (size_t)c->q_lora_rank);
+    return DSATTN_MAX(dsattn_attn_aq_scratch(s, in),
+                      dsattn_attn_aq_scratch(qb, (size_t)c->o_groups * (size_t)c->o_lora_rank));
+}
+
+static fwd_plan plan_fwd(const dsattn_v4_config *c, size_t s, size_t qb, int nthr, size_t ww,
+                         size_t cw)
+{
+    const size_t H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
     const size_t R = (size_t)c->o_lora_rank, kvb = dsattn_v4_kv_bytes(c);
-    const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), G * R);
     fwd_plan p;
     /* decode: one head group per thread - every task gathers and decodes
      * all of the row's attended entries, so more groups cost more decoding */
@@ -336,8 +347,8 @@ static fwd_plan plan_fwd(const dsattn_v4_config *c, size_t s, int nthr, size_t w
     p.hper = (H + p.hg - 1) / p.hg;
     p.att_ws = dsattn_sparse_attn_scratch(p.hper, D);
     p.per_thr = p.att_ws + ww + cw + 16;
-    const size_t nfl = s * QL + s * H * D + s * D + s * H * D + s * G * R +
-                       dsattn_attn_aq_scratch(s, maxk) + (size_t)nthr * p.per_thr;
+    const size_t nfl = s * QL + qb * H * D + s * D + qb * H * D + qb * G * R +
+                       fwd_aq(c, s, qb) + (size_t)nthr * p.per_thr;
     p.bytes = nfl * sizeof(float) + s * kvb + 64 + (s * cw + 1) * sizeof(int32_t);
     return p;
 }
@@ -358,7 +369,7 @@ static void v4_decode_scratch(const dsattn_v4 *m, size_t cap, size_t *fwd, size_
         const size_t cw = L->kind == DSATTN_V4_CSA ? DSATTN_MIN((size_t)c->index_topk, Tc)
                           : L->kind == DSATTN_V4_HCA ? Tc : 0;
         for (int n = 1; n <= T; n++)
-            *fwd = DSATTN_MAX(*fwd, plan_fwd(c, 1, n, (size_t)c->window_size, cw).bytes);
+            *fwd = DSATTN_MAX(*fwd, plan_fwd(c, 1, 1, n, (size_t)c->window_size, cw).bytes);
         size_t b = 0;
         if (ratio > 0) dsattn_ws_need(&b, compressor_bytes(&L->comp, 1, 0), 1);
         if (L->kind == DSATTN_V4_CSA) {
@@ -387,7 +398,7 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     const dsattn_v4_layer_w *L = &m->layer[l];
     dsattn_v4_layer_s *S = &seq->layer[l];
     const chunk ck = { n_tok, seq->pos, seq->pos == 0 };
-    const size_t dim = (size_t)c->dim, H = (size_t)c->n_heads, D = (size_t)c->head_dim;
+    const size_t H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t rd = (size_t)c->rope_head_dim, QL = (size_t)c->q_lora_rank;
     const size_t G = (size_t)c->o_groups, R = (size_t)c->o_lora_rank;
     const size_t w = (size_t)c->window_size, kvb = dsattn_v4_kv_bytes(c);
@@ -403,23 +414,25 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     dsattn_status st;
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
-    const size_t maxk = DSATTN_MAX(DSATTN_MAX(dim, QL), G * R);
-    const fwd_plan fp = plan_fwd(c, n_tok, nthr, ww, cw);
+    /* rows with heads at once: the whole chunk, or a prompt's block */
+    const size_t qb = DSATTN_MIN(n_tok, DSATTN_MAX(dsattn_csa_prompt_block, (size_t)1));
+    const fwd_plan fp = plan_fwd(c, n_tok, qb, nthr, ww, cw);
     const size_t hg = fp.hg, hper = fp.hper, att_ws = fp.att_ws, per_thr = fp.per_thr;
     float *qr = scratch_get(ctx, seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
-    float *q = qr + n_tok * QL, *kvw = q + n_tok * H * D, *o = kvw + n_tok * D;
-    float *oa = o + n_tok * H * D;
-    float *aqs = oa + n_tok * G * R, *thr_ws = aqs + dsattn_attn_aq_scratch(n_tok, maxk);
+    float *q = qr + n_tok * QL, *kvw = q + qb * H * D, *o = kvw + n_tok * D;
+    float *oa = o + qb * H * D;
+    float *aqs = oa + qb * G * R, *thr_ws = aqs + fwd_aq(c, n_tok, qb);
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
     int32_t *crow = (int32_t *)(((uintptr_t)(wrow + n_tok * kvb) + 63) & ~(uintptr_t)63);
 
-    /* ---- query: q_norm(wq_a x) -> wq_b -> per-head RMS rescale -> RoPE;
+    /* ---- query: q_norm(wq_a x) for every row (the indexer reads it; the
+     * heads wq_b -> per-head RMS rescale -> RoPE a block at a time, below);
      * window KV: kv_norm(wkv x) -> RoPE -> MODEL1 row; ring slot p % w */
     dsattn_phase_mark pm;
     const dsattn_attn_rows rows = { n_tok, NULL, ck.start_pos, aqs };
     const window_rows wr = { S->kv, wrow, n_tok, (size_t)ck.start_pos, w, D, rd, kvb };
-    const dsattn_csa_qkv qkv = { x, qr, q, NULL, NULL, kvw, pack_window, &wr };
+    const dsattn_csa_qkv qkv = { x, qr, NULL, NULL, NULL, kvw, pack_window, &wr };
     if ((st = dsattn_csa_query_kv(ctx, &L->attn, &rows, &qkv))) return st;
     const dsattn_kv_src wsrc = { DSATTN_KV_V4, ck.prefill ? wrow : S->kv, kvb, wrows, D, rd };
 
@@ -456,15 +469,26 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
         if (st) return st;
     }
 
-    /* ---- one sparse attention over [window rows ; compressed rows] (a row
-     * with no valid entry: the sequence's dsattn_v4_empty rule), then
-     * inverse RoPE at the query position, grouped wo_a, wo_b */
+    /* ---- per block of rows: the query heads, one sparse attention over
+     * [window rows ; compressed rows] (a row with no valid entry: the
+     * sequence's dsattn_v4_empty rule), then inverse RoPE at the query
+     * position, grouped wo_a, wo_b */
     const int zero = seq->empty == DSATTN_V4_EMPTY_ZERO;
     const dsattn_csa_chunk_rows cr = { &ck, w, 1, crow,
                                        { wsrc, csrc, ww, cw, zero ? -1e30f : -INFINITY, zero } };
-    const dsattn_csa_attend job = { q, o, oa, out, L->sink, hg, hper, att_ws, per_thr, thr_ws,
-                                    dsattn_csa_chunk_row, &cr };
-    return dsattn_csa_attend_output(ctx, &L->attn, &rows, &job);
+    for (size_t t0 = 0; t0 < n_tok; t0 += qb) {
+        const size_t nb = DSATTN_MIN(qb, n_tok - t0);
+        const dsattn_attn_rows brows = { nb, NULL, ck.start_pos + (int64_t)t0, aqs };
+        dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
+        st = dsattn_attn_query_heads(ctx, &L->attn, &brows, qr + t0 * QL, q);
+        dsattn_phase_end(ctx, &pm);
+        if (st) return st;
+        const dsattn_csa_block_rows br = { &cr, t0 };
+        const dsattn_csa_attend job = { q, o, oa, out + t0 * (size_t)c->dim, L->sink, hg, hper,
+                                        att_ws, per_thr, thr_ws, dsattn_csa_block_row, &br };
+        if ((st = dsattn_csa_attend_output(ctx, &L->attn, &brows, &job))) return st;
+    }
+    return DSATTN_OK;
 }
 
 dsattn_status dsattn_v4_compress_rows(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, int index,
