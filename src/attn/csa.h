@@ -212,13 +212,13 @@ void dsattn_csa_chunk_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_ro
  * cross blocks in small cases. */
 extern size_t dsattn_csa_prompt_block;
 
-/* Rows t0 + t of a chunk (arg of dsattn_csa_block_row): the attention of
- * one block of its rows. */
-typedef struct {
-    const dsattn_csa_chunk_rows *cr;
-    size_t                       t0;
-} dsattn_csa_block_rows;
-
-void dsattn_csa_block_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src);
+/* The heads of a chunk of one sequence (rows: all its rows, pos NULL) a
+ * block of qb rows at a time: the query heads of the block from qr
+ * [rows->n, QL] into q [qb, H*D] (phase QUERY), then
+ * dsattn_csa_attend_output of the block.  j's o and oa hold qb rows, its
+ * out all rows; j->row must be dsattn_csa_chunk_row, j->arg its rows. */
+dsattn_status dsattn_csa_prompt_attend(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                       const dsattn_attn_rows *rows, const float *qr, float *q,
+                                       size_t qb, const dsattn_csa_attend *j);
 
 #endif /* DSATTN_CSA_H */

@@ -4,7 +4,9 @@
  * projections (the generation packs the new window rows), and the
  * attention - one sparse attention per (row, head group) task over the
  * row's window and compressed entries - followed by the inverse RoPE and
- * grouped output projection (dsattn_attn_output).
+ * grouped output projection (dsattn_attn_output); a prompt's heads, that
+ * attention and the output a block of rows at a time
+ * (dsattn_csa_prompt_attend).
  *
  * Each output is computed by one thread in one order, so the result does
  * not depend on the thread count.  What differs between the callers - which
@@ -70,10 +72,41 @@ dsattn_status dsattn_csa_attend_output(dsattn_ctx *ctx, const dsattn_attn_layer 
 
 size_t dsattn_csa_prompt_block = 256;
 
-void dsattn_csa_block_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)
+/* Rows t0 + t of a chunk: the attention of one block of its rows. */
+typedef struct {
+    const dsattn_csa_chunk_rows *cr;
+    size_t                       t0;
+} block_rows;
+
+static void block_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)
 {
-    const dsattn_csa_block_rows *b = arg;
+    const block_rows *b = arg;
     dsattn_csa_chunk_row(b->cr, b->t0 + t, idx, src);
+}
+
+dsattn_status dsattn_csa_prompt_attend(dsattn_ctx *ctx, const dsattn_attn_layer *a,
+                                       const dsattn_attn_rows *rows, const float *qr, float *q,
+                                       size_t qb, const dsattn_csa_attend *j)
+{
+    if (rows->pos || j->row != dsattn_csa_chunk_row || qb == 0) return DSATTN_ERR_INVALID_ARG;
+    const size_t QL = a->wq_a->rows, dim = a->wo_b->rows;
+    dsattn_phase_mark pm;
+    for (size_t t0 = 0; t0 < rows->n; t0 += qb) {
+        const size_t nb = DSATTN_MIN(qb, rows->n - t0);
+        const dsattn_attn_rows brows = { nb, NULL, rows->start_pos + (int64_t)t0, rows->aqs };
+        dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
+        dsattn_status st = dsattn_attn_query_heads(ctx, a, &brows, qr + t0 * QL, q);
+        dsattn_phase_end(ctx, &pm);
+        if (st) return st;
+        const block_rows br = { j->arg, t0 };
+        dsattn_csa_attend bj = *j;
+        bj.q = q;
+        bj.out = j->out + t0 * dim;
+        bj.row = block_row;
+        bj.arg = &br;
+        if ((st = dsattn_csa_attend_output(ctx, a, &brows, &bj))) return st;
+    }
+    return DSATTN_OK;
 }
 
 void dsattn_csa_chunk_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)

@@ -710,19 +710,9 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
      * attention over [window rows ; compressed rows], then inverse RoPE at
      * the query position, grouped wo_a, wo_b */
     const dsattn_csa_chunk_rows cr = { &ck, w, 0, cidx, { wsrc, csrc, ww, cw, -1e30f, 0 } };
-    for (size_t t0 = 0; t0 < n_tok; t0 += qb) {
-        const size_t nb = DSATTN_MIN(qb, n_tok - t0);
-        const dsattn_attn_rows brows = { nb, NULL, ck.start_pos + (int64_t)t0, aqs };
-        dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-        st = dsattn_attn_query_heads(ctx, &L->attn, &brows, qr + t0 * QL, q);
-        dsattn_phase_end(ctx, &pm);
-        if (st) return st;
-        const dsattn_csa_block_rows br = { &cr, t0 };
-        const dsattn_csa_attend job = { q, o, oa, out + t0 * (size_t)c->dim, L->sink, hg, hper,
-                                        att_ws, per_thr, thr_ws, dsattn_csa_block_row, &br };
-        if ((st = dsattn_csa_attend_output(ctx, &L->attn, &brows, &job))) return st;
-    }
-    return DSATTN_OK;
+    const dsattn_csa_attend job = { NULL, o, oa, out, L->sink, hg, hper, att_ws, per_thr, thr_ws,
+                                    dsattn_csa_chunk_row, &cr };
+    return dsattn_csa_prompt_attend(ctx, &L->attn, &rows, qr, q, qb, &job);
 }
 
 size_t dsattn_v41_seq_scratch_at(const dsattn_v41 *m, size_t cap)

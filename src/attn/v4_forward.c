@@ -476,19 +476,9 @@ dsattn_status dsattn_v4_attn_forward(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l,
     const int zero = seq->empty == DSATTN_V4_EMPTY_ZERO;
     const dsattn_csa_chunk_rows cr = { &ck, w, 1, crow,
                                        { wsrc, csrc, ww, cw, zero ? -1e30f : -INFINITY, zero } };
-    for (size_t t0 = 0; t0 < n_tok; t0 += qb) {
-        const size_t nb = DSATTN_MIN(qb, n_tok - t0);
-        const dsattn_attn_rows brows = { nb, NULL, ck.start_pos + (int64_t)t0, aqs };
-        dsattn_phase_begin(ctx, DSATTN_PHASE_QUERY, &pm);
-        st = dsattn_attn_query_heads(ctx, &L->attn, &brows, qr + t0 * QL, q);
-        dsattn_phase_end(ctx, &pm);
-        if (st) return st;
-        const dsattn_csa_block_rows br = { &cr, t0 };
-        const dsattn_csa_attend job = { q, o, oa, out + t0 * (size_t)c->dim, L->sink, hg, hper,
-                                        att_ws, per_thr, thr_ws, dsattn_csa_block_row, &br };
-        if ((st = dsattn_csa_attend_output(ctx, &L->attn, &brows, &job))) return st;
-    }
-    return DSATTN_OK;
+    const dsattn_csa_attend job = { NULL, o, oa, out, L->sink, hg, hper, att_ws, per_thr, thr_ws,
+                                    dsattn_csa_chunk_row, &cr };
+    return dsattn_csa_prompt_attend(ctx, &L->attn, &rows, qr, q, qb, &job);
 }
 
 dsattn_status dsattn_v4_compress_rows(dsattn_ctx *ctx, dsattn_v4_seq *seq, int l, int index,
