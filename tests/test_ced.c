@@ -5,6 +5,7 @@
  * plans whose prompts span many windows x decoder layers, fast mode within
  * bounds, and bounded replay (exact when the prompt fits a window; measured
  * and different from exact past it). */
+#include "csa.h"
 #include "harness.h"
 
 #include "internal.h"
@@ -232,6 +233,19 @@ static void golden_case(const char *rel)
 
 DSATTN_TEST(ced, exact_bit_for_bit_golden_seed0)     { golden_case("golden/v41/tiny-seed0"); }
 DSATTN_TEST(ced, exact_bit_for_bit_golden_seed2_fp8) { golden_case("golden/v41/tiny-seed2-fp8"); }
+
+/* The replayed rows' heads run a block at a time, as a prompt's
+ * (dsattn_csa_prompt_block): with blocks of 2 and 3 rows the replay still
+ * equals the full prefill (itself bit-exact in blocks: v41 suite). */
+DSATTN_TEST(ced, exact_bit_for_bit_in_blocks_of_rows)
+{
+    const size_t keep = dsattn_csa_prompt_block;
+    for (size_t b = 2; b <= 3; b++) {
+        dsattn_csa_prompt_block = b;
+        golden_case("golden/v41/tiny-seed2-fp8");
+    }
+    dsattn_csa_prompt_block = keep;
+}
 
 DSATTN_TEST(ced, exact_bit_for_bit_random_plans_seed31)
 {

@@ -212,11 +212,11 @@ void dsattn_csa_chunk_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_ro
  * cross blocks in small cases. */
 extern size_t dsattn_csa_prompt_block;
 
-/* The heads of a chunk of one sequence (rows: all its rows, pos NULL) a
- * block of qb rows at a time: the query heads of the block from qr
- * [rows->n, QL] into q [qb, H*D] (phase QUERY), then
- * dsattn_csa_attend_output of the block.  j's o and oa hold qb rows, its
- * out all rows; j->row must be dsattn_csa_chunk_row, j->arg its rows. */
+/* The heads of rows->n rows of one sequence (pos NULL) a block of qb rows
+ * at a time: the query heads of the block from qr [rows->n, QL] into q
+ * [qb, H*D] (phase QUERY), then dsattn_csa_attend_output of the block.
+ * j's o and oa hold qb rows, its out all rows; j->row numbers all rows
+ * (the block's row t is its row t0 + t). */
 dsattn_status dsattn_csa_prompt_attend(dsattn_ctx *ctx, const dsattn_attn_layer *a,
                                        const dsattn_attn_rows *rows, const float *qr, float *q,
                                        size_t qb, const dsattn_csa_attend *j);

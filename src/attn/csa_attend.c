@@ -72,23 +72,24 @@ dsattn_status dsattn_csa_attend_output(dsattn_ctx *ctx, const dsattn_attn_layer 
 
 size_t dsattn_csa_prompt_block = 256;
 
-/* Rows t0 + t of a chunk: the attention of one block of its rows. */
+/* Row t0 + t of a caller's rows: the attention of one block of them. */
 typedef struct {
-    const dsattn_csa_chunk_rows *cr;
-    size_t                       t0;
+    void       (*row)(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src);
+    const void  *arg;
+    size_t       t0;
 } block_rows;
 
 static void block_row(const void *arg, size_t t, int32_t *idx, dsattn_csa_row_src *src)
 {
     const block_rows *b = arg;
-    dsattn_csa_chunk_row(b->cr, b->t0 + t, idx, src);
+    b->row(b->arg, b->t0 + t, idx, src);
 }
 
 dsattn_status dsattn_csa_prompt_attend(dsattn_ctx *ctx, const dsattn_attn_layer *a,
                                        const dsattn_attn_rows *rows, const float *qr, float *q,
                                        size_t qb, const dsattn_csa_attend *j)
 {
-    if (rows->pos || j->row != dsattn_csa_chunk_row || qb == 0) return DSATTN_ERR_INVALID_ARG;
+    if (rows->pos || !j->row || qb == 0) return DSATTN_ERR_INVALID_ARG;
     const size_t QL = a->wq_a->rows, dim = a->wo_b->rows;
     dsattn_phase_mark pm;
     for (size_t t0 = 0; t0 < rows->n; t0 += qb) {
@@ -98,7 +99,7 @@ dsattn_status dsattn_csa_prompt_attend(dsattn_ctx *ctx, const dsattn_attn_layer 
         dsattn_status st = dsattn_attn_query_heads(ctx, a, &brows, qr + t0 * QL, q);
         dsattn_phase_end(ctx, &pm);
         if (st) return st;
-        const block_rows br = { j->arg, t0 };
+        const block_rows br = { j->row, j->arg, t0 };
         dsattn_csa_attend bj = *j;
         bj.q = q;
         bj.out = j->out + t0 * dim;

@@ -947,23 +947,26 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
     const size_t maxk = dsattn_v41_actq_cols(c);
-    const fwd_plan fp = plan_fwd(c, n, n, nthr, ww);
+    /* output rows with heads at once: all, or a block (as a prompt's) */
+    const size_t qb = DSATTN_MIN(nout, DSATTN_MAX(dsattn_csa_prompt_block, (size_t)1));
+    const fwd_plan fp = plan_fwd(c, n, qb, nthr, ww);
     const size_t hg = nout == 1 ? DSATTN_MIN(H, (size_t)nthr) : 1;
     const size_t hper = (H + hg - 1) / hg, att_ws = dsattn_sparse_attn_scratch(hper, D);
     const size_t per_thr = att_ws + ww + (size_t)c->index_topk + 16;
     if (per_thr > fp.per_thr) return DSATTN_ERR_OVERFLOW;   /* hg >= plan_fwd's: never */
     float *qr = scratch_get(ctx, seq, fp.bytes);
     if (!qr) return DSATTN_ERR_NOMEM;
-    float *q = qr + n * QL, *kvw = q + n * H * D, *o = kvw + n * D, *oa = o + n * H * D;
-    float *lat = oa + n * G * R, *aqs = lat + n * D;
-    float *thr_ws = aqs + dsattn_attn_aq_scratch(n, maxk);
+    float *q = qr + n * QL, *kvw = q + qb * H * D, *o = kvw + n * D, *oa = o + qb * H * D;
+    float *lat = oa + qb * G * R, *aqs = lat + n * D;
+    float *thr_ws = aqs + DSATTN_MAX(dsattn_attn_aq_scratch(n, (size_t)c->dim),
+                                     dsattn_attn_aq_scratch(qb, maxk));
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * fp.per_thr);
     dsattn_phase_mark pm;
 
     const dsattn_attn_rows qrows = { nout, NULL, (int64_t)qpos, aqs };
     const dsattn_attn_rows krows = { nkv, NULL, (int64_t)kpos, aqs };
     const window_rows wr = { S->ring, wrow, nkv, kpos, w, D, swab };
-    const dsattn_csa_qkv qkv = { x + out_first * dim, qr, q, &krows, x + kv0 * dim, kvw,
+    const dsattn_csa_qkv qkv = { x + out_first * dim, qr, NULL, &krows, x + kv0 * dim, kvw,
                                  pack_window, &wr };
     if ((st = dsattn_csa_query_kv(ctx, &L->attn, &qrows, &qkv))) return st;
     dsattn_kv_src wsrc = { DSATTN_KV_V41_SWA, wrow, swab, nkv, D, 0 };
@@ -1004,7 +1007,7 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
      * row's position in a whole-chunk prefill, moved to this call's window
      * rows; the top-k rows moved from their writer's offset to nkv */
     const ced_rows cr = { { wsrc, csrc, ww, cw, -1e30f, 0 }, w, P, qpos, kpos, cidx, coff, nkv };
-    const dsattn_csa_attend job = { q, o, oa, out, L->sink, hg, hper, att_ws, fp.per_thr, thr_ws,
-                                    ced_row, &cr };
-    return dsattn_csa_attend_output(ctx, &L->attn, &qrows, &job);
+    const dsattn_csa_attend job = { NULL, o, oa, out, L->sink, hg, hper, att_ws, fp.per_thr,
+                                    thr_ws, ced_row, &cr };
+    return dsattn_csa_prompt_attend(ctx, &L->attn, &qrows, qr, q, qb, &job);
 }
