@@ -20,8 +20,8 @@
  * Every fallible call returns dsattn_status; the library never exits, aborts
  * or prints on bad input.  An allocation of 64 MiB or more (caches, weights,
  * a long prompt's scratch) that exceeds the memory the system has available
- * (its MemAvailable, and a cgroup v2 limit's headroom; $DSATTN_MEM_AVAILABLE
- * in bytes overrides both) fails with DSATTN_ERR_NOMEM before it is touched,
+ * (its MemAvailable, and a cgroup v1 or v2 memory limit's headroom;
+ * $DSATTN_MEM_AVAILABLE in bytes overrides both) fails with DSATTN_ERR_NOMEM before it is touched,
  * where Linux's overcommit would have let it through and killed the process
  * as the library zeroed it.  A NULL object or output pointer, a layer out of
  * range, a count of 0 or a position or count past the sequence's capacity

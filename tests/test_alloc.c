@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -737,4 +738,70 @@ DSATTN_TEST(alloc, requests_past_the_available_memory_are_refused)
         dsattn_v41_seq_destroy(s);
     }
     dsattn_v41_destroy(m);
+}
+
+/* ==== The cgroup memory limits the guard reads ========================== */
+
+/* root/rel holds text (its directories made first) */
+static void put(const char *root, const char *rel, const char *text)
+{
+    char p[DSATTN_TEST_PATH + 256];
+    snprintf(p, sizeof p, "%s/%s", root, rel);
+    for (char *s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
+        *s = 0;
+        if (mkdir(p, 0700) && errno != EEXIST) CHECK_MSG(0, "mkdir %s: %s", p, strerror(errno));
+        *s = '/';
+    }
+    FILE *f = fopen(p, "w");
+    CHECK_MSG(f != NULL, "cannot write %s", p);
+    if (f) { fputs(text, f); fclose(f); }
+}
+
+#define ROOM_IS(want)                                                                       \
+    do {                                                                                    \
+        const double got_ = dsattn_cgroup_room(cg, root);                                   \
+        CHECK_MSG(got_ == (double)(want), "cgroup room %.0f, want %.0f", got_, (double)(want)); \
+    } while (0)
+
+DSATTN_TEST(alloc, cgroup_v1_and_v2_limits_are_read)
+{
+    char root[DSATTN_TEST_PATH], cg[DSATTN_TEST_PATH + 16];
+    if (!dsattn_test_tmp(root, sizeof root, "cgroups") || mkdir(root, 0700)) {
+        CHECK_MSG(0, "cannot make %s", root);
+        return;
+    }
+    /* v1, the process's own directory: 1 GB limit, 600 MB charged of which
+     * 100 MB inactive page cache (the hierarchical total, not the local one) */
+    put(root, "memory/a/b/memory.limit_in_bytes", "1000000000\n");
+    put(root, "memory/a/b/memory.usage_in_bytes", "600000000\n");
+    put(root, "memory/a/b/memory.stat", "cache 1\ninactive_file 7\ntotal_inactive_file 100000000\n");
+    put(root, "self", "12:pids:/x\n4:cpu,memory:/a/b\n0::/\n");
+    snprintf(cg, sizeof cg, "%s/self", root);
+    ROOM_IS(500e6);
+    /* v1 unlimited (the kernel writes ~2^63): no limit */
+    put(root, "memory/a/b/memory.limit_in_bytes", "9223372036854771712\n");
+    ROOM_IS(-1);
+    /* inside a container: the path names a directory not mounted here; the
+     * hierarchy's top is the container's own cgroup */
+    put(root, "self", "4:memory:/docker/abc\n");
+    put(root, "memory/memory.limit_in_bytes", "2000000000\n");
+    put(root, "memory/memory.usage_in_bytes", "300000000\n");
+    put(root, "memory/memory.stat", "total_inactive_file 0\n");
+    ROOM_IS(1700e6);
+    /* v2: memory.max less (memory.current less inactive_file); the least of
+     * v1 and v2 where both are set */
+    put(root, "self", "4:memory:/docker/abc\n0::/svc\n");
+    put(root, "svc/memory.max", "1200000000\n");
+    put(root, "svc/memory.current", "500000000\n");
+    put(root, "svc/memory.stat", "active_file 5\ninactive_file 100000000\n");
+    ROOM_IS(800e6);
+    put(root, "svc/memory.max", "max\n");
+    ROOM_IS(1700e6);
+    /* a charge past the limit: no room; no file: unknown */
+    put(root, "memory/memory.usage_in_bytes", "2500000000\n");
+    ROOM_IS(0);
+    put(root, "self", "1:cpu:/\n0::/\n");
+    ROOM_IS(-1);
+    snprintf(cg, sizeof cg, "%s/none", root);
+    ROOM_IS(-1);
 }

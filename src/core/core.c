@@ -55,8 +55,8 @@ static atomic_ullong alloc_calls;
  * killed by the OOM killer while the pages are written - a crash where the
  * caller should get DSATTN_ERR_NOMEM.  So a request of DSATTN_ALLOC_CHECK
  * bytes or more is first compared with what is available: the kernel's
- * MemAvailable, and the cgroup (v2) limit's headroom where one is set
- * (its charge less inactive page cache; cgroup v1 limits are not read).
+ * MemAvailable, and the process's cgroup memory limit's headroom where
+ * one is set, v2 or v1 (its charge less inactive page cache).
  * $DSATTN_MEM_AVAILABLE (bytes) stands in for both (tests).  Unknown
  * (no /proc): not checked.  Smaller requests are not worth the read. */
 #define DSATTN_ALLOC_CHECK ((size_t)64 << 20)
@@ -89,34 +89,69 @@ double dsattn_mem_available(void)
     }
     double avail = dsattn_file_number("/proc/meminfo", "MemAvailable:");
     if (avail >= 0) avail *= 1024.0;                       /* kB */
-    /* cgroup v2: "0::/path" in /proc/self/cgroup; its charge less the page
-     * cache the kernel would reclaim first (inactive files) */
-    char path[1024], cg[512] = "";
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "0::", 3)) {
-                line[strcspn(line, "\n")] = 0;
-                snprintf(cg, sizeof cg, "%s", line + 3);
-                break;
-            }
-        fclose(f);
-    }
-    if (cg[0]) {
-        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", cg);
-        const double max = dsattn_file_number(path, "");         /* "max": no limit, -1 */
-        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", cg);
-        double cur = dsattn_file_number(path, "");
-        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.stat", cg);
-        const double cache = dsattn_file_number(path, "inactive_file ");
-        if (cur >= 0 && cache > 0) cur = cur > cache ? cur - cache : 0;
-        if (max >= 0 && cur >= 0) {
-            const double room = max > cur ? max - cur : 0;
-            avail = avail < 0 ? room : (room < avail ? room : avail);
-        }
-    }
+    const double room = dsattn_cgroup_room("/proc/self/cgroup", "/sys/fs/cgroup");
+    if (room >= 0) avail = avail < 0 ? room : (room < avail ? room : avail);
     return avail;
+}
+
+/* A limit's headroom from the files of one cgroup directory: the limit
+ * less the charge, the charge less the page cache the kernel would reclaim
+ * first (inactive files).  -1: no limit or no files. */
+static double room_in(const char *dir, const char *limit, const char *charge, const char *cache)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, limit);
+    const double max = dsattn_file_number(path, "");    /* v2 "max": -1 */
+    if (max < 0 || max >= 0x1p62) return -1;             /* v1 unlimited: ~2^63 */
+    snprintf(path, sizeof path, "%s/%s", dir, charge);
+    double cur = dsattn_file_number(path, "");
+    if (cur < 0) return -1;
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    const double c = dsattn_file_number(path, cache);
+    if (c > 0) cur = cur > c ? cur - c : 0;
+    return max > cur ? max - cur : 0;
+}
+
+double dsattn_cgroup_room(const char *cgroup_file, const char *root)
+{
+    FILE *f = fopen(cgroup_file, "r");
+    if (!f) return -1;
+    char line[1024], dir[1200];
+    double room = -1;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        /* "id:controllers:path"; v2 is "0::path" */
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c1 = *c2 = 0;
+        const char *ctl = c1 + 1, *cg = c2 + 1;
+        double r = -1;
+        if (!strcmp(line, "0") && !*ctl) {
+            snprintf(dir, sizeof dir, "%s%s", root, cg);
+            r = room_in(dir, "memory.max", "memory.current", "inactive_file ");
+        } else {
+            int mem = 0;                                 /* "memory" in the list */
+            for (const char *p = ctl; *p;) {
+                const size_t n = strcspn(p, ",");
+                if (n == 6 && !strncmp(p, "memory", 6)) mem = 1;
+                p += n + (p[n] == ',');
+            }
+            if (!mem) continue;
+            /* the process's own cgroup directory; inside a container the
+             * hierarchy is often mounted at its own cgroup instead */
+            snprintf(dir, sizeof dir, "%s/memory%s", root, cg);
+            r = room_in(dir, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                        "total_inactive_file ");
+            if (r < 0) {
+                snprintf(dir, sizeof dir, "%s/memory", root);
+                r = room_in(dir, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                            "total_inactive_file ");
+            }
+        }
+        if (r >= 0) room = room < 0 ? r : (r < room ? r : room);
+    }
+    fclose(f);
+    return room;
 }
 
 uint64_t dsattn_alloc_count(void)

@@ -129,9 +129,16 @@ void dsattn_owned_free(dsattn_owned *o);
  * first line's for key ""), or -1 when there is none or no file. */
 double dsattn_file_number(const char *path, const char *key);
 /* Bytes this process may still allocate and touch: $DSATTN_MEM_AVAILABLE,
- * else MemAvailable within a cgroup v2 limit's headroom; -1 when unknown.
- * dsattn_alloc refuses requests of 64 MiB or more past it. */
+ * else MemAvailable within its cgroup memory limit's headroom; -1 when
+ * unknown.  dsattn_alloc refuses requests of 64 MiB or more past it. */
 double dsattn_mem_available(void);
+/* The headroom of the memory limits of the cgroups cgroup_file lists (as
+ * /proc/self/cgroup does) under the hierarchy root (/sys/fs/cgroup): v2
+ * memory.max - memory.current, v1 memory.limit_in_bytes -
+ * memory.usage_in_bytes (in the cgroup's directory, else the memory
+ * hierarchy's top, where a container mounts its own), each charge less its
+ * inactive page cache; the least of those set, -1 when none is. */
+double dsattn_cgroup_room(const char *cgroup_file, const char *root);
 
 /* ==== Rows a chunk leaves behind ======================================= */
 
