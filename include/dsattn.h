@@ -21,9 +21,9 @@
  * or prints on bad input.  An allocation of 64 MiB or more (caches, weights,
  * a long prompt's scratch) that exceeds the memory the system has available
  * (its MemAvailable, and a cgroup v1 or v2 memory limit's headroom;
- * $DSATTN_MEM_AVAILABLE in bytes overrides both) fails with DSATTN_ERR_NOMEM before it is touched,
- * where Linux's overcommit would have let it through and killed the process
- * as the library zeroed it.  A NULL object or output pointer, a layer out of
+ * $DSATTN_MEM_AVAILABLE in bytes overrides both) fails with DSATTN_ERR_NOMEM
+ * before it is touched, where Linux's overcommit would have let it through
+ * and killed the process as the library zeroed it.  A NULL object or output pointer, a layer out of
  * range, a count of 0 or a position or count past the sequence's capacity
  * is DSATTN_ERR_INVALID_ARG, with nothing changed (seq_advance included:
  * a sequence never holds more tokens than its capacity).  Accessors that

@@ -499,14 +499,21 @@ size_t dsattn_v41_actq_cols(const dsattn_v41_config *c)
     return DSATTN_MAX(DSATTN_MAX((size_t)c->dim, (size_t)c->q_lora_rank), gr);
 }
 
+/* The act-quant scratch of a forward of s rows of which qb at a time have
+ * heads: the chunk's inputs (query, window KV) and a block's widest
+ * quantized input (dsattn_v41_actq_cols). */
+static size_t fwd_aq(const dsattn_v41_config *c, size_t s, size_t qb)
+{
+    return DSATTN_MAX(dsattn_attn_aq_scratch(s, (size_t)c->dim),
+                      dsattn_attn_aq_scratch(qb, dsattn_v41_actq_cols(c)));
+}
+
 /* The forward's scratch for s rows of which qb at a time have heads. */
 static fwd_plan plan_fwd(const dsattn_v41_config *c, size_t s, size_t qb, int nthr, size_t ww)
 {
     const size_t H = (size_t)c->n_heads, D = (size_t)c->head_dim;
     const size_t QL = (size_t)c->q_lora_rank, G = (size_t)c->o_groups;
-    const size_t R = (size_t)c->o_lora_rank, maxk = dsattn_v41_actq_cols(c);
-    const size_t aq = DSATTN_MAX(dsattn_attn_aq_scratch(s, (size_t)c->dim),
-                                 dsattn_attn_aq_scratch(qb, maxk));
+    const size_t R = (size_t)c->o_lora_rank, aq = fwd_aq(c, s, qb);
     fwd_plan p;
     /* decode: one head group per thread - every task gathers and decodes
      * all of the row's attended entries, so more groups cost more decoding */
@@ -652,7 +659,6 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     dsattn_status st;
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
-    const size_t maxk = dsattn_v41_actq_cols(c);
     /* rows with heads at once: the whole chunk, or a prompt's block */
     const size_t qb = DSATTN_MIN(n_tok, DSATTN_MAX(dsattn_csa_prompt_block, (size_t)1));
     const fwd_plan fp = plan_fwd(c, n_tok, qb, nthr, ww);
@@ -662,8 +668,7 @@ dsattn_status dsattn_v41_attn_forward(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     float *q = qr + n_tok * QL, *kvw = q + qb * H * D, *o = kvw + n_tok * D;
     float *oa = o + qb * H * D;
     float *lat = oa + qb * G * R, *aqs = lat + n_tok * D;
-    float *thr_ws = aqs + DSATTN_MAX(dsattn_attn_aq_scratch(n_tok, (size_t)c->dim),
-                                     dsattn_attn_aq_scratch(qb, maxk));
+    float *thr_ws = aqs + fwd_aq(c, n_tok, qb);
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * per_thr);
 
     /* ---- query: q_norm(wq_a x) for every row (the indexer reads it; the
@@ -946,7 +951,6 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     dsattn_status st;
 
     const int nthr = DSATTN_MAX(ctx->n_threads, 1);
-    const size_t maxk = dsattn_v41_actq_cols(c);
     /* output rows with heads at once: all, or a block (as a prompt's) */
     const size_t qb = DSATTN_MIN(nout, DSATTN_MAX(dsattn_csa_prompt_block, (size_t)1));
     const fwd_plan fp = plan_fwd(c, n, qb, nthr, ww);
@@ -958,8 +962,7 @@ dsattn_status dsattn_v41_attn_forward_rows(dsattn_ctx *ctx, dsattn_v41_seq *seq,
     if (!qr) return DSATTN_ERR_NOMEM;
     float *q = qr + n * QL, *kvw = q + qb * H * D, *o = kvw + n * D, *oa = o + qb * H * D;
     float *lat = oa + qb * G * R, *aqs = lat + n * D;
-    float *thr_ws = aqs + DSATTN_MAX(dsattn_attn_aq_scratch(n, (size_t)c->dim),
-                                     dsattn_attn_aq_scratch(qb, maxk));
+    float *thr_ws = aqs + fwd_aq(c, n, qb);
     uint8_t *wrow = (uint8_t *)(thr_ws + (size_t)nthr * fp.per_thr);
     dsattn_phase_mark pm;
 
