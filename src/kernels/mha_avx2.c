@@ -12,17 +12,18 @@
  *    two 16-key halves per batch (the tile, 8 KB at d = 128, stays in L1
  *    between them).  Batches of 2 and 1 heads take the whole tile at once.  A
  *    partial last tile is copied into a zero-padded 32-key one first.
- *  - softmax: the scores (bf16 values after the contract's two roundings)
- *    go out as bf16 bits with streaming stores; the running max and sum of
- *    exp of each head are updated per tile from the tile's 32 bf16 scores
- *    alone, so a head's statistics do not depend on the batch it ran in.
- *    The V pass computes p_j = bf16(exp(s_j - max) / sum) per chunk (the
- *    quotient by the Newton step of mha_avx512.c).  With 8 lanes that
- *    second exp was ~15% of a GQA step, so for G >= 4 the K pass also
- *    streams out its exp(s_j - max) rows (fp32, key order) and the V pass
- *    takes them for every chunk from the tile that last raised the head's
- *    max on (those were computed with the final max: the same bits as a
- *    second exp); only the chunks before it compute the exp again.
+ *  - softmax: the K pass writes each head's scores (bf16 values after the
+ *    contract's two roundings) into its row of the workspace and nothing
+ *    else; then, a head at a time, one pass takes the row's max and a
+ *    second its exp(s_j - max) and their sum (8 lanes in key order), so a
+ *    head's statistics do not depend on the batch it ran in.  The V pass
+ *    computes p_j = bf16(exp(s_j - max) / sum) per chunk (the quotient by
+ *    the Newton step of mha_avx512.c); for G >= 4 the exp pass keeps its
+ *    exps (fp32 rows) and the V pass reads them, where MHA, bound by the K
+ *    and V stream, computes them again.  Measured in process on a Zen 3
+ *    (one thread, 32K-64K keys) against the former per-tile running max
+ *    and sum: 4-8 % less time for G = 4 to 16 (the per-tile horizontal
+ *    max, its branch and the rescales of the sum are gone).
  *  - P.V: V is tiled by 64 keys and 32-dim blocks ([w][32] per block), so
  *    32 bytes are 16 dims of one key; decoded once (even / odd dims) they
  *    feed 2 FMAs per head with p broadcast, accumulators in registers over
@@ -62,11 +63,20 @@
 
 /* ==== K pass ============================================================ */
 
+/* 8 bf16 values at p (16 bytes) -> fp32 */
+INLINE __m256 bf16x8(const uint16_t *p)
+{
+    const __m128i x = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+}
+
 /* Scores of keys 16*hb .. 16*(hb+NB)-1 of a full tile kt ([d][32] bf16)
- * for NH heads (q [NH][d]) as bf16 bits in key order: tb[h*32 + key].
- * pf: a later tile to prefetch (one line per dim) or NULL. */
+ * for NH heads (q [NH][d]) as bf16 bits in key order: tb[h*ldt + key]
+ * (tb 32-byte aligned, ldt a multiple of 16).  pf: a later tile to
+ * prefetch (one line per dim) or NULL. */
 INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint16_t *pf,
-                       float inv, uint16_t *tb, const int hb, const int NH, const int NB)
+                       float inv, uint16_t *tb, size_t ldt, const int hb, const int NH,
+                       const int NB)
 {
     __m256 ae[6], ao[6];                           /* [h * NB + b] */
     UNROLL for (int i = 0; i < NH * NB; i++) ae[i] = ao[i] = _mm256_setzero_ps();
@@ -98,105 +108,84 @@ INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint1
             const __m256 so = dsattn_rbf16_256(_mm256_mul_ps(dsattn_rbf16_256(ao[h * NB + b]), vinv));
             const __m256i pk = _mm256_or_si256(_mm256_srli_epi32(_mm256_castps_si256(se), 16),
                                                _mm256_and_si256(_mm256_castps_si256(so), him));
-            _mm256_store_si256((__m256i *)(tb + h * KT + 16 * (hb + b)), pk);
+            _mm256_store_si256((__m256i *)(tb + h * ldt + 16 * (hb + b)), pk);
         }
 }
 
 #define SCORE_FN(NH, NB)                                                                  \
     static __attribute__((noinline)) void score_##NH##_##NB(const float *q, size_t d,    \
-                                  const uint16_t *kt,                                 \
-                                  const uint16_t *pf, float inv, uint16_t *tb, int hb)    \
+                                  const uint16_t *kt, const uint16_t *pf, float inv,  \
+                                  uint16_t *tb, size_t ldt, int hb)                       \
     {                                                                                     \
-        if (hb) score_keys(q, d, kt, pf, inv, tb, 1, NH, NB);                             \
-        else score_keys(q, d, kt, pf, inv, tb, 0, NH, NB);                                \
+        if (hb) score_keys(q, d, kt, pf, inv, tb, ldt, 1, NH, NB);                        \
+        else score_keys(q, d, kt, pf, inv, tb, ldt, 0, NH, NB);                           \
     }
 SCORE_FN(6, 1) SCORE_FN(4, 1) SCORE_FN(2, 2) SCORE_FN(1, 2)
 
-/* One tile's 32 bf16 scores tb (keys < nk count) for one head: stream them
- * to sc (64-byte aligned) and fold them into the head's running max and
- * sum of exp (the sum rescaled when the max grows).  The tile's
- * exp(s - max) (0 past nk) also go, in key order, to ex (64-byte
- * aligned; ex NULL: not kept): the V pass takes them as they are for
- * every tile from the last one that raised the max on (their max is the
- * final one), instead of a second exp.  Returns 1 if the max grew. */
-static int tile_stats(const uint16_t *tb, size_t nk, uint16_t *sc, float *ex, float *mrun,
-                      __m256 *lrun)
+/* One head's softmax statistics over its T bf16 scores sc (key order,
+ * 32-byte aligned): *M = max_j s_j, and the return value L = sum_j
+ * exp(s_j - M), summed in 8 lanes over the keys in order, then across
+ * the lanes.  ex non-NULL: the exps go there too (0 for the keys from T up
+ * to the next multiple of 8).  A function of the head's scores alone: the
+ * same bits whatever batch the head ran in. */
+static float head_softmax(const uint16_t *sc, size_t T, float *ex, float *M)
 {
-    const __m256i x0 = _mm256_load_si256((const __m256i *)tb);
-    const __m256i x1 = _mm256_load_si256((const __m256i *)(tb + 16));
-    _mm256_stream_si256((__m256i *)sc, x0);
-    _mm256_stream_si256((__m256i *)(sc + 16), x1);
-    const __m256i him = _mm256_set1_epi32((int)0xffff0000u);
-    /* keys 2l, 2l+1, 16+2l, 17+2l in lane l */
-    __m256 s[4] = { _mm256_castsi256_ps(_mm256_slli_epi32(x0, 16)),
-                    _mm256_castsi256_ps(_mm256_and_si256(x0, him)),
-                    _mm256_castsi256_ps(_mm256_slli_epi32(x1, 16)),
-                    _mm256_castsi256_ps(_mm256_and_si256(x1, him)) };
-    __m256 valid[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                        _mm256_setzero_ps() };
-    const int part = nk < KT;
-    if (part) {
-        const __m256i two_l = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-        const __m256i vn = _mm256_set1_epi32((int)nk);
-        const __m256 ninf = _mm256_set1_ps(-INFINITY);
-        for (int k = 0; k < 4; k++) {
-            const __m256i key = _mm256_add_epi32(two_l, _mm256_set1_epi32((k & 1) + 16 * (k >> 1)));
-            valid[k] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vn, key));
-            s[k] = _mm256_blendv_ps(ninf, s[k], valid[k]);
+    const size_t T8 = T / 8 * 8;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    const __m256 tail = _mm256_castsi256_ps(dsattn_mask256(T - T8));
+    __m256 m0 = ninf, m1 = ninf;
+    size_t j = 0;
+    for (; j + 16 <= T8; j += 16) {
+        m0 = _mm256_max_ps(m0, bf16x8(sc + j));
+        m1 = _mm256_max_ps(m1, bf16x8(sc + j + 8));
+    }
+    if (j < T8) m0 = _mm256_max_ps(m0, bf16x8(sc + j));
+    if (T8 < T) m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, bf16x8(sc + T8), tail));
+    *M = dsattn_hmax256(_mm256_max_ps(m0, m1));
+    const __m256 mb = _mm256_set1_ps(*M);
+    __m256 l0 = _mm256_setzero_ps(), l1 = _mm256_setzero_ps();
+    for (j = 0; j + 16 <= T8; j += 16) {
+        const __m256 e0 = dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + j), mb));
+        const __m256 e1 = dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + j + 8), mb));
+        if (ex) {
+            _mm256_store_ps(ex + j, e0);
+            _mm256_store_ps(ex + j + 8, e1);
         }
+        l0 = _mm256_add_ps(l0, e0);
+        l1 = _mm256_add_ps(l1, e1);
     }
-    const float tmax = dsattn_hmax256(_mm256_max_ps(_mm256_max_ps(s[0], s[1]),
-                                                    _mm256_max_ps(s[2], s[3])));
-    int grew = 0;
-    if (tmax > *mrun) {   /* the max grew: rescale the sum so far */
-        *lrun = _mm256_mul_ps(*lrun, _mm256_set1_ps(expf(*mrun - tmax)));
-        *mrun = tmax;
-        grew = 1;
+    if (j < T8) {
+        const __m256 e0 = dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + j), mb));
+        if (ex) _mm256_store_ps(ex + j, e0);
+        l0 = _mm256_add_ps(l0, e0);
     }
-    const __m256 mb = _mm256_set1_ps(*mrun);
-    __m256 e[4];
-    for (int k = 0; k < 4; k++) {
-        e[k] = dsattn_exp256_ftz_neg(_mm256_sub_ps(s[k], mb));
-        if (part) e[k] = _mm256_and_ps(e[k], valid[k]);
+    if (T8 < T) {
+        const __m256 e1 = _mm256_and_ps(dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + T8), mb)), tail);
+        if (ex) _mm256_store_ps(ex + T8, e1);
+        l1 = _mm256_add_ps(l1, e1);
     }
-    *lrun = _mm256_add_ps(*lrun, _mm256_add_ps(_mm256_add_ps(e[0], e[1]), _mm256_add_ps(e[2], e[3])));
-    /* even / odd keys back in key order: 16 keys per pair of registers */
-    for (int k = 0; k < 4 && ex; k += 2) {
-        const __m256 lo = _mm256_unpacklo_ps(e[k], e[k + 1]);   /* keys 0-3, 8-11 */
-        const __m256 hi = _mm256_unpackhi_ps(e[k], e[k + 1]);   /* keys 4-7, 12-15 */
-        _mm256_stream_ps(ex + 8 * k, _mm256_permute2f128_ps(lo, hi, 0x20));
-        _mm256_stream_ps(ex + 8 * k + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
-    }
-    return grew;
+    return dsattn_hsum256(_mm256_add_ps(l0, l1));
 }
 
 /* ==== V pass ============================================================ */
 
-/* p[h][0..64) of a chunk: bf16(exp(s - M_h) / L_h), keys past nk get 0.
- * exp(s - M_h) is the K pass's ex row when its max was already M_h
- * (chunk start c0 >= fr[h], the first key of the tile that last raised
- * it), else it is computed again from the bf16 scores.  Either way it is
- * the same function of the same s and M_h, so the bits do not depend on
- * which.  A load of 8 values at k < nk stays inside a row (rows are whole
- * 32-key tiles, all written by the K pass). */
-static void chunk_probs(const uint16_t *sc, const float *ex, size_t ldsc, size_t c0, size_t nk,
-                        size_t G, const float *M, const float *L, const size_t *fr, float *pb)
+/* p[h][0..64) of a chunk: bf16(exp(s - M_h) / L_h) (the quotient by one
+ * Newton step from the reciprocal), keys past nk get 0.  The exps are
+ * head_softmax's rows ex, or with ex NULL computed again from the scores
+ * sc: the same function of the same s and M_h, the same bits.  A load of
+ * 8 values at k < nk stays inside a row (rows of sc are whole tiles, of
+ * ex whole 8s). */
+static void chunk_probs(const uint16_t *sc, const float *ex, size_t ld, size_t c0, size_t nk,
+                        size_t G, const float *M, const float *L, float *pb)
 {
     for (size_t h = 0; h < G; h++) {
         const __m256 mb = _mm256_set1_ps(M[h]), lb = _mm256_set1_ps(L[h]);
         const __m256 rb = _mm256_set1_ps(1.0f / L[h]);
-        const int fresh = c0 >= fr[h];
         for (size_t k = 0; k < PVC; k += 8) {
             __m256 r = _mm256_setzero_ps();
             if (k < nk) {
-                __m256 e;
-                if (fresh) {
-                    e = _mm256_load_ps(ex + h * ldsc + c0 + k);
-                } else {
-                    const __m128i x = _mm_loadu_si128((const __m128i *)(sc + h * ldsc + c0 + k));
-                    const __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
-                    e = dsattn_exp256_ftz_neg(_mm256_sub_ps(s, mb));
-                }
+                const __m256 e = ex ? _mm256_load_ps(ex + h * ld + c0 + k)
+                                    : dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + h * ld + c0 + k), mb));
                 const __m256 q0 = _mm256_mul_ps(e, rb);
                 const __m256 q1 = _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, lb, e), rb, q0);
                 r = dsattn_rbf16_256(q1);
@@ -280,8 +269,8 @@ static size_t batch(size_t left, int *ix)
 /* ==== The kernel ======================================================== */
 
 /* The workspace: mha_tmpl.h's (bf16 scores, probabilities, accumulators)
- * and after it, 64-byte aligned, the fp32 exp rows [G][tp] of tile_stats
- * (G >= KEEP_G). */
+ * and after it, 64-byte aligned, the fp32 exp rows [G][tp] of
+ * head_softmax (G >= KEEP_G). */
 static size_t ws_bytes_avx2(size_t G, size_t T)
 {
     const size_t tp = (T + KT - 1) / KT * KT;
@@ -299,22 +288,16 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     const size_t tp = (T + KT - 1) / KT * KT;
     float *pb, *acc;
     uint16_t *sc = mha_ws_split(ws, G, tp, &pb, &acc);
-    /* Keep the K pass's exps for groups of KEEP_G heads and more: there a
-     * step is compute-bound and the second exp costs more than the 8 bytes
-     * per key and head of writing and reading them; MHA streams. */
+    /* Keep the exps for groups of KEEP_G heads and more: there a step is
+     * compute-bound and a second exp costs more than the 8 bytes per key
+     * and head of writing and reading them; MHA is bound by the K / V
+     * stream, and the rows would take a third of L2 from it at 64K keys. */
     float *ex = G >= KEEP_G ? ex_split(acc, G) : NULL;
     float M[64], L[64];
-    size_t fr[64];   /* per head: first key of the tile that last raised its max */
-    __m256 lrun[64];
-    uint16_t tb[6 * KT] __attribute__((aligned(64)));
     uint16_t kpad[128 * KT] __attribute__((aligned(64)));   /* a partial tile, padded */
-    for (size_t h = 0; h < G; h++) {
-        M[h] = -INFINITY;
-        lrun[h] = _mm256_setzero_ps();
-        fr[h] = ex ? 0 : SIZE_MAX;   /* SIZE_MAX: no chunk takes kept exps */
-    }
 
-    /* ---- K pass: scores, running max and sum */
+    /* ---- K pass: every head's bf16 scores into its row of sc (a partial
+     * last tile's padding keys score 0 there; nothing reads past T) */
     for (size_t b0 = 0; b0 < T; b0 += KT) {
         const size_t w = DSATTN_MIN((size_t)KT, cap - b0), nk = DSATTN_MIN(w, T - b0);
         const uint16_t *kt = K + b0 * d;
@@ -331,27 +314,24 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
             const size_t nh = batch(G - h0, &ix);
             const float *qh = q + h0 * d;
             const uint16_t *p0 = h0 ? NULL : pf;
+            uint16_t *tb = sc + h0 * tp + b0;
             if (ix == 0) {
-                score_6_1(qh, d, kt, p0, inv, tb, 0);
-                score_6_1(qh, d, kt, NULL, inv, tb, 1);
+                score_6_1(qh, d, kt, p0, inv, tb, tp, 0);
+                score_6_1(qh, d, kt, NULL, inv, tb, tp, 1);
             } else if (ix == 1) {
-                score_4_1(qh, d, kt, p0, inv, tb, 0);
-                score_4_1(qh, d, kt, NULL, inv, tb, 1);
+                score_4_1(qh, d, kt, p0, inv, tb, tp, 0);
+                score_4_1(qh, d, kt, NULL, inv, tb, tp, 1);
             } else if (ix == 2) {
-                score_2_2(qh, d, kt, p0, inv, tb, 0);
+                score_2_2(qh, d, kt, p0, inv, tb, tp, 0);
             } else {
-                score_1_2(qh, d, kt, p0, inv, tb, 0);
+                score_1_2(qh, d, kt, p0, inv, tb, tp, 0);
             }
-            for (size_t h = 0; h < nh; h++)
-                if (tile_stats(tb + h * KT, nk, sc + (h0 + h) * tp + b0,
-                               ex ? ex + (h0 + h) * tp + b0 : NULL, M + h0 + h, lrun + h0 + h) &&
-                    ex)
-                    fr[h0 + h] = b0;
             h0 += nh;
         }
     }
-    for (size_t h = 0; h < G; h++) L[h] = dsattn_hsum256(lrun[h]);
-    _mm_sfence();   /* the streamed scores are ordered before the V pass reads them */
+
+    /* ---- softmax statistics and exps, a head at a time */
+    for (size_t h = 0; h < G; h++) L[h] = head_softmax(sc + h * tp, T, ex ? ex + h * tp : NULL, M + h);
 
     /* ---- V pass: per chunk, probabilities then P.V */
     const size_t nq = (d + 15) / 16;                /* 16-dim quarters, <= 8 */
@@ -368,22 +348,16 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
             vq[u].m = dsattn_mask256(n / 2);
             if (bs < 32 && masked_from == (int)nq) masked_from = (int)u;
         }
-        chunk_probs(sc, ex, tp, c0, nk, G, M, L, fr, pb);
-        /* the next chunk's rows (streamed out by the K pass, so not in
-         * cache): 4 lines of exps per head, or 2 of scores where none are
-         * kept or they are stale */
-        if (c0 + 2 * PVC <= tp)
+        chunk_probs(sc, ex, tp, c0, nk, G, M, L, pb);
+        /* the next chunk's exps: 4 lines per head (rows of 2 or more heads
+         * do not fit in L1 at depth) */
+        if (ex && c0 + 2 * PVC <= tp)
             for (size_t h = 0; h < G; h++) {
-                const size_t c1 = c0 + PVC;
-                if (c1 >= fr[h]) {
-                    _mm_prefetch((const char *)(ex + h * tp + c1), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(ex + h * tp + c1 + 16), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(ex + h * tp + c1 + 32), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(ex + h * tp + c1 + 48), _MM_HINT_T0);
-                } else {
-                    _mm_prefetch((const char *)(sc + h * tp + c1), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(sc + h * tp + c1 + 32), _MM_HINT_T0);
-                }
+                const float *e1 = ex + h * tp + c0 + PVC;
+                _mm_prefetch((const char *)e1, _MM_HINT_T0);
+                _mm_prefetch((const char *)(e1 + 16), _MM_HINT_T0);
+                _mm_prefetch((const char *)(e1 + 32), _MM_HINT_T0);
+                _mm_prefetch((const char *)(e1 + 48), _MM_HINT_T0);
             }
         const uint16_t *vt = V + c0 * d;
         const uint16_t *pf = c0 + (PFV + 1) * PVC <= T ? vt + PFV * PVC * d : NULL;
