@@ -454,8 +454,7 @@ static void fp8_row_generic(const uint8_t *w, const float *sc, size_t bs,
 
 /* sh: try the exponent-shift decode (per scale row and x pass; the fp16
  * decode where x or x * scale is not finite).  x is prepared for it once
- * per pass (once per call where k <= XCH_ONE), then only scaled
- * per scale row. */
+ * per pass and call, then only scaled per scale row. */
 AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                       const float *x, float *y, size_t rows, size_t k, const int nan,
                       const int sh)
@@ -477,34 +476,34 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
         const size_t np = (k + XCH - 1) / XCH;
         xch = ((k + np - 1) / np + 63) / 64 * 64;
     }
-    size_t prep_k0 = SIZE_MAX;           /* the pass xp holds */
-    int xfin = 0;
-    for (size_t rb0 = 0; rb0 < rows;) {
-        size_t sr = rb0 / bs;                       /* scale row */
-        size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
-        const float *sc = scale + sr * ldsc;
-        for (size_t k0 = 0; k0 < k; k0 += xch) {
-            size_t kn = k - k0 < xch ? k - k0 : xch;
+    /* Passes outermost: x is prepared once per pass and call, arranged
+     * again per scale row, and the prefetch cursor runs through the pass's
+     * row stream across the scale rows.  (Scale rows outermost prepared x
+     * for every pass of every scale row: a row of 8192 codes in 32-row
+     * blocks spent ~7 % of its time there, measured on Zen 3.)  Each output
+     * is still the sum of its passes in order. */
+    for (size_t k0 = 0; k0 < k; k0 += xch) {
+        const size_t kn = k - k0 < xch ? k - k0 : xch;
+        const int xfin = shd && fp8sh_prep_x(x + k0, kn, xp, bm);
+        /* prefetch cursor: FP8_PF bytes ahead in the pass's row stream */
+        size_t pc = FP8_PF % kn / 64 * 64;
+        const uint8_t *pf = W + (FP8_PF / kn) * k + k0 + pc;
+        for (size_t rb0 = 0; rb0 < rows;) {
+            const size_t sr = rb0 / bs;                 /* scale row */
+            const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
+            const float *sc = scale + sr * ldsc;
             float fin = 256.0f, pk;
-            if (shd && prep_k0 != k0) {
-                xfin = fp8sh_prep_x(x + k0, kn, xp, bm);
-                prep_k0 = k0;
-            }
-            const int s1 = shd && xfin &&
-                           dsattn_fp8sh_plan(bm, (kn + 31) / 32, sc, bs, k0, sg, &pk, &fin);
+            const int s1 = xfin && dsattn_fp8sh_plan(bm, (kn + 31) / 32, sc, bs, k0, sg, &pk, &fin);
             if (s1) fp8sh_scale_x(xp, sg, kn, pk, xb);
             else fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
-            /* prefetch cursor: FP8_PF bytes ahead in the pass's row stream */
-            size_t pc = FP8_PF % kn / 64 * 64;
-            const uint8_t *pf = W + (rb0 + FP8_PF / kn) * k + k0 + pc;
             for (size_t r = rb0; r < rb1; r++) {
                 if (s1)
                     fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, &pf, &pc, 1, fin);
                 else
                     fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, &pf, &pc, 0, 256.0f);
             }
+            rb0 = rb1;
         }
-        rb0 = rb1;
     }
 }
 

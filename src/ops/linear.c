@@ -154,7 +154,14 @@ static int run_take(gemv_run *r, int from_back, uint32_t *chunk)
  * GEMV_WIDE_TOK+ tokens takes up to 4x that, while every thread still gets
  * 4+ chunks: its kernel call is compute-bound (a byte of weights serves
  * 2 x n_tok FLOPs), and the AVX2 table's tiled form packs the tokens once
- * per call and k slice (kernels_avx2.c), so longer calls spread that. */
+ * per call and k slice (kernels_avx2.c), so longer calls spread that.
+ * Rows of more than GEMV_LONG_ROW bytes take up to 4x too (same bound):
+ * a GEMV splits such rows into k passes and prepares x once per pass and
+ * call (the AVX2 FP8 kernel), so a 256 KB call of 32 rows of 8192 codes
+ * prepared it for every 32 rows.  With 1 MB calls (and that kernel's
+ * passes outermost) the V4.1 decode's output projections took 118-121 ms
+ * a step at 4K instead of 125-127 (Zen 3, 2 threads, alternating runs). */
+#define GEMV_LONG_ROW 4096
 #define GEMV_WIDE_TOK 12
 static size_t chunk_rows(const dsattn_weight *W, size_t n_tok, size_t nthr)
 {
@@ -164,7 +171,7 @@ static size_t chunk_rows(const dsattn_weight *W, size_t n_tok, size_t nthr)
     size_t row_bytes =
         DSATTN_MAX((size_t)1, dsattn_weight_bytes(W) / DSATTN_MAX((size_t)1, W->rows));
     size_t bytes = GEMV_CHUNK_BYTES;
-    if (n_tok >= GEMV_WIDE_TOK)
+    if (n_tok >= GEMV_WIDE_TOK || row_bytes > GEMV_LONG_ROW)
         bytes = DSATTN_MAX(bytes, DSATTN_MIN(4 * bytes, dsattn_weight_bytes(W) / (4 * nthr)));
     size_t units = bytes / (unit * row_bytes);
     return unit * DSATTN_MAX((size_t)1, units);
