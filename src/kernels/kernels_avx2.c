@@ -119,11 +119,6 @@ AI void fp8x16_exact(__m128i c, __m256 *f0, __m256 *f1)
 
 /* ==== fp32 / bf16 GEMV ================================================== */
 
-AI __m256 bf16x8(__m128i h)
-{
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 /* R rows (4 or 1) of W . x, W fp32 or (BF) bf16, one FMA chain a lane per
  * row; the next R rows are prefetched one 64-byte line per row a step
  * that starts a line: into L1 when they are at most 16 KB ahead, else into
@@ -148,7 +143,7 @@ AI void gemv_rows(const void *W, size_t k, const float *x, float *y, const int R
                 else                     _mm_prefetch(pl, _MM_HINT_T1);
             }
             const char *wr = Wb + (r * k + i) * es;
-            const __m256 wv = BF ? bf16x8(_mm_loadu_si128((const __m128i *)wr))
+            const __m256 wv = BF ? dsattn_bf16x8_256(wr)
                                  : _mm256_loadu_ps((const float *)wr);
             acc[r] = _mm256_fmadd_ps(wv, xv, acc[r]);
         }
@@ -167,7 +162,7 @@ AI void gemv_rows(const void *W, size_t k, const float *x, float *y, const int R
         for (int r = 0; r < R; r++) {
             uint16_t wt[8] = { 0 };
             memcpy(wt, (const uint16_t *)W + r * k + i, (k - i) * sizeof(uint16_t));
-            acc[r] = _mm256_fmadd_ps(bf16x8(_mm_loadu_si128((const __m128i *)wt)), xv, acc[r]);
+            acc[r] = _mm256_fmadd_ps(dsattn_bf16x8_256(wt), xv, acc[r]);
         }
     }
     for (int r = 0; r < R; r++) y[r] = hsum(acc[r]);
@@ -198,11 +193,10 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
  * per x vector: no FMA waits on another).  Each row is read front to back
  * with two prefetch cursors in the pass's row stream, one line per 64
  * codes each, running into the rows the next call reads: FP8_PF bytes
- * ahead into L2 and FP8_PF1 ahead into L1.  The L1 one measured 12-18 %
- * less time on Zen 3 from DRAM (one pass of 1280 or 4096 codes a row, 32 x
- * 32 blocks, finite codes, 1 and 2 threads, in process, alternating, each
- * form in both code positions); rows cut into passes (k = 8192) the same.  The 2^-8 of the fp16
- * decode comes back as one exact *256 per output.  NaN codes are tracked
+ * ahead into L2 and FP8_PF1 ahead into L1 (without the L1 one, rows read
+ * in one pass from DRAM took 1.12-1.22x the time on Zen 3, 1 and 2
+ * threads; rows cut into passes, k = 8192, the same).  The 2^-8 of the
+ * fp16 decode comes back as one exact *256 per output.  NaN codes are tracked
  * with one byte max per load (code | 0x80 is 0xff exactly for 0x7f/0xff).
  * Block sizes that are not a multiple of 32 take the plain per-element
  * path (correct, not fast: no checkpoint uses them).
@@ -232,12 +226,11 @@ typedef struct {
     size_t c;
 } fp8_cursor;
 
-/* dist bytes ahead of row r0's pass start (pass [k0, k0 + kn) of rows of k) */
-AI fp8_cursor fp8_cursor_at(const uint8_t *W, size_t r0, size_t k, size_t k0, size_t kn,
-                            size_t dist)
+/* dist bytes ahead of row 0's pass start (pass [k0, k0 + kn) of rows of k) */
+AI fp8_cursor fp8_cursor_at(const uint8_t *W, size_t k, size_t k0, size_t kn, size_t dist)
 {
     fp8_cursor c = { NULL, dist % kn / 64 * 64 };
-    c.p = W + (r0 + dist / kn) * k + k0 + c.c;
+    c.p = W + dist / kn * k + k0 + c.c;
     return c;
 }
 
@@ -508,18 +501,18 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
         xch = ((k + np - 1) / np + 63) / 64 * 64;
     }
     /* Passes outermost: x is prepared once per pass and call, arranged
-     * again per scale row, and the prefetch cursor runs through the pass's
-     * row stream across the scale rows.  (Scale rows outermost prepared x
-     * for every pass of every scale row: a row of 8192 codes in 32-row
-     * blocks spent ~7 % of its time there, measured on Zen 3.)  Each output
-     * is still the sum of its passes in order. */
+     * again per scale row, and the prefetch cursors run through the pass's
+     * row stream across the scale rows (with scale rows outermost, x would
+     * be prepared for every pass of every scale row: 5120 x 8192 in 32 x 32
+     * blocks took 1.04-1.09x the time on Zen 3).  Each output is the sum of
+     * its passes in order. */
     for (size_t k0 = 0; k0 < k; k0 += xch) {
         const size_t kn = k - k0 < xch ? k - k0 : xch;
         const int xfin = shd && fp8sh_prep_x(x + k0, kn, xp, bm);
         /* prefetch cursors: FP8_PF (L2) and FP8_PF1 (L1) bytes ahead in the
          * pass's row stream */
-        fp8_cursor pf[2] = { fp8_cursor_at(W, 0, k, k0, kn, FP8_PF),
-                             fp8_cursor_at(W, 0, k, k0, kn, FP8_PF1) };
+        fp8_cursor pf[2] = { fp8_cursor_at(W, k, k0, kn, FP8_PF),
+                             fp8_cursor_at(W, k, k0, kn, FP8_PF1) };
         for (size_t rb0 = 0; rb0 < rows;) {
             const size_t sr = rb0 / bs;                 /* scale row */
             const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
@@ -1213,12 +1206,6 @@ static void cvt_bf16_f32_avx2(const uint16_t *src, size_t n, float *out)
     for (; i < n; i++) out[i] = dsattn_bf16_to_f32(src[i]);
 }
 
-AI __m256 bf16x8_load(const uint16_t *p)
-{
-    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-
 /* Eight horizontal sums at once: lane s = sum of v[s]'s lanes. */
 AI __m256 reduce8_ps(const __m256 v[8])
 {
@@ -1252,7 +1239,7 @@ AI void mdot_bf16_tile2(const float *q, size_t ldq, const uint16_t *rows, size_t
     for (; i + 8 <= k; i += 8) {
         __m256 w[8];
 #pragma GCC unroll 8
-        for (int r = 0; r < RB; r++) w[r] = bf16x8_load(rows + r * ldr + i);
+        for (int r = 0; r < RB; r++) w[r] = dsattn_bf16x8_256(rows + r * ldr + i);
 #pragma GCC unroll 8
         for (int h = 0; h < HB; h++) {
             const __m256 qv = _mm256_loadu_ps(q + h * ldq + i);

@@ -20,10 +20,9 @@
  *    computes p_j = bf16(exp(s_j - max) / sum) per chunk (the quotient by
  *    the Newton step of mha_avx512.c); for G >= 4 the exp pass keeps its
  *    exps (fp32 rows) and the V pass reads them, where MHA, bound by the K
- *    and V stream, computes them again.  Measured in process on a Zen 3
- *    (one thread, 32K-64K keys) against the former per-tile running max
- *    and sum: 4-8 % less time for G = 4 to 16 (the per-tile horizontal
- *    max, its branch and the rescales of the sum are gone).
+ *    and V stream, computes them again.  A running max and sum per tile
+ *    (a horizontal max, a branch and a rescale per tile and head) measured
+ *    4-8 % slower for G = 4 to 16 on a Zen 3 (one thread, 32K-64K keys).
  *  - P.V: V is tiled by 64 keys and 32-dim blocks ([w][32] per block), so
  *    32 bytes are 16 dims of one key; decoded once (even / odd dims) they
  *    feed 2 FMAs per head with p broadcast, accumulators in registers over
@@ -62,13 +61,6 @@
 #define INLINE DSATTN_AVX2_AI
 
 /* ==== K pass ============================================================ */
-
-/* 8 bf16 values at p (16 bytes) -> fp32 */
-INLINE __m256 bf16x8(const uint16_t *p)
-{
-    const __m128i x = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
-}
 
 /* Scores of keys 16*hb .. 16*(hb+NB)-1 of a full tile kt ([d][32] bf16)
  * for NH heads (q [NH][d]) as bf16 bits in key order: tb[h*ldt + key]
@@ -136,17 +128,18 @@ static float head_softmax(const uint16_t *sc, size_t T, float *ex, float *M)
     __m256 m0 = ninf, m1 = ninf;
     size_t j = 0;
     for (; j + 16 <= T8; j += 16) {
-        m0 = _mm256_max_ps(m0, bf16x8(sc + j));
-        m1 = _mm256_max_ps(m1, bf16x8(sc + j + 8));
+        m0 = _mm256_max_ps(m0, dsattn_bf16x8_256(sc + j));
+        m1 = _mm256_max_ps(m1, dsattn_bf16x8_256(sc + j + 8));
     }
-    if (j < T8) m0 = _mm256_max_ps(m0, bf16x8(sc + j));
-    if (T8 < T) m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, bf16x8(sc + T8), tail));
+    if (j < T8) m0 = _mm256_max_ps(m0, dsattn_bf16x8_256(sc + j));
+    if (T8 < T)
+        m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, dsattn_bf16x8_256(sc + T8), tail));
     *M = dsattn_hmax256(_mm256_max_ps(m0, m1));
     const __m256 mb = _mm256_set1_ps(*M);
     __m256 l0 = _mm256_setzero_ps(), l1 = _mm256_setzero_ps();
     for (j = 0; j + 16 <= T8; j += 16) {
-        const __m256 e0 = dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + j), mb));
-        const __m256 e1 = dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + j + 8), mb));
+        const __m256 e0 = dsattn_exp256_ftz_neg(_mm256_sub_ps(dsattn_bf16x8_256(sc + j), mb));
+        const __m256 e1 = dsattn_exp256_ftz_neg(_mm256_sub_ps(dsattn_bf16x8_256(sc + j + 8), mb));
         if (ex) {
             _mm256_store_ps(ex + j, e0);
             _mm256_store_ps(ex + j + 8, e1);
@@ -155,12 +148,13 @@ static float head_softmax(const uint16_t *sc, size_t T, float *ex, float *M)
         l1 = _mm256_add_ps(l1, e1);
     }
     if (j < T8) {
-        const __m256 e0 = dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + j), mb));
+        const __m256 e0 = dsattn_exp256_ftz_neg(_mm256_sub_ps(dsattn_bf16x8_256(sc + j), mb));
         if (ex) _mm256_store_ps(ex + j, e0);
         l0 = _mm256_add_ps(l0, e0);
     }
     if (T8 < T) {
-        const __m256 e1 = _mm256_and_ps(dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + T8), mb)), tail);
+        const __m256 s1 = dsattn_bf16x8_256(sc + T8);
+        const __m256 e1 = _mm256_and_ps(dsattn_exp256_ftz_neg(_mm256_sub_ps(s1, mb)), tail);
         if (ex) _mm256_store_ps(ex + T8, e1);
         l1 = _mm256_add_ps(l1, e1);
     }
@@ -184,8 +178,10 @@ static void chunk_probs(const uint16_t *sc, const float *ex, size_t ld, size_t c
         for (size_t k = 0; k < PVC; k += 8) {
             __m256 r = _mm256_setzero_ps();
             if (k < nk) {
-                const __m256 e = ex ? _mm256_load_ps(ex + h * ld + c0 + k)
-                                    : dsattn_exp256_ftz_neg(_mm256_sub_ps(bf16x8(sc + h * ld + c0 + k), mb));
+                const size_t o = h * ld + c0 + k;
+                const __m256 e =
+                    ex ? _mm256_load_ps(ex + o)
+                       : dsattn_exp256_ftz_neg(_mm256_sub_ps(dsattn_bf16x8_256(sc + o), mb));
                 const __m256 q0 = _mm256_mul_ps(e, rb);
                 const __m256 q1 = _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, lb, e), rb, q0);
                 r = dsattn_rbf16_256(q1);
@@ -331,7 +327,8 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     }
 
     /* ---- softmax statistics and exps, a head at a time */
-    for (size_t h = 0; h < G; h++) L[h] = head_softmax(sc + h * tp, T, ex ? ex + h * tp : NULL, M + h);
+    for (size_t h = 0; h < G; h++)
+        L[h] = head_softmax(sc + h * tp, T, ex ? ex + h * tp : NULL, M + h);
 
     /* ---- V pass: per chunk, probabilities then P.V */
     const size_t nq = (d + 15) / 16;                /* 16-dim quarters, <= 8 */

@@ -64,12 +64,6 @@ AI __m256 rbf16(__m256 x)
                             _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-/* 8 bf16 values (16 bytes) -> fp32 */
-AI __m256 bf16x8(const uint8_t *p)
-{
-    const __m128i h = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
 
 /* 8 codes widened to 16 bits -> fp16 bits s.0eeee.mmm0000000 */
 AI __m128i e4m3_h8(__m128i b)
@@ -107,7 +101,7 @@ AI __m256 wrow8(const uint8_t *w, __m256 f1, __m256 f2, int mode)
 #define exp_ftz exp8_ftz
 #define wrow wrow8
 #define e4m3x2_div256 dsattn_e4m3x16_div256_256
-#define bf16v bf16x8
+#define bf16v dsattn_bf16x8_256
 #define e4m3v e4m3x8
 #define hsumv dsattn_hsum256
 
@@ -188,7 +182,7 @@ static void tile_bf16_avx2(const uint8_t *const *rows, size_t nr, size_t D, floa
         __m256 r[KT];
 #pragma GCC unroll 12
         for (int i = 0; i < KT; i++)
-            r[i] = (size_t)i < nr ? bf16x8(rows[i] + 2 * d) : _mm256_setzero_ps();
+            r[i] = (size_t)i < nr ? dsattn_bf16x8_256(rows[i] + 2 * d) : _mm256_setzero_ps();
         dsattn_store12x8_256(r, kt + d * KT);
     }
     for (; d < D; d++)

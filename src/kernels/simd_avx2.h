@@ -1,5 +1,6 @@
 /* simd_avx2.h - small AVX2 + FMA + F16C helpers that the AVX2 kernel files
- * inline into their loops (so the values stay in registers): the exp of the softmaxes, the bf16 rounding of 8 lanes, the
+ * inline into their loops (so the values stay in registers): the exp of the softmaxes, 8 bf16 values
+ * widened to fp32, the bf16 rounding of 8 lanes, the
  * exact decode of E4M3 codes, horizontal max / sum, first-n lane masks,
  * an 8 x 8 transpose and the 12-row tile store, and the 6 x 16 register
  * tile that the MLA scores and PV, the prefill GEMM and the sparse-attention
@@ -99,6 +100,13 @@ DSATTN_AVX2_AI __m256 dsattn_exp256_ftz_neg(__m256 x)
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
                                                          _mm256_set1_epi32(127)), 23);
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* 8 bf16 values (16 bytes at p, any alignment) -> fp32, exactly */
+DSATTN_AVX2_AI __m256 dsattn_bf16x8_256(const void *p)
+{
+    const __m128i x = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
 }
 
 DSATTN_AVX2_AI float dsattn_hmax256(__m256 v)

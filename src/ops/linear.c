@@ -157,10 +157,10 @@ static int run_take(gemv_run *r, int from_back, uint32_t *chunk)
  * per call and k slice (kernels_avx2.c), so longer calls spread that.
  * Rows of more than GEMV_LONG_ROW bytes take up to 4x too (same bound):
  * a GEMV splits such rows into k passes and prepares x once per pass and
- * call (the AVX2 FP8 kernel), so a 256 KB call of 32 rows of 8192 codes
- * prepared it for every 32 rows.  With 1 MB calls (and that kernel's
- * passes outermost) the V4.1 decode's output projections took 118-121 ms
- * a step at 4K instead of 125-127 (Zen 3, 2 threads, alternating runs). */
+ * call (the AVX2 FP8 kernel), which a 256 KB call of 32 rows of 8192 codes
+ * would do for every 32 rows.  With 1 MB calls (and that kernel's passes
+ * outermost) the V4.1 decode's output projections take 118-121 ms a step
+ * at 4K against 125-127 (Zen 3, 2 threads, alternating runs). */
 #define GEMV_LONG_ROW 4096
 #define GEMV_WIDE_TOK 12
 static size_t chunk_rows(const dsattn_weight *W, size_t n_tok, size_t nthr)
