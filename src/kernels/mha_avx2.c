@@ -29,10 +29,17 @@
  *    the tile: 6 or 4 heads x 16 dims, 2 x 32 or 1 x 64.
  *  - software prefetch of the tile 2 K tiles / 1 V tile ahead, with the
  *    T1 hint: on AMD Zen 4 (in-process A/B, docs/mha.md) the T0 form was
- *    1.2-1.3x slower at 64K keys, on Zen 3 the same.  Likely: a tile's 128
- *    prefetches come in a burst and a T0 one holds an L1 miss buffer until
- *    its line arrives; T1 lines go to L2, whose refill at the load the
- *    FMAs hide.
+ *    1.2-1.3x slower at 64K keys, on Zen 3 the same.  Likely: a T0
+ *    prefetch holds an L1 miss buffer until its line arrives; T1 lines go
+ *    to L2, whose refill at the load the FMAs hide.  The calls that work on
+ *    a tile share its prefetches, paced over all of them: the score calls
+ *    of a K tile take every ncall-th dim's line, the P.V calls of a chunk
+ *    a run of the V tile's lines each, spread over their keys.  Asked for
+ *    by the first call alone (a burst of 128 lines in a third of a K
+ *    tile's time at G = 8), the lines arrive late; paced, G = 4 / 8 / 16
+ *    run 1.05-1.13x as fast at 32K-64K keys on a Zen 3 (one thread, in
+ *    process, docs/mha.md).  G = 1 and 2 have one score call a tile, and
+ *    their P.V calls take whole 32-dim blocks of the V tile.
  * Each key's score is one FMA chain over the dims in order and each head's
  * output one chain over the keys in order, whatever the batch: the heads
  * of a group are only ever batched, never mixed (GQA == MHA bit for bit).
@@ -65,10 +72,11 @@
 /* Scores of keys 16*hb .. 16*(hb+NB)-1 of a full tile kt ([d][32] bf16)
  * for NH heads (q [NH][d]) as bf16 bits in key order: tb[h*ldt + key]
  * (tb 32-byte aligned, ldt a multiple of 16).  pf: a later tile to
- * prefetch (one line per dim) or NULL. */
+ * prefetch (one line per dim) or NULL; this call asks for the lines of
+ * dims ph, ph + np, ph + 2 np, ... (np: the tile's score calls). */
 INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint16_t *pf,
-                       float inv, uint16_t *tb, size_t ldt, const int hb, const int NH,
-                       const int NB)
+                       size_t ph, size_t np, float inv, uint16_t *tb, size_t ldt, const int hb,
+                       const int NH, const int NB)
 {
     __m256 ae[6], ao[6];                           /* [h * NB + b] */
     UNROLL for (int i = 0; i < NH * NB; i++) ae[i] = ao[i] = _mm256_setzero_ps();
@@ -84,7 +92,10 @@ INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint1
             ve[b] = _mm256_castsi256_ps(e);
             vo[b] = _mm256_castsi256_ps(_mm256_blend_epi16(x, e, 0x55));
         }
-        if (pf) _mm_prefetch((const char *)(pf + i * KT), _MM_HINT_T1);
+        if (pf && i == ph) {
+            _mm_prefetch((const char *)(pf + i * KT), _MM_HINT_T1);
+            ph += np;
+        }
         UNROLL for (int h = 0; h < NH; h++) {
             const __m256 qb = _mm256_broadcast_ss(q + (size_t)h * d + i);
             UNROLL for (int b = 0; b < NB; b++) {
@@ -106,11 +117,11 @@ INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint1
 
 #define SCORE_FN(NH, NB)                                                                  \
     static __attribute__((noinline)) void score_##NH##_##NB(const float *q, size_t d,    \
-                                  const uint16_t *kt, const uint16_t *pf, float inv,  \
-                                  uint16_t *tb, size_t ldt, int hb)                       \
+                                  const uint16_t *kt, const uint16_t *pf, size_t ph,  \
+                                  size_t np, float inv, uint16_t *tb, size_t ldt, int hb) \
     {                                                                                     \
-        if (hb) score_keys(q, d, kt, pf, inv, tb, ldt, 1, NH, NB);                        \
-        else score_keys(q, d, kt, pf, inv, tb, ldt, 0, NH, NB);                           \
+        if (hb) score_keys(q, d, kt, pf, ph, np, inv, tb, ldt, 1, NH, NB);                \
+        else score_keys(q, d, kt, pf, ph, np, inv, tb, ldt, 0, NH, NB);                   \
     }
 SCORE_FN(6, 1) SCORE_FN(4, 1) SCORE_FN(2, 2) SCORE_FN(1, 2)
 
@@ -199,19 +210,30 @@ typedef struct {
     __m256i  m;
 } vquarter;
 
+/* A call's part of a later V tile's prefetch (the P.V calls of a chunk
+ * share the tile's lines, one per key and 32-dim block): one or two runs
+ * of consecutive lines from p[r], n[r] lines, one line of each a key. */
+typedef struct {
+    const uint16_t *p[2];
+    size_t n[2];
+} pv_pf;
+
 /* acc (per 16-dim quarter u: 8 even dims then 8 odd dims) of NH heads,
  * quarters u0 .. u0+NQ-1, += sum_{j<nk} p[h][j] * V[j][quarter].
  * MASKED: some quarter is narrower than 16 dims or strided otherwise than
- * 32 (the last block when d % 32 != 0).  pf: a later full tile to
- * prefetch (the lines of the quarters' blocks) or NULL. */
+ * 32 (the last block when d % 32 != 0).  pf: this call's part of a later
+ * full tile's prefetch, or NULL. */
 INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, size_t u0,
-                    const vquarter *vq, const uint16_t *pf, const int NH, const int NQ,
+                    const vquarter *vq, const pv_pf *pf, const int NH, const int NQ,
                     const int MASKED)
 {
     __m256 ae[6], ao[6];                           /* [h * NQ + u] */
     const uint16_t *base[4];
     UNROLL for (int u = 0; u < NQ; u++) base[u] = vt + vq[u0 + u].base;
     mha_pv_load(ae, ao, acc, u0, NH, NQ);
+    const uint16_t *pp0 = pf ? pf->p[0] : NULL, *pp1 = pf ? pf->p[1] : NULL;
+    const size_t pn0 = pf ? pf->n[0] : 0, pn1 = pf ? pf->n[1] : 0;
+    size_t pacc = 0, px = 0;
     for (size_t j = 0; j < nk; j++) {
         __m256 ve[4], vo[4];
         UNROLL for (int u = 0; u < NQ; u++) {
@@ -220,12 +242,15 @@ INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, 
                 x = _mm256_maskload_epi32((const int *)(base[u] + j * vq[u0 + u].stride),
                                           vq[u0 + u].m);
             else x = _mm256_loadu_si256((const __m256i *)(base[u] + j * 32));
-            /* one line per key and 32-dim block: the even quarter asks */
-            if (pf && ((u0 + u) & 1) == 0)
-                _mm_prefetch((const char *)(pf + (u0 + u) / 2 * 32 * PVC + j * 32), _MM_HINT_T1);
             const __m256i e = _mm256_slli_epi32(x, 16);
             ve[u] = _mm256_castsi256_ps(e);
             vo[u] = _mm256_castsi256_ps(_mm256_blend_epi16(x, e, 0x55));
+        }
+        if ((pacc += pn0) >= PVC) {       /* n[0] lines over the chunk's PVC keys */
+            pacc -= PVC;
+            _mm_prefetch((const char *)(pp0 + px * 32), _MM_HINT_T1);
+            if (px < pn1) _mm_prefetch((const char *)(pp1 + px * 32), _MM_HINT_T1);
+            px++;
         }
         mha_pv_key(ae, ao, ve, vo, pb + j, NH, NQ);
     }
@@ -235,7 +260,7 @@ INLINE void pv_keys(const float *pb, const uint16_t *vt, size_t nk, float *acc, 
 #define PV_FN(NH, NQ, MS)                                                                \
     static void pv_##NH##_##NQ##_##MS(const float *pb, const uint16_t *vt, size_t nk,    \
                                       float *acc, size_t u0, const vquarter *vq,         \
-                                      const uint16_t *pf)                                \
+                                      const pv_pf *pf)                                   \
     {                                                                                    \
         pv_keys(pb, vt, nk, acc, u0, vq, pf, NH, NQ, MS);                                \
     }
@@ -243,7 +268,7 @@ PV_FN(6, 1, 0) PV_FN(4, 1, 0) PV_FN(2, 2, 0) PV_FN(2, 1, 0) PV_FN(1, 4, 0) PV_FN
 PV_FN(6, 1, 1) PV_FN(4, 1, 1) PV_FN(2, 2, 1) PV_FN(2, 1, 1) PV_FN(1, 4, 1) PV_FN(1, 2, 1) PV_FN(1, 1, 1)
 
 typedef void (*pv_fn)(const float *, const uint16_t *, size_t, float *, size_t,
-                      const vquarter *, const uint16_t *);
+                      const vquarter *, const pv_pf *);
 /* [masked][heads 6 / 4 / 2 / 1][quarters 4 / 2 / 1] (NULL: not a batch shape) */
 static const pv_fn pv_tab[2][4][3] = {
     { { NULL, NULL, pv_6_1_0 }, { NULL, NULL, pv_4_1_0 }, { NULL, pv_2_2_0, pv_2_1_0 },
@@ -260,6 +285,28 @@ static size_t batch(size_t left, int *ix)
     if (left >= 2) { *ix = 2; return 2; }
     *ix = 3;
     return 1;
+}
+
+/* quarters in a P.V call of batch row ix with `left` quarters to go: 1
+ * for 6 or 4 heads, 2 for 2, 4 for 1 (never 3) */
+static size_t pv_quarters(int ix, size_t left)
+{
+    const size_t k = DSATTN_MIN((size_t)(ix <= 1 ? 1 : ix == 2 ? 2 : 4), left);
+    return k == 3 ? 2 : k;
+}
+
+/* score calls of a K tile (two 16-key halves for 6 or 4 heads) and P.V
+ * calls of a chunk (nq quarters) for G heads: the calls that share the
+ * tile's prefetches */
+static void count_calls(size_t G, size_t nq, size_t *ns, size_t *npv)
+{
+    *ns = *npv = 0;
+    for (size_t h0 = 0; h0 < G;) {
+        int ix;
+        h0 += batch(G - h0, &ix);
+        *ns += ix <= 1 ? 2 : 1;
+        for (size_t u = 0; u < nq; (*npv)++) u += pv_quarters(ix, nq - u);
+    }
 }
 
 /* ==== The kernel ======================================================== */
@@ -294,6 +341,9 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
 
     /* ---- K pass: every head's bf16 scores into its row of sc (a partial
      * last tile's padding keys score 0 there; nothing reads past T) */
+    const size_t nq = (d + 15) / 16;                /* 16-dim quarters, <= 8 */
+    size_t ncall, npv;
+    count_calls(G, nq, &ncall, &npv);
     for (size_t b0 = 0; b0 < T; b0 += KT) {
         const size_t w = DSATTN_MIN((size_t)KT, cap - b0), nk = DSATTN_MIN(w, T - b0);
         const uint16_t *kt = K + b0 * d;
@@ -305,23 +355,24 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
             kt = kpad;
         }
         const uint16_t *pf = b0 + (PFK + 1) * KT <= T ? K + (b0 + PFK * KT) * d : NULL;
+        size_t ph = 0;
         for (size_t h0 = 0; h0 < G;) {
             int ix;
             const size_t nh = batch(G - h0, &ix);
             const float *qh = q + h0 * d;
-            const uint16_t *p0 = h0 ? NULL : pf;
             uint16_t *tb = sc + h0 * tp + b0;
             if (ix == 0) {
-                score_6_1(qh, d, kt, p0, inv, tb, tp, 0);
-                score_6_1(qh, d, kt, NULL, inv, tb, tp, 1);
+                score_6_1(qh, d, kt, pf, ph, ncall, inv, tb, tp, 0);
+                score_6_1(qh, d, kt, pf, ph + 1, ncall, inv, tb, tp, 1);
             } else if (ix == 1) {
-                score_4_1(qh, d, kt, p0, inv, tb, tp, 0);
-                score_4_1(qh, d, kt, NULL, inv, tb, tp, 1);
+                score_4_1(qh, d, kt, pf, ph, ncall, inv, tb, tp, 0);
+                score_4_1(qh, d, kt, pf, ph + 1, ncall, inv, tb, tp, 1);
             } else if (ix == 2) {
-                score_2_2(qh, d, kt, p0, inv, tb, tp, 0);
+                score_2_2(qh, d, kt, pf, ph, ncall, inv, tb, tp, 0);
             } else {
-                score_1_2(qh, d, kt, p0, inv, tb, tp, 0);
+                score_1_2(qh, d, kt, pf, ph, ncall, inv, tb, tp, 0);
             }
+            ph += ix <= 1 ? 2 : 1;
             h0 += nh;
         }
     }
@@ -331,7 +382,6 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
         L[h] = head_softmax(sc + h * tp, T, ex ? ex + h * tp : NULL, M + h);
 
     /* ---- V pass: per chunk, probabilities then P.V */
-    const size_t nq = (d + 15) / 16;                /* 16-dim quarters, <= 8 */
     vquarter vq[8];
     memset(acc, 0, G * 128 * sizeof(float));
     for (size_t c0 = 0; c0 < T; c0 += PVC) {
@@ -357,18 +407,28 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
                 _mm_prefetch((const char *)(e1 + 48), _MM_HINT_T0);
             }
         const uint16_t *vt = V + c0 * d;
-        const uint16_t *pf = c0 + (PFV + 1) * PVC <= T ? vt + PFV * PVC * d : NULL;
+        const size_t nl = (d + 31) / 32 * PVC;        /* lines of a V tile */
+        /* each call's lines in one run, or two side by side when there are
+         * more of them than keys (npv * PVC >= nl / 2 for d <= 128) */
+        const size_t runs = (nl + npv * PVC - 1) / (npv * PVC);
+        const uint16_t *vn = vt + PFV * PVC * d;
+        pv_pf vpf;
+        const pv_pf *pf = c0 + (PFV + 1) * PVC <= T ? &vpf : NULL;
+        size_t call = 0;
         for (size_t h0 = 0; h0 < G;) {
             int ix;
             const size_t nh = batch(G - h0, &ix);
-            const size_t qmax = ix <= 1 ? 1 : ix == 2 ? 2 : 4;
             for (size_t u = 0; u < nq;) {
-                size_t k = DSATTN_MIN(qmax, nq - u);
-                if (k == 3) k = 2;
+                const size_t k = pv_quarters(ix, nq - u);
                 const int jx = k == 4 ? 0 : k == 2 ? 1 : 2;
                 const int masked = (int)(u + k) > masked_from;
-                pv_tab[masked][ix][jx](pb + h0 * PVC, vt, nk, acc + h0 * 128, u, vq,
-                                       h0 ? NULL : pf);
+                const size_t l0 = call * nl / npv, l1 = ++call * nl / npv;
+                const size_t half = runs == 2 ? (l1 - l0 + 1) / 2 : l1 - l0;
+                vpf.p[0] = vn + l0 * 32;
+                vpf.n[0] = half;
+                vpf.p[1] = vn + (l0 + half) * 32;
+                vpf.n[1] = l1 - l0 - half;
+                pv_tab[masked][ix][jx](pb + h0 * PVC, vt, nk, acc + h0 * 128, u, vq, pf);
                 u += k;
             }
             h0 += nh;
