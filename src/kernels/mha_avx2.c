@@ -411,9 +411,9 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
         /* each call's lines in one run, or two side by side when there are
          * more of them than keys (npv * PVC >= nl / 2 for d <= 128) */
         const size_t runs = (nl + npv * PVC - 1) / (npv * PVC);
-        const uint16_t *vn = vt + PFV * PVC * d;
+        const uint16_t *vn = c0 + (PFV + 1) * PVC <= T ? vt + PFV * PVC * d : NULL;
         pv_pf vpf;
-        const pv_pf *pf = c0 + (PFV + 1) * PVC <= T ? &vpf : NULL;
+        const pv_pf *pf = vn ? &vpf : NULL;
         size_t call = 0;
         for (size_t h0 = 0; h0 < G;) {
             int ix;
@@ -423,11 +423,13 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
                 const int jx = k == 4 ? 0 : k == 2 ? 1 : 2;
                 const int masked = (int)(u + k) > masked_from;
                 const size_t l0 = call * nl / npv, l1 = ++call * nl / npv;
-                const size_t half = runs == 2 ? (l1 - l0 + 1) / 2 : l1 - l0;
-                vpf.p[0] = vn + l0 * 32;
-                vpf.n[0] = half;
-                vpf.p[1] = vn + (l0 + half) * 32;
-                vpf.n[1] = l1 - l0 - half;
+                if (vn) {
+                    const size_t half = runs == 2 ? (l1 - l0 + 1) / 2 : l1 - l0;
+                    vpf.p[0] = vn + l0 * 32;
+                    vpf.n[0] = half;
+                    vpf.p[1] = vn + (l0 + half) * 32;
+                    vpf.n[1] = l1 - l0 - half;
+                }
                 pv_tab[masked][ix][jx](pb + h0 * PVC, vt, nk, acc + h0 * 128, u, vq, pf);
                 u += k;
             }
