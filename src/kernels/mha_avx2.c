@@ -287,6 +287,10 @@ static size_t batch(size_t left, int *ix)
     return 1;
 }
 
+/* score calls of a K tile for batch row ix: two 16-key halves for 6 or 4
+ * heads, the whole tile for 2 or 1 */
+static size_t score_calls(int ix) { return ix <= 1 ? 2 : 1; }
+
 /* quarters in a P.V call of batch row ix with `left` quarters to go: 1
  * for 6 or 4 heads, 2 for 2, 4 for 1 (never 3) */
 static size_t pv_quarters(int ix, size_t left)
@@ -295,16 +299,15 @@ static size_t pv_quarters(int ix, size_t left)
     return k == 3 ? 2 : k;
 }
 
-/* score calls of a K tile (two 16-key halves for 6 or 4 heads) and P.V
- * calls of a chunk (nq quarters) for G heads: the calls that share the
- * tile's prefetches */
+/* score calls of a K tile and P.V calls of a chunk (nq quarters) for G
+ * heads: the calls that share the tile's prefetches */
 static void count_calls(size_t G, size_t nq, size_t *ns, size_t *npv)
 {
     *ns = *npv = 0;
     for (size_t h0 = 0; h0 < G;) {
         int ix;
         h0 += batch(G - h0, &ix);
-        *ns += ix <= 1 ? 2 : 1;
+        *ns += score_calls(ix);
         for (size_t u = 0; u < nq; (*npv)++) u += pv_quarters(ix, nq - u);
     }
 }
@@ -372,7 +375,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
             } else {
                 score_1_2(qh, d, kt, pf, ph, ncall, inv, tb, tp, 0);
             }
-            ph += ix <= 1 ? 2 : 1;
+            ph += score_calls(ix);
             h0 += nh;
         }
     }
