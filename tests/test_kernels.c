@@ -274,6 +274,10 @@ static void run_gemv(const char *name)
      * half step of 64 */
     gemv_fp8_case(&isa, &rng, 5, 0, 5, 4096 + 32, 32, 0);
     gemv_fp8_case(&isa, &rng, 6, 0, 6, 4096 + 200, 96, 0);
+    /* rows by pairs (the AVX2 GEMV's passes of 3072+ codes) with NaN codes
+     * and an odd last row; one pass of 8192 by pairs at extreme scales */
+    gemv_fp8_case(&isa, &rng, 7, 0, 7, 4096 + 32, 32, 1);
+    gemv_fp8_case(&isa, &rng, 9, 0, 9, 8192, 128, 3);
     gemv_fp4_case(&isa, &rng, 5, 8192 + 96, 0);
     gemv_fp4_case(&isa, &rng, 6, 16384 + 32, 0);
 }
@@ -317,6 +321,48 @@ static void run_gemv_fp8_extremes(const char *name)
             gemv_fp8_case(&isa, &rng, 2 * bss[b] + 3, 0, 2 * bss[b] + 3, ks[j], bss[b], 2);
             gemv_fp8_case(&isa, &rng, 2 * bss[b] + 3, bss[b], bss[b] + 3, ks[j], bss[b], 3);
         }
+}
+
+/* The AVX2 FP8 GEMVs take the rows of a long pass two at a time (each
+ * row's arithmetic that of one row alone): every row of a call over many
+ * rows has the bits of a call over that row alone, NaN codes included, on
+ * both entries.  Odd row counts and scale rows, passes of 3072 codes to two
+ * passes of 8224. */
+static void run_gemv_fp8_pairs(const char *name)
+{
+    isa_t isa;
+    if (!get_isa(name, &isa)) return;
+    dsattn_rng rng = { 29 };
+    const size_t ks[] = { 3072, 4096 + 32, 7168, 8192, 8192 + 200, 16448 };
+    const size_t bss[] = { 32, 128 }, rows = 67;
+    for (size_t j = 0; j < DSATTN_ARRAY_LEN(ks); j++)
+        for (size_t b = 0; b < DSATTN_ARRAY_LEN(bss); b++)
+            for (int nan = 0; nan < 2; nan++) {
+                const size_t k = ks[j], bs = bss[b], ldsc = (k + bs - 1) / bs;
+                const size_t nsr = (rows + bs - 1) / bs;
+                uint8_t *W = malloc(rows * k);
+                float *sc = malloc(nsr * ldsc * sizeof(float)), *x = malloc(k * sizeof(float));
+                float *ya = malloc(rows * sizeof(float)), *y1 = malloc(rows * sizeof(float));
+                for (size_t i = 0; i < rows * k; i++) W[i] = rnd_e4m3(&rng);
+                if (nan)
+                    for (size_t r = 1; r < rows; r += 5) W[r * k + (size_t)(dsattn_rng_u64(&rng) % k)] = 0xff;
+                for (size_t i = 0; i < nsr * ldsc; i++)
+                    sc[i] = ldexpf(1.0f + 0.5f * dsattn_rng_uniform(&rng), -(int)(dsattn_rng_u64(&rng) % 12));
+                fill_uniform(&rng, x, k);
+                void (*const g)(const uint8_t *, const float *, size_t, size_t, const float *,
+                                float *, size_t, size_t) = nan ? isa.k->gemv_fp8 : isa.k->gemv_fp8_finite;
+                g(W, sc, bs, ldsc, x, ya, rows, k);
+                for (size_t r = 0; r < rows; r++)
+                    g(W + r * k, sc + (r / bs) * ldsc, bs, ldsc, x, y1 + r, 1, k);
+                size_t bad = 0;
+                for (size_t r = 0; r < rows; r++)
+                    if (memcmp(&ya[r], &y1[r], sizeof(float)) != 0) bad++;
+                CHECK_MSG(bad == 0, "gemv_fp8%s[%s] k=%zu bs=%zu: %zu of %zu rows differ from one-row calls",
+                          nan ? "" : "_finite", isa.k->name, k, bs, bad, rows);
+                if (nan)
+                    for (size_t r = 1; r < rows; r += 5) CHECK(isnan(ya[r]));
+                free(W); free(sc); free(x); free(ya); free(y1);
+            }
 }
 
 static void run_gemv_fp4_special(const char *name)
@@ -527,6 +573,8 @@ DSATTN_TEST(kernels, gemv_fp8_m_neon)   { run_gemv_fp8_m("neon"); }
 DSATTN_TEST(kernels, gemv_bf16_m_avx512) { run_gemv_bf16_m("avx512"); }
 DSATTN_TEST(kernels, gemv_bf16_m_avx2)   { run_gemv_bf16_m("avx2"); }
 DSATTN_TEST(kernels, gemv_bf16_m_neon)   { run_gemv_bf16_m("neon"); }
+DSATTN_TEST(kernels, gemv_fp8_pairs_avx2)   { run_gemv_fp8_pairs("avx2"); }
+DSATTN_TEST(kernels, gemv_fp8_pairs_avx2_expshift) { run_gemv_fp8_pairs("avx2-expshift"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx512) { run_gemv_fp4_special("avx512"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_avx2)   { run_gemv_fp4_special("avx2"); }
 DSATTN_TEST(kernels, gemv_fp4_scales_neon)   { run_gemv_fp4_special("neon"); }

@@ -6,7 +6,8 @@
  * tested against kernels_ref.c with stated bounds, single-threaded and
  * reentrant - on 8 lanes and 16 registers.  The f32 / bf16 GEMVs take 4
  * rows a step and prefetch the next step's rows (into L1 up to 16 KB
- * ahead, else L2); the FP8 and FP4 GEMVs stream one row at a time with a
+ * ahead, else L2); the FP8 and FP4 GEMVs stream one row at a time (the
+ * FP8 one two rows at a time in passes of FP8_PAIR codes or more) with a
  * cursor FP8_PF / FP4_PF bytes ahead, decoding the weights in a fixed
  * permuted order and re-arranging x into that order once per pass
  * (fp8_arrange_x, fp8sh_prep_x, fp4_arrange64); the multi-token FP8 GEMV
@@ -208,14 +209,19 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
  * AVX-512 test host with 1 code in 16 subnormal (random bytes); vcvtph2ps
  * turns fp16 subnormals into normal fp32 numbers at its normal rate. */
 
-/* Elements of x arranged per pass of the FP8 GEMV: up to 24 KB, which stays
- * in a 32 KB L1 beside the weight stream.  A row of k <= XCH_ONE is one
- * pass; a longer one is cut into equal passes of at most XCH (k = 8192 in
- * one pass: measured 1.3-1.8x slower on AMD Zen 4; k = 5120 as 4096 + 1024
- * instead of one pass: 1.1-1.3x slower on AMD Zen 3, the short second pass
- * paying a row's fixed costs and a second arrangement of x per scale row). */
-#define XCH 4096
-#define XCH_ONE 6144
+/* Elements of x arranged per pass of the FP8 GEMV.  A row of k <= XCH_ONE
+ * is one pass; a longer one is cut into equal passes of at most XCH.
+ * Passes of FP8_PAIR codes or more take the rows two at a time (fp8_row2),
+ * so a pass's x (up to 32 KB) crosses from L2 into L1 once per pair of
+ * rows.  Measured on AMD Zen 3, 2 threads, against one row at a time with
+ * passes of at most 4096 (6144 in one): 4096 x 8192 1.27x and 4608 x 7168
+ * 1.5x the rate in one pass by pairs (two passes read 4 KB of every 8 KB
+ * of the stream, 12-17 % slower than rows of 4096, and one pass a row at a
+ * time had x out of L1), 8192 x 4096 1.08-1.14x, 10240 x 3072 1.09-1.27x;
+ * at k = 1024 and 2048 pairs were 5-9 % slower. */
+#define XCH 8192
+#define XCH_ONE 8192
+#define FP8_PAIR 3072
 #define FP8_PF 8192    /* prefetch distance in bytes of the row stream, into L2 */
 #define FP8_PF1 1024   /* the same, into L1 */
 
@@ -241,6 +247,24 @@ AI void fp8_cursor_step(fp8_cursor *c, size_t k, size_t kn)
     if ((c->c += 64) >= kn) {
         c->c = 0;
         c->p += k - kn;
+    }
+}
+
+/* The same over a stream of row pairs (fp8_row2): p is the line of the
+ * pair's first row, p + k the second's; dist bytes ahead in each row. */
+AI fp8_cursor fp8_cursor_at2(const uint8_t *W, size_t k, size_t k0, size_t kn, size_t dist)
+{
+    fp8_cursor c = { NULL, dist % kn / 64 * 64 };
+    c.p = W + dist / kn * 2 * k + k0 + c.c;
+    return c;
+}
+
+AI void fp8_cursor_step2(fp8_cursor *c, size_t k, size_t kn)
+{
+    c->p += 64;
+    if ((c->c += 64) >= kn) {
+        c->c = 0;
+        c->p += 2 * k - kn;
     }
 }
 
@@ -423,9 +447,31 @@ AI void fp8_step(__m256i v, const float *xc, __m256 *a, __m256i *nanv, const int
     for (int j = 0; j < 4; j++) a[j] = _mm256_fmadd_ps(w[j], _mm256_load_ps(xc + 8 * j), a[j]);
 }
 
-/* One row's codes [0, kn) (of a row of k) against the arranged xb; the
- * row's sum times fin (256 after the fp16 decode, the arrangement's
- * unscale after the exponent shift). */
+/* The codes [t0, kn) of a row after its whole 64-code steps, and its sum
+ * times fin (256 after the fp16 decode, the arrangement's unscale after
+ * the exponent shift); NaN where a NaN code was seen (track_nan). */
+AI float fp8_row_end(const uint8_t *w, size_t t0, size_t kn, const float *xb, __m256 *a,
+                     __m256i nanv, const int track_nan, const int sh, float fin)
+{
+    for (; t0 < kn; t0 += 32) {          /* the arranged x is zero past kn */
+        __m256i v;
+        if (t0 + 32 <= kn) {
+            v = _mm256_loadu_si256((const __m256i *)(w + t0));
+        } else {
+            uint8_t ct[32] A32 = { 0 };
+            memcpy(ct, w + t0, kn - t0);
+            v = _mm256_load_si256((const __m256i *)ct);
+        }
+        fp8_step(v, xb + t0, a, &nanv, track_nan, sh);
+    }
+    float s = hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]))) * fin;
+    if (track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1))))
+        s = __builtin_nanf("");
+    return s;
+}
+
+/* One row's codes [0, kn) (of a row of k) against the arranged xb, into
+ * *y (added to it if accumulate). */
 AI void fp8_row(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
                 int accumulate, const int track_nan, fp8_cursor *pf, const int sh, float fin)
 {
@@ -444,21 +490,43 @@ AI void fp8_row(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y
         fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0 + 32)), xb + t0 + 32, a, &nanv,
                  track_nan, sh);
     }
-    for (; t0 < kn; t0 += 32) {          /* the arranged x is zero past kn */
-        __m256i v;
-        if (t0 + 32 <= kn) {
-            v = _mm256_loadu_si256((const __m256i *)(w + t0));
-        } else {
-            uint8_t ct[32] A32 = { 0 };
-            memcpy(ct, w + t0, kn - t0);
-            v = _mm256_load_si256((const __m256i *)ct);
-        }
-        fp8_step(v, xb + t0, a, &nanv, track_nan, sh);
-    }
-    float s = hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]))) * fin;
-    if (track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1))))
-        s = __builtin_nanf("");
+    const float s = fp8_row_end(w, t0, kn, xb, a, nanv, track_nan, sh, fin);
     *y = accumulate ? *y + s : s;
+}
+
+/* Rows w and w + k at once, into y[0] and y[1]: the two rows' loads of x
+ * are the same lines, so x crosses from L2 into L1 once per pair when a
+ * pass's x does not fit L1 beside the weights.  Each row's arithmetic is
+ * fp8_row's (the same bits); pf are pair-stream cursors. */
+AI void fp8_row2(const uint8_t *w, size_t k, const float *xb, size_t kn, float *y,
+                 int accumulate, const int track_nan, fp8_cursor *pf, const int sh, float fin)
+{
+    __m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                    _mm256_setzero_ps() };
+    __m256 b[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                    _mm256_setzero_ps() };
+    __m256i na = _mm256_setzero_si256(), nb = _mm256_setzero_si256();
+    const uint8_t *w1 = w + k;
+    const size_t k64 = kn / 64 * 64;
+    size_t t0 = 0;
+    for (; t0 < k64; t0 += 64) {
+        _mm_prefetch((const char *)pf[0].p, _MM_HINT_T1);
+        _mm_prefetch((const char *)(pf[0].p + k), _MM_HINT_T1);
+        _mm_prefetch((const char *)pf[1].p, _MM_HINT_T0);
+        _mm_prefetch((const char *)(pf[1].p + k), _MM_HINT_T0);
+        fp8_cursor_step2(&pf[0], k, kn);
+        fp8_cursor_step2(&pf[1], k, kn);
+        fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0)), xb + t0, a, &na, track_nan, sh);
+        fp8_step(_mm256_loadu_si256((const __m256i *)(w1 + t0)), xb + t0, b, &nb, track_nan, sh);
+        fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0 + 32)), xb + t0 + 32, a, &na,
+                 track_nan, sh);
+        fp8_step(_mm256_loadu_si256((const __m256i *)(w1 + t0 + 32)), xb + t0 + 32, b, &nb,
+                 track_nan, sh);
+    }
+    const float s0 = fp8_row_end(w, t0, kn, xb, a, na, track_nan, sh, fin);
+    const float s1 = fp8_row_end(w1, t0, kn, xb, b, nb, track_nan, sh, fin);
+    y[0] = accumulate ? y[0] + s0 : s0;
+    y[1] = accumulate ? y[1] + s1 : s1;
 }
 
 static void fp8_row_generic(const uint8_t *w, const float *sc, size_t bs,
@@ -475,6 +543,46 @@ static void fp8_row_generic(const uint8_t *w, const float *sc, size_t bs,
     }
     *y = hsum(acc);
 }
+
+/* Rows [r0, r1) of one scale row of a pass (kn codes from k0, rows of k)
+ * against the arranged xb, one at a time or (pairs) two at a time, the
+ * last of an odd count alone; s1: the exponent-shift decode, whose sums
+ * are multiplied by fin.  One non-inlined copy per form: compiled into one
+ * function with the pair loop, the one-row loop read a DRAM-resident
+ * 32768 x 1024 matrix 12-14 % slower on Zen 3 (2 threads). */
+AI void fp8_rows(const uint8_t *W, size_t k, size_t k0, const float *xb, size_t kn, float *y,
+                 size_t r0, size_t r1, fp8_cursor *pf, int s1, float fin, const int nan,
+                 const int pairs)
+{
+    size_t r = r0;
+    for (; pairs && r + 1 < r1; r += 2) {
+        if (s1)
+            fp8_row2(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 1, fin);
+        else
+            fp8_row2(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 0, 256.0f);
+    }
+    for (; r < r1; r++) {
+        if (s1)
+            fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 1, fin);
+        else
+            fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 0, 256.0f);
+    }
+}
+
+typedef void (*fp8_rows_fn)(const uint8_t *, size_t, size_t, const float *, size_t, float *,
+                            size_t, size_t, fp8_cursor *, int, float);
+#define FP8_ROWS_FORM(name, NAN, PAIRS)                                                        \
+    static __attribute__((noinline)) void name(const uint8_t *W, size_t k, size_t k0,        \
+                                               const float *xb, size_t kn, float *y, size_t r0, \
+                                               size_t r1, fp8_cursor *pf, int s1, float fin)  \
+    {                                                                                          \
+        fp8_rows(W, k, k0, xb, kn, y, r0, r1, pf, s1, fin, NAN, PAIRS);                        \
+    }
+FP8_ROWS_FORM(fp8_rows_n0p0, 0, 0)
+FP8_ROWS_FORM(fp8_rows_n0p1, 0, 1)
+FP8_ROWS_FORM(fp8_rows_n1p0, 1, 0)
+FP8_ROWS_FORM(fp8_rows_n1p1, 1, 1)
+#undef FP8_ROWS_FORM
 
 /* sh: try the exponent-shift decode (per scale row and x pass; the fp16
  * decode where x or x * scale is not finite).  x is prepared for it once
@@ -509,10 +617,19 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
     for (size_t k0 = 0; k0 < k; k0 += xch) {
         const size_t kn = k - k0 < xch ? k - k0 : xch;
         const int xfin = shd && fp8sh_prep_x(x + k0, kn, xp, bm);
+        const int pairs = kn >= FP8_PAIR;
+        const fp8_rows_fn rows_fn = nan ? (pairs ? fp8_rows_n1p1 : fp8_rows_n1p0)
+                                        : (pairs ? fp8_rows_n0p1 : fp8_rows_n0p0);
         /* prefetch cursors: FP8_PF (L2) and FP8_PF1 (L1) bytes ahead in the
-         * pass's row stream */
-        fp8_cursor pf[2] = { fp8_cursor_at(W, k, k0, kn, FP8_PF),
-                             fp8_cursor_at(W, k, k0, kn, FP8_PF1) };
+         * pass's row stream, or half that in each row of the pair stream */
+        fp8_cursor pf[2];
+        if (pairs) {
+            pf[0] = fp8_cursor_at2(W, k, k0, kn, FP8_PF / 2);
+            pf[1] = fp8_cursor_at2(W, k, k0, kn, FP8_PF1 / 2);
+        } else {
+            pf[0] = fp8_cursor_at(W, k, k0, kn, FP8_PF);
+            pf[1] = fp8_cursor_at(W, k, k0, kn, FP8_PF1);
+        }
         for (size_t rb0 = 0; rb0 < rows;) {
             const size_t sr = rb0 / bs;                 /* scale row */
             const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
@@ -521,12 +638,7 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
             const int s1 = xfin && dsattn_fp8sh_plan(bm, (kn + 31) / 32, sc, bs, k0, sg, &pk, &fin);
             if (s1) fp8sh_scale_x(xp, sg, kn, pk, xb);
             else fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
-            for (size_t r = rb0; r < rb1; r++) {
-                if (s1)
-                    fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 1, fin);
-                else
-                    fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 0, 256.0f);
-            }
+            rows_fn(W, k, k0, xb, kn, y, rb0, rb1, pf, s1, fin);
             rb0 = rb1;
         }
     }
