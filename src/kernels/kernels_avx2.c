@@ -218,7 +218,8 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
  * 1.5x the rate in one pass by pairs (two passes read 4 KB of every 8 KB
  * of the stream, 12-17 % slower than rows of 4096, and one pass a row at a
  * time had x out of L1), 8192 x 4096 1.08-1.14x, 10240 x 3072 1.09-1.27x;
- * at k = 1024 and 2048 pairs were 5-9 % slower. */
+ * at k = 1024 and 1280 pairs were 2-14 % slower (and 16384 x 2048 -5 to
+ * +7 %). */
 #define XCH 8192
 #define XCH_ONE 8192
 #define FP8_PAIR 3072
