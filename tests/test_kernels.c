@@ -126,8 +126,8 @@ static uint8_t rnd_e4m3(dsattn_rng *r)
     return (c & 0x7f) == 0x7f ? (uint8_t)(c ^ 1) : c;
 }
 
-/* 5120 and 6144: one x pass of the AVX2 FP8 GEMV; 6208 and 12352: equal
- * passes that start inside a 128-block */
+/* 5120, 6144 and 6208: one x pass of the AVX2 FP8 GEMV (rows by pairs);
+ * 12352: two equal passes of 6176, the second starting inside a 128-block */
 static const size_t k_list[] = { 511, 512, 513, 5120, 6144, 6208, 12352 };
 static const size_t row_list[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 33 };
 
@@ -326,8 +326,8 @@ static void run_gemv_fp8_extremes(const char *name)
 /* The AVX2 FP8 GEMVs take the rows of a long pass two at a time (each
  * row's arithmetic that of one row alone): every row of a call over many
  * rows has the bits of a call over that row alone, NaN codes included, on
- * both entries.  Odd row counts and scale rows, passes of 3072 codes to two
- * passes of 8224. */
+ * both entries.  Odd row counts and scale rows, one pass of 3072 codes to
+ * three passes of 5504, 5504 and 5440. */
 static void run_gemv_fp8_pairs(const char *name)
 {
     isa_t isa;

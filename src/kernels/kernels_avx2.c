@@ -209,8 +209,8 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
  * AVX-512 test host with 1 code in 16 subnormal (random bytes); vcvtph2ps
  * turns fp16 subnormals into normal fp32 numbers at its normal rate. */
 
-/* Elements of x arranged per pass of the FP8 GEMV.  A row of k <= XCH_ONE
- * is one pass; a longer one is cut into equal passes of at most XCH.
+/* Elements of x arranged per pass of the FP8 GEMV.  A row of k <= XCH is
+ * one pass; a longer one is cut into equal passes of at most XCH.
  * Passes of FP8_PAIR codes or more take the rows two at a time (fp8_row2),
  * so a pass's x (up to 32 KB) crosses from L2 into L1 once per pair of
  * rows.  Measured on AMD Zen 3, 2 threads, against one row at a time with
@@ -221,51 +221,34 @@ static void gemv_bf16_avx2(const uint16_t *W, const float *x, float *y, size_t r
  * at k = 1024 and 1280 pairs were 2-14 % slower (and 16384 x 2048 -5 to
  * +7 %). */
 #define XCH 8192
-#define XCH_ONE 8192
 #define FP8_PAIR 3072
 #define FP8_PF 8192    /* prefetch distance in bytes of the row stream, into L2 */
 #define FP8_PF1 1024   /* the same, into L1 */
 
 /* A prefetch cursor in a pass's row stream (the pass's bytes of each row,
- * row after row): p the next line, c its offset in its row's pass. */
+ * row after row; for fp8_row2 each pair's first row, the second at +k):
+ * p the next line, c its offset in its row's pass.  rs: the bytes from one
+ * row of the stream to the next (k, or 2k for pairs). */
 typedef struct {
     const uint8_t *p;
     size_t c;
 } fp8_cursor;
 
-/* dist bytes ahead of row 0's pass start (pass [k0, k0 + kn) of rows of k) */
-AI fp8_cursor fp8_cursor_at(const uint8_t *W, size_t k, size_t k0, size_t kn, size_t dist)
+/* dist bytes ahead of row 0's pass start (pass [k0, k0 + kn) of rows rs apart) */
+AI fp8_cursor fp8_cursor_at(const uint8_t *W, size_t rs, size_t k0, size_t kn, size_t dist)
 {
     fp8_cursor c = { NULL, dist % kn / 64 * 64 };
-    c.p = W + dist / kn * k + k0 + c.c;
+    c.p = W + dist / kn * rs + k0 + c.c;
     return c;
 }
 
 /* one line on, into the next row's pass at the end of one */
-AI void fp8_cursor_step(fp8_cursor *c, size_t k, size_t kn)
+AI void fp8_cursor_step(fp8_cursor *c, size_t rs, size_t kn)
 {
     c->p += 64;
     if ((c->c += 64) >= kn) {
         c->c = 0;
-        c->p += k - kn;
-    }
-}
-
-/* The same over a stream of row pairs (fp8_row2): p is the line of the
- * pair's first row, p + k the second's; dist bytes ahead in each row. */
-AI fp8_cursor fp8_cursor_at2(const uint8_t *W, size_t k, size_t k0, size_t kn, size_t dist)
-{
-    fp8_cursor c = { NULL, dist % kn / 64 * 64 };
-    c.p = W + dist / kn * 2 * k + k0 + c.c;
-    return c;
-}
-
-AI void fp8_cursor_step2(fp8_cursor *c, size_t k, size_t kn)
-{
-    c->p += 64;
-    if ((c->c += 64) >= kn) {
-        c->c = 0;
-        c->p += 2 * k - kn;
+        c->p += rs - kn;
     }
 }
 
@@ -515,8 +498,8 @@ AI void fp8_row2(const uint8_t *w, size_t k, const float *xb, size_t kn, float *
         _mm_prefetch((const char *)(pf[0].p + k), _MM_HINT_T1);
         _mm_prefetch((const char *)pf[1].p, _MM_HINT_T0);
         _mm_prefetch((const char *)(pf[1].p + k), _MM_HINT_T0);
-        fp8_cursor_step2(&pf[0], k, kn);
-        fp8_cursor_step2(&pf[1], k, kn);
+        fp8_cursor_step(&pf[0], 2 * k, kn);
+        fp8_cursor_step(&pf[1], 2 * k, kn);
         fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0)), xb + t0, a, &na, track_nan, sh);
         fp8_step(_mm256_loadu_si256((const __m256i *)(w1 + t0)), xb + t0, b, &nb, track_nan, sh);
         fp8_step(_mm256_loadu_si256((const __m256i *)(w + t0 + 32)), xb + t0 + 32, a, &na,
@@ -592,7 +575,7 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
                       const float *x, float *y, size_t rows, size_t k, const int nan,
                       const int sh)
 {
-    float xb[XCH_ONE] A32, xp[XCH_ONE] A32, bm[XCH_ONE / 32], sg[XCH_ONE / 32];
+    float xb[XCH] A32, xp[XCH] A32, bm[XCH / 32], sg[XCH / 32];
     if (bs == 0) return;
     if (k == 0) {                        /* empty sums, as the reference */
         memset(y, 0, rows * sizeof(float));
@@ -605,7 +588,7 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
     }
     const int shd = sh && fp8sh_mxcsr_ok();
     size_t xch = k;                      /* pass length: k, or equal parts of <= XCH */
-    if (k > XCH_ONE) {
+    if (k > XCH) {
         const size_t np = (k + XCH - 1) / XCH;
         xch = ((k + np - 1) / np + 63) / 64 * 64;
     }
@@ -623,14 +606,9 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
                                         : (pairs ? fp8_rows_n0p1 : fp8_rows_n0p0);
         /* prefetch cursors: FP8_PF (L2) and FP8_PF1 (L1) bytes ahead in the
          * pass's row stream, or half that in each row of the pair stream */
-        fp8_cursor pf[2];
-        if (pairs) {
-            pf[0] = fp8_cursor_at2(W, k, k0, kn, FP8_PF / 2);
-            pf[1] = fp8_cursor_at2(W, k, k0, kn, FP8_PF1 / 2);
-        } else {
-            pf[0] = fp8_cursor_at(W, k, k0, kn, FP8_PF);
-            pf[1] = fp8_cursor_at(W, k, k0, kn, FP8_PF1);
-        }
+        const size_t rs = pairs ? 2 * k : k, pd = pairs ? 2 : 1;
+        fp8_cursor pf[2] = { fp8_cursor_at(W, rs, k0, kn, FP8_PF / pd),
+                             fp8_cursor_at(W, rs, k0, kn, FP8_PF1 / pd) };
         for (size_t rb0 = 0; rb0 < rows;) {
             const size_t sr = rb0 / bs;                 /* scale row */
             const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
