@@ -538,19 +538,26 @@ AI void fp8_rows(const uint8_t *W, size_t k, size_t k0, const float *xb, size_t 
                  size_t r0, size_t r1, fp8_cursor *pf, int s1, float fin, const int nan,
                  const int pairs)
 {
+    /* The cursors in locals, so that they live in registers: through pf
+     * (the caller's array) GCC kept them in memory, a load and a store of
+     * each field per 64 codes, and the one-row loop read 32768 x 1024 from
+     * DRAM 15-19 % slower (Zen 3, 2 threads, in process, both link orders). */
+    fp8_cursor lp[2] = { pf[0], pf[1] };
     size_t r = r0;
     for (; pairs && r + 1 < r1; r += 2) {
         if (s1)
-            fp8_row2(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 1, fin);
+            fp8_row2(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, lp, 1, fin);
         else
-            fp8_row2(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 0, 256.0f);
+            fp8_row2(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, lp, 0, 256.0f);
     }
     for (; r < r1; r++) {
         if (s1)
-            fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 1, fin);
+            fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, lp, 1, fin);
         else
-            fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, pf, 0, 256.0f);
+            fp8_row(W + r * k + k0, k, xb, kn, y + r, k0 > 0, nan, lp, 0, 256.0f);
     }
+    pf[0] = lp[0];
+    pf[1] = lp[1];
 }
 
 typedef void (*fp8_rows_fn)(const uint8_t *, size_t, size_t, const float *, size_t, float *,
