@@ -539,11 +539,10 @@ AI void fp8_rows(const uint8_t *W, size_t k, size_t k0, const float *xb, size_t 
                  const int pairs)
 {
     /* The cursors in locals, so that they live in registers: through pf
-     * (the caller's array) GCC kept them in memory, a load and a store of
-     * each field per 64 codes, and the one-row loop read 32768 x 1024 from
-     * DRAM 15-19 % slower in one call a thread, 4-8 % in calls of 256 rows
-     * (Zen 3, 2 threads, in process, both link orders; on one thread it was
-     * 2-7 % faster, and the pairs 3-8 % slower). */
+     * (the caller's array) GCC keeps them in memory, a load and a store of
+     * each field per 64 codes.  In registers, on Zen 3 with 2 threads,
+     * 32768 x 1024 reads 4-19 % faster and the pairs 4-5 %; on one thread
+     * the one-row loop 2-7 % slower (docs/benchmarks.md, 2026-12-06 10:30). */
     fp8_cursor lp[2] = { pf[0], pf[1] };
     size_t r = r0;
     for (; pairs && r + 1 < r1; r += 2) {
