@@ -20,6 +20,7 @@
  * build) lacks the ISA.
  */
 #include "harness.h"
+#include "fp8sh.h"
 #include "internal.h"
 #include "ktab.h"
 #include "numfmt.h"
@@ -363,6 +364,137 @@ static void run_gemv_fp8_pairs(const char *name)
                     for (size_t r = 1; r < rows; r += 5) CHECK(isnan(ya[r]));
                 free(W); free(sc); free(x); free(ya); free(y1);
             }
+}
+
+/* gemv_fp8_px (x prepared once by fp8_prep_x, the ops layer's chunks) has
+ * the bits of gemv_fp8 / gemv_fp8_finite on the same table: one pass and
+ * several (k past 8192, a last pass ending mid-group), k % 32 != 0, every
+ * block size (48: the per-element path), row ranges inside the matrix
+ * against the whole x's preparation, NaN codes, extreme scales, and x
+ * holding an inf or a NaN in one pass only (that pass takes the fp16
+ * decode, the others the exponent shift), x whose later passes need
+ * another 2^K than the first (each pass's own maxima must be used). */
+static void px_case(const dsattn_kernels *kt, dsattn_rng *rng, size_t total, size_t r0,
+                    size_t rows, size_t k, size_t bs, int flags)
+{
+    const int nan = flags & 1;
+    const size_t ldsc = (k + bs - 1) / bs, nsr = (total + bs - 1) / bs;
+    uint8_t *W = malloc(total * k);
+    float *sc = malloc(nsr * ldsc * sizeof(float)), *x = malloc(k * sizeof(float));
+    float *px = aligned_alloc(32, (DSATTN_FP8_PX_FLOATS(k) + 7) / 8 * 32);
+    float *y0 = canary_alloc(rows), *y1 = canary_alloc(rows);
+    for (size_t i = 0; i < total * k; i++) W[i] = rnd_e4m3(rng);
+    if (nan)
+        for (size_t r = 0; r < total; r += 3) W[r * k + (size_t)(dsattn_rng_u64(rng) % k)] = 0xff;
+    for (size_t i = 0; i < nsr * ldsc; i++)
+        sc[i] = (flags & 2) ? ((i % 3 == 0) ? 0x1p100f : (i % 3 == 1) ? 0x1p-100f : 0x1p-126f)
+                            : ldexpf(1.0f + 0.5f * dsattn_rng_uniform(rng),
+                                     -(int)(dsattn_rng_u64(rng) % 12));
+    fill_uniform(rng, x, k);
+    if (flags & 2)
+        for (size_t i = 0; i < k; i += 5) x[i] *= (i % 2) ? 0x1p20f : 0x1p-20f;
+    if (flags & 16)     /* x's second half 2^80 times the first: K differs between passes */
+        for (size_t i = k / 2; i < k; i++) x[i] *= 0x1p80f;
+    if (flags & 4) x[k - 1 - k / 3] = __builtin_inff();
+    if (flags & 8) x[k / 5] = __builtin_nanf("");
+    const uint8_t *Wc = W + r0 * k;
+    const float *scc = sc + (r0 / bs) * ldsc;
+    (nan ? kt->gemv_fp8 : kt->gemv_fp8_finite)(Wc, scc, bs, ldsc, x, y0, rows, k);
+    kt->fp8_prep_x(x, k, px);
+    kt->gemv_fp8_px(Wc, scc, bs, ldsc, x, px, y1, rows, k, !nan);
+    size_t bad = 0;
+    for (size_t r = 0; r < rows; r++)
+        if (memcmp(&y0[r], &y1[r], sizeof(float))) bad++;
+    CHECK_MSG(bad == 0, "gemv_fp8_px[%s] k=%zu bs=%zu rows %zu+%zu flags %d: %zu rows differ",
+              kt->name, k, bs, r0, rows, flags, bad);
+    CHECK_MSG(canary_ok(y1, rows), "gemv_fp8_px[%s] wrote outside y", kt->name);
+    free(W); free(sc); free(x); free(px); canary_free(y0); canary_free(y1);
+}
+
+DSATTN_TEST(kernels, gemv_fp8_px_equals_gemv_fp8_seed31)
+{
+    const dsattn_kernels *tabs[6] = { &dsattn_kernels_ref, dsattn_kernels_avx2_ptr,
+                                      dsattn_kernels_avx512_ptr, dsattn_kernels_neon_ptr,
+                                      dsattn_kernels_avx2_expshift_ptr,
+                                      dsattn_kernels_avx512_expshift_ptr };
+    const int have[6] = { 1, dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512(), 1,
+                          dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512() };
+    /* the AVX2 exponent-shift table has the entries (so this cannot pass empty there) */
+    if (dsattn_kernels_avx2_expshift_ptr)
+        CHECK(dsattn_kernels_avx2_expshift_ptr->gemv_fp8_px &&
+              dsattn_kernels_avx2_expshift_ptr->fp8_prep_x);
+    dsattn_rng rng = { 31 };
+    const size_t ks[] = { 1, 31, 64, 100, 1280, 4096, 4096 + 32, 8192, 8192 + 200, 16448 };
+    const size_t bss[] = { 32, 64, 96, 128, 48 };
+    int ran = 0;
+    for (int t = 0; t < 6; t++) {
+        if (!tabs[t] || !have[t] || !tabs[t]->gemv_fp8_px) continue;
+        CHECK(tabs[t]->fp8_prep_x != NULL);
+        ran = 1;
+        for (size_t j = 0; j < DSATTN_ARRAY_LEN(ks); j++)
+            for (size_t b = 0; b < DSATTN_ARRAY_LEN(bss); b++) {
+                const size_t k = ks[j], bs = bss[b];
+                px_case(tabs[t], &rng, 2 * bs + 3, 0, 2 * bs + 3, k, bs, 0);
+                px_case(tabs[t], &rng, 2 * bs + 3, bs, bs + 3, k, bs, 1);
+                if (k >= 64) {
+                    px_case(tabs[t], &rng, bs + 5, 0, bs + 5, k, bs, 2);
+                    px_case(tabs[t], &rng, bs + 5, 0, bs + 5, k, bs, 4);
+                    px_case(tabs[t], &rng, bs + 5, 0, bs + 5, k, bs, 8 | 1);
+                    px_case(tabs[t], &rng, bs + 5, 0, bs + 5, k, bs, 16);
+                }
+            }
+    }
+    if (!ran) dsattn_test_skip("no table on this CPU has gemv_fp8_px");
+}
+
+/* The AVX2 planner for blocks of 32 gives the scalar planner's answer:
+ * the same refusal (an inf or NaN max, or a scale, or a product that
+ * overflows), the same 2^K and 2^(120 - K) - group counts 1..40 (vector
+ * tails), maxima and scales from 0 and subnormals to the top of the range,
+ * signed zeros, negative scales. */
+static float plan_value(dsattn_rng *r, int wide)
+{
+    const uint64_t u = dsattn_rng_u64(r);
+    switch (u % 16) {
+    case 0: return 0.0f;
+    case 1: return wide ? -0.0f : 0.0f;
+    case 2: return 0x1p-140f * (float)(1 + u % 7);
+    case 3: return (u >> 8) % 64 == 0 ? __builtin_inff() : 0x1p126f;
+    case 4: return (u >> 8) % 64 == 0 ? __builtin_nanf("") : 0x1p-126f;
+    default: {
+        const float v = ldexpf(1.0f + dsattn_rng_uniform(r), (int)((u >> 8) % 200) - 100);
+        return wide && (u >> 20) % 2 ? -v : v;
+    }
+    }
+}
+
+DSATTN_TEST(kernels, fp8sh_plan32_equals_scalar_plan_seed37)
+{
+    if (!dsattn_kernels_avx2_expshift_ptr || !dsattn_cpu_has_avx2()) {
+        dsattn_test_skip("no AVX2 table (CPU or build)");
+        return;
+    }
+    dsattn_rng r = { 37 };
+    size_t refused = 0, scaled = 0;
+    for (int it = 0; it < 20000; it++) {
+        const size_t ng = 1 + (size_t)(dsattn_rng_u64(&r) % 40);
+        float bm[40], sc[40], sg[40], pk0 = 0, un0 = 0, pk1 = 0, un1 = 0;
+        for (size_t g = 0; g < ng; g++) {
+            bm[g] = fabsf(plan_value(&r, 0));
+            sc[g] = plan_value(&r, 1);
+        }
+        const int a = dsattn_fp8sh_plan(bm, ng, sc, 32, 0, sg, &pk0, &un0);
+        const int b = dsattn_avx2_fp8sh_plan32(bm, ng, sc, &pk1, &un1);
+        CHECK_MSG(a == b, "plan32: returns %d, the scalar plan %d (ng %zu, it %d)", b, a, ng, it);
+        if (a && b) {
+            CHECK_MSG(!memcmp(&pk0, &pk1, 4) && !memcmp(&un0, &un1, 4),
+                      "plan32: 2^K %g / %g, unscale %g / %g (it %d)", pk1, pk0, un1, un0, it);
+            scaled += pk0 != 0x1p120f;
+        }
+        refused += !a;
+    }
+    /* both outcomes and K != 120 were exercised */
+    CHECK_MSG(refused > 1000 && scaled > 1000, "refused %zu, K != 120 %zu", refused, scaled);
 }
 
 static void run_gemv_fp4_special(const char *name)

@@ -19,6 +19,22 @@
 #include <stdint.h>
 #include <string.h>
 
+/* *pk = 2^K and *unscale = 2^(120 - K) for the largest product big (finite,
+ * >= 0): K = 120, or 126 minus big's exponent where big >= 2^7.  Returns 1. */
+static inline int dsattn_fp8sh_pow2(float big, float *pk, float *unscale)
+{
+    int K = 120;
+    if (big >= 0x1p7f) {                            /* normal: its exponent */
+        uint32_t u;
+        memcpy(&u, &big, 4);
+        K = 126 - ((int)(u >> 23) - 127);
+    }
+    const uint32_t pu = (uint32_t)(K + 127) << 23, uu = (uint32_t)(120 - K + 127) << 23;
+    memcpy(pk, &pu, 4);
+    memcpy(unscale, &uu, 4);
+    return 1;
+}
+
 /* Groups g < ng of x from element k0 (k0 % 32 == 0) against scale row sc
  * (blocks of bs elements, bs % 32 == 0), bm[g] = max |x| of group g (finite):
  * sg[g] = the group's scale, *pk = 2^K, *unscale = 2^(120 - K).  Returns 0
@@ -38,16 +54,7 @@ static inline int dsattn_fp8sh_plan(const float *bm, size_t ng, const float *sc,
         if (p > big) big = p;
         sg[g] = s;
     }
-    int K = 120;
-    if (big >= 0x1p7f) {                            /* normal: its exponent */
-        uint32_t u;
-        memcpy(&u, &big, 4);
-        K = 126 - ((int)(u >> 23) - 127);
-    }
-    const uint32_t pu = (uint32_t)(K + 127) << 23, uu = (uint32_t)(120 - K + 127) << 23;
-    memcpy(pk, &pu, 4);
-    memcpy(unscale, &uu, 4);
-    return 1;
+    return dsattn_fp8sh_pow2(big, pk, unscale);
 }
 
 #endif /* DSATTN_FP8SH_H */

@@ -130,6 +130,19 @@ typedef struct dsattn_kernels {
                             size_t ldsc, const float *x, float *y,
                             size_t rows, size_t k);
 
+    /* gemv_fp8 (finite: gemv_fp8_finite) against an x prepared once for
+     * several calls - the ops layer's row chunks of one Linear, every one a
+     * call against the same x.  fp8_prep_x(x, k, px) fills
+     * px[DSATTN_FP8_PX_FLOATS(k)] (32-byte aligned); gemv_fp8_px with that
+     * px and the same x then has gemv_fp8's (gemv_fp8_finite's) bits.  What
+     * it saves is the table's per-call work on x (the AVX2 exponent-shift
+     * table: arranging x and taking its group maxima, once per call of
+     * 64-256 rows otherwise).  NULL in the tables without such work. */
+    void (*fp8_prep_x)(const float *x, size_t k, float *px);
+    void (*gemv_fp8_px)(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                        const float *x, const float *px, float *y, size_t rows, size_t k,
+                        int finite);
+
     /* gemv_fp8 of m tokens at once (a batched decode step):
      *   y[t*ldy + r] = gemv_fp8 of x + t*ldx, row r, t < m, r < rows,
      * with gemv_fp8_finite's contract when finite != 0.  Each weight block is
@@ -161,6 +174,10 @@ typedef struct dsattn_kernels {
     void (*act_quant_fp8_pow2)(const float *x, size_t n, size_t block, float *deq);
 } dsattn_kernels;
 
+/* The floats of a prepared FP8 GEMV x of k elements (fp8_prep_x): x in
+ * 32-element groups rearranged, then one maximum per group. */
+#define DSATTN_FP8_PX_FLOATS(k) (((k) + 31) / 32 * 32 + ((k) + 31) / 32)
+
 /* The packed row formats of the entries above, as the tables' row loops
  * (dequant_range, mdot_row, maxpy_row in each kernels_*.c) take them:
  * FP4 E2M1 with an E4M3 scale per 16 (V4.1 KV), FP4 with a UE8M0 scale per
@@ -180,6 +197,11 @@ extern const dsattn_kernels *const dsattn_kernels_avx2_ptr;
  * measures once (0 without AVX2; the AVX-512 FMA is the same unit). */
 extern const dsattn_kernels *const dsattn_kernels_avx2_expshift_ptr;
 int dsattn_avx2_fma_subnormal_full_rate(void);
+/* The AVX2 exponent-shift GEMV's planner for blocks of 32 (fp8sh.h's
+ * dsattn_fp8sh_plan with sc the pass's scales, one per group: the same
+ * results; kernels_avx2.c).  Returns 0 in builds without the AVX2 table. */
+int dsattn_avx2_fp8sh_plan32(const float *bm, size_t ng, const float *sc, float *pk,
+                             float *unscale);
 extern const dsattn_kernels *const dsattn_kernels_avx512_ptr;
 extern const dsattn_kernels *const dsattn_kernels_avx512_expshift_ptr;
 extern const dsattn_kernels *const dsattn_kernels_neon_ptr;

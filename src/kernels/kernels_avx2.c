@@ -336,27 +336,30 @@ int dsattn_avx2_fma_subnormal_full_rate(void)
 
 /* The exponent-shift decode's x, unscaled (fp8sh.h has the scaling):
  * xp[32g + 8j + i] = x[32g + 4i + j], zero past kn up to the next multiple
- * of 32, and bm[g] = max |x| of group g.  Returns 0 if some x is inf or
- * NaN (the caller then takes the fp16 decode, whose arithmetic on such
- * inputs the tests pin down). */
+ * of 32, and bm[g] = max |x| of group g - taken on the bits, so a group
+ * holding an inf or a NaN has an inf or NaN maximum, which
+ * dsattn_fp8sh_plan refuses.  Returns 0 if some x is inf or NaN (the
+ * caller then takes the fp16 decode, whose arithmetic on such inputs the
+ * tests pin down). */
 static int fp8sh_prep_x(const float *x, size_t kn, float *xp, float *bm)
 {
-    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 inf = _mm256_set1_ps(__builtin_inff());
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    __m256 fin = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    __m256i all = _mm256_setzero_si256();
     for (size_t t0 = 0; t0 < kn; t0 += 32) {
-        __m256 a[4], mx = _mm256_setzero_ps();
+        __m256 a[4];
+        __m256i mx = _mm256_setzero_si256();
         for (int m = 0; m < 4; m++) {
             const size_t off = t0 + 8 * (size_t)m;
             a[m] = _mm256_maskload_ps(x + off, mask8(off < kn ? kn - off : 0));
-            const __m256 ab = _mm256_and_ps(a[m], absm);
-            fin = _mm256_and_ps(fin, _mm256_cmp_ps(ab, inf, _CMP_LT_OQ));
-            mx = _mm256_max_ps(mx, ab);
+            /* |x| bits: ordered as the values, inf above every finite, NaN above inf */
+            mx = _mm256_max_epi32(mx, _mm256_and_si256(_mm256_castps_si256(a[m]), absm));
         }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        bm[t0 / 32] = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        all = _mm256_max_epi32(all, mx);
+        __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+        m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4E));
+        m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xB1));
+        bm[t0 / 32] = _mm_cvtss_f32(_mm_castsi128_ps(m4));
         const __m256 t0v = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
         const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
         const __m256 c[4] = { _mm256_shuffle_ps(t0v, t2, 0x44), _mm256_shuffle_ps(t0v, t2, 0xEE),
@@ -364,7 +367,34 @@ static int fp8sh_prep_x(const float *x, size_t kn, float *xp, float *bm)
         for (int j = 0; j < 4; j++)
             _mm256_store_ps(xp + t0 + 8 * (size_t)j, _mm256_permutevar8x32_ps(c[j], perm));
     }
-    return _mm256_movemask_ps(fin) == 0xff;
+    __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
+    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4E));
+    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xB1));
+    return _mm_cvtsi128_si32(m4) < 0x7f800000;
+}
+
+/* dsattn_fp8sh_plan (fp8sh.h) for blocks of 32, eight groups at a time:
+ * group g's scale is sc[g] itself (so the caller scales with sc, no sg
+ * copy); the same *pk, *unscale and return as the scalar planner (the
+ * largest product is the same number; max and > agree on non-NaN). */
+int dsattn_avx2_fp8sh_plan32(const float *bm, size_t ng, const float *sc, float *pk,
+                             float *unscale)
+{
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 inf = _mm256_set1_ps(__builtin_inff());
+    __m256 big = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (size_t g = 0; g < ng; g += 8) {
+        const __m256i m = mask8(ng - g < 8 ? ng - g : 8);
+        const __m256 p = _mm256_mul_ps(_mm256_maskload_ps(bm + g, m),
+                                       _mm256_and_ps(_mm256_maskload_ps(sc + g, m), absm));
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(p, inf, _CMP_NLT_UQ));    /* inf or NaN */
+        big = _mm256_max_ps(big, p);
+    }
+    if (_mm256_movemask_ps(bad)) return 0;
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(big), _mm256_extractf128_ps(big, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float b = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    return dsattn_fp8sh_pow2(b, pk, unscale);
 }
 
 /* xb = (xp * its group's scale sg[g]) * pk over the groups of [0, kn):
@@ -578,10 +608,12 @@ FP8_ROWS_FORM(fp8_rows_n1p1, 1, 1)
 
 /* sh: try the exponent-shift decode (per scale row and x pass; the fp16
  * decode where x or x * scale is not finite).  x is prepared for it once
- * per pass and call, then only scaled per scale row. */
+ * per pass and call (or, px != NULL, taken from px: fp8_prep_x_expshift
+ * over all of k, which is the passes' preparations side by side), then
+ * only scaled per scale row. */
 AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                       const float *x, float *y, size_t rows, size_t k, const int nan,
-                      const int sh)
+                      const int sh, const float *px)
 {
     float xb[XCH] A32, xp[XCH] A32, bm[XCH / 32], sg[XCH / 32];
     if (bs == 0) return;
@@ -606,9 +638,13 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
      * be prepared for every pass of every scale row: 5120 x 8192 in 32 x 32
      * blocks took 1.04-1.09x the time on Zen 3).  Each output is the sum of
      * its passes in order. */
+    const size_t k32 = (k + 31) / 32 * 32;
     for (size_t k0 = 0; k0 < k; k0 += xch) {
         const size_t kn = k - k0 < xch ? k - k0 : xch;
-        const int xfin = shd && fp8sh_prep_x(x + k0, kn, xp, bm);
+        /* a pass with an inf or NaN x: the prepared maxima hold it, and
+         * dsattn_fp8sh_plan refuses every scale row (the fp16 decode) */
+        const float *xpp = px ? px + k0 : xp, *bmp = px ? px + k32 + k0 / 32 : bm;
+        const int xfin = shd && (px || fp8sh_prep_x(x + k0, kn, xp, bm));
         const int pairs = kn >= FP8_PAIR;
         const fp8_rows_fn rows_fn = nan ? (pairs ? fp8_rows_n1p1 : fp8_rows_n1p0)
                                         : (pairs ? fp8_rows_n0p1 : fp8_rows_n0p0);
@@ -622,8 +658,12 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
             const size_t rb1 = (sr + 1) * bs < rows ? (sr + 1) * bs : rows;
             const float *sc = scale + sr * ldsc;
             float fin = 256.0f, pk;
-            const int s1 = xfin && dsattn_fp8sh_plan(bm, (kn + 31) / 32, sc, bs, k0, sg, &pk, &fin);
-            if (s1) fp8sh_scale_x(xp, sg, kn, pk, xb);
+            /* blocks of 32: a group's scale is its block's, sc[k0 / 32 + g] */
+            const float *gs = bs == 32 ? sc + k0 / 32 : sg;
+            const int s1 = xfin && (bs == 32
+                                    ? dsattn_avx2_fp8sh_plan32(bmp, (kn + 31) / 32, gs, &pk, &fin)
+                                    : dsattn_fp8sh_plan(bmp, (kn + 31) / 32, sc, bs, k0, sg, &pk, &fin));
+            if (s1) fp8sh_scale_x(xpp, gs, kn, pk, xb);
             else fp8_arrange_x(x + k0, sc, bs, k0, kn, xb);
             rows_fn(W, k, k0, xb, kn, y, rb0, rb1, pf, s1, fin);
             rb0 = rb1;
@@ -635,13 +675,13 @@ AI void gemv_fp8_impl(const uint8_t *W, const float *scale, size_t bs, size_t ld
 static void gemv_fp8_avx2(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                           const float *x, float *y, size_t rows, size_t k)
 {
-    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1, 0);
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1, 0, NULL);
 }
 
 static void gemv_fp8_expshift(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
                          const float *x, float *y, size_t rows, size_t k)
 {
-    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1, 1);
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1, 1, NULL);
 }
 
 /* Weights without NaN codes: the same sums without the tracking. */
@@ -649,14 +689,31 @@ static void gemv_fp8_finite_avx2(const uint8_t *W, const float *scale, size_t bs
                                  size_t ldsc, const float *x, float *y, size_t rows,
                                  size_t k)
 {
-    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0, 0);
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0, 0, NULL);
 }
 
 static void gemv_fp8_finite_expshift(const uint8_t *W, const float *scale, size_t bs,
                                      size_t ldsc,
                                 const float *x, float *y, size_t rows, size_t k)
 {
-    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0, 1);
+    gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0, 1, NULL);
+}
+
+/* The table's prepared x (kernels.h fp8_prep_x): fp8sh_prep_x over all of
+ * k - xp, then the group maxima.  A pass of gemv_fp8_impl starts on a
+ * group (its length is a multiple of 64), so its part of px is what its
+ * own preparation would be. */
+static void fp8_prep_x_expshift(const float *x, size_t k, float *px)
+{
+    (void)fp8sh_prep_x(x, k, px, px + (k + 31) / 32 * 32);
+}
+
+static void gemv_fp8_px_expshift(const uint8_t *W, const float *scale, size_t bs, size_t ldsc,
+                                 const float *x, const float *px, float *y, size_t rows,
+                                 size_t k, int finite)
+{
+    if (finite) gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 0, 1, px);
+    else        gemv_fp8_impl(W, scale, bs, ldsc, x, y, rows, k, 1, 1, px);
 }
 
 /* ==== FP8 E4M3 GEMV over several tokens ================================= */
@@ -922,7 +979,8 @@ AI void gemv_fp8_m_impl(const uint8_t *W, const float *scale, size_t bs, size_t 
     if (bs == 0 || m == 0) return;
     if (k == 0 || k % 32 || bs % 32) {
         for (size_t t = 0; t < m; t++)
-            gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite, sh);
+            gemv_fp8_impl(W, scale, bs, ldsc, x + t * ldx, y + t * ldy, rows, k, !finite, sh,
+                          NULL);
         return;
     }
     if (mt_ok(scale, bs, ldsc, m, rows, k, finite)) {
@@ -1434,12 +1492,14 @@ static void act_quant_fp8_pow2_avx2(const float *x, size_t n, size_t block, floa
 /* ==== The table ========================================================= */
 
 /* The table's entries; the two AVX2 tables differ only in the FP8 GEMVs. */
-#define AVX2_TABLE(NAME, FP8, FP8F, FP8M) {                 \
+#define AVX2_TABLE(NAME, FP8, FP8F, FP8M, PX, FP8PX) {     \
     .name                 = NAME,                           \
     .gemv_f32             = gemv_f32_avx2,                  \
     .gemv_bf16            = gemv_bf16_avx2,                 \
     .gemv_fp8             = FP8,                            \
     .gemv_fp8_finite      = FP8F,                           \
+    .fp8_prep_x           = PX,                             \
+    .gemv_fp8_px          = FP8PX,                          \
     .gemv_fp8_m           = FP8M,                           \
     .gemv_bf16_m          = gemv_bf16_m_simd,               \
     .act_quant_fp8_pow2   = act_quant_fp8_pow2_avx2,        \
@@ -1453,13 +1513,13 @@ static void act_quant_fp8_pow2_avx2(const float *x, size_t n, size_t block, floa
 }
 
 static const dsattn_kernels kernels_avx2 =
-    AVX2_TABLE("avx2", gemv_fp8_avx2, gemv_fp8_finite_avx2, gemv_fp8_m_avx2);
+    AVX2_TABLE("avx2", gemv_fp8_avx2, gemv_fp8_finite_avx2, gemv_fp8_m_avx2, NULL, NULL);
 
 /* The exponent-shift FP8 decode in the GEMVs: for CPUs whose FMA takes
  * subnormal operands at full rate (dispatch.c chooses). */
 static const dsattn_kernels kernels_avx2_expshift =
     AVX2_TABLE("avx2-expshift", gemv_fp8_expshift, gemv_fp8_finite_expshift,
-               gemv_fp8_m_expshift);
+               gemv_fp8_m_expshift, fp8_prep_x_expshift, gemv_fp8_px_expshift);
 
 const dsattn_kernels *const dsattn_kernels_avx2_ptr = &kernels_avx2;
 const dsattn_kernels *const dsattn_kernels_avx2_expshift_ptr = &kernels_avx2_expshift;
@@ -1469,5 +1529,11 @@ const dsattn_kernels *const dsattn_kernels_avx2_expshift_ptr = &kernels_avx2_exp
 const dsattn_kernels *const dsattn_kernels_avx2_ptr = 0;
 const dsattn_kernels *const dsattn_kernels_avx2_expshift_ptr = 0;
 int dsattn_avx2_fma_subnormal_full_rate(void) { return 0; }
+int dsattn_avx2_fp8sh_plan32(const float *bm, size_t ng, const float *sc, float *pk,
+                             float *unscale)
+{
+    (void)bm; (void)ng; (void)sc; (void)pk; (void)unscale;
+    return 0;
+}
 
 #endif

@@ -15,7 +15,8 @@
  * result does not depend on the thread count).  Fast mode: SIMD GEMV for
  * decode-sized inputs (one parallel region per call, ~256 KB row chunks:
  * one contiguous run per thread, the rest taken by whichever thread is
- * free; a grouped weight streamed as one matrix); for
+ * free; a grouped weight streamed as one matrix; FP8 x prepared once per
+ * thread where the table offers it, kernels.h gemv_fp8_px); for
  * prefill-sized inputs the weight is decoded 12 rows at a time into
  * register-tile panels and multiplied by pgemm.h's tiles (AVX-512, AVX2;
  * AMX-BF16 tiles where the table has them), or dequantized in row panels
@@ -177,9 +178,27 @@ static size_t chunk_rows(const dsattn_weight *W, size_t n_tok, size_t nthr)
     return unit * DSATTN_MAX((size_t)1, units);
 }
 
+/* A thread's prepared x for the FP8 GEMVs of one single-token Linear
+ * (kernels.h fp8_prep_x; tables that have it): prepared at the thread's
+ * first chunk in each row group, on its own stack (rows of up to
+ * GEMV_PX_MAXK codes: 66 KB), instead of once per chunk inside the
+ * kernel. */
+#define GEMV_PX_MAXK 16384
+typedef struct {
+    float *buf;
+    size_t g;                          /* the row group buf holds; SIZE_MAX: none */
+} gemv_px;
+
+static int px_fits(const dsattn_kernels *k, const dsattn_weight *W, size_t n_tok)
+{
+    return k->gemv_fp8_px && k->fp8_prep_x && W->kind == DSATTN_W_FP8 && n_tok == 1 &&
+           W->block > 0 && W->block % 32 == 0 && W->cols <= GEMV_PX_MAXK;
+}
+
 static void gemv_chunk(const dsattn_kernels *k, const dsattn_weight *W, size_t G,
                        const float *x, size_t ldx, size_t gx, size_t n_tok,
-                       float *y, size_t ldy, dsattn_out_round round, size_t r0, size_t r1)
+                       float *y, size_t ldy, dsattn_out_round round, size_t r0, size_t r1,
+                       gemv_px *px)
 {
     const size_t Rg = W->rows / G;
     if (W->kind == DSATTN_W_FP8 && n_tok > 1 && k->gemv_fp8_m) {
@@ -207,6 +226,20 @@ static void gemv_chunk(const dsattn_kernels *k, const dsattn_weight *W, size_t G
             for (size_t t = 0; t < n_tok; t++) dsattn_round_bf16_n(y + t * ldy + r0, r1 - r0);
         return;
     }
+    if (px) {                           /* px_fits held */
+        const size_t K = W->cols, ldsc = (K + W->block - 1) / W->block;
+        for (size_t g = r0 / Rg; g < G && g * Rg < r1; g++) {
+            size_t a = DSATTN_MAX(r0, g * Rg), b = DSATTN_MIN(r1, (g + 1) * Rg);
+            if (px->g != g) {
+                k->fp8_prep_x(x + g * gx, K, px->buf);
+                px->g = g;
+            }
+            k->gemv_fp8_px((const uint8_t *)W->data + a * K, W->scale + (a / W->block) * ldsc,
+                           W->block, ldsc, x + g * gx, px->buf, y + a, b - a, K, W->finite);
+        }
+        if (round == DSATTN_OUT_BF16) dsattn_round_bf16_n(y + r0, r1 - r0);
+        return;
+    }
     for (size_t t = 0; t < n_tok; t++) {
         float *yt = y + t * ldy;
         for (size_t g = r0 / Rg; g < G && g * Rg < r1; g++) {
@@ -228,9 +261,10 @@ static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
     const size_t owners = DSATTN_MIN((size_t)DSATTN_MAX(1, ctx->n_threads),
                                      DSATTN_MIN(n_chunks, (size_t)GEMV_MAX_OWNERS));
     if (owners < 2 || n_tok * R * K < 65536 || n_chunks > UINT32_MAX) {
-        gemv_chunk(k, W, G, x, ldx, gx, n_tok, y, ldy, round, 0, R);
+        gemv_chunk(k, W, G, x, ldx, gx, n_tok, y, ldy, round, 0, R, NULL);
         return;
     }
+    const int use_px = px_fits(k, W, n_tok);
     gemv_run runs[GEMV_MAX_OWNERS];
     for (size_t o = 0; o < owners; o++) {
         uint64_t f = n_chunks * o / owners, e = n_chunks * (o + 1) / owners;
@@ -242,6 +276,8 @@ static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
          * runs to be taken from the back: every chunk is still done */
         const size_t me = (size_t)omp_get_thread_num();
         uint32_t c;
+        float pxbuf[DSATTN_FP8_PX_FLOATS(GEMV_PX_MAXK)] __attribute__((aligned(32)));
+        gemv_px pxs = { pxbuf, SIZE_MAX };
         for (;;) {
             int got = me < owners && run_take(&runs[me], 0, &c);
             while (!got) {                  /* the run with the most left */
@@ -257,7 +293,8 @@ static void gemv_tasks(dsattn_ctx *ctx, const dsattn_weight *W, size_t G,
             }
             if (!got) break;
             size_t r0 = (size_t)c * cr;
-            gemv_chunk(k, W, G, x, ldx, gx, n_tok, y, ldy, round, r0, DSATTN_MIN(R, r0 + cr));
+            gemv_chunk(k, W, G, x, ldx, gx, n_tok, y, ldy, round, r0, DSATTN_MIN(R, r0 + cr),
+                       use_px ? &pxs : NULL);
         }
     }
 }
