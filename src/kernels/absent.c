@@ -15,6 +15,12 @@
 const dsattn_kernels *const dsattn_kernels_avx2_ptr = NULL;
 const dsattn_kernels *const dsattn_kernels_avx2_expshift_ptr = NULL;
 int dsattn_avx2_fma_subnormal_full_rate(void) { return 0; }
+int dsattn_avx2_fp8sh_plan32(const float *bm, size_t ng, const float *sc, float *pk,
+                             float *unscale)
+{
+    (void)bm; (void)ng; (void)sc; (void)pk; (void)unscale;
+    return 0;
+}
 const dsattn_kernels *const dsattn_kernels_avx512_ptr = NULL;
 const dsattn_kernels *const dsattn_kernels_avx512_expshift_ptr = NULL;
 const dsattn_mla_kern *const dsattn_mla_kern_avx2_ptr = NULL;
