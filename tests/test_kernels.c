@@ -61,6 +61,22 @@ static int get_isa(const char *name, isa_t *out)
     return 1;
 }
 
+/* Every kernel table this build and CPU can run (ref, both AVX2, both
+ * AVX-512, NEON) into tabs; returns how many. */
+static size_t runnable_tables(const dsattn_kernels *tabs[6])
+{
+    const dsattn_kernels *all[6] = { &dsattn_kernels_ref, dsattn_kernels_avx2_ptr,
+                                     dsattn_kernels_avx512_ptr, dsattn_kernels_neon_ptr,
+                                     dsattn_kernels_avx2_expshift_ptr,
+                                     dsattn_kernels_avx512_expshift_ptr };
+    const int have[6] = { 1, dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512(), 1,
+                          dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512() };
+    size_t n = 0;
+    for (int t = 0; t < 6; t++)
+        if (all[t] && have[t]) tabs[n++] = all[t];
+    return n;
+}
+
 /* n floats with NCAN canaries on each side; returns the usable part. */
 static float *canary_alloc(size_t n)
 {
@@ -413,12 +429,8 @@ static void px_case(const dsattn_kernels *kt, dsattn_rng *rng, size_t total, siz
 
 DSATTN_TEST(kernels, gemv_fp8_px_equals_gemv_fp8_seed31)
 {
-    const dsattn_kernels *tabs[6] = { &dsattn_kernels_ref, dsattn_kernels_avx2_ptr,
-                                      dsattn_kernels_avx512_ptr, dsattn_kernels_neon_ptr,
-                                      dsattn_kernels_avx2_expshift_ptr,
-                                      dsattn_kernels_avx512_expshift_ptr };
-    const int have[6] = { 1, dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512(), 1,
-                          dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512() };
+    const dsattn_kernels *tabs[6];
+    const size_t nt = runnable_tables(tabs);
     /* the AVX2 exponent-shift table has the entries (so this cannot pass empty there) */
     if (dsattn_kernels_avx2_expshift_ptr)
         CHECK(dsattn_kernels_avx2_expshift_ptr->gemv_fp8_px &&
@@ -427,8 +439,8 @@ DSATTN_TEST(kernels, gemv_fp8_px_equals_gemv_fp8_seed31)
     const size_t ks[] = { 1, 31, 64, 100, 1280, 4096, 4096 + 32, 8192, 8192 + 200, 16448 };
     const size_t bss[] = { 32, 64, 96, 128, 48 };
     int ran = 0;
-    for (int t = 0; t < 6; t++) {
-        if (!tabs[t] || !have[t] || !tabs[t]->gemv_fp8_px) continue;
+    for (size_t t = 0; t < nt; t++) {
+        if (!tabs[t]->gemv_fp8_px) continue;
         CHECK(tabs[t]->fp8_prep_x != NULL);
         ran = 1;
         for (size_t j = 0; j < DSATTN_ARRAY_LEN(ks); j++)
@@ -1567,12 +1579,8 @@ DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)
 {
     /* Same bits as the NaN-tracking GEMV on every table, blocks 32 and 128,
      * ragged rows and k; and on the reference table it IS the reference. */
-    const dsattn_kernels *tabs[6] = { &dsattn_kernels_ref, dsattn_kernels_avx2_ptr,
-                                      dsattn_kernels_avx512_ptr, dsattn_kernels_neon_ptr,
-                                      dsattn_kernels_avx2_expshift_ptr,
-                                      dsattn_kernels_avx512_expshift_ptr };
-    const int have[6] = { 1, dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512(), 1,
-                          dsattn_cpu_has_avx2(), dsattn_cpu_has_avx512() };
+    const dsattn_kernels *tabs[6];
+    const size_t nt = runnable_tables(tabs);
     dsattn_rng r = { 17 };
     const size_t shapes[3][3] = { { 37, 300, 32 }, { 130, 5120, 128 }, { 64, 1280, 32 } };
     for (int s = 0; s < 3; s++) {
@@ -1587,8 +1595,7 @@ DSATTN_TEST(kernels, gemv_fp8_finite_equals_gemv_fp8_on_nan_free_weights_seed17)
         }
         for (size_t i = 0; i < sr * ld; i++) sc[i] = ldexpf(1.0f, (int)(dsattn_rng_u64(&r) % 8) - 12);
         for (size_t i = 0; i < K; i++) x[i] = dsattn_rng_normal(&r);
-        for (int t = 0; t < 6; t++) {
-            if (!tabs[t] || !have[t]) continue;
+        for (size_t t = 0; t < nt; t++) {
             tabs[t]->gemv_fp8(W, sc, bs, ld, x, y0, R, K);
             tabs[t]->gemv_fp8_finite(W, sc, bs, ld, x, y1, R, K);
             CHECK_BITS(tabs[t]->name, y1, y0, R);
