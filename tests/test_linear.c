@@ -260,3 +260,30 @@ DSATTN_TEST(linear, prefill_act_quant_over_threads_is_the_row_quantizer)
     dsattn_owned_free(&own);
     free(x); free(want); free(scr); free(y1); free(y);
 }
+
+/* dsattn_round_bf16_n (vectorised, branch-free) is dsattn_round_bf16 bit for
+ * bit: every high half (every sign, exponent - inf and NaN included - and
+ * top mantissa bits) with low halves at and around the rounding ties, and
+ * lengths that leave a vector tail. */
+DSATTN_TEST(linear, round_bf16_n_is_the_scalar_rounding)
+{
+    const uint32_t lows[] = { 0x0000, 0x0001, 0x3fff, 0x7fff, 0x8000, 0x8001, 0xbfff, 0xffff };
+    const size_t nl = sizeof lows / sizeof lows[0], n = 65536 * nl;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    for (uint32_t h = 0; h < 65536; h++)
+        for (size_t l = 0; l < nl; l++) {
+            const uint32_t u = h << 16 | lows[l];
+            memcpy(&x[h * nl + l], &u, 4);
+        }
+    size_t bad = 0;
+    for (size_t len = n; len + 3 >= n; len--) {    /* n, n-1, n-2, n-3 */
+        memcpy(y, x, n * sizeof(float));
+        dsattn_round_bf16_n(y, len);
+        for (size_t i = 0; i < n; i++) {
+            const float want = i < len ? dsattn_round_bf16(x[i]) : x[i];
+            bad += memcmp(&y[i], &want, 4) != 0;
+        }
+    }
+    CHECK_MSG(bad == 0, "%zu elements differ from dsattn_round_bf16", bad);
+    free(x); free(y);
+}
