@@ -180,6 +180,13 @@ static void qk_pv_finish_match_scalar_table_on(const dsattn_ktab *KT)
             R->pv(s2, hp, hp, rows, ld, nk, D, al, a2);
             rel = dsattn_rel_l2(a1, a2, D * hp);
             CHECK_MSG(rel < 1e-5, "pv hp %zu nk %zu rel %g", hp, nk, rel);
+            /* NaNs with low payload bits (signalling, negative, and the
+             * largest, whose rounding carry would make it -0 if NaN lanes were
+             * rounded as numbers) and infinities: finish keeps them NaN and
+             * infinite, as dsattn_round_bf16 does */
+            const uint32_t special[5] = { 0x7fa12345u, 0xffc0ffffu, 0x7fffffffu, 0x7f800000u,
+                                          0xff800000u };
+            for (size_t j = 0; j < 5; j++) memcpy(&a2[(7 * j + 2) * hp + j], &special[j], 4);
             A->finish(a2, hp, H, D, den, o1);
             R->finish(a2, hp, H, D, den, o2);
             CHECK_BITS("finish", o1, o2, H * D);

@@ -18,8 +18,8 @@
  * 6 broadcasts for 12 FMAs (simd_avx2.h's 6 x 16 tile).
  *
  * finish: the division and bf16 rounding by 8 x 8 blocks, transposed in
- * registers (the AVX-512 table's form).  rows_bf16 is the scalar table's
- * (it serves only AMX contexts, which run the avx512 table).
+ * registers (sa_tmpl.h, shared with the AVX-512 table).  rows_bf16 is the
+ * scalar table's (it serves only AMX contexts, which run the avx512 table).
  */
 #include "sa_kernels.h"
 
@@ -144,33 +144,12 @@ static void pv_rm_avx2(const float *p, size_t ldp, size_t hp, const float *rows,
     }
 }
 
-/* acc^T [d][hp] / den[h] -> bf16 -> out [nh][d] by 8 x 8 blocks (the
- * AVX-512 table's finish on 8 lanes): the same division and rounding per
- * element as the scalar table, so the same bits; a partial head group or
- * d % 8 takes the scalar loop. */
+#include "sa_tmpl.h"
+
 static void finish_avx2(const float *acct, size_t hp, size_t nh, size_t d, const float *den,
                         float *out)
 {
-    for (size_t h0 = 0; h0 < nh; h0 += 8) {
-        const size_t nv = nh - h0 < 8 ? nh - h0 : 8;
-        if (nv < 8 || d % 8) {
-            for (size_t h = h0; h < h0 + nv; h++)
-                for (size_t c = 0; c < d; c++)
-                    out[h * d + c] = dsattn_round_bf16(acct[c * hp + h] / den[h]);
-            continue;
-        }
-        const __m256 dv = _mm256_loadu_ps(den + h0);
-        for (size_t c0 = 0; c0 < d; c0 += 8) {
-            __m256 r[8];
-#pragma GCC unroll 8
-            for (int c = 0; c < 8; c++)
-                r[c] = dsattn_rbf16_256(
-                    _mm256_div_ps(_mm256_loadu_ps(acct + (c0 + (size_t)c) * hp + h0), dv));
-            dsattn_tr8_256(r);
-#pragma GCC unroll 8
-            for (int h = 0; h < 8; h++) _mm256_storeu_ps(out + (h0 + (size_t)h) * d + c0, r[h]);
-        }
-    }
+    sa_finish_256(acct, hp, nh, d, den, out);
 }
 
 static const dsattn_sa_kern sa_avx2 = {

@@ -17,7 +17,8 @@
  * hardware stride prefetcher's reach).
  *
  * finish: acc^T [d][hp] / den[h] -> bf16 -> out [nh][d], by 16 x 16 blocks
- * (vdivps on head vectors, RNE to bf16, transpose, store).
+ * (vdivps on head vectors, RNE to bf16, transpose, store: sa_tmpl.h,
+ * shared with the AVX2 table).
  *
  * Not here: the softmax (mla_tile_avx512.c), the scalar cross-check
  * (sa_kernels.c).
@@ -189,28 +190,12 @@ static void pv_rm_avx512(const float *p, size_t ldp, size_t hp, const float *row
 }
 
 
+#include "sa_tmpl.h"
+
 static void finish_avx512(const float *acct, size_t hp, size_t nh, size_t d, const float *den,
                           float *out)
 {
-    for (size_t h0 = 0; h0 < nh; h0 += 16) {
-        const size_t nv = nh - h0 < 16 ? nh - h0 : 16;
-        if (nv < 16 || d % 16) {            /* partial head group: scalar */
-            for (size_t h = h0; h < h0 + nv; h++)
-                for (size_t c = 0; c < d; c++)
-                    out[h * d + c] = dsattn_round_bf16(acct[c * hp + h] / den[h]);
-            continue;
-        }
-        const __m512 dv = _mm512_loadu_ps(den + h0);
-        for (size_t c0 = 0; c0 < d; c0 += 16) {
-            __m512 r[16];
-#pragma GCC unroll 16
-            for (int c = 0; c < 16; c++)
-                r[c] = dsattn_rbf16(_mm512_div_ps(_mm512_loadu_ps(acct + (c0 + (size_t)c) * hp + h0), dv));
-            dsattn_tr16(r);
-#pragma GCC unroll 16
-            for (int h = 0; h < 16; h++) _mm512_storeu_ps(out + (h0 + (size_t)h) * d + c0, r[h]);
-        }
-    }
+    sa_finish_512(acct, hp, nh, d, den, out);
 }
 
 static const dsattn_sa_kern sa_avx512 = {

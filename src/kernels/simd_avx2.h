@@ -52,6 +52,9 @@
 #define dsv_i_add(a, b) _mm256_add_epi32((a), (b))
 #define dsv_i_and(a, b) _mm256_and_si256((a), (b))
 #define dsv_i_srli(a, n) _mm256_srli_epi32((a), (n))
+#define dsv_div(a, b) _mm256_div_ps((a), (b))
+#define dsv_tr(r) dsattn_tr8_256(r)          /* defined below */
+#define dsv_rbf16x(a) dsattn_rbf16x_256(a)   /* defined below */
 
 #include "simd_tmpl.h"
 
@@ -166,6 +169,18 @@ DSATTN_AVX2_AI void dsattn_e4m3x16_div256_256(const uint8_t *w, __m256 *v0, __m2
                                        _mm256_set1_epi16((short)0xbfff));
     *v0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
     *v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
+/* dsattn_round_bf16 on 8 lanes, NaN lanes included: RNE, a NaN -> the
+ * quiet NaN with its top bits (dsattn_rbf16_256 leaves NaN lanes to the
+ * caller) */
+DSATTN_AVX2_AI __m256 dsattn_rbf16x_256(__m256 x)
+{
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i qn = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)),
+                                        _mm256_set1_epi32((int)0xffff0000u));
+    return _mm256_blendv_ps(dsattn_rbf16_256(x), _mm256_castsi256_ps(qn),
+                            _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 /* r[i] lane j  ->  r[j] lane i */

@@ -47,6 +47,9 @@
 #define dsv_i_add(a, b) _mm512_add_epi32((a), (b))
 #define dsv_i_and(a, b) _mm512_and_si512((a), (b))
 #define dsv_i_srli(a, n) _mm512_srli_epi32((a), (n))
+#define dsv_div(a, b) _mm512_div_ps((a), (b))
+#define dsv_tr(r) dsattn_tr16(r)             /* defined below */
+#define dsv_rbf16x(a) dsattn_rbf16(a)        /* defined below */
 
 #include "simd_tmpl.h"
 
