@@ -341,6 +341,14 @@ int dsattn_avx2_fma_subnormal_full_rate(void)
  * dsattn_fp8sh_plan refuses.  Returns 0 if some x is inf or NaN (the
  * caller then takes the fp16 decode, whose arithmetic on such inputs the
  * tests pin down). */
+/* the largest of 8 int32 lanes */
+AI int32_t hmax_epi32(__m256i v)
+{
+    __m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+    return _mm_cvtsi128_si32(_mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
+}
+
 static int fp8sh_prep_x(const float *x, size_t kn, float *xp, float *bm)
 {
     const __m256i absm = _mm256_set1_epi32(0x7fffffff);
@@ -356,10 +364,8 @@ static int fp8sh_prep_x(const float *x, size_t kn, float *xp, float *bm)
             mx = _mm256_max_epi32(mx, _mm256_and_si256(_mm256_castps_si256(a[m]), absm));
         }
         all = _mm256_max_epi32(all, mx);
-        __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
-        m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4E));
-        m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xB1));
-        bm[t0 / 32] = _mm_cvtss_f32(_mm_castsi128_ps(m4));
+        const int32_t mb = hmax_epi32(mx);
+        memcpy(&bm[t0 / 32], &mb, 4);
         const __m256 t0v = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
         const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
         const __m256 c[4] = { _mm256_shuffle_ps(t0v, t2, 0x44), _mm256_shuffle_ps(t0v, t2, 0xEE),
@@ -367,10 +373,7 @@ static int fp8sh_prep_x(const float *x, size_t kn, float *xp, float *bm)
         for (int j = 0; j < 4; j++)
             _mm256_store_ps(xp + t0 + 8 * (size_t)j, _mm256_permutevar8x32_ps(c[j], perm));
     }
-    __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
-    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4E));
-    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xB1));
-    return _mm_cvtsi128_si32(m4) < 0x7f800000;
+    return hmax_epi32(all) < 0x7f800000;
 }
 
 /* dsattn_fp8sh_plan (fp8sh.h) for blocks of 32, eight groups at a time:
@@ -391,10 +394,7 @@ int dsattn_avx2_fp8sh_plan32(const float *bm, size_t ng, const float *sc, float 
         big = _mm256_max_ps(big, p);
     }
     if (_mm256_movemask_ps(bad)) return 0;
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(big), _mm256_extractf128_ps(big, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    const float b = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-    return dsattn_fp8sh_pow2(b, pk, unscale);
+    return dsattn_fp8sh_pow2(dsattn_hmax256(big), pk, unscale);
 }
 
 /* xb = (xp * its group's scale sg[g]) * pk over the groups of [0, kn):
