@@ -138,9 +138,15 @@ AI void pv_sub(const float *p, size_t ldp, size_t hp, const float *kt, size_t D,
     dsattn_acc6x16_store_256(a, RC, acct, hp);
 }
 
-/* PV in 16-head slices: column tiles of 6, then one of the 1..5 left */
+/* PV in 16-head slices: column tiles of 6, then one of the 1..5 left;
+ * column tile outer (mla_pv): the 442 KB key block of a 192-key block does
+ * not stay in a Zen 3's 512 KB L2 beside the queries and accumulators, and
+ * streaming it once per head group (8 times a block) left P.V at 1.06x
+ * the QK time against 0.94x column tile outer (in process, V3 at 32K keys,
+ * 2 threads, three alternating runs each; docs/benchmarks.md) */
 #define PV_HG 16
 #define pv_tiles(C) ((C) / 6 + ((C) % 6 != 0))
+#define PV_COL_OUTER 1
 
 AI size_t pv_tile(const float *ph, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
                   size_t c, size_t C, const float *ah, float *o, int nv)

@@ -17,6 +17,7 @@
  *   PV_HG, pv_tiles(C), pv_tile(...)    the P.V tiles of one head group:
  *                               PV_HG heads a group, pv_tiles(C) tile calls
  *                               a group, pv_tile one call (returns columns)
+ *   PV_COL_OUTER                the order of those calls (mla_pv)
  *
  * Every function here is static, so each ISA file gets its own copy built
  * with its own flags; the register tiles (QK, PV, key tiles) stay in the
@@ -47,10 +48,18 @@ static void mla_qk(const float *qp, size_t hp, size_t D, const float *kt, size_t
         qk_keytile(qp, hp, D, kt + t * DSATTN_MLA_KT * D, st + t * DSATTN_MLA_KT * ldst, ldst);
 }
 
-/* The P.V tiles head group by head group (PV_HG heads; hp % 16 == 0, the
- * last group of the AVX-512 form may be 16), column tile by column tile;
- * the lines of the next block's rows (pf, npf rows of pf_bytes) are
- * prefetched spread evenly over the tile calls. */
+/* The P.V tiles over PV_HG-head groups (hp % 16 == 0, the last group of
+ * the AVX-512 form may be 16) and column tiles, in the order the ISA file
+ * picks with PV_COL_OUTER:
+ *   0  head group outer: the group's probabilities stay in L1 while the
+ *      whole key block (D floats a key) streams past once per group;
+ *   1  column tile outer: one column tile of the key block (nk x its
+ *      columns, a few KB) stays in L1 while the head groups' probabilities
+ *      stream past - for cores whose L2 does not hold the key block next
+ *      to the queries and accumulators (the AVX2 file: Zen 3 has 512 KB).
+ * Every output is the same FMA chain either way (only independent tiles
+ * are reordered).  The lines of the next block's rows (pf, npf rows of
+ * pf_bytes) are prefetched spread evenly over the tile calls. */
 static void mla_pv(const float *p, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
                    size_t C, const float *alpha, float *acct, const uint8_t *const *pf,
                    size_t npf, size_t pf_bytes)
@@ -63,13 +72,27 @@ static void mla_pv(const float *p, size_t ldp, size_t hp, const float *kt, size_
         _mm_prefetch((const char *)pf[prow] + pline * 64, _MM_HINT_T1);             \
         if (++pline == lpr) { pline = 0; prow++; }                                  \
     } while (0)
-    for (size_t h0 = 0; h0 < hp; h0 += PV_HG) {
-        const int nv = h0 + PV_HG <= hp ? 2 : 1;    /* the group's halves of PV_HG / 2 */
-        const float *ph = p + h0, *ah = alpha + h0;
-        for (size_t c = 0; c < C; step++) {
-            const size_t want = nl * (step + 1) / steps;
-            for (; done < want; done++) PF_NEXT();
-            c += pv_tile(ph, ldp, hp, kt, D, nk, c, C, ah, acct + c * hp + h0, nv);
+    if (PV_COL_OUTER) {
+        for (size_t c = 0; c < C;) {
+            size_t w = 0;                           /* the tile's columns */
+            for (size_t h0 = 0; h0 < hp; h0 += PV_HG, step++) {
+                const int nv = h0 + PV_HG <= hp ? 2 : 1;
+                const size_t want = nl * (step + 1) / steps;
+                for (; done < want; done++) PF_NEXT();
+                w = pv_tile(p + h0, ldp, hp, kt, D, nk, c, C, alpha + h0, acct + c * hp + h0,
+                            nv);
+            }
+            c += w;
+        }
+    } else {
+        for (size_t h0 = 0; h0 < hp; h0 += PV_HG) {
+            const int nv = h0 + PV_HG <= hp ? 2 : 1;    /* the group's halves of PV_HG / 2 */
+            const float *ph = p + h0, *ah = alpha + h0;
+            for (size_t c = 0; c < C; step++) {
+                const size_t want = nl * (step + 1) / steps;
+                for (; done < want; done++) PF_NEXT();
+                c += pv_tile(ph, ldp, hp, kt, D, nk, c, C, ah, acct + c * hp + h0, nv);
+            }
         }
     }
     for (; done < nl; done++) PF_NEXT();
