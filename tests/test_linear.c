@@ -261,10 +261,21 @@ DSATTN_TEST(linear, prefill_act_quant_over_threads_is_the_row_quantizer)
     free(x); free(want); free(scr); free(y1); free(y);
 }
 
-/* dsattn_round_bf16_n (vectorised, branch-free) is dsattn_round_bf16 bit for
- * bit: every high half (every sign, exponent - inf and NaN included - and
- * top mantissa bits) with low halves at and around the rounding ties, and
- * lengths that leave a vector tail. */
+/* RNE to bf16 stated by comparison, apart from numfmt.h's add-and-carry:
+ * the truncation t or the next bf16 up, by the low half against the tie,
+ * ties to the even one; a NaN quiet with its sign and top payload bits. */
+static uint32_t bf16_by_compare(uint32_t u)
+{
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u & 0xffff0000u) | 0x00400000u;
+    const uint32_t t = u & 0xffff0000u, lo = u & 0xffffu;
+    const int up = lo > 0x8000u || (lo == 0x8000u && (t >> 16 & 1u));
+    return up ? t + 0x10000u : t;
+}
+
+/* dsattn_round_bf16 and dsattn_round_bf16_n (its vectorised loop) round as
+ * bf16_by_compare does, bit for bit: every high half (every sign, exponent
+ * - inf and NaN included - and top mantissa bits) with low halves at and
+ * around the ties, and lengths that leave a vector tail. */
 DSATTN_TEST(linear, round_bf16_n_is_the_scalar_rounding)
 {
     const uint32_t lows[] = { 0x0000, 0x0001, 0x3fff, 0x7fff, 0x8000, 0x8001, 0xbfff, 0xffff };
@@ -275,15 +286,25 @@ DSATTN_TEST(linear, round_bf16_n_is_the_scalar_rounding)
             const uint32_t u = h << 16 | lows[l];
             memcpy(&x[h * nl + l], &u, 4);
         }
-    size_t bad = 0;
+    size_t bad = 0, bad1 = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u, r;
+        memcpy(&u, &x[i], 4);
+        const float s = dsattn_round_bf16(x[i]);
+        memcpy(&r, &s, 4);
+        bad1 += r != bf16_by_compare(u);
+    }
     for (size_t len = n; len + 3 >= n; len--) {    /* n, n-1, n-2, n-3 */
         memcpy(y, x, n * sizeof(float));
         dsattn_round_bf16_n(y, len);
         for (size_t i = 0; i < n; i++) {
-            const float want = i < len ? dsattn_round_bf16(x[i]) : x[i];
-            bad += memcmp(&y[i], &want, 4) != 0;
+            uint32_t u, r;
+            memcpy(&u, &x[i], 4);
+            memcpy(&r, &y[i], 4);
+            bad += r != (i < len ? bf16_by_compare(u) : u);
         }
     }
-    CHECK_MSG(bad == 0, "%zu elements differ from dsattn_round_bf16", bad);
+    CHECK_MSG(bad1 == 0, "dsattn_round_bf16: %zu elements differ", bad1);
+    CHECK_MSG(bad == 0, "dsattn_round_bf16_n: %zu elements differ", bad);
     free(x); free(y);
 }

@@ -334,13 +334,6 @@ int dsattn_avx2_fma_subnormal_full_rate(void)
     return r;
 }
 
-/* The exponent-shift decode's x, unscaled (fp8sh.h has the scaling):
- * xp[32g + 8j + i] = x[32g + 4i + j], zero past kn up to the next multiple
- * of 32, and bm[g] = max |x| of group g - taken on the bits, so a group
- * holding an inf or a NaN has an inf or NaN maximum, which
- * dsattn_fp8sh_plan refuses.  Returns 0 if some x is inf or NaN (the
- * caller then takes the fp16 decode, whose arithmetic on such inputs the
- * tests pin down). */
 /* the largest of 8 int32 lanes */
 AI int32_t hmax_epi32(__m256i v)
 {
@@ -349,6 +342,13 @@ AI int32_t hmax_epi32(__m256i v)
     return _mm_cvtsi128_si32(_mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
 }
 
+/* The exponent-shift decode's x, unscaled (fp8sh.h has the scaling):
+ * xp[32g + 8j + i] = x[32g + 4i + j], zero past kn up to the next multiple
+ * of 32, and bm[g] = max |x| of group g - taken on the bits, so a group
+ * holding an inf or a NaN has an inf or NaN maximum, which
+ * dsattn_fp8sh_plan refuses.  Returns 0 if some x is inf or NaN (the
+ * caller then takes the fp16 decode, whose arithmetic on such inputs the
+ * tests pin down). */
 static int fp8sh_prep_x(const float *x, size_t kn, float *xp, float *bm)
 {
     const __m256i absm = _mm256_set1_epi32(0x7fffffff);

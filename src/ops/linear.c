@@ -35,23 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* dsattn_round_bf16 (numfmt.h) on each element, written without a branch
- * so that the compiler vectorises it for the build's baseline ISA (the
- * scalar form's NaN branch kept it one element at a time): RNE on the bits,
- * and a NaN keeps its sign and high payload with the quiet bit set, as
- * dsattn_f32_to_bf16 does.  Tested bit for bit against it. */
+/* dsattn_round_bf16 on each element; its select (numfmt.h) lets the
+ * compiler vectorise the loop for the build's baseline ISA. */
 void dsattn_round_bf16_n(float *x, size_t n)
 {
 #pragma omp simd
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        const uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        const uint32_t qnan = (u & 0xffff0000u) | 0x00400000u;
-        const int32_t mag = (int32_t)(u & 0x7fffffffu);
-        const uint32_t r = mag > 0x7f800000 ? qnan : rne;
-        memcpy(&x[i], &r, 4);
-    }
+    for (size_t i = 0; i < n; i++) x[i] = dsattn_round_bf16(x[i]);
 }
 
 /* act_quant of one row, dequantized values written to q. */

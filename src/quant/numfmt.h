@@ -22,10 +22,11 @@ static inline float dsattn_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); re
 /* BF16: RNE from fp32; NaN stays NaN (quieted). */
 static inline uint16_t dsattn_f32_to_bf16(float f)
 {
-    uint32_t u = dsattn_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    /* a select, not a branch: loops over it vectorise (dsattn_round_bf16_n) */
+    const uint32_t u = dsattn_f32_bits(f);
+    const uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rne);
 }
 static inline float dsattn_bf16_to_f32(uint16_t h) { return dsattn_bits_f32((uint32_t)h << 16); }
 /* fp32 -> nearest bf16 value, returned as fp32 ("bf16 semantics"). */
