@@ -720,9 +720,15 @@ static void gemv_fp8_px_expshift(const uint8_t *W, const float *scale, size_t bs
 /* m tokens against one weight (a batched decode step: one row per
  * sequence).  Each 32-code step of a row is decoded once (as in fp8_step)
  * and multiplied into every token of the pass: one row x up to eight
- * tokens = 8 accumulators of the 16 registers; up to 4 tokens each sum
- * runs as two chains (even and odd vectors of the step), which the FMA
- * latency would otherwise bound.
+ * tokens, 8 accumulators of the 16 registers.  So that the FMA latency
+ * (4 cycles, 2 a cycle) does not bound the row, each token's sum runs as
+ * NC chains - vector j of a step goes to chain j % NC - with NC = 4 up to
+ * 2 tokens, 2 up to 5, 1 past that (6 and 7 tokens measured slower with
+ * two: the registers run out).  A row leaves its T x 8 lane sums in a
+ * small buffer, and every 8 rows fp8_rows_out folds them (hsum8's lane
+ * order for every row) and writes one 8-row vector per token: the folds
+ * and scalar y updates at the end of every row had taken ~15 % of the
+ * time at 8 tokens (Zen 3, in process, docs/benchmarks.md 2026-12-06).
  *
  * Memory order (the AVX-512 table's, kernels_avx512.c): the rows go in
  * blocks of about M_BLK bytes; within a block k is walked in equal slabs
@@ -747,17 +753,22 @@ static void gemv_fp8_px_expshift(const uint8_t *W, const float *scale, size_t bs
  * `ahead` bytes past each line read */
 typedef struct { const uint8_t *p, *end; size_t ahead; } m_pf;
 
-AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t ldxb, size_t kn,
-                  float *y, size_t ldy, const int T, int accumulate, const int track_nan,
-                  const int sh, const float *fin, m_pf *pf)
+/* One row's codes [0, kn) against the pass's T tokens: out[8t + i] = lane
+ * i of token t's sum, *nan = a NaN code was seen (track_nan). */
+AI void fp8_row_m(const uint8_t *w, const float *xb, size_t ldxb, size_t kn, const int T,
+                  const int track_nan, const int sh, m_pf *pf, float *out, int *nan)
 {
-    __m256 acc[M_T], acb[M_T];
-    const int split = T <= 4;
+    /* NC chains per token (step vector j feeds chain j % NC): at least 8
+     * chains in all, enough to cover the FMA latency */
+    const int NC = T <= 2 ? 4 : (T <= 5 ? 2 : 1);
+    __m256 acc[M_T][4];
     const uint8_t *pp = pf->p, *pe = pf->end;
     const size_t ahead = pf->ahead;
     __m256i nanv = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = acb[t] = _mm256_setzero_ps();
+    for (int t = 0; t < T; t++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) acc[t][c] = _mm256_setzero_ps();
     for (size_t t0 = 0; t0 < kn; t0 += 32) {
         if (t0 % 64 == 0) {
             if (ahead) _mm_prefetch((const char *)(w + t0 + ahead), _MM_HINT_T0);
@@ -769,34 +780,50 @@ AI void fp8_row_m(const uint8_t *w, size_t k, const float *xb, size_t ldxb, size
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const float *xc = xb + (size_t)t * ldxb + t0;
-            if (split) {
-                __m256 a = _mm256_fmadd_ps(wv[0], _mm256_load_ps(xc), acc[t]);
-                __m256 b = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xc + 8), acb[t]);
-                acc[t] = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xc + 16), a);
-                acb[t] = _mm256_fmadd_ps(wv[3], _mm256_load_ps(xc + 24), b);
-            } else {
-                __m256 a = _mm256_fmadd_ps(wv[0], _mm256_load_ps(xc), acc[t]);
-                a = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xc + 8), a);
-                a = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xc + 16), a);
-                acc[t] = _mm256_fmadd_ps(wv[3], _mm256_load_ps(xc + 24), a);
-            }
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                acc[t][j % NC] =
+                    _mm256_fmadd_ps(wv[j], _mm256_load_ps(xc + 8 * j), acc[t][j % NC]);
         }
     }
-    if (split)
-#pragma GCC unroll 8
-        for (int t = 0; t < T; t++) acc[t] = _mm256_add_ps(acc[t], acb[t]);
     pf->p = pp;
-    float s[M_T];
-    if (T == M_T) {
-        _mm256_storeu_ps(s, hsum8(acc));
-    } else {
-        for (int t = 0; t < T; t++) s[t] = hsum(acc[t]);
-    }
-    const int nan = track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1)));
+#pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        float vv = nan ? __builtin_nanf("") : s[t] * fin[t];
+        __m256 a = acc[t][0];
+        if (NC == 2) a = _mm256_add_ps(a, acc[t][1]);
+        if (NC == 4)
+            a = _mm256_add_ps(_mm256_add_ps(a, acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3]));
+        _mm256_store_ps(out + 8 * t, a);
+    }
+    *nan = track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1)));
+}
+
+/* Rows r0 .. r0 + n - 1 (n <= 8) of a pass from their accumulators
+ * ab[r][t] (8 floats each): each row's sum over its 8 lanes (hsum8's
+ * order, the same for every row whatever its place in the group), times
+ * fin[t], NaN where the row saw a NaN code, into y or added to it. */
+AI void fp8_rows_out(const float *ab, const int *nan, size_t n, float *y, size_t ldy,
+                     const int T, int accumulate, const float *fin)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i nmask = _mm256_setr_epi32(nan[0], nan[1], nan[2], nan[3], nan[4], nan[5],
+                                            nan[6], nan[7]);
+    const __m256 isnan = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nmask, _mm256_setzero_si256()));
+    const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), lane));
+    for (int t = 0; t < T; t++) {
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) a[r] = _mm256_load_ps(ab + (size_t)(r * M_T + t) * 8);
+        __m256 v = _mm256_mul_ps(hsum8(a), _mm256_set1_ps(fin[t]));
+        v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), isnan);
         float *o = y + (size_t)t * ldy;
-        *o = accumulate ? *o + vv : vv;
+        if (n == 8) {
+            _mm256_storeu_ps(o, accumulate ? _mm256_add_ps(_mm256_loadu_ps(o), v) : v);
+        } else {
+            const __m256i m = _mm256_castps_si256(live);
+            if (accumulate) v = _mm256_add_ps(_mm256_maskload_ps(o, m), v);
+            _mm256_maskstore_ps(o, m, v);
+        }
     }
 }
 
@@ -804,14 +831,25 @@ AI void fp8_pass_m(const uint8_t *W, size_t k, const float *xb, size_t ldxb, siz
                    float *y, size_t ldy, size_t nr, const int T, int accumulate,
                    const int track_nan, const int sh, const float *fin, m_pf *pf)
 {
-    if (sh)
-        for (size_t r = 0; r < nr; r++)
-            fp8_row_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, T, accumulate, track_nan, 1, fin,
-                      pf);
-    else
-        for (size_t r = 0; r < nr; r++)
-            fp8_row_m(W + r * k, k, xb, ldxb, kn, y + r, ldy, T, accumulate, track_nan, 0, fin,
-                      pf);
+    float ab[8 * M_T * 8] A32;               /* [row of the group][token][lane] */
+    int nan[8];
+    for (size_t r0 = 0; r0 < nr; r0 += 8) {
+        const size_t n = nr - r0 < 8 ? nr - r0 : 8;
+        for (size_t r = 0; r < 8; r++) {
+            nan[r] = 0;
+            if (r >= n) {
+                for (int t = 0; t < T; t++)
+                    _mm256_store_ps(ab + (r * M_T + (size_t)t) * 8, _mm256_setzero_ps());
+            } else if (sh) {
+                fp8_row_m(W + (r0 + r) * k, xb, ldxb, kn, T, track_nan, 1, pf, ab + r * M_T * 8,
+                          &nan[r]);
+            } else {
+                fp8_row_m(W + (r0 + r) * k, xb, ldxb, kn, T, track_nan, 0, pf, ab + r * M_T * 8,
+                          &nan[r]);
+            }
+        }
+        fp8_rows_out(ab, nan, n, y + r0, ldy, T, accumulate, fin);
+    }
 }
 
 /* ---- From 12 tokens: a small GEMM (decoded row panels x tokens in lanes) ----
