@@ -3,7 +3,11 @@
  * kernels_avx512.c and kernels_avx2.c include it after simd_avx512.h /
  * simd_avx2.h (the vector words DSV_F, dsv_fmadd, ...) with GBM_R, the rows
  * of a pass, defined first (2 on 32 registers: 2 rows x 8 tokens = 16
- * accumulators; 1 on 16 registers).
+ * accumulators; 1 on 16 registers), and optionally GBM_CHAINS(T), the FMA
+ * chains each (row, token) sum runs as (1 if not defined; the AVX2 file
+ * asks for 8 / T, so that a pass of few tokens still has the 8 chains the
+ * FMA latency needs).  Chain c takes the vectors c, c + NC, c + 2 NC, ...
+ * of the slab; the chains are added pairwise before the lanes.
  *
  * Each DSV_N-wide vector of a weight row is widened once (bf16 -> fp32: a
  * zero-extend to 32-bit lanes and a shift by 16) and multiplied into every
@@ -44,30 +48,45 @@
  * (x + t * ldx, y + t * ldy); acc_in: add to y (a later slab).  pf: the
  * first row's line to prefetch at element offset 0 of the slab (the rows
  * k apart), or NULL. */
+#ifndef GBM_CHAINS
+#define GBM_CHAINS(T) 1
+#endif
+#define GBM_NCMAX 8
+
 DSV_AI void gbm_rows(const uint16_t *W, size_t k, size_t k0, size_t kn, const float *x,
                      size_t ldx, float *y, size_t ldy, int acc_in, const uint16_t *pf,
                      const int R, const int T)
 {
-    DSV_F acc[GBM_R][GBM_TMAX];
+    const int NC = GBM_CHAINS(T);
+    DSV_F acc[GBM_R][GBM_TMAX][GBM_NCMAX];
     _Pragma("GCC unroll 2") for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) acc[r][t] = dsv_zero();
+        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++)
+            _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) acc[r][t][c] = dsv_zero();
     const size_t kv = kn / DSV_N * DSV_N;
-    for (size_t i = 0; i < kv; i += DSV_N) {
-        DSV_F w[GBM_R];
-        _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
-            w[r] = GBM_WIDEN(W + (size_t)r * k + k0 + i);
-            if (pf && i % 32 == 0)        /* one line: 32 bf16 */
-                _mm_prefetch((const char *)(pf + (size_t)r * k + i), _MM_HINT_T1);
-        }
-        _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
-            const DSV_F xv = dsv_load(x + (size_t)t * ldx + k0 + i);
-            _Pragma("GCC unroll 2") for (int r = 0; r < R; r++)
-                acc[r][t] = dsv_fmadd(w[r], xv, acc[r][t]);
+    for (size_t i0 = 0; i0 < kv; i0 += (size_t)NC * DSV_N) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < NC; c++) {
+            const size_t i = i0 + (size_t)c * DSV_N;
+            if (NC > 1 && i >= kv) break;
+            DSV_F w[GBM_R];
+            _Pragma("GCC unroll 2") for (int r = 0; r < R; r++) {
+                w[r] = GBM_WIDEN(W + (size_t)r * k + k0 + i);
+                if (pf && i % 32 == 0)        /* one line: 32 bf16 */
+                    _mm_prefetch((const char *)(pf + (size_t)r * k + i), _MM_HINT_T1);
+            }
+            _Pragma("GCC unroll 8") for (int t = 0; t < T; t++) {
+                const DSV_F xv = dsv_load(x + (size_t)t * ldx + k0 + i);
+                _Pragma("GCC unroll 2") for (int r = 0; r < R; r++)
+                    acc[r][t][c] = dsv_fmadd(w[r], xv, acc[r][t][c]);
+            }
         }
     }
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) {
-            float s = GBM_HSUM(acc[r][t]);
+            /* the chains pairwise: (0 + 1) + (2 + 3), ... */
+            for (int h = 1; h < NC; h *= 2)
+                for (int c = 0; c + h < NC; c += 2 * h)
+                    acc[r][t][c] = dsv_add(acc[r][t][c], acc[r][t][c + h]);
+            float s = GBM_HSUM(acc[r][t][0]);
             for (size_t i = kv; i < kn; i++)
                 s = fmaf(dsattn_bf16_to_f32(W[(size_t)r * k + k0 + i]), x[(size_t)t * ldx + k0 + i], s);
             float *o = y + (size_t)t * ldy + r;
@@ -115,3 +134,5 @@ static void gemv_bf16_m_simd(const uint16_t *W, const float *x, size_t ldx, size
 
 #undef GBM_WIDEN
 #undef GBM_HSUM
+#undef GBM_CHAINS
+#undef GBM_NCMAX

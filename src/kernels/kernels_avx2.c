@@ -1525,6 +1525,7 @@ static void act_quant_fp8_pow2_avx2(const float *x, size_t n, size_t block, floa
 
 /* ==== bf16 GEMV over several tokens (gemv_bf16m_tmpl.h) ================ */
 #define GBM_R 1
+#define GBM_CHAINS(T) ((T) == 1 ? 8 : (T) == 2 ? 4 : (T) <= 4 ? 2 : 1)
 #include "gemv_bf16m_tmpl.h"
 
 /* ==== The table ========================================================= */
