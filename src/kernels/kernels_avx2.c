@@ -720,15 +720,13 @@ static void gemv_fp8_px_expshift(const uint8_t *W, const float *scale, size_t bs
 /* m tokens against one weight (a batched decode step: one row per
  * sequence).  Each 32-code step of a row is decoded once (as in fp8_step)
  * and multiplied into every token of the pass: one row x up to eight
- * tokens, 8 accumulators of the 16 registers.  So that the FMA latency
- * (4 cycles, 2 a cycle) does not bound the row, each token's sum runs as
- * NC chains - vector j of a step goes to chain j % NC - with NC = 4 up to
- * 2 tokens, 2 up to 5, 1 past that (6 and 7 tokens measured slower with
- * two: the registers run out).  A row leaves its T x 8 lane sums in a
- * small buffer, and every 8 rows fp8_rows_out folds them (hsum8's lane
- * order for every row) and writes one 8-row vector per token: the folds
- * and scalar y updates at the end of every row had taken ~15 % of the
- * time at 8 tokens (Zen 3, in process, docs/benchmarks.md 2026-12-06).
+ * tokens, 8 accumulators of the 16 registers; up to 4 tokens each sum
+ * runs as two chains (even and odd vectors of the step), which the FMA
+ * latency would otherwise bound.  A row leaves its T x 8 lane sums in a
+ * small buffer, and every 8 rows fp8_rows_out folds them and writes one
+ * 8-row vector per token: the folds and scalar y updates at the end of
+ * every row had taken ~15 % of the time at 8 tokens (Zen 3, in process,
+ * docs/benchmarks.md 2026-12-06 18:40).
  *
  * Memory order (the AVX-512 table's, kernels_avx512.c): the rows go in
  * blocks of about M_BLK bytes; within a block k is walked in equal slabs
@@ -758,9 +756,8 @@ typedef struct { const uint8_t *p, *end; size_t ahead; } m_pf;
 AI void fp8_row_m(const uint8_t *w, const float *xb, size_t ldxb, size_t kn, const int T,
                   const int track_nan, const int sh, m_pf *pf, float *out, int *nan)
 {
-    /* NC chains per token (step vector j feeds chain j % NC): at least 8
-     * chains in all, enough to cover the FMA latency */
-    const int NC = T <= 2 ? 4 : (T <= 5 ? 2 : 1);
+    /* NC chains per token (step vector j feeds chain j % NC) */
+    const int NC = T <= 4 ? 2 : 1;
     __m256 acc[M_T][4];
     const uint8_t *pp = pf->p, *pe = pf->end;
     const size_t ahead = pf->ahead;
@@ -798,10 +795,30 @@ AI void fp8_row_m(const uint8_t *w, const float *xb, size_t ldxb, size_t kn, con
     *nan = track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1)));
 }
 
+/* The lane sums of 8 rows' vectors a[r] in one vector (lane r), each in
+ * hsum's order: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). */
+AI __m256 hsum_rows8(const __m256 *a)
+{
+    __m256 e[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        /* rows r and r + 4, one a lane half: w_i = v_i + v_(i+4) */
+        const __m256 c = _mm256_add_ps(_mm256_permute2f128_ps(a[r], a[r + 4], 0x20),
+                                       _mm256_permute2f128_ps(a[r], a[r + 4], 0x31));
+        const __m256 d = _mm256_add_ps(c, _mm256_permute_ps(c, 0x4E));   /* w_i + w_(i^2) */
+        e[r] = _mm256_add_ps(d, _mm256_permute_ps(d, 0xB1));             /* the sum, every lane */
+    }
+    return _mm256_blend_ps(_mm256_blend_ps(e[0], e[1], 0x22), _mm256_blend_ps(e[2], e[3], 0x88),
+                           0xCC);
+}
+
 /* Rows r0 .. r0 + n - 1 (n <= 8) of a pass from their accumulators
- * ab[r][t] (8 floats each): each row's sum over its 8 lanes (hsum8's
- * order, the same for every row whatever its place in the group), times
- * fin[t], NaN where the row saw a NaN code, into y or added to it. */
+ * ab[r][t] (8 floats each): each row's sum over its 8 lanes, times fin[t],
+ * NaN where the row saw a NaN code, into y or added to it.  The lane sums
+ * go in the order the per-row form took them (hsum8's at 8 tokens, hsum's
+ * below), so a row's bits are the same as before the rows were grouped:
+ * a batched step's last bits decide the near-ties of the indexers' top-k,
+ * and the soak holds batched rows to their one-sequence twins. */
 AI void fp8_rows_out(const float *ab, const int *nan, size_t n, float *y, size_t ldy,
                      const int T, int accumulate, const float *fin)
 {
@@ -814,7 +831,7 @@ AI void fp8_rows_out(const float *ab, const int *nan, size_t n, float *y, size_t
         __m256 a[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) a[r] = _mm256_load_ps(ab + (size_t)(r * M_T + t) * 8);
-        __m256 v = _mm256_mul_ps(hsum8(a), _mm256_set1_ps(fin[t]));
+        __m256 v = _mm256_mul_ps(T == M_T ? hsum8(a) : hsum_rows8(a), _mm256_set1_ps(fin[t]));
         v = _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), isnan);
         float *o = y + (size_t)t * ldy;
         if (n == 8) {
