@@ -43,16 +43,15 @@
 
 #define GBM_TMAX 8          /* tokens a pass */
 #define GBM_XL1 8192        /* floats of x a slab holds: 32 KB */
+#ifndef GBM_CHAINS
+#define GBM_CHAINS(T) 1     /* FMA chains a (row, token) sum (header) */
+#endif
+#define GBM_NCMAX 8         /* the most chains a sum */
 
 /* Rows [0, R) (row stride k) over elements [k0, k0 + kn) for T tokens
  * (x + t * ldx, y + t * ldy); acc_in: add to y (a later slab).  pf: the
  * first row's line to prefetch at element offset 0 of the slab (the rows
  * k apart), or NULL. */
-#ifndef GBM_CHAINS
-#define GBM_CHAINS(T) 1
-#endif
-#define GBM_NCMAX 8
-
 DSV_AI void gbm_rows(const uint16_t *W, size_t k, size_t k0, size_t kn, const float *x,
                      size_t ldx, float *y, size_t ldy, int acc_in, const uint16_t *pf,
                      const int R, const int T)
