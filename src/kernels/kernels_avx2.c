@@ -724,9 +724,9 @@ static void gemv_fp8_px_expshift(const uint8_t *W, const float *scale, size_t bs
  * runs as two chains (even and odd vectors of the step), which the FMA
  * latency would otherwise bound.  A row leaves its T x 8 lane sums in a
  * small buffer, and every 8 rows fp8_rows_out folds them and writes one
- * 8-row vector per token: the folds and scalar y updates at the end of
- * every row had taken ~15 % of the time at 8 tokens (Zen 3, in process,
- * docs/benchmarks.md 2026-12-06 18:40).
+ * 8-row vector per token: folding and updating y at each row's end
+ * measured ~15 % slower at 8 tokens (Zen 3, in process, docs/benchmarks.md
+ * 2026-12-06 18:40).
  *
  * Memory order (the AVX-512 table's, kernels_avx512.c): the rows go in
  * blocks of about M_BLK bytes; within a block k is walked in equal slabs
@@ -758,13 +758,13 @@ AI void fp8_row_m(const uint8_t *w, const float *xb, size_t ldxb, size_t kn, con
 {
     /* NC chains per token (step vector j feeds chain j % NC) */
     const int NC = T <= 4 ? 2 : 1;
-    __m256 acc[M_T][4];
+    __m256 acc[M_T][2];
     const uint8_t *pp = pf->p, *pe = pf->end;
     const size_t ahead = pf->ahead;
     __m256i nanv = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int c = 0; c < NC; c++) acc[t][c] = _mm256_setzero_ps();
     for (size_t t0 = 0; t0 < kn; t0 += 32) {
         if (t0 % 64 == 0) {
@@ -786,11 +786,7 @@ AI void fp8_row_m(const uint8_t *w, const float *xb, size_t ldxb, size_t kn, con
     pf->p = pp;
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
-        __m256 a = acc[t][0];
-        if (NC == 2) a = _mm256_add_ps(a, acc[t][1]);
-        if (NC == 4)
-            a = _mm256_add_ps(_mm256_add_ps(a, acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3]));
-        _mm256_store_ps(out + 8 * t, a);
+        _mm256_store_ps(out + 8 * t, NC == 2 ? _mm256_add_ps(acc[t][0], acc[t][1]) : acc[t][0]);
     }
     *nan = track_nan && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv, _mm256_set1_epi8(-1)));
 }
@@ -815,10 +811,10 @@ AI __m256 hsum_rows8(const __m256 *a)
 /* Rows r0 .. r0 + n - 1 (n <= 8) of a pass from their accumulators
  * ab[r][t] (8 floats each): each row's sum over its 8 lanes, times fin[t],
  * NaN where the row saw a NaN code, into y or added to it.  The lane sums
- * go in the order the per-row form took them (hsum8's at 8 tokens, hsum's
- * below), so a row's bits are the same as before the rows were grouped:
- * a batched step's last bits decide the near-ties of the indexers' top-k,
- * and the soak holds batched rows to their one-sequence twins. */
+ * go in one fixed order per row (hsum8's at 8 tokens, hsum's below),
+ * whatever the row's place in its group: a batched step's last bits
+ * decide near-ties of the indexers' top-k, and the soak holds batched
+ * rows to their one-sequence twins. */
 AI void fp8_rows_out(const float *ab, const int *nan, size_t n, float *y, size_t ldy,
                      const int T, int accumulate, const float *fin)
 {
