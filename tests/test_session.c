@@ -576,6 +576,20 @@ DSATTN_TEST(session, every_flipped_byte_and_truncation_refused)
         spit(tmp("flip2"), b, n - 100);
         CHECK(dsattn_v41_seq_load(&s, m, tmp("flip2"), 0, err, sizeof err) == DSATTN_ERR_FORMAT);
         CHECK_MSG(strstr(err, "truncated"), "message: %s", err);
+        /* a buffer of 0 bytes is a count of 0 (include/dsattn.h: INVALID_ARG,
+         * with or without a pointer); an empty file a malformed session */
+        for (int null_buf = 0; null_buf < 2; null_buf++) {
+            err[0] = 0;
+            s = (dsattn_v41_seq *)(uintptr_t)1;
+            CHECK_EQ_INT(dsattn_v41_seq_load_buffer(&s, m, null_buf ? NULL : b, 0, 0, err,
+                                                    sizeof err), DSATTN_ERR_INVALID_ARG);
+            CHECK_MSG(s == NULL && strstr(err, "0 bytes"), "null_buf %d: %s", null_buf, err);
+        }
+        s = NULL;
+        spit(tmp("flip2"), b, 0);
+        CHECK_EQ_INT(dsattn_v41_seq_load(&s, m, tmp("flip2"), 0, err, sizeof err),
+                     DSATTN_ERR_FORMAT);
+        CHECK_MSG(s == NULL && strstr(err, tmp("flip2")), "message: %s", err);
         unlink(tmp("flip2"));
         /* intact, it loads */
         CHECK_OK(dsattn_v41_seq_load_buffer(&s, m, b, n, 0, err, sizeof err));

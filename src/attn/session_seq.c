@@ -63,8 +63,13 @@ static dsattn_status drv_load_buffer(const gen_ops *o, void **out, const void *m
                                      const void *buf, size_t len, size_t cap, const char *name,
                                      char *err, size_t errlen)
 {
+    if (out) *out = NULL;
     if (!out || !m || (!buf && len)) return DSATTN_ERR_INVALID_ARG;
-    *out = NULL;
+    /* a caller's buffer of 0 bytes is a count of 0 (include/dsattn.h); an
+     * empty file (name set) is a malformed session */
+    if (!name && len == 0)
+        return dsattn_errf(err, errlen, DSATTN_ERR_INVALID_ARG,
+                           "<buffer>: 0 bytes, no session to load");
     dsattn_sess_file f;
     dsattn_status st = dsattn_sess_parse(&f, buf, len, name, err, errlen);
     if (st) return st;
