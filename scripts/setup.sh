@@ -12,13 +12,14 @@
 #   python3-pytest            the Python package's tests (scripts/test_python.sh)
 #   python3-pip, python3-setuptools  `pip install --no-build-isolation ./python`, offline
 #   python3-venv              the pip install test installs into a throwaway venv
+#   valgrind                  the CLI test that runs `dsattn run` under memcheck (tests only)
 # Not here: the ARM64 cross-build's packages (gcc-aarch64-linux-gnu, the :arm64 libraries,
 # qemu-user), which scripts/test-arm64.sh installs for itself.
 set -euo pipefail
 need=()
 for p in cmake gcc make libopenblas-openmp-dev libcjson-dev libxxhash-dev clang libclang-rt-14-dev \
          libomp-dev pkg-config python3-numpy python3-pytest python3-pip python3-setuptools \
-         python3-venv; do
+         python3-venv valgrind; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -253,6 +253,53 @@ DSATTN_TEST(cli, run_every_generation)
     unlink(tiny_llama());
 }
 
+/* Under valgrind the CLI runs as it is, without its re-exec (the kernel's
+ * /proc/self/exe is valgrind's tool there, which refuses to run): a short
+ * V4.1 run (the AVX2 table: valgrind has no AVX-512), exit 0 and no
+ * memcheck error.  Skipped where valgrind is not installed (scripts/setup.sh
+ * installs it) and in a cross build (the CLI runs under an emulator). */
+DSATTN_TEST(cli, runs_under_valgrind)
+{
+#if defined(__x86_64__)
+    static const char vg[] = "/usr/bin/valgrind";
+    if (access(vg, X_OK) != 0) {
+        dsattn_test_skip("no /usr/bin/valgrind");
+        return;
+    }
+    char path[DSATTN_TEST_PATH], out[16384];
+    if (!dsattn_test_tmp(path, sizeof path, "dsattn_test_cli_vg_XXXXXX")) return;
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        unsetenv("OMP_WAIT_POLICY");          /* the CLI would re-exec to set it */
+        unsetenv("DSATTN_BLAS_REEXEC");
+        setenv("DSATTN_ISA", "avx2", 1);
+        char *argv[] = { (char *)vg, "-q", "--error-exitcode=3", (char *)DSATTN_CLI_PATH, "run",
+                         "--config",
+                         (char *)dsattn_test_data("golden/v41/tiny-seed0/config.json"),
+                         "--prefill", "3", "--decode", "1", "--threads", "1", NULL };
+        execv(vg, argv);
+        _exit(127);
+    }
+    int ws = 0;
+    if (pid < 0 || waitpid(pid, &ws, 0) != pid) ws = -1;
+    lseek(fd, 0, SEEK_SET);
+    const ssize_t got = read(fd, out, sizeof out - 1);
+    out[got > 0 ? got : 0] = 0;
+    close(fd);
+    unlink(path);
+    const int rc = ws >= 0 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    CHECK_MSG(rc == 0 && !strstr(out, "cannot run"), "valgrind dsattn run: exit %d: %s", rc,
+              out);
+#else
+    dsattn_test_skip("valgrind runs the x86-64 build only here");
+#endif
+}
+
 /* --batch B for MLA (V3, V3.2) and MHA / GQA: B sequences prefilled,
  * decoded in batched steps. */
 DSATTN_TEST(cli, run_batch_mla)

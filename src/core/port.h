@@ -5,9 +5,9 @@
 #define DSATTN_PORT_H
 
 /* Replace the running process with a fresh run of its own executable and
- * `argv` (the environment as it is now).  Returns only on failure, or
- * where the OS gives no way to name the running executable: the caller
- * then runs on. */
+ * `argv` (the environment as it is now).  Returns only on failure, where
+ * the OS gives no way to name the running executable, or under valgrind
+ * (port.c): the caller then runs on. */
 void dsattn_port_reexec_self(char **argv);
 
 #endif /* DSATTN_PORT_H */
