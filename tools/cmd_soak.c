@@ -5,7 +5,7 @@
  * written to $TMPDIR and removed as soon as the model is made) and one
  * context run a seeded random schedule of operations over a bounded pool of
  * live sequences per model: create, prefill at position 0 (MHA / GQA: a
- * chunk at any position), one-token decode, a batched decode of a random
+ * chunk at any position; V4.1: sometimes a CED prefill), one-token decode, a batched decode of a random
  * subset (dsattn_*_stack_forward_batch), save + load, load_buffer, clone,
  * destroy, and a push past a sequence's capacity.  Inputs are dsattn run's
  * seeded rows, one stream per sequence.
@@ -21,7 +21,9 @@
  * saved again at the same capacity the same bytes; one row of each batched
  * step equals the same sequence's one-sequence step (a clone taken before
  * the step): bit for bit in reference mode, within SOAK_FAST_BOUND in fast
- * (or, in rare rows, past it: SOAK_FAST_BOUND's comment).
+ * (or, in rare rows, past it: SOAK_FAST_BOUND's comment); in reference
+ * mode a V4.1 CED exact prefill equals a clone's full prefill bit for bit
+ * (the last row, then the next steps).
  *
  * Memory (glibc): the heap in use is mallinfo2's uordblks (allocated
  * chunks, every arena) + hblkhd (mmapped chunks), exact once glibc's
@@ -210,6 +212,7 @@ typedef struct {
     double       op_s[OP_COUNT];            /* seconds spent per kind        */
     unsigned long long twins, twins_exact, brows, brows_exact, refusals;
     unsigned long long brows_g[G_COUNT], div_g[G_COUNT], div_topk;  /* fast mode's rare rows */
+    unsigned long long ced[3], ced_twins;   /* V4.1 prefills by CED mode; EXACT held to OFF */
     double       div_rel;
     double       twin_rel, brow_rel;
     float       *ao, *ao2;              /* attention outputs: a batch [n_layers x
@@ -949,15 +952,28 @@ static slot *op_create(soak *S, model *M, size_t cap, int variant)
     return pos_is(S, M, q, s, 0, "seq_create") ? q : NULL;
 }
 
-/* A prompt of n tokens at q's position (0 but for MHA / GQA). */
+/* A prompt of n tokens at q's position (0 but for MHA / GQA).  V4.1's
+ * prompts are sometimes a CED prefill (dsattn_v41_stack_prefill, EXACT or
+ * BOUNDED: the stack's output in the last row only); in reference mode an
+ * EXACT one is held bit for bit to a clone's full prefill - the last row,
+ * then the next steps (docs/v41.md, "CED prefill"). */
 static void run_prefill(soak *S, model *M, slot *q, size_t n)
 {
     const int64_t p = seq_pos(M->f, q->s);
+    dsattn_v41_ced ced = DSATTN_V41_CED_OFF;
+    void *twin = NULL;
+    if (M->f == F_V41 && p == 0 && n > 1 && rnd_p(S, 0.3)) {
+        ced = rnd_p(S, 0.5) ? DSATTN_V41_CED_EXACT : DSATTN_V41_CED_BOUNDED;
+        if (ced == DSATTN_V41_CED_EXACT && S->mode == DSATTN_MODE_REFERENCE &&
+            !expect(S, M, q, p, seq_clone(M->f, q->s, &twin), DSATTN_OK, "seq_clone", NULL))
+            return;
+    }
     input_rows(S->h, M, q, p, n);
     /* what a prefill leaves is the sequence's (the chunk's rows) - unless
      * the context's scratch grew too, when it cannot be told apart */
     const size_t h0 = heap_in_use(), s0 = ctx_scratch(S->ctx);
-    const dsattn_status st = stack(S, M, q->s, S->h, n, NULL);
+    const dsattn_status st = ced ? dsattn_v41_stack_prefill(S->ctx, q->s, S->h, n, ced, NULL)
+                                 : stack(S, M, q->s, S->h, n, NULL);
     const size_t h1 = heap_in_use();
     if (ctx_scratch(S->ctx) == s0) {       /* the rows before, freed or reused, then these */
         const long long d = (long long)h1 - (long long)h0;
@@ -970,9 +986,29 @@ static void run_prefill(soak *S, model *M, slot *q, size_t n)
         S->live_bytes -= q->rows;
         q->rows = 0;
     }
-    if (!expect(S, M, q, p, st, DSATTN_OK, "stack_forward (prefill)", NULL)) return;
-    if (pos_is(S, M, q, q->s, p + (int64_t)n, "a prefill"))
-        finite_rows(S, M, q, p, S->h, n, "prefill");
+    static const char *const what[3] = { "stack_forward (prefill)",
+                                         "stack_prefill (CED exact)",
+                                         "stack_prefill (CED bounded)" };
+    const size_t last = ced ? n - 1 : 0;
+    if (!expect(S, M, q, p, st, DSATTN_OK, what[ced], NULL) ||
+        !pos_is(S, M, q, q->s, p + (int64_t)n, what[ced]) ||
+        !finite_rows(S, M, q, p + (int64_t)last, S->h + last * M->dim, n - last, what[ced]))
+        goto out;
+    if (M->f == F_V41) S->ced[ced]++;
+    if (twin) {
+        input_rows(S->h2, M, q, p, n);
+        if (!expect(S, M, q, p, stack(S, M, twin, S->h2, n, NULL), DSATTN_OK,
+                    "a full prefill of the CED prefill's twin", NULL))
+            goto out;
+        S->twins++;
+        S->ced_twins++;
+        if (same_row(S, M, q, p + (int64_t)last, S->h + last * M->dim, S->h2 + last * M->dim, 0,
+                     "a CED exact prefill's last row against a full prefill's",
+                     &S->twins_exact, &S->twin_rel))
+            twin_steps(S, M, q, twin, q->cap, "after a CED exact prefill");
+    }
+out:
+    if (twin) seq_free(M->f, twin);
 }
 
 static void op_prefill(soak *S, model *M)
@@ -1431,15 +1467,17 @@ static void soak_usage(FILE *f)
         "                   [--gens mha,gqa,v3,v32,v4,v41] [--report-every S]\n\n"
         "A long-run check of this machine, for minutes or days: one tiny random model per\n"
         "generation and one context run a seeded random schedule over up to 12 live\n"
-        "sequences per model - create (capacity 8..600), prefill, decode, a batched\n"
-        "decode of a random subset, save + load, load_buffer, clone, destroy, and a push\n"
-        "past the capacity.  Each operation checks its status, the positions and finite\n"
-        "outputs; that a refused call changes nothing; that a clone or a reloaded session\n"
-        "fed the same inputs as its original gives the same outputs, bit for bit; that a\n"
-        "batched row equals the same sequence's own step (bit for bit in reference mode,\n"
-        "within a relative 5e-2 in fast mode, whose batched kernels sum in another order,\n"
-        "or past it in rare rows where a near-tie downstream - a top-k pick, a rounding -\n"
-        "went the other way: more than 3 + 1 in 100 of a generation's batched rows fail);\n"
+        "sequences per model - create (capacity 8..600), prefill (V4.1: sometimes CED\n"
+        "exact or bounded), decode, a batched decode of a random subset, save + load,\n"
+        "load_buffer, clone, destroy, and a push past the capacity.  Each operation\n"
+        "checks its status, the positions and finite outputs; that a refused call changes\n"
+        "nothing; that a clone or a reloaded session fed the same inputs as its original\n"
+        "gives the same outputs, bit for bit (and in reference mode a CED exact prefill a\n"
+        "full prefill's); that a batched row equals the same sequence's own step (bit for\n"
+        "bit in reference mode, within a relative 5e-2 in fast mode, whose batched kernels\n"
+        "sum in another order, or past it in rare rows where a near-tie downstream - a\n"
+        "top-k pick, a rounding - went the other way: more than 3 + 1 in 100 of a\n"
+        "generation's batched rows fail);\n"
         "and that the heap beside the live sequences grows only with the context's\n"
         "grow-only scratch (glibc's mallinfo2, made exact by running again with\n"
         "GLIBC_TUNABLES=glibc.malloc.tcache_count=0; DSATTN_SOAK_REEXEC=1 skips that).\n"
@@ -1650,6 +1688,9 @@ out:;
             if (S->div_g[g])
                 printf(" %s %llu of %llu", gen_key[g], S->div_g[g], S->brows_g[g]);
     }
+    if (S->ced[DSATTN_V41_CED_EXACT] + S->ced[DSATTN_V41_CED_BOUNDED])
+        printf("\nV4.1 prompts by CED mode: off %llu, exact %llu (%llu held to a full prefill, "
+               "bit for bit), bounded %llu", S->ced[0], S->ced[1], S->ced_twins, S->ced[2]);
     printf("\nrefused calls checked (past capacity, a full sequence in a batch, too small a load "
            "capacity, a damaged session buffer): %llu\n", S->refusals);
     if (S->heapm) {
