@@ -257,10 +257,21 @@ DSATTN_TEST(cli, run_every_generation)
  * /proc/self/exe is valgrind's tool there, which refuses to run): a short
  * V4.1 run (the AVX2 table: valgrind has no AVX-512), exit 0 and no
  * memcheck error.  Skipped where valgrind is not installed (scripts/setup.sh
- * installs it) and in a cross build (the CLI runs under an emulator). */
+ * installs it), in a cross build (the CLI runs under an emulator) and in a
+ * sanitizer build (AddressSanitizer's shadow memory and valgrind exclude
+ * each other; the tests and the CLI share the build's flags). */
+#if defined(__SANITIZE_ADDRESS__)
+#define CLI_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CLI_ASAN 1
+#endif
+#endif
 DSATTN_TEST(cli, runs_under_valgrind)
 {
-#if defined(__x86_64__)
+#if defined(CLI_ASAN)
+    dsattn_test_skip("a sanitizer build: valgrind cannot run it");
+#elif defined(__x86_64__)
     static const char vg[] = "/usr/bin/valgrind";
     if (access(vg, X_OK) != 0) {
         dsattn_test_skip("no /usr/bin/valgrind");
