@@ -104,8 +104,9 @@ enum {
  * block scale of a cache entry or an activation.  The tiny random models
  * then carry the difference through their remaining layers, growing it up
  * to ~10x a layer, and the row ends past the bound.  Such rows are rare
- * (docs/sessions.md: 0-2 in a 30 s run's ~4,500 batched rows); a batched
- * kernel that is wrong is past the bound at nearly every step.  So a row
+ * (docs/benchmarks.md, 2026-12-06 21:20: 0-2 in a 30 s run's ~4,500
+ * batched rows); a batched kernel that is wrong is past the bound at
+ * nearly every step.  So a row
  * past the bound fails the run only when its generation has had more of
  * them than SOAK_DIVERGE_FREE plus one in SOAK_DIVERGE_PER of its batched
  * rows; each is reported with the first layer whose attention outputs are
