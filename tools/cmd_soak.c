@@ -7,8 +7,9 @@
  * live sequences per model: create, prefill at position 0 (MHA / GQA: a
  * chunk at any position; V4.1: sometimes a CED prefill), one-token decode, a batched decode of a random
  * subset (dsattn_*_stack_forward_batch), save + load, load_buffer, clone,
- * destroy, and a push past a sequence's capacity.  Inputs are dsattn run's
- * seeded rows, one stream per sequence.
+ * destroy, a push past a sequence's capacity, and a group of pipeline
+ * stages (op_stages: sequences of some layers against one of every layer).
+ * Inputs are dsattn run's seeded rows, one stream per sequence.
  *
  * Each operation checks what include/dsattn.h promises: the status, the
  * positions, finite outputs; a refused call (past the capacity, a batch
@@ -123,10 +124,11 @@ static const char *const gen_label[G_COUNT] = { "MHA", "GQA", "V3 MLA", "V3.2 ML
 
 typedef enum {
     OP_CREATE, OP_PREFILL, OP_DECODE, OP_BATCH, OP_SAVE, OP_LOADBUF, OP_CLONE, OP_DESTROY,
-    OP_OVERFLOW, OP_COUNT
+    OP_OVERFLOW, OP_STAGES, OP_COUNT
 } op_kind;
 static const char *const op_name[OP_COUNT] = { "create", "prefill", "decode", "batch", "save",
-                                               "loadbuf", "clone", "destroy", "overflow" };
+                                               "loadbuf", "clone", "destroy", "overflow",
+                                               "stages" };
 
 /* ==== The tiny models ==================================================== */
 
@@ -214,6 +216,8 @@ typedef struct {
     unsigned long long twins, twins_exact, brows, brows_exact, refusals;
     unsigned long long brows_g[G_COUNT], div_g[G_COUNT], div_topk;  /* fast mode's rare rows */
     unsigned long long ced[3], ced_twins;   /* V4.1 prefills by CED mode; EXACT held to OFF */
+    unsigned long long stage_groups, stage_rows, stage_exact, stage_copies;  /* op_stages */
+    double       stage_rel;
     double       div_rel;
     double       twin_rel, brow_rel;
     float       *ao, *ao2;              /* attention outputs: a batch [n_layers x
@@ -1366,6 +1370,227 @@ static void op_overflow(soak *S, model *M)
     if (!S->failed) refuse_full(S, M, q);
 }
 
+/* ==== Pipeline stages ====================================================== */
+/* A sequence may hold only some layers (dsattn_*_seq_create_layers: one
+ * pipeline stage's caches; V4.1's layers share theirs, so it has none).
+ * op_stages makes a sequence of every layer and two stages that split its
+ * layers at a random point, [0, k) and [k, L), in the same cache format,
+ * and feeds each layer the same rows (bf16, a stream of the group's own)
+ * through dsattn_*_attn_forward on the whole sequence and on the stage
+ * holding the layer: a prompt at position 0, then single tokens (MHA / GQA:
+ * sometimes a chunk of a few).  The stage's outputs must be the whole
+ * sequence's bit for bit, in both modes: the same kernels on the same
+ * bytes.  Between chunks a stage may be replaced by its clone or by its
+ * session loaded back with more room, which must carry on the same; a stage
+ * must refuse a layer it does not hold (alone and in a batch, whose
+ * *failed names it), leaving its position as it was, and a stage range
+ * past the model or of no layers is refused at creation.  The group lives
+ * within the operation: nothing of it joins the pool. */
+
+static dsattn_status stage_make(const model *M, size_t cap, int variant, int first, int n,
+                                void **out)
+{
+    *out = NULL;
+    switch (M->f) {
+    case F_MHA: return dsattn_mha_seq_create_layers((dsattn_mha_seq **)out, M->m, cap, first, n);
+    case F_MLA: return dsattn_mla_seq_create_layers((dsattn_mla_seq **)out, M->m, cap,
+                                                    (dsattn_mla_cache)variant, first, n);
+    case F_V4:  return dsattn_v4_seq_create_layers((dsattn_v4_seq **)out, M->m, cap,
+                                                   (dsattn_v4_empty)variant, first, n);
+    default:    return DSATTN_ERR_UNSUPPORTED;
+    }
+}
+
+static dsattn_status layer_fwd(soak *S, const model *M, void *s, int l, const float *x, size_t n,
+                               float *out)
+{
+    switch (M->f) {
+    case F_MHA: return dsattn_mha_attn_forward(S->ctx, s, l, x, n, out);
+    case F_MLA: return dsattn_mla_attn_forward(S->ctx, s, l, x, n, out);
+    case F_V4:  return dsattn_v4_attn_forward(S->ctx, s, l, x, n, out);
+    default:    return DSATTN_ERR_UNSUPPORTED;
+    }
+}
+
+static dsattn_status layer_fwd_batch(soak *S, const model *M, void *const *seqs, size_t B, int l,
+                                     const float *x, float *out, size_t *failed)
+{
+    switch (M->f) {
+    case F_MHA: return dsattn_mha_attn_forward_batch(S->ctx, (dsattn_mha_seq *const *)seqs, B,
+                                                     l, x, out, failed);
+    case F_MLA: return dsattn_mla_attn_forward_batch(S->ctx, (dsattn_mla_seq *const *)seqs, B,
+                                                     l, x, out, failed);
+    case F_V4:  return dsattn_v4_attn_forward_batch(S->ctx, (dsattn_v4_seq *const *)seqs, B, l,
+                                                    x, out, failed);
+    default:    return DSATTN_ERR_UNSUPPORTED;
+    }
+}
+
+static dsattn_status seq_adv(const model *M, void *s, size_t n)
+{
+    switch (M->f) {
+    case F_MHA: return dsattn_mha_seq_advance(s, n);
+    case F_MLA: return dsattn_mla_seq_advance(s, n);
+    case F_V4:  return dsattn_v4_seq_advance(s, n);
+    default:    return dsattn_v41_seq_advance(s, n);
+    }
+}
+
+/* Layer l's rows of the group's stream at positions pos.., as bf16 values
+ * (a layer's input is its normalised residual in bf16) */
+static void stage_rows(float *x, const model *M, uint64_t stream, int l, int64_t pos, size_t n)
+{
+    for (size_t t = 0; t < n; t++) {
+        float *r = x + t * M->dim;
+        dsattn_cli_input_row(r, M->dim, stream + 0x9e3779b97f4a7c15ull * (uint64_t)(l + 1),
+                             pos + (int64_t)t);
+        for (size_t i = 0; i < M->dim; i++) {
+            uint32_t b;
+            memcpy(&b, &r[i], 4);
+            b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+            memcpy(&r[i], &b, 4);
+        }
+    }
+}
+
+/* Stage st (of [0, k) / [k, L)) refuses a layer it does not hold - alone,
+ * and as member 1 of a batch after the whole sequence - and keeps its
+ * position. */
+static int stage_refuses(soak *S, const model *M, const slot *g, void *whole, void *st,
+                         int layer, int64_t p)
+{
+    char call[96];
+    stage_rows(S->h, M, g->stream, layer, p, 1);
+    snprintf(call, sizeof call, "attn_forward of layer %d on a stage without it", layer);
+    if (!expect(S, M, g, p, layer_fwd(S, M, st, layer, S->h, 1, S->h3), DSATTN_ERR_INVALID_ARG,
+                call, NULL))
+        return 0;
+    void *both[2] = { whole, st };
+    memcpy(S->h + M->dim, S->h, M->dim * sizeof(float));
+    size_t failed = 0;
+    snprintf(call, sizeof call, "attn_forward_batch of layer %d with a stage without it", layer);
+    if (!expect(S, M, g, p, layer_fwd_batch(S, M, both, 2, layer, S->h, S->h3, &failed),
+                DSATTN_ERR_INVALID_ARG, call, NULL))
+        return 0;
+    if (failed != 1) {
+        fail(S, M, g, p, "%s: *failed = %zu, expected 1 (the stage)", call, failed);
+        return 0;
+    }
+    S->refusals += 2;
+    return pos_is(S, M, g, st, p, "a refused layer") && pos_is(S, M, g, whole, p, "a refused batch");
+}
+
+/* Stage *st replaced by its clone or its session loaded back with more
+ * room (*cap grows); 0 on a failure (reported). */
+static int stage_copy(soak *S, const model *M, slot *g, void **st, size_t *cap, int64_t p)
+{
+    void *t = NULL;
+    if (rnd_p(S, 0.5)) {
+        if (!expect(S, M, g, p, seq_clone(M->f, *st, &t), DSATTN_OK, "seq_clone of a stage", NULL))
+            return 0;
+    } else {
+        unsigned char *buf = NULL;
+        size_t len = 0;
+        char err[1024] = "";
+        if (!save_bytes(S, M, g, *st, *cap, NULL, 0, &buf, &len)) return 0;
+        const size_t cap2 = *cap + rnd_n(S, 9);
+        const dsattn_status rc = seq_load_buffer(M, buf, len, cap2, &t, err, sizeof err);
+        free(buf);
+        if (!expect(S, M, g, p, rc, DSATTN_OK, "load_buffer of a stage's session", err)) {
+            if (t) seq_free(M->f, t);
+            return 0;
+        }
+        *cap = cap2;
+    }
+    if (!t) {
+        fail(S, M, g, p, "a stage's clone or load returned no sequence");
+        return 0;
+    }
+    seq_free(M->f, *st);
+    *st = t;
+    S->stage_copies++;
+    return pos_is(S, M, g, t, p, "a stage's clone or load");
+}
+
+static void op_stages(soak *S, model *M)
+{
+    const int L = M->n_layers, k = 1 + (int)rnd_n(S, (size_t)(L - 1));
+    const int variant = M->variant[rnd_n(S, (size_t)M->n_variants)];
+    slot g = { 0 };                        /* names the group in reports */
+    g.uid = ++S->next_uid;
+    g.stream = S->seed * 0x100000001b3ull + g.uid;
+    g.cap = SOAK_CAP_MIN + rnd_n(S, 57);
+    size_t cap_st[2] = { g.cap, g.cap };
+    void *whole = NULL, *st[2] = { NULL, NULL }, *bad = NULL;
+    if (!expect(S, M, &g, 0, seq_make(M, g.cap, variant, &whole), DSATTN_OK, "seq_create", NULL) ||
+        !expect(S, M, &g, 0, stage_make(M, g.cap, variant, 0, k, &st[0]), DSATTN_OK,
+                "seq_create_layers (first stage)", NULL) ||
+        !expect(S, M, &g, 0, stage_make(M, g.cap, variant, k, L - k, &st[1]), DSATTN_OK,
+                "seq_create_layers (second stage)", NULL))
+        goto out;
+    if (rnd_p(S, 0.25)) {                  /* ranges past the model, or empty */
+        const int bf[3] = { k, -1, 0 }, bn[3] = { L - k + 1, 1, 0 };
+        for (int i = 0; i < 3; i++) {
+            if (!expect(S, M, &g, 0, stage_make(M, g.cap, variant, bf[i], bn[i], &bad),
+                        DSATTN_ERR_INVALID_ARG, "seq_create_layers of a range it cannot hold",
+                        NULL))
+                goto out;
+            if (bad) { fail(S, M, &g, 0, "a refused seq_create_layers returned a sequence"); goto out; }
+            S->refusals++;
+        }
+    }
+    S->stage_groups++;
+    int64_t p = 0;
+    const size_t steps = 1 + rnd_n(S, 8);
+    for (size_t c = 0; c <= steps && !S->failed; c++) {
+        const size_t room = DSATTN_MIN(DSATTN_MIN(cap_st[0], cap_st[1]), g.cap) - (size_t)p;
+        if (!room) break;
+        size_t n = 1;
+        if (c == 0) n = 1 + rnd_n(S, DSATTN_MIN(room, (size_t)SOAK_SHORT));
+        else if (M->f == F_MHA && rnd_p(S, 0.3)) n = 1 + rnd_n(S, DSATTN_MIN(room, (size_t)4));
+        if (c > 0 && rnd_p(S, 0.2)) {
+            const int s = (int)rnd_n(S, 2);
+            if (!stage_refuses(S, M, &g, whole, st[s], s ? k - 1 : k, p)) goto out;
+        }
+        if (c > 0 && rnd_p(S, 0.2)) {
+            const int s = (int)rnd_n(S, 2);
+            if (!stage_copy(S, M, &g, &st[s], &cap_st[s], p)) goto out;
+        }
+        for (int l = 0; l < L; l++) {
+            char call[96];
+            stage_rows(S->h, M, g.stream, l, p, n);
+            snprintf(call, sizeof call, "attn_forward of layer %d, the whole sequence", l);
+            if (!expect(S, M, &g, p, layer_fwd(S, M, whole, l, S->h, n, S->h2), DSATTN_OK, call,
+                        NULL))
+                goto out;
+            snprintf(call, sizeof call, "attn_forward of layer %d, its stage", l);
+            if (!expect(S, M, &g, p, layer_fwd(S, M, st[l >= k], l, S->h, n, S->h3), DSATTN_OK,
+                        call, NULL) ||
+                !finite_rows(S, M, &g, p, S->h2, n, call))
+                goto out;
+            snprintf(call, sizeof call, "layer %d of a stage [%d, %d) against the whole sequence",
+                     l, l >= k ? k : 0, l >= k ? L : k);
+            for (size_t t = 0; t < n; t++) {
+                S->stage_rows++;
+                if (!same_row(S, M, &g, p + (int64_t)t, S->h3 + t * M->dim, S->h2 + t * M->dim,
+                              0, call, &S->stage_exact, &S->stage_rel))
+                    goto out;
+            }
+        }
+        void *all[3] = { whole, st[0], st[1] };
+        for (int i = 0; i < 3; i++)
+            if (!expect(S, M, &g, p, seq_adv(M, all[i], n), DSATTN_OK, "seq_advance", NULL) ||
+                !pos_is(S, M, &g, all[i], p + (int64_t)n, "seq_advance"))
+                goto out;
+        p += (int64_t)n;
+    }
+out:
+    if (bad) seq_free(M->f, bad);
+    for (int i = 0; i < 2; i++)
+        if (st[i]) seq_free(M->f, st[i]);
+    if (whole) seq_free(M->f, whole);
+}
+
 /* ==== The schedule ======================================================= */
 
 static int can(const model *M, op_kind k)
@@ -1380,13 +1605,14 @@ static int can(const model *M, op_kind k)
     case OP_PREFILL:  return start > 0;
     case OP_DECODE:   case OP_BATCH: return room > 0;
     case OP_OVERFLOW: return 1;
+    case OP_STAGES:   return M->f != F_V41 && M->n_layers >= 2;
     default:          return M->n_live > 0;
     }
 }
 
 static op_kind choose(soak *S, const model *M)
 {
-    double w[OP_COUNT] = { 3, 3, 6, 4, 1.5, 1.5, 1.5, 2, 1 };
+    double w[OP_COUNT] = { 3, 3, 6, 4, 1.5, 1.5, 1.5, 2, 1, 1 };
     if (M->n_live < 3) w[OP_CREATE] = 8;
     if (M->n_live >= SOAK_POOL - 1) w[OP_DESTROY] = 4;
     double total = 0;
@@ -1442,6 +1668,7 @@ static void run_op(soak *S, model *M, op_kind k)
     case OP_LOADBUF:  op_reload(S, M, 1); break;
     case OP_CLONE:    op_clone(S, M); break;
     case OP_DESTROY:  pool_remove(S, M, (int)rnd_n(S, (size_t)M->n_live)); break;
+    case OP_STAGES:   op_stages(S, M); break;
     default:          op_overflow(S, M); break;
     }
     heap_account(S, M);
@@ -1470,11 +1697,13 @@ static void soak_usage(FILE *f)
         "generation and one context run a seeded random schedule over up to 12 live\n"
         "sequences per model - create (capacity 8..600), prefill (V4.1: sometimes CED\n"
         "exact or bounded), decode, a batched decode of a random subset, save + load,\n"
-        "load_buffer, clone, destroy, and a push past the capacity.  Each operation\n"
+        "load_buffer, clone, destroy, a push past the capacity, and pipeline stages (two\n"
+        "sequences of some layers beside one of every layer; not V4.1).  Each operation\n"
         "checks its status, the positions and finite outputs; that a refused call changes\n"
         "nothing; that a clone or a reloaded session fed the same inputs as its original\n"
         "gives the same outputs, bit for bit (and in reference mode a CED exact prefill a\n"
-        "full prefill's); that a batched row equals the same sequence's own step (bit for\n"
+        "full prefill's); that a stage's layers give the whole sequence's outputs, bit for\n"
+        "bit; that a batched row equals the same sequence's own step (bit for\n"
         "bit in reference mode, within a relative 5e-2 in fast mode, whose batched kernels\n"
         "sum in another order, or past it in rare rows where a near-tie downstream - a\n"
         "top-k pick, a rounding - went the other way: more than 3 + 1 in 100 of a\n"
@@ -1689,6 +1918,11 @@ out:;
             if (S->div_g[g])
                 printf(" %s %llu of %llu", gen_key[g], S->div_g[g], S->brows_g[g]);
     }
+    if (S->stage_groups)
+        printf("\npipeline stages (two sequences of some layers) against a sequence of every "
+               "layer: %llu groups, %llu rows, %llu bit-identical; %llu stages carried on as a "
+               "clone or a reloaded session", S->stage_groups, S->stage_rows, S->stage_exact,
+               S->stage_copies);
     if (S->ced[DSATTN_V41_CED_EXACT] + S->ced[DSATTN_V41_CED_BOUNDED])
         printf("\nV4.1 prompts by CED mode: off %llu, exact %llu (%llu held to a full prefill, "
                "bit for bit), bounded %llu", S->ced[0], S->ced[1], S->ced_twins, S->ced[2]);
