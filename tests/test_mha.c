@@ -638,10 +638,9 @@ static int within_2ulp_mag(const char *what, const float *f, const float *r, con
  * (cap not a multiple of 32) or a full one, depths off the 32-key tile and
  * the 64-key P.V chunk, G batched as 8/4/2/1 (3, 5, 12, 64), d with a
  * partial 32-dim block (80, 96), and a deep case with prefetch active. */
-static void run_decode_kernel(const dsattn_ktab *KT)
+static void run_decode_kernel(const dsattn_mha_kern *mk)
 {
-    if (!KT) return;
-    if (!KT->mha) { dsattn_test_skip("no MHA kernel in this table (compiler)"); return; }
+    if (!mk) return;
     static const struct { size_t G, d, cap, T; float qs; } cs[] = {
         { 1, 128, 1, 1, 1 },      { 8, 128, 40, 1, 1 },     { 8, 128, 40, 33, 1 },
         { 8, 128, 40, 40, 4 },    { 2, 64, 100, 97, 1 },    { 3, 80, 70, 64, 2 },
@@ -656,7 +655,7 @@ static void run_decode_kernel(const dsattn_ktab *KT)
         float *q = malloc(G * d * 4), *of = malloc(G * d * 4), *oc = malloc(G * d * 4),
               *o1 = malloc(G * d * 4);
         /* odd cases hand the kernel a ws 8 bytes off a 64-byte boundary */
-        char *wsb = dsattn_alloc(KT->mha->ws_bytes(G, T) + 8);
+        char *wsb = dsattn_alloc(mk->ws_bytes(G, T) + 8);
         void *ws = wsb + (c & 1) * 8;
         for (size_t i = 0; i < cap * d; i++) {
             K[i] = dsattn_f32_to_bf16(dsattn_rng_uniform(&r));
@@ -664,14 +663,14 @@ static void run_decode_kernel(const dsattn_ktab *KT)
         }
         for (size_t i = 0; i < G * d; i++) q[i] = dsattn_round_bf16(cs[c].qs * dsattn_rng_normal(&r));
         const float inv = 1.0f / sqrtf((float)d);
-        KT->mha->attend(q, G, d, K, V, cap, T, inv, ws, of);
+        mk->attend(q, G, d, K, V, cap, T, inv, ws, of);
         contract_attend(q, G, d, K, V, cap, T, oc);
         char what[96];
         snprintf(what, sizeof what, "G %zu d %zu cap %zu T %zu", G, d, cap, T);
         if (!within_2ulp(what, of, oc, G * d)) CHECK_MSG(0, "case %zu", c);
         /* heads one at a time give the same bits as the batch (GQA == MHA) */
         for (size_t h = 0; h < G; h++)
-            KT->mha->attend(q + h * d, 1, d, K, V, cap, T, inv, ws, o1 + h * d);
+            mk->attend(q + h * d, 1, d, K, V, cap, T, inv, ws, o1 + h * d);
         CHECK_BITS(what, o1, of, G * d);
         free(K); free(V); free(q); free(of); free(oc); free(o1);
         dsattn_free(wsb);
@@ -686,10 +685,9 @@ static void run_decode_kernel(const dsattn_ktab *KT)
  * moves on to the last tile; falling, so it is fixed by key 0; rising then
  * falling, so it stops in the middle.  G from 2 to 16 (batches of 6, 4, 2
  * and 1 heads), depths 1, off the 32-key tile and the 64-key chunk. */
-static void run_decode_kernel_ramps(const dsattn_ktab *KT)
+static void run_decode_kernel_ramps(const dsattn_mha_kern *mk)
 {
-    if (!KT) return;
-    if (!KT->mha) { dsattn_test_skip("no MHA kernel in this table (compiler)"); return; }
+    if (!mk) return;
     static const size_t Gs[] = { 2, 4, 6, 7, 8, 9, 16 };
     static const size_t Ts[] = { 1, 31, 33, 65, 97, 200, 1000 };
     const size_t d = 128;
@@ -701,7 +699,7 @@ static void run_decode_kernel_ramps(const dsattn_ktab *KT)
                 uint16_t *K = malloc(cap * d * 2), *V = malloc(cap * d * 2);
                 float *q = malloc(G * d * 4), *of = malloc(G * d * 4), *oc = malloc(G * d * 4),
                       *o1 = malloc(G * d * 4), *mag = malloc(G * d * 4);
-                char *wsb = dsattn_alloc(KT->mha->ws_bytes(G, T) + 8);
+                char *wsb = dsattn_alloc(mk->ws_bytes(G, T) + 8);
                 void *ws = wsb + (ti & 1) * 8;
                 for (size_t j = 0; j < cap; j++) {
                     const double f = (double)j / (double)(T > 1 ? T - 1 : 1);
@@ -715,32 +713,74 @@ static void run_decode_kernel_ramps(const dsattn_ktab *KT)
                 for (size_t i = 0; i < G * d; i++)
                     q[i] = dsattn_round_bf16(0.05f + 0.2f * fabsf(dsattn_rng_normal(&r)));
                 const float inv = 1.0f / sqrtf((float)d);
-                KT->mha->attend(q, G, d, K, V, cap, T, inv, ws, of);
+                mk->attend(q, G, d, K, V, cap, T, inv, ws, of);
                 contract_attend_mag(q, G, d, K, V, cap, T, oc, mag);
                 char what[96];
                 snprintf(what, sizeof what, "ramp %d G %zu cap %zu T %zu", shape, G, cap, T);
                 within_2ulp_mag(what, of, oc, mag, G * d);
                 for (size_t h = 0; h < G; h++)
-                    KT->mha->attend(q + h * d, 1, d, K, V, cap, T, inv, ws, o1 + h * d);
+                    mk->attend(q + h * d, 1, d, K, V, cap, T, inv, ws, o1 + h * d);
                 CHECK_BITS(what, o1, of, G * d);
                 free(K); free(V); free(q); free(of); free(oc); free(o1); free(mag);
                 dsattn_free(wsb);
             }
 }
 
+/* Each attend kernel this CPU runs, whichever a table would pick: the
+ * AVX-512 FMA form, its VDPBF16PS form (AVX512-BF16 CPUs), AVX2. */
+static const dsattn_mha_kern *kern_avx512(void)
+{
+    const dsattn_ktab *kt = dsattn_test_avx512_ktab();
+    if (!kt) return NULL;
+    if (!dsattn_mha_kern_avx512_ptr) dsattn_test_skip("no AVX-512 MHA kernel (compiler)");
+    return dsattn_mha_kern_avx512_ptr;
+}
+
+static const dsattn_mha_kern *kern_avx512_bf16(void)
+{
+    if (!kern_avx512()) return NULL;
+    if (!dsattn_cpu_has_avx512_bf16()) {
+        dsattn_test_skip("no AVX512-BF16");
+        return NULL;
+    }
+    return dsattn_mha_kern_avx512_bf16_ptr;
+}
+
+static const dsattn_mha_kern *kern_avx2(void)
+{
+    const dsattn_ktab *kt = dsattn_test_avx2_ktab();
+    if (kt && !kt->mha) dsattn_test_skip("no AVX2 MHA kernel (compiler)");
+    return kt ? kt->mha : NULL;
+}
+
 DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
 {
-    run_decode_kernel(dsattn_test_avx512_ktab());
+    run_decode_kernel(kern_avx512());
+}
+
+DSATTN_TEST(mha, avx512_bf16_decode_kernel_matches_contract_on_tails_seed7)
+{
+    run_decode_kernel(kern_avx512_bf16());
 }
 
 DSATTN_TEST(mha, avx2_decode_kernel_matches_contract_on_tails_seed7)
 {
-    run_decode_kernel(dsattn_test_avx2_ktab());
+    run_decode_kernel(kern_avx2());
+}
+
+DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_score_ramps_seed11)
+{
+    run_decode_kernel_ramps(kern_avx512());
+}
+
+DSATTN_TEST(mha, avx512_bf16_decode_kernel_matches_contract_on_score_ramps_seed11)
+{
+    run_decode_kernel_ramps(kern_avx512_bf16());
 }
 
 DSATTN_TEST(mha, avx2_decode_kernel_matches_contract_on_score_ramps_seed11)
 {
-    run_decode_kernel_ramps(dsattn_test_avx2_ktab());
+    run_decode_kernel_ramps(kern_avx2());
 }
 
 /* Decode through the layer at depths around the tile and chunk edges, on

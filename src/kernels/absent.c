@@ -31,6 +31,8 @@ const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr = NULL;
 const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr = NULL;
 const dsattn_pgemm_kern *const dsattn_pgemm_avx512_bf16_ptr = NULL;
 const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr = NULL;
+const dsattn_mha_kern *const dsattn_mha_kern_avx512_bf16_ptr = NULL;
+int dsattn_avx512_bf16dot_full_rate(void) { return 0; }
 const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr = NULL;
 const dsattn_vmath_kern *const dsattn_vmath_avx2_ptr = NULL;
 const dsattn_vmath_kern *const dsattn_vmath_avx512_ptr = NULL;

@@ -47,11 +47,18 @@ static const dsattn_pgemm_kern *bf16dot_pgemm(int on)
 
 /* The bf16 attention blocks (amx_attn.h): the AMX tiles where the table
  * has them, else their VDPBF16PS form where the table runs the bf16-dot
- * GEMM (the same CPU condition, the same switch) */
+ * GEMM (the same CPU condition, the same switch).  The MHA / GQA attend
+ * follows them, on VDPBF16PS with the blocks' form where that instruction
+ * also runs near the FMA's rate (timed once: on AMD Zen 5 it does, so
+ * twice the multiply-adds; on the Xeon VM measured a quarter of it), else
+ * on FMAs. */
 static void set_bf16blk(dsattn_ktab *t)
 {
     t->bf16blk = t->amx ? t->amx
                : t->pgemm && t->pgemm->fp8_bf16 ? dsattn_bf16blk_avx512_ptr : NULL;
+    t->mha = t->bf16blk && t->bf16blk == dsattn_bf16blk_avx512_ptr &&
+                     dsattn_mha_kern_avx512_bf16_ptr && dsattn_avx512_bf16dot_full_rate()
+                 ? dsattn_mha_kern_avx512_bf16_ptr : dsattn_mha_kern_avx512_ptr;
 }
 
 static int bf16dot_from_env(void)

@@ -40,7 +40,9 @@
  *            the VDPBF16PS blocks where pgemm is avx512-bf16.  The V3 MLA,
  *            the V3.2 indexer's logits and the V4 / V4.1 sparse attention
  *            read bf16blk; the prefill Linear keeps amx (it has its own
- *            bf16-dot GEMM).
+ *            bf16-dot GEMM).  mha is avx512-bf16 (q.k and p.v on
+ *            VDPBF16PS) where bf16blk is those blocks and the CPU issues
+ *            VDPBF16PS near its FMA rate (timed once), else avx512.
  *   neon     k, index = their NEON forms (aarch64 builds only; index the
  *            SDOT form where the CPU has the dot product), wdq = ref,
  *            vmath = ref, the rest NULL
@@ -81,7 +83,8 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx);
 
 /* The bf16-dot GEMM of an AVX-512 context (pgemm avx512-bf16, chosen at
  * creation where the CPU has AVX512-BF16 and $DSATTN_BF16DOT is not "0")
- * on or off; returns whether the context now runs it.  Internal: the tests
+ * on or off, and with it the slots that follow it (bf16blk, mha); returns
+ * whether the context now runs it.  Internal: the tests
  * compare the two paths. */
 int dsattn_ctx_set_bf16dot(dsattn_ctx *ctx, int on);
 

@@ -441,7 +441,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     }
 
     /* ---- out: undo the even / odd dim order, round to bf16 */
-    mha_out(acc, G, d, o);
+    mha_out(acc, G, d, o, 0);
 }
 
 static const dsattn_mha_kern mha_avx2 = { "avx2", attend_avx2, ws_bytes_avx2 };

@@ -41,8 +41,14 @@ typedef struct dsattn_mha_kern {
     size_t              (*ws_bytes)(size_t G, size_t T);
 } dsattn_mha_kern;
 
-/* NULL when the compiler could not build AVX-512 code. */
+/* NULL when the compiler could not build AVX-512 code.  _bf16: the same
+ * kernel with q.k and p.v on VDPBF16PS (CPUs with AVX512-BF16 only). */
 extern const dsattn_mha_kern *const dsattn_mha_kern_avx512_ptr;
+extern const dsattn_mha_kern *const dsattn_mha_kern_avx512_bf16_ptr;
+/* Whether VDPBF16PS runs at 2/3 of the FMA rate or better on this CPU
+ * (timed once; call only where the CPU has AVX512-BF16; 0 where there is
+ * no such kernel): the table takes the _bf16 kernel then. */
+int dsattn_avx512_bf16dot_full_rate(void);
 /* mha_avx2.c: the same contract on AVX2 + FMA; NULL outside x86-64 builds. */
 extern const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr;
 

@@ -73,14 +73,20 @@ mha_ws_split(void *ws, size_t G, size_t tp, float **pb, float **acc)
     return sc;
 }
 
-/* o [G][d] = bf16 of acc, each block's even / odd dims put back in order */
+/* o [G][d] = bf16 of acc, each block's dims put back in order: the
+ * FMA kernels' even / odd split (PAIRS 0: even dims in the block's first
+ * DSV_N floats, odd ones in the second), or the bf16-pair kernel's unpack
+ * order (PAIRS 1: per 8 dims, the first 4 in the first half, the next 4 in
+ * the second, as vpunpcklwd / vpunpckhwd leave them in each 128-bit lane) */
 static inline __attribute__((always_inline)) void mha_out(const float *acc, size_t G, size_t d,
-                                                          float *o)
+                                                          float *o, const int PAIRS)
 {
     for (size_t h = 0; h < G; h++)
         for (size_t i = 0; i < d; i++) {
             const size_t r = i % (2 * DSV_N);
-            float a = acc[h * 128 + i / (2 * DSV_N) * (2 * DSV_N) + (r & 1) * DSV_N + r / 2];
+            const size_t at = PAIRS ? (r % 8 >= 4) * DSV_N + r / 8 * 4 + r % 4
+                                    : (r & 1) * DSV_N + r / 2;
+            float a = acc[h * 128 + i / (2 * DSV_N) * (2 * DSV_N) + at];
             uint32_t u;
             memcpy(&u, &a, 4);
             /* dsattn_round_bf16, without pulling numfmt into this header set */
