@@ -6,10 +6,10 @@
  */
 #include "cpu.h"
 
+#include <unistd.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <sys/syscall.h>
-#include <unistd.h>
 #endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
@@ -101,6 +101,19 @@ int dsattn_cpu_has_amx_bf16(void)
         __atomic_store_n(&have, h, __ATOMIC_RELEASE);
     }
     return h;
+}
+
+unsigned long dsattn_cpu_l1d_bytes(void)
+{
+    static long known = -1;   /* immutable once asked */
+    long r = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (r >= 0) return (unsigned long)r;
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+    r = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#endif
+    if (r < 0) r = 0;
+    __atomic_store_n(&known, r, __ATOMIC_RELAXED);
+    return (unsigned long)r;
 }
 
 int dsattn_cpu_has_neon_dotprod(void)

@@ -10,6 +10,8 @@
  */
 #include "pgemm.h"
 
+#include "cpu.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -77,8 +79,10 @@ AI void store_cols16(__m512 r[16], float *a)
  * GEMV-shaped: every (row, token) output is a vector of 16 fp32 lanes
  * along k, each VDPBF16PS adding the products of 32 weights with 32 token
  * values, reduced at the end of each k slab (dsattn_hsum8).  Per slab of
- * DB_KC codes (the whole row up to 8192, so that each row pair is read as
- * two unbroken runs; DB_KC_MANY past 16 tokens) of DB_ROWS rows, each group
+ * db_slab codes (DB_KC_MANY past 16 tokens; else, on 32 KB L1Ds, DB_KC,
+ * the whole row up to 8192, so that each row pair is read as two unbroken
+ * runs; on 48 KB L1Ds as many as keep a group's token slab in L1, below) of
+ * DB_ROWS rows, each group
  * of up to 8 tokens passes over the rows two at a time: 16 accumulators,
  * per 32 codes 2 weight vectors + 8 token loads for 16 VDPBF16PS (in L1:
  * 95 % of the instruction's peak on AMD Zen 4).  The first group decodes
@@ -96,6 +100,24 @@ AI void store_cols16(__m512 r[16], float *a)
 #define DB_ROWS 32
 _Static_assert(DB_ROWS * DB_KC * 2 + 64 <= DSATTN_PGEMM_DOT_WORK, "pgemm.h's work size");
 #define DB_PF_ROWS 8               /* rows ahead the codes are prefetched */
+#define DB_X_L1 32768              /* bytes of a group's token slab kept in L1 */
+
+/* Codes per slab for n tokens.  Every row pair of a slab reads the token
+ * group's slab (T x kc bf16) again: from L1 where it fits, else from L2.
+ * Where VDPBF16PS issues twice per cycle (AMD Zen 5) that L2 stream, not the
+ * products, bounds the group - so there, with an L1D of 48 KB, the slab is
+ * cut to keep 32 KB of tokens in L1 (2,048 codes for 8 tokens): 8 to 16
+ * tokens at K = 4096 and 8192 ran 1.01-1.49x as fast, 4 tokens the same
+ * (docs/benchmarks.md, 2026-12-07 04:10-04:16).  On a 32 KB L1D (AMD Zen 4: one VDPBF16PS a cycle,
+ * the L2 stream keeps up) whole rows measured faster.  Only the order of
+ * the fp32 sums depends on it. */
+static size_t db_slab(size_t n)
+{
+    if (n > 2 * 8) return DB_KC_MANY;
+    if (dsattn_cpu_l1d_bytes() < 48 * 1024) return DB_KC;
+    const size_t g = n < 8 ? n : 8, fit = DB_X_L1 / (2 * g) / 32 * 32;
+    return fit < DB_KC ? fit : DB_KC;
+}
 
 /* E4M3 code -> bf16, the block's exponent e folded in (base = (120 + e) << 7
  * for the normals, tab = the subnormals m * 2^-9, entry m at index m,
@@ -226,11 +248,11 @@ DB_FN static void fp8_bf16_avx512(const uint8_t *w, size_t K, size_t nr, const i
     uint16_t *wb = (uint16_t *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
     for (size_t r0 = 0; r0 < nr; r0 += DB_ROWS) {
         const size_t rn = nr - r0 < DB_ROWS ? nr - r0 : DB_ROWS;
-        /* equal slabs of at most DB_KC codes (1280 = 640 + 640, not 1024 +
-         * 256); past two token groups (a prefill chunk) of DB_KC_MANY,
-         * whose 8 tokens' slab stays in L1 for the groups that reread the
-         * stored rows */
-        const size_t cap = n > 2 * 8 ? DB_KC_MANY : DB_KC;
+        /* equal slabs of at most db_slab codes (1280 = 640 + 640, not 1024
+         * + 256); past two token groups (a prefill chunk) DB_KC_MANY, whose
+         * 8 tokens' slab stays in L1 for the groups that reread the stored
+         * rows */
+        const size_t cap = db_slab(n);
         const size_t ns = (K + cap - 1) / cap, kc = (K / 32 + ns - 1) / ns * 32;
         for (size_t k0 = 0; k0 < K; k0 += kc) {
             const size_t kn = K - k0 < kc ? K - k0 : kc;
