@@ -1377,7 +1377,13 @@ static const char *ctx_isa(dsattn_mode mode, dsattn_isa isa, dsattn_status *st,
     /* the bf16 blocks follow AMX, else the bf16-dot GEMM's switch */
     const int dot = dsattn_ctx_set_bf16dot(c, 1), amx = dsattn_ctx_amx(c);
     CHECK(amx ? c->kt->bf16blk == c->kt->amx : dot == (c->kt->bf16blk != NULL));
+    /* the MHA attend: its VDPBF16PS form with those blocks where VDPBF16PS
+     * runs near the FMA rate, else the FMA form */
+    if (c->isa == DSATTN_ISA_AVX512)
+        CHECK(c->kt->mha == (c->kt->bf16blk && !amx && dsattn_avx512_bf16dot_full_rate()
+                                 ? dsattn_mha_kern_avx512_bf16_ptr : dsattn_mha_kern_avx512_ptr));
     CHECK(dsattn_ctx_set_bf16dot(c, 0) == 0 && (amx || c->kt->bf16blk == NULL));
+    CHECK(c->isa != DSATTN_ISA_AVX512 || c->kt->mha == dsattn_mha_kern_avx512_ptr);
     dsattn_ctx_destroy(c);
     return name;
 }
