@@ -186,8 +186,7 @@ size_t dsattn_mha_decode_scratch_bytes(const dsattn_mha_config *c, size_t cap)
     /* every kernel a context of this build and CPU can hold (dispatch.c) */
     const dsattn_mha_kern *kerns[3] = {
         dsattn_cpu_has_avx512() ? dsattn_mha_kern_avx512_ptr : NULL,
-        dsattn_cpu_has_avx512() && dsattn_cpu_has_avx512_bf16() ? dsattn_mha_kern_avx512_bf16_ptr
-                                                                : NULL,
+        dsattn_cpu_has_avx512_bf16() ? dsattn_mha_kern_avx512_bf16_ptr : NULL,
         dsattn_cpu_has_avx2() ? dsattn_mha_kern_avx2_ptr : NULL };
     for (int kind = 0; kind < 5; kind++) {
         const dsattn_mha_kern *mhk = kind >= 2 ? kerns[kind - 2] : NULL;

@@ -108,9 +108,9 @@ _Static_assert(DB_ROWS * DB_KC * 2 + 64 <= DSATTN_PGEMM_DOT_WORK, "pgemm.h's wor
  * products, bounds the group - so there, with an L1D of 48 KB, the slab is
  * cut to keep 32 KB of tokens in L1 (2,048 codes for 8 tokens): 8 to 16
  * tokens at K = 4096 and 8192 ran 1.01-1.49x as fast, 4 tokens the same
- * (docs/benchmarks.md, 2026-12-07 04:10-04:16).  On a 32 KB L1D (AMD Zen 4: one VDPBF16PS a cycle,
- * the L2 stream keeps up) whole rows measured faster.  Only the order of
- * the fp32 sums depends on it. */
+ * (docs/benchmarks.md, 2026-12-07 04:10-04:16).  On a 32 KB L1D (AMD Zen
+ * 4: one VDPBF16PS a cycle, the L2 stream keeps up) whole rows measured
+ * faster.  Only the order of the fp32 sums depends on it. */
 static size_t db_slab(size_t n)
 {
     if (n > 2 * 8) return DB_KC_MANY;
