@@ -18,7 +18,7 @@
 
 static const char *const outside[] = {
     "golden" "-cases", "reference" "-semantics", "cross" "check", "paper" "-facts",
-    "conventions" ".md", "shared" "/spec", "../" "shared",
+    "conventions" ".md", "shared" "/spec", "shared" "/seeds", "../" "shared",
 };
 
 static size_t files_seen, hits;

@@ -1,7 +1,11 @@
 /* core.c - status strings, version, aligned allocation, error text and the
- * one internal-invariant failure path.  Deliberately tiny: the one global
- * is the process-wide count of dsattn_alloc calls (an atomic, read by the
- * tests that check a decode step allocates nothing). */
+ * one internal-invariant failure path; the memory-available limit that
+ * large allocations are checked against (dsattn_mem_available: MemAvailable,
+ * a cgroup v1 / v2 limit, DSATTN_MEM_AVAILABLE); a call's workspace
+ * (dsattn_ws_*), owned allocations (dsattn_owned_*) and the rows a chunk
+ * leaves for later layers (dsattn_chunk_rows*).  The one global is the
+ * process-wide count of dsattn_alloc calls (an atomic, read by the tests
+ * that check a decode step allocates nothing). */
 #include "internal.h"
 
 #include <stdatomic.h>

@@ -1,5 +1,7 @@
 /* internal.h - what every dsattn source file shares: checked size arithmetic,
- * aligned allocation, error-text helpers and the context layout.
+ * aligned allocation and the memory-available limit, error-text helpers, the
+ * context layout, a call's workspace (dsattn_ws), owned allocations and the
+ * rows a chunk leaves for later layers (dsattn_chunk_rows).
  *
  * Nothing here is public.  Size arithmetic on anything that came from a file,
  * a config or a caller goes through dsattn_mul_size / dsattn_add_size, which
