@@ -115,6 +115,38 @@ static int run_cli(char *const *argv, char *err, size_t errlen)
     return run_cli_to(argv, err, errlen, 0);
 }
 
+/* Every command and bench mode: --help prints its usage to stdout and
+ * exits 0; an unknown option is refused on stderr with exit 2. */
+DSATTN_TEST(cli, every_help_to_stdout_every_unknown_option_refused)
+{
+    static const char *const cmds[][2] = {
+        { "run", NULL }, { "bill", NULL }, { "trace", NULL }, { "info", NULL },
+        { "make-weights", NULL }, { "soak", NULL }, { "ced", NULL }, { "bench", "kernels" },
+        { "bench", "blas" }, { "bench", "v41" }, { "bench", "mha" }, { "bench", "mla" },
+        { "bench", "v4" }, { "bench", "session" },
+    };
+    char out[8192];
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        for (int bad = 0; bad < 2; bad++) {
+            char *argv[5] = { "dsattn", (char *)cmds[i][0], NULL, NULL, NULL };
+            int a = 2;
+            if (cmds[i][1]) argv[a++] = (char *)cmds[i][1];
+            argv[a] = bad ? "--no-such-option" : "--help";
+            /* stdout discarded: out holds stderr only */
+            const int rc = run_cli(argv, out, sizeof out);
+            if (bad)
+                CHECK_MSG(rc == 2 && out[0], "%s %s --no-such-option: exit %d, stderr '%.80s'",
+                          cmds[i][0], cmds[i][1] ? cmds[i][1] : "", rc, out);
+            else
+                CHECK_MSG(rc == 0 && !out[0], "%s %s --help: exit %d, stderr '%.80s'",
+                          cmds[i][0], cmds[i][1] ? cmds[i][1] : "", rc, out);
+        }
+    }
+    char *argv[3] = { "dsattn", "--version", NULL };
+    CHECK_EQ_INT(run_cli_to(argv, out, sizeof out, 1), 0);
+    CHECK_MSG(strncmp(out, dsattn_version(), strlen(dsattn_version())) == 0, "--version: '%s'", out);
+}
+
 DSATTN_TEST(cli, every_numeric_option_is_strict)
 {
     /* subcommand words, then the option; the option comes first so the

@@ -62,7 +62,7 @@ static int same_bytes(const char *a, const char *b)
 
 int dsattn_bench_session(int argc, char **argv)
 {
-    const char *cfg = "configs/deepseek-v4.1-flash.json", *dir = NULL, *depths = "65536,1M";
+    const char *cfg = NULL, *dir = NULL, *depths = "65536,1M";
     int reps = 3, prc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -73,12 +73,22 @@ int dsattn_bench_session(int argc, char **argv)
             if ((prc = dsattn_cli_i32("bench session", a, v, 1, 100, 0, &reps))) return prc;
             i++;
         } else {
-            fprintf(stderr, "usage: dsattn bench session [--config FILE] [--dir DIR] "
-                            "[--depth N,N..] [--reps N] (default 65536,1M, $TMPDIR or /tmp, 3)\n");
-            return 2;
+            const int help = !strcmp(a, "--help") || !strcmp(a, "-h");
+            if (!help) fprintf(stderr, "bench session: unknown option or missing value: %s\n", a);
+            fprintf(help ? stdout : stderr,
+                    "usage: dsattn bench session [--config FILE] [--dir DIR] "
+                    "[--depth N,N..] [--reps N]\n"
+                    "  (defaults: the V4.1-Flash config of the configs folder, $TMPDIR or /tmp,\n"
+                    "  65536,1M, 3)\n");
+            return help ? 0 : 2;
         }
     }
     if (!dir) dir = dsattn_cli_tmp_root();
+    char cfg_path[1200];
+    if (!cfg) {
+        snprintf(cfg_path, sizeof cfg_path, "%s/deepseek-v4.1-flash.json", dsattn_cli_configs_dir());
+        cfg = cfg_path;
+    }
     long long dv[16];
     int nd = 0;
     if ((prc = dsattn_cli_list("bench session", "--depth", depths, 1, DSATTN_BENCH_MAX_DEPTH,

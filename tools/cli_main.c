@@ -28,7 +28,8 @@ static int by_order(const void *a, const void *b)
 static void usage(FILE *f)
 {
     fprintf(f, "dsattn %s - DeepSeek's seven attention generations, measured\n\n"
-               "usage: dsattn <command> [options]   (dsattn <command> --help)\n\n",
+               "usage: dsattn <command> [options]   (dsattn <command> --help)\n"
+               "       dsattn --version\n\n",
             dsattn_version());
     for (int i = 0; i < n_cmds; i++)
         fprintf(f, "  %-13s %s\n", cmds[i].name, cmds[i].summary);

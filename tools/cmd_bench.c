@@ -740,7 +740,9 @@ static int bench_kernels(int argc, char **argv)
         } else if (!strcmp(argv[i], "--quick")) {
             b.quick = 1;
         } else {
-            fprintf(stderr,
+            const int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            if (!help) fprintf(stderr, "bench kernels: unknown option %s\n", argv[i]);
+            fprintf(help ? stdout : stderr,
                     "usage: dsattn bench kernels [--threads 1,2] [--format md|csv|json]\n"
                     "                            [--isa ref|avx2|avx512|neon] [--mem MiB] [--quick]\n"
                     "  Measures DRAM read bandwidth (one pass over --mem MiB, default 1024) and\n"
@@ -750,7 +752,7 @@ static int bench_kernels(int argc, char **argv)
                     "  of those limits.  Each case is verified against the scalar reference\n"
                     "  before it is timed.  The header lists the context's kernel table: what\n"
                     "  each slot runs.\n");
-            return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
+            return help ? 0 : 2;
         }
     }
     dsattn_ctx_params cp = dsattn_ctx_default_params();
@@ -871,8 +873,15 @@ static int bench_kernels(int argc, char **argv)
 
 static int bench_blas(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    if (argc > 1) {
+        const int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h");
+        if (!help) fprintf(stderr, "bench blas: unknown option %s\n", argv[1]);
+        fprintf(help ? stdout : stderr,
+                "usage: dsattn bench blas\n"
+                "  The OpenBLAS core type this process runs (and the variables that chose\n"
+                "  it), then the speed of one fp32 sgemm at a prefill shape.\n");
+        return help ? 0 : 2;
+    }
     const char *ct = getenv("OPENBLAS_CORETYPE"), *mk = getenv("DSATTN_BLAS_REEXEC");
     const char *wp = getenv("OMP_WAIT_POLICY");
     printf("openblas_core: %s\nOPENBLAS_CORETYPE=%s\nDSATTN_BLAS_REEXEC=%s\nOMP_WAIT_POLICY=%s\n",
