@@ -474,6 +474,10 @@ DSATTN_TEST(cli, bench_mha_weights)
     CHECK_MSG(run_cli_to(batch, err, sizeof err, 1) == 0, "exit != 0: %s", err);
     CHECK_MSG(strstr(err, ",batch,tok_per_s") && strstr(err, "[2/2] checkpoint depth 64, 1 "
                                                               "threads, a batch"), "%s", err);
+    /* the run ends with the read probe again (on stderr beside csv) */
+    CHECK_MSG(strstr(err, "DRAM read probe again at the end of the run, 1 thread: "), "%s", err);
+    CHECK_EQ_INT(run_cli(batch, err, sizeof err), 0);                  /* stderr only */
+    CHECK_MSG(strstr(err, "DRAM read probe again at the end of the run, 1 thread: "), "%s", err);
     char *lone[] = { "dsattn", "bench", "mha", "--config", (char *)cfg, "--depth", "64", NULL };
     CHECK_EQ_INT(run_cli(lone, err, sizeof err), 2);
     CHECK_MSG(strstr(err, "--config goes with --weights"), "%s", err);

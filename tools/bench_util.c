@@ -158,11 +158,10 @@ void dsattn_bench_print_profile(const dsattn_bench_prof_row *rows, int n, const 
     }
 }
 
-double dsattn_bench_read_bw(int threads)
+static double read_bw_cache[65];
+
+static double read_bw_measure(int threads)
 {
-    static double cache[65];
-    if (threads < 1) threads = 1;
-    if (threads <= 64 && cache[threads] > 0) return cache[threads];
     const size_t n = (size_t)1 << 28;                  /* 1 GiB of floats */
     float *a = dsattn_alloc_array(n, sizeof(float));
     if (!a) return 1.0;
@@ -171,8 +170,43 @@ double dsattn_bench_read_bw(int threads)
     int simd = dsattn_cpu_has_avx512() ? 2 : (dsattn_cpu_has_avx2() ? 1 : 0);
     double bw = dsattn_bench_read_bw_pool(simd, a, n, threads, 5);
     dsattn_free(a);
-    if (threads <= 64) cache[threads] = bw;
     return bw;
+}
+
+double dsattn_bench_read_bw(int threads)
+{
+    if (threads < 1) threads = 1;
+    if (threads <= 64 && read_bw_cache[threads] > 0) return read_bw_cache[threads];
+    const double bw = read_bw_measure(threads);
+    if (threads <= 64) read_bw_cache[threads] = bw;
+    return bw;
+}
+
+int dsattn_bench_read_bw_again_line(FILE *f, int threads, double first, double again)
+{
+    const double r = again / first;
+    fprintf(f, "DRAM read probe again at the end of the run, %d thread%s: %.2f GB/s (%.2f at "
+               "first: x%.2f).\n", threads, threads > 1 ? "s" : "", again, first, r);
+    return r > 1.15 || r < 1 / 1.15;
+}
+
+void dsattn_bench_read_bw_moved(FILE *f)
+{
+    fprintf(f, "WARNING: the memory's speed moved by more than 15 %% during the run (other work "
+               "on the host): every ratio against the read probe carries that much doubt; "
+               "compare builds in alternating runs.\n");
+}
+
+void dsattn_bench_read_bw_recheck(FILE *f)
+{
+    int moved = 0, any = 0;
+    for (int t = 1; t <= 64; t++) {
+        if (read_bw_cache[t] <= 0) continue;
+        if (!any) fputc('\n', f);
+        any = 1;
+        moved |= dsattn_bench_read_bw_again_line(f, t, read_bw_cache[t], read_bw_measure(t));
+    }
+    if (moved) dsattn_bench_read_bw_moved(f);
 }
 
 

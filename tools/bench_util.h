@@ -9,10 +9,22 @@
 #include "dsattn.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* GB/s read by `threads` threads summing a 1 GiB array, best of 5.
  * Cached per thread count for the life of the process. */
 double dsattn_bench_read_bw(int threads);
+/* At the end of a run: the read probe again for every thread count the run
+ * measured it for, one line each to f with the cached figure beside it, and
+ * a warning where the two differ by more than 15 % - the memory's speed
+ * moved during the run (a shared host), so every ratio against the first
+ * figure carries that much doubt.  Nothing when the run never probed. */
+void dsattn_bench_read_bw_recheck(FILE *f);
+/* One such line for a probe of the caller's own (bench kernels); returns 1
+ * when the two figures differ by more than 15 %. */
+int dsattn_bench_read_bw_again_line(FILE *f, int threads, double first, double again);
+/* The warning that goes with it */
+void dsattn_bench_read_bw_moved(FILE *f);
 /* The probe itself over a caller's array of n floats: simd 2 = AVX-512,
  * 1 = AVX2, 0 = plain C; best of reps passes. */
 double dsattn_bench_read_bw_pool(int simd, const float *a, size_t n, int threads, int reps);

@@ -863,6 +863,16 @@ static int bench_kernels(int argc, char **argv)
                    "prefill chunk (act_quant, then the path the table takes); its %%\n"
                    "peak is of the multiply those Linears run (VDPBF16PS or AMX-BF16 where\n"
                    "the table has them, else the fp32 FMA).\n", mib, FUSED_ROWS);
+    /* the read probe again: did the memory's speed hold over the run? (to
+     * stderr beside csv / json, which stay machine-readable) */
+    FILE *fa = b.fmt == FMT_MD ? f : stderr;
+    int moved = 0;
+    fputc('\n', fa);
+    for (int ti = 0; ti < b.n_threads; ti++)
+        moved |= dsattn_bench_read_bw_again_line(
+            fa, b.threads[ti], b.bw[ti],
+            measure_read_bw(pi, b.pool, b.pool_bytes / 4, b.threads[ti], b.quick ? 3 : 5));
+    if (moved) dsattn_bench_read_bw_moved(fa);
     int fail = 0;
     for (size_t i = 0; i < n; i++) fail |= strcmp(rows[i].check, "ok") != 0;
     free(rows);
@@ -937,8 +947,16 @@ static int cmd_bench(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     for (size_t i = 0; i < DSATTN_ARRAY_LEN(bench_modes); i++)
-        if (!strcmp(argv[1], bench_modes[i].name))
-            return bench_modes[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], bench_modes[i].name)) {
+            const int rc = bench_modes[i].run(argc - 1, argv + 1);
+            /* the read probe again: did the memory's speed hold? (to stderr
+             * beside csv / json, which stay machine-readable) */
+            int machine = 0;
+            for (int a = 2; a + 1 < argc; a++)
+                machine |= !strcmp(argv[a], "--format") && strcmp(argv[a + 1], "md");
+            if (rc == 0) dsattn_bench_read_bw_recheck(machine ? stderr : stdout);
+            return rc;
+        }
     fprintf(stderr, "dsattn bench: unknown mode '%s'\n", argv[1]);
     return 2;
 }
