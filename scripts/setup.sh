@@ -17,10 +17,17 @@
 # qemu-user), which scripts/test-arm64.sh installs for itself.
 set -euo pipefail
 need=()
+# Installed for this machine's architecture (or "all"): once scripts/test-arm64.sh has added
+# the :arm64 instances of the libraries, `dpkg -s libcjson-dev` refuses the name as ambiguous
+# and would send every later run to apt-get.
+arch="$(dpkg --print-architecture)"
+installed() {
+  dpkg-query -W -f='${Architecture}:${db:Status-Abbrev}\n' "$1" 2>/dev/null | grep -qE "^($arch|all):ii"
+}
 for p in cmake gcc make libopenblas-openmp-dev libcjson-dev libxxhash-dev clang libclang-rt-14-dev \
          libomp-dev pkg-config python3-numpy python3-pytest python3-pip python3-setuptools \
          python3-venv valgrind; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+  installed "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]} (apt-get)"
