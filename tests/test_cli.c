@@ -467,7 +467,9 @@ DSATTN_TEST(cli, bench_mha_weights)
                   strstr(err, "[2/2] checkpoint depth 100"), "%s", err);
     char *withcfg[] = { "dsattn", "bench", "mha", "--weights", dir, "--config", (char *)cfg,
                         "--depth", "64", "--threads", "1", "--reps", "1", NULL };
-    CHECK_MSG(run_cli(withcfg, err, sizeof err) == 0, "exit != 0: %s", err);
+    CHECK_MSG(run_cli_to(withcfg, err, sizeof err, 1) == 0, "exit != 0: %s", err);
+    /* markdown: the run ends with the read probe again, on stdout */
+    CHECK_MSG(strstr(err, "DRAM read probe again at the end of the run, 1 thread: "), "%s", err);
     /* --batch: one row per batch size, its aggregate tokens/s */
     char *batch[] = { "dsattn", "bench", "mha", "--weights", dir, "--depth", "64", "--threads",
                       "1", "--reps", "1", "--batch", "1,3", "--format", "csv", NULL };
