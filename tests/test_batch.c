@@ -222,6 +222,8 @@ DSATTN_TEST(batch, v41_seed0_owner_bit_exact)     { v41_exact("golden/v41/tiny-s
 DSATTN_TEST(batch, v41_seed0_reference_bit_exact) { v41_exact("golden/v41/tiny-seed0", DSATTN_V41_INDEX_K_REFERENCE, 12); }
 DSATTN_TEST(batch, v41_seed2_fp8_owner_bit_exact) { v41_exact("golden/v41/tiny-seed2-fp8", DSATTN_V41_INDEX_K_OWNER, 13); }
 DSATTN_TEST(batch, v41_seed2_fp8_reference_bit_exact) { v41_exact("golden/v41/tiny-seed2-fp8", DSATTN_V41_INDEX_K_REFERENCE, 14); }
+DSATTN_TEST(batch, v41_alt_seed0_owner_bit_exact) { v41_exact("golden/v41/alt-seed0", DSATTN_V41_INDEX_K_OWNER, 15); }
+DSATTN_TEST(batch, v41_alt_seed0_reference_bit_exact) { v41_exact("golden/v41/alt-seed0", DSATTN_V41_INDEX_K_REFERENCE, 16); }
 
 /* Fast mode: the batched rows against the one-sequence rows under the
  * fast_vs_reference gate of test_v41.c (relative error over every layer

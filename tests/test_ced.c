@@ -233,6 +233,7 @@ static void golden_case(const char *rel)
 
 DSATTN_TEST(ced, exact_bit_for_bit_golden_seed0)     { golden_case("golden/v41/tiny-seed0"); }
 DSATTN_TEST(ced, exact_bit_for_bit_golden_seed2_fp8) { golden_case("golden/v41/tiny-seed2-fp8"); }
+DSATTN_TEST(ced, exact_bit_for_bit_golden_alt_seed0) { golden_case("golden/v41/alt-seed0"); }
 
 /* The replayed rows' heads run a block at a time, as a prompt's
  * (dsattn_csa_prompt_block): with blocks of 2 and 3 rows the replay still

@@ -437,6 +437,16 @@ DSATTN_TEST(session, v41_fp8_owner_mid_group_fast)
     v41_case = "golden/v41/tiny-seed0";
 }
 DSATTN_TEST(session, v41_larger_capacity_on_load)    { exact(&V41, 0, DSATTN_MODE_REFERENCE, 13, 7, 13, 64); }
+/* the other plan (16 layers, window 16, 3 Full / 2 Reindex sources): P past
+ * the window, mid ratio-2 group and at a boundary */
+DSATTN_TEST(session, v41_alt_plan_reference_and_fast)
+{
+    v41_case = "golden/v41/alt-seed0";
+    exact(&V41, 0, DSATTN_MODE_REFERENCE, 19, 7, 26, 26);
+    exact(&V41, 1, DSATTN_MODE_REFERENCE, 18, 7, 25, 25);
+    exact(&V41, 0, DSATTN_MODE_FAST, 21, 6, 27, 48);
+    v41_case = "golden/v41/tiny-seed0";
+}
 
 /* V4: CSA ratio 4 and HCA ratio 16: 37 is mid group for both, 32 a
  * boundary for both (the overlap state of CSA carries the previous group). */

@@ -97,6 +97,8 @@ DSATTN_TEST(v41, golden_seed0_owner_exact)     { golden_exact("golden/v41/tiny-s
 DSATTN_TEST(v41, golden_seed0_reference_exact) { golden_exact("golden/v41/tiny-seed0", "expected_bugcompat.safetensors", 1); }
 DSATTN_TEST(v41, golden_seed2_fp8_owner_exact) { golden_exact("golden/v41/tiny-seed2-fp8", "expected_intended.safetensors", 0); }
 DSATTN_TEST(v41, golden_seed2_fp8_reference_exact) { golden_exact("golden/v41/tiny-seed2-fp8", "expected_bugcompat.safetensors", 1); }
+DSATTN_TEST(v41, golden_alt_seed0_owner_exact)     { golden_exact("golden/v41/alt-seed0", "expected_intended.safetensors", 0); }
+DSATTN_TEST(v41, golden_alt_seed0_reference_exact) { golden_exact("golden/v41/alt-seed0", "expected_bugcompat.safetensors", 1); }
 
 /* Fast mode on the tiny cases: these are numerically discontinuous (FP4
  * codes, bf16 top-k), so the gate is the oracle's own noise floor between
@@ -130,6 +132,7 @@ static void golden_fast(const char *case_dir)
 
 DSATTN_TEST(v41, golden_seed0_fast_within_noise_floor)     { golden_fast("golden/v41/tiny-seed0"); }
 DSATTN_TEST(v41, golden_seed2_fp8_fast_within_noise_floor) { golden_fast("golden/v41/tiny-seed2-fp8"); }
+DSATTN_TEST(v41, golden_alt_seed0_fast_within_noise_floor) { golden_fast("golden/v41/alt-seed0"); }
 
 /* ==== Invariants on generated stacks ==================================== */
 

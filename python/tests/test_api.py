@@ -18,7 +18,7 @@ from conftest import GOLDEN, cli_traced, py_traced
 V41 = os.path.join(GOLDEN, "v41", "tiny-seed0")
 V4 = os.path.join(GOLDEN, "v4", "tiny-seed0")
 FORWARD_CASES = ["v3/tiny-seed0", "v32/tiny-seed0", "v4/tiny-seed0", "v41/tiny-seed0",
-                 "v41/tiny-seed2-fp8"]
+                 "v41/tiny-seed2-fp8", "v41/alt-seed0"]
 
 
 def _input(case_dir):

@@ -17,7 +17,7 @@ CASES = golden_cases()
 def test_every_generation_has_a_case():
     gens = {os.path.basename(os.path.dirname(d)) for d, _, _ in CASES}
     assert gens == {"v3", "v32", "v4", "v41"}, gens
-    assert len(CASES) == 7
+    assert len(CASES) == 9     # V3, V3.2, V4 one each; V4.1 three, each in both index_k modes
 
 
 @pytest.mark.parametrize("case_dir,expected,index_k", CASES,
