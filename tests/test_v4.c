@@ -538,9 +538,10 @@ DSATTN_TEST(v4, fast_matches_reference_fp8)
 
 /* Shapes the reference runs with bf16 weights but no fast kernel tiles
  * evenly: dim 160, 6 heads in 3 output groups of rank 48, q_lora_rank 80,
- * 5 index heads.  Only the dims the reference quantizes keep their blocks
- * (the nope part of a head: 64; index_head_dim: a power of two).  Fast and
- * reference agree within the same gates as above. */
+ * 5 index heads of 96 dims (no power of two: the Hadamard pads to 128).
+ * Only the dims the reference quantizes keep their blocks (the nope part
+ * of a head: 64; index_head_dim: FP4's 32).  Fast and reference agree
+ * within the same gates as above. */
 DSATTN_TEST(v4, odd_shapes_bf16_fast_matches_reference)
 {
     char *cfg = write_cfg(
@@ -548,7 +549,7 @@ DSATTN_TEST(v4, odd_shapes_bf16_fast_matches_reference)
         " \"q_lora_rank\": 80, \"head_dim\": 80, \"rope_head_dim\": 16, \"o_groups\": 3,"
         " \"o_lora_rank\": 48, \"window_size\": 16, \"original_seq_len\": 65536,"
         " \"rope_theta\": 10000, \"rope_factor\": 16, \"beta_fast\": 32, \"beta_slow\": 1,"
-        " \"index_n_heads\": 5, \"index_head_dim\": 32, \"index_topk\": 1024,"
+        " \"index_n_heads\": 5, \"index_head_dim\": 96, \"index_topk\": 1024,"
         " \"dtype\": \"bf16\", \"compress_rope_theta\": 160000,"
         " \"compress_ratios\": [4, 16, 0, 0]}");
     if (!cfg) return;
@@ -583,6 +584,34 @@ DSATTN_TEST(v4, odd_shapes_bf16_fast_matches_reference)
     dsattn_v4_destroy(m);
     unlink(cfg);
     free(cfg);
+}
+
+/* rotate_activation's Hadamard (fast_hadamard_transform) at any n: x
+ * zero-padded to the next power of two p, the first n entries of H_p x
+ * times the scale.  Against the definition, H_p[i][j] = (-1)^popcount(i &
+ * j), summed in double: bf16-valued inputs over 12 binades keep every sum
+ * exact, so the two agree bit for bit; in place too. */
+DSATTN_TEST(v4, hadamard_pads_to_a_power_of_two_seed41)
+{
+    dsattn_rng g = { 41 };
+    const size_t ns[] = { 1, 3, 32, 96, 128, 160, 480, 512 };
+    float x[512], y[512], want[512];
+    for (size_t c = 0; c < DSATTN_ARRAY_LEN(ns); c++) {
+        const size_t n = ns[c];
+        for (size_t i = 0; i < n; i++)
+            x[i] = dsattn_round_bf16(dsattn_rng_normal(&g) *
+                                     ldexpf(1.0f, (int)(dsattn_rng_u64(&g) % 12) - 6));
+        const float scale = (float)pow((double)n, -0.5);
+        for (size_t i = 0; i < n; i++) {          /* the padding's columns add zeros */
+            double s = 0;
+            for (size_t j = 0; j < n; j++) s += (__builtin_popcountll(i & j) & 1) ? -x[j] : x[j];
+            want[i] = dsattn_round_bf16((float)(s * (double)scale));
+        }
+        dsattn_hadamard(x, n, scale, y, DSATTN_OUT_BF16);
+        CHECK_BITS("hadamard", y, want, n);
+        dsattn_hadamard(x, n, scale, x, DSATTN_OUT_BF16);      /* in place */
+        CHECK_BITS("hadamard in place", x, want, n);
+    }
 }
 
 /* An FP8 checkpoint in the release's layout (written by the io layer's
@@ -692,7 +721,10 @@ DSATTN_TEST(v4, bad_configs_are_errors)
     const struct { const char *mt; int hd, idd; const char *cr, *extra; int ok; } cases[] = {
         { "deepseek_v4", 80, 32, "[4, 16, 0]", "", 1 },
         { "deepseek_v4", 96, 32, "[4, 16, 0]", "", 0 },       /* nope 80: not 64-blocks  */
-        { "deepseek_v4", 80, 48, "[4, 16, 0]", "", 0 },       /* index dim not pow2      */
+        { "deepseek_v4", 80, 48, "[4, 16, 0]", "", 0 },       /* index dim: FP4 blocks   */
+        { "deepseek_v4", 80, 96, "[4, 16, 0]", "", 1 },       /* padded Hadamard         */
+        { "deepseek_v4", 80, 512, "[4, 16, 0]", "", 1 },
+        { "deepseek_v4", 80, 544, "[4, 16, 0]", "", 0 },      /* above 512: a dsattn limit */
         { "deepseek_v4", 80, 32, "[4, 16]", "", 0 },          /* no MTP entry            */
         /* as the reference: entries past the MTP block's are never read,
          * and an MTP entry may have any ratio (not part of the stack) */

@@ -41,8 +41,6 @@ size_t dsattn_v4_idx_bytes(const dsattn_v4_config *c)
         if (!(cond)) return dsattn_errf(err, errlen, DSATTN_ERR_FORMAT, __VA_ARGS__); \
     } while (0)
 
-static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-
 dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err, size_t errlen)
 {
     dsattn_status st = dsattn_csa_config_check(c, err, errlen);
@@ -55,10 +53,13 @@ dsattn_status dsattn_v4_config_validate(const dsattn_v4_config *c, char *err, si
            (long long)c->head_dim, (long long)(c->head_dim - c->rope_head_dim));
     CHECKF(c->head_dim <= 512, "head_dim %lld is above 512 (a dsattn limit: per-row buffers)",
            (long long)c->head_dim);
-    CHECKF(is_pow2(c->index_head_dim) && c->index_head_dim >= 32 && c->index_head_dim <= 256 &&
+    CHECKF(c->index_head_dim >= 32 && c->index_head_dim % 32 == 0 &&
                c->index_head_dim >= c->rope_head_dim,
-           "index_head_dim %lld must be a power of two in [32, 256] (Hadamard, FP4 blocks "
-           "of 32) and >= rope_head_dim", (long long)c->index_head_dim);
+           "index_head_dim %lld must be a positive multiple of 32 (FP4 blocks of 32) and >= "
+           "rope_head_dim", (long long)c->index_head_dim);
+    CHECKF(c->index_head_dim <= DSATTN_HADAMARD_MAX,
+           "index_head_dim %lld is above %d (a dsattn limit: per-row buffers)",
+           (long long)c->index_head_dim, DSATTN_HADAMARD_MAX);
     CHECKF(c->index_topk <= (1 << 24), "index_topk %lld out of range", (long long)c->index_topk);
     CHECKF(c->rope_theta > 1.0 && c->compress_rope_theta > 1.0,
            "rope_theta / compress_rope_theta must be > 1");

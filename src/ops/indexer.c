@@ -23,16 +23,19 @@
 void dsattn_hadamard(const float *x, size_t n, float scale, float *y,
                      dsattn_out_round round)
 {
-    double buf[256];
-    for (size_t i = 0; i < n && i < 256; i++) buf[i] = x[i];
-    for (size_t h = 1; h < n; h *= 2)               /* butterflies, exact */
-        for (size_t i = 0; i < n; i += 2 * h)
+    double buf[DSATTN_HADAMARD_MAX];
+    if (n > DSATTN_HADAMARD_MAX) n = DSATTN_HADAMARD_MAX;      /* callers check */
+    size_t p = 1;                          /* the next power of two: x zero-padded to it */
+    while (p < n) p *= 2;
+    for (size_t i = 0; i < p; i++) buf[i] = i < n ? x[i] : 0.0;
+    for (size_t h = 1; h < p; h *= 2)               /* butterflies, exact */
+        for (size_t i = 0; i < p; i += 2 * h)
             for (size_t j = i; j < i + h; j++) {
                 double a = buf[j], b = buf[j + h];
                 buf[j] = a + b;
                 buf[j + h] = a - b;
             }
-    for (size_t i = 0; i < n && i < 256; i++) {
+    for (size_t i = 0; i < n; i++) {                /* the first n outputs */
         float v = (float)(buf[i] * (double)scale);
         y[i] = round == DSATTN_OUT_BF16 ? dsattn_round_bf16(v) : v;
     }

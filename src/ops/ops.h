@@ -210,9 +210,12 @@ size_t dsattn_compressor_pool(const float *kv, const float *z, size_t s, size_t 
 
 /* ==== Hadamard (V3.2 / V4 indexer rotate_activation) ==================== */
 
-/* y = H_n x * scale for n a power of two <= 256, H the Sylvester Hadamard
- * matrix (fast_hadamard_transform): sums of +-x exact in double, times
- * scale, rounded once to fp32 (and to bf16 if round == BF16). */
+/* y = the first n entries of H_p [x; 0] * scale, p the smallest power of
+ * two >= n and H_p the Sylvester Hadamard matrix (fast_hadamard_transform,
+ * which pads x with zeros to p and returns the first n): sums of +-x exact
+ * in double, times scale, rounded once to fp32 (and to bf16 if round ==
+ * BF16).  n <= DSATTN_HADAMARD_MAX; y may be x. */
+#define DSATTN_HADAMARD_MAX 512
 void dsattn_hadamard(const float *x, size_t n, float scale, float *y,
                      dsattn_out_round round);
 
