@@ -202,6 +202,59 @@ DSATTN_TEST(cli, unknown_isa_is_refused)
               err);
 }
 
+/* dsattn trace --compare: the verdict and the exit status.  Reference mode
+ * against the case's own expected file: MATCH, bit for bit (0); the
+ * reference index_k quirk against the owner-mode file: DIFFERS (1); fast
+ * mode: `out` within the file's noise floor (0); no expected file, or an
+ * unreadable one: 2. */
+DSATTN_TEST(cli, trace_compare_verdicts)
+{
+    char out[DSATTN_TEST_PATH], dir[1024], intended[1200], res[8192];
+    dsattn_test_tmp(out, sizeof out, "dsattn_test_cli_trace.safetensors");
+    snprintf(dir, sizeof dir, "%s", dsattn_test_data("golden/v41/tiny-seed0"));
+    snprintf(intended, sizeof intended, "%s/expected_intended.safetensors", dir);
+    static const struct { const char *mode, *index_k, *cmp, *want; int rc; } cases[] = {
+        { "reference", "owner", "auto", "verdict: MATCH, bit for bit", 0 },
+        { "reference", "reference", "auto", "verdict: MATCH, bit for bit", 0 },
+        { "reference", "reference", NULL, "verdict: DIFFERS", 1 },   /* the owner-mode file */
+        { "fast", "owner", "auto", "verdict: MATCH, `out` within the noise floor", 0 },
+        { "reference", "owner", "/nonexistent/expected.safetensors", "compare:", 2 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = { (char *)"dsattn", (char *)"trace", (char *)"--case", dir,
+                         (char *)"--out", out, (char *)"--mode", (char *)cases[i].mode,
+                         (char *)"--index-k", (char *)cases[i].index_k, (char *)"--compare",
+                         (char *)(cases[i].cmp ? cases[i].cmp : intended), NULL };
+        const int rc = run_cli_to(argv, res, sizeof res, 1);
+        CHECK_MSG(rc == cases[i].rc && strstr(res, cases[i].want), "case %zu: exit %d, '%s'", i,
+                  rc, res);
+    }
+    /* auto in a folder with no expected file */
+    char *argv[] = { (char *)"dsattn", (char *)"trace", (char *)"--case", dir, (char *)"--out",
+                     out, (char *)"--compare", (char *)"auto", NULL };
+    char nodir[DSATTN_TEST_PATH];
+    dsattn_test_tmp(nodir, sizeof nodir, "dsattn_test_cli_case_XXXXXX");
+    if (mkdtemp(nodir)) {
+        static const char *const f[] = { "config.json", "weights.safetensors", "input.safetensors" };
+        for (size_t i = 0; i < 3; i++) {
+            char src[1200], dst[DSATTN_TEST_PATH + 32];
+            snprintf(src, sizeof src, "%s/%s", dir, f[i]);
+            snprintf(dst, sizeof dst, "%s/%s", nodir, f[i]);
+            CHECK(symlink(src, dst) == 0);
+        }
+        argv[3] = nodir;
+        const int rc = run_cli_to(argv, res, sizeof res, 1);
+        CHECK_MSG(rc == 2 && strstr(res, "no expected.safetensors"), "exit %d, '%s'", rc, res);
+        for (size_t i = 0; i < 3; i++) {
+            char dst[DSATTN_TEST_PATH + 32];
+            snprintf(dst, sizeof dst, "%s/%s", nodir, f[i]);
+            unlink(dst);
+        }
+        rmdir(nodir);
+    }
+    unlink(out);
+}
+
 /* ==== dsattn run: every generation, --out ================================ */
 
 #include "safetensors.h"
