@@ -128,8 +128,9 @@ static int trace_compare(const char *got, const char *want, int fast)
         if (strstr(tw->name, "unstable")) { skipped++; continue; }
         const dsattn_st_tensor *tg = dsattn_st_find(g, tw->name);
         if (!tg) { if (!missing) missing = tw->name; continue; }
-        const int shape_ok = tg->dtype == tw->dtype && tg->numel == tw->numel &&
-                             tg->nbytes == tw->nbytes;
+        int shape_ok = tg->dtype == tw->dtype && tg->ndim == tw->ndim &&
+                       tg->numel == tw->numel && tg->nbytes == tw->nbytes;
+        for (int d = 0; shape_ok && d < tw->ndim; d++) shape_ok = tg->shape[d] == tw->shape[d];
         const size_t len = strlen(tw->name);
         if (tw->dtype == DSATTN_DT_I32 && len > 5 && !strcmp(tw->name + len - 5, ".topk")) {
             nt++;
