@@ -853,6 +853,14 @@ DSATTN_TEST(loader, folder_layouts_convert_py_and_single_file)
     snprintf(cmd, sizeof cmd, "cp '%s/my-weights.safetensors' '%s/other.safetensors'", d, d);
     CHECK(system(cmd) == 0);
     expect_invalid(d, DSATTN_ERR_FORMAT, "2 .safetensors files", "name the file");
+    /* a trace case: weights.safetensors beside input.safetensors (and the
+     * expected files) is the one meant */
+    mv(d, "my-weights.safetensors", "weights.safetensors");
+    mv(d, "other.safetensors", "input.safetensors");
+    expect_layout(d, "a trace case");
+    mv(d, "input.safetensors", "other.safetensors");
+    expect_invalid(d, DSATTN_ERR_FORMAT, "2 .safetensors files", "name the file");
+    mv(d, "weights.safetensors", "my-weights.safetensors");
     /* split for 2 model-parallel ranks: refused, with the way to mp 1 */
     mv(d, "my-weights.safetensors", "model0-mp2.safetensors");
     mv(d, "other.safetensors", "model1-mp2.safetensors");

@@ -117,8 +117,10 @@ static int parse_mp_name(const char *name, unsigned long *rank, unsigned long *w
 }
 
 /* A folder without model.safetensors(.index.json): the official converted
- * layout (model0-mp1.safetensors), or the one *.safetensors file it holds.
- * *out is the file to open; errors say what was found and what to do. */
+ * layout (model0-mp1.safetensors), the one *.safetensors file it holds, or
+ * a trace case (weights.safetensors beside input.safetensors and the
+ * expected outputs: tests/data/golden/README.md).  *out is the file to
+ * open; errors say what was found and what to do. */
 static dsattn_status find_folder_weights(const char *path, char **out, const char **layout,
                                          char *err, size_t errlen)
 {
@@ -130,7 +132,7 @@ static dsattn_status find_folder_weights(const char *path, char **out, const cha
     char *single = NULL, *mp1 = NULL;
     size_t n_st = 0, n_mp = 0;
     unsigned long mp_world = 0;
-    int mixed = 0, pickles = 0;
+    int mixed = 0, pickles = 0, case_w = 0, case_in = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         const char *nm = de->d_name;
@@ -148,6 +150,8 @@ static dsattn_status find_folder_weights(const char *path, char **out, const cha
             continue;
         }
         n_st++;
+        case_w |= !strcmp(nm, "weights.safetensors");
+        case_in |= !strcmp(nm, "input.safetensors");
         unsigned long r = 0, w = 0;
         if (parse_mp_name(nm, &r, &w)) {
             if (n_mp++ && w != mp_world) mixed = 1;
@@ -185,6 +189,10 @@ static dsattn_status find_folder_weights(const char *path, char **out, const cha
         *out = single;
         single = NULL;
         *layout = "folder (one .safetensors file)";
+    } else if (case_w && case_in && !n_mp) {
+        *out = path_join(path, "weights.safetensors");
+        if (!*out) st = dsattn_errf(err, errlen, DSATTN_ERR_NOMEM, "out of memory");
+        *layout = "folder (a trace case: weights.safetensors)";
     } else if (n_st == 0) {
         /* PyTorch pickles (pytorch_model-*.bin) are programs, not data:
          * never unpickled here */
