@@ -213,12 +213,13 @@ DSATTN_TEST(cli, trace_compare_verdicts)
     dsattn_test_tmp(out, sizeof out, "dsattn_test_cli_trace.safetensors");
     snprintf(dir, sizeof dir, "%s", dsattn_test_data("golden/v41/tiny-seed0"));
     snprintf(intended, sizeof intended, "%s/expected_intended.safetensors", dir);
-    static const struct { const char *mode, *index_k, *cmp, *want; int rc; } cases[] = {
+    const struct { const char *mode, *index_k, *cmp, *want; int rc; } cases[] = {
         { "reference", "owner", "auto", "verdict: MATCH, bit for bit", 0 },
         { "reference", "reference", "auto", "verdict: MATCH, bit for bit", 0 },
         { "reference", "reference", NULL, "verdict: DIFFERS", 1 },   /* the owner-mode file */
         { "fast", "owner", "auto", "verdict: MATCH, `out` within the noise floor", 0 },
         { "reference", "owner", "/nonexistent/expected.safetensors", "compare:", 2 },
+        { "reference", "owner", out, "is the file --compare reads", 2 },    /* --out itself */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[] = { (char *)"dsattn", (char *)"trace", (char *)"--case", dir,

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void trace_usage(FILE *f)
@@ -246,6 +247,24 @@ static int cmd_trace(int argc, char **argv)
         else { fprintf(stderr, "dsattn trace: bad option %s %s\n", a, v); trace_usage(stderr); return 2; }
     }
     if (!dir || !out) { trace_usage(stderr); return 2; }
+    char want[4096];
+    if (cmp && !strcmp(cmp, "auto")) {
+        if (expected_auto(dir, o.index_k_ref, want, sizeof want)) {
+            fprintf(stderr, "dsattn trace: --compare auto: %s holds no expected.safetensors%s\n",
+                    dir, o.index_k_ref ? " or expected_bugcompat.safetensors"
+                                       : " or expected_intended.safetensors");
+            return 2;
+        }
+    } else if (cmp && (size_t)snprintf(want, sizeof want, "%s", cmp) >= sizeof want) {
+        fprintf(stderr, "dsattn trace: --compare: path too long\n");
+        return 2;
+    }
+    struct stat so, sw;
+    if (cmp && stat(out, &so) == 0 && stat(want, &sw) == 0 && so.st_dev == sw.st_dev &&
+        so.st_ino == sw.st_ino) {          /* the run would overwrite what it is held against */
+        fprintf(stderr, "dsattn trace: --out %s is the file --compare reads\n", out);
+        return 2;
+    }
     char err[1024] = "";
     dsattn_status st = dsattn_trace_case(dir, out, &o, err, sizeof err);
     if (st) {
@@ -253,18 +272,5 @@ static int cmd_trace(int argc, char **argv)
         return 1;
     }
     fprintf(stderr, "dsattn trace: wrote %s\n", out);
-    if (!cmp) return 0;
-    char want[4096];
-    if (!strcmp(cmp, "auto")) {
-        if (expected_auto(dir, o.index_k_ref, want, sizeof want)) {
-            fprintf(stderr, "dsattn trace: --compare auto: %s holds no expected.safetensors%s\n",
-                    dir, o.index_k_ref ? " or expected_bugcompat.safetensors"
-                                       : " or expected_intended.safetensors");
-            return 2;
-        }
-    } else if ((size_t)snprintf(want, sizeof want, "%s", cmp) >= sizeof want) {
-        fprintf(stderr, "dsattn trace: --compare: path too long\n");
-        return 2;
-    }
-    return trace_compare(out, want, o.mode == DSATTN_MODE_FAST);
+    return cmp ? trace_compare(out, want, o.mode == DSATTN_MODE_FAST) : 0;
 }
