@@ -505,17 +505,18 @@ typedef struct {
     dsattn_kv_src src;
 } index_case;
 
-/* Case c (0..4) of those tests.  Their shapes: the last two draw narrow
+/* Case c (0..6) of those tests.  Their shapes: cases 3-5 draw narrow
  * scales, so most keys take the exact fp32 block scaling; the others
- * mostly the double one.  The last one's queries sit 2^12 up, so a zero
- * block's unit (1) lies 9+ binades under the nonzero blocks' and must not
- * count as the head's smallest. */
+ * mostly the double one.  Case 4's queries sit 2^12 up, so a zero block's
+ * unit (1) lies 9+ binades under the nonzero blocks' and must not count as
+ * the head's smallest.  Cases 5 and 6: head dims of 3 and 5 blocks (V4
+ * takes any multiple of 32), 48 and 32 heads. */
 static __attribute__((unused)) void index_case_make(index_case *k, dsattn_rng *r, int c,
                                                     dsattn_ctx *ref)
 {
-    static const size_t dims[5][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 }, { 64, 128 },
-                                       { 64, 128 } };
-    const int narrow = c >= 3, up = c == 4 ? 12 : 0;
+    static const size_t dims[7][2] = { { 32, 128 }, { 16, 32 }, { 64, 256 }, { 64, 128 },
+                                       { 64, 128 }, { 48, 96 }, { 32, 160 } };
+    const int narrow = c >= 3 && c <= 5, up = c == 4 ? 12 : 0;
     k->nh = dims[c][0];
     k->dh = dims[c][1];
     k->n = 5000;
@@ -563,8 +564,8 @@ DSATTN_TEST(formats, index_integer_forms_bit_exact_with_reference_seed9)
     p.isa = DSATTN_ISA_AVX512;
     if (dsattn_ctx_create(&fast[1], &p) != DSATTN_OK) fast[1] = NULL;   /* no AVX-512 here */
     if (avx2 && fast[0]) CHECK(fast[0]->kt->index && !strcmp(fast[0]->kt->index->name, "avx2"));
-    for (int c = 0; c < 5 && ref; c++) {
-        const int narrow = c >= 3;
+    for (int c = 0; c < 7 && ref; c++) {
+        const int narrow = c >= 3 && c <= 5;
         index_case k;
         index_case_make(&k, &r, c, ref);
         const size_t nh = k.nh, dh = k.dh, n = k.n, rb = k.rb;
@@ -655,7 +656,7 @@ DSATTN_TEST(formats, index_neon_form_bit_exact_with_reference_seed9)
     CHECK_OK(dsattn_ctx_create(&fast, &p));
     const int dot = dsattn_cpu_has_neon_dotprod();
     CHECK(fast && fast->kt->index && !strcmp(fast->kt->index->name, dot ? "neon-dot" : "neon"));
-    for (int c = 0; c < 5 && ref && fast; c++) {
+    for (int c = 0; c < 7 && ref && fast; c++) {
         index_case k;
         index_case_make(&k, &r, c, ref);
         dsattn_index_scores_bf16(fast, k.q, k.nh, k.dh, k.w, &k.src, 0, k.n, k.s_fast);
