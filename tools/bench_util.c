@@ -428,16 +428,7 @@ int dsattn_bench_compare_out(const char *pa, const char *pb, double *rel, double
     if (ta && tb && ta->numel == tb->numel) {
         float *a = malloc(ta->numel * sizeof(float)), *b = malloc(tb->numel * sizeof(float));
         if (a && b && !dsattn_st_to_f32(ta, a, ta->numel) && !dsattn_st_to_f32(tb, b, tb->numel)) {
-            double num = 0, den = 0, ab = 0, aa = 0;
-            for (size_t i = 0; i < ta->numel; i++) {
-                double d = (double)a[i] - b[i];
-                num += d * d;
-                den += (double)b[i] * b[i];
-                ab += (double)a[i] * b[i];
-                aa += (double)a[i] * a[i];
-            }
-            *rel = sqrt(num / (den > 0 ? den : 1));
-            *cosine = ab / sqrt((aa > 0 ? aa : 1) * (den > 0 ? den : 1));
+            dsattn_bench_rel_cos(a, b, ta->numel, rel, cosine);
             st = 0;
         }
         free(a);

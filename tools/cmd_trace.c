@@ -3,6 +3,7 @@
  * hold what it wrote against the case's expected file and say whether they
  * match: bit for bit in reference mode (top-k rows as sets, the protocol's
  * rule), within the expected file's own noise floor in fast mode. */
+#include "bench_util.h"
 #include "cli.h"
 #include "cli_num.h"
 #include "trace.h"
@@ -148,16 +149,7 @@ static int trace_compare(const char *got, const char *want, int fast)
                 float *b = malloc(tw->numel * sizeof(float) + 4);
                 if (a && b && !dsattn_st_to_f32(tg, a, tg->numel) &&
                     !dsattn_st_to_f32(tw, b, tw->numel)) {
-                    double d2 = 0, b2 = 0, a2 = 0, ab = 0;
-                    for (size_t j = 0; j < tw->numel; j++) {
-                        const double x = a[j], y = b[j];
-                        d2 += (x - y) * (x - y);
-                        b2 += y * y;
-                        a2 += x * x;
-                        ab += x * y;
-                    }
-                    out_rel = b2 > 0 ? sqrt(d2 / b2) : sqrt(d2);
-                    out_cos = a2 > 0 && b2 > 0 ? ab / sqrt(a2 * b2) : (a2 == b2 ? 1.0 : 0.0);
+                    dsattn_bench_rel_cos(a, b, tw->numel, &out_rel, &out_cos);
                     have_out = 1;
                     out_exact = same;
                 }
