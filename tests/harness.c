@@ -343,24 +343,32 @@ dsattn_ctx *dsattn_test_ctx(dsattn_mode mode, int threads)
     return c;
 }
 
+/* The table of `isa` in t, or NULL after marking the test skipped */
+static const struct dsattn_ktab *isa_ktab(dsattn_ktab *t, dsattn_isa isa, const char *why)
+{
+    if (dsattn_ktab_fill(t, isa, 0) != DSATTN_OK) {
+        dsattn_test_skip(why);
+        return NULL;
+    }
+    return t;
+}
+
 const struct dsattn_ktab *dsattn_test_avx512_ktab(void)
 {
     static dsattn_ktab t;
-    if (dsattn_ktab_fill(&t, DSATTN_ISA_AVX512, 0) != DSATTN_OK) {
-        dsattn_test_skip("no AVX-512 (CPU or build)");
-        return NULL;
-    }
-    return &t;
+    return isa_ktab(&t, DSATTN_ISA_AVX512, "no AVX-512 (CPU or build)");
 }
 
 const struct dsattn_ktab *dsattn_test_avx2_ktab(void)
 {
     static dsattn_ktab t;
-    if (dsattn_ktab_fill(&t, DSATTN_ISA_AVX2, 0) != DSATTN_OK) {
-        dsattn_test_skip("no AVX2 (CPU or build)");
-        return NULL;
-    }
-    return &t;
+    return isa_ktab(&t, DSATTN_ISA_AVX2, "no AVX2 (CPU or build)");
+}
+
+const struct dsattn_ktab *dsattn_test_neon_ktab(void)
+{
+    static dsattn_ktab t;
+    return isa_ktab(&t, DSATTN_ISA_NEON, "no NEON (not an aarch64 build)");
 }
 
 int dsattn_test_set_bf16blk(dsattn_ctx *c, int on)

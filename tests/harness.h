@@ -93,6 +93,8 @@ int dsattn_test_bf16blk_or_skip(void);
 const struct dsattn_ktab *dsattn_test_avx512_ktab(void);
 /* The same for the AVX2 table (AVX2 + FMA CPUs of x86-64 builds). */
 const struct dsattn_ktab *dsattn_test_avx2_ktab(void);
+/* The same for the NEON table (aarch64 builds). */
+const struct dsattn_ktab *dsattn_test_neon_ktab(void);
 
 /* Seeded xorshift RNG, one per test. */
 typedef struct { uint64_t s; } dsattn_rng;

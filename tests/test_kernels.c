@@ -1340,7 +1340,12 @@ DSATTN_TEST(kernels, every_table_of_tables_complete_with_scalar_twins)
             /* x86-64 builds have the AVX2 tiles, attend kernel, row decoder, exp */
             CHECK(i != 1 || (t.pgemm && t.mla && t.mha && !strcmp(t.wdq->name, "avx2") &&
                              !strcmp(t.vmath->name, "avx2")));
-            CHECK(i == 1 || i == 2 || (!t.pgemm && !t.mla && !t.mha));
+            /* aarch64 builds: the NEON attend kernel, row decoder and exp; no
+             * tiles (their generic paths are sgemm) */
+            CHECK(i != 3 || (t.mha && !strcmp(t.mha->name, "neon") &&
+                             !strcmp(t.wdq->name, "neon") && !strcmp(t.vmath->name, "neon")));
+            CHECK(i == 1 || i == 2 || (!t.pgemm && !t.mla));
+            CHECK(i != 0 || !t.mha);
             if (!amx) CHECK(t.amx == NULL);
         }
     CHECK(seen >= 2);                       /* ref, at least, with and without amx */

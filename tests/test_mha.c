@@ -753,6 +753,23 @@ static const dsattn_mha_kern *kern_avx2(void)
     return kt ? kt->mha : NULL;
 }
 
+static const dsattn_mha_kern *kern_neon(void)
+{
+    const dsattn_ktab *kt = dsattn_test_neon_ktab();
+    CHECK(!kt || kt->mha == dsattn_mha_kern_neon_ptr);
+    return kt ? kt->mha : NULL;
+}
+
+DSATTN_TEST(mha, neon_decode_kernel_matches_contract_on_tails_seed7)
+{
+    run_decode_kernel(kern_neon());
+}
+
+DSATTN_TEST(mha, neon_decode_kernel_matches_contract_on_score_ramps_seed11)
+{
+    run_decode_kernel_ramps(kern_neon());
+}
+
 DSATTN_TEST(mha, avx512_decode_kernel_matches_contract_on_tails_seed7)
 {
     run_decode_kernel(kern_avx512());
@@ -785,12 +802,12 @@ DSATTN_TEST(mha, avx2_decode_kernel_matches_contract_on_score_ramps_seed11)
 
 /* Decode through the layer at depths around the tile and chunk edges, on
  * every fast table this CPU has (the AVX-512 kernel its table picks, the
- * AVX-512 FMA form where that is the VDPBF16PS one, the AVX2 kernel, plain C
- * on ref): each against the reference layer, and each SIMD kernel against
+ * AVX-512 FMA form where that is the VDPBF16PS one, the AVX2 kernel, the
+ * NEON kernel, plain C on ref): each against the reference layer, and each SIMD kernel against
  * the plain C path.  A GQA config (4 heads on 2 KV heads, d = 64). */
 DSATTN_TEST(mha, fast_decode_every_isa_matches_reference_at_tile_edges_seed8)
 {
-    enum { DIM = 256, NI = 4 };
+    enum { DIM = 256, NI = 5 };
     static const size_t depth[] = { 0, 1, 31, 32, 63, 64, 65, 97, 200 };
     char err[256] = "";
     dsattn_mha *m = NULL;
@@ -799,14 +816,15 @@ DSATTN_TEST(mha, fast_decode_every_isa_matches_reference_at_tile_edges_seed8)
     dsattn_ctx *cr = dsattn_test_ctx(DSATTN_MODE_REFERENCE, 0), *cf[NI] = { NULL };
     /* the plain C path (ref) last: the SIMD kernels are compared with it */
     const dsattn_isa isa[NI] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX512, DSATTN_ISA_AVX2,
-                                 DSATTN_ISA_REF };
-    const char *name[NI] = { "avx512", "avx512 FMA form", "avx2", "plain C" };
+                                 DSATTN_ISA_NEON, DSATTN_ISA_REF };
+    const char *name[NI] = { "avx512", "avx512 FMA form", "avx2", "neon", "plain C" };
     for (int k = 0; k < NI; k++) {
         dsattn_ctx_params p = dsattn_ctx_default_params();
         p.mode = DSATTN_MODE_FAST;
         p.isa = isa[k];
         if (k <= 1 && !dsattn_cpu_has_avx512()) continue;
         if (k == 2 && !dsattn_cpu_has_avx2()) continue;
+        if (k == 3 && !dsattn_mha_kern_neon_ptr) continue;
         CHECK_OK(dsattn_ctx_create(&cf[k], &p));
         if (k == 1 && cf[k]) {   /* only where the table's own pick is the VDPBF16PS form */
             dsattn_ctx_set_bf16dot(cf[k], 0);

@@ -66,17 +66,73 @@ static void run_exp_sub_sum(const dsattn_ktab *KT)
 
 DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp) { run_exp_sub_sum(dsattn_test_avx512_ktab()); }
 DSATTN_TEST(vmath, exp_sub_sum_avx2_within_2ulp)   { run_exp_sub_sum(dsattn_test_avx2_ktab()); }
+DSATTN_TEST(vmath, exp_sub_sum_neon_within_2ulp)   { run_exp_sub_sum(dsattn_test_neon_ktab()); }
+
+/* FNV-1a over the bit patterns of exp on a fixed grid of 120,001 inputs
+ * in [-150, 90] (every result class: 0 below -104, subnormal, normal, near
+ * overflow), plus -inf, 0 and 88.72283935546875.  The value below is what
+ * the AVX-512 and the AVX2 forms give on x86-64; every vectorised form a
+ * build and CPU have (the NEON one on aarch64, under qemu in CI) must give
+ * it too: the same exp on every ISA, bit for bit.  NaN is checked apart
+ * (its payload is not part of the contract). */
+#define EXP_GRID_FNV 0xb90b522099190f8cull   /* the AVX-512 and AVX2 forms, 2026-12-07 */
+static uint64_t exp_grid_hash(dsattn_exp_sub_sum_fn f, int *nan_ok)
+{
+    enum { N = 120004 };
+    static float x[N];
+    for (int i = 0; i < N - 3; i++) x[i] = -150.0f + (float)((double)i * (240.0 / (N - 4)));
+    x[N - 3] = -INFINITY; x[N - 2] = 0.0f; x[N - 1] = 88.72283935546875f;
+    f(x, N, 0.0f);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        for (int b = 0; b < 4; b++) h = (h ^ ((u >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+    }
+    float n[5] = { 1.0f, NAN, 2.0f, -NAN, 3.0f };
+    f(n, 5, 0.0f);
+    *nan_ok = isnan(n[1]) && isnan(n[3]) && !isnan(n[0]) && !isnan(n[2]) && !isnan(n[4]);
+    return h;
+}
+
+DSATTN_TEST(vmath, exp_is_one_function_on_every_isa)
+{
+    const dsattn_isa isas[3] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2, DSATTN_ISA_NEON };
+    int seen = 0;
+    for (int k = 0; k < 3; k++) {
+        dsattn_ktab t;
+        if (dsattn_ktab_fill(&t, isas[k], 0) != DSATTN_OK) continue;
+        int nan_ok = 0;
+        const uint64_t h = exp_grid_hash(t.vmath->exp_sub_sum, &nan_ok);
+        CHECK_MSG(h == EXP_GRID_FNV, "%s: exp grid hash 0x%016llx, expected 0x%016llx", t.name,
+                  (unsigned long long)h, (unsigned long long)EXP_GRID_FNV);
+        CHECK_MSG(nan_ok, "%s: NaN in, NaN out (and only there)", t.name);
+        seen++;
+    }
+    if (!seen) dsattn_test_skip("no vectorised exp in this build and CPU");
+}
 
 #include "numfmt.h"
 #include "wdequant.h"
 
-/* The attention softmaxes' exp (isa 1: AVX-512, 2: AVX2): the table's
+/* The attention softmaxes' exp (isa 1: AVX-512, 2: AVX2, 3: NEON): the table's
  * exp bits where x >= -69.3 (checked through its exp_sub_sum with m = 0),
  * exactly 0 below, never a subnormal, NaN kept, exp(-inf) = 0. */
 static void run_exp_ftz(int isa)
 {
-#if defined(__x86_64__)
-    if (isa == 1 ? !dsattn_cpu_has_avx512() : !dsattn_cpu_has_avx2()) {
+#if defined(__x86_64__) || defined(__aarch64__)
+#if defined(__aarch64__)
+    if (isa != 3) {
+        dsattn_test_skip("AVX-512 / AVX2 forms exist only in x86-64 builds");
+        return;
+    }
+#else
+    if (isa == 3) {
+        dsattn_test_skip("the NEON form exists only in aarch64 builds");
+        return;
+    }
+#endif
+    if (isa == 1 ? !dsattn_cpu_has_avx512() : isa == 2 ? !dsattn_cpu_has_avx2() : 0) {
         dsattn_test_skip(isa == 1 ? "no AVX-512" : "no AVX2");
         return;
     }
@@ -86,6 +142,10 @@ static void run_exp_ftz(int isa)
     x[0] = -INFINITY; x[1] = NAN; x[2] = -69.3f; x[3] = nextafterf(-69.3f, -INFINITY);
     x[4] = -87.5f; x[5] = -104.5f; x[6] = 0.0f;
     memcpy(ref, x, sizeof x);
+#if defined(__aarch64__)
+    dsattn_exp_sub_sum_neon(ref, N, 0.0f);
+    dsattn_exp_ftz_neon(x, N, y);
+#else
     if (isa == 1) {
         dsattn_exp_sub_sum_avx512(ref, N, 0.0f);
         dsattn_exp_ftz_avx512(x, N, y);
@@ -93,6 +153,7 @@ static void run_exp_ftz(int isa)
         dsattn_exp_sub_sum_avx2(ref, N, 0.0f);
         dsattn_exp_ftz_avx2(x, N, y);
     }
+#endif
     size_t sub = 0, bad = 0;
     for (int i = 0; i < N; i++) {
         sub += y[i] != 0.0f && fabsf(y[i]) < 0x1p-126f;
@@ -105,7 +166,7 @@ static void run_exp_ftz(int isa)
     CHECK(y[2] > 0.0f && y[2] >= 0x1p-100f * 0.99f && y[3] == 0.0f && y[0] == 0.0f);
 #else
     (void)isa;
-    dsattn_test_skip("AVX-512 / AVX2 forms exist only in x86-64 builds");
+    dsattn_test_skip("the vectorised forms exist only in x86-64 and aarch64 builds");
 #endif
 }
 
@@ -117,6 +178,11 @@ DSATTN_TEST(vmath, softmax_exp_flushes_below_2_pow_minus_100_and_nothing_else)
 DSATTN_TEST(vmath, softmax_exp_avx2_flushes_below_2_pow_minus_100_and_nothing_else)
 {
     run_exp_ftz(2);
+}
+
+DSATTN_TEST(vmath, softmax_exp_neon_flushes_below_2_pow_minus_100_and_nothing_else)
+{
+    run_exp_ftz(3);
 }
 
 DSATTN_TEST(vmath, exp_avx2_is_the_avx512_exp_bit_for_bit)
@@ -141,7 +207,8 @@ DSATTN_TEST(vmath, exp_avx2_is_the_avx512_exp_bit_for_bit)
 DSATTN_TEST(vmath, fp8_weight_row_decoder_follows_the_table)
 {
     /* the ISA override reaches the prefill's row decoder and the softmax
-     * exp: the "avx512" table gets the AVX-512 forms, "avx2" the AVX2 ones */
+     * exp: the "avx512" table gets the AVX-512 forms, "avx2" the AVX2 ones,
+     * "neon" the NEON ones */
     dsattn_ktab t;
     CHECK_OK(dsattn_ktab_fill(&t, DSATTN_ISA_REF, 1));
     CHECK(t.wdq == &dsattn_wdequant_ref && t.vmath == &dsattn_vmath_ref);
@@ -154,6 +221,10 @@ DSATTN_TEST(vmath, fp8_weight_row_decoder_follows_the_table)
 #if defined(__x86_64__)
         CHECK(t.wdq->fp8_row == dsattn_fp8_row_f32_avx512);
 #endif
+    }
+    if (dsattn_ktab_fill(&t, DSATTN_ISA_NEON, 1) == DSATTN_OK) {
+        CHECK(t.wdq == dsattn_wdequant_neon_ptr && t.vmath == dsattn_vmath_neon_ptr);
+        CHECK(t.wdq && !strcmp(t.wdq->name, "neon") && t.vmath && !strcmp(t.vmath->name, "neon"));
     }
 }
 
@@ -188,3 +259,4 @@ static void run_fp8_row(const dsattn_ktab *KT)
 
 DSATTN_TEST(vmath, fp8_weight_row_dequant_exact)       { run_fp8_row(dsattn_test_avx512_ktab()); }
 DSATTN_TEST(vmath, fp8_weight_row_dequant_exact_avx2)  { run_fp8_row(dsattn_test_avx2_ktab()); }
+DSATTN_TEST(vmath, fp8_weight_row_dequant_exact_neon)  { run_fp8_row(dsattn_test_neon_ktab()); }

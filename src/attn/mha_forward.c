@@ -33,10 +33,10 @@
  * of expf, one (query, KV head) pair per work item (OpenMP), all G query
  * heads of the group at once, so each bf16 K / V element is read from
  * memory once per query token and decoded once for the whole group.  The
- * AVX-512 and AVX2 tables get their kernel from the table's mha slot
- * (src/kernels/mha_avx512.c, mha_avx2.c: keys in lanes for the scores,
+ * AVX-512, AVX2 and NEON tables get their kernel from the table's mha slot
+ * (src/kernels/mha_avx512.c, mha_avx2.c, mha_neon.c: keys in lanes for the scores,
  * dims in lanes for P.V, bf16 scores with a running max / sum between the
- * two passes; docs/mha.md); the other tables run attend_fast_c, the plain
+ * two passes; docs/mha.md); the ref table runs attend_fast_c, the plain
  * C statement of the same arithmetic.
  */
 #include "mha.h"
@@ -116,7 +116,7 @@ static void attend_ref(const float *q, size_t d, const uint16_t *K, const uint16
 /* ==== Fast, plain C: one query token, the G query heads of one KV head == */
 
 /* The fast-mode arithmetic without SIMD (the kernel of the tables with no
- * mha slot: ref, neon; the layer-level test holds the SIMD kernels to it
+ * mha slot: ref; the layer-level test holds the SIMD kernels to it
  * and all to the reference): q [G][d], K / V
  * as attend_ref, T visible keys, ws >= attend_fast_c_floats(G, d, T)
  * floats, o [G][d].  Each K tile is read once for the group (the scores of
@@ -184,11 +184,12 @@ size_t dsattn_mha_decode_scratch_bytes(const dsattn_mha_config *c, size_t cap)
     size_t most = 0, act, total;
     const int T = dsattn_ws_threads();
     /* every kernel a context of this build and CPU can hold (dispatch.c) */
-    const dsattn_mha_kern *kerns[3] = {
+    const dsattn_mha_kern *kerns[4] = {
         dsattn_cpu_has_avx512() ? dsattn_mha_kern_avx512_ptr : NULL,
         dsattn_cpu_has_avx512_bf16() ? dsattn_mha_kern_avx512_bf16_ptr : NULL,
-        dsattn_cpu_has_avx2() ? dsattn_mha_kern_avx2_ptr : NULL };
-    for (int kind = 0; kind < 5; kind++) {
+        dsattn_cpu_has_avx2() ? dsattn_mha_kern_avx2_ptr : NULL,
+        dsattn_mha_kern_neon_ptr };
+    for (int kind = 0; kind < 6; kind++) {
         const dsattn_mha_kern *mhk = kind >= 2 ? kerns[kind - 2] : NULL;
         if (kind >= 2 && !mhk) continue;
         for (int nt = 1; nt <= T; nt++) {

@@ -57,4 +57,7 @@ int dsattn_amx_fits(size_t hp, size_t D, size_t C)
 const dsattn_kernels *const dsattn_kernels_neon_ptr = NULL;
 const dsattn_index_kern *const dsattn_index_neon_ptr = NULL;
 const dsattn_index_kern *const dsattn_index_neon_dot_ptr = NULL;
+const dsattn_vmath_kern *const dsattn_vmath_neon_ptr = NULL;
+const dsattn_wdequant_kern *const dsattn_wdequant_neon_ptr = NULL;
+const dsattn_mha_kern *const dsattn_mha_kern_neon_ptr = NULL;
 #endif

@@ -25,7 +25,8 @@
  *  - E2M1: every value is a bf16 number; two 16-entry byte lookups (TBL)
  *    give its high and low byte, a byte zip makes the bf16 words (-0.0 for
  *    code 8, as numfmt.c).
- *  - E4M3: sign to bit 15 and the magnitude bits to 13..7 make an fp16
+ *  - E4M3 (dsattn_e4m3x8_128n of simd_neon.h, which wdequant_neon.c
+ *    shares): sign to bit 15 and the magnitude bits to 13..7 make an fp16
  *    number equal to the value times 2^-8, subnormals included; FCVTL makes
  *    it fp32 and an exact *256 restores it.  NaN codes (0x7f / 0xff) would
  *    come out as +-480, so a compare mask puts NaN there (left out where the
@@ -40,6 +41,8 @@
 #include <arm_neon.h>
 #include <math.h>
 #include <string.h>
+
+#include "simd_neon.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -96,25 +99,6 @@ AI void fp4x16(const uint8_t *p, float32x4_t v[4])
     const uint8x16_t lo = vcombine_u8(vand_u8(b, vdup_n_u8(15)), vdup_n_u8(0));
     const uint8x16_t hi = vcombine_u8(vshr_n_u8(b, 4), vdup_n_u8(0));
     e2m1x16(vzip1q_u8(lo, hi), v);
-}
-
-/* 8 E4M3 codes -> 8 exact floats; NaN codes -> NaN when nan != 0 (else
- * +-480: only for weights known to hold none). */
-AI void fp8x8(uint8x8_t c, float32x4_t *f0, float32x4_t *f1, const int nan)
-{
-    const int16x8_t w = vreinterpretq_s16_u16(vshll_n_u8(c, 8));     /* code in the high byte */
-    const uint16x8_t h = vandq_u16(vreinterpretq_u16_s16(vshrq_n_s16(w, 1)), vdupq_n_u16(0xBF80));
-    float32x4_t a = vmulq_n_f32(vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))), 256.0f);
-    float32x4_t b = vmulq_n_f32(vcvt_high_f32_f16(vreinterpretq_f16_u16(h)), 256.0f);
-    if (nan) {
-        const int16x8_t m = vmovl_s8(vreinterpret_s8_u8(
-            vceq_u8(vand_u8(c, vdup_n_u8(0x7f)), vdup_n_u8(0x7f))));
-        const float32x4_t q = vdupq_n_f32(__builtin_nanf(""));
-        a = vbslq_f32(vreinterpretq_u32_s32(vmovl_s16(vget_low_s16(m))), q, a);
-        b = vbslq_f32(vreinterpretq_u32_s32(vmovl_high_s16(m)), q, b);
-    }
-    *f0 = a;
-    *f1 = b;
 }
 
 /* ==== fp32 dots: G rows against one vector ============================== */
@@ -224,7 +208,7 @@ AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, si
         for (; i < i0 + n; i += 32) {
             const float s = ue8m0f(row[d + i / 32]);
             for (int j = 0; j < 4; j++) {
-                fp8x8(vld1_u8(row + i + 8 * j), &v[2 * j], &v[2 * j + 1], 1);
+                dsattn_e4m3x8_128n(vld1_u8(row + i + 8 * j), &v[2 * j], &v[2 * j + 1], 1);
                 vst1q_f32(out + (i - i0) + 8 * j, vmulq_n_f32(v[2 * j], s));
                 vst1q_f32(out + (i - i0) + 8 * j + 4, vmulq_n_f32(v[2 * j + 1], s));
             }
@@ -392,7 +376,7 @@ AI void fp8_rows_m(const uint8_t *W, size_t k, const float *sc, size_t bs, const
             size_t i = b0;
             for (; i + 8 <= e; i += 8) {
                 float32x4_t f0, f1;
-                fp8x8(vld1_u8(w + i), &f0, &f1, nan);
+                dsattn_e4m3x8_128n(vld1_u8(w + i), &f0, &f1, nan);
                 f0 = vmulq_n_f32(f0, s);
                 f1 = vmulq_n_f32(f1, s);
 #pragma GCC unroll 8

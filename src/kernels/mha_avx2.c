@@ -62,6 +62,15 @@
 #include <immintrin.h>
 
 #include "simd_avx2.h"
+
+/* the hooks of mha_tmpl.h's softmax passes */
+#define MHA_KEEP_G KEEP_G
+#define MHA_BF16V(p) dsattn_bf16x8_256(p)
+#define MHA_EXPN(x) dsattn_exp256_ftz_neg(x)
+#define MHA_FIRST(v, n) _mm256_and_ps((v), _mm256_castsi256_ps(dsattn_mask256(n)))
+#define MHA_FIRST_OR(v, n, f) _mm256_blendv_ps((f), (v), _mm256_castsi256_ps(dsattn_mask256(n)))
+#define MHA_HMAX(v) dsattn_hmax256(v)
+#define MHA_HSUM(v) dsattn_hsum256(v)
 #include "mha_tmpl.h"
 
 #define UNROLL _Pragma("GCC unroll 8")
@@ -125,83 +134,7 @@ INLINE void score_keys(const float *q, size_t d, const uint16_t *kt, const uint1
     }
 SCORE_FN(6, 1) SCORE_FN(4, 1) SCORE_FN(2, 2) SCORE_FN(1, 2)
 
-/* One head's softmax statistics over its T bf16 scores sc (key order,
- * 32-byte aligned): *M = max_j s_j, and the return value L = sum_j
- * exp(s_j - M), summed in 8 lanes over the keys in order, then across
- * the lanes.  ex non-NULL: the exps go there too (0 for the keys from T up
- * to the next multiple of 8).  A function of the head's scores alone: the
- * same bits whatever batch the head ran in. */
-static float head_softmax(const uint16_t *sc, size_t T, float *ex, float *M)
-{
-    const size_t T8 = T / 8 * 8;
-    const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    const __m256 tail = _mm256_castsi256_ps(dsattn_mask256(T - T8));
-    __m256 m0 = ninf, m1 = ninf;
-    size_t j = 0;
-    for (; j + 16 <= T8; j += 16) {
-        m0 = _mm256_max_ps(m0, dsattn_bf16x8_256(sc + j));
-        m1 = _mm256_max_ps(m1, dsattn_bf16x8_256(sc + j + 8));
-    }
-    if (j < T8) m0 = _mm256_max_ps(m0, dsattn_bf16x8_256(sc + j));
-    if (T8 < T)
-        m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, dsattn_bf16x8_256(sc + T8), tail));
-    *M = dsattn_hmax256(_mm256_max_ps(m0, m1));
-    const __m256 mb = _mm256_set1_ps(*M);
-    __m256 l0 = _mm256_setzero_ps(), l1 = _mm256_setzero_ps();
-    for (j = 0; j + 16 <= T8; j += 16) {
-        const __m256 e0 = dsattn_exp256_ftz_neg(_mm256_sub_ps(dsattn_bf16x8_256(sc + j), mb));
-        const __m256 e1 = dsattn_exp256_ftz_neg(_mm256_sub_ps(dsattn_bf16x8_256(sc + j + 8), mb));
-        if (ex) {
-            _mm256_store_ps(ex + j, e0);
-            _mm256_store_ps(ex + j + 8, e1);
-        }
-        l0 = _mm256_add_ps(l0, e0);
-        l1 = _mm256_add_ps(l1, e1);
-    }
-    if (j < T8) {
-        const __m256 e0 = dsattn_exp256_ftz_neg(_mm256_sub_ps(dsattn_bf16x8_256(sc + j), mb));
-        if (ex) _mm256_store_ps(ex + j, e0);
-        l0 = _mm256_add_ps(l0, e0);
-    }
-    if (T8 < T) {
-        const __m256 s1 = dsattn_bf16x8_256(sc + T8);
-        const __m256 e1 = _mm256_and_ps(dsattn_exp256_ftz_neg(_mm256_sub_ps(s1, mb)), tail);
-        if (ex) _mm256_store_ps(ex + T8, e1);
-        l1 = _mm256_add_ps(l1, e1);
-    }
-    return dsattn_hsum256(_mm256_add_ps(l0, l1));
-}
-
 /* ==== V pass ============================================================ */
-
-/* p[h][0..64) of a chunk: bf16(exp(s - M_h) / L_h) (the quotient by one
- * Newton step from the reciprocal), keys past nk get 0.  The exps are
- * head_softmax's rows ex, or with ex NULL computed again from the scores
- * sc: the same function of the same s and M_h, the same bits.  A load of
- * 8 values at k < nk stays inside a row (rows of sc are whole tiles, of
- * ex whole 8s). */
-static void chunk_probs(const uint16_t *sc, const float *ex, size_t ld, size_t c0, size_t nk,
-                        size_t G, const float *M, const float *L, float *pb)
-{
-    for (size_t h = 0; h < G; h++) {
-        const __m256 mb = _mm256_set1_ps(M[h]), lb = _mm256_set1_ps(L[h]);
-        const __m256 rb = _mm256_set1_ps(1.0f / L[h]);
-        for (size_t k = 0; k < PVC; k += 8) {
-            __m256 r = _mm256_setzero_ps();
-            if (k < nk) {
-                const size_t o = h * ld + c0 + k;
-                const __m256 e =
-                    ex ? _mm256_load_ps(ex + o)
-                       : dsattn_exp256_ftz_neg(_mm256_sub_ps(dsattn_bf16x8_256(sc + o), mb));
-                const __m256 q0 = _mm256_mul_ps(e, rb);
-                const __m256 q1 = _mm256_fmadd_ps(_mm256_fnmadd_ps(q0, lb, e), rb, q0);
-                r = dsattn_rbf16_256(q1);
-                if (nk - k < 8) r = _mm256_and_ps(r, _mm256_castsi256_ps(dsattn_mask256(nk - k)));
-            }
-            _mm256_storeu_ps(pb + h * PVC + k, r);
-        }
-    }
-}
 
 /* One 16-dim piece of a V tile: dims 16u .. 16u+n-1, key j's n values at
  * base + j * stride (n even, <= 16); m: the first n / 2 dword lanes. */
@@ -314,20 +247,6 @@ static void count_calls(size_t G, size_t nq, size_t *ns, size_t *npv)
 
 /* ==== The kernel ======================================================== */
 
-/* The workspace: mha_tmpl.h's (bf16 scores, probabilities, accumulators)
- * and after it, 64-byte aligned, the fp32 exp rows [G][tp] of
- * head_softmax (G >= KEEP_G). */
-static size_t ws_bytes_avx2(size_t G, size_t T)
-{
-    const size_t tp = (T + KT - 1) / KT * KT;
-    return mha_ws_bytes(G, T) + (G >= KEEP_G ? 64 + G * tp * sizeof(float) : 0);
-}
-
-static float *ex_split(float *acc, size_t G)
-{
-    return (float *)(((uintptr_t)(acc + G * 128) + 63) & ~(uintptr_t)63);
-}
-
 static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
                         const uint16_t *V, size_t cap, size_t T, float inv, void *ws, float *o)
 {
@@ -338,7 +257,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
      * compute-bound and a second exp costs more than the 8 bytes per key
      * and head of writing and reading them; MHA is bound by the K / V
      * stream, and the rows would take a third of L2 from it at 64K keys. */
-    float *ex = G >= KEEP_G ? ex_split(acc, G) : NULL;
+    float *ex = G >= KEEP_G ? mha_ex_split(acc, G) : NULL;
     float M[64], L[64];
     uint16_t kpad[128 * KT] __attribute__((aligned(64)));   /* a partial tile, padded */
 
@@ -349,14 +268,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     count_calls(G, nq, &ncall, &npv);
     for (size_t b0 = 0; b0 < T; b0 += KT) {
         const size_t w = DSATTN_MIN((size_t)KT, cap - b0), nk = DSATTN_MIN(w, T - b0);
-        const uint16_t *kt = K + b0 * d;
-        if (nk < KT) {
-            for (size_t i = 0; i < d; i++) {
-                memcpy(kpad + i * KT, kt + i * w, nk * sizeof(uint16_t));
-                memset(kpad + i * KT + nk, 0, (KT - nk) * sizeof(uint16_t));
-            }
-            kt = kpad;
-        }
+        const uint16_t *kt = mha_k_tile(K + b0 * d, w, nk, d, kpad);
         const uint16_t *pf = b0 + (PFK + 1) * KT <= T ? K + (b0 + PFK * KT) * d : NULL;
         size_t ph = 0;
         for (size_t h0 = 0; h0 < G;) {
@@ -382,7 +294,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
 
     /* ---- softmax statistics and exps, a head at a time */
     for (size_t h = 0; h < G; h++)
-        L[h] = head_softmax(sc + h * tp, T, ex ? ex + h * tp : NULL, M + h);
+        L[h] = mha_head_softmax(sc + h * tp, T, ex ? ex + h * tp : NULL, M + h);
 
     /* ---- V pass: per chunk, probabilities then P.V */
     vquarter vq[8];
@@ -398,7 +310,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
             vq[u].m = dsattn_mask256(n / 2);
             if (bs < 32 && masked_from == (int)nq) masked_from = (int)u;
         }
-        chunk_probs(sc, ex, tp, c0, nk, G, M, L, pb);
+        mha_chunk_probs(sc, ex, tp, c0, nk, G, M, L, pb);
         /* the next chunk's exps: 4 lines per head (rows of 2 or more heads
          * do not fit in L1 at depth) */
         if (ex && c0 + 2 * PVC <= tp)
@@ -444,7 +356,7 @@ static void attend_avx2(const float *q, size_t G, size_t d, const uint16_t *K,
     mha_out(acc, G, d, o, 0);
 }
 
-static const dsattn_mha_kern mha_avx2 = { "avx2", attend_avx2, ws_bytes_avx2 };
+static const dsattn_mha_kern mha_avx2 = { "avx2", attend_avx2, mha_ws_bytes_keep };
 const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr = &mha_avx2;
 
 #else  /* no AVX2 compiler support: no such path */

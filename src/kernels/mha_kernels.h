@@ -36,7 +36,7 @@ typedef void (*dsattn_mha_attend_fn)(const float *q, size_t G, size_t d, const u
 /* The ktab slot (ktab.h): a named attend kernel and its scratch size
  * (ws_bytes(G, T): the bytes ws must have, any alignment). */
 typedef struct dsattn_mha_kern {
-    const char           *name;                  /* "avx512", "avx2" */
+    const char           *name;                  /* "avx512", "avx2", "neon" */
     dsattn_mha_attend_fn  attend;
     size_t              (*ws_bytes)(size_t G, size_t T);
 } dsattn_mha_kern;
@@ -51,5 +51,7 @@ extern const dsattn_mha_kern *const dsattn_mha_kern_avx512_bf16_ptr;
 int dsattn_avx512_bf16dot_full_rate(void);
 /* mha_avx2.c: the same contract on AVX2 + FMA; NULL outside x86-64 builds. */
 extern const dsattn_mha_kern *const dsattn_mha_kern_avx2_ptr;
+/* mha_neon.c: the same contract on Advanced SIMD; NULL outside aarch64 builds. */
+extern const dsattn_mha_kern *const dsattn_mha_kern_neon_ptr;
 
 #endif

@@ -18,9 +18,12 @@ void dsattn_fp8_row_f32_avx512(const uint8_t *w, const float *scale, size_t bs, 
                                float *out);
 void dsattn_fp8_row_f32_avx2(const uint8_t *w, const float *scale, size_t bs, size_t k,
                              float *out);
+/* aarch64 builds only */
+void dsattn_fp8_row_f32_neon(const uint8_t *w, const float *scale, size_t bs, size_t k,
+                             float *out);
 /* The ktab slot (ktab.h): one named row decoder. */
 typedef struct dsattn_wdequant_kern {
-    const char        *name;                     /* "ref", "avx512", "avx2" */
+    const char        *name;                     /* "ref", "avx512", "avx2", "neon" */
     dsattn_fp8_row_fn  fp8_row;
 } dsattn_wdequant_kern;
 
@@ -29,5 +32,7 @@ extern const dsattn_wdequant_kern dsattn_wdequant_ref;
 extern const dsattn_wdequant_kern *const dsattn_wdequant_avx512_ptr;
 /* wdequant_avx2.c; NULL outside x86-64 builds */
 extern const dsattn_wdequant_kern *const dsattn_wdequant_avx2_ptr;
+/* wdequant_neon.c; NULL outside aarch64 builds */
+extern const dsattn_wdequant_kern *const dsattn_wdequant_neon_ptr;
 
 #endif
