@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages dsattn needs, only when missing (as root).
 #   cmake, gcc, make          the build
+#   g++                       the install test's C++ consumer (tests only: the library is C)
 #   libopenblas-openmp-dev    fp32 GEMM for prefill (OpenMP variant: one thread pool)
 #   libcjson-dev              the JSON parser for safetensors headers and config.json
 #   libxxhash-dev             the XXH3 checksums of session files (found through pkg-config)
@@ -24,7 +25,7 @@ arch="$(dpkg --print-architecture)"
 installed() {
   dpkg-query -W -f='${Architecture}:${db:Status-Abbrev}\n' "$1" 2>/dev/null | grep -qE "^($arch|all):ii"
 }
-for p in cmake gcc make libopenblas-openmp-dev libcjson-dev libxxhash-dev clang libclang-rt-14-dev \
+for p in cmake gcc g++ make libopenblas-openmp-dev libcjson-dev libxxhash-dev clang libclang-rt-14-dev \
          libomp-dev pkg-config python3-numpy python3-pytest python3-pip python3-setuptools \
          python3-venv valgrind; do
   installed "$p" || need+=("$p")

@@ -2,7 +2,8 @@
 # The install test (ctest "install"): `cmake --install BUILD --prefix TMP`,
 # then tests/install/example.c built outside the tree against that copy -
 # with `pkg-config --cflags --libs dsattn` and with CMake's
-# find_package(dsattn) (shared and static) - and run; the shared library must
+# find_package(dsattn) (shared and static) - and run, and example.cpp built
+# as C++17 with pkg-config, which must print what example.c prints; the shared library must
 # carry its SONAME and export only dsattn_* symbols, and the CLI installed
 # beside it must run; the Python package installed with them must load
 # that library and trace a golden case.
@@ -40,6 +41,12 @@ LD_LIBRARY_PATH="$libdir" "$tmp/ex_pc" "$cfg" "$case_dir" "$tmp/trace_pc.safeten
 # the trace through the installed library equals the in-tree CLI's, byte for byte
 "$build/dsattn" trace --case "$case_dir" --out "$tmp/trace_cli.safetensors" 2>/dev/null
 cmp "$tmp/trace_pc.safetensors" "$tmp/trace_cli.safetensors"
+# ... and from C++ (every public header, -pedantic): the same numbers as C
+c++ -std=c++17 -Wall -Wextra -pedantic -Werror -o "$tmp/ex_cpp" "$here/example.cpp" $flags
+line_c="$(LD_LIBRARY_PATH="$libdir" "$tmp/ex_pc" "$cfg")"
+line_cpp="$(LD_LIBRARY_PATH="$libdir" "$tmp/ex_cpp" "$cfg")"
+[ "$line_c" = "$line_cpp" ] || { echo "install: C and C++ consumers differ:"; echo "$line_c"; echo "$line_cpp"; exit 1; }
+echo "install: C++ consumer (c++ -std=c++17 -pedantic): $line_cpp"
 
 # 2. CMake find_package, shared and static
 cmake -S "$here" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
