@@ -24,7 +24,7 @@ from . import _safetensors
 from ._lib import DsattnError, check, errbuf, lib
 
 _MODES = {"fast": 0, "reference": 1}
-_ISAS = {None: 0, "auto": 0, "ref": 1, "avx2": 2, "avx512": 3}
+_ISAS = {None: 0, "auto": 0, "ref": 1, "avx2": 2, "avx512": 3, "neon": 4}
 
 
 def version():
@@ -71,19 +71,23 @@ class Context:
     mode "fast": SIMD kernels, fp32 accumulation, OpenMP threads;
     "reference": the bit-reproducible contract of the golden cases.
     threads None: OpenMP's default.  isa None/"auto": the best the CPU has
-    ($DSATTN_ISA overrides), or "ref" / "avx2" / "avx512"."""
+    ($DSATTN_ISA overrides), or "ref" / "avx2" / "avx512" (x86-64) / "neon"
+    (aarch64); one the build or CPU cannot run raises DsattnError."""
 
     def __init__(self, mode="fast", threads=None, isa=None):
         if mode not in _MODES:
             raise ValueError(f"mode must be 'fast' or 'reference', not {mode!r}")
         if isa not in _ISAS:
-            raise ValueError(f"isa must be None, 'auto', 'ref', 'avx2' or 'avx512', not {isa!r}")
+            raise ValueError("isa must be None, 'auto', 'ref', 'avx2', 'avx512' or 'neon', "
+                             f"not {isa!r}")
         if threads is not None:
             threads = _int(threads, "threads", lo=1)
         p = lib.dsattn_ctx_default_params()
         p.mode, p.isa, p.n_threads = _MODES[mode], _ISAS[isa], threads or 0
         h = ctypes.c_void_p()
-        check(lib.dsattn_ctx_create(ctypes.byref(h), ctypes.byref(p)), "dsattn.Context")
+        what = "dsattn.Context" if isa in (None, "auto") else \
+            f"dsattn.Context(isa={isa!r}, not a table this build and CPU run)"
+        check(lib.dsattn_ctx_create(ctypes.byref(h), ctypes.byref(p)), what)
         self._h = h
 
     @property

@@ -379,6 +379,16 @@ def test_errors_raise_with_the_library_message(tmp_path):
     with pytest.raises(ValueError):
         dsattn.Context(mode="exact")
     with pytest.raises(ValueError):
+        dsattn.Context(isa="sse2")
+    # every table name the library knows is accepted; one this build or CPU
+    # cannot run is the library's UNSUPPORTED, not a crash
+    for isa in ("ref", "avx2", "avx512", "neon"):
+        try:
+            assert dsattn.Context(isa=isa).isa == isa
+        except dsattn.DsattnError as e:
+            assert e.status_name == "unsupported" and isa in str(e), str(e)
+    assert dsattn.Context(isa="ref").isa == "ref"
+    with pytest.raises(ValueError):
         dsattn.trace(V41, index_k="stale")
 
 
