@@ -637,7 +637,8 @@ static int within_2ulp_mag(const char *what, const float *f, const float *r, con
 /* Cases: one key, a cache of one key, keys ending inside a partial tile
  * (cap not a multiple of 32) or a full one, depths off the 32-key tile and
  * the 64-key P.V chunk, G batched as 8/4/2/1 (3, 5, 12, 64), d with a
- * partial 32-dim block (80, 96), and a deep case with prefetch active. */
+ * partial 32-dim block (80, 96, 34, 100, 126), and a deep case with
+ * prefetch active. */
 static void run_decode_kernel(const dsattn_mha_kern *mk)
 {
     if (!mk) return;
@@ -647,6 +648,9 @@ static void run_decode_kernel(const dsattn_mha_kern *mk)
         { 12, 128, 300, 257, 1 }, { 1, 128, 1000, 999, 1 }, { 5, 96, 129, 129, 4 },
         { 64, 128, 65, 65, 1 },   { 16, 128, 64, 64, 1 },   { 4, 128, 4096, 3001, 3 },
         { 8, 2, 33, 33, 8 },
+        /* a last 32-dim block of 2, 4 and 30 dims: a part of 8 dims narrower
+         * than 8 after whole blocks */
+        { 6, 34, 97, 90, 2 },     { 2, 100, 65, 65, 1 },    { 9, 126, 200, 131, 1 },
     };
     dsattn_rng r = { 7 };
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {

@@ -68,45 +68,79 @@ DSATTN_TEST(vmath, exp_sub_sum_avx512_within_2ulp) { run_exp_sub_sum(dsattn_test
 DSATTN_TEST(vmath, exp_sub_sum_avx2_within_2ulp)   { run_exp_sub_sum(dsattn_test_avx2_ktab()); }
 DSATTN_TEST(vmath, exp_sub_sum_neon_within_2ulp)   { run_exp_sub_sum(dsattn_test_neon_ktab()); }
 
-/* FNV-1a over the bit patterns of exp on a fixed grid of 120,001 inputs
- * in [-150, 90] (every result class: 0 below -104, subnormal, normal, near
- * overflow), plus -inf, 0 and 88.72283935546875.  The value below is what
- * the AVX-512 and the AVX2 forms give on x86-64; every vectorised form a
- * build and CPU have (the NEON one on aarch64, under qemu in CI) must give
- * it too: the same exp on every ISA, bit for bit.  NaN is checked apart
- * (its payload is not part of the contract). */
-#define EXP_GRID_FNV 0xb90b522099190f8cull   /* the AVX-512 and AVX2 forms, 2026-12-07 */
-static uint64_t exp_grid_hash(dsattn_exp_sub_sum_fn f, int *nan_ok)
+/* FNV-1a over the bit patterns of exp on a fixed grid: 120,001 inputs in
+ * [-150, 90] (every result class: 0 below the cut, subnormal, normal, near
+ * overflow) and the edges -inf, +inf, -0, subnormal inputs, +-200, +-1e30,
+ * -FLT_MAX.  The values below are what the AVX-512 and the AVX2 forms give
+ * on x86-64, for exp_sub_sum (the vmath slot, exp cut at -104) and for the
+ * attention softmaxes' exp (cut at -69.3); every vectorised form a build
+ * and CPU have (the NEON one on aarch64, under qemu in CI) must give them
+ * too: one exp on every ISA, bit for bit.  NaN is checked apart (its sign
+ * and payload are not part of the contract). */
+#define EXP_GRID_FNV 0x2300a2fc184367fcull /* the AVX-512 and AVX2 forms, 2026-12-07 */
+#define EXP_FTZ_GRID_FNV 0xc1c6dab49f415a7cull /* the same, for the softmaxes' exp */
+enum { EXP_GRID_N = 120013 };
+static void exp_grid(float *x)
 {
-    enum { N = 120004 };
-    static float x[N];
-    for (int i = 0; i < N - 3; i++) x[i] = -150.0f + (float)((double)i * (240.0 / (N - 4)));
-    x[N - 3] = -INFINITY; x[N - 2] = 0.0f; x[N - 1] = 88.72283935546875f;
-    f(x, N, 0.0f);
+    const int n = EXP_GRID_N - 12;
+    for (int i = 0; i < n; i++) x[i] = -150.0f + (float)((double)i * (240.0 / (n - 1)));
+    const float edge[12] = { -INFINITY, INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 200.0f, -200.0f,
+                             1e30f, -1e30f, -3.4028235e38f, 88.72283935546875f };
+    memcpy(x + n, edge, sizeof edge);
+}
+
+static uint64_t fnv_bits(const float *y, size_t n)
+{
     uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < N; i++) {
+    for (size_t i = 0; i < n; i++) {
         uint32_t u;
-        memcpy(&u, &x[i], 4);
+        memcpy(&u, &y[i], 4);
         for (int b = 0; b < 4; b++) h = (h ^ ((u >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
     }
-    float n[5] = { 1.0f, NAN, 2.0f, -NAN, 3.0f };
-    f(n, 5, 0.0f);
-    *nan_ok = isnan(n[1]) && isnan(n[3]) && !isnan(n[0]) && !isnan(n[2]) && !isnan(n[4]);
     return h;
+}
+
+/* the softmaxes' exp of the ISA (tests only), NULL where the build has none */
+typedef void (*exp_ftz_fn)(const float *x, size_t n, float *out);
+static exp_ftz_fn exp_ftz_of(dsattn_isa isa)
+{
+#if defined(__x86_64__)
+    if (isa == DSATTN_ISA_AVX512) return dsattn_exp_ftz_avx512;
+    if (isa == DSATTN_ISA_AVX2) return dsattn_exp_ftz_avx2;
+#elif defined(__aarch64__)
+    if (isa == DSATTN_ISA_NEON) return dsattn_exp_ftz_neon;
+#endif
+    (void)isa;
+    return NULL;
 }
 
 DSATTN_TEST(vmath, exp_is_one_function_on_every_isa)
 {
     const dsattn_isa isas[3] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2, DSATTN_ISA_NEON };
+    static float x[EXP_GRID_N], y[EXP_GRID_N];
     int seen = 0;
     for (int k = 0; k < 3; k++) {
         dsattn_ktab t;
         if (dsattn_ktab_fill(&t, isas[k], 0) != DSATTN_OK) continue;
-        int nan_ok = 0;
-        const uint64_t h = exp_grid_hash(t.vmath->exp_sub_sum, &nan_ok);
+        exp_grid(x);
+        t.vmath->exp_sub_sum(x, EXP_GRID_N, 0.0f);
+        uint64_t h = fnv_bits(x, EXP_GRID_N);
         CHECK_MSG(h == EXP_GRID_FNV, "%s: exp grid hash 0x%016llx, expected 0x%016llx", t.name,
                   (unsigned long long)h, (unsigned long long)EXP_GRID_FNV);
-        CHECK_MSG(nan_ok, "%s: NaN in, NaN out (and only there)", t.name);
+        const exp_ftz_fn ftz = exp_ftz_of(isas[k]);
+        CHECK_MSG(ftz != NULL, "%s: no softmax exp", t.name);
+        if (ftz) {
+            exp_grid(x);
+            ftz(x, EXP_GRID_N, y);
+            h = fnv_bits(y, EXP_GRID_N);
+            CHECK_MSG(h == EXP_FTZ_GRID_FNV, "%s: softmax exp grid hash 0x%016llx, expected "
+                      "0x%016llx", t.name, (unsigned long long)h,
+                      (unsigned long long)EXP_FTZ_GRID_FNV);
+        }
+        float n[5] = { 1.0f, NAN, 2.0f, -NAN, 3.0f };
+        t.vmath->exp_sub_sum(n, 5, 0.0f);
+        CHECK_MSG(isnan(n[1]) && isnan(n[3]) && !isnan(n[0]) && !isnan(n[2]) && !isnan(n[4]),
+                  "%s: NaN in, NaN out (and only there)", t.name);
         seen++;
     }
     if (!seen) dsattn_test_skip("no vectorised exp in this build and CPU");
@@ -239,10 +273,12 @@ static void run_fp8_row(const dsattn_ktab *KT)
     w[17] = 0x7f;
     w[40] = 0xff;
     for (int i = 0; i < 40; i++) sc[i] = ldexpf(1.0f + (float)(i % 3) * 0.25f, i % 16 - 8);
-    const size_t bss[5] = { 32, 128, 24, 12, 8 };
+    /* 6 and 10: blocks that split a 4- and an 8-lane vector (the forms'
+     * per-element scale path) */
+    const size_t bss[7] = { 32, 128, 24, 12, 8, 6, 10 };
     const dsattn_fp8_row_fn fast = KT->wdq->fp8_row;
     CHECK(fast != dsattn_wdequant_ref.fp8_row);
-    for (int t = 0; t < 5; t++)
+    for (int t = 0; t < 7; t++)
         for (size_t k = 1; k <= 300; k += 37) {
             dsattn_fp8_row_f32_ref(w, sc, bss[t], k, a);
             fast(w, sc, bss[t], k, b);

@@ -1,13 +1,14 @@
-/* simd_tmpl.h - the helpers of simd_avx2.h and simd_avx512.h that are the
- * same arithmetic at either vector width, written once over the vector
- * words the including header defines (DSV_F, dsv_fmadd, ...: the list
- * stands at the top of simd_avx2.h and simd_avx512.h): the Cephes exp
- * polynomial after its range reduction, and the bf16 rounding of lanes
- * that are not NaN.  Each ISA header includes it once, after its words, so
- * each ISA gets its own always_inline copy, named by DSV(name) (name256,
- * name512: dsattn_exp_poly256, dsattn_rbf16_512, ...).  Include only from simd_avx2.h and simd_avx512.h. */
+/* simd_tmpl.h - the helpers of simd_avx2.h, simd_avx512.h and simd_neon.h
+ * that are the same arithmetic at every vector width, written once over
+ * the vector words the including header defines (DSV_F, dsv_fmadd, ...:
+ * the list stands at the top of each): the Cephes exp polynomial after its
+ * range reduction, and the bf16 rounding of lanes that are not NaN.  Each
+ * ISA header includes it once, after its words, so each ISA gets its own
+ * always_inline copy, named by DSV(name) (name256, name512, name128n:
+ * dsattn_exp_poly256, dsattn_rbf16_512, ...).  Include only from those
+ * three headers. */
 #ifndef DSV_F
-#error "simd_tmpl.h: include simd_avx2.h or simd_avx512.h instead"
+#error "simd_tmpl.h: include simd_avx2.h, simd_avx512.h or simd_neon.h instead"
 #endif
 
 /* exp(xc) = 2^n * p: n = round(xc / ln2), r = xc - n ln2 (ln2 split in a

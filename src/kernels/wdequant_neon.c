@@ -2,7 +2,8 @@
  * (wdequant.h), the neon table's wdq slot: the decode of wdequant_avx2.c
  * (dsattn_e4m3x8_128n of simd_neon.h: the code moved into an fp16, FCVTL
  * and an exact * 256, the NaN codes 0x7f / 0xff NaN), times the block
- * scale, one rounding, as the scalar twin (wdequant.c): bit-exact. */
+ * scale, one rounding, as the scalar twin (wdequant.c): bit-exact (a NaN
+ * code gives a NaN, its sign not part of the contract, as on x86). */
 #include "wdequant.h"
 
 #include "numfmt.h"
