@@ -268,11 +268,11 @@ static void run_fp8_row(const dsattn_ktab *KT)
 {
     if (!KT) return;
     uint8_t w[300];
-    float sc[40], a[300], b[300];
+    float sc[64], a[300], b[300];             /* 300 codes in blocks of 6: 50 scales */
     for (int i = 0; i < 300; i++) w[i] = (uint8_t)(i * 7 + 3);
     w[17] = 0x7f;
     w[40] = 0xff;
-    for (int i = 0; i < 40; i++) sc[i] = ldexpf(1.0f + (float)(i % 3) * 0.25f, i % 16 - 8);
+    for (int i = 0; i < 64; i++) sc[i] = ldexpf(1.0f + (float)(i % 3) * 0.25f, i % 16 - 8);
     /* 6 and 10: blocks that split a 4- and an 8-lane vector (the forms'
      * per-element scale path) */
     const size_t bss[7] = { 32, 128, 24, 12, 8, 6, 10 };
