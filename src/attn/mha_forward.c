@@ -33,10 +33,10 @@
  * of expf, one (query, KV head) pair per work item (OpenMP), all G query
  * heads of the group at once, so each bf16 K / V element is read from
  * memory once per query token and decoded once for the whole group.  The
- * AVX-512, AVX2 and NEON tables get their kernel from the table's mha slot
- * (src/kernels/mha_avx512.c, mha_avx2.c, mha_neon.c: keys in lanes for the scores,
- * dims in lanes for P.V, bf16 scores with a running max / sum between the
- * two passes; docs/mha.md); the ref table runs attend_fast_c, the plain
+ * AVX-512, AVX2 and NEON tables get their kernel from the table's mha
+ * slot (src/kernels/mha_avx512.c, mha_avx2.c, mha_neon.c: keys in lanes
+ * for the scores, dims in lanes for P.V, bf16 scores with a running max /
+ * sum between the two passes; docs/mha.md); the ref table runs attend_fast_c, the plain
  * C statement of the same arithmetic.
  */
 #include "mha.h"

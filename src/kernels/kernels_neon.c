@@ -51,9 +51,6 @@
 
 /* ==== Exact decoders ==================================================== */
 
-AI float32x4_t bf16lo(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)); }
-AI float32x4_t bf16hi(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)); }
-AI float32x4_t bf16x4(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
 
 AI float ue8m0f(uint8_t b)
 {
@@ -76,10 +73,10 @@ AI void e2m1x16(uint8x16_t c, float32x4_t v[4])
     const uint8x16_t h = vqtbl1q_u8(vld1q_u8(e2m1_bf16_hi), c);
     const uint16x8_t w0 = vreinterpretq_u16_u8(vzip1q_u8(l, h));
     const uint16x8_t w1 = vreinterpretq_u16_u8(vzip2q_u8(l, h));
-    v[0] = bf16lo(w0);
-    v[1] = bf16hi(w0);
-    v[2] = bf16lo(w1);
-    v[3] = bf16hi(w1);
+    v[0] = dsattn_bf16lo_128n(w0);
+    v[1] = dsattn_bf16hi_128n(w0);
+    v[2] = dsattn_bf16lo_128n(w1);
+    v[3] = dsattn_bf16hi_128n(w1);
 }
 
 /* 16 packed bytes (32 codes, even element in the low nibble) -> 32 floats,
@@ -268,8 +265,8 @@ static void cvt_bf16_f32_neon(const uint16_t *src, size_t n, float *out)
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const uint16x8_t h = vld1q_u16(src + i);
-        vst1q_f32(out + i, bf16lo(h));
-        vst1q_f32(out + i + 4, bf16hi(h));
+        vst1q_f32(out + i, dsattn_bf16lo_128n(h));
+        vst1q_f32(out + i + 4, dsattn_bf16hi_128n(h));
     }
     for (; i < n; i++) out[i] = dsattn_bf16_to_f32(src[i]);
 }
@@ -287,7 +284,7 @@ AI void bf16_tile(const float *q, size_t ldq, const uint16_t *rows, size_t ldr, 
     for (; i + 4 <= k; i += 4) {
         float32x4_t w[8];
 #pragma GCC unroll 8
-        for (int r = 0; r < RB; r++) w[r] = bf16x4(rows + r * ldr + i);
+        for (int r = 0; r < RB; r++) w[r] = dsattn_bf16x4_128n(rows + r * ldr + i);
 #pragma GCC unroll 4
         for (int h = 0; h < HB; h++) {
             const float32x4_t qv = vld1q_f32(q + h * ldq + i);

@@ -10,7 +10,8 @@
  *    row are one dim of 16 keys, widened in key order (SHLL #16: bf16 ->
  *    fp32 exactly) into 4 vectors that feed 4 FMAs for each head of a
  *    batch of 4 (16 accumulators), the tile done in two 16-key halves per
- *    batch; batches of 2 and 1 heads take the whole tile at once.  A partial last tile is copied into a zero-padded one first.
+ *    batch; batches of 2 and 1 heads take the whole tile at once.  A
+ *    partial last tile is copied into a zero-padded one first.
  *  - softmax: the K pass writes each head's scores (bf16 after the
  *    contract's two roundings) into its row of the workspace; then, a head
  *    at a time, one pass takes the row's max and a second its

@@ -1,10 +1,11 @@
 /* simd_neon.h - small Advanced SIMD (ARMv8.0) helpers that the NEON kernel
  * files inline into their loops: the exp of the softmaxes with the x86
- * tables' bits, 4 bf16 values widened to fp32, the bf16 rounding of 4
- * lanes, the exact decode of E4M3 codes, horizontal max / sum; and the 4-lane vector words (DSV_F,
- * dsv_fmadd, ...) of the templates written once for every width
- * (simd_tmpl.h, mha_tmpl.h).  Include only from *_neon.c files (aarch64
- * builds; CMakeLists.txt leaves them out elsewhere).
+ * tables' bits, bf16 values widened to fp32 and packed back, the exact
+ * decode of E4M3 codes, first-n lane masks, horizontal max / sum; and the
+ * 4-lane vector words (DSV_F, dsv_fmadd, ...) that the templates written
+ * once for every width use (simd_tmpl.h, mha_tmpl.h).  Include only from
+ * *_neon.c files (aarch64 builds; CMakeLists.txt leaves them out
+ * elsewhere).
  *
  * dsattn_exp128n is dsattn_exp256 of simd_avx2.h (and so dsattn_exp512)
  * on 4 lanes, bit for bit: the same range reduction and Cephes
@@ -43,16 +44,12 @@
 #define dsv_fmadd(a, b, c) vfmaq_f32((c), (a), (b))    /* a * b + c, one rounding */
 #define dsv_fnmadd(a, b, c) vfmsq_f32((c), (a), (b))   /* c - a * b, one rounding */
 #define dsv_round(a) vrndnq_f32(a)                      /* to nearest, ties to even */
-/* lanes where a == b (ordered) take y, the others x */
-#define dsv_sel_eq(a, b, x, y) vbslq_f32(vceqq_f32((a), (b)), (y), (x))
 #define dsv_casti(a) vreinterpretq_s32_f32(a)
 #define dsv_castf(a) vreinterpretq_f32_s32(a)
 #define dsv_i_set1(i) vdupq_n_s32(i)
 #define dsv_i_add(a, b) vaddq_s32((a), (b))
 #define dsv_i_and(a, b) vandq_s32((a), (b))
 #define dsv_i_srli(a, n) vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(a), (n)))
-#define dsv_div(a, b) vdivq_f32((a), (b))
-#define dsv_rbf16x(a) dsattn_rbf16x_128n(a)   /* defined below */
 
 #include "simd_tmpl.h"
 
@@ -118,15 +115,6 @@ DSATTN_NEON_AI float32x4_t dsattn_bf16lo_128n(uint16x8_t h)
 DSATTN_NEON_AI float32x4_t dsattn_bf16hi_128n(uint16x8_t h)
 {
     return vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
-}
-
-/* dsattn_round_bf16 on 4 lanes, NaN lanes included: RNE, a NaN -> the
- * quiet NaN with its top bits */
-DSATTN_NEON_AI float32x4_t dsattn_rbf16x_128n(float32x4_t x)
-{
-    const uint32x4_t u = vreinterpretq_u32_f32(x), hi = vdupq_n_u32(0xffff0000u);
-    const uint32x4_t qn = vandq_u32(vorrq_u32(u, vdupq_n_u32(0x00400000u)), hi);
-    return vbslq_f32(vceqq_f32(x, x), dsattn_rbf16_128n(x), vreinterpretq_f32_u32(qn));
 }
 
 /* the top 16 bits of 8 lanes (4 + 4), in lane order: bf16 bits of values
