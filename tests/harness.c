@@ -118,6 +118,17 @@ double dsattn_rel_l2(const float *a, const float *b, size_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+uint64_t dsattn_fnv_bits(uint64_t h, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &y[i], 4);
+        if (isnan(y[i])) u = 0x7fc00000u;
+        for (int b = 0; b < 4; b++) h = (h ^ ((u >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+    }
+    return h;
+}
+
 double dsattn_cosine(const float *a, const float *b, size_t n)
 {
     double ab = 0, aa = 0, bb = 0;

@@ -72,6 +72,11 @@ int dsattn_check_bits(const char *file, int line, const char *what,
 
 /* Summary statistics used by the statistical tier. */
 double dsattn_rel_l2(const float *a, const float *b, size_t n);  /* |a-b|/|b| */
+/* FNV-1a 64 over the bit patterns of n floats, chained from h (start with
+ * DSATTN_FNV_START), every NaN hashed as the one quiet NaN 0x7fc00000 (NaN
+ * sign and payload are not part of any contract) */
+#define DSATTN_FNV_START 0xcbf29ce484222325ull
+uint64_t dsattn_fnv_bits(uint64_t h, const float *y, size_t n);
 double dsattn_cosine(const float *a, const float *b, size_t n);
 
 /* A context in `mode` with `threads` threads (0: the default); a failed

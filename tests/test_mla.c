@@ -779,16 +779,17 @@ static void check_mla_table(const dsattn_mla_kern *A, const dsattn_mla_kern *B)
 
 DSATTN_TEST(mla, tile_kernels_simd_match_scalar_on_odd_sizes)
 {
-    /* every SIMD mla table this build and CPU run (AVX-512, AVX2), each
-     * against the scalar table, and the AVX2 one against the AVX-512 one */
-    static const dsattn_isa isas[2] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2 };
-    const dsattn_mla_kern *tab[2] = { NULL, NULL };
+    /* every SIMD mla table this build and CPU run (AVX-512, AVX2, NEON),
+     * each against the scalar table, and the AVX2 one against the AVX-512
+     * one (NEON against x86: mla.tile_bits_are_one_function_on_every_isa) */
+    static const dsattn_isa isas[3] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2, DSATTN_ISA_NEON };
+    const dsattn_mla_kern *tab[3] = { NULL, NULL, NULL };
     int n = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         dsattn_ktab t;
         if (dsattn_ktab_fill(&t, isas[i], 0) == DSATTN_OK && t.mla) tab[i] = t.mla;
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         if (!tab[i]) continue;
         const int before = dsattn_test_failed();
         check_mla_table(tab[i], i == 1 ? tab[0] : NULL);
@@ -797,6 +798,73 @@ DSATTN_TEST(mla, tile_kernels_simd_match_scalar_on_odd_sizes)
         n++;
     }
     if (!n) dsattn_test_skip("no SIMD MLA tiles (CPU or build)");
+}
+
+/* FNV-1a (tests/harness.c, NaN as one NaN) over everything the MLA tiles
+ * compute on one fixed case: 12-key tiles from 30 fp32 rows of D = 68 (a
+ * 4-wide tail after 16- and 8-wide steps), their scores against 37 heads
+ * (hp 48: a 32-head group and a half group), the online softmax in bf16
+ * and fp32 from a state whose max moves (one key holds a NaN element, so
+ * one score per head is NaN: what the running max does with it is x86
+ * maxps's), and P.V over 23 columns with a rescale.  The value is what the
+ * AVX-512 and the AVX2 tables give on x86-64; every SIMD table a build and
+ * CPU have (NEON on aarch64, under qemu in CI) must give it: one set of
+ * FMA chains and one exp on every ISA. */
+#define MLA_TILE_FNV 0xed2988b92e805de8ull /* the AVX-512 and AVX2 tables, 2026-12-07 */
+
+static uint64_t mla_tile_hash(const dsattn_mla_kern *A)
+{
+    enum { H = 37, HP = 48, D = 68, C = 23, NK = 30, NT = 3, LD = HP + 5 };
+    static float q[H * D], qp[HP * D], rows[NK * D], kt[NT * 12 * D], st[NT * 12 * LD];
+    static float p[NT * 12 * LD], acct[C * HP];
+    float m[HP], l[HP], al[HP];
+    fill_rand(q, H * D, 41, 1.0f);
+    fill_rand(rows, NK * D, 42, 1.0f);
+    rows[5 * D + 3] = NAN;
+    dsattn_mla_pack_q(q, D, H, HP, D, qp);
+    for (size_t i = 0; i < NT; i++) {
+        const size_t nr = NK - i * 12 < 12 ? NK - i * 12 : 12;
+        A->tile_rows(rows + i * 12 * D, D, nr, D, kt + i * 12 * D);
+    }
+    uint64_t h = dsattn_fnv_bits(DSATTN_FNV_START, kt, NT * 12 * D);
+    memset(st, 0, sizeof st);
+    A->qk(qp, HP, D, kt, NK, st, LD);
+    h = dsattn_fnv_bits(h, st, NT * 12 * LD);
+    for (int bf = 1; bf >= 0; bf--) {
+        for (size_t i = 0; i < HP; i++) {
+            m[i] = i % 3 ? 0.5f * (float)(i % 5) : -INFINITY;
+            l[i] = i % 3 ? 1.5f : 0.0f;
+        }
+        memcpy(p, st, sizeof p);
+        A->softmax(p, LD, HP, NK, 0.23f, bf, m, l, al);
+        h = dsattn_fnv_bits(h, p, NK * LD);
+        h = dsattn_fnv_bits(h, m, HP);
+        h = dsattn_fnv_bits(h, l, HP);
+        h = dsattn_fnv_bits(h, al, HP);
+    }
+    /* P.V over the keys without the NaN one (key 5's column is NaN on
+     * every table; the rest would be too) */
+    for (size_t i = 0; i < HP; i++) p[5 * LD + i] = 0.0f;
+    fill_rand(acct, C * HP, 43, 1.0f);
+    for (size_t i = 0; i < HP; i++) al[i] = i % 3 ? 1.0f : 0.125f * (float)(1 + i % 6);
+    kt[5 + 3 * 12] = 0.0f;
+    A->pv(p, LD, HP, kt, D, NK, C, al, acct, NULL, 0, 0);
+    return dsattn_fnv_bits(h, acct, C * HP);
+}
+
+DSATTN_TEST(mla, tile_bits_are_one_function_on_every_isa)
+{
+    static const dsattn_isa isas[3] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2, DSATTN_ISA_NEON };
+    int seen = 0;
+    for (int i = 0; i < 3; i++) {
+        dsattn_ktab t;
+        if (dsattn_ktab_fill(&t, isas[i], 0) != DSATTN_OK || !t.mla) continue;
+        const uint64_t h = mla_tile_hash(t.mla);
+        CHECK_MSG(h == MLA_TILE_FNV, "%s: MLA tile hash 0x%016llx, expected 0x%016llx",
+                  t.mla->name, (unsigned long long)h, (unsigned long long)MLA_TILE_FNV);
+        seen++;
+    }
+    if (!seen) dsattn_test_skip("no SIMD MLA tiles (CPU or build)");
 }
 
 DSATTN_TEST(mla, tiled_decode_off_tile_sizes_matches_reference)

@@ -1,4 +1,4 @@
-/* test_pgemm.c - the prefill GEMM: its SIMD tables (AVX-512, AVX2)
+/* test_pgemm.c - the prefill GEMM: its SIMD tables (AVX-512, AVX2, NEON)
  * against the scalar `ref` table bit for bit (register tile, activation
  * packing, FP8 tile decode with and without NaN codes, the x256 fold and
  * its overflow fallback), and the prefill Linear of fast mode (the
@@ -17,13 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The SIMD pgemm tables this build and CPU run (AVX-512, AVX2), into
- * pk[]; none: the test is marked skipped.  Returns how many. */
-static int simd_tables(const dsattn_pgemm_kern *pk[2])
+/* The SIMD pgemm tables this build and CPU run (AVX-512, AVX2, NEON),
+ * into pk[]; none: the test is marked skipped.  Returns how many. */
+static int simd_tables(const dsattn_pgemm_kern *pk[3])
 {
-    static const dsattn_isa isas[2] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2 };
+    static const dsattn_isa isas[3] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2, DSATTN_ISA_NEON };
     int n = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         dsattn_ktab t;
         if (dsattn_ktab_fill(&t, isas[i], 0) == DSATTN_OK && t.pgemm) pk[n++] = t.pgemm;
     }
@@ -33,7 +33,7 @@ static int simd_tables(const dsattn_pgemm_kern *pk[2])
 
 DSATTN_TEST(pgemm, tile_and_pack_equal_ref_bit_for_bit)
 {
-    const dsattn_pgemm_kern *tabs[2], *rk = &dsattn_pgemm_ref;
+    const dsattn_pgemm_kern *tabs[3], *rk = &dsattn_pgemm_ref;
     const int ntab = simd_tables(tabs);
     for (int ti = 0; ti < ntab; ti++) {
     const dsattn_pgemm_kern *pk = tabs[ti];
@@ -80,7 +80,7 @@ DSATTN_TEST(pgemm, tile_and_pack_equal_ref_bit_for_bit)
 
 DSATTN_TEST(pgemm, fp8_tile_decode_equals_ref_on_every_code)
 {
-    const dsattn_pgemm_kern *tabs[2], *rk = &dsattn_pgemm_ref;
+    const dsattn_pgemm_kern *tabs[3], *rk = &dsattn_pgemm_ref;
     const int ntab = simd_tables(tabs);
     for (int ti = 0; ti < ntab; ti++) {
     const dsattn_pgemm_kern *pk = tabs[ti];

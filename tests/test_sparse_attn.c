@@ -195,6 +195,72 @@ static void qk_pv_finish_match_scalar_table_on(const dsattn_ktab *KT)
     free(den); free(o1); free(o2);
 }
 
+/* FNV-1a (tests/harness.c) over what the sparse-attention tiles compute on
+ * one fixed case at the V4.1 width (d 512): 20 rows decoded as two 12-key
+ * tiles (FP4 and FP8 rows mixed, a short last tile), their scores against
+ * 45 heads (hp 48), P.V with a rescale over probabilities made from those
+ * scores, and the finish's division and bf16 rounding.  The value is what
+ * the AVX-512 and AVX2 tables give on x86-64; every SIMD table a build and
+ * CPU have (NEON on aarch64, under qemu in CI) must give it. */
+#define SA_TILE_FNV 0x68172d59b66c2593ull /* the AVX-512 and AVX2 tables, 2026-12-07 */
+
+static uint64_t sa_tile_hash(const dsattn_sa_kern *A)
+{
+    enum { D = 512, LD = D + 16, H = 45, HP = 48, NK = 20, NKP = 24 };
+    dsattn_rng g = { 91 };
+    uint8_t *f4 = make_rows(1, 12, D, 2.0f, &g), *f8 = make_rows(0, 12, D, 2.0f, &g);
+    const size_t b4 = dsattn_v41_kv_row_bytes(D), b8 = dsattn_v41_swa_row_bytes(D);
+    float *rows = malloc(NKP * LD * 4), *q = malloc(H * D * 4), *qp = malloc(HP * D * 4);
+    float *st = malloc(NKP * HP * 4), *acct = malloc(D * HP * 4), *out = malloc(H * D * 4);
+    float al[HP], den[HP];
+    uint64_t h = DSATTN_FNV_START;
+    if (!rows || !q || !qp || !st || !acct || !out || !f4 || !f8) goto done;
+    for (size_t t = 0; t < 2; t++) {
+        const uint8_t *rp[12];
+        unsigned char kinds[12];
+        const size_t nr = t ? NK - 12 : 12;
+        for (size_t r = 0; r < 12; r++) {
+            kinds[r] = (r + t) % 3 ? DSATTN_SA_FP4 : DSATTN_SA_FP8;
+            rp[r] = kinds[r] == DSATTN_SA_FP4 ? f4 + ((r * 7 + t) % 12) * b4
+                                              : f8 + ((r * 5 + t) % 12) * b8;
+        }
+        A->rows(rp, kinds, nr, D, rows + t * 12 * LD, LD);
+    }
+    for (size_t r = 0; r < NKP; r++) h = dsattn_fnv_bits(h, rows + r * LD, D);
+    for (size_t i = 0; i < H * D; i++) q[i] = 0.05f * dsattn_rng_normal(&g);
+    dsattn_mla_pack_q(q, D, H, HP, D, qp);
+    A->qk(qp, HP, D, rows, LD, NK, st, HP);
+    h = dsattn_fnv_bits(h, st, NKP * HP);
+    for (size_t i = 0; i < NK * HP; i++) st[i] = dsattn_round_bf16(expf(0.1f * st[i] - 1.0f));
+    for (size_t i = 0; i < D * HP; i++) acct[i] = dsattn_rng_normal(&g);
+    for (size_t i = 0; i < HP; i++) {
+        al[i] = i % 4 ? 1.0f : 0.375f;
+        den[i] = 3.0f + 0.37f * (float)i;
+    }
+    A->pv(st, HP, HP, rows, LD, NK, D, al, acct);
+    h = dsattn_fnv_bits(h, acct, D * HP);
+    A->finish(acct, HP, H, D, den, out);
+    h = dsattn_fnv_bits(h, out, H * D);
+done:
+    free(rows); free(q); free(qp); free(st); free(acct); free(out); free(f4); free(f8);
+    return h;
+}
+
+DSATTN_TEST(sparse_attn, tile_bits_are_one_function_on_every_isa)
+{
+    static const dsattn_isa isas[3] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2, DSATTN_ISA_NEON };
+    int seen = 0;
+    for (int i = 0; i < 3; i++) {
+        dsattn_ktab t;
+        if (dsattn_ktab_fill(&t, isas[i], 0) != DSATTN_OK || !t.sa) continue;
+        const uint64_t h = sa_tile_hash(t.sa);
+        CHECK_MSG(h == SA_TILE_FNV, "%s: sparse-attention tile hash 0x%016llx, expected 0x%016llx",
+                  t.sa->name, (unsigned long long)h, (unsigned long long)SA_TILE_FNV);
+        seen++;
+    }
+    if (!seen) dsattn_test_skip("no sparse-attention tiles (CPU or build)");
+}
+
 DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit)
 {
     rows_decoder_equals_unpackers_bit_for_bit_on(dsattn_test_avx512_ktab());
@@ -203,6 +269,11 @@ DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit)
 DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit_avx2)
 {
     rows_decoder_equals_unpackers_bit_for_bit_on(dsattn_test_avx2_ktab());
+}
+
+DSATTN_TEST(sparse_attn, rows_decoder_equals_unpackers_bit_for_bit_neon)
+{
+    rows_decoder_equals_unpackers_bit_for_bit_on(dsattn_test_neon_ktab());
 }
 
 DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals)
@@ -215,6 +286,11 @@ DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals_av
     bf16_rows_decoder_equals_rows_and_refuses_subnormals_on(dsattn_test_avx2_ktab());
 }
 
+DSATTN_TEST(sparse_attn, bf16_rows_decoder_equals_rows_and_refuses_subnormals_neon)
+{
+    bf16_rows_decoder_equals_rows_and_refuses_subnormals_on(dsattn_test_neon_ktab());
+}
+
 DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table)
 {
     qk_pv_finish_match_scalar_table_on(dsattn_test_avx512_ktab());
@@ -223,6 +299,11 @@ DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table)
 DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table_avx2)
 {
     qk_pv_finish_match_scalar_table_on(dsattn_test_avx2_ktab());
+}
+
+DSATTN_TEST(sparse_attn, qk_pv_finish_match_scalar_table_neon)
+{
+    qk_pv_finish_match_scalar_table_on(dsattn_test_neon_ktab());
 }
 
 /* ==== Driver: fast vs reference ========================================= */

@@ -89,16 +89,6 @@ static void exp_grid(float *x)
     memcpy(x + n, edge, sizeof edge);
 }
 
-static uint64_t fnv_bits(const float *y, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &y[i], 4);
-        for (int b = 0; b < 4; b++) h = (h ^ ((u >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
-    }
-    return h;
-}
 
 /* the softmaxes' exp of the ISA (tests only), NULL where the build has none */
 typedef void (*exp_ftz_fn)(const float *x, size_t n, float *out);
@@ -124,7 +114,7 @@ DSATTN_TEST(vmath, exp_is_one_function_on_every_isa)
         if (dsattn_ktab_fill(&t, isas[k], 0) != DSATTN_OK) continue;
         exp_grid(x);
         t.vmath->exp_sub_sum(x, EXP_GRID_N, 0.0f);
-        uint64_t h = fnv_bits(x, EXP_GRID_N);
+        uint64_t h = dsattn_fnv_bits(DSATTN_FNV_START, x, EXP_GRID_N);
         CHECK_MSG(h == EXP_GRID_FNV, "%s: exp grid hash 0x%016llx, expected 0x%016llx", t.name,
                   (unsigned long long)h, (unsigned long long)EXP_GRID_FNV);
         const exp_ftz_fn ftz = exp_ftz_of(isas[k]);
@@ -132,7 +122,7 @@ DSATTN_TEST(vmath, exp_is_one_function_on_every_isa)
         if (ftz) {
             exp_grid(x);
             ftz(x, EXP_GRID_N, y);
-            h = fnv_bits(y, EXP_GRID_N);
+            h = dsattn_fnv_bits(DSATTN_FNV_START, y, EXP_GRID_N);
             CHECK_MSG(h == EXP_FTZ_GRID_FNV, "%s: softmax exp grid hash 0x%016llx, expected "
                       "0x%016llx", t.name, (unsigned long long)h,
                       (unsigned long long)EXP_FTZ_GRID_FNV);
