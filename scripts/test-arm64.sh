@@ -50,7 +50,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 # Name suites, or set DSATTN_ARM64_SUITES, to run others or fewer.
 suites=("$@")
 [ ${#suites[@]} -gt 0 ] || read -r -a suites <<<"${DSATTN_ARM64_SUITES:-}"
-[ ${#suites[@]} -gt 0 ] || suites=(formats golden_mla golden_v4 v41 loader kernels mha vmath)
+[ ${#suites[@]} -gt 0 ] || suites=(formats golden_mla golden_v4 v41 loader kernels mha vmath mla sparse_attn pgemm)
 # The runner must not re-exec itself (a re-exec would leave the emulator):
 # say the environment is decided already.  No DSATTN_ISA: the runner picks
 # the best table of the build, which on aarch64 is neon (its output names it).

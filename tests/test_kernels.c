@@ -1330,8 +1330,9 @@ DSATTN_TEST(kernels, every_table_of_tables_complete_with_scalar_twins)
                           "slot %s has no scalar twin", dsattn_ktab_slot_name(s));
             }
             if (i != 2) CHECK(!t.amx && !t.bf16blk);
-            CHECK(i == 1 || i == 2 || !t.sa);
+            CHECK(i != 0 || !t.sa);
             CHECK(i != 1 || (t.sa && !strcmp(t.sa->name, "avx2")));
+            CHECK(i != 3 || (t.sa && !strcmp(t.sa->name, "neon")));
             /* the integer indexer: avx512 (VNNI / AMX-INT8), avx2 and neon */
             CHECK(i != 0 || !t.index);
             CHECK(i != 1 || (t.index && !strcmp(t.index->name, "avx2")));
@@ -1340,11 +1341,13 @@ DSATTN_TEST(kernels, every_table_of_tables_complete_with_scalar_twins)
             /* x86-64 builds have the AVX2 tiles, attend kernel, row decoder, exp */
             CHECK(i != 1 || (t.pgemm && t.mla && t.mha && !strcmp(t.wdq->name, "avx2") &&
                              !strcmp(t.vmath->name, "avx2")));
-            /* aarch64 builds: the NEON attend kernel, row decoder and exp; no
-             * tiles (their generic paths are sgemm) */
+            /* aarch64 builds: the NEON attend kernel, row decoder, exp, MLA
+             * and prefill tiles */
             CHECK(i != 3 || (t.mha && !strcmp(t.mha->name, "neon") &&
+                             t.mla && !strcmp(t.mla->name, "neon") &&
+                             t.pgemm && !strcmp(t.pgemm->name, "neon") &&
                              !strcmp(t.wdq->name, "neon") && !strcmp(t.vmath->name, "neon")));
-            CHECK(i == 1 || i == 2 || (!t.pgemm && !t.mla));
+            CHECK(i != 0 || (!t.pgemm && !t.mla));
             CHECK(i != 0 || !t.mha);
             if (!amx) CHECK(t.amx == NULL);
         }

@@ -58,6 +58,9 @@ const dsattn_kernels *const dsattn_kernels_neon_ptr = NULL;
 const dsattn_index_kern *const dsattn_index_neon_ptr = NULL;
 const dsattn_index_kern *const dsattn_index_neon_dot_ptr = NULL;
 const dsattn_vmath_kern *const dsattn_vmath_neon_ptr = NULL;
+const dsattn_mla_kern *const dsattn_mla_kern_neon_ptr = NULL;
+const dsattn_sa_kern *const dsattn_sa_kern_neon_ptr = NULL;
+const dsattn_pgemm_kern *const dsattn_pgemm_neon_ptr = NULL;
 const dsattn_wdequant_kern *const dsattn_wdequant_neon_ptr = NULL;
 const dsattn_mha_kern *const dsattn_mha_kern_neon_ptr = NULL;
 #endif

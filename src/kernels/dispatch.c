@@ -104,12 +104,14 @@ dsattn_status dsattn_ktab_fill(dsattn_ktab *t, dsattn_isa isa, int amx)
         t->index = dsattn_index_vnni_ptr;
         break;
     case DSATTN_ISA_NEON:
-        /* aarch64 builds only (the *_neon.c files, all present together);
-         * mla, sa and pgemm keep their generic paths (sgemm, which OpenBLAS
-         * runs on its NEON kernels).  Advanced SIMD is part of ARMv8.0: no
-         * probe; the indexer's SDOT form where the CPU has the dot product. */
+        /* aarch64 builds only (the *_neon.c files, all present together).
+         * Advanced SIMD is part of ARMv8.0: no probe; the indexer's SDOT
+         * form where the CPU has the dot product. */
         if (!dsattn_kernels_neon_ptr) return DSATTN_ERR_UNSUPPORTED;
         t->k = dsattn_kernels_neon_ptr;
+        t->mla = dsattn_mla_kern_neon_ptr;
+        t->sa = dsattn_sa_kern_neon_ptr;
+        t->pgemm = dsattn_pgemm_neon_ptr;
         t->mha = dsattn_mha_kern_neon_ptr;
         t->vmath = dsattn_vmath_neon_ptr;
         t->wdq = dsattn_wdequant_neon_ptr;

@@ -11,11 +11,13 @@
  * folds into the P.V tile load.  hp (heads, padded) is a multiple of 16;
  * padded heads carry zero queries and are ignored by the caller.
  *
- * Three tables: `ref` (mla_tile.c: plain scalar C, fp32 in a fixed order,
+ * Four tables: `ref` (mla_tile.c: plain scalar C, fp32 in a fixed order,
  * the cross-check of the SIMD tables in tests/test_mla.c), `avx512`
- * (mla_tile_avx512.c: register tiles of 12 rows x 32 heads, FMA) and
- * `avx2` (mla_tile_avx2.c: the same FMA chains in 6 x 16 sub-tiles, equal
- * to avx512 bit for bit on QK, PV and the softmax).  The driver uses the
+ * (mla_tile_avx512.c: register tiles of 12 rows x 32 heads, FMA), `avx2`
+ * (mla_tile_avx2.c: the same FMA chains in 6 x 16 sub-tiles, equal to
+ * avx512 bit for bit on QK, PV and the softmax) and `neon`
+ * (mla_tile_neon.c, aarch64: the 6 x 16 sub-tiles on 4-lane vectors, the
+ * same bits again).  The driver uses the
  * context's table (ktab.h's mla slot) and keeps its sgemm path where the
  * slot is NULL; reference mode never comes here.
  *
@@ -40,7 +42,7 @@
 #define DSATTN_MLA_KT 12
 
 typedef struct dsattn_mla_kern {
-    const char *name;                            /* "ref", "avx2", "avx512" */
+    const char *name;                            /* "ref", "avx2", "avx512", "neon" */
 
     /* Scores of a tiled key block, heads in lanes:
      *   st[j*ldst + h] = sum_{d<D} key(j, d) * q(d, h),   h < hp
@@ -107,6 +109,7 @@ extern const dsattn_mla_kern dsattn_mla_kern_ref;
 /* NULL when the build has no such path (absent.c, or the compiler's) */
 extern const dsattn_mla_kern *const dsattn_mla_kern_avx2_ptr;
 extern const dsattn_mla_kern *const dsattn_mla_kern_avx512_ptr;
+extern const dsattn_mla_kern *const dsattn_mla_kern_neon_ptr;
 
 /* Pack q [H rows of ldq floats, D used] into groups (see qk): hp heads,
  * rows h >= H zero.  qp has hp * D floats. */

@@ -26,9 +26,10 @@
  * back as NaN, so the decoded values equal numfmt.c's table.  No gathers
  * (QEMU 7.2's AVX2 gather, which the Haswell emulation runs, lost lanes).
  *
- * Here: the 8-lane decoders and register tiles.  Not here: the entries
- * written once for both widths around them (mla_tile_tmpl.h: the QK / PV
- * loops, softmax, row decode, absorption rows), the driver
+ * Here: the 8-lane decoders and key tiles.  Not here: the entries written
+ * once around them (mla_tile_tmpl.h: the 6 x 16 sub-tile calls, which
+ * the NEON table shares, the QK / PV loops, softmax, row decode,
+ * absorption rows), the register tile itself (simd_avx2.h), the driver
  * (mla_attend.c), the scalar cross-check (mla_tile.c), the AVX-512 form
  * (mla_tile_avx512.c).
  */
@@ -104,63 +105,6 @@ AI __m256 wrow8(const uint8_t *w, __m256 f1, __m256 f2, int mode)
 #define bf16v dsattn_bf16x8_256
 #define e4m3v e4m3x8
 #define hsumv dsattn_hsum256
-
-/* ---- QK ------------------------------------------------------------------ */
-
-/* one key tile (12 keys at k) against every head: keys 0..5 and 6..11 x
- * 16 heads a call, the heads in the packed groups of DSATTN_MLA_HG (the
- * last may be 16: ldq = w floats per latent element) */
-AI void qk_keytile(const float *qp, size_t hp, size_t D, const float *k, float *s, size_t ldst)
-{
-    for (size_t h0 = 0; h0 < hp; h0 += DSATTN_MLA_HG) {
-        const size_t w = hp - h0 >= DSATTN_MLA_HG ? DSATTN_MLA_HG : hp - h0;   /* 32 or 16 */
-        const float *qg = qp + h0 * D;
-        for (size_t hh = 0; hh < w; hh += 16) {
-            dsattn_tile6x16_256(k, qg + hh, w, D, s + h0 + hh, ldst, 1);
-            dsattn_tile6x16_256(k + 6, qg + hh, w, D, s + 6 * ldst + h0 + hh, ldst, 1);
-        }
-    }
-}
-
-/* ---- PV ------------------------------------------------------------------ */
-
-/* RC (1..6) latent columns c.. x 16 heads (p, alpha, acct already offset
- * to the first head), over all nk keys of the block */
-AI void pv_sub(const float *p, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
-               size_t c, const float *alpha, float *acct, const int RC)
-{
-    __m256 a[6][2];
-    dsattn_acc6x16_load_256(a, RC, acct, hp, alpha);
-    for (size_t j0 = 0; j0 < nk; j0 += KT) {
-        const size_t nj = nk - j0 < KT ? nk - j0 : KT;
-        dsattn_acc6x16_fma_256(a, RC, kt + j0 * D + c * KT, 1, KT, p + j0 * ldp, ldp, nj, 0);
-    }
-    dsattn_acc6x16_store_256(a, RC, acct, hp);
-}
-
-/* PV in 16-head slices: column tiles of 6, then one of the 1..5 left;
- * column tile outer (mla_pv): the 442 KB key block of a 192-key block does
- * not stay in a Zen 3's 512 KB L2 beside the queries and accumulators, and
- * streaming it once per head group (8 times a block) left P.V at 1.06x
- * the QK time against 0.94x column tile outer (in process, V3 at 32K keys,
- * 2 threads, three alternating runs each; docs/benchmarks.md) */
-#define PV_HG 16
-#define pv_tiles(C) ((C) / 6 + ((C) % 6 != 0))
-#define PV_COL_OUTER 1
-
-AI size_t pv_tile(const float *ph, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
-                  size_t c, size_t C, const float *ah, float *o, int nv)
-{
-    (void)nv;                               /* always 2: hp % 16 == 0 */
-    switch (C - c >= 6 ? 6 : C - c) {
-    case 6: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 6); return 6;
-    case 5: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 5); return 5;
-    case 4: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 4); return 4;
-    case 3: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 3); return 3;
-    case 2: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 2); return 2;
-    default: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 1); return 1;
-    }
-}
 
 #include "mla_tile_tmpl.h"
 

@@ -2,9 +2,9 @@
  * logic is the same at every vector width, written once: the softmax, the
  * V3.2 latent row decode, the FP8 / bf16 absorption weight rows (one or
  * four rows, dot and axpy), the bf16 rounding and the indexer's ReLU
- * head sum.  mla_tile_avx2.c and mla_tile_avx512.c include it after
- * simd_avx2.h / simd_avx512.h (the vector words DSV_F, dsv_fmadd, ...) and
- * after their own decoders:
+ * head sum.  mla_tile_avx2.c, mla_tile_avx512.c and mla_tile_neon.c
+ * include it after simd_avx2.h / simd_avx512.h / simd_neon.h (the vector
+ * words DSV_F, dsv_fmadd, ...) and after their own decoders:
  *
  *   rbf16q(x)                   dsattn_round_bf16 of every lane, NaN quiet
  *   exp_ftz(x)                  the softmaxes' exp (x <= 0 or NaN)
@@ -18,13 +18,15 @@
  *                               PV_HG heads a group, pv_tiles(C) tile calls
  *                               a group, pv_tile one call (returns columns)
  *   PV_COL_OUTER                the order of those calls (mla_pv)
+ * (the last five written here, once, for the ISAs whose registers hold
+ * the 6 x 16 tile of their simd header, DSV_TILE6X16: AVX2 and NEON)
  *
  * Every function here is static, so each ISA file gets its own copy built
  * with its own flags; the register tiles (QK, PV, key tiles) stay in the
  * ISA files, their blocking differs; the loops around them are here.
  * Scalar twins: mla_tile.c. */
 #ifndef DSV_F
-#error "mla_tile_tmpl.h: include simd_avx2.h or simd_avx512.h first"
+#error "mla_tile_tmpl.h: include simd_avx2.h, simd_avx512.h or simd_neon.h first"
 #endif
 
 #include <string.h>
@@ -37,6 +39,69 @@
  * loops over a block in steps of 2 DSV_N end on a single last DSV_N step
  * only at 16 lanes (bs % 32 == 16); at 8 lanes that step does not exist. */
 #define MLA_ODD_STEP (16 % (2 * DSV_N) != 0)
+
+/* ---- QK and PV on the 6 x 16 tile (AVX2, NEON) --------------------------- */
+
+#ifdef DSV_TILE6X16
+/* One key tile (12 keys at k) against every head: keys 0..5 and 6..11 x
+ * 16 heads a call, the heads in the packed groups of DSATTN_MLA_HG (the
+ * last may be 16: ldq = w floats per latent element).  Per latent element
+ * 16 / DSV_N head-vector loads and 6 key broadcasts from the d-major key
+ * tile feed 96 / DSV_N FMAs. */
+MLA_AI void qk_keytile(const float *qp, size_t hp, size_t D, const float *k, float *s,
+                       size_t ldst)
+{
+    for (size_t h0 = 0; h0 < hp; h0 += DSATTN_MLA_HG) {
+        const size_t w = hp - h0 >= DSATTN_MLA_HG ? DSATTN_MLA_HG : hp - h0;   /* 32 or 16 */
+        const float *qg = qp + h0 * D;
+        for (size_t hh = 0; hh < w; hh += 16) {
+            dsv_tile6x16(k, qg + hh, w, D, s + h0 + hh, ldst, 1);
+            dsv_tile6x16(k + 6, qg + hh, w, D, s + 6 * ldst + h0 + hh, ldst, 1);
+        }
+    }
+}
+
+/* RC (1..6) latent columns c.. x 16 heads (p, alpha, acct already offset
+ * to the first head), over all nk keys of the block; the accumulator tile
+ * loaded once per key block, scaled by the softmax rescale on load */
+MLA_AI void pv_sub(const float *p, size_t ldp, size_t hp, const float *kt, size_t D, size_t nk,
+                   size_t c, const float *alpha, float *acct, const int RC)
+{
+    DSV_ACC6X16(a);
+    dsv_acc6x16_load(a, RC, acct, hp, alpha);
+    for (size_t j0 = 0; j0 < nk; j0 += DSATTN_MLA_KT) {
+        const size_t nj = nk - j0 < DSATTN_MLA_KT ? nk - j0 : DSATTN_MLA_KT;
+        dsv_acc6x16_fma(a, RC, kt + j0 * D + c * DSATTN_MLA_KT, 1, DSATTN_MLA_KT,
+                        p + j0 * ldp, ldp, nj, 0);
+    }
+    dsv_acc6x16_store(a, RC, acct, hp);
+}
+
+/* PV in 16-head slices: column tiles of 6, then one of the 1..5 left;
+ * column tile outer (mla_pv): the 442 KB key block of a 192-key block does
+ * not stay in a Zen 3's 512 KB L2 beside the queries and accumulators, and
+ * streaming it once per head group (8 times a block) left P.V at 1.06x
+ * the QK time against 0.94x column tile outer (in process, V3 at 32K keys,
+ * 2 threads, three alternating runs each; docs/benchmarks.md).  ARM cores'
+ * L2s (512 KB - 2 MB a core) are that case too (not measured). */
+#define PV_HG 16
+#define pv_tiles(C) ((C) / 6 + ((C) % 6 != 0))
+#define PV_COL_OUTER 1
+
+MLA_AI size_t pv_tile(const float *ph, size_t ldp, size_t hp, const float *kt, size_t D,
+                      size_t nk, size_t c, size_t C, const float *ah, float *o, int nv)
+{
+    (void)nv;                               /* always 2: hp % 16 == 0 */
+    switch (C - c >= 6 ? 6 : C - c) {
+    case 6: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 6); return 6;
+    case 5: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 5); return 5;
+    case 4: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 4); return 4;
+    case 3: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 3); return 3;
+    case 2: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 2); return 2;
+    default: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 1); return 1;
+    }
+}
+#endif /* DSV_TILE6X16 */
 
 /* ---- QK and PV: the loops around the ISA's register tiles ---------------- */
 
@@ -69,7 +134,7 @@ static void mla_pv(const float *p, size_t ldp, size_t hp, const float *kt, size_
     size_t done = 0, step = 0, prow = 0, pline = 0;       /* done = prow * lpr + pline */
 #define PF_NEXT()                                                                   \
     do {                                                                            \
-        _mm_prefetch((const char *)pf[prow] + pline * 64, _MM_HINT_T1);             \
+        __builtin_prefetch((const char *)pf[prow] + pline * 64, 0, 2); /* L2 */    \
         if (++pline == lpr) { pline = 0; prow++; }                                  \
     } while (0)
     if (PV_COL_OUTER) {

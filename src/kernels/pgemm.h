@@ -8,7 +8,8 @@
  * 12 x 32 tile per (row tile, token group, k slice).  The AVX-512 form
  * holds it in registers (the MLA score tile, 24 FMAs per 14 loads); the
  * AVX2 form, with 16 registers, runs it as 6 x 16 and 12 x 8 sub-tiles
- * over the same operands.
+ * over the same operands, and the NEON form (aarch64) the same sub-tiles
+ * on 4-lane vectors.
  *
  * Every output element is one fp32 FMA chain over k in increasing order,
  * so every SIMD tile equals the scalar `ref` tile bit for bit (tested),
@@ -25,7 +26,7 @@
 #define DSATTN_PGEMM_DOT_WORK ((size_t)32 * 8192 * 2 + 64)   /* fp8_bf16's work */
 
 typedef struct dsattn_pgemm_kern {
-    const char *name;                  /* "ref", "avx2", "avx512", "avx512-bf16" */
+    const char *name;                  /* "ref", "avx2", "avx512", "avx512-bf16", "neon" */
     /* Pack nt <= 32 token rows (row t at x + t*ldx, K floats) into one
      * group bp [K][32]: bp[k*32 + t] = x[t*ldx + k], tokens nt..31 zero. */
     void (*pack_b)(const float *x, size_t ldx, size_t nt, size_t K, float *bp);
@@ -97,5 +98,6 @@ extern const dsattn_pgemm_kern dsattn_pgemm_ref;
 extern const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr;
 extern const dsattn_pgemm_kern *const dsattn_pgemm_avx512_ptr;
 extern const dsattn_pgemm_kern *const dsattn_pgemm_avx512_bf16_ptr;   /* + the bf16-dot GEMM */
+extern const dsattn_pgemm_kern *const dsattn_pgemm_neon_ptr;          /* aarch64 builds */
 
 #endif /* DSATTN_PGEMM_H */

@@ -62,17 +62,6 @@ AI void sub12x8(const float *a, const float *b, size_t kc, float *c, size_t ldc,
     for (int i = 0; i < MR; i++) _mm256_storeu_ps(c + (size_t)i * ldc, acc[i]);
 }
 
-static void tile_avx2(const float *a, const float *b, size_t kc, int nw, float *c, size_t ldc,
-                      int first)
-{
-    int j = 0;
-    for (; j + 16 <= nw; j += 16) {
-        dsattn_tile6x16_256(a, b + j, NR, kc, c + j, ldc, first);
-        dsattn_tile6x16_256(a + 6, b + j, NR, kc, c + 6 * ldc + j, ldc, first);
-    }
-    if (j < nw) sub12x8(a, b + j, kc, c + j, ldc, first);   /* nw % 16 == 8 */
-}
-
 /* 8 codes of a finite row: E4M3 s.eeee.mmm moved to fp16 s.0eeee.mmm0000000
  * is 2^-8 times its value (pgemm_avx512.c); the caller's scale carries the
  * x256. */
@@ -104,11 +93,12 @@ AI __m256 e4m3x8_exact(const uint8_t *w)
 #define PG_RN MR
 #define pg_e4m3_div256 e4m3x8_div256
 #define pg_e4m3_exact e4m3x8_exact
+#define pg_sub12x8 sub12x8
 #define pg_store_cols dsattn_store12x8_256
 #include "pgemm_tmpl.h"
 
 static const dsattn_pgemm_kern pgemm_avx2 = {
-    .name = "avx2", .pack_b = pack_b_avx2, .tile = tile_avx2, .tile_fp8 = tile_fp8};
+    .name = "avx2", .pack_b = pack_b_avx2, .tile = pg_tile, .tile_fp8 = tile_fp8};
 const dsattn_pgemm_kern *const dsattn_pgemm_avx2_ptr = &pgemm_avx2;
 
 #else

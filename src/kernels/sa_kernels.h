@@ -1,5 +1,5 @@
-/* sa_kernels.h - internal kernels of the fast sparse_attn path on AVX-512
- * and AVX2 (src/ops/sparse_attn.c, sparse_attn_tiled).
+/* sa_kernels.h - internal kernels of the fast sparse_attn path on AVX-512,
+ * AVX2 and NEON (src/ops/sparse_attn.c, sparse_attn_tiled).
  *
  * Per block of 64 indices the valid rows are decoded ONCE into fp32 rows
  * (row-major, leading dimension ld) that stay in L2 and serve both GEMMs
@@ -13,10 +13,11 @@
  * step.  Register tiles of 12 keys (or columns) x 32 heads, FMA.  The AMX
  * form (sparse_attn_amx) takes the same rows as bf16 from rows_bf16.
  *
- * Three tables: `ref` (sa_kernels.c: plain scalar C, the decode through
+ * Four tables: `ref` (sa_kernels.c: plain scalar C, the decode through
  * numfmt.h's unpackers - the cross-check in tests/test_sparse_attn.c),
- * `avx512` (sa_kernels_avx512.c) and `avx2` (sa_kernels_avx2.c: 6 x 16
- * sub-tiles of the same tiles).  Decoded values are exact products (code
+ * `avx512` (sa_kernels_avx512.c), `avx2` (sa_kernels_avx2.c: 6 x 16
+ * sub-tiles of the same tiles) and `neon` (sa_kernels_neon.c, aarch64:
+ * the 6 x 16 sub-tiles on 4-lane vectors).  Decoded values are exact products (code
  * x scale, one rounding), so every table decodes to the same bits; NaN
  * codes / NaN scales give NaN.
  *
@@ -33,7 +34,7 @@
 enum { DSATTN_SA_FP4 = 0, DSATTN_SA_FP8 = 1 };
 
 typedef struct dsattn_sa_kern {
-    const char *name;                           /* "ref", "avx2", "avx512" */
+    const char *name;                           /* "ref", "avx2", "avx512", "neon" */
     /* out[h * d + c] = bf16(acct[c * hp + h] / den[h]) for h < nh, c < d
      * (the division and the rounding of dsattn_round_bf16). */
     void (*finish)(const float *acct, size_t hp, size_t nh, size_t d, const float *den,
@@ -68,5 +69,7 @@ extern const dsattn_sa_kern dsattn_sa_kern_ref;
 extern const dsattn_sa_kern *const dsattn_sa_kern_avx512_ptr;
 /* NULL when the build has no x86-64 path (sa_kernels_avx2.c) */
 extern const dsattn_sa_kern *const dsattn_sa_kern_avx2_ptr;
+/* NULL when the build is not for aarch64 (sa_kernels_neon.c) */
+extern const dsattn_sa_kern *const dsattn_sa_kern_neon_ptr;
 
 #endif /* DSATTN_SA_KERNELS_H */

@@ -15,10 +15,11 @@
  *
  * qk / pv: the AVX-512 table's 12 x 32 tiles as sub-tiles of 6 keys
  * (columns) x 16 heads (12 accumulators): per step 2 head-vector loads and
- * 6 broadcasts for 12 FMAs (simd_avx2.h's 6 x 16 tile).
+ * 6 broadcasts for 12 FMAs (simd_avx2.h's 6 x 16 tile; the loops around
+ * it in sa_tmpl.h, shared with the NEON table).
  *
  * finish: the division and bf16 rounding by 8 x 8 blocks, transposed in
- * registers (sa_tmpl.h, shared with the AVX-512 table).  rows_bf16 is the
+ * registers (sa_tmpl.h, shared with the AVX-512 and NEON tables).  rows_bf16 is the
  * scalar table's (it serves only AMX contexts, which run the avx512 table).
  */
 #include "sa_kernels.h"
@@ -97,53 +98,6 @@ static int rows_bf16_avx2(const uint8_t *const *rows, const unsigned char *kinds
     return dsattn_sa_kern_ref.rows_bf16(rows, kinds, nr, d, out);
 }
 
-/* 6 keys (rows k + r*ld) x 16 heads (two vectors at q + d*w) */
-AI void qk_tile(const float *q, size_t w, size_t D, const float *k, size_t ld, float *st,
-                size_t ldst)
-{
-    __m256 a[6][2];
-#pragma GCC unroll 6
-    for (int r = 0; r < 6; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
-    dsattn_acc6x16_fma_256(a, 6, k, 1, ld, q, w, D, 0);
-    dsattn_acc6x16_store_256(a, 6, st, ldst);
-}
-
-static void qk_rm_avx2(const float *qp, size_t hp, size_t D, const float *rows, size_t ld,
-                       size_t nk, float *st, size_t ldst)
-{
-    for (size_t j0 = 0; j0 < nk; j0 += KT)
-        for (size_t h0 = 0; h0 < hp; h0 += DSATTN_MLA_HG) {
-            /* group of 32 heads (the last may be 16): [D, w] at qp + h0 * D */
-            const size_t w = hp - h0 >= DSATTN_MLA_HG ? DSATTN_MLA_HG : hp - h0;
-            for (size_t hh = 0; hh < w; hh += 16)
-                for (size_t r0 = 0; r0 < KT; r0 += 6)
-                    qk_tile(qp + h0 * D + hh, w, D, rows + (j0 + r0) * ld, ld,
-                            st + (j0 + r0) * ldst + h0 + hh, ldst);
-        }
-}
-
-/* RC columns c.. x 16 heads over all nk keys (the key rows prefetched 8
- * ahead); rescale on load */
-AI void pv_tile(const float *p, size_t ldp, size_t hp, const float *rows, size_t ld, size_t nk,
-                size_t c, const float *alpha, float *acct, const int RC)
-{
-    __m256 a[6][2];
-    dsattn_acc6x16_load_256(a, RC, acct, hp, alpha);
-    dsattn_acc6x16_fma_256(a, RC, rows + c, ld, 1, p, ldp, nk, 8);
-    dsattn_acc6x16_store_256(a, RC, acct, hp);
-}
-
-static void pv_rm_avx2(const float *p, size_t ldp, size_t hp, const float *rows, size_t ld,
-                       size_t nk, size_t C, const float *alpha, float *acct)
-{
-    for (size_t h0 = 0; h0 < hp; h0 += 16) {
-        const float *ph = p + h0, *ah = alpha + h0;
-        size_t c = 0;
-        for (; c + 6 <= C; c += 6) pv_tile(ph, ldp, hp, rows, ld, nk, c, ah, acct + c * hp + h0, 6);
-        for (; c < C; c++) pv_tile(ph, ldp, hp, rows, ld, nk, c, ah, acct + c * hp + h0, 1);
-    }
-}
-
 #include "sa_tmpl.h"
 
 static void finish_avx2(const float *acct, size_t hp, size_t nh, size_t d, const float *den,
@@ -153,6 +107,6 @@ static void finish_avx2(const float *acct, size_t hp, size_t nh, size_t d, const
 }
 
 static const dsattn_sa_kern sa_avx2 = {
-    "avx2", finish_avx2, rows_avx2, rows_bf16_avx2, qk_rm_avx2, pv_rm_avx2,
+    "avx2", finish_avx2, rows_avx2, rows_bf16_avx2, sa_qk_rm, sa_pv_rm,
 };
 const dsattn_sa_kern *const dsattn_sa_kern_avx2_ptr = &sa_avx2;

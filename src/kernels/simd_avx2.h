@@ -248,6 +248,12 @@ DSATTN_AVX2_AI void dsattn_acc6x16_load_256(__m256 acc[6][2], const int nr, cons
     }
 }
 
+DSATTN_AVX2_AI void dsattn_acc6x16_zero_256(__m256 acc[6][2])
+{
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+}
+
 DSATTN_AVX2_AI void dsattn_acc6x16_fma_256(__m256 acc[6][2], const int nr, const float *a,
                                            size_t ak, size_t ai, const float *b, size_t ldb,
                                            size_t kc, const size_t pf)
@@ -289,5 +295,16 @@ DSATTN_AVX2_AI void dsattn_tile6x16_256(const float *a, const float *b, size_t l
     dsattn_acc6x16_fma_256(acc, 6, a, 12, 1, b, ldb, kc, 0);
     dsattn_acc6x16_store_256(acc, 6, c, ldc);
 }
+
+/* The 6 x 16 tile in the templates' words: the loops around it are
+ * written once for AVX2 and NEON (mla_tile_tmpl.h, sa_tmpl.h,
+ * pgemm_tmpl.h, under DSV_TILE6X16) */
+#define DSV_TILE6X16 1
+#define DSV_ACC6X16(a) __m256 a[6][2]
+#define dsv_acc6x16_zero dsattn_acc6x16_zero_256
+#define dsv_acc6x16_load dsattn_acc6x16_load_256
+#define dsv_acc6x16_fma dsattn_acc6x16_fma_256
+#define dsv_acc6x16_store dsattn_acc6x16_store_256
+#define dsv_tile6x16 dsattn_tile6x16_256
 
 #endif /* DSATTN_SIMD_AVX2_H */

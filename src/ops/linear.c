@@ -617,7 +617,7 @@ static int linear_dotbf16(dsattn_ctx *ctx, const dsattn_weight *W, size_t G, con
 }
 
 /* The prefill-sized fast path where the kernel table has GEMM tiles
- * (pgemm slot: AVX-512, AVX2): AMX-BF16 tiles where they apply (the amx
+ * (pgemm slot: AVX-512, AVX2, NEON): AMX-BF16 tiles where they apply (the amx
  * slot, which comes with the mla slot), else the FMA tiles.  Returns 0
  * when the table has none (the caller's sgemm path); *st carries an
  * allocation failure. */
