@@ -26,8 +26,8 @@
  * back as NaN, so the decoded values equal numfmt.c's table.  No gathers
  * (QEMU 7.2's AVX2 gather, which the Haswell emulation runs, lost lanes).
  *
- * Here: the 8-lane decoders and key tiles.  Not here: the entries written
- * once around them (mla_tile_tmpl.h: the 6 x 16 sub-tile calls, which
+ * Here: the 8-lane decoders.  Not here: the entries written once around
+ * them (mla_tile_tmpl.h: the 6 x 16 sub-tile calls and key tiles, which
  * the NEON table shares, the QK / PV loops, softmax, row decode,
  * absorption rows), the register tile itself (simd_avx2.h), the driver
  * (mla_attend.c), the scalar cross-check (mla_tile.c), the AVX-512 form
@@ -41,7 +41,6 @@
 #include "numfmt.h"
 #include "simd_avx2.h"
 
-#define KT DSATTN_MLA_KT
 #define AI static inline __attribute__((always_inline))
 
 /* ---- small vector helpers (the hooks of mla_tile_tmpl.h) ------------------ */
@@ -108,42 +107,8 @@ AI __m256 wrow8(const uint8_t *w, __m256 f1, __m256 f2, int mode)
 
 #include "mla_tile_tmpl.h"
 
-/* ---- key tiles ------------------------------------------------------------ */
-
-static void tile_rows_avx2(const float *rows, size_t ldr, size_t nr, size_t D, float *kt)
-{
-    size_t d = 0;
-    for (; d + 8 <= D; d += 8) {
-        __m256 r[KT];
-#pragma GCC unroll 12
-        for (int i = 0; i < KT; i++)
-            r[i] = (size_t)i < nr ? _mm256_loadu_ps(rows + (size_t)i * ldr + d)
-                                  : _mm256_setzero_ps();
-        dsattn_store12x8_256(r, kt + d * KT);
-    }
-    for (; d < D; d++)
-        for (size_t i = 0; i < KT; i++) kt[d * KT + i] = i < nr ? rows[i * ldr + d] : 0.0f;
-}
-
-static void tile_bf16_avx2(const uint8_t *const *rows, size_t nr, size_t D, float *kt)
-{
-    size_t d = 0;
-    for (; d + 8 <= D; d += 8) {
-        __m256 r[KT];
-#pragma GCC unroll 12
-        for (int i = 0; i < KT; i++)
-            r[i] = (size_t)i < nr ? dsattn_bf16x8_256(rows[i] + 2 * d) : _mm256_setzero_ps();
-        dsattn_store12x8_256(r, kt + d * KT);
-    }
-    for (; d < D; d++)
-        for (size_t i = 0; i < KT; i++)
-            kt[d * KT + i] = i < nr ? dsattn_bf16_to_f32((uint16_t)(rows[i][2 * d] |
-                                                                    rows[i][2 * d + 1] << 8))
-                                    : 0.0f;
-}
-
 static const dsattn_mla_kern mla_avx2 = {
-    "avx2", mla_qk, mla_softmax, mla_pv, tile_rows_avx2, tile_bf16_avx2, mla_v32_row,
+    "avx2", mla_qk, mla_softmax, mla_pv, mla_tile_rows, mla_tile_bf16, mla_v32_row,
     mla_fp8w_axpy, mla_fp8w_dot, mla_fp8w_axpy4, mla_fp8w_dot4, mla_bf16w_axpy,
     mla_round_bf16, mla_relu_wsum,
 };

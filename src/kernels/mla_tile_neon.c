@@ -23,9 +23,9 @@
  * Speed on ARM hardware has not been measured (none here;
  * docs/kernels.md).
  *
- * Here: the 4-lane decoders and the key tiles.  Not here: what
- * mla_tile_tmpl.h writes once (the 6 x 16 sub-tile calls it shares with
- * AVX2, column tile outer in P.V; the QK / PV loops, softmax, row decode,
+ * Here: the 4-lane decoders.  Not here: what mla_tile_tmpl.h writes once
+ * (the 6 x 16 sub-tile calls and key tiles it shares with AVX2, column
+ * tile outer in P.V; the QK / PV loops, softmax, row decode,
  * absorption rows), the register tile itself (simd_neon.h), the driver
  * (mla_attend.c), the scalar cross-check (mla_tile.c).
  */
@@ -37,7 +37,6 @@
 #include "numfmt.h"
 #include "simd_neon.h"
 
-#define KT DSATTN_MLA_KT
 #define AI static inline __attribute__((always_inline))
 
 /* ---- small vector helpers (the hooks of mla_tile_tmpl.h) ------------------ */
@@ -91,41 +90,8 @@ AI float32x4_t bf16x4(const uint8_t *p)
 
 #include "mla_tile_tmpl.h"
 
-/* ---- key tiles ------------------------------------------------------------ */
-
-static void tile_rows_neon(const float *rows, size_t ldr, size_t nr, size_t D, float *kt)
-{
-    size_t d = 0;
-    for (; d + 4 <= D; d += 4) {
-        float32x4_t r[KT];
-#pragma GCC unroll 12
-        for (int i = 0; i < KT; i++)
-            r[i] = (size_t)i < nr ? vld1q_f32(rows + (size_t)i * ldr + d) : vdupq_n_f32(0.0f);
-        dsattn_store12x4_128n(r, kt + d * KT);
-    }
-    for (; d < D; d++)
-        for (size_t i = 0; i < KT; i++) kt[d * KT + i] = i < nr ? rows[i * ldr + d] : 0.0f;
-}
-
-static void tile_bf16_neon(const uint8_t *const *rows, size_t nr, size_t D, float *kt)
-{
-    size_t d = 0;
-    for (; d + 4 <= D; d += 4) {
-        float32x4_t r[KT];
-#pragma GCC unroll 12
-        for (int i = 0; i < KT; i++)
-            r[i] = (size_t)i < nr ? bf16x4(rows[i] + 2 * d) : vdupq_n_f32(0.0f);
-        dsattn_store12x4_128n(r, kt + d * KT);
-    }
-    for (; d < D; d++)
-        for (size_t i = 0; i < KT; i++)
-            kt[d * KT + i] = i < nr ? dsattn_bf16_to_f32((uint16_t)(rows[i][2 * d] |
-                                                                    rows[i][2 * d + 1] << 8))
-                                    : 0.0f;
-}
-
 static const dsattn_mla_kern mla_neon = {
-    "neon", mla_qk, mla_softmax, mla_pv, tile_rows_neon, tile_bf16_neon, mla_v32_row,
+    "neon", mla_qk, mla_softmax, mla_pv, mla_tile_rows, mla_tile_bf16, mla_v32_row,
     mla_fp8w_axpy, mla_fp8w_dot, mla_fp8w_axpy4, mla_fp8w_dot4, mla_bf16w_axpy,
     mla_round_bf16, mla_relu_wsum,
 };

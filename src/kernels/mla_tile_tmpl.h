@@ -19,7 +19,9 @@
  *                               a group, pv_tile one call (returns columns)
  *   PV_COL_OUTER                the order of those calls (mla_pv)
  * (the last five written here, once, for the ISAs whose registers hold
- * the 6 x 16 tile of their simd header, DSV_TILE6X16: AVX2 and NEON)
+ * the 6 x 16 tile of their simd header, DSV_TILE6X16: AVX2 and NEON; so
+ * are their key tiles, mla_tile_rows / mla_tile_bf16, over that header's
+ * dsv_store12cols)
  *
  * Every function here is static, so each ISA file gets its own copy built
  * with its own flags; the register tiles (QK, PV, key tiles) stay in the
@@ -100,6 +102,41 @@ MLA_AI size_t pv_tile(const float *ph, size_t ldp, size_t hp, const float *kt, s
     case 2: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 2); return 2;
     default: pv_sub(ph, ldp, hp, kt, D, nk, c, ah, o, 1); return 1;
     }
+}
+
+/* Key tiles: DSV_N columns of the 12 rows a step, transposed in registers
+ * and stored d-major (dsv_store12cols), the columns past the last whole
+ * vector in scalar code; rows nr..11 zero. */
+static void mla_tile_rows(const float *rows, size_t ldr, size_t nr, size_t D, float *kt)
+{
+    size_t d = 0;
+    for (; d + DSV_N <= D; d += DSV_N) {
+        DSV_F r[DSATTN_MLA_KT];
+#pragma GCC unroll 12
+        for (int i = 0; i < DSATTN_MLA_KT; i++)
+            r[i] = (size_t)i < nr ? dsv_load(rows + (size_t)i * ldr + d) : dsv_zero();
+        dsv_store12cols(r, kt + d * DSATTN_MLA_KT);
+    }
+    for (; d < D; d++)
+        for (size_t i = 0; i < DSATTN_MLA_KT; i++)
+            kt[d * DSATTN_MLA_KT + i] = i < nr ? rows[i * ldr + d] : 0.0f;
+}
+
+static void mla_tile_bf16(const uint8_t *const *rows, size_t nr, size_t D, float *kt)
+{
+    size_t d = 0;
+    for (; d + DSV_N <= D; d += DSV_N) {
+        DSV_F r[DSATTN_MLA_KT];
+#pragma GCC unroll 12
+        for (int i = 0; i < DSATTN_MLA_KT; i++)
+            r[i] = (size_t)i < nr ? bf16v(rows[i] + 2 * d) : dsv_zero();
+        dsv_store12cols(r, kt + d * DSATTN_MLA_KT);
+    }
+    for (; d < D; d++)
+        for (size_t i = 0; i < DSATTN_MLA_KT; i++)
+            kt[d * DSATTN_MLA_KT + i] =
+                i < nr ? dsattn_bf16_to_f32((uint16_t)(rows[i][2 * d] | rows[i][2 * d + 1] << 8))
+                       : 0.0f;
 }
 #endif /* DSV_TILE6X16 */
 

@@ -306,5 +306,6 @@ DSATTN_AVX2_AI void dsattn_tile6x16_256(const float *a, const float *b, size_t l
 #define dsv_acc6x16_fma dsattn_acc6x16_fma_256
 #define dsv_acc6x16_store dsattn_acc6x16_store_256
 #define dsv_tile6x16 dsattn_tile6x16_256
+#define dsv_store12cols dsattn_store12x8_256
 
 #endif /* DSATTN_SIMD_AVX2_H */

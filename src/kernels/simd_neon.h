@@ -331,5 +331,6 @@ DSATTN_NEON_AI void dsattn_tile6x16_128n(const float *a, const float *b, size_t 
 #define dsv_acc6x16_fma dsattn_acc6x16_fma_128n
 #define dsv_acc6x16_store dsattn_acc6x16_store_128n
 #define dsv_tile6x16 dsattn_tile6x16_128n
+#define dsv_store12cols dsattn_store12x4_128n
 
 #endif /* DSATTN_SIMD_NEON_H */
