@@ -540,8 +540,10 @@ static void fill_rand(float *x, size_t n, uint64_t seed, float amp)
     for (size_t i = 0; i < n; i++) x[i] = amp * dsattn_rng_normal(&r);
 }
 
-/* One SIMD table against the scalar one on sizes off every tile: 37 heads
- * (hp 48 = a 32-head group and a 16-head half group), D = 45 (a 16- and an
+/* One SIMD table's tiles against the scalar one on one shape (H heads, hp
+ * padded, D latent elements, C columns; check_mla_table below runs five).
+ * The first is off every tile: 37 heads (hp 48 = a 32-head group and a
+ * 16-head half group), D = 45 (a 16- and an
  * 8-wide transpose tail), 23 latent columns (AVX-512 12 + 4 + 4 + 3, AVX2
  * 6 + 6 + 6 + 5), key counts 1, 13 and 30 (partial 12-key tiles).  Tile
  * packing, FP8 row decode and the weight rows are bit-exact (same values,
@@ -550,10 +552,11 @@ static void fill_rand(float *x, size_t n, uint64_t seed, float amp)
  * P.V) and 1e-5 (probabilities, sums).  With a second table B (the AVX2
  * table beside the AVX-512 one), QK, the softmax and PV must equal B's bit
  * for bit: the same FMA chains in other register tiles (mla_kernels.h). */
-static void check_mla_table(const dsattn_mla_kern *A, const dsattn_mla_kern *B)
+static void check_mla_tiles(const dsattn_mla_kern *A, const dsattn_mla_kern *B, size_t H,
+                            size_t hp, size_t D, size_t C)
 {
     const dsattn_mla_kern *R = &dsattn_mla_kern_ref;
-    const size_t H = 37, hp = 48, D = 45, C = 23, NKMAX = 36, ld = hp + 3;
+    const size_t NKMAX = 36, ld = hp + 3;
     float *q = malloc(H * D * 4), *qp = malloc(hp * D * 4), *rows = malloc(NKMAX * D * 4);
     float *ka = malloc(NKMAX * D * 4), *kr = malloc(NKMAX * D * 4);
     float *sa = malloc(NKMAX * ld * 4), *sr = malloc(NKMAX * ld * 4), *sb = malloc(NKMAX * ld * 4);
@@ -593,14 +596,14 @@ static void check_mla_table(const dsattn_mla_kern *A, const dsattn_mla_kern *B)
         }
         /* online softmax from a state with a max to move, bf16 and fp32 */
         for (int bf = 0; bf < 2; bf++) {
-            float ma[48], la[48], fa[48], mr[48], lr[48], fr[48];
+            float ma[96], la[96], fa[96], mr[96], lr[96], fr[96];
             for (size_t h = 0; h < hp; h++) {
                 ma[h] = mr[h] = h % 3 ? 0.25f * (float)(h % 7) : -INFINITY;
                 la[h] = lr[h] = h % 3 ? 2.0f : 0.0f;
             }
             memcpy(sa, sr, nk * ld * 4);
             memcpy(sb, sr, nk * ld * 4);
-            float mb[48], lb[48], fb[48];
+            float mb[96], lb[96], fb[96];
             memcpy(mb, ma, sizeof mb);
             memcpy(lb, la, sizeof lb);
             A->softmax(sa, ld, hp, nk, 0.37f, bf, ma, la, fa);
@@ -621,7 +624,7 @@ static void check_mla_table(const dsattn_mla_kern *A, const dsattn_mla_kern *B)
         /* P.V with a rescale, over the scalar's probabilities */
         fill_rand(aa, C * hp, 7, 1.0f);
         memcpy(ar, aa, C * hp * 4);
-        float al[48];
+        float al[96];
         for (size_t h = 0; h < hp; h++) al[h] = h % 3 ? 1.0f : 0.25f * (float)(1 + h % 4);
         const uint8_t *pf[1] = { (const uint8_t *)b16 };
         memcpy(ab, aa, C * hp * 4);
@@ -633,9 +636,20 @@ static void check_mla_table(const dsattn_mla_kern *A, const dsattn_mla_kern *B)
             CHECK_BITS("pv, two SIMD tables", aa, ab, C * hp);
         }
     }
-    /* FP8 latent rows (656-byte layout at kl 512) with NaN codes */
-    {
-        const size_t kl = 512, dr = 64, rb = dsattn_v32_kv_row_bytes(kl, dr);
+    free(q); free(qp); free(rows); free(ka); free(kr); free(sa); free(sr); free(aa); free(ar);
+    free(sb); free(ab); free(b16);
+}
+
+/* The table's row entries against the scalar table: the V3.2 FP8 latent
+ * row, the absorption weight rows, the indexer's head sum, the bf16 rows
+ * and rounding. */
+static void check_mla_rows(const dsattn_mla_kern *A)
+{
+    const dsattn_mla_kern *R = &dsattn_mla_kern_ref;
+    /* FP8 latent rows (656-byte layout at kl 512; and a rope of 66, a
+     * tail past the last whole vector) with NaN codes */
+    for (size_t dr = 64; dr <= 66; dr += 2) {
+        const size_t kl = 512, rb = dsattn_v32_kv_row_bytes(kl, dr);
         float *x = malloc((kl + dr) * 4), *oa = malloc((kl + dr) * 4), *orf = malloc((kl + dr) * 4);
         uint8_t *row = malloc(rb);
         fill_rand(x, kl + dr, 8, 3.0f);
@@ -758,13 +772,13 @@ static void check_mla_table(const dsattn_mla_kern *A, const dsattn_mla_kern *B)
                 }
             }
         }
-        uint16_t wb[40];
-        for (size_t i = 0; i < 40; i++) wb[i] = dsattn_f32_to_bf16(x[i]);
+        uint16_t wb[45];              /* 45: a tail past the last whole vector */
+        for (size_t i = 0; i < 45; i++) wb[i] = dsattn_f32_to_bf16(x[i]);
         memset(ya, 0, sizeof ya);
         memset(yr, 0, sizeof yr);
-        A->bf16w_axpy(wb, 40, 1.0f, ya);
-        R->bf16w_axpy(wb, 40, 1.0f, yr);
-        CHECK_BITS("bf16w_axpy", ya, yr, 40);
+        A->bf16w_axpy(wb, 45, 1.0f, ya);
+        R->bf16w_axpy(wb, 45, 1.0f, yr);
+        CHECK_BITS("bf16w_axpy", ya, yr, 45);
         float ra[37], rr[37];
         fill_rand(ra, 37, 10, 1.0f);
         ra[5] = NAN;
@@ -773,8 +787,21 @@ static void check_mla_table(const dsattn_mla_kern *A, const dsattn_mla_kern *B)
         R->round_bf16(rr, 37);
         CHECK_BITS("round_bf16", ra, rr, 37);
     }
-    free(q); free(qp); free(rows); free(ka); free(kr); free(sa); free(sr); free(aa); free(ar);
-    free(sb); free(ab); free(b16);
+}
+
+/* One SIMD table against the scalar one (and B, see above): the tiles on
+ * five shapes - the one above; a lone 16-head half group with D = 3 (no
+ * whole vector) and 3 columns; two 32-head groups at D = 64 with a last
+ * 4-column P.V tile; 20 heads at D = 20 with a last single column; 8
+ * latent elements and columns (a last 2-column tile) - then the rows. */
+static void check_mla_table(const dsattn_mla_kern *A, const dsattn_mla_kern *B)
+{
+    static const size_t shape[5][4] = {
+        { 37, 48, 45, 23 }, { 13, 16, 3, 3 }, { 60, 64, 64, 64 }, { 20, 32, 20, 19 },
+        { 5, 16, 8, 8 } };
+    for (int i = 0; i < 5; i++)
+        check_mla_tiles(A, B, shape[i][0], shape[i][1], shape[i][2], shape[i][3]);
+    check_mla_rows(A);
 }
 
 DSATTN_TEST(mla, tile_kernels_simd_match_scalar_on_odd_sizes)

@@ -84,10 +84,14 @@ DSATTN_TEST(pgemm, fp8_tile_decode_equals_ref_on_every_code)
     const int ntab = simd_tables(tabs);
     for (int ti = 0; ti < ntab; ti++) {
     const dsattn_pgemm_kern *pk = tabs[ti];
-    enum { K = 512 };
+    /* K = 512: whole blocks; K = 48: a last partial block at bs 32, and
+     * bs 128 past K */
+    static const size_t Ks[2] = { 512, 48 };
+    for (int kk = 0; kk < 2; kk++) {
+    const size_t K = Ks[kk];
     uint8_t *w = malloc(12 * K);
     float *t1 = malloc(K * 12 * 4), *t2 = malloc(K * 12 * 4);
-    float scales[4][K / 16];
+    float scales[4][512 / 16];
     dsattn_rng r = { 11 };
     /* every code (NaN codes 0x7f / 0xff too) in every row */
     for (size_t i = 0; i < 12 * K; i++) w[i] = (uint8_t)(i * 37 + i / K);
@@ -113,6 +117,7 @@ DSATTN_TEST(pgemm, fp8_tile_decode_equals_ref_on_every_code)
                               nrs[ni], s, finite);
                 }
     free(w); free(t1); free(t2);
+    }
     }
 }
 

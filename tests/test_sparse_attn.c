@@ -157,7 +157,12 @@ static void qk_pv_finish_match_scalar_table_on(const dsattn_ktab *KT)
     const dsattn_sa_kern *A = KT ? KT->sa : NULL, *R = &dsattn_sa_kern_ref;
     if (!KT) return;
     if (!A) { dsattn_test_skip("no sparse-attention tiles in this table (build)"); return; }
-    const size_t D = 96, ld = D + 16, nkmax = 72;
+    /* D = 96: whole 6-column P.V tiles and vectors; D = 37: a last single
+     * column and the finish's scalar path (d not a multiple of the width) */
+    static const size_t Ds[2] = { 96, 37 };
+    for (int di = 0; di < 2; di++) {
+    const size_t D = Ds[di];
+    const size_t ld = D + 16, nkmax = 72;
     const size_t hps[] = { 16, 32, 48, 64 }, nks[] = { 1, 5, 12, 13, 64 };
     dsattn_rng g = { 5 };
     float *q = malloc(64 * D * 4), *qp = malloc(64 * D * 4), *rows = malloc(nkmax * ld * 4);
@@ -193,6 +198,7 @@ static void qk_pv_finish_match_scalar_table_on(const dsattn_ktab *KT)
         }
     free(q); free(qp); free(rows); free(s1); free(s2); free(al); free(a1); free(a2);
     free(den); free(o1); free(o2);
+    }
 }
 
 /* FNV-1a (tests/harness.c) over what the sparse-attention tiles compute on

@@ -43,9 +43,9 @@
  *            bf16-dot GEMM).  mha is avx512-bf16 (q.k and p.v on
  *            VDPBF16PS) where bf16blk is those blocks and the CPU issues
  *            VDPBF16PS near its FMA rate (timed once), else avx512.
- *   neon     k, mha, wdq, vmath, index = their NEON forms (aarch64
- *            builds only; index the SDOT form where the CPU has the dot
- *            product), the rest NULL
+ *   neon     k, mla, sa, pgemm, mha, wdq, vmath, index = their NEON
+ *            forms (aarch64 builds only; index the SDOT form where the CPU
+ *            has the dot product); amx and bf16blk NULL
  */
 #ifndef DSATTN_KTAB_H
 #define DSATTN_KTAB_H

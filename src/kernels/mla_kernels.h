@@ -74,7 +74,8 @@ typedef struct dsattn_mla_kern {
      * transpose in one pass */
     void (*tile_bf16)(const uint8_t *const *rows, size_t nr, size_t D, float *kt);
     /* One FP8 latent row (dsattn_v32_kv_unpack's layout and values: E4M3
-     * codes x per-128 fp32 scale, then bf16 rope; NaN codes give NaN). */
+     * codes x per-128 fp32 scale, then bf16 rope; NaN codes give NaN).
+     * kl % 128 == 0 (the layer refuses other kv_lora_rank), any dr. */
     void (*v32_row)(const uint8_t *row, size_t kl, size_t dr, float *out);
 
     /* Weight rows of the W_uk / W_uv absorption with the reference's bf16
@@ -88,7 +89,8 @@ typedef struct dsattn_mla_kern {
      * bits as four fp8w_axpy calls (each element sees the same chain).
      * finite != 0 promises no NaN code in the four rows (the weight's
      * dsattn_weight.finite); the SIMD form then decodes 2 vectors of codes a
-     * step (32 on AVX-512, 16 on AVX2) without the NaN compare - same bits. */
+     * step (32 on AVX-512, 16 on AVX2, 8 on NEON) without the NaN compare -
+     * same bits (NaN sign and payload, as everywhere, not part of that). */
     void (*fp8w_axpy4)(const uint8_t *const *w, const float *const *scale, size_t bs, size_t n,
                        const float *a, float *acc, int finite);
     /* out[k] = fp8w_dot(w[k], scale[k], ...) for rows 0..3, bit for bit,
@@ -99,8 +101,8 @@ typedef struct dsattn_mla_kern {
     /* x[i] = bf16(x[i]), the RNE rounding of dsattn_round_bf16 (NaN kept) */
     void (*round_bf16)(float *x, size_t n);
     /* The V3.2 indexer's head sum: out[j] = sum_h relu(c[j*ldc + h]) * w[h],
-     * h < nh, j < nk, in fp32 (ref: h in order; avx512/avx2: 16/8 heads per lane,
-     * lanes added at the end) */
+     * h < nh, j < nk, in fp32 (ref: h in order; avx512/avx2/neon: 16/8/4 heads
+     * per lane, lanes added at the end) */
     void (*relu_wsum)(const float *c, size_t ldc, size_t nk, const float *w, size_t nh,
                       float *out);
 } dsattn_mla_kern;

@@ -14,6 +14,8 @@
  * Every output element is one fp32 FMA chain over k in increasing order,
  * so every SIMD tile equals the scalar `ref` tile bit for bit (tested),
  * and a result does not depend on the slicing of k or on the threads.
+ * A NaN's sign and payload are not part of that (where two NaNs meet, the
+ * operand order of an ISA's multiply or FMA picks one).
  */
 #ifndef DSATTN_PGEMM_H
 #define DSATTN_PGEMM_H

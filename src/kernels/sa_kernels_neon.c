@@ -4,7 +4,7 @@
  * NULL).  The sparse-attention row decoder and the row-major QK / PV
  * register tiles of sa_kernels_avx2.c on 4 lanes and 32 registers.
  *
- * rows: 16 values a step.  FP4 E2M1: the nibbles are split and
+ * rows: FP4 16 values a step, FP8 8.  FP4 E2M1: the nibbles are split and
  * interleaved (element 2i is the low nibble) and each s.ee.m placed as the
  * fp16 s.000ee.m000000000, which is exactly 2^-14 times its value,
  * subnormal 0.5 included; FCVTL widens it, and the 2^14 is folded into

@@ -199,7 +199,15 @@ DSATTN_NEON_AI uint32x4_t dsattn_e4m3_nan4_128n(uint16x8_t b)
     return vreinterpretq_u32_s32(vmovl_s16(vget_low_s16(vreinterpretq_s16_u16(n))));
 }
 
-DSATTN_NEON_AI float dsattn_hmax128n(float32x4_t v) { return vmaxvq_f32(v); }
+/* the horizontal max in x86's order and semantics (the last steps of
+ * simd_avx2.h's dsattn_hmax256: maxps of lanes (0, 2) and (1, 3), then of
+ * the two), so a NaN lane gives what it gives there, as dsv_max does */
+DSATTN_NEON_AI float dsattn_hmax128n(float32x4_t v)
+{
+    const float32x4_t m = dsattn_max_x86_128n(v, vextq_f32(v, v, 2));
+    const float a = vgetq_lane_f32(m, 0), b = vgetq_lane_f32(m, 1);
+    return a > b ? a : b;
+}
 
 /* the horizontal sum in a fixed order: (v0 + v2) + (v1 + v3) */
 DSATTN_NEON_AI float dsattn_hsum128n(float32x4_t v)
