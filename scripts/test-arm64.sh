@@ -8,11 +8,13 @@
 # Installs what it needs (as root, apt-get, only what is missing):
 # gcc-aarch64-linux-gnu, the arm64 builds of OpenBLAS / cJSON / xxHash and
 # of the C library (multiarch: dpkg --add-architecture arm64), qemu-user.
-# .ci/run calls it.  Time on the 2-core x86-64 host it was written on:
-# 2026-12-02, load average 7, from an empty build-arm64, under nice -n 10:
-# 414 s in all (build 61 s; formats 21, golden_mla 5, golden_v4 17, v41 202,
-# loader 93, kernels 15 s).  v41 spends most of it in its fast-vs-reference
-# statistical gates (112 s), loader in make_weights_every_layout (59 s).
+# .ci/run calls it.  Time on a 2-core x86-64 host (AMD EPYC Zen 5),
+# 2026-12-07, another job running beside it, from an existing build-arm64,
+# with DSATTN_ARM64_SOAK=60: 343 s in all (build 20 s; formats 15,
+# golden_mla 1, golden_v4 9, v41 132, loader 39, kernels 12, mha 8, vmath 0,
+# mla 19, sparse_attn 6, pgemm 5, formats on cortex-a57 15, soak 62 s).
+# v41 spends most of it in its fast-vs-reference statistical gates, loader
+# in make_weights_every_layout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
