@@ -879,6 +879,66 @@ static uint64_t mla_tile_hash(const dsattn_mla_kern *A)
     return dsattn_fnv_bits(h, acct, C * HP);
 }
 
+/* The same over the elementwise row entries (every output one rounding
+ * chain whatever the width; the scalar tail past the last whole scale
+ * block is the same code on every ISA): key tiles from bf16 rows, the
+ * V3.2 FP8 latent row with NaN codes and a rope tail, the absorption rows
+ * fp8w_axpy (power-of-two, plain and huge block scales: the three scale
+ * modes; NaN codes) and fp8w_axpy4 (finite and not), and the bf16
+ * rounding.  Not the dots and the head sum (their lanes are added in each
+ * width's order) nor bf16w_axpy (its tail starts at the width). */
+#define MLA_ROWS_FNV 0xc186525d6e6da501ull /* the AVX-512 and AVX2 tables, 2026-12-07 */
+
+static uint64_t mla_rows_hash(const dsattn_mla_kern *A)
+{
+    enum { D = 68, NT = 2, KL = 512, DR = 66, N = 272, BS = 128 };
+    static uint16_t b16[24 * D];
+    static float x[24 * D], kt[NT * 12 * D], row[KL + DR];
+    static uint8_t v32[KL + 4 * (KL / 128) + 2 * DR], w[4][N];
+    fill_rand(x, 24 * D, 51, 2.0f);
+    for (size_t i = 0; i < 24 * D; i++) b16[i] = dsattn_f32_to_bf16(x[i]);
+    for (size_t t = 0; t < NT; t++) {
+        const uint8_t *rp[12];
+        for (size_t r = 0; r < 12; r++) rp[r] = (const uint8_t *)(b16 + (t * 12 + r) * D);
+        A->tile_bf16(rp, t ? 7 : 12, D, kt + t * 12 * D);
+    }
+    uint64_t h = dsattn_fnv_bits(DSATTN_FNV_START, kt, NT * 12 * D);
+    fill_rand(row, KL + DR, 52, 3.0f);
+    dsattn_v32_kv_pack(row, KL, DR, v32, NULL);
+    v32[7] = 0x7f;
+    v32[300] = 0xff;
+    A->v32_row(v32, KL, DR, row);
+    h = dsattn_fnv_bits(h, row, KL + DR);
+    static const float sc[4][3] = { { 0x1p-7f, 3.0e-3f, 0x1p110f }, { 0x1p-3f, 0x1p-3f, 0x1p-3f },
+                                    { 7.0e-2f, 5.0e-4f, 1.5f }, { 0x1p105f, 0x1p-20f, 0.3f } };
+    const uint8_t *w4[4];
+    const float *s4[4];
+    const float a4[4] = { 0.75f, -1.5f, 3.0e-2f, 11.0f };
+    float acc[N];
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < N; i++) w[k][i] = (uint8_t)(i * (7 + 2 * k) + 3 * k);
+        w4[k] = w[k];
+        s4[k] = sc[k];
+        fill_rand(acc, N, 53 + (uint64_t)k, 1.0f);
+        A->fp8w_axpy(w[k], sc[k], BS, N, a4[k], acc);
+        h = dsattn_fnv_bits(h, acc, N);
+    }
+    fill_rand(acc, N, 57, 1.0f);
+    A->fp8w_axpy4(w4, s4, BS, N, a4, acc, 0);
+    h = dsattn_fnv_bits(h, acc, N);
+    for (int k = 0; k < 4; k++)
+        for (size_t i = 0; i < N; i++) w[k][i] = (w[k][i] & 0x7f) == 0x7f ? 0x3c : w[k][i];
+    s4[0] = s4[1] = s4[2] = s4[3] = sc[1];        /* one mode: the finite two-vector steps */
+    fill_rand(acc, N, 58, 1.0f);
+    A->fp8w_axpy4(w4, s4, BS, N, a4, acc, 1);
+    h = dsattn_fnv_bits(h, acc, N);
+    fill_rand(acc, N, 59, 1.0f);
+    acc[5] = NAN;
+    acc[6] = INFINITY;
+    A->round_bf16(acc, N);
+    return dsattn_fnv_bits(h, acc, N);
+}
+
 DSATTN_TEST(mla, tile_bits_are_one_function_on_every_isa)
 {
     static const dsattn_isa isas[3] = { DSATTN_ISA_AVX512, DSATTN_ISA_AVX2, DSATTN_ISA_NEON };
@@ -889,6 +949,9 @@ DSATTN_TEST(mla, tile_bits_are_one_function_on_every_isa)
         const uint64_t h = mla_tile_hash(t.mla);
         CHECK_MSG(h == MLA_TILE_FNV, "%s: MLA tile hash 0x%016llx, expected 0x%016llx",
                   t.mla->name, (unsigned long long)h, (unsigned long long)MLA_TILE_FNV);
+        const uint64_t hr = mla_rows_hash(t.mla);
+        CHECK_MSG(hr == MLA_ROWS_FNV, "%s: MLA rows hash 0x%016llx, expected 0x%016llx",
+                  t.mla->name, (unsigned long long)hr, (unsigned long long)MLA_ROWS_FNV);
         seen++;
     }
     if (!seen) dsattn_test_skip("no SIMD MLA tiles (CPU or build)");
