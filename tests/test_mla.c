@@ -884,10 +884,11 @@ static uint64_t mla_tile_hash(const dsattn_mla_kern *A)
  * block is the same code on every ISA): key tiles from bf16 rows, the
  * V3.2 FP8 latent row with NaN codes and a rope tail, the absorption rows
  * fp8w_axpy (power-of-two, plain and huge block scales: the three scale
- * modes; NaN codes) and fp8w_axpy4 (finite and not), and the bf16
+ * modes; NaN codes) and fp8w_axpy4 (finite and not), bf16w_axpy (45
+ * elements: a tail past every width's last whole vector) and the bf16
  * rounding.  Not the dots and the head sum (their lanes are added in each
- * width's order) nor bf16w_axpy (its tail starts at the width). */
-#define MLA_ROWS_FNV 0xc186525d6e6da501ull /* the AVX-512 and AVX2 tables, 2026-12-07 */
+ * width's order). */
+#define MLA_ROWS_FNV 0x666e7ff985fbe351ull /* the AVX-512 and AVX2 tables, 2026-12-07 */
 
 static uint64_t mla_rows_hash(const dsattn_mla_kern *A)
 {
@@ -932,6 +933,9 @@ static uint64_t mla_rows_hash(const dsattn_mla_kern *A)
     fill_rand(acc, N, 58, 1.0f);
     A->fp8w_axpy4(w4, s4, BS, N, a4, acc, 1);
     h = dsattn_fnv_bits(h, acc, N);
+    fill_rand(acc, N, 60, 1.0f);
+    A->bf16w_axpy(b16 + 5, 45, -0.3f, acc);     /* a product that rounds */
+    h = dsattn_fnv_bits(h, acc, 45);
     fill_rand(acc, N, 59, 1.0f);
     acc[5] = NAN;
     acc[6] = INFINITY;
