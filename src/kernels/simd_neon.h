@@ -5,7 +5,7 @@
  * 4 x 4 transposes, the 6 x 16 register tile of the attention tiles; and
  * the 4-lane vector words (DSV_F, dsv_fmadd, ...) that the templates
  * written once for every width use (simd_tmpl.h, mha_tmpl.h,
- * mla_tile_tmpl.h, sa_tmpl.h).  dsv_max is x86 maxps, not FMAX, so the
+ * mla_tile_tmpl.h, sa_tmpl.h, pgemm_tmpl.h).  dsv_max is x86 maxps, not FMAX, so the
  * templates give the x86 bits where a NaN or two zeros meet a max.
  * Include only from *_neon.c files (aarch64 builds; CMakeLists.txt leaves
  * them out elsewhere).
