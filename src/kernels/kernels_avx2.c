@@ -74,14 +74,6 @@ AI __m256 hsum8(const __m256 *a)
                          _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 
-AI float ue8m0f(uint8_t b)
-{
-    uint32_t u = b == 0 ? 0x00400000u : (b == 255 ? 0x7fc00000u : (uint32_t)b << 23);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* 8 consecutive E2M1 codes (4 bytes at p) -> 8 floats, natural order. */
 AI __m256 fp4x8(const uint8_t *p)
 {
@@ -1218,7 +1210,7 @@ static void gemv_fp4_avx2(const uint8_t *W, const uint8_t *scale, const float *x
             const uint8_t *w = W + r * rs + k0 / 2, *s = scale + r * ss + k0 / 32;
             size_t b = 0;
             for (; b + 8 <= kn / 32; b += 8) _mm256_store_ps(sb + b, ue8m0x8(s + b));
-            for (; b < kn / 32; b++) sb[b] = ue8m0f(s[b]);
+            for (; b < kn / 32; b++) sb[b] = dsattn_ue8m0_bits_f32(s[b]);
             __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
             size_t c = 0;
             for (; c + 128 <= kf; c += 128) {
@@ -1356,7 +1348,7 @@ AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, si
         size_t cn = i0 + n - c0 < 64 * blk ? i0 + n - c0 : 64 * blk;
         const uint8_t *sb = row + (fmt == DSATTN_ROW_FP8UE8M0 ? d : d / 2) + c0 / blk;
         for (size_t b = 0; b < cn / blk; b++)
-            scf[b] = fmt == DSATTN_ROW_FP4E4M3 ? dsattn_e4m3_to_f32(sb[b]) : ue8m0f(sb[b]);
+            scf[b] = fmt == DSATTN_ROW_FP4E4M3 ? dsattn_e4m3_to_f32(sb[b]) : dsattn_ue8m0_bits_f32(sb[b]);
         if (fmt == DSATTN_ROW_FP8UE8M0) {
             for (size_t i = c0; i < c0 + cn; i += 16) {
                 __m256 f0, f1, s = _mm256_set1_ps(scf[(i - c0) / 32]);

@@ -51,15 +51,6 @@
 
 /* ==== Exact decoders ==================================================== */
 
-
-AI float ue8m0f(uint8_t b)
-{
-    uint32_t u = b == 0 ? 0x00400000u : (b == 255 ? 0x7fc00000u : (uint32_t)b << 23);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* bf16 bytes of the E2M1 values 0 .5 1 1.5 2 3 4 6, then their negatives */
 static const uint8_t e2m1_bf16_hi[16] = { 0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40,
                                           0x80, 0xBF, 0xBF, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0 };
@@ -203,7 +194,7 @@ AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, si
     size_t i = i0;
     if (fmt == DSATTN_ROW_FP8UE8M0) {
         for (; i < i0 + n; i += 32) {
-            const float s = ue8m0f(row[d + i / 32]);
+            const float s = dsattn_ue8m0_bits_f32(row[d + i / 32]);
             for (int j = 0; j < 4; j++) {
                 dsattn_e4m3x8_128n(vld1_u8(row + i + 8 * j), &v[2 * j], &v[2 * j + 1], 1);
                 vst1q_f32(out + (i - i0) + 8 * j, vmulq_n_f32(v[2 * j], s));
@@ -219,7 +210,7 @@ AI void dequant_range(const int fmt, const uint8_t *row, size_t d, size_t i0, si
             s0 = dsattn_e4m3_to_f32(sb[i / 16]);
             s1 = dsattn_e4m3_to_f32(sb[i / 16 + 1]);
         } else {
-            s0 = s1 = ue8m0f(sb[i / 32]);
+            s0 = s1 = dsattn_ue8m0_bits_f32(sb[i / 32]);
         }
         fp4x32(row + i / 2, v);
         for (int j = 0; j < 8; j++) vst1q_f32(out + (i - i0) + 4 * j, vmulq_n_f32(v[j], j < 4 ? s0 : s1));
@@ -463,7 +454,7 @@ static void gemv_fp4_neon(const uint8_t *W, const uint8_t *scale, const float *x
                 p0 = vfmaq_f32(p0, v[j], vld1q_f32(xg + 4 * j));
                 p1 = vfmaq_f32(p1, v[j + 1], vld1q_f32(xg + 4 * j + 4));
             }
-            const float s = ue8m0f(sc[g]);
+            const float s = dsattn_ue8m0_bits_f32(sc[g]);
             a0 = vfmaq_n_f32(a0, p0, s);
             a1 = vfmaq_n_f32(a1, p1, s);
         }

@@ -48,13 +48,6 @@ AI __m256 fp4x8(const uint8_t *row, size_t c0, __m256 tlo, __m256 thi)
                             _mm256_permutevar8x32_ps(thi, ix), sel);
 }
 
-/* UE8M0 byte -> float: 2^(b - 127), byte 0 the subnormal 2^-127, 0xff NaN */
-AI float ue8m0(uint8_t b)
-{
-    const uint32_t u = b == 0xff ? 0x7fc00000u : b == 0 ? 0x00400000u : (uint32_t)b << 23;
-    return dsattn_bits_f32(u);
-}
-
 /* values c0..c0+7 of a V4.1 FP8 window row (c0 % 8 == 0) */
 AI __m256 fp8x8(const uint8_t *row, size_t d, size_t c0)
 {
@@ -63,7 +56,7 @@ AI __m256 fp8x8(const uint8_t *row, size_t d, size_t c0)
     const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), 7),
                                    _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
     const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f)),
-                                   _mm256_set1_ps(ue8m0(row[d + c0 / 32])));
+                                   _mm256_set1_ps(dsattn_ue8m0_bits_f32(row[d + c0 / 32])));
     const __m256i nan = _mm256_cvtepi16_epi32(
         _mm_cmpeq_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7f)));
     return _mm256_blendv_ps(v, _mm256_set1_ps(__builtin_nanf("")), _mm256_castsi256_ps(nan));

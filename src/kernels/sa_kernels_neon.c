@@ -58,19 +58,12 @@ AI void fp4x16(const uint8_t *row, size_t d, size_t c0, float *o)
     h8_times(e2m1_h(vmovl_u8(z.val[1])), s, o + 8);
 }
 
-/* UE8M0 byte -> float: 2^(b - 127), byte 0 the subnormal 2^-127, 0xff NaN */
-AI float ue8m0(uint8_t b)
-{
-    const uint32_t u = b == 0xff ? 0x7fc00000u : b == 0 ? 0x00400000u : (uint32_t)b << 23;
-    return dsattn_bits_f32(u);
-}
-
 /* values c0..c0+7 of a V4.1 FP8 window row (c0 % 8 == 0) -> o */
 AI void fp8x8(const uint8_t *row, size_t d, size_t c0, float *o)
 {
     float32x4_t a, b;
     dsattn_e4m3x8_128n(vld1_u8(row + c0), &a, &b, 1);
-    const float32x4_t s = vdupq_n_f32(ue8m0(row[d + c0 / 32]));
+    const float32x4_t s = vdupq_n_f32(dsattn_ue8m0_bits_f32(row[d + c0 / 32]));
     vst1q_f32(o, vmulq_f32(a, s));
     vst1q_f32(o + 4, vmulq_f32(b, s));
 }

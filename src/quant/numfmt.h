@@ -46,6 +46,12 @@ static inline float dsattn_e2m1_to_f32(uint8_t c) { return dsattn_e2m1_table[c &
 
 /* UE8M0 / E8M0: byte b is 2^(b-127); 0xff is NaN. */
 float   dsattn_ue8m0_to_f32(uint8_t b);
+/* The same value built in the bits, inline, for the SIMD kernels' block
+ * scales: b << 23, byte 0 the subnormal 2^-127, 0xff a quiet NaN */
+static inline float dsattn_ue8m0_bits_f32(uint8_t b)
+{
+    return dsattn_bits_f32(b == 0xff ? 0x7fc00000u : b == 0 ? 0x00400000u : (uint32_t)b << 23);
+}
 /* Byte for a power of two s in [2^-127, 2^127]; callers pass powers of two. */
 uint8_t dsattn_f32_to_ue8m0(float pow2);
 
