@@ -39,6 +39,7 @@
 #include "index_vnni.h"
 
 #include "numfmt.h"
+#include "simd_neon.h"
 
 #include <arm_neon.h>
 #include <math.h>
@@ -100,16 +101,6 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) AI int32x4_t block4_dot(int8x1
     return vaddq_s32(a, c);
 }
 
-/* round to bf16, nearest even (dsattn_round_bf16 for the values that reach
- * it here: numbers, infinities and quiet NaNs with a zero low half) */
-AI float32x4_t rbf16x4(float32x4_t x)
-{
-    const uint32x4_t u = vreinterpretq_u32_f32(x);
-    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
-    const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7fff)), lsb);
-    return vreinterpretq_f32_u32(vandq_u32(r, vdupq_n_u32(0xffff0000u)));
-}
-
 /* Key j of a call (row sel[j], or j0 + j): its row, and its dh codes (the
  * even element in the low nibble) as signed half-units kb[dh] */
 AI const uint8_t *key_half_units(const uint8_t *base, size_t row_bytes, const int32_t *sel,
@@ -152,10 +143,10 @@ AI float key_score(const dsattn_index_vnni_q *p, const uint8_t *row, const int32
                          vdupq_n_f64(0.0) };
     for (size_t h = 0; h < nh; h += 4) {
         const float32x4_t dot = vcvt_high_f32_f64(vcvt_f32_f64(td[h / 2]), td[h / 2 + 1]);
-        const float32x4_t dd = rbf16x4(dot);
+        const float32x4_t dd = dsattn_rbf16_128n(dot);
         const float32x4_t r = vbslq_f32(vcgtq_f32(dd, vdupq_n_f32(0.0f)), dd,
                                         vdupq_n_f32(0.0f));  /* NaN -> 0 as dd > 0 ? dd : 0 */
-        const float32x4_t pr = rbf16x4(vmulq_f32(r, vld1q_f32(p->w + h)));
+        const float32x4_t pr = dsattn_rbf16_128n(vmulq_f32(r, vld1q_f32(p->w + h)));
         const size_t l = h % 8 / 2;
         L[l] = vaddq_f64(L[l], vcvt_f64_f32(vget_low_f32(pr)));
         L[l + 1] = vaddq_f64(L[l + 1], vcvt_high_f64_f32(pr));
