@@ -4,7 +4,7 @@
 # every case, golden ones bit-exact in reference mode, passes on an ARM64
 # CPU with the `neon` kernel table.  It says nothing about NEON speed.
 #   bash scripts/test-arm64.sh [suite ...]     (default: the list below)
-#   DSATTN_ARM64_SOAK=30 bash scripts/test-arm64.sh   (and a 30 s soak)
+#   DSATTN_ARM64_SOAK=30 bash scripts/test-arm64.sh   (and 30 s soaks: tiny, odd shapes)
 # Installs what it needs (as root, apt-get, only what is missing):
 # gcc-aarch64-linux-gnu, the arm64 builds of OpenBLAS / cJSON / xxHash and
 # of the C library (multiarch: dpkg --add-architecture arm64), qemu-user.
@@ -95,21 +95,24 @@ if [[ " ${suites[*]} " == *" formats "* ]]; then
   fi
 fi
 # DSATTN_ARM64_SOAK=SECONDS: then `dsattn soak` in fast mode under the
-# emulator, random operations on every generation through the neon table
-# (the CLI is built with the runner; .ci/run asks for 30 s).
+# emulator, random operations on every generation through the neon table,
+# that long on the tiny models and again on the odd-shaped ones (the CLI is
+# built with the runner; .ci/run asks for 30 s).
 soak="${DSATTN_ARM64_SOAK:-0}"
 if [ "$soak" -gt 0 ]; then
-  start=$(date +%s)
-  rc=0
-  out=$(cd build-arm64 && OMP_NUM_THREADS=1 "${QEMU[@]}" ./dsattn soak --seconds "$soak" \
-        --mode fast 2>&1) || rc=$?
-  if [ $rc -eq 0 ]; then
-    echo "soak (qemu-aarch64, $(( $(date +%s) - start )) s): $(tail -n 1 <<<"$out")"
-  else
-    tail -n 20 <<<"$out"
-    echo "soak: FAILED under qemu-aarch64" >&2
-    fail=1
-  fi
+  for shapes in tiny odd; do
+    start=$(date +%s)
+    rc=0
+    out=$(cd build-arm64 && OMP_NUM_THREADS=1 "${QEMU[@]}" ./dsattn soak --seconds "$soak" \
+          --mode fast --shapes "$shapes" 2>&1) || rc=$?
+    if [ $rc -eq 0 ]; then
+      echo "soak --shapes $shapes (qemu-aarch64, $(( $(date +%s) - start )) s): $(tail -n 1 <<<"$out")"
+    else
+      tail -n 20 <<<"$out"
+      echo "soak --shapes $shapes: FAILED under qemu-aarch64" >&2
+      fail=1
+    fi
+  done
 fi
 echo "test-arm64: $(( $(date +%s) - t0 )) s in all"
 exit $fail

@@ -686,9 +686,20 @@ DSATTN_TEST(cli, soak_short_run_passes)
         const char *v = strstr(out, "dsattn soak: PASS: ");
         CHECK_MSG(v && strstr(v, modes[m]), "%s", out);
     }
+    /* the odd shapes: their own models, named in the verdict */
+    char *odd[] = { "dsattn", "soak", "--seconds", "2", "--report-every", "1", "--shapes", "odd",
+                    NULL };
+    int rc = run_cli_to(odd, out, sizeof out, 1);
+    CHECK_MSG(rc == 0 && strstr(out, "dsattn soak: PASS: ") &&
+                  strstr(out, "(odd shapes, fast mode") && strstr(out, "V3 MLA (2 layers, dim 192)") &&
+                  strstr(out, "V4.1 CSA2 (10 layers, dim 160)") && !strstr(out, "FAIL"),
+              "soak --shapes odd: exit %d: %s", rc, out);
     char *bad[] = { "dsattn", "soak", "--gens", "v3,v5", NULL };
     CHECK_EQ_INT(run_cli(bad, out, sizeof out), 2);
     CHECK_MSG(strstr(out, "--gens"), "%s", out);
+    char *bad_shapes[] = { "dsattn", "soak", "--shapes", "even", NULL };
+    CHECK_EQ_INT(run_cli(bad_shapes, out, sizeof out), 2);
+    CHECK_MSG(strstr(out, "bad option --shapes even"), "%s", out);
 }
 
 /* The failure path, through a real failure and no hook in the tool: a

@@ -9,7 +9,8 @@
  * subset (dsattn_*_stack_forward_batch), save + load, load_buffer, clone,
  * destroy, a push past a sequence's capacity, and a group of pipeline
  * stages (op_stages: sequences of some layers against one of every layer).
- * Inputs are dsattn run's seeded rows, one stream per sequence.
+ * Inputs are dsattn run's seeded rows, one stream per sequence.  --shapes
+ * odd swaps the tiny models for ones of shapes no kernel tiles evenly.
  *
  * Each operation checks what include/dsattn.h promises: the status, the
  * positions, finite outputs; a refused call (past the capacity, a batch
@@ -136,7 +137,7 @@ static const char *const op_name[OP_COUNT] = { "create", "prefill", "decode", "b
 /* Small configs in the shape of the tests' tiny ones: dims 256, a few
  * layers.  FP8 weights where the generation ships them (the Linear input
  * dims are multiples of 128 for V3 / V3.2 / V4's block scales). */
-static const char *const gen_config[G_COUNT] = {
+static const char *const tiny_config[G_COUNT] = {
     "{\"model_type\": \"llama\", \"hidden_size\": 256, \"num_hidden_layers\": 3,"
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"rope_theta\": 10000.0,"
     " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6}",
@@ -177,6 +178,62 @@ static const char *const gen_config[G_COUNT] = {
     " \"rope_factor\": 16, \"original_seq_len\": 65536, \"beta_fast\": 32, \"beta_slow\": 1,"
     " \"norm_eps\": 1e-20, \"dtype\": \"fp8\"}",
 };
+
+/* --shapes odd: configs no fast kernel tiles evenly, so the tails, the
+ * fallbacks and the shapes' own plans run under the same schedule.  Odd
+ * head counts (3, 5, 6), head dims 48 and 80, GQA groups of 3, V3 without
+ * a query LoRA (q_lora_rank 0, YaRN off) and a value head unlike its key's
+ * nope part, latent ranks 96 and 256 (only the latter takes the FP8 latent
+ * rows), a V3.2 rope of 8 dims, V4 with HCA ratio 8, a CSA first layer,
+ * three output groups of rank 48 (G x R = 144) and 3 index heads, V4.1
+ * with 5 heads of 96 (32 rope), 5 output groups of rank 32, 3 index heads
+ * and a plan whose Reindex layer feeds two Reuse layers.  bf16 weights
+ * where the FP8 block scales need multiples of 128 (V3, V3.2, V4), FP8 for
+ * V4.1, whose blocks are 32. */
+static const char *const odd_config[G_COUNT] = {
+    "{\"model_type\": \"llama\", \"hidden_size\": 240, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 5, \"num_key_value_heads\": 5, \"rope_theta\": 10000.0,"
+    " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6}",
+    "{\"model_type\": \"llama\", \"hidden_size\": 480, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 6, \"num_key_value_heads\": 2, \"rope_theta\": 10000.0,"
+    " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6}",
+    "{\"model_type\": \"deepseek_v3\", \"dim\": 192, \"n_layers\": 2, \"n_heads\": 3,"
+    " \"q_lora_rank\": 0, \"kv_lora_rank\": 96, \"qk_nope_head_dim\": 48,"
+    " \"qk_rope_head_dim\": 16, \"v_head_dim\": 40, \"original_seq_len\": 4096,"
+    " \"rope_theta\": 10000.0, \"rope_factor\": 40, \"beta_fast\": 32, \"beta_slow\": 1,"
+    " \"mscale\": 0.707, \"max_seq_len\": 4096}",
+    "{\"model_type\": \"deepseek_v32\", \"dim\": 192, \"n_layers\": 2, \"n_heads\": 5,"
+    " \"q_lora_rank\": 96, \"kv_lora_rank\": 256, \"qk_nope_head_dim\": 24,"
+    " \"qk_rope_head_dim\": 8, \"v_head_dim\": 24, \"original_seq_len\": 4096,"
+    " \"rope_theta\": 10000.0, \"rope_factor\": 40, \"beta_fast\": 32, \"beta_slow\": 1,"
+    " \"mscale\": 1.0, \"max_seq_len\": 1024, \"index_n_heads\": 3,"
+    " \"index_head_dim\": 128, \"index_topk\": 5, \"scale_fmt\": \"ue8m0\"}",
+    "{\"model_type\": \"deepseek_v4\", \"dim\": 192, \"n_layers\": 4, \"n_heads\": 3,"
+    " \"q_lora_rank\": 96, \"head_dim\": 80, \"rope_head_dim\": 16, \"o_groups\": 3,"
+    " \"o_lora_rank\": 48, \"window_size\": 6, \"original_seq_len\": 65536,"
+    " \"rope_theta\": 10000, \"rope_factor\": 16, \"beta_fast\": 32, \"beta_slow\": 1,"
+    " \"index_n_heads\": 3, \"index_head_dim\": 32, \"index_topk\": 3,"
+    " \"compress_rope_theta\": 160000, \"compress_ratios\": [4, 8, 0, 4, 0],"
+    " \"norm_eps\": 1e-6}",
+    "{\"model_type\": \"deepseek_v41\", \"dim\": 160, \"n_layers\": 10, \"n_heads\": 5,"
+    " \"head_dim\": 96, \"rope_head_dim\": 32, \"q_lora_rank\": 96, \"o_groups\": 5,"
+    " \"o_lora_rank\": 32, \"window_size\": 6,"
+    " \"compress_ratios\": [0, 2, 2, 2, 2, 1, 1, 1, 1, 1],"
+    " \"kv_source_layers\": [1, 3, 5], \"index_source_layers\": [1, 3, 5, 7],"
+    " \"candidate_source_layer\": 5, \"candidate_topk_blocks\": 3,"
+    " \"candidate_block_size\": 3, \"index_n_heads\": 3, \"index_head_dim\": 64,"
+    " \"index_topk\": 5, \"rope_theta\": 10000.0, \"compress_rope_theta\": 160000.0,"
+    " \"rope_factor\": 16, \"original_seq_len\": 65536, \"beta_fast\": 32, \"beta_slow\": 1,"
+    " \"norm_eps\": 1e-6, \"dtype\": \"fp8\"}",
+};
+
+typedef enum { SHAPES_TINY, SHAPES_ODD, SHAPES_COUNT } shapes_id;
+static const char *const shapes_key[SHAPES_COUNT] = { "tiny", "odd" };
+static const char *const *const shapes_config[SHAPES_COUNT] = { tiny_config, odd_config };
+/* random weights in FP8 (1) or bf16 (0), per set and generation; MHA /
+ * GQA are bf16 as released whatever this says */
+static const int shapes_fp8[SHAPES_COUNT][G_COUNT] = { { 0, 0, 1, 1, 1, 1 },
+                                                       { 0, 0, 0, 0, 0, 1 } };
 
 /* ==== The run's state, the clock, the heap ============================== */
 
@@ -570,9 +627,10 @@ static void model_free(model *M)
     M->m = NULL;
 }
 
-/* The model of generation g from its config, written to a temporary file
- * and removed at once; its sequence options, each probed once. */
-static int model_make(model *M, gen_id g, uint64_t seed, char *err, size_t errlen)
+/* The model of generation g from its config in set sh, written to a
+ * temporary file and removed at once; its sequence options, each probed
+ * once. */
+static int model_make(model *M, gen_id g, shapes_id sh, uint64_t seed, char *err, size_t errlen)
 {
     memset(M, 0, sizeof *M);
     M->g = g;
@@ -583,7 +641,7 @@ static int model_make(model *M, gen_id g, uint64_t seed, char *err, size_t errle
         return -1;
     }
     FILE *f = fopen(path, "w");
-    const int wrote = f && fputs(gen_config[g], f) >= 0;
+    const int wrote = f && fputs(shapes_config[sh][g], f) >= 0;
     if (f && fclose(f)) f = NULL;
     if (!f || !wrote) {
         snprintf(err, errlen, "cannot write %s", path);
@@ -597,14 +655,17 @@ static int model_make(model *M, gen_id g, uint64_t seed, char *err, size_t errle
     case F_MHA:
         st = dsattn_mha_create_random((dsattn_mha **)&M->m, path, ws, e, sizeof e);
         break;
-    case F_MLA:           /* FP8 weights for all but MHA / GQA (bf16 as released) */
-        st = dsattn_mla_create_random((dsattn_mla **)&M->m, path, ws, 1, e, sizeof e);
+    case F_MLA:
+        st = dsattn_mla_create_random((dsattn_mla **)&M->m, path, ws, shapes_fp8[sh][g], e,
+                                      sizeof e);
         break;
     case F_V4:
-        st = dsattn_v4_create_random((dsattn_v4 **)&M->m, path, ws, 1, e, sizeof e);
+        st = dsattn_v4_create_random((dsattn_v4 **)&M->m, path, ws, shapes_fp8[sh][g], e,
+                                     sizeof e);
         break;
     default:
-        st = dsattn_v41_create_random((dsattn_v41 **)&M->m, path, ws, 1, e, sizeof e);
+        st = dsattn_v41_create_random((dsattn_v41 **)&M->m, path, ws, shapes_fp8[sh][g], e,
+                                      sizeof e);
         break;
     }
     unlink(path);
@@ -1688,7 +1749,8 @@ static void soak_usage(FILE *f)
 {
     fprintf(f,
         "usage: dsattn soak [--seconds S] [--seed N] [--threads T] [--mode fast|reference]\n"
-        "                   [--gens mha,gqa,v3,v32,v4,v41] [--report-every S]\n\n"
+        "                   [--gens mha,gqa,v3,v32,v4,v41] [--shapes tiny|odd]\n"
+        "                   [--report-every S]\n\n"
         "A long-run check of this machine, for minutes or days: one tiny random model per\n"
         "generation and one context run a seeded random schedule over up to 12 live\n"
         "sequences per model - create (capacity 8..600), prefill (V4.1: sometimes CED\n"
@@ -1719,6 +1781,11 @@ static void soak_usage(FILE *f)
         "  --mode fast|reference  arithmetic (default fast)\n"
         "  --gens LIST          generations, comma-separated (default all:\n"
         "                       mha,gqa,v3,v32,v4,v41)\n"
+        "  --shapes tiny|odd    the models' shapes: tiny (default: dims 256, 3 to 12\n"
+        "                       layers, FP8 weights where released) or odd (odd head\n"
+        "                       counts and dims, GQA groups of 3, V3 without a query\n"
+        "                       LoRA, output ranks no tile divides: the kernels' tails\n"
+        "                       and fallbacks)\n"
         "  --report-every S     seconds between report lines (default 10)\n");
 }
 
@@ -1745,6 +1812,7 @@ static int cmd_soak(int argc, char **argv)
     double seconds = 60, every = 10, ran = 0;
     uint64_t seed = 1;
     int threads = 0, rc, on[G_COUNT] = { 1, 1, 1, 1, 1, 1 };
+    shapes_id shapes = SHAPES_TINY;
     dsattn_mode mode = DSATTN_MODE_FAST;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -1762,6 +1830,8 @@ static int cmd_soak(int argc, char **argv)
                 return rc;
         } else if (!strcmp(a, "--mode") && !strcmp(v, "fast")) mode = DSATTN_MODE_FAST;
         else if (!strcmp(a, "--mode") && !strcmp(v, "reference")) mode = DSATTN_MODE_REFERENCE;
+        else if (!strcmp(a, "--shapes") && !strcmp(v, "tiny")) shapes = SHAPES_TINY;
+        else if (!strcmp(a, "--shapes") && !strcmp(v, "odd")) shapes = SHAPES_ODD;
         else if (!strcmp(a, "--gens")) {
             if (parse_gens(v, on)) {
                 fprintf(stderr, "dsattn soak: --gens '%s': a comma list of mha, gqa, v3, v32, "
@@ -1795,9 +1865,9 @@ static int cmd_soak(int argc, char **argv)
     for (int g = 0; g < G_COUNT; g++)
         if (on[g]) snprintf(gens + strlen(gens), sizeof gens - strlen(gens), "%s%s",
                             gens[0] ? "," : "", gen_key[g]);
-    printf("dsattn soak: %s, %s mode, seed %llu, %g s, a report every %g s\n", gens,
-           mode == DSATTN_MODE_FAST ? "fast" : "reference", (unsigned long long)seed, seconds,
-           every);
+    printf("dsattn soak: %s, %s shapes, %s mode, seed %llu, %g s, a report every %g s\n", gens,
+           shapes_key[shapes], mode == DSATTN_MODE_FAST ? "fast" : "reference",
+           (unsigned long long)seed, seconds, every);
     fflush(stdout);
 
     warm_threads(DSATTN_MAX(threads, omp_get_max_threads()));
@@ -1818,7 +1888,7 @@ static int cmd_soak(int argc, char **argv)
     size_t dim = 0;
     for (int g = 0; g < G_COUNT; g++) {
         if (!on[g]) continue;
-        if (model_make(&S->mod[S->n_mod], (gen_id)g, seed, err, sizeof err)) {
+        if (model_make(&S->mod[S->n_mod], (gen_id)g, shapes, seed, err, sizeof err)) {
             fprintf(stderr, "dsattn soak: %s\n", err);
             goto out;
         }
@@ -1886,9 +1956,9 @@ out:;
         return 1;
     }
     if (S->failed) {
-        fprintf(stderr, "dsattn soak: FAIL: %s\n  (seed %llu, %s mode, --gens %s: the same "
-                "command reproduces it)\n", S->what, (unsigned long long)seed,
-                mode == DSATTN_MODE_FAST ? "fast" : "reference", gens);
+        fprintf(stderr, "dsattn soak: FAIL: %s\n  (seed %llu, %s mode, --gens %s, --shapes %s: "
+                "the same command reproduces it)\n", S->what, (unsigned long long)seed,
+                mode == DSATTN_MODE_FAST ? "fast" : "reference", gens, shapes_key[shapes]);
         free(S);
         return 1;
     }
@@ -1944,10 +2014,10 @@ out:;
         free(S);
         return 1;
     }
-    printf("dsattn soak: PASS: %llu operations in %.0f s on %s (%s mode, seed %llu): every "
-           "status, output, twin and refusal as promised; %s\n", S->n_ops, ran, gens,
-           mode == DSATTN_MODE_FAST ? "fast" : "reference", (unsigned long long)seed,
-           heapmsg);
+    printf("dsattn soak: PASS: %llu operations in %.0f s on %s (%s shapes, %s mode, seed %llu): "
+           "every status, output, twin and refusal as promised; %s\n", S->n_ops, ran, gens,
+           shapes_key[shapes], mode == DSATTN_MODE_FAST ? "fast" : "reference",
+           (unsigned long long)seed, heapmsg);
     free(S);
     return 0;
 }
