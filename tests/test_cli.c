@@ -694,6 +694,24 @@ DSATTN_TEST(cli, soak_short_run_passes)
                   strstr(out, "(odd shapes, fast mode") && strstr(out, "V3 MLA (2 layers, dim 192)") &&
                   strstr(out, "V4.1 CSA2 (10 layers, dim 160)") && !strstr(out, "FAIL"),
               "soak --shapes odd: exit %d: %s", rc, out);
+    /* random shapes: each model's drawn config printed, the same for the
+     * same seed, another for another seed */
+    static char out2[65536];
+    char *rnd[] = { "dsattn", "soak", "--seconds", "1", "--report-every", "1", "--shapes",
+                    "random", "--seed", "7", "--gens", "v4,v41", NULL };
+    rc = run_cli_to(rnd, out, sizeof out, 1);
+    const char *c4 = strstr(out, "\n  v4 ("), *c41 = strstr(out, "\n  v41 (");
+    CHECK_MSG(rc == 0 && strstr(out, "(random shapes, fast mode, seed 7)") && c4 && c41 &&
+                  strstr(c4, "{\"model_type\": \"deepseek_v4\"") &&
+                  strstr(c41, "\"kv_source_layers\": [") && !strstr(out, "FAIL"),
+              "soak --shapes random: exit %d: %s", rc, out);
+    CHECK_EQ_INT(run_cli_to(rnd, out2, sizeof out2, 1), 0);
+    const char *d41 = strstr(out2, "\n  v41 (");
+    CHECK(c41 && d41 && !strncmp(c41, d41, (size_t)(strchr(c41 + 1, '\n') - c41)));
+    rnd[9] = "8";
+    CHECK_EQ_INT(run_cli_to(rnd, out2, sizeof out2, 1), 0);
+    d41 = strstr(out2, "\n  v41 (");
+    CHECK(c41 && d41 && strncmp(c41, d41, (size_t)(strchr(c41 + 1, '\n') - c41)));
     char *bad[] = { "dsattn", "soak", "--gens", "v3,v5", NULL };
     CHECK_EQ_INT(run_cli(bad, out, sizeof out), 2);
     CHECK_MSG(strstr(out, "--gens"), "%s", out);

@@ -10,7 +10,8 @@
  * destroy, a push past a sequence's capacity, and a group of pipeline
  * stages (op_stages: sequences of some layers against one of every layer).
  * Inputs are dsattn run's seeded rows, one stream per sequence.  --shapes
- * odd swaps the tiny models for ones of shapes no kernel tiles evenly.
+ * odd swaps the tiny models for ones of shapes no kernel tiles evenly,
+ * --shapes random for ones whose configs are drawn from the seed.
  *
  * Each operation checks what include/dsattn.h promises: the status, the
  * positions, finite outputs; a refused call (past the capacity, a batch
@@ -81,6 +82,7 @@ enum {
     SOAK_LOAD_MAX = 640,     /* a load may ask for more room than was saved    */
     SOAK_SHORT = 32,         /* most prefills are at most this long            */
     SOAK_ROWS = SOAK_LOAD_MAX + 8,   /* rows of the input buffers: a refused chunk */
+    SOAK_REDRAWS = 64,       /* --shapes random: draws of one model's config   */
 };
 /* The heap checks' allowance for one-time allocations (a thread's first
  * malloc makes its arena, whose header counts as in use) when the heap
@@ -227,13 +229,190 @@ static const char *const odd_config[G_COUNT] = {
     " \"norm_eps\": 1e-6, \"dtype\": \"fp8\"}",
 };
 
-typedef enum { SHAPES_TINY, SHAPES_ODD, SHAPES_COUNT } shapes_id;
-static const char *const shapes_key[SHAPES_COUNT] = { "tiny", "odd" };
-static const char *const *const shapes_config[SHAPES_COUNT] = { tiny_config, odd_config };
+typedef enum { SHAPES_TINY, SHAPES_ODD, SHAPES_RANDOM, SHAPES_COUNT } shapes_id;
+static const char *const shapes_key[SHAPES_COUNT] = { "tiny", "odd", "random" };
+static const char *const *const shapes_config[SHAPES_RANDOM] = { tiny_config, odd_config };
 /* random weights in FP8 (1) or bf16 (0), per set and generation; MHA /
  * GQA are bf16 as released whatever this says */
-static const int shapes_fp8[SHAPES_COUNT][G_COUNT] = { { 0, 0, 1, 1, 1, 1 },
-                                                       { 0, 0, 0, 0, 0, 1 } };
+static const int shapes_fp8[SHAPES_RANDOM][G_COUNT] = { { 0, 0, 1, 1, 1, 1 },
+                                                        { 0, 0, 0, 0, 0, 1 } };
+
+/* --shapes random: each generation's config drawn from the seed (its own
+ * stream, apart from the schedule's), within the ranges below, so every
+ * seed runs other head counts, widths, ranks, windows, ratios, top-k
+ * widths and - V4 and V4.1 - layer plans.  A draw the library's config
+ * reader or weight maker refuses (DSATTN_ERR_FORMAT: a rule the draw does
+ * not know) is drawn again, and the models line counts those. */
+typedef struct { uint64_t x; } shape_rng;
+
+static unsigned sr_n(shape_rng *r, unsigned n)          /* uniform in [0, n) */
+{
+    r->x ^= r->x >> 12; r->x ^= r->x << 25; r->x ^= r->x >> 27;
+    return (unsigned)((r->x * 0x2545f4914f6cdd1dull) >> 33) % n;
+}
+static unsigned sr_in(shape_rng *r, unsigned lo, unsigned hi) { return lo + sr_n(r, hi - lo + 1); }
+static unsigned sr_of(shape_rng *r, const unsigned *v, unsigned n) { return v[sr_n(r, n)]; }
+
+/* a divisor of n, uniform over them; proper (< n) when n > 1 and proper */
+static unsigned sr_divisor(shape_rng *r, unsigned n, int proper)
+{
+    unsigned d[16], k = 0;
+    for (unsigned i = 1; i <= n && k < 16; i++)
+        if (n % i == 0 && !(proper && n > 1 && i == n)) d[k++] = i;
+    return d[sr_n(r, k)];
+}
+
+/* Appends a JSON list of n ints to buf. */
+static void json_list(char *buf, size_t cap, const char *key, const int *v, int n)
+{
+    size_t o = strlen(buf);
+    o += (size_t)snprintf(buf + o, o < cap ? cap - o : 0, ", \"%s\": [", key);
+    for (int i = 0; i < n; i++)
+        o += (size_t)snprintf(buf + o, o < cap ? cap - o : 0, "%s%d", i ? ", " : "", v[i]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+/* A V4.1 layer plan the config reader takes: a few SWA layers, then runs
+ * that each open with a Full layer (kv and index source) at the run's
+ * ratio, followed by Reindex (index source), Reuse and SWA layers; the
+ * candidate source (or none) an index source of the last run, so every
+ * index source after it shares its ratio; sometimes a trailing MTP entry. */
+static int v41_plan(shape_rng *r, int L, int *ratio, int *kv, int *nkv, int *ix, int *nix,
+                    int *cand)
+{
+    static const unsigned ratios[] = { 1, 2, 4 };
+    int i = 0, run_ix = 0, rr = 0;  /* the last run's index sources start at ix[run_ix] */
+    *nkv = *nix = 0;
+    for (unsigned n = sr_n(r, 3); n > 0 && i < L - 1; n--) ratio[i++] = 0;
+    while (i < L) {
+        const int len = (int)sr_in(r, 1, 4);
+        rr = (int)sr_of(r, ratios, 3);
+        run_ix = *nix;
+        ratio[i] = rr;
+        kv[(*nkv)++] = i;
+        ix[(*nix)++] = i++;
+        for (int k = 1; k < len && i < L; k++, i++) {
+            const unsigned u = sr_n(r, 10);
+            ratio[i] = u < 2 ? 0 : rr;                      /* SWA */
+            if (u >= 2 && u < 5) ix[(*nix)++] = i;           /* Reindex; else Reuse */
+        }
+    }
+    *cand = sr_n(r, 3) ? ix[run_ix + (int)sr_n(r, (unsigned)(*nix - run_ix))] : -1;
+    ratio[L] = sr_n(r, 2) ? rr : 0;
+    return L + (int)sr_n(r, 2);          /* compress_ratios: with an MTP entry or not */
+}
+
+/* Config attempt `attempt` of generation g for this seed, into buf; *fp8:
+ * the weights to make. */
+static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, size_t cap,
+                          int *fp8)
+{
+    shape_rng rs = { (seed + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)g << 40) ^
+                     ((uint64_t)attempt << 20) ^ 0x5851f42d4c957f2dull };
+    shape_rng *r = &rs;
+    for (int i = 0; i < 4; i++) sr_n(r, 2);
+    *fp8 = 0;
+    if (g == G_MHA || g == G_GQA) {
+        static const unsigned hd[] = { 16, 32, 48, 64, 80, 96, 128 };
+        static const unsigned hg[] = { 2, 3, 4, 6, 8 };
+        const unsigned h = g == G_MHA ? sr_in(r, 1, 8) : sr_of(r, hg, 5);
+        const unsigned kvh = g == G_MHA ? h : sr_divisor(r, h, 1);
+        snprintf(buf, cap, "{\"model_type\": \"llama\", \"hidden_size\": %u,"
+                 " \"num_hidden_layers\": %u, \"num_attention_heads\": %u,"
+                 " \"num_key_value_heads\": %u, \"rope_theta\": %u.0,"
+                 " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6}",
+                 h * sr_of(r, hd, 7), sr_in(r, 1, 3), h, kvh, sr_n(r, 2) ? 10000 : 500000);
+        return;
+    }
+    if (g == G_V3 || g == G_V32) {
+        /* FP8 weights need dim, q_lora_rank, kv_lora_rank and n_heads *
+         * v_head_dim in multiples of 128; the V3.2 indexer quantizes one
+         * 128-wide block a head */
+        *fp8 = (int)sr_n(r, 2);
+        static const unsigned v8[] = { 32, 64, 128 };
+        const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : 32 * sr_in(r, 2, 12);
+        const unsigned ql = g == G_V3 && sr_n(r, 3) == 0 ? 0   /* the V3.2 indexer reads qr */
+                          : *fp8 ? 128 * sr_in(r, 1, 2) : 32 * sr_in(r, 1, 6);
+        const unsigned kl = *fp8 || sr_n(r, 2) ? 128 * sr_in(r, 1, 2) : 32 * sr_in(r, 1, 7);
+        const unsigned v = *fp8 ? sr_of(r, v8, 3) : 8 * sr_in(r, 1, 8);
+        const unsigned h = *fp8 ? (128 / v) * sr_in(r, 1, v == 128 ? 3 : 2) : sr_in(r, 1, 6);
+        static const unsigned rope[] = { 8, 16, 32 };
+        const unsigned yarn = sr_n(r, 2);
+        size_t o = (size_t)snprintf(buf, cap,
+                 "{\"model_type\": \"%s\", \"dim\": %u, \"n_layers\": %u, \"n_heads\": %u,"
+                 " \"q_lora_rank\": %u, \"kv_lora_rank\": %u, \"qk_nope_head_dim\": %u,"
+                 " \"qk_rope_head_dim\": %u, \"v_head_dim\": %u, \"original_seq_len\": 4096,"
+                 " \"rope_theta\": 10000.0, \"rope_factor\": 40, \"beta_fast\": 32,"
+                 " \"beta_slow\": 1, \"mscale\": %s, \"max_seq_len\": %u%s",
+                 g == G_V3 ? "deepseek_v3" : "deepseek_v32", dim, sr_in(r, 1, 3), h, ql, kl,
+                 8 * sr_in(r, 1, 8), sr_of(r, rope, 3), v, sr_n(r, 2) ? "1.0" : "0.707",
+                 yarn ? 16384 : 4096, *fp8 ? ", \"dtype\": \"fp8\"" : "");
+        if (g == G_V32 && o < cap)
+            snprintf(buf + o, cap - o, ", \"index_n_heads\": %u, \"index_head_dim\": 128,"
+                     " \"index_topk\": %u, \"scale_fmt\": \"ue8m0\"}", sr_in(r, 1, 8),
+                     sr_in(r, 1, 16));
+        else if (o < cap)
+            snprintf(buf + o, cap - o, "}");
+        return;
+    }
+    static const unsigned rope[] = { 8, 16, 32 };
+    const unsigned h = sr_in(r, 1, 6), og = sr_divisor(r, h, 0);
+    if (g == G_V4) {
+        /* the window and compressed KV store the non-rope dims in FP8
+         * blocks of 64; FP8 weights need their Linear widths in 128s */
+        *fp8 = (int)sr_n(r, 2);
+        static const unsigned hr[] = { 16, 32 };
+        const unsigned rd = sr_of(r, hr, 2), L = sr_in(r, 2, 6);
+        static const unsigned ratios[] = { 0, 4, 4, 8, 16 };
+        int cr[8];
+        for (unsigned i = 0; i <= L; i++) cr[i] = (int)sr_of(r, ratios, 5);
+        const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : 32 * sr_in(r, 2, 12);
+        const unsigned ql = *fp8 ? 128 : 32 * sr_in(r, 1, 6);
+        const unsigned orank = *fp8 ? 128 * sr_in(r, 1, 2) : 16 * sr_in(r, 1, 8);
+        snprintf(buf, cap,
+                 "{\"model_type\": \"deepseek_v4\", \"dim\": %u, \"n_layers\": %u,"
+                 " \"n_heads\": %u, \"q_lora_rank\": %u, \"head_dim\": %u,"
+                 " \"rope_head_dim\": %u, \"o_groups\": %u, \"o_lora_rank\": %u,"
+                 " \"window_size\": %u, \"original_seq_len\": 65536, \"rope_theta\": 10000,"
+                 " \"rope_factor\": 16, \"beta_fast\": 32, \"beta_slow\": 1,"
+                 " \"index_n_heads\": %u, \"index_head_dim\": %u, \"index_topk\": %u,"
+                 " \"compress_rope_theta\": 160000, \"norm_eps\": 1e-6%s",
+                 dim, L, h, ql, rd + 64 * sr_in(r, 1, 2), rd, og, orank, sr_in(r, 2, 16),
+                 sr_in(r, 1, 8), 32 * sr_in(r, 1, 4), sr_in(r, 1, 8),
+                 *fp8 ? ", \"dtype\": \"fp8\", \"scale_fmt\": \"ue8m0\"" : "");
+        json_list(buf, cap, "compress_ratios", cr, (int)L + 1);
+        if (strlen(buf) + 1 < cap) strcat(buf, "}");
+        return;
+    }
+    /* V4.1: head_dim, index_head_dim and, with FP8 weights, the Linear
+     * widths in multiples of the FP8 block of 32 */
+    *fp8 = (int)sr_n(r, 2);
+    const unsigned L = sr_in(r, 3, 12), hdim = 32 * sr_in(r, 1, 4);
+    unsigned rd = sr_of(r, rope, 3);
+    if (rd >= hdim) rd = 16;
+    int cr[16], kv[16], ix[16], nkv, nix, cand;
+    const int ncr = v41_plan(r, (int)L, cr, kv, &nkv, ix, &nix, &cand);
+    const unsigned dim = *fp8 ? 32 * sr_in(r, 2, 8) : 16 * sr_in(r, 4, 16);
+    const unsigned ql = *fp8 ? 32 * sr_in(r, 1, 4) : 16 * sr_in(r, 1, 8);
+    const unsigned orank = *fp8 ? 32 * sr_in(r, 1, 2) : 16 * sr_in(r, 1, 4);
+    snprintf(buf, cap,
+             "{\"model_type\": \"deepseek_v41\", \"dim\": %u, \"n_layers\": %u,"
+             " \"n_heads\": %u, \"head_dim\": %u, \"rope_head_dim\": %u,"
+             " \"q_lora_rank\": %u, \"o_groups\": %u, \"o_lora_rank\": %u,"
+             " \"window_size\": %u, \"candidate_source_layer\": %d,"
+             " \"candidate_topk_blocks\": %u, \"candidate_block_size\": %u,"
+             " \"index_n_heads\": %u, \"index_head_dim\": %u, \"index_topk\": %u,"
+             " \"rope_theta\": 10000.0, \"compress_rope_theta\": 160000.0,"
+             " \"rope_factor\": 16, \"original_seq_len\": 65536, \"beta_fast\": 32,"
+             " \"beta_slow\": 1, \"norm_eps\": 1e-6, \"dtype\": \"%s\"",
+             dim, L, h, hdim, rd, ql, og, orank, sr_in(r, 2, 16), cand, sr_in(r, 1, 8),
+             sr_in(r, 1, 4), sr_in(r, 1, 8), 32 * sr_in(r, 1, 2), sr_in(r, 1, 12),
+             *fp8 ? "fp8" : "bf16");
+    json_list(buf, cap, "compress_ratios", cr, ncr);
+    json_list(buf, cap, "kv_source_layers", kv, nkv);
+    json_list(buf, cap, "index_source_layers", ix, nix);
+    if (strlen(buf) + 1 < cap) strcat(buf, "}");
+}
 
 /* ==== The run's state, the clock, the heap ============================== */
 
@@ -259,6 +438,9 @@ typedef struct {
     int    variant[3], n_variants;
     slot   pool[SOAK_POOL];
     int    n_live;
+    int    fp8;             /* FP8 weights (MLA, V4, V4.1) */
+    int    redrawn;         /* --shapes random: draws the library refused */
+    char   config[1536];    /* the config it was made from */
 } model;
 
 typedef struct {
@@ -627,50 +809,66 @@ static void model_free(model *M)
     M->m = NULL;
 }
 
-/* The model of generation g from its config in set sh, written to a
- * temporary file and removed at once; its sequence options, each probed
- * once. */
+/* The model of generation g from cfg (fp8: its weights), written to a
+ * temporary file and removed at once. */
+static dsattn_status model_create(model *M, const char *cfg, int fp8, uint64_t ws, char *e,
+                                  size_t elen)
+{
+    char path[512];
+    if (dsattn_cli_tmp_file(path, sizeof path, "soak", ".json")) {
+        snprintf(e, elen, "cannot create a file in %s", dsattn_cli_tmp_root());
+        return DSATTN_ERR_IO;
+    }
+    FILE *f = fopen(path, "w");
+    const int wrote = f && fputs(cfg, f) >= 0;
+    if (f && fclose(f)) f = NULL;
+    if (!f || !wrote) {
+        snprintf(e, elen, "cannot write %s", path);
+        unlink(path);
+        return DSATTN_ERR_IO;
+    }
+    dsattn_status st;
+    switch (M->f) {
+    case F_MHA: st = dsattn_mha_create_random((dsattn_mha **)&M->m, path, ws, e, elen); break;
+    case F_MLA:
+        st = dsattn_mla_create_random((dsattn_mla **)&M->m, path, ws, fp8, e, elen);
+        break;
+    case F_V4: st = dsattn_v4_create_random((dsattn_v4 **)&M->m, path, ws, fp8, e, elen); break;
+    default:
+        st = dsattn_v41_create_random((dsattn_v41 **)&M->m, path, ws, fp8, e, elen);
+        break;
+    }
+    unlink(path);
+    return st;
+}
+
+/* The model of generation g in shape set sh (--shapes random: drawn again
+ * while the library refuses the draw's config, at most SOAK_REDRAWS
+ * times); its sequence options, each probed once. */
 static int model_make(model *M, gen_id g, shapes_id sh, uint64_t seed, char *err, size_t errlen)
 {
     memset(M, 0, sizeof *M);
     M->g = g;
     M->f = g <= G_GQA ? F_MHA : g <= G_V32 ? F_MLA : g == G_V4 ? F_V4 : F_V41;
-    char path[512];
-    if (dsattn_cli_tmp_file(path, sizeof path, "soak", ".json")) {
-        snprintf(err, errlen, "cannot create a file in %s", dsattn_cli_tmp_root());
-        return -1;
-    }
-    FILE *f = fopen(path, "w");
-    const int wrote = f && fputs(shapes_config[sh][g], f) >= 0;
-    if (f && fclose(f)) f = NULL;
-    if (!f || !wrote) {
-        snprintf(err, errlen, "cannot write %s", path);
-        unlink(path);
-        return -1;
-    }
-    char e[512] = "";
+    char e[1024] = "";
     dsattn_status st;
     const uint64_t ws = seed * 7919u + (uint64_t)g;
-    switch (M->f) {
-    case F_MHA:
-        st = dsattn_mha_create_random((dsattn_mha **)&M->m, path, ws, e, sizeof e);
-        break;
-    case F_MLA:
-        st = dsattn_mla_create_random((dsattn_mla **)&M->m, path, ws, shapes_fp8[sh][g], e,
-                                      sizeof e);
-        break;
-    case F_V4:
-        st = dsattn_v4_create_random((dsattn_v4 **)&M->m, path, ws, shapes_fp8[sh][g], e,
-                                     sizeof e);
-        break;
-    default:
-        st = dsattn_v41_create_random((dsattn_v41 **)&M->m, path, ws, shapes_fp8[sh][g], e,
-                                      sizeof e);
-        break;
+    for (unsigned attempt = 0;; attempt++) {
+        if (sh == SHAPES_RANDOM) {
+            random_config(g, seed, attempt, M->config, sizeof M->config, &M->fp8);
+        } else {
+            snprintf(M->config, sizeof M->config, "%s", shapes_config[sh][g]);
+            M->fp8 = shapes_fp8[sh][g];
+        }
+        e[0] = 0;
+        st = model_create(M, M->config, M->fp8, ws, e, sizeof e);
+        if (st != DSATTN_ERR_FORMAT || sh != SHAPES_RANDOM || attempt + 1 >= SOAK_REDRAWS) break;
+        M->redrawn++;
     }
-    unlink(path);
     if (st) {
-        snprintf(err, errlen, "%s model: %s (%s)", gen_label[g], e, dsattn_status_str(st));
+        snprintf(err, errlen, "%s model: %s (%s)%s%s", gen_label[g], e, dsattn_status_str(st),
+                 sh == SHAPES_RANDOM ? "; the last config drawn: " : "",
+                 sh == SHAPES_RANDOM ? M->config : "");
         return -1;
     }
     switch (M->f) {
@@ -1749,7 +1947,7 @@ static void soak_usage(FILE *f)
 {
     fprintf(f,
         "usage: dsattn soak [--seconds S] [--seed N] [--threads T] [--mode fast|reference]\n"
-        "                   [--gens mha,gqa,v3,v32,v4,v41] [--shapes tiny|odd]\n"
+        "                   [--gens mha,gqa,v3,v32,v4,v41] [--shapes tiny|odd|random]\n"
         "                   [--report-every S]\n\n"
         "A long-run check of this machine, for minutes or days: one tiny random model per\n"
         "generation and one context run a seeded random schedule over up to 12 live\n"
@@ -1781,11 +1979,13 @@ static void soak_usage(FILE *f)
         "  --mode fast|reference  arithmetic (default fast)\n"
         "  --gens LIST          generations, comma-separated (default all:\n"
         "                       mha,gqa,v3,v32,v4,v41)\n"
-        "  --shapes tiny|odd    the models' shapes: tiny (default: dims 256, 3 to 12\n"
-        "                       layers, FP8 weights where released) or odd (odd head\n"
+        "  --shapes tiny|odd|random  the models' shapes: tiny (default: dims 256, 3 to\n"
+        "                       12 layers, FP8 weights where released), odd (odd head\n"
         "                       counts and dims, GQA groups of 3, V3 without a query\n"
         "                       LoRA, output ranks no tile divides: the kernels' tails\n"
-        "                       and fallbacks)\n"
+        "                       and fallbacks) or random (each model's config - widths,\n"
+        "                       heads, ranks, windows, top-k, V4 / V4.1 layer plans,\n"
+        "                       bf16 or FP8 weights - drawn from --seed and printed)\n"
         "  --report-every S     seconds between report lines (default 10)\n");
 }
 
@@ -1832,6 +2032,7 @@ static int cmd_soak(int argc, char **argv)
         else if (!strcmp(a, "--mode") && !strcmp(v, "reference")) mode = DSATTN_MODE_REFERENCE;
         else if (!strcmp(a, "--shapes") && !strcmp(v, "tiny")) shapes = SHAPES_TINY;
         else if (!strcmp(a, "--shapes") && !strcmp(v, "odd")) shapes = SHAPES_ODD;
+        else if (!strcmp(a, "--shapes") && !strcmp(v, "random")) shapes = SHAPES_RANDOM;
         else if (!strcmp(a, "--gens")) {
             if (parse_gens(v, on)) {
                 fprintf(stderr, "dsattn soak: --gens '%s': a comma list of mha, gqa, v3, v32, "
@@ -1875,7 +2076,7 @@ static int cmd_soak(int argc, char **argv)
     S->exact = S->heapm == 2;
     const size_t heap0 = heap_in_use();                /* before the context and models */
     size_t heap_models = heap0;                        /* with them */
-    char err[1024] = "";
+    char err[4096] = "";
     rc = 1;
     dsattn_ctx_params p = dsattn_ctx_default_params();
     p.mode = mode;
@@ -1911,6 +2112,12 @@ static int cmd_soak(int argc, char **argv)
     for (int i = 0; i < S->n_mod; i++)
         printf("%s %s (%d layers, dim %zu)", i ? "," : "", gen_label[S->mod[i].g],
                S->mod[i].n_layers, S->mod[i].dim);
+    for (int i = 0; shapes == SHAPES_RANDOM && i < S->n_mod; i++) {
+        const model *M = &S->mod[i];
+        printf("\n  %s (%s weights; %d draw%s refused): %s", gen_key[M->g],
+               M->f == F_MHA || !M->fp8 ? "bf16" : "FP8", M->redrawn, M->redrawn == 1 ? "" : "s",
+               M->config);
+    }
     printf("\n  heap in use before the context and models: %s (%s)\n",
            dsattn_cli_mib((double)heap0, b1, sizeof b1),
            !S->heapm ? "not measured: needs glibc's allocator and mallinfo2"
