@@ -303,7 +303,9 @@ static int v41_plan(shape_rng *r, int L, int *ratio, int *kv, int *nkv, int *ix,
 }
 
 /* Config attempt `attempt` of generation g for this seed, into buf; *fp8:
- * the weights to make. */
+ * the weights to make.  Every value is drawn into a variable of its own, in
+ * statement order (C leaves the order of a call's arguments open), so a
+ * seed draws the same config whatever the compiler. */
 static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, size_t cap,
                           int *fp8)
 {
@@ -311,64 +313,71 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
                      ((uint64_t)attempt << 20) ^ 0x5851f42d4c957f2dull };
     shape_rng *r = &rs;
     for (int i = 0; i < 4; i++) sr_n(r, 2);
+    static const unsigned rope[] = { 8, 16, 32 };
     *fp8 = 0;
     if (g == G_MHA || g == G_GQA) {
         static const unsigned hd[] = { 16, 32, 48, 64, 80, 96, 128 };
         static const unsigned hg[] = { 2, 3, 4, 6, 8 };
         const unsigned h = g == G_MHA ? sr_in(r, 1, 8) : sr_of(r, hg, 5);
         const unsigned kvh = g == G_MHA ? h : sr_divisor(r, h, 1);
+        const unsigned d = sr_of(r, hd, 7), L = sr_in(r, 1, 3);
+        const unsigned theta = sr_n(r, 2) ? 10000 : 500000;
         snprintf(buf, cap, "{\"model_type\": \"llama\", \"hidden_size\": %u,"
                  " \"num_hidden_layers\": %u, \"num_attention_heads\": %u,"
                  " \"num_key_value_heads\": %u, \"rope_theta\": %u.0,"
                  " \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6}",
-                 h * sr_of(r, hd, 7), sr_in(r, 1, 3), h, kvh, sr_n(r, 2) ? 10000 : 500000);
+                 h * d, L, h, kvh, theta);
         return;
     }
     if (g == G_V3 || g == G_V32) {
         /* FP8 weights need dim, q_lora_rank, kv_lora_rank and n_heads *
-         * v_head_dim in multiples of 128; the V3.2 indexer quantizes one
-         * 128-wide block a head */
-        *fp8 = (int)sr_n(r, 2);
+         * v_head_dim in multiples of 128; the V3.2 indexer reads the query
+         * LoRA's output and quantizes one 128-wide block a head */
         static const unsigned v8[] = { 32, 64, 128 };
+        *fp8 = (int)sr_n(r, 2);
         const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : 32 * sr_in(r, 2, 12);
-        const unsigned ql = g == G_V3 && sr_n(r, 3) == 0 ? 0   /* the V3.2 indexer reads qr */
+        const unsigned ql = g == G_V3 && sr_n(r, 3) == 0 ? 0
                           : *fp8 ? 128 * sr_in(r, 1, 2) : 32 * sr_in(r, 1, 6);
         const unsigned kl = *fp8 || sr_n(r, 2) ? 128 * sr_in(r, 1, 2) : 32 * sr_in(r, 1, 7);
         const unsigned v = *fp8 ? sr_of(r, v8, 3) : 8 * sr_in(r, 1, 8);
         const unsigned h = *fp8 ? (128 / v) * sr_in(r, 1, v == 128 ? 3 : 2) : sr_in(r, 1, 6);
-        static const unsigned rope[] = { 8, 16, 32 };
-        const unsigned yarn = sr_n(r, 2);
+        const unsigned yarn = sr_n(r, 2), L = sr_in(r, 1, 3), nope = 8 * sr_in(r, 1, 8);
+        const unsigned rd = sr_of(r, rope, 3), mscale = sr_n(r, 2);
         size_t o = (size_t)snprintf(buf, cap,
                  "{\"model_type\": \"%s\", \"dim\": %u, \"n_layers\": %u, \"n_heads\": %u,"
                  " \"q_lora_rank\": %u, \"kv_lora_rank\": %u, \"qk_nope_head_dim\": %u,"
                  " \"qk_rope_head_dim\": %u, \"v_head_dim\": %u, \"original_seq_len\": 4096,"
                  " \"rope_theta\": 10000.0, \"rope_factor\": 40, \"beta_fast\": 32,"
                  " \"beta_slow\": 1, \"mscale\": %s, \"max_seq_len\": %u%s",
-                 g == G_V3 ? "deepseek_v3" : "deepseek_v32", dim, sr_in(r, 1, 3), h, ql, kl,
-                 8 * sr_in(r, 1, 8), sr_of(r, rope, 3), v, sr_n(r, 2) ? "1.0" : "0.707",
-                 yarn ? 16384 : 4096, *fp8 ? ", \"dtype\": \"fp8\"" : "");
-        if (g == G_V32 && o < cap)
-            snprintf(buf + o, cap - o, ", \"index_n_heads\": %u, \"index_head_dim\": 128,"
-                     " \"index_topk\": %u, \"scale_fmt\": \"ue8m0\"}", sr_in(r, 1, 8),
-                     sr_in(r, 1, 16));
-        else if (o < cap)
+                 g == G_V3 ? "deepseek_v3" : "deepseek_v32", dim, L, h, ql, kl, nope, rd, v,
+                 mscale ? "1.0" : "0.707", yarn ? 16384 : 4096,
+                 *fp8 ? ", \"dtype\": \"fp8\"" : "");
+        if (g == G_V32) {
+            const unsigned ih = sr_in(r, 1, 8), topk = sr_in(r, 1, 16);
+            if (o < cap)
+                snprintf(buf + o, cap - o, ", \"index_n_heads\": %u, \"index_head_dim\": 128,"
+                         " \"index_topk\": %u, \"scale_fmt\": \"ue8m0\"}", ih, topk);
+        } else if (o < cap) {
             snprintf(buf + o, cap - o, "}");
+        }
         return;
     }
-    static const unsigned rope[] = { 8, 16, 32 };
-    const unsigned h = sr_in(r, 1, 6), og = sr_divisor(r, h, 0);
+    const unsigned h = sr_in(r, 1, 6), og = sr_divisor(r, h, 0), window = sr_in(r, 2, 16);
+    const unsigned ih = sr_in(r, 1, 8);
     if (g == G_V4) {
         /* the window and compressed KV store the non-rope dims in FP8
          * blocks of 64; FP8 weights need their Linear widths in 128s */
-        *fp8 = (int)sr_n(r, 2);
         static const unsigned hr[] = { 16, 32 };
-        const unsigned rd = sr_of(r, hr, 2), L = sr_in(r, 2, 6);
         static const unsigned ratios[] = { 0, 4, 4, 8, 16 };
+        *fp8 = (int)sr_n(r, 2);
+        const unsigned rd = sr_of(r, hr, 2), L = sr_in(r, 2, 6);
         int cr[8];
         for (unsigned i = 0; i <= L; i++) cr[i] = (int)sr_of(r, ratios, 5);
         const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : 32 * sr_in(r, 2, 12);
         const unsigned ql = *fp8 ? 128 : 32 * sr_in(r, 1, 6);
         const unsigned orank = *fp8 ? 128 * sr_in(r, 1, 2) : 16 * sr_in(r, 1, 8);
+        const unsigned hdim = rd + 64 * sr_in(r, 1, 2), idim = 32 * sr_in(r, 1, 4);
+        const unsigned topk = sr_in(r, 1, 8);
         snprintf(buf, cap,
                  "{\"model_type\": \"deepseek_v4\", \"dim\": %u, \"n_layers\": %u,"
                  " \"n_heads\": %u, \"q_lora_rank\": %u, \"head_dim\": %u,"
@@ -377,8 +386,7 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
                  " \"rope_factor\": 16, \"beta_fast\": 32, \"beta_slow\": 1,"
                  " \"index_n_heads\": %u, \"index_head_dim\": %u, \"index_topk\": %u,"
                  " \"compress_rope_theta\": 160000, \"norm_eps\": 1e-6%s",
-                 dim, L, h, ql, rd + 64 * sr_in(r, 1, 2), rd, og, orank, sr_in(r, 2, 16),
-                 sr_in(r, 1, 8), 32 * sr_in(r, 1, 4), sr_in(r, 1, 8),
+                 dim, L, h, ql, hdim, rd, og, orank, window, ih, idim, topk,
                  *fp8 ? ", \"dtype\": \"fp8\", \"scale_fmt\": \"ue8m0\"" : "");
         json_list(buf, cap, "compress_ratios", cr, (int)L + 1);
         if (strlen(buf) + 1 < cap) strcat(buf, "}");
@@ -395,6 +403,8 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
     const unsigned dim = *fp8 ? 32 * sr_in(r, 2, 8) : 16 * sr_in(r, 4, 16);
     const unsigned ql = *fp8 ? 32 * sr_in(r, 1, 4) : 16 * sr_in(r, 1, 8);
     const unsigned orank = *fp8 ? 32 * sr_in(r, 1, 2) : 16 * sr_in(r, 1, 4);
+    const unsigned blocks = sr_in(r, 1, 8), bsize = sr_in(r, 1, 4), idim = 32 * sr_in(r, 1, 2);
+    const unsigned topk = sr_in(r, 1, 12);
     snprintf(buf, cap,
              "{\"model_type\": \"deepseek_v41\", \"dim\": %u, \"n_layers\": %u,"
              " \"n_heads\": %u, \"head_dim\": %u, \"rope_head_dim\": %u,"
@@ -405,8 +415,7 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
              " \"rope_theta\": 10000.0, \"compress_rope_theta\": 160000.0,"
              " \"rope_factor\": 16, \"original_seq_len\": 65536, \"beta_fast\": 32,"
              " \"beta_slow\": 1, \"norm_eps\": 1e-6, \"dtype\": \"%s\"",
-             dim, L, h, hdim, rd, ql, og, orank, sr_in(r, 2, 16), cand, sr_in(r, 1, 8),
-             sr_in(r, 1, 4), sr_in(r, 1, 8), 32 * sr_in(r, 1, 2), sr_in(r, 1, 12),
+             dim, L, h, hdim, rd, ql, og, orank, window, cand, blocks, bsize, ih, idim, topk,
              *fp8 ? "fp8" : "bf16");
     json_list(buf, cap, "compress_ratios", cr, ncr);
     json_list(buf, cap, "kv_source_layers", kv, nkv);
