@@ -268,7 +268,9 @@ typedef enum {
  * score against whichever index_k was published last (layer 20's).
  * OWNER (default): each owner always scores and publishes its own keys, as
  * the code's comment and every serving engine intend.  REFERENCE: replay
- * the stale-slot behaviour bit for bit. */
+ * the stale-slot behaviour bit for bit (where the stale keys are a coarser
+ * owner's, fewer than the reader's entries, the rest score 0: the official
+ * code's zero-initialised buffer, docs/semantics.md §7.7). */
 typedef enum {
     DSATTN_V41_INDEX_K_OWNER     = 0,
     DSATTN_V41_INDEX_K_REFERENCE = 1,

@@ -672,6 +672,69 @@ static void bad_cfg(const char *json, dsattn_status want, const char *needle)
     " \"original_seq_len\": 65536, \"beta_fast\": 32, \"beta_slow\": 1, \"norm_eps\": 1e-20," \
     " \"candidate_source_layer\": -1, \"candidate_topk_blocks\": 1, \"candidate_block_size\": 1"
 
+/* The index_k quirk's reach.  In REFERENCE mode an index source whose keys
+ * are not published this step scores the last published ones over its own
+ * count of entries.  In this plan layer 1 (ratio 2) reads, on some steps,
+ * layer 8's (ratio 4) keys, which are fewer: the official code reads the
+ * rest of layer 8's buffer, rows no token wrote (zeros in a fresh process),
+ * and dsattn scores them 0 without reading them (docs/semantics.md §7.7).
+ * Found by `dsattn soak --shapes random`, where the scorer read past the
+ * keys: a clone then parted from its original.  Here every byte of layer
+ * 8's key buffer past the keys it holds is overwritten before each step:
+ * the outputs keep their bits, in both arithmetic modes. */
+DSATTN_TEST(v41, stale_index_keys_of_a_coarser_owner_read_no_unwritten_row_seed31)
+{
+    char path[DSATTN_TEST_PATH], err[512] = "";
+    dsattn_test_tmp(path, sizeof path, "dsattn_stale_plan.json");
+    FILE *f = fopen(path, "w");
+    if (!f) { CHECK(0); return; }
+    fputs("{\"dim\": 64, \"n_layers\": 10, \"n_heads\": 2, \"head_dim\": 32,"
+          " \"rope_head_dim\": 16, \"q_lora_rank\": 64, \"o_groups\": 1, \"o_lora_rank\": 64,"
+          " \"window_size\": 5, \"index_n_heads\": 5, \"index_head_dim\": 32,"
+          " \"index_topk\": 4, \"rope_theta\": 10000.0, \"compress_rope_theta\": 160000.0,"
+          " \"rope_factor\": 16, \"original_seq_len\": 65536, \"beta_fast\": 32,"
+          " \"beta_slow\": 1, \"norm_eps\": 1e-6, \"candidate_source_layer\": 8,"
+          " \"candidate_topk_blocks\": 2, \"candidate_block_size\": 2, \"dtype\": \"fp8\","
+          " \"compress_ratios\": [0, 2, 1, 1, 1, 0, 1, 2, 4, 0],"
+          " \"kv_source_layers\": [1, 2, 3, 7, 8], \"index_source_layers\": [1, 2, 3, 7, 8]}\n", f);
+    fclose(f);
+    dsattn_v41 *m = NULL;
+    CHECK_OK(dsattn_v41_create_random(&m, path, 31, 1, err, sizeof err));
+    unlink(path);
+    if (!m) return;
+    const size_t dim = (size_t)dsattn_v41_dim(m), T = 48, P = 9;
+    const size_t kb = dsattn_v41_kidx_bytes(&m->cfg);
+    float *x = rand_input(T, dim, 31), *h[2];
+    for (int mode = 0; mode < 2; mode++) {
+        dsattn_ctx *ctx = dsattn_test_ctx(mode ? DSATTN_MODE_FAST : DSATTN_MODE_REFERENCE, 0);
+        int stale = 0;
+        for (int dirty = 0; dirty < 2; dirty++) {
+            h[dirty] = malloc(T * dim * sizeof(float));
+            memcpy(h[dirty], x, T * dim * sizeof(float));
+            dsattn_v41_seq *s = NULL;
+            CHECK_OK(dsattn_v41_seq_create(&s, m, T, DSATTN_V41_INDEX_K_REFERENCE));
+            for (size_t t = 0; s && t < T;) {
+                const size_t n = t == 0 ? P : 1, held = t / 4;
+                if (dirty) memset(s->layer[8].kidx + held * kb, 0x5a, (s->layer[8].cap - held) * kb);
+                CHECK_OK(dsattn_v41_stack_forward(ctx, s, h[dirty] + t * dim, n, NULL, NULL));
+                /* layer 1 scored layer 8's keys over more entries than it holds */
+                stale += t > 0 && dsattn_v41_seq_index_read(s, 1) == 8 && (t + 1) / 2 > held;
+                t += n;
+            }
+            dsattn_v41_seq_destroy(s);
+        }
+        CHECK_MSG(stale >= 4, "mode %d: layer 1 read layer 8's keys short on %d steps", mode,
+                  stale);
+        CHECK_MSG(!memcmp(h[0], h[1], T * dim * sizeof(float)),
+                  "mode %d: the bytes past layer 8's keys changed the outputs", mode);
+        free(h[0]);
+        free(h[1]);
+        dsattn_ctx_destroy(ctx);
+    }
+    free(x);
+    dsattn_v41_destroy(m);
+}
+
 DSATTN_TEST(v41, bad_configs_are_errors_not_defaults)
 {
     bad_cfg("{" TINY_KEYS ", \"compress_ratios\": [0,2,2,2], \"kv_source_layers\": [0],"

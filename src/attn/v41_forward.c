@@ -311,8 +311,18 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
     const int kl = seq->rt.index_k;
     if (kl < 0 || !seq->layer[kl].kidx) return DSATTN_ERR_INVALID_ARG;
     S->index_read = kl;
-    const dsattn_kv_src ksrc = { DSATTN_KV_FP4_IDX, seq->layer[kl].kidx, kbytes,
-                                 seq->layer[kl].cap, Di, 0 };
+    /* The keys kl holds: one per group of its ratio of the tokens it has
+     * taken - this chunk's too when it ran before this layer.  Its own keys,
+     * or a finer or equal owner's, number at least T.  A stale slot of a
+     * coarser owner (REFERENCE mode, plans with ratios 2 and 4, say) holds
+     * fewer: the official code reads the rest of that owner's buffer, rows
+     * no token wrote, which are zeros in a fresh process, and each scores 0
+     * (docs/semantics.md §7.7).  Entries from `have` on score 0 here, read
+     * from nowhere. */
+    const size_t have = DSATTN_MIN(T, (kl <= l ? (size_t)ck->start_pos + ck->s
+                                               : (size_t)ck->start_pos) /
+                                          (size_t)m->layer[kl].ratio);
+    const dsattn_kv_src ksrc = { DSATTN_KV_FP4_IDX, seq->layer[kl].kidx, kbytes, have, Di, 0 };
 
     /* 2. queries (RoPE, FP4; no Hadamard in V4.1) and head weights */
     size_t nb_max;
@@ -377,13 +387,20 @@ static dsattn_status run_indexer(dsattn_ctx *ctx, dsattn_v41_seq *seq, int l,
         if (L->uses_candidates) {
             /* Reindex: only the pool, O(pool) whatever the context length */
             const int32_t *pool = seq->rt.cand + (cand_at + t) * seq->rt.cand_stride;
+            size_t nk = 0;                             /* the pool is ascending */
             for (size_t i = 0; i < seq->rt.cand_n[cand_at + t]; i++)
-                if ((size_t)pool[i] < cl) fpos[nf++] = pool[i];
-            dsattn_index_scores_bf16_at(ctx, q, Hi, Di, w, &ksrc, fpos, nf, fsc);
+                if ((size_t)pool[i] < cl) {
+                    fpos[nf++] = pool[i];
+                    nk += (size_t)pool[i] < have;
+                }
+            dsattn_index_scores_bf16_at(ctx, q, Hi, Di, w, &ksrc, fpos, nk, fsc);
+            for (size_t j = nk; j < nf; j++) fsc[j] = 0.0f;
         } else {
             pos = NULL;
             nf = cl;
-            dsattn_index_scores_bf16(ctx, q, Hi, Di, w, &ksrc, 0, nf, fsc);
+            const size_t nk = DSATTN_MIN(nf, have);
+            dsattn_index_scores_bf16(ctx, q, Hi, Di, w, &ksrc, 0, nk, fsc);
+            for (size_t j = nk; j < nf; j++) fsc[j] = 0.0f;
         }
         if (L->is_candidate_source) {
             for (size_t j = 0; j < T; j++) score[j] = j < cl ? fsc[j] : -INFINITY;
