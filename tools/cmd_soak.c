@@ -111,13 +111,18 @@ enum {
  * to ~10x a layer, and the row ends past the bound.  Such rows are rare
  * (docs/benchmarks.md, 2026-12-06 21:20: 0-2 in a 30 s run's ~4,500
  * batched rows); a batched kernel that is wrong is past the bound at
- * nearly every step.  So a row
- * past the bound fails the run only when its generation has had more of
- * them than SOAK_DIVERGE_FREE plus one in SOAK_DIVERGE_PER of its batched
- * rows; each is reported with the first layer whose attention outputs are
- * past the bound and the first whose top-k selection differs from the
- * twin's. */
-enum { SOAK_DIVERGE_FREE = 3, SOAK_DIVERGE_PER = 100, SOAK_SEL_MAX = 64 };
+ * nearly every step.  Each such row is reported with the first layer whose
+ * attention outputs are past the bound and the first whose top-k selection
+ * differs from the twin's.  A row whose top-k differs at or before the
+ * first layer past the bound is a pick that went the other way; models
+ * whose scores tie often (bf16 index scores, a top-k near the count of
+ * entries, --shapes random draws both) have more of those: 0.9 % of a
+ * V4.1 model's batched rows in one such run, 4 in its first 42 (seed 628,
+ * docs/benchmarks.md 2026-12-07 18:50).  So a generation's rows past the
+ * bound fail the run when those explained by a pick number more than
+ * SOAK_DIVERGE_FREE plus one in SOAK_FLIP_PER of its batched rows, or the
+ * others more than SOAK_DIVERGE_FREE plus one in SOAK_DIVERGE_PER. */
+enum { SOAK_DIVERGE_FREE = 3, SOAK_DIVERGE_PER = 100, SOAK_FLIP_PER = 10, SOAK_SEL_MAX = 64 };
 
 typedef enum { G_MHA, G_GQA, G_V3, G_V32, G_V4, G_V41, G_COUNT } gen_id;
 typedef enum { F_MHA, F_MLA, F_V4, F_V41 } fam_t;
@@ -464,6 +469,7 @@ typedef struct {
     double       op_s[OP_COUNT];            /* seconds spent per kind        */
     unsigned long long twins, twins_exact, brows, brows_exact, refusals;
     unsigned long long brows_g[G_COUNT], div_g[G_COUNT], div_topk;  /* fast mode's rare rows */
+    unsigned long long flip_g[G_COUNT];  /* of div_g, those a top-k pick explains  */
     unsigned long long ced[3], ced_twins;   /* V4.1 prefills by CED mode; EXACT held to OFF */
     unsigned long long stage_groups, stage_rows, stage_exact, stage_copies;  /* op_stages */
     double       div_rel;
@@ -1341,12 +1347,17 @@ static int diverged(soak *S, const model *M, const slot *q, int64_t pos, const v
                  "layer %d (%zu of %zu picks)", lf, picks, width);
     else if (M->f != F_MHA)
         snprintf(why + strlen(why), sizeof why - strlen(why), "; every top-k the same");
-    const unsigned long long n = ++S->div_g[M->g];
-    if (n > SOAK_DIVERGE_FREE + S->brows_g[M->g] / SOAK_DIVERGE_PER) {
+    /* a pick that went the other way at or before the first layer past it */
+    const int flip = lf >= 0 && lf <= la;
+    S->div_g[M->g]++;
+    S->flip_g[M->g] += (unsigned long long)flip;
+    const unsigned long long n = flip ? S->flip_g[M->g] : S->div_g[M->g] - S->flip_g[M->g];
+    if (n > SOAK_DIVERGE_FREE + S->brows_g[M->g] / (flip ? SOAK_FLIP_PER : SOAK_DIVERGE_PER)) {
         fail(S, M, q, pos, "a batched row against the same sequence's one-sequence step: "
              "relative L2 %.3g, bound %.3g (%s): %llu of this generation's %llu batched rows "
-             "past the bound, more than near-ties explain", rel, SOAK_FAST_BOUND, why, n,
-             S->brows_g[M->g]);
+             "past the bound %s, more than near-ties explain", rel, SOAK_FAST_BOUND, why, n,
+             S->brows_g[M->g], flip ? "after a top-k pick that differs" : "with no pick "
+             "that differs before");
         return 0;
     }
     S->div_topk += lf >= 0;
@@ -1971,8 +1982,9 @@ static void soak_usage(FILE *f)
         "bit; that a batched row equals the same sequence's own step (bit for\n"
         "bit in reference mode, within a relative 5e-2 in fast mode, whose batched kernels\n"
         "sum in another order, or past it in rare rows where a near-tie downstream - a\n"
-        "top-k pick, a rounding - went the other way: more than 3 + 1 in 100 of a\n"
-        "generation's batched rows fail);\n"
+        "top-k pick, a rounding - went the other way: more than 3 + 1 in 10 of a\n"
+        "generation's batched rows after a pick that differs, or 3 + 1 in 100 without\n"
+        "one, fail);\n"
         "and that the heap beside the live sequences grows only with the context's\n"
         "grow-only scratch (glibc's mallinfo2, made exact by running again with\n"
         "GLIBC_TUNABLES=glibc.malloc.tcache_count=0; DSATTN_SOAK_REEXEC=1 skips that).\n"
