@@ -9,10 +9,11 @@
 # gcc-aarch64-linux-gnu, the arm64 builds of OpenBLAS / cJSON / xxHash and
 # of the C library (multiarch: dpkg --add-architecture arm64), qemu-user.
 # .ci/run calls it.  Time on a 2-core x86-64 host (AMD EPYC Zen 5),
-# 2026-12-07, another job running beside it, from an existing build-arm64,
-# with DSATTN_ARM64_SOAK=60: 343 s in all (build 20 s; formats 15,
-# golden_mla 1, golden_v4 9, v41 132, loader 39, kernels 12, mha 8, vmath 0,
-# mla 19, sparse_attn 6, pgemm 5, formats on cortex-a57 15, soak 62 s).
+# 2026-12-07 19:07, other jobs running beside it, from an existing
+# build-arm64, with DSATTN_ARM64_SOAK=60: 426 s in all (build 44 s;
+# formats 22, golden_mla 2, golden_v4 12, v41 130, loader 41, kernels 9,
+# mha 7, vmath 0, mla 12, sparse_attn 6, pgemm 4, formats on cortex-a57 15,
+# soaks 61 + 61 s).
 # v41 spends most of it in its fast-vs-reference statistical gates, loader
 # in make_weights_every_layout.
 set -euo pipefail
