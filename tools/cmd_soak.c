@@ -285,13 +285,13 @@ static void json_list(char *buf, size_t cap, const char *key, const int *v, int 
 static int v41_plan(shape_rng *r, int L, int *ratio, int *kv, int *nkv, int *ix, int *nix,
                     int *cand)
 {
-    static const unsigned ratios[] = { 1, 2, 4 };
+    static const unsigned ratios[] = { 1, 2, 3, 4, 8 };
     int i = 0, run_ix = 0, rr = 0;  /* the last run's index sources start at ix[run_ix] */
     *nkv = *nix = 0;
     for (unsigned n = sr_n(r, 3); n > 0 && i < L - 1; n--) ratio[i++] = 0;
     while (i < L) {
         const int len = (int)sr_in(r, 1, 4);
-        rr = (int)sr_of(r, ratios, 3);
+        rr = (int)sr_of(r, ratios, 5);
         run_ix = *nix;
         ratio[i] = rr;
         kv[(*nkv)++] = i;
@@ -371,13 +371,15 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
     const unsigned ih = sr_in(r, 1, 8);
     if (g == G_V4) {
         /* the window and compressed KV store the non-rope dims in FP8
-         * blocks of 64; FP8 weights need their Linear widths in 128s */
+         * blocks of 64; FP8 weights need their Linear widths in 128s.
+         * Ratio 4 is CSA (overlapping windows), every other ratio HCA;
+         * compress_ratios has an MTP entry or not */
         static const unsigned hr[] = { 16, 32 };
-        static const unsigned ratios[] = { 0, 4, 4, 8, 16 };
+        static const unsigned ratios[] = { 0, 2, 3, 4, 4, 8, 16 };
         *fp8 = (int)sr_n(r, 2);
-        const unsigned rd = sr_of(r, hr, 2), L = sr_in(r, 2, 6);
+        const unsigned rd = sr_of(r, hr, 2), L = sr_in(r, 2, 6), mtp = sr_n(r, 2);
         int cr[8];
-        for (unsigned i = 0; i <= L; i++) cr[i] = (int)sr_of(r, ratios, 5);
+        for (unsigned i = 0; i < L + mtp; i++) cr[i] = (int)sr_of(r, ratios, 7);
         const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : 32 * sr_in(r, 2, 12);
         const unsigned ql = *fp8 ? 128 : 32 * sr_in(r, 1, 6);
         const unsigned orank = *fp8 ? 128 * sr_in(r, 1, 2) : 16 * sr_in(r, 1, 8);
@@ -393,7 +395,7 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
                  " \"compress_rope_theta\": 160000, \"norm_eps\": 1e-6%s",
                  dim, L, h, ql, hdim, rd, og, orank, window, ih, idim, topk,
                  *fp8 ? ", \"dtype\": \"fp8\", \"scale_fmt\": \"ue8m0\"" : "");
-        json_list(buf, cap, "compress_ratios", cr, (int)L + 1);
+        json_list(buf, cap, "compress_ratios", cr, (int)(L + mtp));
         if (strlen(buf) + 1 < cap) strcat(buf, "}");
         return;
     }
