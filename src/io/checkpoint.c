@@ -449,7 +449,10 @@ dsattn_status dsattn_ckpt_open(dsattn_ckpt **out, const char *path,
         index = ends_with(path, ".json");
         layout = index ? "shard index" : "file";
     }
-    ck->layout = strdup(layout);
+    if (!(ck->layout = strdup(layout))) {
+        st = dsattn_errf(err, errlen, DSATTN_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
 
     /* Config first: the generation decides how names map. */
     {
