@@ -494,13 +494,14 @@ int dsattn_mla_row_threads(size_t n, int n_threads)
 /* Scratch of absorbed_row_tiled with nt threads: per thread m, l, alpha
  * [hp], acc^T [KL, hp], the block [MT_BLOCK, D], scores [MT_BLOCK, hp],
  * KT decoded rows; the packed and plain queries; 2 MT_BLOCK row pointers
- * per thread. */
+ * per thread, from a whole 64 bytes on (an odd latent or rope width makes
+ * the float count odd; the pointers need their own alignment). */
 size_t dsattn_mla_tiled_ws_bytes(size_t H, size_t KL, size_t dr, int nt, size_t *per_out,
                                  size_t *wsf_out)
 {
     const size_t D = KL + dr, hp = (H + 15) / 16 * 16;
     const size_t per = 3 * hp + KL * hp + MT_BLOCK * D + MT_BLOCK * hp + DSATTN_MLA_KT * D;
-    const size_t wsf = (size_t)nt * per + hp * D + H * D;      /* floats, then row pointers */
+    const size_t wsf = ((size_t)nt * per + hp * D + H * D + 15) / 16 * 16;  /* then pointers */
     if (per_out) *per_out = per;
     if (wsf_out) *wsf_out = wsf;
     return wsf * sizeof(float) + (size_t)nt * 2 * MT_BLOCK * sizeof(uint8_t *);
