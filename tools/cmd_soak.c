@@ -340,13 +340,19 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
          * LoRA's output and quantizes one 128-wide block a head */
         static const unsigned v8[] = { 32, 64, 128 };
         *fp8 = (int)sr_n(r, 2);
-        const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : 32 * sr_in(r, 2, 12);
+        /* bf16 weights, one draw in three: any widths (odd ones too) */
+        const int any = !*fp8 && sr_n(r, 3) == 0;
+        const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : any ? sr_in(r, 8, 300)
+                                                              : 32 * sr_in(r, 2, 12);
         const unsigned ql = g == G_V3 && sr_n(r, 3) == 0 ? 0
-                          : *fp8 ? 128 * sr_in(r, 1, 2) : 32 * sr_in(r, 1, 6);
-        const unsigned kl = *fp8 || sr_n(r, 2) ? 128 * sr_in(r, 1, 2) : 32 * sr_in(r, 1, 7);
-        const unsigned v = *fp8 ? sr_of(r, v8, 3) : 8 * sr_in(r, 1, 8);
+                          : *fp8 ? 128 * sr_in(r, 1, 2) : any ? sr_in(r, 1, 200)
+                                                               : 32 * sr_in(r, 1, 6);
+        const unsigned kl = any ? sr_in(r, 1, 200)
+                          : *fp8 || sr_n(r, 2) ? 128 * sr_in(r, 1, 2) : 32 * sr_in(r, 1, 7);
+        const unsigned v = *fp8 ? sr_of(r, v8, 3) : any ? sr_in(r, 1, 70) : 8 * sr_in(r, 1, 8);
         const unsigned h = *fp8 ? (128 / v) * sr_in(r, 1, v == 128 ? 3 : 2) : sr_in(r, 1, 6);
-        const unsigned yarn = sr_n(r, 2), L = sr_in(r, 1, 3), nope = 8 * sr_in(r, 1, 8);
+        const unsigned yarn = sr_n(r, 2), L = sr_in(r, 1, 3);
+        const unsigned nope = any ? sr_in(r, 1, 70) : 8 * sr_in(r, 1, 8);
         const unsigned rd = sr_of(r, rope, 3), mscale = sr_n(r, 2);
         size_t o = (size_t)snprintf(buf, cap,
                  "{\"model_type\": \"%s\", \"dim\": %u, \"n_layers\": %u, \"n_heads\": %u,"
@@ -377,12 +383,15 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
         static const unsigned hr[] = { 16, 32 };
         static const unsigned ratios[] = { 0, 2, 3, 4, 4, 8, 16 };
         *fp8 = (int)sr_n(r, 2);
+        const int any = !*fp8 && sr_n(r, 3) == 0;     /* bf16: any Linear widths */
         const unsigned rd = sr_of(r, hr, 2), L = sr_in(r, 2, 6), mtp = sr_n(r, 2);
         int cr[8];
         for (unsigned i = 0; i < L + mtp; i++) cr[i] = (int)sr_of(r, ratios, 7);
-        const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : 32 * sr_in(r, 2, 12);
-        const unsigned ql = *fp8 ? 128 : 32 * sr_in(r, 1, 6);
-        const unsigned orank = *fp8 ? 128 * sr_in(r, 1, 2) : 16 * sr_in(r, 1, 8);
+        const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : any ? sr_in(r, 8, 300)
+                                                              : 32 * sr_in(r, 2, 12);
+        const unsigned ql = *fp8 ? 128 : any ? sr_in(r, 1, 200) : 32 * sr_in(r, 1, 6);
+        const unsigned orank = *fp8 ? 128 * sr_in(r, 1, 2) : any ? sr_in(r, 1, 130)
+                                                                  : 16 * sr_in(r, 1, 8);
         const unsigned hdim = rd + 64 * sr_in(r, 1, 2), idim = 32 * sr_in(r, 1, 4);
         const unsigned topk = sr_in(r, 1, 8);
         snprintf(buf, cap,
@@ -402,14 +411,15 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
     /* V4.1: head_dim, index_head_dim and, with FP8 weights, the Linear
      * widths in multiples of the FP8 block of 32 */
     *fp8 = (int)sr_n(r, 2);
+    const int any = !*fp8 && sr_n(r, 3) == 0;         /* bf16: any Linear widths */
     const unsigned L = sr_in(r, 3, 12), hdim = 32 * sr_in(r, 1, 4);
     unsigned rd = sr_of(r, rope, 3);
     if (rd >= hdim) rd = 16;
     int cr[16], kv[16], ix[16], nkv, nix, cand;
     const int ncr = v41_plan(r, (int)L, cr, kv, &nkv, ix, &nix, &cand);
-    const unsigned dim = *fp8 ? 32 * sr_in(r, 2, 8) : 16 * sr_in(r, 4, 16);
-    const unsigned ql = *fp8 ? 32 * sr_in(r, 1, 4) : 16 * sr_in(r, 1, 8);
-    const unsigned orank = *fp8 ? 32 * sr_in(r, 1, 2) : 16 * sr_in(r, 1, 4);
+    const unsigned dim = *fp8 ? 32 * sr_in(r, 2, 8) : any ? sr_in(r, 8, 260) : 16 * sr_in(r, 4, 16);
+    const unsigned ql = *fp8 ? 32 * sr_in(r, 1, 4) : any ? sr_in(r, 1, 130) : 16 * sr_in(r, 1, 8);
+    const unsigned orank = *fp8 ? 32 * sr_in(r, 1, 2) : any ? sr_in(r, 1, 70) : 16 * sr_in(r, 1, 4);
     const unsigned blocks = sr_in(r, 1, 8), bsize = sr_in(r, 1, 4), idim = 32 * sr_in(r, 1, 2);
     const unsigned topk = sr_in(r, 1, 12);
     snprintf(buf, cap,
