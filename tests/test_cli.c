@@ -332,6 +332,29 @@ DSATTN_TEST(cli, run_every_generation)
         CHECK_MSG(finite, "%s: non-finite outputs", run_gens[g].name);
         unlink(out);
     }
+    /* a config the library refuses, run on its first layers (a copy of
+     * the config with fewer layers): the error names the user's file */
+    char cfg[DSATTN_TEST_PATH];
+    dsattn_test_tmp(cfg, sizeof cfg, "dsattn_test_cli_badv4.json");
+    FILE *f = fopen(cfg, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fprintf(f, "{\"model_type\": \"deepseek_v4\", \"dim\": 128, \"n_layers\": 3,"
+                   " \"n_heads\": 2, \"q_lora_rank\": 64, \"head_dim\": 130,"
+                   " \"rope_head_dim\": 16, \"o_groups\": 1, \"o_lora_rank\": 32,"
+                   " \"window_size\": 4, \"index_n_heads\": 2, \"index_head_dim\": 32,"
+                   " \"index_topk\": 4, \"compress_ratios\": [4, 8, 0],"
+                   " \"original_seq_len\": 65536, \"rope_theta\": 10000, \"rope_factor\": 16,"
+                   " \"beta_fast\": 32, \"beta_slow\": 1, \"compress_rope_theta\": 160000,"
+                   " \"norm_eps\": 1e-6}\n");
+        fclose(f);
+        const char *two[] = { "--config", cfg, "--bf16", "--layers", "2", NULL };
+        CHECK_EQ_INT(run_cmd(two, err, sizeof err), 1);
+        CHECK_MSG(strstr(err, cfg) && strstr(err, "head_dim 130") &&
+                      strstr(err, "its first 2 layers") && !strstr(err, "run-layers"),
+                  "%s", err);
+        unlink(cfg);
+    }
     /* V4.1's layers share caches: --layers below its count is refused */
     const char *bad[] = { "--config", dsattn_test_data("golden/v41/tiny-seed0/config.json"),
                           "--layers", "3", NULL };

@@ -309,7 +309,17 @@ static dsattn_status make_model(runner *r, const cJSON *root, const char *config
         if (!st) r->dim = dsattn_v41_dim(r->m), r->n_layers = dsattn_v41_n_layers(r->m);
         break;
     }
-    if (tmp[0]) unlink(tmp);
+    if (tmp[0]) {
+        unlink(tmp);
+        /* an error names the file it read: the user's config, not the copy */
+        const char *at = st ? strstr(err, tmp) : NULL;
+        if (at) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%.*s%s (its first %d layers)%s", (int)(at - err), err,
+                     config, r->n_layers, at + strlen(tmp));
+            snprintf(err, errlen, "%s", msg);
+        }
+    }
     return st;
 }
 
