@@ -84,8 +84,11 @@ dsattn_status dsattn_mla_load_layers(dsattn_mla **out, const char *config_json,
                                      const char *weights, int first_layer, int n_layers,
                                      char *err, size_t errlen);
 /* Random weights from a seed at the config's dims (fp8 != 0: FP8 E4M3 with
- * 128x128 power-of-two block scales, as the released checkpoints store;
- * else bf16). */
+ * 128x128 power-of-two block scales, as the released checkpoints store,
+ * partial blocks at the edges; else bf16).  V3.2 with FP8 weights needs dim,
+ * q_lora_rank, kv_lora_rank and n_heads * v_head_dim in multiples of 128
+ * (it quantizes each FP8 Linear's input in blocks of 128): else
+ * DSATTN_ERR_UNSUPPORTED. */
 dsattn_status dsattn_mla_create_random(dsattn_mla **out, const char *config_json,
                                        uint64_t seed, int fp8, char *err,
                                        size_t errlen);

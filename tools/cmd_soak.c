@@ -335,22 +335,24 @@ static void random_config(gen_id g, uint64_t seed, unsigned attempt, char *buf, 
         return;
     }
     if (g == G_V3 || g == G_V32) {
-        /* FP8 weights need dim, q_lora_rank, kv_lora_rank and n_heads *
-         * v_head_dim in multiples of 128; the V3.2 indexer reads the query
-         * LoRA's output and quantizes one 128-wide block a head */
+        /* V3.2's FP8 weights need dim, q_lora_rank, kv_lora_rank and
+         * n_heads * v_head_dim in multiples of 128; the V3.2 indexer reads
+         * the query LoRA's output and quantizes one 128-wide block a head */
         static const unsigned v8[] = { 32, 64, 128 };
         *fp8 = (int)sr_n(r, 2);
-        /* bf16 weights, one draw in three: any widths (odd ones too) */
-        const int any = !*fp8 && sr_n(r, 3) == 0;
-        const unsigned dim = *fp8 ? 128 * sr_in(r, 1, 3) : any ? sr_in(r, 8, 300)
+        /* one draw in three: any widths (odd ones too), with bf16 weights,
+         * or on V3 FP8 ones too (V3 uses them dequantized: no blocks of
+         * its inputs); w128: the widths in multiples of 128 */
+        const int any = (g == G_V3 || !*fp8) && sr_n(r, 3) == 0, w128 = *fp8 && !any;
+        const unsigned dim = w128 ? 128 * sr_in(r, 1, 3) : any ? sr_in(r, 8, 300)
                                                               : 32 * sr_in(r, 2, 12);
         const unsigned ql = g == G_V3 && sr_n(r, 3) == 0 ? 0
-                          : *fp8 ? 128 * sr_in(r, 1, 2) : any ? sr_in(r, 1, 200)
+                          : w128 ? 128 * sr_in(r, 1, 2) : any ? sr_in(r, 1, 200)
                                                                : 32 * sr_in(r, 1, 6);
         const unsigned kl = any ? sr_in(r, 1, 200)
-                          : *fp8 || sr_n(r, 2) ? 128 * sr_in(r, 1, 2) : 32 * sr_in(r, 1, 7);
-        const unsigned v = *fp8 ? sr_of(r, v8, 3) : any ? sr_in(r, 1, 70) : 8 * sr_in(r, 1, 8);
-        const unsigned h = *fp8 ? (128 / v) * sr_in(r, 1, v == 128 ? 3 : 2) : sr_in(r, 1, 6);
+                          : w128 || sr_n(r, 2) ? 128 * sr_in(r, 1, 2) : 32 * sr_in(r, 1, 7);
+        const unsigned v = w128 ? sr_of(r, v8, 3) : any ? sr_in(r, 1, 70) : 8 * sr_in(r, 1, 8);
+        const unsigned h = w128 ? (128 / v) * sr_in(r, 1, v == 128 ? 3 : 2) : sr_in(r, 1, 6);
         const unsigned yarn = sr_n(r, 2), L = sr_in(r, 1, 3);
         const unsigned nope = any ? sr_in(r, 1, 70) : 8 * sr_in(r, 1, 8);
         const unsigned rd = sr_of(r, rope, 3), mscale = sr_n(r, 2);

@@ -362,10 +362,12 @@ dsattn_status dsattn_mla_create_random(dsattn_mla **out, const char *config_json
     const size_t KL = (size_t)c->kv_lora_rank, dr = (size_t)c->rope, dn = (size_t)c->nope;
     const size_t dv = (size_t)c->v_dim;
     const size_t Hi = (size_t)c->index_n_heads, Di = (size_t)c->index_head_dim;
-    if (fp8 && (dim % 128 || (QL && QL % 128) || KL % 128 || (H * dv) % 128)) {
+    /* V3.2 quantizes each FP8 Linear's input in blocks of 128 (V3 uses
+     * its FP8 weights dequantized, at any widths, as the loader does) */
+    if (fp8 && m->use_actq && (dim % 128 || (QL && QL % 128) || KL % 128 || (H * dv) % 128)) {
         dsattn_mla_destroy(m);
         return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED,
-                           "random FP8 weights need dim, q_lora_rank, kv_lora_rank and "
+                           "random FP8 weights on V3.2 need dim, q_lora_rank, kv_lora_rank and "
                            "n_heads*v_head_dim to be multiples of 128 (act_quant blocks)");
     }
     uint64_t k = seed * 1000003ull + 17;
