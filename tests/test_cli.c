@@ -258,6 +258,8 @@ DSATTN_TEST(cli, trace_compare_verdicts)
 
 /* ==== dsattn run: every generation, --out ================================ */
 
+#include "checkpoint.h"
+#include "config.h"
 #include "safetensors.h"
 
 /* A tiny llama (GQA) config in the test's scratch file. */
@@ -670,6 +672,46 @@ DSATTN_TEST(cli, run_weights_fits_the_memory)
         snprintf(rm, sizeof rm, "rm -rf '%s'", dir[g]);
         CHECK_EQ_INT(system(rm), 0);
     }
+}
+
+/* info and make-weights hold a config to the generation's own rules, not
+ * only to its keys and tensor shapes: a V4 head_dim whose nope part is not
+ * in the window's FP8 blocks of 64 loads nowhere, so make-weights writes
+ * no checkpoint of it and info fails one written by the library's writer
+ * (it said "OK: complete and consistent" before). */
+DSATTN_TEST(cli, info_and_make_weights_apply_the_generation_rules)
+{
+    char cfg[DSATTN_TEST_PATH], dir[DSATTN_TEST_PATH], dir2[DSATTN_TEST_PATH], err[4096];
+    dsattn_test_tmp(cfg, sizeof cfg, "dsattn_test_cli_rules.json");
+    dsattn_test_tmp(dir, sizeof dir, "dsattn_test_cli_rules");
+    dsattn_test_tmp(dir2, sizeof dir2, "dsattn_test_cli_rules2");
+    FILE *f = fopen(cfg, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fprintf(f, "{\"model_type\": \"deepseek_v4\", \"dim\": 128, \"n_layers\": 2,"
+               " \"n_heads\": 2, \"q_lora_rank\": 64, \"head_dim\": 130,"
+               " \"rope_head_dim\": 16, \"o_groups\": 1, \"o_lora_rank\": 32,"
+               " \"window_size\": 4, \"index_n_heads\": 2, \"index_head_dim\": 32,"
+               " \"index_topk\": 4, \"compress_ratios\": [4, 8, 0],"
+               " \"original_seq_len\": 65536, \"rope_theta\": 10000, \"rope_factor\": 16,"
+               " \"beta_fast\": 32, \"beta_slow\": 1, \"compress_rope_theta\": 160000,"
+               " \"norm_eps\": 1e-6}\n");
+    fclose(f);
+    dsattn_model_config c;
+    dsattn_mw_params p = { 1, DSATTN_MW_BF16, DSATTN_MW_NAMES_INFERENCE, 1, cfg };
+    CHECK_OK(dsattn_config_load(&c, cfg, err, sizeof err));
+    CHECK_OK(dsattn_make_weights(&c, &p, dir, err, sizeof err));
+    char *info[] = { "dsattn", "info", dir, NULL };
+    CHECK_EQ_INT(run_cli(info, err, sizeof err), 1);
+    CHECK_MSG(strstr(err, "head_dim 130") && strstr(err, "FAILED"), "%s", err);
+    char *mk[] = { "dsattn", "make-weights", "--config", cfg, "--seed", "1", "--out", dir2, NULL };
+    CHECK_EQ_INT(run_cli(mk, err, sizeof err), 1);
+    CHECK_MSG(strstr(err, "head_dim 130"), "%s", err);
+    CHECK(access(dir2, F_OK) != 0);
+    char rm[sizeof dir + 32];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    CHECK_EQ_INT(system(rm), 0);
+    unlink(cfg);
 }
 
 /* bench v41 --weights: a checkpoint's own weights, memory-mapped, instead

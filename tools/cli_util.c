@@ -2,6 +2,11 @@
  * the MHA / GQA stand-in stack the subcommands share (see cli_util.h). */
 #include "cli_util.h"
 
+#include "config.h"
+#include "dsattn_mha.h"
+#include "dsattn_mla.h"
+#include "dsattn_v4.h"
+
 #include "mha.h"
 #include "ops.h"
 
@@ -174,4 +179,38 @@ dsattn_status dsattn_cli_mha_stack_batch(dsattn_ctx *ctx, dsattn_mha_seq **t, si
                                            NULL, NULL);
     for (size_t k = 0; k < B && !st; k++) st = dsattn_mha_seq_advance(t[k], 1);
     return st;
+}
+
+dsattn_status dsattn_cli_config_check(const char *path, int arch, char *err, size_t errlen)
+{
+    dsattn_status st;
+    switch (arch) {
+    case DSATTN_ARCH_LLAMA: {
+        dsattn_mha *m = NULL;
+        st = dsattn_mha_load_config(&m, path, err, errlen);
+        dsattn_mha_destroy(m);
+        return st;
+    }
+    case DSATTN_ARCH_V3:
+    case DSATTN_ARCH_V32: {
+        dsattn_mla *m = NULL;
+        st = dsattn_mla_create_config_only(&m, path, err, errlen);
+        dsattn_mla_destroy(m);
+        return st;
+    }
+    case DSATTN_ARCH_V4: {
+        dsattn_v4 *m = NULL;
+        st = dsattn_v4_load_config(&m, path, err, errlen);
+        dsattn_v4_destroy(m);
+        return st;
+    }
+    case DSATTN_ARCH_V41: {
+        dsattn_v41 *m = NULL;
+        st = dsattn_v41_load_config(&m, path, err, errlen);
+        dsattn_v41_destroy(m);
+        return st;
+    }
+    default:
+        return dsattn_errf(err, errlen, DSATTN_ERR_UNSUPPORTED, "%s: unknown model type", path);
+    }
 }

@@ -13,6 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The generation's own reading of the config at path (arch: its
+ * dsattn_arch, from io/config.h): the rules a model of it must meet, beyond
+ * the keys and tensor shapes the checkpoint layer checks (a V4 head_dim
+ * whose nope part is not in FP8 blocks of 64, a V4.1 layer plan the
+ * reference rejects, ...).  DSATTN_OK when a model of it can be made. */
+dsattn_status dsattn_cli_config_check(const char *path, int arch, char *err, size_t errlen);
+
 /* The configs folder: $DSATTN_CONFIGS, else ./configs when it holds
  * deepseek-v4.1-flash.json, else <folder of the executable>/../configs when
  * that does, else "configs". */

@@ -9,6 +9,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "cli_session.h"
+#include "cli_util.h"
 #include "config.h"
 #include "names.h"
 
@@ -173,6 +174,15 @@ static int cmd_info(int argc, char **argv)
 
     size_t issues = 0;
     st = dsattn_ckpt_validate(ck, on_issue, NULL, &issues);
+    /* and the generation's own rules, which loading it applies */
+    const char *cp = dsattn_ckpt_config_path(ck);
+    if (c && cp) {
+        const dsattn_status cs = dsattn_cli_config_check(cp, c->arch, err, sizeof err);
+        if (cs != DSATTN_OK) {
+            on_issue(NULL, cs, err);
+            issues++;
+        }
+    }
     const char *arch = c ? dsattn_arch_name(c->arch) : "?";   /* static string */
     dsattn_ckpt_close(ck);
     if (st != DSATTN_OK || issues) {

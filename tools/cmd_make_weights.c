@@ -6,6 +6,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "cli_num.h"
+#include "cli_util.h"
 #include "config.h"
 
 #include <stdio.h>
@@ -83,6 +84,8 @@ static int run_make_weights(int argc, char **argv)
     char err[1024];
     dsattn_model_config c;
     dsattn_status st = dsattn_config_load(&c, cfg_path, err, sizeof err);
+    /* no checkpoint of a config the library would refuse to load */
+    if (st == DSATTN_OK) st = dsattn_cli_config_check(cfg_path, c.arch, err, sizeof err);
     if (st == DSATTN_OK) st = dsattn_make_weights(&c, &p, out, err, sizeof err);
     if (st != DSATTN_OK) {
         fprintf(stderr, "error: %s [%s]\n", err, dsattn_status_str(st));
