@@ -1,5 +1,6 @@
-/* cli_util.c - config.json edits, temporary files, synthetic inputs and
- * the MHA / GQA stand-in stack the subcommands share (see cli_util.h). */
+/* cli_util.c - config.json edits and the generation's check of a config,
+ * temporary files, synthetic inputs and the MHA / GQA stand-in stack the
+ * subcommands share (see cli_util.h). */
 #include "cli_util.h"
 
 #include "config.h"

@@ -1,8 +1,8 @@
 /* cli_util.h - what several subcommands share beyond number parsing
  * (cli_num.h): where the shipped configs are, editing a config.json into a
- * smaller sampler model, temporary files, synthetic layer and stack
- * inputs, and the MHA / GQA stand-in stack.  Implemented in
- * tools/cli_util.c. */
+ * smaller sampler model, holding a config to its generation's rules,
+ * temporary files, synthetic layer and stack inputs, and the MHA / GQA
+ * stand-in stack.  Implemented in tools/cli_util.c. */
 #ifndef DSATTN_CLI_UTIL_H
 #define DSATTN_CLI_UTIL_H
 
