@@ -315,8 +315,8 @@ static dsattn_status make_model(runner *r, const cJSON *root, const char *config
         const char *at = st ? strstr(err, tmp) : NULL;
         if (at) {
             char msg[1024];
-            snprintf(msg, sizeof msg, "%.*s%s (its first %d layers)%s", (int)(at - err), err,
-                     config, r->n_layers, at + strlen(tmp));
+            snprintf(msg, sizeof msg, "%.*s%s (its first %d layer%s)%s", (int)(at - err), err,
+                     config, r->n_layers, r->n_layers == 1 ? "" : "s", at + strlen(tmp));
             snprintf(err, errlen, "%s", msg);
         }
     }
